@@ -1,0 +1,143 @@
+//! The store's error type, split as mountpoint-s3 does: errors the service
+//! modelled (missing key, failed precondition, denied access, ...) that callers act
+//! on, and transport or server-side failures that a retry may cure.
+
+use std::io;
+
+/// What went wrong talking to a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no object at key {key:?}")]
+    NoSuchKey { key: String },
+    #[error("bucket {bucket:?} does not exist")]
+    NoSuchBucket { bucket: String },
+    #[error("multipart upload {upload_id:?} does not exist (completed, aborted or expired)")]
+    NoSuchUpload { upload_id: String },
+    #[error("precondition failed: the object changed or already exists")]
+    PreconditionFailed,
+    #[error("key {key:?} is not valid for this store: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+    #[error("requested range is not satisfiable")]
+    InvalidRange,
+    #[error("invalid part list: {0}")]
+    InvalidPart(String),
+    #[error("a part other than the last is smaller than the store's minimum part size")]
+    EntityTooSmall,
+    #[error("the store rejected the data: {algorithm} checksum mismatch")]
+    ChecksumMismatch { algorithm: &'static str },
+    #[error("the body was {actual} bytes but {expected} were declared")]
+    LengthMismatch { expected: u64, actual: u64 },
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    #[error("the credentials were refused: {0}")]
+    InvalidCredentials(String),
+    #[error("no credentials found: {0}")]
+    NoCredentials(String),
+    #[error("the store is throttling requests (503 SlowDown)")]
+    Throttled,
+    /// Any other answer of the service, with its HTTP status and error code.
+    #[error("the store answered {status} {code}: {message}")]
+    Service {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// The request did not get an answer: connect failure, reset, timeout.
+    #[error("could not reach the store: {0}")]
+    Transport(String),
+    /// Reading the local source of a request body failed.
+    #[error("reading the request body failed: {0}")]
+    Body(#[source] io::Error),
+    /// A local filesystem error in the directory store.
+    #[error("local store I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl StoreError {
+    /// True when the same request may succeed if sent again: throttling, 5xx answers,
+    /// timeouts, refused or reset connections.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Throttled | StoreError::Transport(_) => true,
+            StoreError::Service { status, code, .. } => {
+                *status >= 500
+                    || *status == 408
+                    || *status == 429
+                    || matches!(
+                        code.as_str(),
+                        "RequestTimeout" | "RequestTimeTooSkewed" | "InternalError" | "SlowDown"
+                    )
+            }
+            StoreError::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
+    }
+
+    /// True for a 404 of the object itself.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NoSuchKey { .. })
+    }
+
+    /// A short stable name for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NoSuchKey { .. } => "no_such_key",
+            StoreError::NoSuchBucket { .. } => "no_such_bucket",
+            StoreError::NoSuchUpload { .. } => "no_such_upload",
+            StoreError::PreconditionFailed => "precondition_failed",
+            StoreError::InvalidKey { .. } => "invalid_key",
+            StoreError::InvalidRange => "invalid_range",
+            StoreError::InvalidPart(_) => "invalid_part",
+            StoreError::EntityTooSmall => "entity_too_small",
+            StoreError::ChecksumMismatch { .. } => "checksum_mismatch",
+            StoreError::LengthMismatch { .. } => "length_mismatch",
+            StoreError::AccessDenied(_) => "access_denied",
+            StoreError::InvalidCredentials(_) => "invalid_credentials",
+            StoreError::NoCredentials(_) => "no_credentials",
+            StoreError::Throttled => "throttled",
+            StoreError::Service { .. } => "service",
+            StoreError::Transport(_) => "transport",
+            StoreError::Body(_) => "body",
+            StoreError::Io(_) => "io",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_classification() {
+        let service = |status: u16, code: &str| StoreError::Service {
+            status,
+            code: code.into(),
+            message: String::new(),
+        };
+        let cases: Vec<(StoreError, bool)> = vec![
+            (StoreError::Throttled, true),
+            (StoreError::Transport("connection reset".into()), true),
+            (service(500, "InternalError"), true),
+            (service(503, "ServiceUnavailable"), true),
+            (service(400, "RequestTimeout"), true),
+            (service(400, "InvalidArgument"), false),
+            (StoreError::AccessDenied("no".into()), false),
+            (StoreError::InvalidCredentials("bad key".into()), false),
+            (StoreError::NoSuchBucket { bucket: "b".into() }, false),
+            (StoreError::NoSuchKey { key: "k".into() }, false),
+            (StoreError::PreconditionFailed, false),
+            (
+                StoreError::ChecksumMismatch {
+                    algorithm: "crc32c",
+                },
+                false,
+            ),
+        ];
+        for (error, transient) in cases {
+            assert_eq!(error.is_transient(), transient, "{error}");
+        }
+    }
+}

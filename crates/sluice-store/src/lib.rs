@@ -1,0 +1,101 @@
+//! sluice-store owns the `ObjectStore` trait — the storage operations the engine,
+//! the gateway and the janitor use, and no others — and its backends:
+//! [`s3::S3Store`] (aws-sdk-s3; AWS, MinIO, Ceph RGW, R2, ...) and
+//! [`fs::FsStore`] (a local directory, the embedded default).
+//!
+//! Errors are [`StoreError`], split into modelled answers and transient failures
+//! ([`StoreError::is_transient`]). Retrying is the caller's job: backends send each
+//! request once so that one retry policy, the engine's, governs every request.
+
+pub mod checksum;
+mod error;
+pub mod fs;
+pub mod location;
+pub mod s3;
+mod types;
+
+use async_trait::async_trait;
+
+pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
+pub use error::StoreError;
+pub use location::StoreLocation;
+pub use types::*;
+
+/// S3's limits, which every backend enforces so that what works locally works on S3.
+pub mod limits {
+    /// Smallest part other than the last: 5 MiB.
+    pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+    /// Largest part: 5 GiB.
+    pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+    /// Most parts in one upload.
+    pub const MAX_PARTS: u32 = 10_000;
+    /// Largest object: 5 TiB.
+    pub const MAX_OBJECT_SIZE: u64 = 5 * 1024 * 1024 * 1024 * 1024;
+    /// Largest single PUT: 5 GiB.
+    pub const MAX_PUT_SIZE: u64 = MAX_PART_SIZE;
+    /// Longest key in bytes.
+    pub const MAX_KEY_LEN: usize = 1024;
+}
+
+/// The storage operations sluice needs. Every method sends one request (no
+/// retries); see [`StoreError::is_transient`] for which failures are worth another.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
+    /// A human-readable name of where objects go, such as `s3://bucket/prefix` or
+    /// `file:///srv/data`, for messages.
+    fn describe(&self) -> String;
+
+    /// Writes a whole object in one request, atomically: readers see the old object
+    /// or the new one, never a part.
+    async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError>;
+
+    /// Reads an object or a byte range of it as a stream.
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> Result<GetOutput, StoreError>;
+
+    async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError>;
+
+    /// Deletes an object; deleting a missing key succeeds.
+    async fn delete_object(&self, key: &str) -> Result<(), StoreError>;
+
+    /// Lists objects whose key starts with `prefix`, in key order, at most
+    /// `limit` per page.
+    async fn list_objects(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError>;
+
+    /// Starts a multipart upload and returns its upload id.
+    async fn create_multipart_upload(
+        &self,
+        request: CreateMultipartRequest,
+    ) -> Result<String, StoreError>;
+
+    /// Stores one part; parts may arrive in any order and concurrently.
+    async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError>;
+
+    /// Assembles the object from the listed parts (sorted by part number) and
+    /// makes it visible atomically.
+    async fn complete_multipart_upload(
+        &self,
+        request: CompleteMultipartRequest,
+    ) -> Result<PutOutput, StoreError>;
+
+    /// Discards an upload and every part of it.
+    async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError>;
+
+    /// The parts stored so far, sorted by part number.
+    async fn list_parts(&self, key: &str, upload_id: &str)
+        -> Result<Vec<UploadedPart>, StoreError>;
+
+    /// Multipart uploads under `prefix` that were neither completed nor aborted.
+    async fn list_multipart_uploads(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>, StoreError>;
+}

@@ -1,0 +1,118 @@
+//! Where objects live, as written by a person: `s3://bucket[/prefix]` or a local
+//! directory path. Parsing only; opening a store from a location is the caller's job.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A parsed store location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// `s3://bucket/rest`: `rest` is a key or a key prefix, without a leading `/`.
+    S3 { bucket: String, rest: String },
+    /// A local path (also accepted as `file://path`).
+    Local(PathBuf),
+}
+
+/// Why a location string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    #[error("{0:?} has no bucket name (expected s3://bucket/key)")]
+    MissingBucket(String),
+    #[error("bucket name {0:?} is not valid (3-63 characters: a-z, 0-9, '.', '-')")]
+    InvalidBucket(String),
+    #[error("unsupported scheme in {0:?} (expected s3://bucket/key or a local path)")]
+    UnsupportedScheme(String),
+    #[error("empty location")]
+    Empty,
+}
+
+impl StoreLocation {
+    pub fn parse(text: &str) -> Result<StoreLocation, LocationError> {
+        if text.is_empty() {
+            return Err(LocationError::Empty);
+        }
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(LocationError::MissingBucket(text.to_string()));
+            }
+            if !valid_bucket(bucket) {
+                return Err(LocationError::InvalidBucket(bucket.to_string()));
+            }
+            return Ok(StoreLocation::S3 {
+                bucket: bucket.to_string(),
+                rest: key.to_string(),
+            });
+        }
+        if let Some(path) = text.strip_prefix("file://") {
+            return Ok(StoreLocation::Local(PathBuf::from(path)));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return Err(LocationError::UnsupportedScheme(text.to_string()));
+            }
+        }
+        Ok(StoreLocation::Local(PathBuf::from(text)))
+    }
+}
+
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::S3 { bucket, rest } => write!(f, "s3://{bucket}/{rest}"),
+            StoreLocation::Local(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Bucket naming rules that hold on AWS and everywhere else (lower case, no `_`).
+fn valid_bucket(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_table() {
+        let s3 = |b: &str, r: &str| {
+            Ok(StoreLocation::S3 {
+                bucket: b.into(),
+                rest: r.into(),
+            })
+        };
+        let cases: Vec<(&str, Result<StoreLocation, LocationError>)> = vec![
+            ("s3://bucket/key", s3("bucket", "key")),
+            ("s3://bucket/a/b/c.bin", s3("bucket", "a/b/c.bin")),
+            ("s3://bucket", s3("bucket", "")),
+            ("s3://bucket/", s3("bucket", "")),
+            (
+                "s3:///key",
+                Err(LocationError::MissingBucket("s3:///key".into())),
+            ),
+            (
+                "s3://Bad_Bucket/k",
+                Err(LocationError::InvalidBucket("Bad_Bucket".into())),
+            ),
+            (
+                "gs://b/k",
+                Err(LocationError::UnsupportedScheme("gs://b/k".into())),
+            ),
+            (
+                "./data/file.bin",
+                Ok(StoreLocation::Local("./data/file.bin".into())),
+            ),
+            ("file:///srv/x", Ok(StoreLocation::Local("/srv/x".into()))),
+            ("", Err(LocationError::Empty)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(StoreLocation::parse(text), expected, "{text}");
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Turns aws-sdk-s3's errors into [`StoreError`]: modelled answers by their S3
+//! error code or HTTP status, everything that never got an answer as transport.
+//! Messages never include credentials; the SDK does not put them in errors.
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_types::error::display::DisplayErrorContext;
+
+use crate::error::StoreError;
+
+/// What the mapping needs to know about the request that failed.
+pub(super) struct Context<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub upload_id: Option<&'a str>,
+}
+
+pub(super) fn map<E>(error: SdkError<E, HttpResponse>, context: Context<'_>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match &error {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            let code = service.err().code().unwrap_or_default().to_string();
+            let message = service.err().message().unwrap_or_default().to_string();
+            from_answer(status, &code, message, &context)
+        }
+        SdkError::TimeoutError(_) => StoreError::Transport("the request timed out".into()),
+        SdkError::DispatchFailure(failure) => {
+            let text = DisplayErrorContext(&error).to_string();
+            if failure.is_user() && text.contains("credentials") {
+                StoreError::NoCredentials(
+                    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where \
+                     instance or web-identity credentials are available"
+                        .into(),
+                )
+            } else {
+                StoreError::Transport(text)
+            }
+        }
+        SdkError::ResponseError(_) => {
+            StoreError::Transport(DisplayErrorContext(&error).to_string())
+        }
+        _ => {
+            let text = DisplayErrorContext(&error).to_string();
+            if text.contains("credentials") {
+                StoreError::NoCredentials(text)
+            } else {
+                StoreError::Service {
+                    status: 0,
+                    code: "RequestNotSent".into(),
+                    message: text,
+                }
+            }
+        }
+    }
+}
+
+/// Maps an S3 answer (status and error code) to the modelled error it stands for.
+pub(super) fn from_answer(
+    status: u16,
+    code: &str,
+    message: String,
+    context: &Context<'_>,
+) -> StoreError {
+    match (status, code) {
+        (_, "NoSuchBucket") => StoreError::NoSuchBucket {
+            bucket: context.bucket.to_string(),
+        },
+        (_, "NoSuchUpload") => StoreError::NoSuchUpload {
+            upload_id: context.upload_id.unwrap_or_default().to_string(),
+        },
+        (_, "NoSuchKey") | (404, "NotFound") | (404, "") => StoreError::NoSuchKey {
+            key: context.key.to_string(),
+        },
+        (_, "PreconditionFailed") | (412, _) | (_, "ConditionalRequestConflict") => {
+            StoreError::PreconditionFailed
+        }
+        (_, "InvalidRange") | (416, _) => StoreError::InvalidRange,
+        (_, "EntityTooSmall") => StoreError::EntityTooSmall,
+        (_, "InvalidPart") | (_, "InvalidPartOrder") => StoreError::InvalidPart(message),
+        (_, "BadDigest")
+        | (_, "InvalidDigest")
+        | (_, "XAmzContentChecksumMismatch")
+        | (_, "XAmzContentSHA256Mismatch") => StoreError::ChecksumMismatch {
+            algorithm: "checksum",
+        },
+        (_, "InvalidAccessKeyId")
+        | (_, "SignatureDoesNotMatch")
+        | (_, "ExpiredToken")
+        | (_, "InvalidToken") => StoreError::InvalidCredentials(format!("{code}: {message}")),
+        (_, "AccessDenied") | (403, _) => StoreError::AccessDenied(if message.is_empty() {
+            format!("to s3://{}/{}", context.bucket, context.key)
+        } else {
+            message
+        }),
+        (503, _) | (_, "SlowDown") => StoreError::Throttled,
+        (status, code) => StoreError::Service {
+            status,
+            code: if code.is_empty() {
+                format!("HTTP{status}")
+            } else {
+                code.to_string()
+            },
+            message,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_modelled_errors() {
+        let context = Context {
+            bucket: "b",
+            key: "k",
+            upload_id: Some("u"),
+        };
+        let cases: Vec<(u16, &str, &str)> = vec![
+            (404, "NoSuchKey", "no_such_key"),
+            (404, "", "no_such_key"),
+            (404, "NoSuchBucket", "no_such_bucket"),
+            (404, "NoSuchUpload", "no_such_upload"),
+            (412, "PreconditionFailed", "precondition_failed"),
+            (409, "ConditionalRequestConflict", "precondition_failed"),
+            (416, "InvalidRange", "invalid_range"),
+            (400, "EntityTooSmall", "entity_too_small"),
+            (400, "InvalidPart", "invalid_part"),
+            (400, "BadDigest", "checksum_mismatch"),
+            (403, "InvalidAccessKeyId", "invalid_credentials"),
+            (403, "SignatureDoesNotMatch", "invalid_credentials"),
+            (403, "AccessDenied", "access_denied"),
+            (503, "SlowDown", "throttled"),
+            (503, "", "throttled"),
+            (500, "InternalError", "service"),
+        ];
+        for (status, code, kind) in cases {
+            let error = from_answer(status, code, String::new(), &context);
+            assert_eq!(error.kind(), kind, "{status} {code}");
+        }
+    }
+}

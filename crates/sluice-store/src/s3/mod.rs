@@ -1,0 +1,663 @@
+//! The S3 backend on the official aws-sdk-s3: AWS itself and every S3-compatible
+//! server (MinIO, Ceph RGW, R2, ...). Credentials come from the standard AWS chain
+//! (environment, profiles, web identity, instance metadata). With a custom
+//! endpoint, path-style addressing is the default.
+//!
+//! The SDK's own retries are off: the engine retries, with one policy for all
+//! requests. Payload signing is off for uploads (the CRC32C/CRC64NVME checksum each
+//! write carries protects the bytes, at a fraction of SHA-256's CPU cost).
+
+mod errors;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::primitives::{ByteStream as SdkByteStream, Length};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm as SdkChecksumAlgorithm, ChecksumMode, ChecksumType,
+    CompletedMultipartUpload, CompletedPart,
+};
+use aws_sdk_s3::Client;
+use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
+use futures::stream;
+
+use crate::checksum::{Checksum, ChecksumAlgorithm};
+use crate::error::StoreError;
+use crate::types::*;
+use crate::ObjectStore;
+use errors::Context;
+
+/// Buffer for streaming a file-backed body into a request.
+const FILE_BUFFER: usize = 256 * 1024;
+
+/// How to reach a bucket.
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    pub bucket: String,
+    /// Prepended to every key (a `/` is added if missing); empty for none.
+    pub prefix: String,
+    /// A custom endpoint such as `http://127.0.0.1:9000`.
+    pub endpoint: Option<String>,
+    /// Region; when unset, the AWS chain decides, falling back to `us-east-1`.
+    pub region: Option<String>,
+    /// Path-style (`endpoint/bucket/key`) rather than virtual-hosted addressing.
+    /// `None` means: path-style whenever an endpoint is given.
+    pub path_style: Option<bool>,
+    pub connect_timeout: Duration,
+    /// Longest wait for the first byte of an answer.
+    pub read_timeout: Duration,
+}
+
+impl S3Config {
+    pub fn new(bucket: impl Into<String>) -> Self {
+        S3Config {
+            bucket: bucket.into(),
+            prefix: String::new(),
+            endpoint: None,
+            region: None,
+            path_style: None,
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A bucket (and optional key prefix) reached through aws-sdk-s3.
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+    prefix: String,
+}
+
+impl S3Store {
+    /// Resolves region and credentials and builds the client. Sends no request.
+    pub async fn connect(config: S3Config) -> S3Store {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &config.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        let shared = loader.load().await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(config.connect_timeout)
+                    .read_timeout(config.read_timeout)
+                    .build(),
+            )
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        if shared.region().is_none() {
+            builder = builder.region(aws_config::Region::new("us-east-1"));
+        }
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.endpoint_url(endpoint);
+        }
+        builder = builder.force_path_style(config.path_style.unwrap_or(config.endpoint.is_some()));
+        let mut prefix = config.prefix.trim_start_matches('/').to_string();
+        if !prefix.is_empty() && !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        S3Store {
+            client: Client::from_conf(builder.build()),
+            bucket: config.bucket,
+            prefix,
+        }
+    }
+
+    /// Creates the bucket if it does not exist (for tests and first-time setups).
+    pub async fn ensure_bucket(&self) -> Result<(), StoreError> {
+        match self.client.head_bucket().bucket(&self.bucket).send().await {
+            Ok(_) => Ok(()),
+            Err(_) => match self
+                .client
+                .create_bucket()
+                .bucket(&self.bucket)
+                .send()
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let mapped = errors::map(e, self.context(""));
+                    match &mapped {
+                        StoreError::Service { code, .. }
+                            if code == "BucketAlreadyOwnedByYou"
+                                || code == "BucketAlreadyExists" =>
+                        {
+                            Ok(())
+                        }
+                        _ => Err(mapped),
+                    }
+                }
+            },
+        }
+    }
+
+    fn full_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn context<'a>(&'a self, key: &'a str) -> Context<'a> {
+        Context {
+            bucket: &self.bucket,
+            key,
+            upload_id: None,
+        }
+    }
+}
+
+async fn sdk_body(body: Body) -> Result<SdkByteStream, StoreError> {
+    match body {
+        Body::Bytes(bytes) => Ok(SdkByteStream::from(bytes)),
+        Body::File { path, offset, len } => SdkByteStream::read_from()
+            .path(path)
+            .offset(offset)
+            .length(Length::Exact(len))
+            .buffer_size(FILE_BUFFER)
+            .build()
+            .await
+            .map_err(|e| StoreError::Body(std::io::Error::other(e))),
+    }
+}
+
+fn sdk_algorithm(algorithm: ChecksumAlgorithm) -> SdkChecksumAlgorithm {
+    match algorithm {
+        ChecksumAlgorithm::Crc32c => SdkChecksumAlgorithm::Crc32C,
+        ChecksumAlgorithm::Crc64nvme => SdkChecksumAlgorithm::Crc64Nvme,
+    }
+}
+
+/// The checksum of an object as S3 reports it: only full-object checksums count.
+fn reported_checksum(crc32c: Option<&str>, crc64nvme: Option<&str>) -> Option<Checksum> {
+    crc64nvme
+        .and_then(|v| Checksum::from_base64(ChecksumAlgorithm::Crc64nvme, v))
+        .or_else(|| crc32c.and_then(|v| Checksum::from_base64(ChecksumAlgorithm::Crc32c, v)))
+}
+
+fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
+    t.and_then(|t| SystemTime::try_from(*t).ok())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn metadata_of(map: Option<&HashMap<String, String>>) -> Metadata {
+    map.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// Total size from a `Content-Range: bytes a-b/total` header.
+fn total_from_content_range(header: Option<&str>) -> Option<u64> {
+    header?.rsplit_once('/')?.1.parse().ok()
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    fn describe(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix)
+    }
+
+    async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
+        let key = self.full_key(&request.key);
+        let mut call = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .content_length(request.body.len() as i64)
+            .body(sdk_body(request.body).await?)
+            .set_content_type(request.content_type)
+            .set_metadata(
+                (!request.metadata.is_empty()).then(|| request.metadata.into_iter().collect()),
+            );
+        call = match request.checksum {
+            Some(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
+                call.checksum_crc32_c(c.to_base64())
+            }
+            Some(c) => call.checksum_crc64_nvme(c.to_base64()),
+            None => call,
+        };
+        call = match request.condition {
+            Some(WriteCondition::IfNoneMatch) => call.if_none_match("*"),
+            Some(WriteCondition::IfMatch(etag)) => call.if_match(etag),
+            None => call,
+        };
+        let output = call
+            .customize()
+            .disable_payload_signing()
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(&request.key)))?;
+        Ok(PutOutput {
+            etag: output.e_tag.unwrap_or_default(),
+            checksum: request.checksum,
+        })
+    }
+
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> Result<GetOutput, StoreError> {
+        let header = range.map(|r| match r.end {
+            Some(end) if end > r.start => format!("bytes={}-{}", r.start, end - 1),
+            Some(_) => format!("bytes={}-{}", r.start, r.start),
+            None => format!("bytes={}-", r.start),
+        });
+        if matches!(range, Some(ByteRange { start, end: Some(end) }) if end < start) {
+            return Err(StoreError::InvalidRange);
+        }
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .set_range(header)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(key)))?;
+        let length = output.content_length.unwrap_or(0).max(0) as u64;
+        let size = total_from_content_range(output.content_range.as_deref()).unwrap_or(length);
+        let start = range.map_or(0, |r| r.start);
+        let mut end = start + length;
+        // An empty range request is answered with one byte; keep the caller's range.
+        let mut limit = None;
+        if let Some(ByteRange { end: Some(e), .. }) = range {
+            if e <= start {
+                end = start;
+                limit = Some(0u64);
+            }
+        }
+        let meta = ObjectMeta {
+            key: key.to_string(),
+            size,
+            etag: output.e_tag.clone().unwrap_or_default(),
+            last_modified: to_system_time(output.last_modified.as_ref()),
+            content_type: output.content_type.clone(),
+            metadata: metadata_of(output.metadata.as_ref()),
+            // A checksum describes the whole object, not a range of it.
+            checksum: if range.is_none() {
+                reported_checksum(
+                    output.checksum_crc32_c.as_deref(),
+                    output.checksum_crc64_nvme.as_deref(),
+                )
+            } else {
+                None
+            },
+        };
+        let body = output.body;
+        let key_owned = key.to_string();
+        let stream = stream::unfold(Some(body), move |body| {
+            let key = key_owned.clone();
+            async move {
+                let mut body = body?;
+                if limit == Some(0) {
+                    return None;
+                }
+                match body.try_next().await {
+                    Ok(Some(bytes)) => Some((Ok(bytes), Some(body))),
+                    Ok(None) => None,
+                    Err(e) => Some((
+                        Err(StoreError::Transport(format!(
+                            "reading {key}: {}",
+                            DisplayErrorContext(&e)
+                        ))),
+                        None,
+                    )),
+                }
+            }
+        });
+        Ok(GetOutput {
+            meta,
+            range: (start, end),
+            body: Box::pin(stream),
+        })
+    }
+
+    async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let output = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(key)))?;
+        Ok(ObjectMeta {
+            key: key.to_string(),
+            size: output.content_length.unwrap_or(0).max(0) as u64,
+            etag: output.e_tag.clone().unwrap_or_default(),
+            last_modified: to_system_time(output.last_modified.as_ref()),
+            content_type: output.content_type.clone(),
+            metadata: metadata_of(output.metadata.as_ref()),
+            checksum: reported_checksum(
+                output.checksum_crc32_c.as_deref(),
+                output.checksum_crc64_nvme.as_deref(),
+            ),
+        })
+    }
+
+    async fn delete_object(&self, key: &str) -> Result<(), StoreError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(key)))?;
+        Ok(())
+    }
+
+    async fn list_objects(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        let output = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(self.full_key(prefix))
+            .set_continuation_token(cursor.map(str::to_string))
+            .max_keys(limit.clamp(1, 1000) as i32)
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(prefix)))?;
+        let objects = output
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                let key = o.key()?.strip_prefix(self.prefix.as_str())?.to_string();
+                Some(ObjectSummary {
+                    key,
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    etag: o.e_tag().unwrap_or_default().to_string(),
+                    last_modified: to_system_time(o.last_modified()),
+                })
+            })
+            .collect();
+        Ok(ListPage {
+            objects,
+            next_cursor: output.next_continuation_token().map(str::to_string),
+        })
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        request: CreateMultipartRequest,
+    ) -> Result<String, StoreError> {
+        let mut call = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .set_content_type(request.content_type)
+            .set_metadata(
+                (!request.metadata.is_empty()).then(|| request.metadata.into_iter().collect()),
+            );
+        if let Some(algorithm) = request.checksum_algorithm {
+            call = call
+                .checksum_algorithm(sdk_algorithm(algorithm))
+                .checksum_type(ChecksumType::FullObject);
+        }
+        let output = call
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.context(&request.key)))?;
+        output.upload_id.ok_or_else(|| StoreError::Service {
+            status: 200,
+            code: "MissingUploadId".into(),
+            message: "CreateMultipartUpload answered without an upload id".into(),
+        })
+    }
+
+    async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
+        let size = request.body.len();
+        let mut call = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .upload_id(&request.upload_id)
+            .part_number(request.part_number as i32)
+            .content_length(size as i64)
+            .body(sdk_body(request.body).await?);
+        call = match request.checksum {
+            Some(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
+                call.checksum_crc32_c(c.to_base64())
+            }
+            Some(c) => call.checksum_crc64_nvme(c.to_base64()),
+            None => call,
+        };
+        let output = call
+            .customize()
+            .disable_payload_signing()
+            .send()
+            .await
+            .map_err(|e| {
+                errors::map(
+                    e,
+                    Context {
+                        bucket: &self.bucket,
+                        key: &request.key,
+                        upload_id: Some(&request.upload_id),
+                    },
+                )
+            })?;
+        Ok(UploadedPart {
+            part_number: request.part_number,
+            etag: output.e_tag.unwrap_or_default(),
+            size,
+            checksum: request.checksum,
+        })
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        request: CompleteMultipartRequest,
+    ) -> Result<PutOutput, StoreError> {
+        let parts = request
+            .parts
+            .iter()
+            .map(|p| {
+                let part = CompletedPart::builder()
+                    .part_number(p.part_number as i32)
+                    .e_tag(&p.etag);
+                match p.checksum {
+                    Some(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
+                        part.checksum_crc32_c(c.to_base64())
+                    }
+                    Some(c) => part.checksum_crc64_nvme(c.to_base64()),
+                    None => part,
+                }
+                .build()
+            })
+            .collect();
+        let mut call = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .upload_id(&request.upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            );
+        if let Some(c) = request.checksum {
+            call = match c.algorithm {
+                ChecksumAlgorithm::Crc32c => call.checksum_crc32_c(c.to_base64()),
+                ChecksumAlgorithm::Crc64nvme => call.checksum_crc64_nvme(c.to_base64()),
+            }
+            .checksum_type(ChecksumType::FullObject);
+        }
+        let output = call.send().await.map_err(|e| {
+            errors::map(
+                e,
+                Context {
+                    bucket: &self.bucket,
+                    key: &request.key,
+                    upload_id: Some(&request.upload_id),
+                },
+            )
+        })?;
+        let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
+        Ok(PutOutput {
+            etag: output.e_tag.clone().unwrap_or_default(),
+            checksum: reported.or(request.checksum),
+        })
+    }
+
+    async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .upload_id(upload_id)
+            .send()
+            .await
+            .map_err(|e| {
+                errors::map(
+                    e,
+                    Context {
+                        bucket: &self.bucket,
+                        key,
+                        upload_id: Some(upload_id),
+                    },
+                )
+            })?;
+        Ok(())
+    }
+
+    async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, StoreError> {
+        let mut parts = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let output = self
+                .client
+                .list_parts()
+                .bucket(&self.bucket)
+                .key(self.full_key(key))
+                .upload_id(upload_id)
+                .set_part_number_marker(marker.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    errors::map(
+                        e,
+                        Context {
+                            bucket: &self.bucket,
+                            key,
+                            upload_id: Some(upload_id),
+                        },
+                    )
+                })?;
+            for p in output.parts() {
+                parts.push(UploadedPart {
+                    part_number: p.part_number().unwrap_or(0).max(0) as u32,
+                    etag: p.e_tag().unwrap_or_default().to_string(),
+                    size: p.size().unwrap_or(0).max(0) as u64,
+                    checksum: reported_checksum(p.checksum_crc32_c(), p.checksum_crc64_nvme()),
+                });
+            }
+            match (output.is_truncated(), output.next_part_number_marker()) {
+                (Some(true), Some(next)) if Some(next) != marker.as_deref() => {
+                    marker = Some(next.to_string())
+                }
+                _ => break,
+            }
+        }
+        parts.sort_by_key(|p| p.part_number);
+        Ok(parts)
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>, StoreError> {
+        let full_prefix = self.full_key(prefix);
+        let uploads = self.list_uploads_raw(&full_prefix, prefix).await?;
+        if !uploads.is_empty() || full_prefix.is_empty() {
+            return Ok(uploads);
+        }
+        // MinIO matches the prefix of ListMultipartUploads only against whole keys;
+        // an empty answer may be that quirk, so list the bucket and filter here.
+        let mut all = self.list_uploads_raw("", prefix).await?;
+        all.retain(|u| u.key.starts_with(prefix));
+        Ok(all)
+    }
+}
+
+impl S3Store {
+    /// Pages through ListMultipartUploads for `request_prefix`, keeping uploads under
+    /// the store's prefix (`key_prefix` is the caller's prefix, for error context).
+    async fn list_uploads_raw(
+        &self,
+        request_prefix: &str,
+        key_prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>, StoreError> {
+        const MAX_PAGES: usize = 1000;
+        let mut uploads = Vec::new();
+        let (mut key_marker, mut id_marker): (Option<String>, Option<String>) = (None, None);
+        for _ in 0..MAX_PAGES {
+            let output = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .set_prefix((!request_prefix.is_empty()).then(|| request_prefix.to_string()))
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .map_err(|e| errors::map(e, self.context(key_prefix)))?;
+            for u in output.uploads() {
+                let Some(key) = u.key().and_then(|k| k.strip_prefix(self.prefix.as_str())) else {
+                    continue;
+                };
+                uploads.push(MultipartUploadInfo {
+                    key: key.to_string(),
+                    upload_id: u.upload_id().unwrap_or_default().to_string(),
+                    initiated: u.initiated().and_then(|t| SystemTime::try_from(*t).ok()),
+                });
+            }
+            let next = (output.next_key_marker(), output.next_upload_id_marker());
+            match (output.is_truncated(), next) {
+                (Some(true), (Some(k), id))
+                    if (Some(k), id) != (key_marker.as_deref(), id_marker.as_deref()) =>
+                {
+                    key_marker = Some(k.to_string());
+                    id_marker = id.map(str::to_string);
+                }
+                _ => break,
+            }
+        }
+        Ok(uploads)
+    }
+}
+
+use aws_smithy_types::error::display::DisplayErrorContext;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_total() {
+        assert_eq!(
+            total_from_content_range(Some("bytes 0-99/1000")),
+            Some(1000)
+        );
+        assert_eq!(total_from_content_range(Some("bytes */1000")), Some(1000));
+        assert_eq!(total_from_content_range(Some("bytes 0-99/*")), None);
+        assert_eq!(total_from_content_range(None), None);
+    }
+}

@@ -1,0 +1,272 @@
+//! The values that cross the `ObjectStore` boundary: request bodies, object
+//! metadata, list pages and multipart records. Plain data, no behaviour of a backend.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::checksum::{Checksum, ChecksumAlgorithm};
+use crate::error::StoreError;
+
+/// User metadata stored with an object (`x-amz-meta-*` on S3).
+pub type Metadata = BTreeMap<String, String>;
+
+/// A streamed object body as returned by `get_object`.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Send>>;
+
+/// The bytes of a write. Both forms can be sent again when a request is retried.
+#[derive(Clone)]
+pub enum Body {
+    /// Bytes already in memory.
+    Bytes(Bytes),
+    /// A byte range of a local file, streamed from disk with positioned reads
+    /// rather than loaded into memory.
+    File {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+    },
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Bytes(b) => b.len() as u64,
+            Body::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Body::Bytes(b) => write!(f, "Body::Bytes({} bytes)", b.len()),
+            Body::File { path, offset, len } => {
+                write!(f, "Body::File({}@{offset}+{len})", path.display())
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(b: Bytes) -> Self {
+        Body::Bytes(b)
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(b: Vec<u8>) -> Self {
+        Body::Bytes(Bytes::from(b))
+    }
+}
+
+/// A condition on a write, evaluated atomically by the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// `If-None-Match: *`: only if no object exists at the key.
+    IfNoneMatch,
+    /// `If-Match: etag`: only if the current object has this ETag.
+    IfMatch(String),
+}
+
+/// A single-request write of a whole object.
+#[derive(Debug, Clone)]
+pub struct PutRequest {
+    pub key: String,
+    pub body: Body,
+    pub content_type: Option<String>,
+    pub metadata: Metadata,
+    /// Checksum of the body, verified by the store before the object becomes visible.
+    pub checksum: Option<Checksum>,
+    pub condition: Option<WriteCondition>,
+}
+
+impl PutRequest {
+    pub fn new(key: impl Into<String>, body: impl Into<Body>) -> Self {
+        PutRequest {
+            key: key.into(),
+            body: body.into(),
+            content_type: None,
+            metadata: Metadata::new(),
+            checksum: None,
+            condition: None,
+        }
+    }
+}
+
+/// What a completed write returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOutput {
+    pub etag: String,
+    /// The full-object checksum as the store recorded it, when it reports one.
+    pub checksum: Option<Checksum>,
+}
+
+/// An inclusive-exclusive byte range `[start, end)`; `end: None` reads to the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: Option<u64>,
+}
+
+impl ByteRange {
+    pub fn new(start: u64, end: u64) -> Self {
+        ByteRange {
+            start,
+            end: Some(end),
+        }
+    }
+
+    pub fn from(start: u64) -> Self {
+        ByteRange { start, end: None }
+    }
+
+    /// The range clipped to an object of `size` bytes, or `None` when it starts past
+    /// the end (an unsatisfiable range). An empty object satisfies `0..`.
+    pub fn resolve(&self, size: u64) -> Option<(u64, u64)> {
+        let end = self.end.map_or(size, |e| e.min(size));
+        if self.start > size || (self.start == size && size != 0) || end < self.start {
+            return None;
+        }
+        Some((self.start, end))
+    }
+}
+
+/// What is known about a stored object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+    pub content_type: Option<String>,
+    pub metadata: Metadata,
+    /// Full-object checksum, when the store has one (composite multipart checksums
+    /// are not reported: they do not describe the content).
+    pub checksum: Option<Checksum>,
+}
+
+/// A streamed read.
+pub struct GetOutput {
+    pub meta: ObjectMeta,
+    /// The byte range of the object this body covers, `[start, end)`.
+    pub range: (u64, u64),
+    pub body: ByteStream,
+}
+
+impl fmt::Debug for GetOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GetOutput")
+            .field("meta", &self.meta)
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectSummary {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: SystemTime,
+}
+
+/// A page of a listing in key order; `next_cursor` continues it.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub objects: Vec<ObjectSummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// Starts a multipart upload.
+#[derive(Debug, Clone)]
+pub struct CreateMultipartRequest {
+    pub key: String,
+    pub content_type: Option<String>,
+    pub metadata: Metadata,
+    /// The algorithm every part will carry a checksum of; the object then gets a
+    /// full-object checksum of the same algorithm.
+    pub checksum_algorithm: Option<ChecksumAlgorithm>,
+}
+
+impl CreateMultipartRequest {
+    pub fn new(key: impl Into<String>) -> Self {
+        CreateMultipartRequest {
+            key: key.into(),
+            content_type: None,
+            metadata: Metadata::new(),
+            checksum_algorithm: None,
+        }
+    }
+}
+
+/// One part of a multipart upload.
+#[derive(Debug, Clone)]
+pub struct UploadPartRequest {
+    pub key: String,
+    pub upload_id: String,
+    /// 1..=10,000.
+    pub part_number: u32,
+    pub body: Body,
+    /// Checksum of the part, verified by the store.
+    pub checksum: Option<Checksum>,
+}
+
+/// A part the store holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedPart {
+    pub part_number: u32,
+    pub etag: String,
+    pub size: u64,
+    pub checksum: Option<Checksum>,
+}
+
+/// Finishes a multipart upload from its parts, sorted by part number.
+#[derive(Debug, Clone)]
+pub struct CompleteMultipartRequest {
+    pub key: String,
+    pub upload_id: String,
+    pub parts: Vec<UploadedPart>,
+    /// The full-object checksum the caller computed; the store checks it.
+    pub checksum: Option<Checksum>,
+}
+
+/// A multipart upload that was started and neither completed nor aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipartUploadInfo {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: Option<SystemTime>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_resolution() {
+        let cases = [
+            (ByteRange::from(0), 0, Some((0, 0))),
+            (ByteRange::from(0), 10, Some((0, 10))),
+            (ByteRange::new(2, 5), 10, Some((2, 5))),
+            (ByteRange::new(2, 50), 10, Some((2, 10))),
+            (ByteRange::from(9), 10, Some((9, 10))),
+            (ByteRange::from(10), 10, None),
+            (ByteRange::from(11), 10, None),
+            (ByteRange::new(5, 3), 10, None),
+        ];
+        for (range, size, expected) in cases {
+            assert_eq!(range.resolve(size), expected, "{range:?} of {size}");
+        }
+    }
+}

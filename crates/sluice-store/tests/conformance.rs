@@ -1,0 +1,395 @@
+//! One conformance suite, run against every backend: the directory store on a
+//! temporary directory and the S3 store against the MinIO `scripts/test.sh` starts
+//! (each test under a unique prefix). The in-memory test double runs it too, so
+//! engine tests that use it can trust it behaves like the real thing.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use sluice_store::fs::{FsConfig, FsStore};
+use sluice_store::*;
+use sluice_testkit::{minio, test_data, MemoryStore};
+
+const MIB: usize = 1024 * 1024;
+
+async fn read_all(
+    store: &dyn ObjectStore,
+    key: &str,
+    range: Option<ByteRange>,
+) -> Result<Vec<u8>, StoreError> {
+    let output = store.get_object(key, range).await?;
+    let chunks: Vec<Bytes> = output.body.try_collect().await?;
+    Ok(chunks.concat())
+}
+
+async fn put_bytes(store: &dyn ObjectStore, key: &str, data: &[u8]) -> PutOutput {
+    store
+        .put_object(PutRequest::new(key, Bytes::copy_from_slice(data)))
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e}"))
+}
+
+async fn put_get_roundtrip(store: Arc<dyn ObjectStore>) {
+    let data = test_data(100_000, 1);
+    let mut request = PutRequest::new("dir/a.bin", Bytes::from(data.clone()));
+    request.content_type = Some("application/x-test".into());
+    request
+        .metadata
+        .insert("origin".into(), "conformance".into());
+    request.checksum = Some(ChecksumAlgorithm::Crc32c.checksum(&data));
+    let put = store.put_object(request).await.unwrap();
+    assert!(!put.etag.is_empty());
+    assert_eq!(read_all(&*store, "dir/a.bin", None).await.unwrap(), data);
+    let head = store.head_object("dir/a.bin").await.unwrap();
+    assert_eq!(head.size, data.len() as u64);
+    assert_eq!(head.etag, put.etag);
+    assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
+    assert_eq!(
+        head.metadata.get("origin").map(String::as_str),
+        Some("conformance")
+    );
+    assert_eq!(
+        head.checksum,
+        Some(ChecksumAlgorithm::Crc32c.checksum(&data))
+    );
+}
+
+async fn empty_object(store: Arc<dyn ObjectStore>) {
+    put_bytes(&*store, "empty", b"").await;
+    assert_eq!(read_all(&*store, "empty", None).await.unwrap(), b"");
+    assert_eq!(store.head_object("empty").await.unwrap().size, 0);
+}
+
+async fn ranged_get(store: Arc<dyn ObjectStore>) {
+    let data = test_data(1000, 2);
+    put_bytes(&*store, "ranged", &data).await;
+    let cases: Vec<(ByteRange, Option<&[u8]>)> = vec![
+        (ByteRange::new(0, 10), Some(&data[0..10])),
+        (ByteRange::new(990, 2000), Some(&data[990..])),
+        (ByteRange::from(500), Some(&data[500..])),
+        (ByteRange::new(999, 1000), Some(&data[999..])),
+        (ByteRange::from(1000), None),
+        (ByteRange::from(5000), None),
+    ];
+    for (range, expected) in cases {
+        match (read_all(&*store, "ranged", Some(range)).await, expected) {
+            (Ok(got), Some(want)) => assert_eq!(got, want, "{range:?}"),
+            (Err(StoreError::InvalidRange), None) => {}
+            (other, _) => panic!("{range:?}: unexpected {:?}", other.map(|v| v.len())),
+        }
+    }
+    let output = store
+        .get_object("ranged", Some(ByteRange::new(10, 20)))
+        .await
+        .unwrap();
+    assert_eq!(output.range, (10, 20));
+    assert_eq!(output.meta.size, 1000);
+}
+
+async fn missing_key(store: Arc<dyn ObjectStore>) {
+    assert!(matches!(
+        store.head_object("nope").await,
+        Err(StoreError::NoSuchKey { .. })
+    ));
+    assert!(matches!(
+        store.get_object("nope", None).await,
+        Err(StoreError::NoSuchKey { .. })
+    ));
+    store
+        .delete_object("nope")
+        .await
+        .expect("deleting a missing key succeeds");
+}
+
+async fn overwrite_and_delete(store: Arc<dyn ObjectStore>) {
+    let first = put_bytes(&*store, "k", b"first").await;
+    let second = put_bytes(&*store, "k", b"second version").await;
+    assert_ne!(first.etag, second.etag);
+    assert_eq!(
+        read_all(&*store, "k", None).await.unwrap(),
+        b"second version"
+    );
+    store.delete_object("k").await.unwrap();
+    assert!(store.head_object("k").await.unwrap_err().is_not_found());
+}
+
+async fn conditional_put(store: Arc<dyn ObjectStore>) {
+    let mut create = PutRequest::new("cond", Bytes::from_static(b"v1"));
+    create.condition = Some(WriteCondition::IfNoneMatch);
+    let v1 = store.put_object(create.clone()).await.unwrap();
+    let mut again = create.clone();
+    again.body = Body::Bytes(Bytes::from_static(b"v1-again"));
+    assert!(matches!(
+        store.put_object(again).await,
+        Err(StoreError::PreconditionFailed)
+    ));
+    assert_eq!(read_all(&*store, "cond", None).await.unwrap(), b"v1");
+
+    let mut swap = PutRequest::new("cond", Bytes::from_static(b"v2"));
+    swap.condition = Some(WriteCondition::IfMatch(v1.etag.clone()));
+    store.put_object(swap.clone()).await.unwrap();
+    swap.body = Body::Bytes(Bytes::from_static(b"v3"));
+    assert!(matches!(
+        store.put_object(swap).await,
+        Err(StoreError::PreconditionFailed)
+    ));
+    assert_eq!(read_all(&*store, "cond", None).await.unwrap(), b"v2");
+}
+
+async fn list_pagination(store: Arc<dyn ObjectStore>) {
+    let keys = ["list/a", "list/b/1", "list/b/2", "list/c", "list/d"];
+    for key in keys {
+        put_bytes(&*store, key, key.as_bytes()).await;
+    }
+    put_bytes(&*store, "other", b"x").await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let page = store
+            .list_objects("list/", cursor.as_deref(), 2)
+            .await
+            .unwrap();
+        assert!(page.objects.len() <= 2);
+        seen.extend(page.objects.iter().map(|o| o.key.clone()));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, keys);
+    let page = store.list_objects("list/b", None, 100).await.unwrap();
+    assert_eq!(
+        page.objects.iter().map(|o| o.size).collect::<Vec<_>>(),
+        vec![8, 8]
+    );
+}
+
+async fn multipart_out_of_order_parallel(store: Arc<dyn ObjectStore>) {
+    let data = test_data(10 * MIB + 1024, 3);
+    let mut create = CreateMultipartRequest::new("mp/object");
+    create.checksum_algorithm = Some(ChecksumAlgorithm::Crc32c);
+    create.content_type = Some("application/octet-stream".into());
+    let upload_id = store.create_multipart_upload(create).await.unwrap();
+    let ranges = [
+        (3u32, 10 * MIB..data.len()),
+        (1, 0..5 * MIB),
+        (2, 5 * MIB..10 * MIB),
+    ];
+    let uploads = ranges.iter().map(|(n, range)| {
+        let body = Bytes::copy_from_slice(&data[range.clone()]);
+        let request = UploadPartRequest {
+            key: "mp/object".into(),
+            upload_id: upload_id.clone(),
+            part_number: *n,
+            checksum: Some(ChecksumAlgorithm::Crc32c.checksum(&body)),
+            body: Body::Bytes(body),
+        };
+        let store = store.clone();
+        async move { store.upload_part(request).await }
+    });
+    let mut parts = futures::future::try_join_all(uploads).await.unwrap();
+
+    let listed = store.list_parts("mp/object", &upload_id).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|p| p.part_number).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let open = store.list_multipart_uploads("mp/").await.unwrap();
+    assert!(open
+        .iter()
+        .any(|u| u.upload_id == upload_id && u.key == "mp/object"));
+
+    parts.sort_by_key(|p| p.part_number);
+    let whole = ChecksumAlgorithm::Crc32c.checksum(&data);
+    let done = store
+        .complete_multipart_upload(CompleteMultipartRequest {
+            key: "mp/object".into(),
+            upload_id: upload_id.clone(),
+            parts,
+            checksum: Some(whole),
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.checksum, Some(whole));
+    assert_eq!(read_all(&*store, "mp/object", None).await.unwrap(), data);
+    let head = store.head_object("mp/object").await.unwrap();
+    assert_eq!(head.size, data.len() as u64);
+    assert_eq!(head.checksum, Some(whole));
+    assert!(store
+        .list_multipart_uploads("mp/")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn multipart_abort(store: Arc<dyn ObjectStore>) {
+    let upload_id = store
+        .create_multipart_upload(CreateMultipartRequest::new("ab/x"))
+        .await
+        .unwrap();
+    store
+        .upload_part(UploadPartRequest {
+            key: "ab/x".into(),
+            upload_id: upload_id.clone(),
+            part_number: 1,
+            body: Body::Bytes(Bytes::from(test_data(1000, 4))),
+            checksum: None,
+        })
+        .await
+        .unwrap();
+    store
+        .abort_multipart_upload("ab/x", &upload_id)
+        .await
+        .unwrap();
+    assert!(store
+        .list_multipart_uploads("ab/")
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(matches!(
+        store.list_parts("ab/x", &upload_id).await,
+        Err(StoreError::NoSuchUpload { .. })
+    ));
+    assert!(store.head_object("ab/x").await.unwrap_err().is_not_found());
+}
+
+async fn multipart_small_part_rejected(store: Arc<dyn ObjectStore>) {
+    let upload_id = store
+        .create_multipart_upload(CreateMultipartRequest::new("small/x"))
+        .await
+        .unwrap();
+    let mut parts = Vec::new();
+    for n in 1..=2 {
+        let part = store
+            .upload_part(UploadPartRequest {
+                key: "small/x".into(),
+                upload_id: upload_id.clone(),
+                part_number: n,
+                body: Body::Bytes(Bytes::from(test_data(1024, n as u64))),
+                checksum: None,
+            })
+            .await
+            .unwrap();
+        parts.push(part);
+    }
+    let result = store
+        .complete_multipart_upload(CompleteMultipartRequest {
+            key: "small/x".into(),
+            upload_id: upload_id.clone(),
+            parts,
+            checksum: None,
+        })
+        .await;
+    assert!(
+        matches!(result, Err(StoreError::EntityTooSmall)),
+        "{result:?}"
+    );
+    assert!(store
+        .head_object("small/x")
+        .await
+        .unwrap_err()
+        .is_not_found());
+    store
+        .abort_multipart_upload("small/x", &upload_id)
+        .await
+        .unwrap();
+}
+
+async fn checksum_mismatch_rejected(store: Arc<dyn ObjectStore>) {
+    let mut request = PutRequest::new("bad", Bytes::from_static(b"the real content"));
+    request.checksum = Some(ChecksumAlgorithm::Crc32c.checksum(b"something else"));
+    let result = store.put_object(request).await;
+    assert!(
+        matches!(result, Err(StoreError::ChecksumMismatch { .. })),
+        "{result:?}"
+    );
+    assert!(store.head_object("bad").await.unwrap_err().is_not_found());
+
+    let mut create = CreateMultipartRequest::new("bad-mp");
+    create.checksum_algorithm = Some(ChecksumAlgorithm::Crc64nvme);
+    let upload_id = store.create_multipart_upload(create).await.unwrap();
+    let result = store
+        .upload_part(UploadPartRequest {
+            key: "bad-mp".into(),
+            upload_id: upload_id.clone(),
+            part_number: 1,
+            body: Body::Bytes(Bytes::from_static(b"part bytes")),
+            checksum: Some(ChecksumAlgorithm::Crc64nvme.checksum(b"other bytes")),
+        })
+        .await;
+    assert!(
+        matches!(result, Err(StoreError::ChecksumMismatch { .. })),
+        "{result:?}"
+    );
+    store
+        .abort_multipart_upload("bad-mp", &upload_id)
+        .await
+        .unwrap();
+}
+
+async fn file_body(store: Arc<dyn ObjectStore>) {
+    let data = test_data(300_000, 5);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&data).unwrap();
+    let body = Body::File {
+        path: file.path().to_path_buf(),
+        offset: 1000,
+        len: 200_000,
+    };
+    let mut request = PutRequest::new("from-file", body);
+    request.checksum = Some(ChecksumAlgorithm::Crc64nvme.checksum(&data[1000..201_000]));
+    store.put_object(request).await.unwrap();
+    assert_eq!(
+        read_all(&*store, "from-file", None).await.unwrap(),
+        &data[1000..201_000]
+    );
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod fs_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store = super::FsStore::open(super::FsConfig::new(dir.path())).unwrap();
+                    super::$case(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod memory_double {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(std::sync::Arc::new(super::MemoryStore::new())).await;
+                }
+            )*
+        }
+        mod s3_minio {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(store) = super::minio::store(stringify!($case)).await else { return };
+                    super::$case(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    put_get_roundtrip,
+    empty_object,
+    ranged_get,
+    missing_key,
+    overwrite_and_delete,
+    conditional_put,
+    list_pagination,
+    multipart_out_of_order_parallel,
+    multipart_abort,
+    multipart_small_part_rejected,
+    checksum_mismatch_rejected,
+    file_body,
+);

@@ -1,0 +1,196 @@
+//! A store wrapper that injects failures and delays into chosen requests, for the
+//! faults a real MinIO cannot be made to produce on demand (a 503 on part 3, a
+//! part that finishes last, a store that never recovers).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_store::*;
+
+/// An operation a fault can target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Put,
+    Get,
+    Head,
+    Create,
+    UploadPart,
+    Complete,
+    Abort,
+}
+
+/// What happens to a matching request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fails with 503 SlowDown (transient).
+    Throttle,
+    /// Fails with 500 InternalError (transient).
+    ServerError,
+    /// Fails with 403 AccessDenied (permanent).
+    Denied,
+    /// Waits this long, then goes through.
+    Delay(Duration),
+}
+
+impl Fault {
+    fn error(self) -> Option<StoreError> {
+        match self {
+            Fault::Throttle => Some(StoreError::Throttled),
+            Fault::ServerError => Some(StoreError::Service {
+                status: 500,
+                code: "InternalError".into(),
+                message: "injected".into(),
+            }),
+            Fault::Denied => Some(StoreError::AccessDenied("injected".into())),
+            Fault::Delay(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    op: Op,
+    part: Option<u32>,
+    /// How many matching requests it still applies to; `None` for all.
+    remaining: Option<u32>,
+    fault: Fault,
+}
+
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    rules: Arc<Mutex<Vec<Rule>>>,
+    attempts: Arc<Mutex<HashMap<(Op, Option<u32>), u32>>>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        FaultyStore {
+            inner,
+            rules: Arc::default(),
+            attempts: Arc::default(),
+        }
+    }
+
+    /// Applies `fault` to every request of `op` (for `UploadPart`, only part
+    /// `part` when given), for the first `times` matches or forever.
+    pub fn inject(self, op: Op, part: Option<u32>, times: Option<u32>, fault: Fault) -> Self {
+        self.rules.lock().unwrap().push(Rule {
+            op,
+            part,
+            remaining: times,
+            fault,
+        });
+        self
+    }
+
+    /// Requests of `op` (for one part, when given) that reached this wrapper.
+    pub fn attempts(&self, op: Op, part: Option<u32>) -> u32 {
+        let attempts = self.attempts.lock().unwrap();
+        match part {
+            Some(_) => attempts.get(&(op, part)).copied().unwrap_or(0),
+            None => attempts
+                .iter()
+                .filter(|((o, _), _)| *o == op)
+                .map(|(_, n)| n)
+                .sum(),
+        }
+    }
+
+    async fn before(&self, op: Op, part: Option<u32>) -> Result<(), StoreError> {
+        *self.attempts.lock().unwrap().entry((op, part)).or_insert(0) += 1;
+        let fault = {
+            let mut rules = self.rules.lock().unwrap();
+            let rule = rules.iter_mut().find(|r| {
+                r.op == op && (r.part.is_none() || r.part == part) && r.remaining != Some(0)
+            });
+            rule.map(|r| {
+                if let Some(n) = r.remaining.as_mut() {
+                    *n -= 1;
+                }
+                r.fault
+            })
+        };
+        match fault {
+            Some(Fault::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Some(f) => Err(f.error().expect("failing fault")),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    fn describe(&self) -> String {
+        format!("faulty({})", self.inner.describe())
+    }
+    async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
+        self.before(Op::Put, None).await?;
+        self.inner.put_object(request).await
+    }
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> Result<GetOutput, StoreError> {
+        self.before(Op::Get, None).await?;
+        self.inner.get_object(key, range).await
+    }
+    async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        self.before(Op::Head, None).await?;
+        self.inner.head_object(key).await
+    }
+    async fn delete_object(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete_object(key).await
+    }
+    async fn list_objects(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.inner.list_objects(prefix, cursor, limit).await
+    }
+    async fn create_multipart_upload(
+        &self,
+        request: CreateMultipartRequest,
+    ) -> Result<String, StoreError> {
+        self.before(Op::Create, None).await?;
+        self.inner.create_multipart_upload(request).await
+    }
+    async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
+        self.before(Op::UploadPart, Some(request.part_number))
+            .await?;
+        self.inner.upload_part(request).await
+    }
+    async fn complete_multipart_upload(
+        &self,
+        request: CompleteMultipartRequest,
+    ) -> Result<PutOutput, StoreError> {
+        self.before(Op::Complete, None).await?;
+        self.inner.complete_multipart_upload(request).await
+    }
+    async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.before(Op::Abort, None).await?;
+        self.inner.abort_multipart_upload(key, upload_id).await
+    }
+    async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, StoreError> {
+        self.inner.list_parts(key, upload_id).await
+    }
+    async fn list_multipart_uploads(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>, StoreError> {
+        self.inner.list_multipart_uploads(prefix).await
+    }
+}

@@ -1,0 +1,25 @@
+//! Test support for sluice, a dev-dependency only: the connection to the MinIO
+//! that `scripts/test.sh` starts ([`minio`]), an in-memory store that measures what
+//! it is sent ([`memory`]), and a wrapper that injects faults and delays
+//! ([`faults`]).
+
+pub mod faults;
+pub mod memory;
+pub mod minio;
+
+pub use faults::{Fault, FaultyStore, Op};
+pub use memory::MemoryStore;
+
+/// Deterministic pseudo-random test data (xorshift), so failures reproduce.
+pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
