@@ -24,6 +24,8 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Sen
 pub enum Body {
     /// Bytes already in memory.
     Bytes(Bytes),
+    /// Bytes already in memory, in several buffers sent back to back.
+    Chunks(std::sync::Arc<[Bytes]>),
     /// A byte range of a local file, streamed from disk with positioned reads
     /// rather than loaded into memory.
     File {
@@ -37,6 +39,7 @@ impl Body {
     pub fn len(&self) -> u64 {
         match self {
             Body::Bytes(b) => b.len() as u64,
+            Body::Chunks(chunks) => chunks.iter().map(|c| c.len() as u64).sum(),
             Body::File { len, .. } => *len,
         }
     }
@@ -50,6 +53,7 @@ impl fmt::Debug for Body {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Body::Bytes(b) => write!(f, "Body::Bytes({} bytes)", b.len()),
+            Body::Chunks(c) => write!(f, "Body::Chunks({} buffers, {} bytes)", c.len(), self.len()),
             Body::File { path, offset, len } => {
                 write!(f, "Body::File({}@{offset}+{len})", path.display())
             }

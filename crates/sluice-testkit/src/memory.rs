@@ -115,6 +115,7 @@ impl MemoryStore {
 fn read_body(body: &Body) -> Result<Bytes, StoreError> {
     match body {
         Body::Bytes(b) => Ok(b.clone()),
+        Body::Chunks(chunks) => Ok(Bytes::from(chunks.concat())),
         Body::File { path, offset, len } => {
             use std::io::{Read, Seek, SeekFrom};
             let mut file = std::fs::File::open(path).map_err(StoreError::Body)?;

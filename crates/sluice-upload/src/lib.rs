@@ -1,1 +1,98 @@
-//! placeholder
+//! sluice-upload is the transfer engine: it turns a byte stream of known or
+//! unknown length into a single PUT or a multipart upload whose parts are sent
+//! concurrently, with every buffered byte counted against one process-wide
+//! [`MemoryBudget`]; and it downloads objects with parallel ranged GETs.
+//!
+//! Every part carries a CRC32C (or CRC64NVME) checksum the store verifies, and the
+//! whole object's checksum is reported back. Transient store failures are retried
+//! with full-jitter backoff ([`RetryPolicy`]); any failure, or dropping an upload,
+//! aborts its multipart upload.
+//!
+//! The engine knows stores only through `sluice_store::ObjectStore`.
+
+mod budget;
+mod config;
+mod download;
+mod error;
+mod progress;
+mod retry;
+mod source;
+mod upload;
+
+use std::sync::Arc;
+
+use sluice_store::ObjectStore;
+use tokio_util::task::TaskTracker;
+
+pub use budget::{MemoryBudget, Reservation};
+pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
+pub use download::DownloadOutcome;
+pub use error::{ConfigError, TransferError};
+pub use progress::{Progress, ProgressFn};
+pub use retry::RetryStats;
+pub use source::UploadSource;
+pub use upload::{UploadOutcome, UploadRequest};
+
+/// The transfer engine for one store. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+pub(crate) struct EngineInner {
+    store: Arc<dyn ObjectStore>,
+    config: EngineConfig,
+    budget: MemoryBudget,
+    stats: RetryStats,
+    /// Aborts started by dropped uploads.
+    aborts: TaskTracker,
+}
+
+impl Engine {
+    /// An engine with a memory budget of its own (`config.memory_limit`).
+    pub fn new(store: Arc<dyn ObjectStore>, config: EngineConfig) -> Result<Engine, ConfigError> {
+        let budget = MemoryBudget::new(config.memory_limit);
+        Engine::with_budget(store, config, budget)
+    }
+
+    /// An engine drawing on a budget shared with other engines of the process.
+    pub fn with_budget(
+        store: Arc<dyn ObjectStore>,
+        config: EngineConfig,
+        budget: MemoryBudget,
+    ) -> Result<Engine, ConfigError> {
+        config.validate()?;
+        Ok(Engine {
+            inner: Arc::new(EngineInner {
+                store,
+                config,
+                budget,
+                stats: RetryStats::default(),
+                aborts: TaskTracker::new(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.inner.budget
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner.store
+    }
+
+    pub fn stats(&self) -> &RetryStats {
+        &self.inner.stats
+    }
+
+    /// Waits for the aborts of dropped uploads to finish (call before exiting).
+    pub async fn finish_aborts(&self) {
+        self.inner.aborts.close();
+        self.inner.aborts.wait().await;
+        self.inner.aborts.reopen();
+    }
+}

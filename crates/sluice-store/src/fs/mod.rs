@@ -301,6 +301,14 @@ fn write_body(
             }
             out.write_all(bytes)?;
         }
+        Body::Chunks(chunks) => {
+            for bytes in chunks.iter() {
+                if let Some(h) = hasher.as_mut() {
+                    h.update(bytes);
+                }
+                out.write_all(bytes)?;
+            }
+        }
         Body::File {
             path: source,
             offset,

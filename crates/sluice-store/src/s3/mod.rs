@@ -153,6 +153,18 @@ impl S3Store {
 async fn sdk_body(body: Body) -> Result<SdkByteStream, StoreError> {
     match body {
         Body::Bytes(bytes) => Ok(SdkByteStream::from(bytes)),
+        Body::Chunks(chunks) => Ok(SdkByteStream::new(
+            aws_smithy_types::body::SdkBody::retryable(move || {
+                let frames = chunks
+                    .iter()
+                    .cloned()
+                    .map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b)))
+                    .collect::<Vec<_>>();
+                aws_smithy_types::body::SdkBody::from_body_1_x(http_body_util::StreamBody::new(
+                    stream::iter(frames),
+                ))
+            }),
+        )),
         Body::File { path, offset, len } => SdkByteStream::read_from()
             .path(path)
             .offset(offset)

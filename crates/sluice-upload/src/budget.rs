@@ -1,0 +1,152 @@
+//! The process-wide memory budget, in bytes. Every buffer the engine fills from a
+//! source is reserved here first, so whatever the number and size of uploads in
+//! the process, buffered bytes never exceed the budget: readers simply wait.
+//!
+//! Waiters are served first come, first served. A reservation larger than the
+//! whole budget is refused by configuration validation, never clamped.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+/// Reservations are counted in units of this many bytes (the semaphore counts
+/// permits in `u32`, and parts can be 5 GiB).
+const UNIT: u64 = 1024;
+
+/// A shared budget of bytes. Clones share the same budget.
+#[derive(Debug, Clone)]
+pub struct MemoryBudget {
+    semaphore: Arc<Semaphore>,
+    total_units: u64,
+}
+
+/// Bytes held from the budget; they return to it when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    semaphore: Arc<Semaphore>,
+    units: u64,
+}
+
+impl MemoryBudget {
+    pub fn new(bytes: u64) -> Self {
+        let total_units = bytes.div_ceil(UNIT).max(1);
+        MemoryBudget {
+            semaphore: Arc::new(Semaphore::new(total_units as usize)),
+            total_units,
+        }
+    }
+
+    /// The budget's size in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.total_units * UNIT
+    }
+
+    /// Bytes currently reserved.
+    pub fn in_use(&self) -> u64 {
+        (self.total_units - self.semaphore.available_permits() as u64) * UNIT
+    }
+
+    /// Waits until `bytes` are free and reserves them. `bytes` is clamped to the
+    /// budget so that a caller can never wait forever.
+    pub async fn reserve(&self, bytes: u64) -> Reservation {
+        let units = bytes.div_ceil(UNIT).min(self.total_units);
+        let mut acquired = 0u64;
+        // acquire_many takes a u32; reserve in steps for very large budgets.
+        while acquired < units {
+            let step = (units - acquired).min(u32::MAX as u64) as u32;
+            self.semaphore
+                .acquire_many(step)
+                .await
+                .expect("the budget's semaphore is never closed")
+                .forget();
+            acquired += step as u64;
+        }
+        Reservation {
+            semaphore: self.semaphore.clone(),
+            units,
+        }
+    }
+
+    /// Reserves `bytes` if they are free right now.
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let units = bytes.div_ceil(UNIT).min(self.total_units);
+        let permit = self
+            .semaphore
+            .try_acquire_many(u32::try_from(units).ok()?)
+            .ok()?;
+        permit.forget();
+        Some(Reservation {
+            semaphore: self.semaphore.clone(),
+            units,
+        })
+    }
+}
+
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.units * UNIT
+    }
+
+    /// Moves up to `bytes` of this reservation into a new one.
+    pub fn split(&mut self, bytes: u64) -> Reservation {
+        let units = bytes.div_ceil(UNIT).min(self.units);
+        self.units -= units;
+        Reservation {
+            semaphore: self.semaphore.clone(),
+            units,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.units > 0 {
+            self.semaphore.add_permits(self.units as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn reserve_waits_until_released() {
+        let budget = MemoryBudget::new(10 * 1024);
+        let first = budget.reserve(8 * 1024).await;
+        assert_eq!(budget.in_use(), 8 * 1024);
+        assert!(budget.try_reserve(4 * 1024).is_none());
+        let waiter = {
+            let budget = budget.clone();
+            tokio::spawn(async move { budget.reserve(4 * 1024).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(first);
+        let second = waiter.await.unwrap();
+        assert_eq!(second.bytes(), 4 * 1024);
+        drop(second);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn split_returns_parts_independently() {
+        let budget = MemoryBudget::new(64 * 1024);
+        let mut whole = budget.reserve(48 * 1024).await;
+        let part = whole.split(16 * 1024);
+        assert_eq!((whole.bytes(), part.bytes()), (32 * 1024, 16 * 1024));
+        drop(part);
+        assert_eq!(budget.in_use(), 32 * 1024);
+        drop(whole);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn oversized_request_is_clamped_not_stuck() {
+        let budget = MemoryBudget::new(4 * 1024);
+        let all = budget.reserve(1 << 40).await;
+        assert_eq!(all.bytes(), budget.capacity());
+    }
+}

@@ -1,0 +1,269 @@
+//! The engine's configuration, its validation (done once, before any request) and
+//! the part-size plan that follows from it.
+
+use std::time::Duration;
+
+use sluice_store::limits::{
+    MAX_KEY_LEN, MAX_OBJECT_SIZE, MAX_PARTS, MAX_PART_SIZE, MAX_PUT_SIZE, MIN_PART_SIZE,
+};
+use sluice_store::ChecksumAlgorithm;
+
+use crate::error::ConfigError;
+
+pub const MIB: u64 = 1024 * 1024;
+
+/// How uploads and downloads are cut up and paced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Objects of at most this many bytes go up in a single PUT. Default 16 MiB.
+    pub threshold: u64,
+    /// Size of each part (the first parts, when sizes grow). Default 8 MiB.
+    pub part_size: u64,
+    /// Keep every part the same size (Cloudflare R2 requires it). For streams of
+    /// unknown length this caps the object at `part_size` × 10,000.
+    pub fixed_part_size: bool,
+    /// Parts in flight per upload (and ranges per download). Default 8.
+    pub concurrency: usize,
+    /// Process-wide bytes of buffered data. Default 256 MiB.
+    pub memory_limit: u64,
+    /// Checksum every part carries; `None` sends none.
+    pub checksum: Option<ChecksumAlgorithm>,
+    pub retry: RetryPolicy,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threshold: 16 * MIB,
+            part_size: 8 * MIB,
+            fixed_part_size: false,
+            concurrency: 8,
+            memory_limit: 256 * MIB,
+            checksum: Some(ChecksumAlgorithm::Crc32c),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: before retry `n` (from 1) the engine
+/// sleeps a random time in `[0, min(max_delay, base_delay × 2^(n-1))]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included. 1 disables retries.
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks every bound; call once at start-up.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&self.part_size) {
+            return Err(ConfigError::PartSize(self.part_size));
+        }
+        if self.threshold > MAX_PUT_SIZE {
+            return Err(ConfigError::Threshold(self.threshold));
+        }
+        if !(1..=1024).contains(&self.concurrency) {
+            return Err(ConfigError::Concurrency(self.concurrency));
+        }
+        let needed = self.threshold / self.part_size * self.part_size + self.part_size;
+        if self.memory_limit < needed {
+            return Err(ConfigError::MemoryLimit {
+                limit: self.memory_limit,
+                needed,
+            });
+        }
+        if self.retry.max_attempts == 0 || self.retry.max_attempts > 100 {
+            return Err(ConfigError::RetryAttempts(self.retry.max_attempts));
+        }
+        Ok(())
+    }
+
+    /// Bytes buffered before the engine knows whether a stream of unknown length
+    /// fits in one PUT: whole parts enough to hold `threshold + 1` bytes.
+    pub(crate) fn first_phase_bytes(&self) -> u64 {
+        (self.threshold / self.part_size + 1) * self.part_size
+    }
+}
+
+/// Checks a key before the first request: 1–1024 bytes (a `&str` is UTF-8 already).
+pub fn validate_key(key: &str) -> Result<(), ConfigError> {
+    if key.is_empty() {
+        return Err(ConfigError::EmptyKey);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(ConfigError::KeyTooLong(key.len()));
+    }
+    Ok(())
+}
+
+/// The size of each part of one upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartPlan {
+    base: u64,
+    /// Growth stops here (5 GiB, or the memory budget for buffered sources).
+    cap: u64,
+    grows: bool,
+}
+
+/// With an unknown length, the part size doubles every this many parts.
+const GROWTH_INTERVAL: u32 = 1000;
+
+impl PartPlan {
+    /// Parts for an object of known `length`: the configured size, raised (to a
+    /// whole MiB) until the object fits in 10,000 parts.
+    pub(crate) fn for_length(config: &EngineConfig, length: u64) -> Result<PartPlan, ConfigError> {
+        if length > MAX_OBJECT_SIZE {
+            return Err(ConfigError::ObjectTooLarge(length));
+        }
+        let needed = length.div_ceil(MAX_PARTS as u64).div_ceil(MIB) * MIB;
+        let base = config.part_size.max(needed);
+        Ok(PartPlan {
+            base,
+            cap: base,
+            grows: false,
+        })
+    }
+
+    /// Parts for a stream of unknown length: the configured size, doubling every
+    /// 1,000 parts (8 MiB parts reach 5 TiB before part 10,000), never above
+    /// `cap`; or always the configured size when `fixed_part_size` is set.
+    pub(crate) fn for_stream(config: &EngineConfig, cap: u64) -> PartPlan {
+        PartPlan {
+            base: config.part_size,
+            cap: cap.clamp(config.part_size, MAX_PART_SIZE),
+            grows: !config.fixed_part_size,
+        }
+    }
+
+    /// Size of part `number` (from 1).
+    pub(crate) fn size_of(&self, number: u32) -> u64 {
+        if !self.grows {
+            return self.base;
+        }
+        let doublings = (number.saturating_sub(1) / GROWTH_INTERVAL).min(20);
+        (self.base << doublings).min(self.cap)
+    }
+
+    /// The most bytes parts `1..=10,000` can hold.
+    pub(crate) fn capacity(&self) -> u64 {
+        (0..10)
+            .map(|i| self.size_of(i * GROWTH_INTERVAL + 1) * GROWTH_INTERVAL as u64)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_table() {
+        let ok = EngineConfig::default();
+        let with = |f: fn(&mut EngineConfig)| {
+            let mut c = EngineConfig::default();
+            f(&mut c);
+            c.validate()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(
+            with(|c| c.part_size = 5 * MIB - 1),
+            Err(ConfigError::PartSize(5 * MIB - 1))
+        );
+        assert_eq!(with(|c| c.part_size = 5 * MIB), Ok(()));
+        assert_eq!(
+            with(|c| c.part_size = MAX_PART_SIZE + 1),
+            Err(ConfigError::PartSize(MAX_PART_SIZE + 1))
+        );
+        assert_eq!(
+            with(|c| c.concurrency = 0),
+            Err(ConfigError::Concurrency(0))
+        );
+        assert_eq!(
+            with(|c| c.threshold = MAX_PUT_SIZE + 1),
+            Err(ConfigError::Threshold(MAX_PUT_SIZE + 1))
+        );
+        assert_eq!(
+            with(|c| c.memory_limit = 16 * MIB),
+            Err(ConfigError::MemoryLimit {
+                limit: 16 * MIB,
+                needed: 24 * MIB
+            })
+        );
+        assert_eq!(
+            with(|c| c.retry.max_attempts = 0),
+            Err(ConfigError::RetryAttempts(0))
+        );
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(validate_key(""), Err(ConfigError::EmptyKey));
+        assert_eq!(validate_key("a"), Ok(()));
+        assert_eq!(validate_key(&"k".repeat(1024)), Ok(()));
+        assert_eq!(
+            validate_key(&"k".repeat(1025)),
+            Err(ConfigError::KeyTooLong(1025))
+        );
+    }
+
+    #[test]
+    fn known_length_fits_in_ten_thousand_parts() {
+        let config = EngineConfig::default();
+        let cases = [
+            (0, 8 * MIB),
+            (100 * MIB, 8 * MIB),
+            (80_000 * MIB, 8 * MIB),
+            (80_000 * MIB + 1, 9 * MIB),
+            (MAX_OBJECT_SIZE, 525 * MIB),
+        ];
+        for (length, part) in cases {
+            let plan = PartPlan::for_length(&config, length).unwrap();
+            assert_eq!(plan.size_of(1), part, "length {length}");
+            assert!(length.div_ceil(part) <= MAX_PARTS as u64);
+        }
+        assert_eq!(
+            PartPlan::for_length(&config, MAX_OBJECT_SIZE + 1),
+            Err(ConfigError::ObjectTooLarge(MAX_OBJECT_SIZE + 1))
+        );
+    }
+
+    #[test]
+    fn stream_parts_grow_to_reach_the_maximum_object() {
+        let config = EngineConfig::default();
+        let plan = PartPlan::for_stream(&config, MAX_PART_SIZE);
+        let sizes: Vec<u64> = [1, 1000, 1001, 2001, 9001, 10_000]
+            .iter()
+            .map(|&n| plan.size_of(n))
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![8 * MIB, 8 * MIB, 16 * MIB, 32 * MIB, 4096 * MIB, 4096 * MIB]
+        );
+        assert!(plan.capacity() >= MAX_OBJECT_SIZE);
+
+        let capped = PartPlan::for_stream(&config, 256 * MIB);
+        assert_eq!(capped.size_of(9001), 256 * MIB);
+
+        let fixed = PartPlan::for_stream(
+            &EngineConfig {
+                fixed_part_size: true,
+                ..config
+            },
+            MAX_PART_SIZE,
+        );
+        assert_eq!(fixed.size_of(9001), 8 * MIB);
+        assert_eq!(fixed.capacity(), 80_000 * MIB);
+    }
+}

@@ -1,0 +1,370 @@
+//! Downloads: large objects are fetched as parallel ranged GETs. Into a file, each
+//! range is written at its offset as it arrives (to a temporary file renamed into
+//! place at the end); into a writer such as standard output, ranges are fetched
+//! ahead in parallel and written in order, within the memory budget. The data is
+//! checksummed on the way and checked against the store's full-object checksum.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::{StreamExt, TryStreamExt};
+use sluice_store::*;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::config::MIB;
+use crate::error::TransferError;
+use crate::progress::{ProgressFn, Tracker};
+use crate::retry::with_retries;
+use crate::{Engine, EngineInner};
+
+/// Bytes gathered before one positioned write to the destination file.
+const WRITE_BATCH: usize = MIB as usize;
+
+/// A finished download.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownloadOutcome {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    /// Checksum of the bytes received.
+    pub checksum: Option<Checksum>,
+    /// True when the store had a full-object checksum and it matched.
+    pub verified: bool,
+    /// Ranged requests made (1 for a plain GET).
+    pub ranges: u32,
+}
+
+/// Where received bytes go.
+enum Sink {
+    /// Positioned writes into a file.
+    File(Arc<std::fs::File>),
+    /// Kept in memory for an in-order writer.
+    Memory(Vec<Bytes>),
+}
+
+impl Engine {
+    /// Downloads `key` into the file at `path`, replacing it only once complete.
+    pub async fn download_to_path(
+        &self,
+        key: &str,
+        path: &Path,
+        progress: Option<ProgressFn>,
+    ) -> Result<DownloadOutcome, TransferError> {
+        let inner = &self.inner;
+        let meta = self.head(key).await?;
+        let staging = TempFile::beside(path)?;
+        let file = std::fs::File::create(&staging.path).map_err(TransferError::Destination)?;
+        file.set_len(meta.size)
+            .map_err(TransferError::Destination)?;
+        let file = Arc::new(file);
+        let tracker = Tracker::new(Some(meta.size), progress);
+        let ranges = plan_ranges(meta.size, inner.config.part_size);
+        let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
+        let multi = ranges.len() > 1;
+        let fetches = ranges.iter().map(|&(start, end)| {
+            let sink = Sink::File(file.clone());
+            let (tracker, meta) = (tracker.clone(), &meta);
+            async move {
+                let _reservation = inner.budget.reserve(WRITE_BATCH as u64).await;
+                fetch_range(inner, meta, start, end, multi, algorithm, sink, &tracker).await
+            }
+        });
+        let results: Vec<(Option<Checksum>, Sink)> = futures::stream::iter(fetches)
+            .buffered(inner.config.concurrency)
+            .try_collect()
+            .await?;
+        let checksum = combine(results.iter().map(|(c, _)| *c), &ranges);
+        let verified = verify(&meta, checksum)?;
+        file.sync_all().map_err(TransferError::Destination)?;
+        staging.persist(path)?;
+        Ok(DownloadOutcome {
+            key: key.to_string(),
+            size: meta.size,
+            etag: meta.etag,
+            checksum,
+            verified,
+            ranges: ranges.len() as u32,
+        })
+    }
+
+    /// Downloads `key` into `writer` in order (standard output, a socket).
+    pub async fn download_to_writer<W>(
+        &self,
+        key: &str,
+        mut writer: W,
+        progress: Option<ProgressFn>,
+    ) -> Result<DownloadOutcome, TransferError>
+    where
+        W: AsyncWrite + Unpin + Send,
+    {
+        let inner = &self.inner;
+        let meta = self.head(key).await?;
+        let tracker = Tracker::new(Some(meta.size), progress);
+        let ranges = plan_ranges(meta.size, inner.config.part_size);
+        let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
+        let multi = ranges.len() > 1;
+        // Memory is reserved in range order before each fetch starts, so the range
+        // the writer waits for never waits for memory held by ranges behind it.
+        let fetches = futures::stream::iter(ranges.clone())
+            .then(
+                |(start, end)| async move { (start, end, inner.budget.reserve(end - start).await) },
+            )
+            .map(|(start, end, reservation)| {
+                let (tracker, meta) = (tracker.clone(), &meta);
+                async move {
+                    let result = fetch_range(
+                        inner,
+                        meta,
+                        start,
+                        end,
+                        multi,
+                        algorithm,
+                        Sink::Memory(Vec::new()),
+                        &tracker,
+                    )
+                    .await;
+                    result.map(|r| (r, reservation))
+                }
+            })
+            .buffered(inner.config.concurrency);
+        futures::pin_mut!(fetches);
+        let mut sums = Vec::with_capacity(ranges.len());
+        while let Some(result) = fetches.next().await {
+            let ((sum, sink), _reservation) = result?;
+            if let Sink::Memory(chunks) = sink {
+                for chunk in chunks {
+                    writer
+                        .write_all(&chunk)
+                        .await
+                        .map_err(TransferError::Destination)?;
+                }
+            }
+            sums.push(sum);
+        }
+        drop(fetches);
+        writer.flush().await.map_err(TransferError::Destination)?;
+        let checksum = combine(sums.into_iter(), &ranges);
+        let verified = verify(&meta, checksum)?;
+        Ok(DownloadOutcome {
+            key: key.to_string(),
+            size: meta.size,
+            etag: meta.etag.clone(),
+            checksum,
+            verified,
+            ranges: ranges.len() as u32,
+        })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, TransferError> {
+        crate::config::validate_key(key)?;
+        let inner = &self.inner;
+        with_retries(&inner.config.retry, &inner.stats, "HeadObject", || {
+            inner.store.head_object(key)
+        })
+        .await
+    }
+}
+
+/// `[start, end)` ranges of `part_size` covering `size` bytes (one for small objects).
+fn plan_ranges(size: u64, part_size: u64) -> Vec<(u64, u64)> {
+    if size <= part_size {
+        return vec![(0, size)];
+    }
+    (0..size.div_ceil(part_size))
+        .map(|i| (i * part_size, ((i + 1) * part_size).min(size)))
+        .collect()
+}
+
+fn combine(
+    sums: impl Iterator<Item = Option<Checksum>>,
+    ranges: &[(u64, u64)],
+) -> Option<Checksum> {
+    let mut total: Option<Checksum> = None;
+    for (sum, (start, end)) in sums.zip(ranges) {
+        let sum = sum?;
+        total = Some(match total {
+            None => sum,
+            Some(t) => t.combine(sum, end - start),
+        });
+    }
+    total
+}
+
+fn verify(meta: &ObjectMeta, actual: Option<Checksum>) -> Result<bool, TransferError> {
+    match (meta.checksum, actual) {
+        (Some(expected), Some(actual)) if expected.algorithm == actual.algorithm => {
+            if expected == actual {
+                Ok(true)
+            } else {
+                Err(TransferError::ChecksumMismatch {
+                    expected: expected.to_string(),
+                    actual: actual.to_string(),
+                })
+            }
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Fetches `[start, end)` into `sink`, resuming after transient failures from
+/// where the data stopped. Returns the range's checksum.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_range(
+    inner: &EngineInner,
+    meta: &ObjectMeta,
+    start: u64,
+    end: u64,
+    ranged: bool,
+    algorithm: Option<ChecksumAlgorithm>,
+    mut sink: Sink,
+    tracker: &Tracker,
+) -> Result<(Option<Checksum>, Sink), TransferError> {
+    let mut hasher = algorithm.map(Hasher::new);
+    let mut pos = start;
+    let mut attempt = 1;
+    let policy = &inner.config.retry;
+    loop {
+        let range = ranged
+            .then(|| ByteRange::new(pos, end))
+            .or((pos > 0).then(|| ByteRange::new(pos, end)));
+        let result = async {
+            let output = with_retries(policy, &inner.stats, "GetObject", || {
+                inner.store.get_object(&meta.key, range)
+            })
+            .await?;
+            if output.meta.etag != meta.etag {
+                return Err(TransferError::ObjectChanged);
+            }
+            let mut body = output.body;
+            let mut batch = BytesMut::new();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(TransferError::store("GetObject"))?;
+                if pos + (batch.len() + chunk.len()) as u64 > end {
+                    return Err(TransferError::ObjectChanged);
+                }
+                batch.extend_from_slice(&chunk);
+                if batch.len() >= WRITE_BATCH {
+                    pos = write_batch(&mut sink, &mut hasher, batch.split().freeze(), pos, tracker)
+                        .await?;
+                }
+            }
+            if !batch.is_empty() {
+                pos = write_batch(&mut sink, &mut hasher, batch.freeze(), pos, tracker).await?;
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) if pos == end => break,
+            Ok(()) => {
+                return Err(TransferError::Store {
+                    operation: "GetObject",
+                    source: StoreError::Transport(format!("the body ended at byte {pos} of {end}")),
+                })
+            }
+            Err(TransferError::Store { source, .. })
+                if source.is_transient() && attempt < policy.max_attempts =>
+            {
+                tracing::warn!(key = %meta.key, pos, %source, "download interrupted, resuming");
+                tokio::time::sleep(policy.backoff(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    tracker.advance(0, true);
+    Ok((hasher.map(|h| h.finish()), sink))
+}
+
+/// Hashes and stores one batch; returns the new position.
+async fn write_batch(
+    sink: &mut Sink,
+    hasher: &mut Option<Hasher>,
+    batch: Bytes,
+    pos: u64,
+    tracker: &Tracker,
+) -> Result<u64, TransferError> {
+    let len = batch.len() as u64;
+    match sink {
+        Sink::File(file) => {
+            let (file, mut h) = (file.clone(), hasher.take());
+            let (h, result) = tokio::task::spawn_blocking(move || {
+                if let Some(h) = h.as_mut() {
+                    h.update(&batch);
+                }
+                let result = std::os::unix::fs::FileExt::write_all_at(&*file, &batch, pos);
+                (h, result)
+            })
+            .await
+            .map_err(|e| TransferError::Destination(io::Error::other(e)))?;
+            *hasher = h;
+            result.map_err(TransferError::Destination)?;
+        }
+        Sink::Memory(chunks) => {
+            if let Some(h) = hasher.as_mut() {
+                h.update(&batch);
+            }
+            chunks.push(batch);
+        }
+    }
+    tracker.advance(len, false);
+    Ok(pos + len)
+}
+
+/// A temporary file beside the destination, removed unless persisted.
+struct TempFile {
+    path: PathBuf,
+    persisted: bool,
+}
+
+impl TempFile {
+    fn beside(dest: &Path) -> Result<TempFile, TransferError> {
+        let name = dest.file_name().ok_or_else(|| {
+            TransferError::Destination(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the destination has no file name",
+            ))
+        })?;
+        let mut temp_name = std::ffi::OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".sluice-{}.tmp", std::process::id()));
+        Ok(TempFile {
+            path: dest.with_file_name(temp_name),
+            persisted: false,
+        })
+    }
+
+    fn persist(mut self, dest: &Path) -> Result<(), TransferError> {
+        std::fs::rename(&self.path, dest).map_err(TransferError::Destination)?;
+        self.persisted = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.persisted {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_the_object() {
+        let cases = [
+            (0, 8, vec![(0, 0)]),
+            (8, 8, vec![(0, 8)]),
+            (9, 8, vec![(0, 8), (8, 9)]),
+            (24, 8, vec![(0, 8), (8, 16), (16, 24)]),
+        ];
+        for (size, part, expected) in cases {
+            assert_eq!(plan_ranges(size, part), expected, "{size}/{part}");
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Where an upload's bytes come from: a file (read with positioned reads, part by
+//! part, in parallel), an async reader or byte stream, or a blocking reader such
+//! as standard input (read on a blocking thread straight into part buffers). The
+//! length may be unknown: an object can be uploaded while it is being produced.
+
+use std::io::{self, Read};
+use std::path::PathBuf;
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::BoxStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The input of an upload.
+pub enum UploadSource {
+    /// A regular file; its length is read when the upload starts.
+    File(PathBuf),
+    /// Any async reader.
+    Reader {
+        reader: Box<dyn AsyncRead + Send + Unpin>,
+        length: Option<u64>,
+    },
+    /// Any stream of byte chunks (a request body, a channel).
+    Stream {
+        stream: BoxStream<'static, io::Result<Bytes>>,
+        length: Option<u64>,
+    },
+    /// A blocking reader (standard input, a pipe), read off the async runtime.
+    Blocking {
+        reader: Box<dyn Read + Send>,
+        length: Option<u64>,
+    },
+}
+
+impl UploadSource {
+    pub fn length(&self) -> Option<u64> {
+        match self {
+            UploadSource::File(_) => None,
+            UploadSource::Reader { length, .. }
+            | UploadSource::Stream { length, .. }
+            | UploadSource::Blocking { length, .. } => *length,
+        }
+    }
+}
+
+/// A sequential source that fills part buffers.
+pub(crate) enum PartReader {
+    Async(Box<dyn AsyncRead + Send + Unpin>),
+    Blocking(Option<Box<dyn Read + Send>>),
+}
+
+impl PartReader {
+    /// Appends to `buf` until it holds `want` bytes or the source ends.
+    pub(crate) async fn fill(&mut self, buf: &mut BytesMut, want: usize) -> io::Result<()> {
+        match self {
+            PartReader::Async(reader) => {
+                while buf.len() < want {
+                    let before = buf.len();
+                    let mut limited = (&mut **reader).take((want - before) as u64);
+                    if limited.read_buf(buf).await? == 0 {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            PartReader::Blocking(slot) => {
+                let mut reader = slot
+                    .take()
+                    .ok_or_else(|| io::Error::other("source reader lost after a failed read"))?;
+                let mut owned = std::mem::take(buf);
+                let (reader, owned, result) = tokio::task::spawn_blocking(move || {
+                    let mut filled = owned.len();
+                    owned.resize(want, 0);
+                    let result = loop {
+                        if filled == want {
+                            break Ok(());
+                        }
+                        match reader.read(&mut owned[filled..]) {
+                            Ok(0) => break Ok(()),
+                            Ok(n) => filled += n,
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    owned.truncate(filled);
+                    (reader, owned, result)
+                })
+                .await
+                .map_err(io::Error::other)?;
+                *slot = Some(reader);
+                *buf = owned;
+                result
+            }
+        }
+    }
+
+    /// True when the source has no more bytes; reads at most one byte, which is
+    /// returned so the caller can keep it.
+    pub(crate) async fn peek_end(&mut self) -> io::Result<Option<u8>> {
+        let mut one = BytesMut::with_capacity(1);
+        self.fill(&mut one, 1).await?;
+        Ok(one.first().copied())
+    }
+}
+
+impl UploadSource {
+    pub(crate) fn into_part_reader(self) -> (PartReader, Option<u64>) {
+        match self {
+            UploadSource::File(path) => {
+                unreachable!("files are uploaded with positioned reads, not as a stream: {path:?}")
+            }
+            UploadSource::Reader { reader, length } => (PartReader::Async(reader), length),
+            UploadSource::Stream { stream, length } => (
+                PartReader::Async(Box::new(tokio_util::io::StreamReader::new(stream))),
+                length,
+            ),
+            UploadSource::Blocking { reader, length } => {
+                (PartReader::Blocking(Some(reader)), length)
+            }
+        }
+    }
+}

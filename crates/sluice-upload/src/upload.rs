@@ -1,0 +1,665 @@
+//! Uploads: one PUT at or under the threshold, otherwise a multipart upload whose
+//! parts are read in order, under the memory budget, and sent concurrently. The
+//! completion lists parts sorted by part number, and every multipart upload that
+//! was started is aborted on any failure, or when the upload future is dropped.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use sluice_store::*;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::budget::Reservation;
+use crate::config::{validate_key, PartPlan, MIB};
+use crate::error::{ConfigError, TransferError};
+use crate::progress::{ProgressFn, Tracker};
+use crate::retry::with_retries;
+use crate::source::{PartReader, UploadSource};
+use crate::{Engine, EngineInner};
+
+/// Budget held per in-flight part of a file upload: the part streams from disk, so
+/// only read buffers are in memory.
+const FILE_PART_RESERVATION: u64 = MIB;
+/// Buffers checksummed on a blocking thread rather than inline.
+const INLINE_CHECKSUM_LIMIT: usize = 256 * 1024;
+
+/// What to upload to, besides the bytes.
+#[derive(Clone, Default)]
+pub struct UploadRequest {
+    pub key: String,
+    pub content_type: Option<String>,
+    pub metadata: Metadata,
+    pub progress: Option<ProgressFn>,
+}
+
+impl UploadRequest {
+    pub fn new(key: impl Into<String>) -> Self {
+        UploadRequest {
+            key: key.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// A finished upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadOutcome {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    /// Checksum of the whole object, as the store verified it.
+    pub checksum: Option<Checksum>,
+    /// Number of parts; 0 for a single PUT.
+    pub parts: u32,
+}
+
+impl Engine {
+    /// Uploads `source` to `request.key`. Dropping the returned future aborts a
+    /// multipart upload in progress (in the background; see [`Engine::finish_aborts`]).
+    pub async fn upload(
+        &self,
+        request: UploadRequest,
+        source: UploadSource,
+    ) -> Result<UploadOutcome, TransferError> {
+        validate_key(&request.key)?;
+        let span = tracing::info_span!("upload", key = %request.key);
+        async move {
+            match source {
+                UploadSource::File(path) => self.upload_file(request, path).await,
+                other => {
+                    let (reader, length) = other.into_part_reader();
+                    self.upload_stream(request, reader, length).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn upload_file(
+        &self,
+        request: UploadRequest,
+        path: PathBuf,
+    ) -> Result<UploadOutcome, TransferError> {
+        let meta = tokio::fs::metadata(&path)
+            .await
+            .map_err(TransferError::Source)?;
+        if !meta.is_file() {
+            return Err(TransferError::Source(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            )));
+        }
+        let length = meta.len();
+        let config = &self.inner.config;
+        let tracker = Tracker::new(Some(length), request.progress.clone());
+        if length <= config.threshold {
+            let body = Body::File {
+                path: path.clone(),
+                offset: 0,
+                len: length,
+            };
+            return self.single_put(&request, body, tracker).await;
+        }
+        let plan = PartPlan::for_length(config, length)?;
+        let mut upload = Multipart::start(&self.inner, &request, tracker).await?;
+        let sent = async {
+            let (mut offset, mut number) = (0u64, 1u32);
+            while offset < length {
+                let len = plan.size_of(number).min(length - offset);
+                upload.wait_for_slot().await?;
+                let reservation = self.inner.budget.reserve(FILE_PART_RESERVATION).await;
+                let body = Body::File {
+                    path: path.clone(),
+                    offset,
+                    len,
+                };
+                upload.submit(number, body, reservation);
+                offset += len;
+                number += 1;
+            }
+            Ok(())
+        }
+        .await;
+        upload.finish(sent, length).await
+    }
+
+    async fn upload_stream(
+        &self,
+        request: UploadRequest,
+        mut reader: PartReader,
+        length: Option<u64>,
+    ) -> Result<UploadOutcome, TransferError> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let tracker = Tracker::new(length, request.progress.clone());
+        match length {
+            Some(length) if length <= config.threshold => {
+                let _reservation = inner.budget.reserve(length).await;
+                let mut buf = BytesMut::with_capacity(length as usize);
+                reader
+                    .fill(&mut buf, length as usize)
+                    .await
+                    .map_err(TransferError::Source)?;
+                check_exact_end(&mut reader, length, buf.len() as u64).await?;
+                self.single_put(&request, Body::Bytes(buf.freeze()), tracker)
+                    .await
+            }
+            Some(length) => {
+                let plan = PartPlan::for_length(config, length)?;
+                if plan.size_of(1) > inner.budget.capacity() {
+                    return Err(ConfigError::PartExceedsBudget {
+                        size: length,
+                        part: plan.size_of(1),
+                        budget: inner.budget.capacity(),
+                    }
+                    .into());
+                }
+                let mut upload = Multipart::start(inner, &request, tracker).await?;
+                let sent = async {
+                    let mut number = 1u32;
+                    let mut read = 0u64;
+                    while read < length {
+                        let want = plan.size_of(number).min(length - read);
+                        let (part, reservation) = upload.read_part(&mut reader, want).await?;
+                        if (part.len() as u64) < want {
+                            return Err(TransferError::SourceShort {
+                                expected: length,
+                                actual: read + part.len() as u64,
+                            });
+                        }
+                        read += want;
+                        upload.submit(number, Body::Bytes(part), reservation);
+                        number += 1;
+                    }
+                    check_exact_end(&mut reader, length, read).await
+                }
+                .await;
+                upload.finish(sent, length).await
+            }
+            None => self.upload_unknown_length(request, reader, tracker).await,
+        }
+    }
+
+    /// A stream of unknown length: buffer whole parts (reserved at once, so that
+    /// uploads waiting for memory never hold part of what they need) until the
+    /// data passes the threshold or ends, then PUT it or go multipart.
+    async fn upload_unknown_length(
+        &self,
+        request: UploadRequest,
+        mut reader: PartReader,
+        tracker: Tracker,
+    ) -> Result<UploadOutcome, TransferError> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let part_size = config.part_size;
+        let mut first = inner.budget.reserve(config.first_phase_bytes()).await;
+        let mut buffered: Vec<(Bytes, Reservation)> = Vec::new();
+        let mut total = 0u64;
+        let mut ended = false;
+        while total <= config.threshold {
+            let mut buf = BytesMut::with_capacity(part_size as usize);
+            reader
+                .fill(&mut buf, part_size as usize)
+                .await
+                .map_err(TransferError::Source)?;
+            total += buf.len() as u64;
+            ended = (buf.len() as u64) < part_size;
+            if !buf.is_empty() {
+                buffered.push((buf.freeze(), first.split(part_size)));
+            }
+            if ended {
+                break;
+            }
+        }
+        drop(first);
+        if ended && total <= config.threshold {
+            let chunks: Arc<[Bytes]> = buffered.iter().map(|(b, _)| b.clone()).collect();
+            let body = match chunks.len() {
+                0 => Body::Bytes(Bytes::new()),
+                1 => Body::Bytes(chunks[0].clone()),
+                _ => Body::Chunks(chunks),
+            };
+            let mut tracker = tracker;
+            tracker.set_total(total);
+            return self.single_put(&request, body, tracker).await;
+        }
+
+        let cap = sluice_store::limits::MAX_PART_SIZE.min(inner.budget.capacity());
+        let plan = PartPlan::for_stream(config, cap);
+        let mut upload = Multipart::start(inner, &request, tracker).await?;
+        let sent = async {
+            let mut number = 1u32;
+            for (part, reservation) in buffered {
+                upload.wait_for_slot().await?;
+                upload.submit(number, Body::Bytes(part), reservation);
+                number += 1;
+            }
+            while !ended {
+                if number > limits::MAX_PARTS {
+                    if reader
+                        .peek_end()
+                        .await
+                        .map_err(TransferError::Source)?
+                        .is_none()
+                    {
+                        break;
+                    }
+                    return Err(TransferError::StreamTooLarge(plan.capacity()));
+                }
+                let want = plan.size_of(number);
+                let (part, reservation) = upload.read_part(&mut reader, want).await?;
+                ended = (part.len() as u64) < want;
+                if part.is_empty() {
+                    break;
+                }
+                total += part.len() as u64;
+                upload.submit(number, Body::Bytes(part), reservation);
+                number += 1;
+            }
+            Ok(())
+        }
+        .await;
+        upload.finish(sent, total).await
+    }
+
+    async fn single_put(
+        &self,
+        request: &UploadRequest,
+        body: Body,
+        tracker: Tracker,
+    ) -> Result<UploadOutcome, TransferError> {
+        let inner = &self.inner;
+        let size = body.len();
+        let checksum = match inner.config.checksum {
+            Some(algorithm) => Some(
+                checksum_of(&body, algorithm)
+                    .await
+                    .map_err(TransferError::Source)?,
+            ),
+            None => None,
+        };
+        let output = with_retries(&inner.config.retry, &inner.stats, "PUT", || {
+            inner.store.put_object(PutRequest {
+                key: request.key.clone(),
+                body: body.clone(),
+                content_type: request.content_type.clone(),
+                metadata: request.metadata.clone(),
+                checksum,
+                condition: None,
+            })
+        })
+        .await?;
+        tracker.advance(size, false);
+        Ok(UploadOutcome {
+            key: request.key.clone(),
+            size,
+            etag: output.etag,
+            checksum: output.checksum.or(checksum),
+            parts: 0,
+        })
+    }
+}
+
+/// After `read` bytes of a source announced as `length`: fails unless it ends here.
+async fn check_exact_end(
+    reader: &mut PartReader,
+    length: u64,
+    read: u64,
+) -> Result<(), TransferError> {
+    if read < length {
+        return Err(TransferError::SourceShort {
+            expected: length,
+            actual: read,
+        });
+    }
+    match reader.peek_end().await.map_err(TransferError::Source)? {
+        None => Ok(()),
+        Some(_) => Err(TransferError::SourceLong { expected: length }),
+    }
+}
+
+/// The checksum of a body, computed off the async runtime when it is large.
+pub(crate) async fn checksum_of(body: &Body, algorithm: ChecksumAlgorithm) -> io::Result<Checksum> {
+    match body {
+        Body::Bytes(bytes) if bytes.len() <= INLINE_CHECKSUM_LIMIT => Ok(algorithm.checksum(bytes)),
+        Body::Bytes(bytes) => {
+            let bytes = bytes.clone();
+            tokio::task::spawn_blocking(move || algorithm.checksum(&bytes))
+                .await
+                .map_err(io::Error::other)
+        }
+        Body::Chunks(chunks) => {
+            let chunks = chunks.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut hasher = Hasher::new(algorithm);
+                chunks.iter().for_each(|c| hasher.update(c));
+                hasher.finish()
+            })
+            .await
+            .map_err(io::Error::other)
+        }
+        Body::File { path, offset, len } => {
+            let (path, offset, len) = (path.clone(), *offset, *len);
+            tokio::task::spawn_blocking(move || file_checksum(&path, offset, len, algorithm))
+                .await
+                .map_err(io::Error::other)?
+        }
+    }
+}
+
+fn file_checksum(
+    path: &Path,
+    offset: u64,
+    len: u64,
+    algorithm: ChecksumAlgorithm,
+) -> io::Result<Checksum> {
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; MIB as usize]);
+    }
+    let file = std::fs::File::open(path)?;
+    let mut hasher = Hasher::new(algorithm);
+    BUFFER.with_borrow_mut(|buf| {
+        let mut done = 0u64;
+        while done < len {
+            let want = buf.len().min((len - done) as usize);
+            let n = file.read_at(&mut buf[..want], offset + done)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file shrank during the upload",
+                ));
+            }
+            hasher.update(&buf[..n]);
+            done += n as u64;
+        }
+        Ok(hasher.finish())
+    })
+}
+
+/// A multipart upload in progress: its part tasks, and the guard that aborts it
+/// unless it completes.
+struct Multipart<'a> {
+    inner: &'a Arc<EngineInner>,
+    key: String,
+    upload_id: String,
+    tasks: JoinSet<Result<UploadedPart, TransferError>>,
+    done: Vec<UploadedPart>,
+    tracker: Tracker,
+    guard: AbortGuard,
+}
+
+impl<'a> Multipart<'a> {
+    async fn start(
+        inner: &'a Arc<EngineInner>,
+        request: &UploadRequest,
+        tracker: Tracker,
+    ) -> Result<Self, TransferError> {
+        let upload_id = with_retries(
+            &inner.config.retry,
+            &inner.stats,
+            "CreateMultipartUpload",
+            || {
+                inner.store.create_multipart_upload(CreateMultipartRequest {
+                    key: request.key.clone(),
+                    content_type: request.content_type.clone(),
+                    metadata: request.metadata.clone(),
+                    checksum_algorithm: inner.config.checksum,
+                })
+            },
+        )
+        .await?;
+        tracing::debug!(upload_id = %upload_id, "multipart upload started");
+        Ok(Multipart {
+            inner,
+            key: request.key.clone(),
+            guard: AbortGuard {
+                inner: inner.clone(),
+                key: request.key.clone(),
+                upload_id: upload_id.clone(),
+                armed: true,
+            },
+            upload_id,
+            tasks: JoinSet::new(),
+            done: Vec::new(),
+            tracker,
+        })
+    }
+
+    /// Waits until fewer than `concurrency` parts are in flight; surfaces a failed part.
+    async fn wait_for_slot(&mut self) -> Result<(), TransferError> {
+        while let Some(result) = self.tasks.try_join_next() {
+            self.collect(result)?;
+        }
+        while self.tasks.len() >= self.inner.config.concurrency {
+            match self.tasks.join_next().await {
+                Some(result) => self.collect(result)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn collect(
+        &mut self,
+        result: Result<Result<UploadedPart, TransferError>, tokio::task::JoinError>,
+    ) -> Result<(), TransferError> {
+        match result {
+            Ok(Ok(part)) => {
+                self.done.push(part);
+                Ok(())
+            }
+            Ok(Err(error)) => Err(error),
+            Err(join) => Err(TransferError::Source(io::Error::other(format!(
+                "a part task failed: {join}"
+            )))),
+        }
+    }
+
+    /// Reads the next part from a sequential source, after a slot and its memory are free.
+    async fn read_part(
+        &mut self,
+        reader: &mut PartReader,
+        want: u64,
+    ) -> Result<(Bytes, Reservation), TransferError> {
+        self.wait_for_slot().await?;
+        let reservation = self.inner.budget.reserve(want).await;
+        let mut buf = BytesMut::with_capacity(want as usize);
+        reader
+            .fill(&mut buf, want as usize)
+            .await
+            .map_err(TransferError::Source)?;
+        Ok((buf.freeze(), reservation))
+    }
+
+    /// Starts uploading part `number`; `reservation` is held until it is stored.
+    fn submit(&mut self, number: u32, body: Body, reservation: Reservation) {
+        let inner = self.inner.clone();
+        let (key, upload_id, tracker) = (
+            self.key.clone(),
+            self.upload_id.clone(),
+            self.tracker.clone(),
+        );
+        let span = tracing::debug_span!("part", number, size = body.len());
+        self.tasks.spawn(
+            async move {
+                let checksum = match inner.config.checksum {
+                    Some(algorithm) => Some(
+                        checksum_of(&body, algorithm)
+                            .await
+                            .map_err(TransferError::Source)?,
+                    ),
+                    None => None,
+                };
+                let size = body.len();
+                let part = with_retries(&inner.config.retry, &inner.stats, "UploadPart", || {
+                    inner.store.upload_part(UploadPartRequest {
+                        key: key.clone(),
+                        upload_id: upload_id.clone(),
+                        part_number: number,
+                        body: body.clone(),
+                        checksum,
+                    })
+                })
+                .await?;
+                drop(body);
+                drop(reservation);
+                tracker.advance(size, true);
+                Ok(UploadedPart {
+                    checksum: part.checksum.or(checksum),
+                    size,
+                    ..part
+                })
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Completes the upload when `sent` is Ok and every part is stored; otherwise
+    /// stops the part tasks and aborts the upload.
+    async fn finish(
+        mut self,
+        sent: Result<(), TransferError>,
+        size: u64,
+    ) -> Result<UploadOutcome, TransferError> {
+        let result = match sent {
+            Ok(()) => self.complete(size).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(outcome) => {
+                self.guard.armed = false;
+                Ok(outcome)
+            }
+            Err(error) => {
+                self.tasks.abort_all();
+                while self.tasks.join_next().await.is_some() {}
+                self.guard.abort_now().await;
+                Err(error)
+            }
+        }
+    }
+
+    async fn complete(&mut self, size: u64) -> Result<UploadOutcome, TransferError> {
+        while let Some(result) = self.tasks.join_next().await {
+            self.collect(result)?;
+        }
+        let mut parts = std::mem::take(&mut self.done);
+        parts.sort_by_key(|p| p.part_number);
+        let checksum = combine_checksums(&parts);
+        let inner = self.inner;
+        let request = CompleteMultipartRequest {
+            key: self.key.clone(),
+            upload_id: self.upload_id.clone(),
+            parts,
+            checksum,
+        };
+        let count = request.parts.len() as u32;
+        let mut attempts = 0;
+        let completed = with_retries(
+            &inner.config.retry,
+            &inner.stats,
+            "CompleteMultipartUpload",
+            || {
+                attempts += 1;
+                let retried = attempts > 1;
+                let request = request.clone();
+                async move {
+                    match inner.store.complete_multipart_upload(request.clone()).await {
+                        // A retry after an answer that got lost: the first attempt completed it.
+                        Err(StoreError::NoSuchUpload { .. }) if retried => {
+                            let meta = inner.store.head_object(&request.key).await?;
+                            if meta.size == size {
+                                Ok(PutOutput {
+                                    etag: meta.etag,
+                                    checksum: meta.checksum.or(request.checksum),
+                                })
+                            } else {
+                                Err(StoreError::NoSuchUpload {
+                                    upload_id: request.upload_id,
+                                })
+                            }
+                        }
+                        other => other,
+                    }
+                }
+            },
+        )
+        .await?;
+        tracing::debug!(parts = count, size, "multipart upload completed");
+        Ok(UploadOutcome {
+            key: self.key.clone(),
+            size,
+            etag: completed.etag,
+            checksum: completed.checksum.or(checksum),
+            parts: count,
+        })
+    }
+}
+
+/// The checksum of the whole object from its parts' checksums, in order.
+fn combine_checksums(parts: &[UploadedPart]) -> Option<Checksum> {
+    let mut total: Option<Checksum> = None;
+    for part in parts {
+        let sum = part.checksum?;
+        total = Some(match total {
+            None => sum,
+            Some(t) => t.combine(sum, part.size),
+        });
+    }
+    total
+}
+
+/// Aborts a multipart upload unless disarmed: explicitly on failure, or from
+/// `Drop` (on a background task the engine tracks) when the upload is cancelled.
+struct AbortGuard {
+    inner: Arc<EngineInner>,
+    key: String,
+    upload_id: String,
+    armed: bool,
+}
+
+impl AbortGuard {
+    async fn abort_now(&mut self) {
+        self.armed = false;
+        abort_upload(self.inner.clone(), self.key.clone(), self.upload_id.clone()).await;
+    }
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let abort = abort_upload(self.inner.clone(), self.key.clone(), self.upload_id.clone());
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            self.inner.aborts.spawn_on(abort, &handle);
+        } else {
+            tracing::error!(key = %self.key, upload_id = %self.upload_id, "upload dropped outside a runtime; multipart upload left for the janitor");
+        }
+    }
+}
+
+async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
+    let result = with_retries(
+        &inner.config.retry,
+        &inner.stats,
+        "AbortMultipartUpload",
+        || inner.store.abort_multipart_upload(&key, &upload_id),
+    )
+    .await;
+    match result {
+        Ok(()) => tracing::info!(%key, %upload_id, "multipart upload aborted"),
+        Err(TransferError::Store {
+            source: StoreError::NoSuchUpload { .. },
+            ..
+        }) => {}
+        Err(error) => {
+            tracing::error!(%key, %upload_id, %error, "could not abort the multipart upload; the janitor will")
+        }
+    }
+}

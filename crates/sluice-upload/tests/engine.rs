@@ -1,0 +1,474 @@
+//! Engine behaviour against the in-memory store and the fault injector: sizes and
+//! source kinds, retries, aborts, ordering and the memory budget.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_store::{ChecksumAlgorithm, ObjectStore, StoreError};
+use sluice_testkit::{test_data, Fault, FaultyStore, MemoryStore, Op};
+use sluice_upload::*;
+
+const MB: u64 = MIB;
+
+/// Small parts so that tests are quick: threshold 6 MiB, parts 5 MiB.
+fn config() -> EngineConfig {
+    EngineConfig {
+        threshold: 6 * MB,
+        part_size: 5 * MB,
+        concurrency: 4,
+        memory_limit: 64 * MB,
+        retry: RetryPolicy {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(100),
+        },
+        ..EngineConfig::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    File,
+    StreamKnown,
+    StreamUnknown,
+    Blocking,
+}
+
+fn source(kind: Kind, data: &[u8], dir: &tempfile::TempDir) -> UploadSource {
+    match kind {
+        Kind::File => {
+            let path = dir.path().join("src.bin");
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(data)
+                .unwrap();
+            UploadSource::File(path)
+        }
+        Kind::StreamKnown | Kind::StreamUnknown => {
+            // Uneven chunks, as a network body delivers them.
+            let chunks: Vec<std::io::Result<Bytes>> = data
+                .chunks(70_001)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            UploadSource::Stream {
+                stream: futures::stream::iter(chunks).boxed(),
+                length: matches!(kind, Kind::StreamKnown).then_some(data.len() as u64),
+            }
+        }
+        Kind::Blocking => UploadSource::Blocking {
+            reader: Box::new(std::io::Cursor::new(data.to_vec())),
+            length: None,
+        },
+    }
+}
+
+#[tokio::test]
+async fn sizes_and_sources_round_trip() {
+    let sizes = [
+        0,
+        1,
+        6 * MB - 1,
+        6 * MB,
+        6 * MB + 1,
+        10 * MB - 1,
+        10 * MB,
+        10 * MB + 1,
+        23 * MB + 7,
+    ];
+    let kinds = [
+        Kind::File,
+        Kind::StreamKnown,
+        Kind::StreamUnknown,
+        Kind::Blocking,
+    ];
+    for size in sizes {
+        let data = test_data(size as usize, size);
+        for kind in kinds {
+            let store = MemoryStore::new();
+            let engine = Engine::new(Arc::new(store.clone()), config()).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let outcome = engine
+                .upload(UploadRequest::new("obj"), source(kind, &data, &dir))
+                .await
+                .unwrap_or_else(|e| panic!("{kind:?} {size}: {e}"));
+            let case = format!("{kind:?} size {size}");
+            assert_eq!(outcome.size, size, "{case}");
+            assert_eq!(store.object("obj").as_deref(), Some(&data[..]), "{case}");
+            assert_eq!(
+                outcome.checksum,
+                Some(ChecksumAlgorithm::Crc32c.checksum(&data)),
+                "{case}"
+            );
+            let expected_parts = if size <= 6 * MB {
+                0
+            } else {
+                size.div_ceil(5 * MB) as u32
+            };
+            assert_eq!(outcome.parts, expected_parts, "{case}");
+            assert_eq!(store.open_uploads(), 0, "{case}");
+            assert_eq!(engine.budget().in_use(), 0, "{case}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn crc64nvme_is_carried_and_combined() {
+    let store = MemoryStore::new();
+    let engine = Engine::new(
+        Arc::new(store.clone()),
+        EngineConfig {
+            checksum: Some(ChecksumAlgorithm::Crc64nvme),
+            ..config()
+        },
+    )
+    .unwrap();
+    let data = test_data(17 * MB as usize, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let outcome = engine
+        .upload(UploadRequest::new("k"), source(Kind::File, &data, &dir))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.checksum,
+        Some(ChecksumAlgorithm::Crc64nvme.checksum(&data))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_part_aborts_and_leaves_no_parts() {
+    for kind in [Kind::File, Kind::StreamUnknown] {
+        let memory = MemoryStore::new();
+        let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+            Op::UploadPart,
+            Some(3),
+            None,
+            Fault::Denied,
+        );
+        let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
+        let data = test_data(40 * MB as usize, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let error = engine
+            .upload(UploadRequest::new("k"), source(kind, &data, &dir))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error.store_error(), Some(StoreError::AccessDenied(_))),
+            "{kind:?}: {error}"
+        );
+        assert_eq!(
+            faulty.attempts(Op::UploadPart, Some(3)),
+            1,
+            "permanent errors are not retried"
+        );
+        assert_eq!(faulty.attempts(Op::Abort, None), 1);
+        assert_eq!(
+            (memory.open_uploads(), memory.stored_parts()),
+            (0, 0),
+            "{kind:?}"
+        );
+        assert!(memory.object("k").is_none());
+        assert_eq!(engine.budget().in_use(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_are_retried_then_succeed() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone()))
+        .inject(Op::UploadPart, Some(2), Some(2), Fault::Throttle)
+        .inject(Op::Create, None, Some(1), Fault::ServerError)
+        .inject(Op::Complete, None, Some(1), Fault::ServerError);
+    let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
+    let data = test_data(16 * MB as usize, 2);
+    let dir = tempfile::tempdir().unwrap();
+    engine
+        .upload(
+            UploadRequest::new("k"),
+            source(Kind::StreamKnown, &data, &dir),
+        )
+        .await
+        .unwrap();
+    assert_eq!(faulty.attempts(Op::UploadPart, Some(2)), 3);
+    assert_eq!(faulty.attempts(Op::Create, None), 2);
+    assert_eq!(faulty.attempts(Op::Complete, None), 2);
+    assert_eq!(
+        engine
+            .stats()
+            .retries
+            .load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
+    assert_eq!(
+        engine
+            .stats()
+            .throttled
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    assert_eq!(memory.object("k").as_deref(), Some(&data[..]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_are_bounded() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+        Op::UploadPart,
+        Some(2),
+        None,
+        Fault::Throttle,
+    );
+    let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
+    let data = test_data(16 * MB as usize, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let error = engine
+        .upload(UploadRequest::new("k"), source(Kind::File, &data, &dir))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.store_error(), Some(StoreError::Throttled)),
+        "{error}"
+    );
+    assert_eq!(
+        faulty.attempts(Op::UploadPart, Some(2)),
+        config().retry.max_attempts
+    );
+    assert_eq!((memory.open_uploads(), memory.stored_parts()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn parts_finishing_out_of_order_complete_sorted() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone()))
+        .inject(
+            Op::UploadPart,
+            Some(1),
+            None,
+            Fault::Delay(Duration::from_secs(30)),
+        )
+        .inject(
+            Op::UploadPart,
+            Some(2),
+            None,
+            Fault::Delay(Duration::from_secs(20)),
+        );
+    let engine = Engine::new(Arc::new(faulty), config()).unwrap();
+    let data = test_data(20 * MB as usize, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let outcome = engine
+        .upload(
+            UploadRequest::new("k"),
+            source(Kind::StreamUnknown, &data, &dir),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.parts, 4);
+    // The memory store refuses a completion whose parts are not in ascending order.
+    assert_eq!(memory.object("k").as_deref(), Some(&data[..]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_budget_is_never_exceeded() {
+    let memory = MemoryStore::new().with_latency(Duration::from_millis(50));
+    let limit = 20 * MB;
+    let engine = Engine::new(
+        Arc::new(memory.clone()),
+        EngineConfig {
+            threshold: 5 * MB,
+            memory_limit: limit,
+            concurrency: 8,
+            ..config()
+        },
+    )
+    .unwrap();
+    let uploads = (0..6).map(|i| {
+        let (engine, memory) = (engine.clone(), memory.clone());
+        async move {
+            let data = test_data(31 * MB as usize, i);
+            let dir = tempfile::tempdir().unwrap();
+            let kind = if i % 2 == 0 {
+                Kind::StreamUnknown
+            } else {
+                Kind::StreamKnown
+            };
+            engine
+                .upload(
+                    UploadRequest::new(format!("k{i}")),
+                    source(kind, &data, &dir),
+                )
+                .await
+                .unwrap();
+            assert_eq!(memory_object(&memory, i), data);
+        }
+    });
+    futures::future::join_all(uploads).await;
+    let peak = memory.peak_in_flight_bytes();
+    assert!(
+        peak <= limit,
+        "peak {peak} bytes in flight exceeds the budget of {limit}"
+    );
+    assert!(
+        peak >= 10 * MB,
+        "the test should load the budget (peak {peak})"
+    );
+    assert_eq!(engine.budget().in_use(), 0);
+}
+
+fn memory_object(store: &MemoryStore, i: u64) -> Vec<u8> {
+    store.object(&format!("k{i}")).unwrap().to_vec()
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_an_upload_aborts_it() {
+    let memory = MemoryStore::new();
+    let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
+    // A producer that sends 12 MiB and then stalls forever.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    tokio::spawn(async move {
+        for chunk in test_data(12 * MB as usize, 5).chunks(MB as usize) {
+            tx.send(Ok(Bytes::copy_from_slice(chunk))).await.unwrap();
+        }
+        std::future::pending::<()>().await;
+    });
+    let stream = tokio_stream_from(rx);
+    let upload = engine.upload(
+        UploadRequest::new("k"),
+        UploadSource::Stream {
+            stream,
+            length: None,
+        },
+    );
+    assert!(tokio::time::timeout(Duration::from_secs(5), upload)
+        .await
+        .is_err());
+    engine.finish_aborts().await;
+    assert_eq!((memory.open_uploads(), memory.stored_parts()), (0, 0));
+    assert_eq!(memory.calls("abort"), 1);
+    assert!(memory.object("k").is_none());
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+) -> futures::stream::BoxStream<'static, std::io::Result<Bytes>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+#[tokio::test]
+async fn announced_length_must_match() {
+    let cases = [
+        (3 * MB, 2 * MB),
+        (12 * MB, 11 * MB),
+        (2 * MB, 3 * MB),
+        (11 * MB, 12 * MB),
+    ];
+    for (announced, actual) in cases {
+        let memory = MemoryStore::new();
+        let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
+        let data = test_data(actual as usize, 6);
+        let source = UploadSource::Stream {
+            stream: futures::stream::iter([Ok(Bytes::from(data))]).boxed(),
+            length: Some(announced),
+        };
+        let error = engine
+            .upload(UploadRequest::new("k"), source)
+            .await
+            .unwrap_err();
+        let expected = if actual < announced {
+            matches!(error, TransferError::SourceShort { .. })
+        } else {
+            matches!(error, TransferError::SourceLong { .. })
+        };
+        assert!(expected, "{announced}/{actual}: {error}");
+        assert!(memory.object("k").is_none());
+        assert_eq!(memory.open_uploads(), 0);
+    }
+}
+
+#[tokio::test]
+async fn invalid_input_fails_before_any_request() {
+    let memory = MemoryStore::new();
+    let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let long_key = "k".repeat(1025);
+    for key in ["", long_key.as_str()] {
+        let result = engine
+            .upload(
+                UploadRequest::new(key),
+                source(Kind::StreamUnknown, b"x", &dir),
+            )
+            .await;
+        assert!(matches!(result, Err(TransferError::Config(_))), "{key:?}");
+    }
+    let missing = engine
+        .upload(
+            UploadRequest::new("k"),
+            UploadSource::File(dir.path().join("missing")),
+        )
+        .await;
+    assert!(matches!(missing, Err(TransferError::Source(_))));
+    let directory = engine
+        .upload(
+            UploadRequest::new("k"),
+            UploadSource::File(dir.path().to_path_buf()),
+        )
+        .await;
+    assert!(matches!(directory, Err(TransferError::Source(_))));
+    for op in ["put", "create", "upload_part"] {
+        assert_eq!(memory.calls(op), 0, "{op}");
+    }
+    assert!(Engine::new(
+        Arc::new(memory),
+        EngineConfig {
+            part_size: MB,
+            ..config()
+        }
+    )
+    .is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn downloads_verify_and_place_files_atomically() {
+    let memory = MemoryStore::new();
+    let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for size in [0u64, 1, 5 * MB, 23 * MB + 3] {
+        let data = test_data(size as usize, size);
+        engine
+            .upload(
+                UploadRequest::new("d"),
+                source(Kind::StreamUnknown, &data, &dir),
+            )
+            .await
+            .unwrap();
+        let path = dir.path().join("out.bin");
+        let outcome = engine.download_to_path("d", &path, None).await.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), data, "size {size}");
+        assert!(outcome.verified, "size {size}");
+        assert_eq!(outcome.ranges as u64, size.div_ceil(5 * MB).max(1));
+        let mut out = Vec::new();
+        let outcome = engine
+            .download_to_writer("d", &mut out, None)
+            .await
+            .unwrap();
+        assert_eq!(out, data);
+        assert_eq!(
+            outcome.checksum,
+            Some(ChecksumAlgorithm::Crc32c.checksum(&data))
+        );
+    }
+    let missing = engine
+        .download_to_path("nope", &dir.path().join("x"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(missing.store_error(), Some(e) if e.is_not_found()));
+    assert!(!dir.path().join("x").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+    let _ = memory.head_object("d").await.unwrap();
+}
