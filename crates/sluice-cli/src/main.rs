@@ -1,1 +1,226 @@
-fn main() {}
+//! The `sluice` binary: parses and validates the command line (usage errors exit
+//! with 2), builds the store and the engine, runs the transfer with a progress bar,
+//! and turns the outcome into a summary line and an exit code (0 success, 1 failure).
+//! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
+
+mod args;
+mod size;
+mod target;
+mod ui;
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use clap::Parser;
+use sluice_upload::{validate_key, ConfigError, Engine, EngineConfig, UploadRequest, UploadSource};
+
+use args::{ChecksumChoice, Cli, Command, GetArgs, PutArgs, TransferArgs};
+
+/// A mistake on the command line: reported with exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sluice: error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Put(args) => put(args).await,
+            Command::Get(args) => get(args).await,
+        }
+    });
+    // A blocked read of standard input must not hold the process open.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sluice: error: {error:#}");
+            let usage = error.is::<UsageError>() || error.is::<ConfigError>();
+            ExitCode::from(if usage { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,aws_config=error,aws_smithy_runtime=error")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// The engine configuration the flags describe, validated.
+fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
+    let config = EngineConfig {
+        threshold: transfer.threshold,
+        part_size: transfer.part_size,
+        fixed_part_size: transfer.fixed_part_size,
+        concurrency: transfer.concurrency,
+        memory_limit: transfer.memory_limit,
+        checksum: match transfer.checksum {
+            ChecksumChoice::Crc32c => Some(sluice_store::ChecksumAlgorithm::Crc32c),
+            ChecksumChoice::Crc64nvme => Some(sluice_store::ChecksumAlgorithm::Crc64nvme),
+            ChecksumChoice::None => None,
+        },
+        ..EngineConfig::default()
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// Runs `transfer` until it ends or Ctrl-C; on Ctrl-C the transfer is dropped
+/// (which aborts a multipart upload) and the aborts are awaited.
+async fn interruptible<T>(engine: &Engine, transfer: impl Future<Output = T>) -> anyhow::Result<T> {
+    let mut transfer = Box::pin(transfer);
+    tokio::select! {
+        result = &mut transfer => Ok(result),
+        _ = tokio::signal::ctrl_c() => {
+            drop(transfer);
+            eprintln!("sluice: interrupted, cleaning up");
+            let _ = tokio::time::timeout(Duration::from_secs(30), engine.finish_aborts()).await;
+            Err(anyhow!("interrupted: nothing was stored"))
+        }
+    }
+}
+
+async fn put(args: PutArgs) -> anyhow::Result<()> {
+    let config = engine_config(&args.transfer)?;
+    let from_stdin = args.src.as_os_str() == "-";
+    let length = if from_stdin {
+        None
+    } else {
+        let meta = std::fs::metadata(&args.src)
+            .with_context(|| format!("cannot read {}", args.src.display()))?;
+        if !meta.is_file() {
+            return Err(UsageError(format!("{} is not a regular file", args.src.display())).into());
+        }
+        Some(meta.len())
+    };
+    let target = target::for_put(&args.dest, &args.src, &args.transfer).await?;
+    validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
+    let engine = Engine::new(target.store.clone(), config)?;
+    let source = if from_stdin {
+        UploadSource::Blocking {
+            reader: Box::new(std::io::stdin()),
+            length: None,
+        }
+    } else {
+        UploadSource::File(args.src.clone())
+    };
+    let bar = ui::Bar::new(args.transfer.quiet, length);
+    let request = UploadRequest {
+        key: target.key.clone(),
+        content_type: args.content_type.clone(),
+        metadata: Default::default(),
+        progress: bar.callback(),
+    };
+    let started = Instant::now();
+    let result = interruptible(&engine, engine.upload(request, source)).await;
+    bar.finish();
+    let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
+    let detail = match outcome.parts {
+        0 => "1 request".to_string(),
+        n => format!("{n} parts"),
+    };
+    println!(
+        "{}",
+        ui::summary(
+            "uploaded",
+            outcome.size,
+            &format!("to {}", target.display),
+            started.elapsed(),
+            &detail,
+            outcome.checksum
+        )
+    );
+    Ok(())
+}
+
+async fn get(args: GetArgs) -> anyhow::Result<()> {
+    let config = engine_config(&args.transfer)?;
+    let target = target::for_get(&args.src, &args.transfer).await?;
+    validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
+    let engine = Engine::new(target.store.clone(), config)?;
+    let to_stdout = args.dest.as_os_str() == "-";
+    let dest = destination_path(&args.dest, &target.key);
+    let bar = ui::Bar::new(args.transfer.quiet, None);
+    let started = Instant::now();
+    let transfer = async {
+        if to_stdout {
+            engine
+                .download_to_writer(&target.key, tokio::io::stdout(), bar.callback())
+                .await
+        } else {
+            engine
+                .download_to_path(&target.key, &dest, bar.callback())
+                .await
+        }
+    };
+    let result = interruptible(&engine, transfer).await;
+    bar.finish();
+    let outcome = result?.with_context(|| format!("download of {} failed", target.display))?;
+    let place = if to_stdout {
+        "to standard output".to_string()
+    } else {
+        format!("to {}", dest.display())
+    };
+    let detail = match outcome.ranges {
+        1 => "1 request".to_string(),
+        n => format!("{n} ranges"),
+    };
+    let verified = if outcome.verified { " (verified)" } else { "" };
+    let line = ui::summary(
+        &format!("downloaded {} ->", target.display),
+        outcome.size,
+        &place,
+        started.elapsed(),
+        &detail,
+        outcome.checksum,
+    ) + verified;
+    if to_stdout {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `DEST`, or `DEST/<last segment of key>` when DEST is a directory.
+fn destination_path(dest: &Path, key: &str) -> PathBuf {
+    if dest.is_dir() {
+        dest.join(key.rsplit('/').next().unwrap_or(key))
+    } else {
+        dest.to_path_buf()
+    }
+}

@@ -4,6 +4,21 @@
 
 use std::io;
 
+/// The messages of an error and its sources joined with `: `, skipping repeats
+/// (for logs; `{:#}` of anyhow does the same in the binary).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
 /// What went wrong talking to a store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -46,10 +61,10 @@ pub enum StoreError {
     #[error("could not reach the store: {0}")]
     Transport(String),
     /// Reading the local source of a request body failed.
-    #[error("reading the request body failed: {0}")]
+    #[error("reading the request body failed")]
     Body(#[source] io::Error),
     /// A local filesystem error in the directory store.
-    #[error("local store I/O error: {0}")]
+    #[error("local store I/O error")]
     Io(#[from] io::Error),
 }
 

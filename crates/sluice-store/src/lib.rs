@@ -17,7 +17,7 @@ mod types;
 use async_trait::async_trait;
 
 pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
-pub use error::StoreError;
+pub use error::{error_chain, StoreError};
 pub use location::StoreLocation;
 pub use types::*;
 

@@ -58,12 +58,15 @@ struct Rule {
     fault: Fault,
 }
 
+/// Requests seen, by operation and part number.
+type AttemptCounts = HashMap<(Op, Option<u32>), u32>;
+
 /// See the module documentation.
 #[derive(Debug, Clone)]
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     rules: Arc<Mutex<Vec<Rule>>>,
-    attempts: Arc<Mutex<HashMap<(Op, Option<u32>), u32>>>,
+    attempts: Arc<Mutex<AttemptCounts>>,
 }
 
 impl FaultyStore {

@@ -143,7 +143,6 @@ impl Engine {
             }
             sums.push(sum);
         }
-        drop(fetches);
         writer.flush().await.map_err(TransferError::Destination)?;
         let checksum = combine(sums.into_iter(), &ranges);
         let verified = verify(&meta, checksum)?;

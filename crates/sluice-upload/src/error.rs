@@ -34,15 +34,15 @@ pub enum TransferError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The store refused or failed a request (after retries, if it was transient).
-    #[error("{operation} failed: {source}")]
+    #[error("{operation} failed")]
     Store {
         operation: &'static str,
         #[source]
         source: StoreError,
     },
-    #[error("reading the source failed: {0}")]
+    #[error("reading the source failed")]
     Source(#[source] io::Error),
-    #[error("writing the destination failed: {0}")]
+    #[error("writing the destination failed")]
     Destination(#[source] io::Error),
     #[error("the source ended after {actual} bytes but {expected} were announced")]
     SourceShort { expected: u64, actual: u64 },

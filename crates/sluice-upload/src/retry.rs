@@ -59,7 +59,7 @@ where
                     });
                 }
                 let delay = policy.backoff(attempt);
-                tracing::warn!(operation, attempt, delay_ms = delay.as_millis() as u64, %error, "transient failure, retrying");
+                tracing::warn!(operation, attempt, delay_ms = delay.as_millis() as u64, error = %sluice_store::error_chain(&error), "transient failure, retrying");
                 stats.retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 attempt += 1;

@@ -659,7 +659,7 @@ async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
             ..
         }) => {}
         Err(error) => {
-            tracing::error!(%key, %upload_id, %error, "could not abort the multipart upload; the janitor will")
+            tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will")
         }
     }
 }

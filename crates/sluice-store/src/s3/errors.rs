@@ -4,7 +4,6 @@
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_types::error::display::DisplayErrorContext;
 
 use crate::error::StoreError;
 
@@ -19,41 +18,28 @@ pub(super) fn map<E>(error: SdkError<E, HttpResponse>, context: Context<'_>) -> 
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    match &error {
-        SdkError::ServiceError(service) => {
-            let status = service.raw().status().as_u16();
-            let code = service.err().code().unwrap_or_default().to_string();
-            let message = service.err().message().unwrap_or_default().to_string();
-            from_answer(status, &code, message, &context)
-        }
+    if let SdkError::ServiceError(service) = &error {
+        let status = service.raw().status().as_u16();
+        let code = service.err().code().unwrap_or_default().to_string();
+        let message = service.err().message().unwrap_or_default().to_string();
+        return from_answer(status, &code, message, &context);
+    }
+    let text = crate::error_chain(&error);
+    if text.contains("credentials") {
+        return StoreError::NoCredentials(
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where instance or \
+             web-identity credentials are available"
+                .into(),
+        );
+    }
+    match error {
         SdkError::TimeoutError(_) => StoreError::Transport("the request timed out".into()),
-        SdkError::DispatchFailure(failure) => {
-            let text = DisplayErrorContext(&error).to_string();
-            if failure.is_user() && text.contains("credentials") {
-                StoreError::NoCredentials(
-                    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where \
-                     instance or web-identity credentials are available"
-                        .into(),
-                )
-            } else {
-                StoreError::Transport(text)
-            }
-        }
-        SdkError::ResponseError(_) => {
-            StoreError::Transport(DisplayErrorContext(&error).to_string())
-        }
-        _ => {
-            let text = DisplayErrorContext(&error).to_string();
-            if text.contains("credentials") {
-                StoreError::NoCredentials(text)
-            } else {
-                StoreError::Service {
-                    status: 0,
-                    code: "RequestNotSent".into(),
-                    message: text,
-                }
-            }
-        }
+        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => StoreError::Transport(text),
+        _ => StoreError::Service {
+            status: 0,
+            code: "RequestNotSent".into(),
+            message: text,
+        },
     }
 }
 

@@ -77,8 +77,13 @@ impl S3Store {
     /// Resolves region and credentials and builds the client. Sends no request.
     pub async fn connect(config: S3Config) -> S3Store {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-        if let Some(region) = &config.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
+        // With a custom endpoint the region is nominal: do not probe instance metadata for it.
+        let region = config
+            .region
+            .clone()
+            .or_else(|| config.endpoint.as_ref().map(|_| "us-east-1".to_string()));
+        if let Some(region) = region {
+            loader = loader.region(aws_config::Region::new(region));
         }
         let shared = loader.load().await;
         let mut builder = aws_sdk_s3::config::Builder::from(&shared)
@@ -315,7 +320,7 @@ impl ObjectStore for S3Store {
                     Err(e) => Some((
                         Err(StoreError::Transport(format!(
                             "reading {key}: {}",
-                            DisplayErrorContext(&e)
+                            crate::error_chain(&e)
                         ))),
                         None,
                     )),
@@ -655,8 +660,6 @@ impl S3Store {
         Ok(uploads)
     }
 }
-
-use aws_smithy_types::error::display::DisplayErrorContext;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,258 @@
+//! End-to-end tests of the built `sluice` binary: round trips through the local
+//! directory store and MinIO, standard input and output, exit codes, and Ctrl-C
+//! in the middle of a multipart upload.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use sluice_store::ObjectStore;
+use sluice_testkit::{minio, test_data};
+
+fn sluice(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(args).env_remove("SLUICE_LOG");
+    command
+}
+
+fn run(args: &[&str]) -> Output {
+    sluice(args).output().expect("run sluice")
+}
+
+fn write_file(path: &Path, data: &[u8]) {
+    std::fs::File::create(path)
+        .unwrap()
+        .write_all(data)
+        .unwrap();
+}
+
+#[test]
+fn put_and_get_through_a_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(20 * 1024 * 1024 + 3, 1);
+    let src = dir.path().join("src.bin");
+    write_file(&src, &data);
+    let dest = dir.path().join("store/nested/obj.bin");
+    let out = run(&["put", src.to_str().unwrap(), dest.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.starts_with("uploaded 20.00 MiB to"), "{summary}");
+    assert!(
+        summary.contains("3 parts") && summary.contains("MiB/s") && summary.contains("crc32c:"),
+        "{summary}"
+    );
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+
+    let back = dir.path().join("back.bin");
+    let out = run(&["get", dest.to_str().unwrap(), back.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(verified)"));
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+}
+
+#[test]
+fn standard_input_and_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(17 * 1024 * 1024, 2);
+    let dest = dir.path().join("piped.bin");
+    let mut child = sluice(&["put", "-", dest.to_str().unwrap(), "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let out = run(&["get", dest.to_str().unwrap(), "-"]);
+    assert!(out.status.success());
+    assert!(
+        out.stdout == data,
+        "standard output must carry exactly the object"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("downloaded"));
+}
+
+#[test]
+fn usage_errors_exit_with_2_and_store_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    write_file(&src, b"hello");
+    let store = dir.path().join("store");
+    let dest = store.join("x");
+    let (src, dest) = (src.to_str().unwrap(), dest.to_str().unwrap());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["put"], "required"),
+        (vec!["frobnicate"], "unrecognized subcommand"),
+        (
+            vec!["put", src, dest, "--part-size", "1MiB"],
+            "outside S3's limits",
+        ),
+        (vec!["put", src, dest, "--part-size", "lots"], "not a size"),
+        (
+            vec!["put", src, dest, "--concurrency", "0"],
+            "concurrency 0",
+        ),
+        (
+            vec!["put", src, dest, "--memory-limit", "8MiB"],
+            "memory limit",
+        ),
+        (vec!["put", src, dest, "--checksum", "md5"], "invalid value"),
+        (vec!["put", "-", "s3://bucket/"], "names no key"),
+        (vec!["put", src, "gs://bucket/key"], "unsupported scheme"),
+        (vec!["get", "s3://bucket", "out"], "names no object"),
+    ];
+    for (args, message) in cases {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    assert!(!store.join("x").exists());
+    // A failure that is not a usage error exits with 1.
+    let out = run(&["get", store.join("missing").to_str().unwrap(), "out"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no object at key"));
+}
+
+#[test]
+fn help_names_every_flag_and_its_variable() {
+    let out = run(&["put", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--endpoint",
+        "--region",
+        "--part-size",
+        "--concurrency",
+        "--memory-limit",
+        "--threshold",
+        "--checksum",
+        "--quiet",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+    for var in [
+        "SLUICE_ENDPOINT",
+        "SLUICE_PART_SIZE",
+        "SLUICE_MEMORY_LIMIT",
+        "SLUICE_CHECKSUM",
+    ] {
+        assert!(help.contains(var), "{var} missing from --help");
+    }
+}
+
+fn s3_args(endpoint: &str) -> Vec<String> {
+    vec!["--endpoint".into(), endpoint.into(), "--quiet".into()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_and_get_through_minio() {
+    let Some(endpoint) = minio::endpoint("cli_minio") else {
+        return;
+    };
+    let store = minio::store("cli_minio").await.unwrap();
+    let prefix = minio::unique_prefix("cli");
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(40 * 1024 * 1024 + 11, 3);
+    let src = dir.path().join("big.bin");
+    write_file(&src, &data);
+    let url = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
+    let mut args = vec!["put".to_string(), src.to_str().unwrap().into(), url.clone()];
+    args.extend(s3_args(&endpoint));
+    args.extend(["--checksum".into(), "crc64nvme".into()]);
+    let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("crc64nvme:"));
+
+    // The key took the file's name; fetch it back through an environment variable endpoint.
+    let object = format!("{url}big.bin");
+    let back = dir.path().join("back.bin");
+    let out = sluice(&["get", &object, back.to_str().unwrap(), "--quiet"])
+        .env("SLUICE_ENDPOINT", &endpoint)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(verified)"));
+    assert!(std::fs::read(&back).unwrap() == data);
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_aborts_the_multipart_upload() {
+    let Some(endpoint) = minio::endpoint("cli_ctrl_c") else {
+        return;
+    };
+    let store = minio::store("cli_ctrl_c").await.unwrap();
+    let prefix = minio::unique_prefix("ctrlc");
+    let url = format!("s3://{}/{prefix}streamed", minio::TEST_BUCKET);
+    let mut child = sluice(&["put", "-", &url, "--endpoint", &endpoint, "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // 40 MiB: past the threshold, so a multipart upload with parts exists; stdin stays open.
+    stdin.write_all(&test_data(40 * 1024 * 1024, 4)).unwrap();
+    let key = format!("{prefix}streamed");
+    let mut started = false;
+    for _ in 0..100 {
+        let uploads = list_uploads(&endpoint, &key).await;
+        if !uploads.is_empty() {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(started, "the multipart upload never started");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    assert!(
+        list_uploads(&endpoint, &key).await.is_empty(),
+        "a multipart upload was left behind"
+    );
+    assert!(store.head_object("streamed").await.is_err());
+}
+
+/// Open multipart uploads for an exact key of the test bucket.
+async fn list_uploads(endpoint: &str, key: &str) -> Vec<String> {
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.to_string());
+    let store = sluice_store::s3::S3Store::connect(config).await;
+    store
+        .list_multipart_uploads(key)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|u| u.key == key)
+        .map(|u| u.upload_id)
+        .collect()
+}

@@ -1,0 +1,172 @@
+//! The engine against a real MinIO (started by scripts/test.sh): the sizes around
+//! every boundary, a 300 MiB stream of unknown length, each read back and checked
+//! by checksum, and no multipart upload left behind.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_store::{ChecksumAlgorithm, ObjectStore};
+use sluice_testkit::{minio, test_data};
+use sluice_upload::*;
+
+const MB: u64 = MIB;
+
+async fn engine(test: &str) -> Option<(Engine, Arc<dyn ObjectStore>)> {
+    let store: Arc<dyn ObjectStore> = Arc::new(minio::store(test).await?);
+    let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
+    Some((engine, store))
+}
+
+async fn assert_round_trip(engine: &Engine, key: &str, data: &[u8]) {
+    let mut out = Vec::new();
+    let downloaded = engine
+        .download_to_writer(key, &mut out, None)
+        .await
+        .unwrap();
+    assert!(out == data, "{key}: content differs");
+    let expected = ChecksumAlgorithm::Crc32c.checksum(data);
+    assert_eq!(downloaded.checksum, Some(expected), "{key}");
+    assert!(
+        downloaded.verified,
+        "{key}: the store should report a full-object checksum"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boundary_sizes_round_trip() {
+    let Some((engine, store)) = engine("boundary_sizes").await else {
+        return;
+    };
+    let threshold = engine.config().threshold;
+    let sizes = [
+        0,
+        1,
+        threshold - 1,
+        threshold,
+        threshold + 1,
+        5 * MB - 1,
+        5 * MB,
+        5 * MB + 1,
+        100 * MB,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let data = test_data(size as usize, size);
+        let expected = ChecksumAlgorithm::Crc32c.checksum(&data);
+        // From a file (positioned reads) ...
+        let path = dir.path().join(format!("src{i}"));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&data)
+            .unwrap();
+        let key = format!("file/{size}");
+        let outcome = engine
+            .upload(UploadRequest::new(&key), UploadSource::File(path))
+            .await
+            .unwrap();
+        assert_eq!(
+            (outcome.size, outcome.checksum),
+            (size, Some(expected)),
+            "{key}"
+        );
+        assert_eq!(outcome.parts > 0, size > threshold, "{key}");
+        assert_round_trip(&engine, &key, &data).await;
+        // ... and from a stream of known length.
+        let key = format!("stream/{size}");
+        let chunks: Vec<std::io::Result<Bytes>> = data
+            .chunks(1 << 20)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let source = UploadSource::Stream {
+            stream: futures::stream::iter(chunks).boxed(),
+            length: Some(size),
+        };
+        let outcome = engine
+            .upload(UploadRequest::new(&key), source)
+            .await
+            .unwrap();
+        assert_eq!(outcome.checksum, Some(expected), "{key}");
+        assert_round_trip(&engine, &key, &data).await;
+    }
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_length_stream_of_300_mib() {
+    let Some((engine, store)) = engine("stream_300mib").await else {
+        return;
+    };
+    let size = 300 * MB as usize;
+    let data = Arc::new(test_data(size, 300));
+    // Produced while it is uploaded: 1 MiB chunks through a bounded channel.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let producer = {
+        let data = data.clone();
+        tokio::spawn(async move {
+            for chunk in data.chunks(1 << 20) {
+                tx.send(Ok(Bytes::copy_from_slice(chunk))).await.unwrap();
+            }
+        })
+    };
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+    let outcome = engine
+        .upload(
+            UploadRequest::new("big/stream"),
+            UploadSource::Stream {
+                stream,
+                length: None,
+            },
+        )
+        .await
+        .unwrap();
+    producer.await.unwrap();
+    assert_eq!(outcome.size, size as u64);
+    assert_eq!(outcome.parts, 38);
+    assert_eq!(
+        outcome.checksum,
+        Some(ChecksumAlgorithm::Crc32c.checksum(&data))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("back");
+    let downloaded = engine
+        .download_to_path("big/stream", &path, None)
+        .await
+        .unwrap();
+    assert!(downloaded.verified);
+    assert!(std::fs::read(&path).unwrap() == *data);
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_upload_leaves_no_multipart_upload() {
+    let Some((engine, store)) = engine("failed_upload").await else {
+        return;
+    };
+    // A stream that fails after 20 MiB, once the multipart upload has parts.
+    let good = test_data(20 * MB as usize, 7);
+    let chunks: Vec<std::io::Result<Bytes>> = good
+        .chunks(1 << 20)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .chain([Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "client went away",
+        ))])
+        .collect();
+    let source = UploadSource::Stream {
+        stream: futures::stream::iter(chunks).boxed(),
+        length: None,
+    };
+    let error = engine
+        .upload(UploadRequest::new("broken"), source)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TransferError::Source(_)), "{error}");
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    assert!(store
+        .head_object("broken")
+        .await
+        .unwrap_err()
+        .is_not_found());
+}
