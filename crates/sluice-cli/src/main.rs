@@ -122,10 +122,11 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     } else {
         let meta = std::fs::metadata(&args.src)
             .with_context(|| format!("cannot read {}", args.src.display()))?;
-        if !meta.is_file() {
-            return Err(UsageError(format!("{} is not a regular file", args.src.display())).into());
+        if meta.is_dir() {
+            return Err(UsageError(format!("{} is a directory", args.src.display())).into());
         }
-        Some(meta.len())
+        // Pipes, FIFOs and devices are read as streams of unknown length.
+        meta.is_file().then_some(meta.len())
     };
     let target = target::for_put(&args.dest, &args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
@@ -133,6 +134,13 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     let source = if from_stdin {
         UploadSource::Blocking {
             reader: Box::new(std::io::stdin()),
+            length: None,
+        }
+    } else if length.is_none() {
+        let file = std::fs::File::open(&args.src)
+            .with_context(|| format!("cannot read {}", args.src.display()))?;
+        UploadSource::Blocking {
+            reader: Box::new(file),
             length: None,
         }
     } else {

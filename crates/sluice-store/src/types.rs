@@ -214,6 +214,35 @@ impl CreateMultipartRequest {
     }
 }
 
+/// The checksum a part carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartChecksum {
+    #[default]
+    None,
+    /// Computed by the caller beforehand; the store verifies it.
+    Known(Checksum),
+    /// Computed while the body streams (on S3 a trailing checksum) and verified by
+    /// the store, which reports it back: the body is read only once.
+    Streamed(ChecksumAlgorithm),
+}
+
+impl PartChecksum {
+    pub fn known(self) -> Option<Checksum> {
+        match self {
+            PartChecksum::Known(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn algorithm(self) -> Option<ChecksumAlgorithm> {
+        match self {
+            PartChecksum::None => None,
+            PartChecksum::Known(c) => Some(c.algorithm),
+            PartChecksum::Streamed(a) => Some(a),
+        }
+    }
+}
+
 /// One part of a multipart upload.
 #[derive(Debug, Clone)]
 pub struct UploadPartRequest {
@@ -223,7 +252,7 @@ pub struct UploadPartRequest {
     pub part_number: u32,
     pub body: Body,
     /// Checksum of the part, verified by the store.
-    pub checksum: Option<Checksum>,
+    pub checksum: PartChecksum,
 }
 
 /// A part the store holds.

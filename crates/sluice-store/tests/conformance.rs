@@ -183,7 +183,7 @@ async fn multipart_out_of_order_parallel(store: Arc<dyn ObjectStore>) {
             key: "mp/object".into(),
             upload_id: upload_id.clone(),
             part_number: *n,
-            checksum: Some(ChecksumAlgorithm::Crc32c.checksum(&body)),
+            checksum: PartChecksum::Known(ChecksumAlgorithm::Crc32c.checksum(&body)),
             body: Body::Bytes(body),
         };
         let store = store.clone();
@@ -235,7 +235,7 @@ async fn multipart_abort(store: Arc<dyn ObjectStore>) {
             upload_id: upload_id.clone(),
             part_number: 1,
             body: Body::Bytes(Bytes::from(test_data(1000, 4))),
-            checksum: None,
+            checksum: PartChecksum::None,
         })
         .await
         .unwrap();
@@ -268,7 +268,7 @@ async fn multipart_small_part_rejected(store: Arc<dyn ObjectStore>) {
                 upload_id: upload_id.clone(),
                 part_number: n,
                 body: Body::Bytes(Bytes::from(test_data(1024, n as u64))),
-                checksum: None,
+                checksum: PartChecksum::None,
             })
             .await
             .unwrap();
@@ -316,7 +316,7 @@ async fn checksum_mismatch_rejected(store: Arc<dyn ObjectStore>) {
             upload_id: upload_id.clone(),
             part_number: 1,
             body: Body::Bytes(Bytes::from_static(b"part bytes")),
-            checksum: Some(ChecksumAlgorithm::Crc64nvme.checksum(b"other bytes")),
+            checksum: PartChecksum::Known(ChecksumAlgorithm::Crc64nvme.checksum(b"other bytes")),
         })
         .await;
     assert!(
@@ -345,6 +345,48 @@ async fn file_body(store: Arc<dyn ObjectStore>) {
         read_all(&*store, "from-file", None).await.unwrap(),
         &data[1000..201_000]
     );
+}
+
+async fn streamed_part_checksum(store: Arc<dyn ObjectStore>) {
+    let data = test_data(6 * MIB, 8);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&data).unwrap();
+    for algorithm in [ChecksumAlgorithm::Crc32c, ChecksumAlgorithm::Crc64nvme] {
+        let key = format!("streamed/{algorithm}");
+        let mut create = CreateMultipartRequest::new(&key);
+        create.checksum_algorithm = Some(algorithm);
+        let upload_id = store.create_multipart_upload(create).await.unwrap();
+        let part = store
+            .upload_part(UploadPartRequest {
+                key: key.clone(),
+                upload_id: upload_id.clone(),
+                part_number: 1,
+                body: Body::File {
+                    path: file.path().to_path_buf(),
+                    offset: 0,
+                    len: data.len() as u64,
+                },
+                checksum: PartChecksum::Streamed(algorithm),
+            })
+            .await
+            .unwrap();
+        let expected = algorithm.checksum(&data);
+        assert_eq!(part.checksum, Some(expected), "{algorithm}");
+        let done = store
+            .complete_multipart_upload(CompleteMultipartRequest {
+                key: key.clone(),
+                upload_id,
+                parts: vec![part],
+                checksum: Some(expected),
+            })
+            .await
+            .unwrap();
+        assert_eq!(done.checksum, Some(expected));
+        assert_eq!(
+            store.head_object(&key).await.unwrap().checksum,
+            Some(expected)
+        );
+    }
 }
 
 macro_rules! conformance {
@@ -392,4 +434,5 @@ conformance!(
     multipart_small_part_rejected,
     checksum_mismatch_rejected,
     file_body,
+    streamed_part_checksum,
 );

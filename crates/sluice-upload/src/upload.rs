@@ -487,13 +487,16 @@ impl<'a> Multipart<'a> {
         let span = tracing::debug_span!("part", number, size = body.len());
         self.tasks.spawn(
             async move {
+                // Checksummed before sending, so the value goes in a header: a part
+                // streamed from a file is read twice (from the page cache), which
+                // measured far cheaper than the SDK's streaming trailer checksum.
                 let checksum = match inner.config.checksum {
-                    Some(algorithm) => Some(
+                    None => PartChecksum::None,
+                    Some(algorithm) => PartChecksum::Known(
                         checksum_of(&body, algorithm)
                             .await
                             .map_err(TransferError::Source)?,
                     ),
-                    None => None,
                 };
                 let size = body.len();
                 let part = with_retries(&inner.config.retry, &inner.stats, "UploadPart", || {
@@ -509,8 +512,16 @@ impl<'a> Multipart<'a> {
                 drop(body);
                 drop(reservation);
                 tracker.advance(size, true);
+                if checksum.algorithm().is_some() && part.checksum.is_none() {
+                    return Err(TransferError::Store {
+                        operation: "UploadPart",
+                        source: StoreError::InvalidPart(format!(
+                            "the store reported no checksum for part {number}"
+                        )),
+                    });
+                }
                 Ok(UploadedPart {
-                    checksum: part.checksum.or(checksum),
+                    checksum: checksum.known().or(part.checksum),
                     size,
                     ..part
                 })

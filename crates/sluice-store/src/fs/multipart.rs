@@ -101,12 +101,8 @@ impl Inner {
         }
         let (dir, record) = self.load_upload(&request.key, &request.upload_id)?;
         let staging = dir.join(format!("{}.staging", uuid::Uuid::new_v4().simple()));
-        let checksum = self.stage(
-            &staging,
-            &request.body,
-            request.checksum,
-            record.checksum_algorithm,
-        )?;
+        let algorithm = request.checksum.algorithm().or(record.checksum_algorithm);
+        let checksum = self.stage(&staging, &request.body, request.checksum.known(), algorithm)?;
         let stem = part_stem(request.part_number);
         let mut part_sidecar = Sidecar::default();
         part_sidecar.set_checksum(checksum);

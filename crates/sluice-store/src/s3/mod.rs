@@ -445,32 +445,40 @@ impl ObjectStore for S3Store {
             .content_length(size as i64)
             .body(sdk_body(request.body).await?);
         call = match request.checksum {
-            Some(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
+            PartChecksum::Known(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
                 call.checksum_crc32_c(c.to_base64())
             }
-            Some(c) => call.checksum_crc64_nvme(c.to_base64()),
-            None => call,
+            PartChecksum::Known(c) => call.checksum_crc64_nvme(c.to_base64()),
+            // The SDK computes it while the body streams and sends it as a trailer.
+            PartChecksum::Streamed(algorithm) => call.checksum_algorithm(sdk_algorithm(algorithm)),
+            PartChecksum::None => call,
         };
-        let output = call
-            .customize()
-            .disable_payload_signing()
-            .send()
-            .await
-            .map_err(|e| {
-                errors::map(
-                    e,
-                    Context {
-                        bucket: &self.bucket,
-                        key: &request.key,
-                        upload_id: Some(&request.upload_id),
-                    },
-                )
-            })?;
+        let mut call = call.customize().disable_payload_signing();
+        if let PartChecksum::Streamed(_) = request.checksum {
+            // The client computes checksums only when asked to, not merely because
+            // an algorithm is named; ask for this request.
+            call = call.config_override(
+                aws_sdk_s3::config::Builder::default()
+                    .request_checksum_calculation(RequestChecksumCalculation::WhenSupported),
+            );
+        }
+        let output = call.send().await.map_err(|e| {
+            errors::map(
+                e,
+                Context {
+                    bucket: &self.bucket,
+                    key: &request.key,
+                    upload_id: Some(&request.upload_id),
+                },
+            )
+        })?;
         Ok(UploadedPart {
             part_number: request.part_number,
-            etag: output.e_tag.unwrap_or_default(),
+            etag: output.e_tag.clone().unwrap_or_default(),
             size,
-            checksum: request.checksum,
+            checksum: request.checksum.known().or_else(|| {
+                reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme())
+            }),
         })
     }
 

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Runs `sluice put`, `s5cmd cp` and `aws s3 cp` against one MinIO on loopback,
+alternating the tools, and prints median MiB/s, client CPU-seconds per GiB
+(user + sys), peak RSS and the sluice/s5cmd ratios. Client costs come from
+wait4() of the client process alone (a `cat` feeding standard input is not counted).
+Every object is deleted after its run so the disk does not fill up."""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_minio(work):
+    port, console = free_port(), free_port()
+    env = dict(os.environ, MINIO_ROOT_USER="benchadmin", MINIO_ROOT_PASSWORD="benchadmin-secret")
+    log = open(os.path.join(work, "minio.log"), "w")
+    proc = subprocess.Popen(
+        ["minio", "server", os.path.join(work, "data"), "--address", f"127.0.0.1:{port}",
+         "--console-address", f"127.0.0.1:{console}", "--quiet"],
+        env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(url + "/minio/health/live", timeout=1)
+            return proc, url
+        except Exception:
+            time.sleep(0.5)
+    proc.kill()
+    sys.exit("MinIO did not start")
+
+
+def run_measured(argv, env, stdin_file=None):
+    """Runs argv; returns (wall seconds, user+sys CPU seconds, peak RSS bytes)."""
+    feeder = None
+    stdin = subprocess.DEVNULL
+    if stdin_file:
+        feeder = subprocess.Popen(["cat", stdin_file], stdout=subprocess.PIPE)
+        stdin = feeder.stdout
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if feeder:
+        feeder.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if feeder:
+        feeder.wait()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"{argv[0]} failed ({code}): {err[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def make_file(path, size):
+    with open(path, "wb") as f:
+        chunk = os.urandom(64 * MIB)
+        written = 0
+        while written < size:
+            n = min(len(chunk), size - written)
+            f.write(chunk[:n])
+            written += n
+            # Vary the content so no two chunks repeat.
+            chunk = chunk[1:] + chunk[:1]
+
+
+def version(argv):
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except Exception as e:  # noqa: BLE001
+        return f"unknown ({e})"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", default="1,4", help="file sizes in GiB")
+    ap.add_argument("--stdin-size", type=float, default=1, help="GiB sent through standard input")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="sluice-bench-")
+    minio, url = start_minio(work)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="benchadmin", AWS_SECRET_ACCESS_KEY="benchadmin-secret",
+               AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=os.path.join(work, "none"), AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"))
+    sluice = os.path.abspath(args.sluice)
+    bucket = "bench"
+    subprocess.run(["s5cmd", "--endpoint-url", url, "mb", f"s3://{bucket}"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+    tools = {
+        "sluice": lambda src, key: [sluice, "put", src, f"s3://{bucket}/{key}", "--endpoint", url, "--quiet"],
+        "s5cmd": lambda src, key: (["s5cmd", "--endpoint-url", url, "pipe", f"s3://{bucket}/{key}"] if src == "-"
+                                   else ["s5cmd", "--endpoint-url", url, "cp", src, f"s3://{bucket}/{key}"]),
+        "aws": lambda src, key: ["aws", "--endpoint-url", url, "s3", "cp", "--only-show-errors", src,
+                                 f"s3://{bucket}/{key}"],
+    }
+    cases = []
+    for gib in [float(s) for s in args.sizes.split(",") if s]:
+        path = os.path.join(work, f"file-{gib:g}GiB.bin")
+        make_file(path, int(gib * GIB))
+        cases.append((f"{gib:g} GiB file", path, False, int(gib * GIB)))
+    if args.stdin_size > 0:
+        size = int(args.stdin_size * GIB)
+        path = os.path.join(work, f"stdin-{args.stdin_size:g}GiB.bin")
+        if not os.path.exists(path):
+            make_file(path, size)
+        cases.append((f"{args.stdin_size:g} GiB stdin", path, True, size))
+
+    raw = []
+    try:
+        for run in range(args.runs):
+            for label, path, from_stdin, size in cases:
+                order = list(tools) if run % 2 == 0 else list(reversed(tools))
+                for tool in order:
+                    key = f"{tool}-{run}-{label.replace(' ', '_')}"
+                    argv = tools[tool]("-" if from_stdin else path, key)
+                    wall, cpu, rss = run_measured(argv, env, stdin_file=path if from_stdin else None)
+                    raw.append(dict(case=label, tool=tool, run=run, bytes=size, wall=wall, cpu=cpu, rss=rss))
+                    print(f"  run {run + 1} {label:14} {tool:7} {size / MIB / wall:8.1f} MiB/s "
+                          f"{cpu / (size / GIB):6.2f} CPU-s/GiB {rss / MIB:7.1f} MiB RSS", flush=True)
+                    subprocess.run(["s5cmd", "--endpoint-url", url, "rm", f"s3://{bucket}/{key}"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        minio.terminate()
+        minio.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    lines = []
+    lines.append(f"# sluice put benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    lines.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+                 f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM, Linux {platform.release()}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults "
+                 f"(8 MiB parts, 8 in flight, crc32c, 256 MiB budget)")
+    lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0 built from the module), defaults")
+    lines.append(f"aws: {version(['aws', '--version'])}, defaults")
+    lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")
+    lines.append(f"{args.runs} runs per tool and case, tools alternated; medians; CPU = client user+sys; "
+                 "RSS = client peak")
+    lines.append("")
+    header = f"{'case':15} {'tool':7} {'MiB/s':>8} {'CPU-s/GiB':>10} {'peak RSS':>10} {'MiB/s vs s5cmd':>15} {'CPU vs s5cmd':>13}"
+    lines.append(header)
+    lines.append("-" * len(header))
+    summary = {}
+    for label, _, _, size in cases:
+        for tool in tools:
+            rows = [r for r in raw if r["case"] == label and r["tool"] == tool]
+            summary[(label, tool)] = (
+                statistics.median(size / MIB / r["wall"] for r in rows),
+                statistics.median(r["cpu"] / (size / GIB) for r in rows),
+                max(r["rss"] for r in rows),
+            )
+        base_rate, base_cpu, _ = summary[(label, "s5cmd")]
+        for tool in tools:
+            rate, cpu, rss = summary[(label, tool)]
+            lines.append(f"{label:15} {tool:7} {rate:8.1f} {cpu:10.2f} {rss / MIB:8.1f} MiB "
+                         f"{rate / base_rate:14.2f}x {cpu / base_cpu:12.2f}x")
+    lines.append("")
+    lines.append("raw runs (JSON):")
+    lines.append(json.dumps(raw))
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
