@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Runs `sluice put`, `s5cmd cp` and `aws s3 cp` against one MinIO on loopback,
 alternating the tools, and prints median MiB/s, client CPU-seconds per GiB
-(user + sys), peak RSS and the sluice/s5cmd ratios. Client costs come from
-wait4() of the client process alone (a `cat` feeding standard input is not counted).
+(user + sys), peak RSS and the sluice/s5cmd ratios. Client costs come from GNU
+time around the client process alone (the `cat` feeding standard input is not
+counted).
 Every object is deleted after its run so the disk does not fill up."""
 
 import argparse
@@ -51,38 +52,32 @@ def start_minio(work):
 
 
 def run_measured(argv, env, stdin_file=None):
-    """Runs argv; returns (wall seconds, user+sys CPU seconds, peak RSS bytes)."""
-    feeder = None
-    stdin = subprocess.DEVNULL
-    if stdin_file:
-        feeder = subprocess.Popen(["cat", stdin_file], stdout=subprocess.PIPE)
-        stdin = feeder.stdout
-    start = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if feeder:
-        feeder.stdout.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - start
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if feeder:
-        feeder.wait()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        sys.exit(f"{argv[0]} failed ({code}): {err[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    """Runs argv under GNU time; returns (wall seconds, user+sys CPU seconds, peak RSS
+    bytes) of that process alone. (wait4 from this script would report at least
+    this script's own RSS, which a child inherits as its starting maximum.)"""
+    with tempfile.NamedTemporaryFile("r") as report:
+        feeder = None
+        stdin = subprocess.DEVNULL
+        if stdin_file:
+            feeder = subprocess.Popen(["cat", stdin_file], stdout=subprocess.PIPE)
+            stdin = feeder.stdout
+        proc = subprocess.Popen(["/usr/bin/time", "-o", report.name, "-f", "%e %U %S %M"] + argv, env=env,
+                                stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if feeder:
+            feeder.stdout.close()
+        _, err = proc.communicate()
+        if feeder:
+            feeder.wait()
+        if proc.returncode != 0:
+            sys.exit(f"{argv[0]} failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
+        wall, user, system, rss_kib = report.read().split()[-4:]
+    return float(wall), float(user) + float(system), int(rss_kib) * 1024
 
 
 def make_file(path, size):
+    """Random content, written by `head` so that this script stays small."""
     with open(path, "wb") as f:
-        chunk = os.urandom(64 * MIB)
-        written = 0
-        while written < size:
-            n = min(len(chunk), size - written)
-            f.write(chunk[:n])
-            written += n
-            # Vary the content so no two chunks repeat.
-            chunk = chunk[1:] + chunk[:1]
+        subprocess.run(["head", "-c", str(size), "/dev/urandom"], stdout=f, check=True)
 
 
 def version(argv):

@@ -487,12 +487,13 @@ impl<'a> Multipart<'a> {
         let span = tracing::debug_span!("part", number, size = body.len());
         self.tasks.spawn(
             async move {
-                // Checksummed before sending, so the value goes in a header: a part
-                // streamed from a file is read twice (from the page cache), which
-                // measured far cheaper than the SDK's streaming trailer checksum.
-                let checksum = match inner.config.checksum {
-                    None => PartChecksum::None,
-                    Some(algorithm) => PartChecksum::Known(
+                // A part in memory is checksummed here and the value sent in a
+                // header; a part streamed from a file is checksummed as it is sent
+                // (a trailer on S3), so the file is read only once.
+                let checksum = match (inner.config.checksum, &body) {
+                    (None, _) => PartChecksum::None,
+                    (Some(algorithm), Body::File { .. }) => PartChecksum::Streamed(algorithm),
+                    (Some(algorithm), _) => PartChecksum::Known(
                         checksum_of(&body, algorithm)
                             .await
                             .map_err(TransferError::Source)?,

@@ -8,6 +8,7 @@
 //! write carries protects the bytes, at a fraction of SHA-256's CPU cost).
 
 mod errors;
+mod trailer;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -434,6 +435,13 @@ impl ObjectStore for S3Store {
     }
 
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
+        if let (PartChecksum::Streamed(algorithm), Body::File { path, offset, len }) =
+            (request.checksum, &request.body)
+        {
+            return self
+                .upload_file_part_with_trailer(&request, path.clone(), *offset, *len, algorithm)
+                .await;
+        }
         let size = request.body.len();
         let mut call = self
             .client
@@ -623,6 +631,60 @@ impl ObjectStore for S3Store {
 }
 
 impl S3Store {
+    /// Uploads a part from a file, checksummed as it streams (see [`trailer`]).
+    async fn upload_file_part_with_trailer(
+        &self,
+        request: &UploadPartRequest,
+        path: std::path::PathBuf,
+        offset: u64,
+        len: u64,
+        algorithm: ChecksumAlgorithm,
+    ) -> Result<UploadedPart, StoreError> {
+        let slot = trailer::ChecksumSlot::default();
+        let body = trailer::body(path, offset, len, algorithm, slot.clone());
+        let output = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .upload_id(&request.upload_id)
+            .part_number(request.part_number as i32)
+            .content_length(trailer::encoded_len(len, algorithm) as i64)
+            .body(SdkByteStream::new(body))
+            .customize()
+            .interceptor(trailer::UnsignedTrailer {
+                decoded_len: len,
+                algorithm,
+            })
+            .send()
+            .await
+            .map_err(|e| {
+                errors::map(
+                    e,
+                    Context {
+                        bucket: &self.bucket,
+                        key: &request.key,
+                        upload_id: Some(&request.upload_id),
+                    },
+                )
+            })?;
+        let computed = *slot.lock().unwrap_or_else(|p| p.into_inner());
+        let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
+        if let (Some(c), Some(r)) = (computed, reported) {
+            if c != r {
+                return Err(StoreError::ChecksumMismatch {
+                    algorithm: algorithm.name(),
+                });
+            }
+        }
+        Ok(UploadedPart {
+            part_number: request.part_number,
+            etag: output.e_tag.clone().unwrap_or_default(),
+            size: len,
+            checksum: reported.or(computed),
+        })
+    }
+
     /// Pages through ListMultipartUploads for `request_prefix`, keeping uploads under
     /// the store's prefix (`key_prefix` is the caller's prefix, for error context).
     async fn list_uploads_raw(
