@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -89,6 +90,8 @@ def version(argv):
 
 
 def main():
+    # A SIGTERM (or Ctrl-C) still stops MinIO and removes the work directory.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", required=True)
     ap.add_argument("--runs", type=int, default=3)
@@ -139,7 +142,10 @@ def main():
                     print(f"  run {run + 1} {label:14} {tool:7} {size / MIB / wall:8.1f} MiB/s "
                           f"{cpu / (size / GIB):6.2f} CPU-s/GiB {rss / MIB:7.1f} MiB RSS", flush=True)
                     subprocess.run(["s5cmd", "--endpoint-url", url, "rm", f"s3://{bucket}/{key}"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                    # MinIO moves deleted data to a trash directory it empties lazily;
+                    # empty it now so that the disk does not fill up during the run.
+                    shutil.rmtree(os.path.join(work, "data", ".minio.sys", "tmp", ".trash"), ignore_errors=True)
     finally:
         minio.terminate()
         minio.wait()

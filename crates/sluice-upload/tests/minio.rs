@@ -73,22 +73,27 @@ async fn boundary_sizes_round_trip() {
         );
         assert_eq!(outcome.parts > 0, size > threshold, "{key}");
         assert_round_trip(&engine, &key, &data).await;
-        // ... and from a stream of known length.
-        let key = format!("stream/{size}");
-        let chunks: Vec<std::io::Result<Bytes>> = data
-            .chunks(1 << 20)
-            .map(|c| Ok(Bytes::copy_from_slice(c)))
-            .collect();
-        let source = UploadSource::Stream {
-            stream: futures::stream::iter(chunks).boxed(),
-            length: Some(size),
-        };
-        let outcome = engine
-            .upload(UploadRequest::new(&key), source)
-            .await
-            .unwrap();
-        assert_eq!(outcome.checksum, Some(expected), "{key}");
-        assert_round_trip(&engine, &key, &data).await;
+        // ... and from streams of known and of unknown length.
+        for length in [Some(size), None] {
+            let key = format!(
+                "stream-{}/{size}",
+                if length.is_some() { "known" } else { "unknown" }
+            );
+            let chunks: Vec<std::io::Result<Bytes>> = data
+                .chunks(1 << 20)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let source = UploadSource::Stream {
+                stream: futures::stream::iter(chunks).boxed(),
+                length,
+            };
+            let outcome = engine
+                .upload(UploadRequest::new(&key), source)
+                .await
+                .unwrap();
+            assert_eq!(outcome.checksum, Some(expected), "{key}");
+            assert_round_trip(&engine, &key, &data).await;
+        }
     }
     assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
 }
