@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::size::parse_size;
+use sluice_upload::parse_size;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,6 +23,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the upload gateway (HTTP) on the local directory store or a bucket.
+    #[command(
+        after_help = "Settings come from flags, then SLUICE_* variables, then the TOML file given with \
+--config, then defaults.\nExamples:\n  sluice serve\n  sluice serve --store s3://uploads/incoming --endpoint http://127.0.0.1:9000\n  \
+sluice serve --config /etc/sluice.toml"
+    )]
+    Serve(ServeArgs),
     /// Upload a file, or standard input, to s3://bucket/key or a local directory store.
     #[command(
         after_help = "Examples:\n  sluice put big.iso s3://media/isos/big.iso --endpoint http://127.0.0.1:9000\n  \
@@ -97,4 +104,68 @@ pub enum ChecksumChoice {
     Crc32c,
     Crc64nvme,
     None,
+}
+
+/// `sluice serve`. Every setting is optional here: unset ones come from the
+/// environment, the config file, then the defaults.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML file with settings (same names as below; limits and engine settings in
+    /// [limits] and [engine] tables).
+    #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Where objects go: a directory, or s3://bucket[/prefix] [default: ./sluice-data].
+    #[arg(long, env = "SLUICE_STORE")]
+    pub store: Option<String>,
+    /// S3 endpoint URL (path-style addressing then).
+    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+    /// Largest upload accepted (413 beyond) [default: unlimited].
+    #[arg(long, env = "SLUICE_MAX_UPLOAD_SIZE", value_parser = parse_size)]
+    pub max_upload_size: Option<u64>,
+    /// Key template for form uploads [default: {yyyy}/{mm}/{dd}/{uuid}/{filename}].
+    #[arg(long, env = "SLUICE_KEY_TEMPLATE")]
+    pub key_template: Option<String>,
+    /// Put a short hash in front of generated keys to spread them over S3 partitions.
+    #[arg(long, env = "SLUICE_SHARD_PREFIX")]
+    pub shard_prefix: Option<bool>,
+    /// Uploads streaming at once [default: 256].
+    #[arg(long, env = "SLUICE_MAX_CONCURRENT_UPLOADS")]
+    pub max_concurrent_uploads: Option<usize>,
+    /// Uploads waiting for a slot before 503 [default: 4096].
+    #[arg(long, env = "SLUICE_QUEUE_LENGTH")]
+    pub queue_length: Option<usize>,
+    /// Longest wait for a slot before 503 + Retry-After [default: 10s].
+    #[arg(long, env = "SLUICE_QUEUE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub queue_timeout: Option<std::time::Duration>,
+    /// Requests to the store at once [default: 128].
+    #[arg(long, env = "SLUICE_STORE_CONCURRENCY")]
+    pub store_concurrency: Option<usize>,
+    /// Longest pause while reading a request body [default: 30s].
+    #[arg(long, env = "SLUICE_BODY_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub body_idle_timeout: Option<std::time::Duration>,
+    /// Time in-flight uploads get on SIGTERM / Ctrl-C [default: 30s].
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Option<std::time::Duration>,
+    /// Part size [default: 8MiB].
+    #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size)]
+    pub part_size: Option<u64>,
+    /// Parts in flight per upload [default: 8].
+    #[arg(long, env = "SLUICE_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Memory budget shared by all uploads [default: 256MiB].
+    #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+    /// Single-PUT threshold [default: 16MiB].
+    #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size)]
+    pub threshold: Option<u64>,
+    /// Checksum carried by every part [default: crc32c].
+    #[arg(long, env = "SLUICE_CHECKSUM", value_enum)]
+    pub checksum: Option<ChecksumChoice>,
 }

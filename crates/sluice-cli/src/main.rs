@@ -1,10 +1,10 @@
-//! The `sluice` binary: parses and validates the command line (usage errors exit
+//! The `sluice` binary (`serve`, `put`, `get`): parses and validates the command line (usage errors exit
 //! with 2), builds the store and the engine, runs the transfer with a progress bar,
 //! and turns the outcome into a summary line and an exit code (0 success, 1 failure).
 //! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
 
 mod args;
-mod size;
+mod serve;
 mod target;
 mod ui;
 
@@ -53,6 +53,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Serve(args) => serve::run(args).await,
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
         }
@@ -150,8 +151,8 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     let request = UploadRequest {
         key: target.key.clone(),
         content_type: args.content_type.clone(),
-        metadata: Default::default(),
         progress: bar.callback(),
+        ..UploadRequest::default()
     };
     let started = Instant::now();
     let result = interruptible(&engine, engine.upload(request, source)).await;

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sluice_store::Checksum;
 use sluice_upload::{Progress, ProgressFn};
 
-use crate::size::format_size;
+use sluice_upload::format_size;
 
 /// A progress bar, or nothing.
 pub struct Bar(Option<ProgressBar>);

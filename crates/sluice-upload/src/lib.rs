@@ -17,6 +17,7 @@ mod error;
 mod progress;
 mod retry;
 mod source;
+mod units;
 mod upload;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub use error::{ConfigError, TransferError};
 pub use progress::{Progress, ProgressFn};
 pub use retry::RetryStats;
 pub use source::UploadSource;
+pub use units::{format_size, parse_size};
 pub use upload::{UploadOutcome, UploadRequest};
 
 /// The transfer engine for one store. Cheap to clone; clones share everything.

@@ -33,6 +33,9 @@ pub struct UploadRequest {
     pub content_type: Option<String>,
     pub metadata: Metadata,
     pub progress: Option<ProgressFn>,
+    /// `IfNoneMatch` refuses to overwrite: atomically for a single PUT, checked
+    /// before the first part for a multipart upload.
+    pub condition: Option<WriteCondition>,
 }
 
 impl UploadRequest {
@@ -67,6 +70,21 @@ impl Engine {
         validate_key(&request.key)?;
         let span = tracing::info_span!("upload", key = %request.key);
         async move {
+            if request.condition == Some(WriteCondition::IfNoneMatch) {
+                let inner = &self.inner;
+                let existing =
+                    with_retries(&inner.config.retry, &inner.stats, "HeadObject", || {
+                        inner.store.head_object(&request.key)
+                    })
+                    .await;
+                match existing {
+                    Ok(_) => {
+                        return Err(TransferError::store("PUT")(StoreError::PreconditionFailed))
+                    }
+                    Err(TransferError::Store { source, .. }) if source.is_not_found() => {}
+                    Err(e) => return Err(e),
+                }
+            }
             match source {
                 UploadSource::File(path) => self.upload_file(request, path).await,
                 other => {
@@ -289,7 +307,7 @@ impl Engine {
                 content_type: request.content_type.clone(),
                 metadata: request.metadata.clone(),
                 checksum,
-                condition: None,
+                condition: request.condition.clone(),
             })
         })
         .await?;

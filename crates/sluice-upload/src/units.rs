@@ -1,4 +1,4 @@
-//! Byte sizes as people write them on a command line: `8MiB`, `8M`, `1.5GiB`,
+//! Byte sizes as people write them on a command line or in a config file: `8MiB`, `8M`, `1.5GiB`,
 //! `5000000`, `10MB` (SI units are powers of 1000, binary ones of 1024).
 
 /// Parses a size; used as a clap value parser.

@@ -1,0 +1,123 @@
+//! `sluice serve`: resolves the gateway's configuration (flags > `SLUICE_…`
+//! variables > TOML file > defaults), opens the store, and runs the gateway until
+//! SIGTERM or Ctrl-C.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sluice_server::config::ChecksumSetting;
+use sluice_server::{AppState, ServerConfig};
+use sluice_store::fs::{FsConfig, FsStore};
+use sluice_store::s3::{S3Config, S3Store};
+use sluice_store::{ObjectStore, StoreLocation};
+
+use crate::args::{ChecksumChoice, ServeArgs};
+use crate::UsageError;
+
+/// The configuration: file (if any) overlaid by the flags and variables given.
+pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
+    let mut config = match &args.config {
+        Some(path) => read_file(path)?,
+        None => ServerConfig::default(),
+    };
+    macro_rules! overlay {
+        ($($arg:ident => $($field:ident).+),* $(,)?) => {
+            $( if let Some(value) = args.$arg.clone() { config.$($field).+ = value.into(); } )*
+        };
+    }
+    overlay!(
+        listen => listen,
+        store => store,
+        key_template => key_template,
+        shard_prefix => shard_prefix,
+        max_concurrent_uploads => limits.max_concurrent_uploads,
+        queue_length => limits.queue_length,
+        queue_timeout => limits.queue_timeout,
+        store_concurrency => limits.store_concurrency,
+        body_idle_timeout => limits.body_idle_timeout,
+        shutdown_grace => limits.shutdown_grace,
+        part_size => engine.part_size,
+        concurrency => engine.concurrency,
+        memory_limit => engine.memory_limit,
+        threshold => engine.threshold,
+    );
+    if args.endpoint.is_some() {
+        config.endpoint = args.endpoint.clone();
+    }
+    if args.region.is_some() {
+        config.region = args.region.clone();
+    }
+    if args.max_upload_size.is_some() {
+        config.max_upload_size = args.max_upload_size;
+    }
+    if let Some(choice) = args.checksum {
+        config.engine.checksum = match choice {
+            ChecksumChoice::Crc32c => ChecksumSetting::Crc32c,
+            ChecksumChoice::Crc64nvme => ChecksumSetting::Crc64nvme,
+            ChecksumChoice::None => ChecksumSetting::None,
+        };
+    }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(config)
+}
+
+fn read_file(path: &Path) -> anyhow::Result<ServerConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    toml::from_str(&text)
+        .map_err(|e| UsageError(format!("config file {}: {e}", path.display())).into())
+}
+
+async fn open_store(config: &ServerConfig) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    match StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))? {
+        StoreLocation::S3 { bucket, rest } => {
+            let mut s3 = S3Config::new(bucket);
+            s3.prefix = rest;
+            s3.endpoint = config.endpoint.clone();
+            s3.region = config.region.clone();
+            Ok(Arc::new(S3Store::connect(s3).await))
+        }
+        StoreLocation::Local(path) => {
+            let store = FsStore::open(FsConfig::new(&path)).with_context(|| {
+                format!("cannot open the directory store at {}", path.display())
+            })?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = resolve(&args)?;
+    let store = open_store(&config).await?;
+    let description = store.describe();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener
+        .local_addr()
+        .context("the listener has no address")?;
+    let state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
+    println!("sluice serve: listening on http://{address} (store: {description})");
+    println!("  upload:   curl -T FILE http://{address}/v1/objects/KEY");
+    println!("  download: curl http://{address}/v1/objects/KEY");
+    sluice_server::serve(state, listener, shutdown_signal()).await?;
+    println!("sluice serve: stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,260 @@
+//! The gateway's configuration: one serde tree (`deny_unknown_fields`), read by
+//! the binary from a TOML file, `SLUICE_…` variables and flags, and validated
+//! once at start-up with errors that name the key.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use sluice_store::ChecksumAlgorithm;
+use sluice_upload::{parse_size, EngineConfig};
+
+/// Everything `sluice serve` can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// `s3://bucket[/prefix]` or a local directory.
+    pub store: String,
+    /// S3 endpoint for S3-compatible servers (path-style addressing then).
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Largest upload accepted; `None` for S3's 5 TiB.
+    #[serde(deserialize_with = "optional_size")]
+    pub max_upload_size: Option<u64>,
+    /// Template for keys of uploads that do not name one (form POSTs).
+    pub key_template: String,
+    /// Prefix generated keys with a short hash so one busy tenant spreads over many
+    /// S3 partitions.
+    pub shard_prefix: bool,
+    pub limits: Limits,
+    pub engine: EngineSettings,
+}
+
+/// Admission control and timeouts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Uploads streaming at once.
+    pub max_concurrent_uploads: usize,
+    /// Uploads waiting for a slot; beyond it, 503 at once.
+    pub queue_length: usize,
+    /// Longest wait for a slot before 503 + Retry-After.
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Seconds suggested in Retry-After.
+    pub retry_after_seconds: u64,
+    /// Requests to the store at once; more wait their turn.
+    pub store_concurrency: usize,
+    /// Time allowed for a request's headers to arrive.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Longest pause while reading a request body.
+    #[serde(with = "humantime_serde")]
+    pub body_idle_timeout: Duration,
+    /// Time in-flight uploads get to finish on SIGTERM or Ctrl-C.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+/// The transfer engine's settings (see `sluice put --help`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSettings {
+    #[serde(deserialize_with = "size")]
+    pub part_size: u64,
+    #[serde(deserialize_with = "size")]
+    pub threshold: u64,
+    pub concurrency: usize,
+    #[serde(deserialize_with = "size")]
+    pub memory_limit: u64,
+    pub checksum: ChecksumSetting,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumSetting {
+    Crc32c,
+    Crc64nvme,
+    None,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            store: "./sluice-data".into(),
+            endpoint: None,
+            region: None,
+            max_upload_size: None,
+            key_template: "{yyyy}/{mm}/{dd}/{uuid}/{filename}".into(),
+            shard_prefix: false,
+            limits: Limits::default(),
+            engine: EngineSettings::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_concurrent_uploads: 256,
+            queue_length: 4096,
+            queue_timeout: Duration::from_secs(10),
+            retry_after_seconds: 1,
+            store_concurrency: 128,
+            header_read_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        let engine = EngineConfig::default();
+        EngineSettings {
+            part_size: engine.part_size,
+            threshold: engine.threshold,
+            concurrency: engine.concurrency,
+            memory_limit: engine.memory_limit,
+            checksum: ChecksumSetting::Crc32c,
+        }
+    }
+}
+
+/// A setting refused at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {key}: {reason}")]
+pub struct ConfigError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+impl ServerConfig {
+    /// The engine configuration these settings describe.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            part_size: self.engine.part_size,
+            threshold: self.engine.threshold,
+            concurrency: self.engine.concurrency,
+            memory_limit: self.engine.memory_limit,
+            checksum: match self.engine.checksum {
+                ChecksumSetting::Crc32c => Some(ChecksumAlgorithm::Crc32c),
+                ChecksumSetting::Crc64nvme => Some(ChecksumAlgorithm::Crc64nvme),
+                ChecksumSetting::None => None,
+            },
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key: &'static str, reason: &str| {
+            Err(ConfigError {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        if self.store.trim().is_empty() {
+            return fail("store", "must name a directory or s3://bucket[/prefix]");
+        }
+        sluice_store::StoreLocation::parse(&self.store).map_err(|e| ConfigError {
+            key: "store",
+            reason: e.to_string(),
+        })?;
+        if self.max_upload_size == Some(0) {
+            return fail("max_upload_size", "must be above 0");
+        }
+        crate::keys::KeyTemplate::parse(&self.key_template).map_err(|reason| ConfigError {
+            key: "key_template",
+            reason,
+        })?;
+        let limits = &self.limits;
+        if limits.max_concurrent_uploads == 0 {
+            return fail("limits.max_concurrent_uploads", "must be at least 1");
+        }
+        if limits.store_concurrency == 0 {
+            return fail("limits.store_concurrency", "must be at least 1");
+        }
+        if limits.header_read_timeout.is_zero() {
+            return fail("limits.header_read_timeout", "must be above 0");
+        }
+        if limits.body_idle_timeout.is_zero() {
+            return fail("limits.body_idle_timeout", "must be above 0");
+        }
+        self.engine_config().validate().map_err(|e| {
+            let key = match e {
+                sluice_upload::ConfigError::PartSize(_) => "engine.part_size",
+                sluice_upload::ConfigError::Threshold(_) => "engine.threshold",
+                sluice_upload::ConfigError::Concurrency(_) => "engine.concurrency",
+                sluice_upload::ConfigError::MemoryLimit { .. } => "engine.memory_limit",
+                _ => "engine",
+            };
+            ConfigError {
+                key,
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
+/// Accepts `8388608`, `"8MiB"` or `"8 M"`.
+fn size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(deserializer)? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(text) => parse_size(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+fn optional_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    size(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_upload::MIB;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(ServerConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        type Change = fn(&mut ServerConfig);
+        let cases: Vec<(Change, &str)> = vec![
+            (|c| c.store = String::new(), "store"),
+            (|c| c.store = "gs://bucket".into(), "store"),
+            (|c| c.max_upload_size = Some(0), "max_upload_size"),
+            (|c| c.key_template = "{nope}".into(), "key_template"),
+            (
+                |c| c.limits.max_concurrent_uploads = 0,
+                "limits.max_concurrent_uploads",
+            ),
+            (
+                |c| c.limits.store_concurrency = 0,
+                "limits.store_concurrency",
+            ),
+            (
+                |c| c.limits.body_idle_timeout = Duration::ZERO,
+                "limits.body_idle_timeout",
+            ),
+            (|c| c.engine.part_size = MIB, "engine.part_size"),
+            (|c| c.engine.memory_limit = MIB, "engine.memory_limit"),
+        ];
+        for (change, key) in cases {
+            let mut config = ServerConfig::default();
+            change(&mut config);
+            assert_eq!(config.validate().map_err(|e| e.key), Err(key));
+        }
+    }
+}

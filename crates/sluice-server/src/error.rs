@@ -1,0 +1,148 @@
+//! `ApiError`: every way a request can fail, each with an HTTP status and a stable
+//! code, rendered as `{"error":{"code":"…","message":"…"}}`. 4xx messages tell
+//! the client what to fix; 5xx bodies stay generic and the cause is logged.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sluice_store::{error_chain, StoreError};
+use sluice_upload::TransferError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no object at this key")]
+    NotFound,
+    #[error("the object already exists or changed (precondition failed)")]
+    PreconditionFailed,
+    #[error("the upload is larger than the limit of {limit} bytes")]
+    TooLarge { limit: u64 },
+    #[error("the requested range is not satisfiable")]
+    RangeNotSatisfiable { size: u64 },
+    #[error("expected {expected}")]
+    UnsupportedMediaType { expected: &'static str },
+    #[error("the request body stalled for longer than {seconds} s")]
+    BodyTimeout { seconds: u64 },
+    #[error("the server is at capacity; retry after {retry_after} s")]
+    Overloaded { retry_after: u64 },
+    #[error("the server is shutting down; retry after {retry_after} s")]
+    ShuttingDown { retry_after: u64 },
+    /// The store failed or refused; the detail is logged, not sent.
+    #[error("storage error")]
+    Store(#[source] StoreError),
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidKey(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable code clients can match on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidKey(_) => "invalid_key",
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::NotFound => "not_found",
+            ApiError::PreconditionFailed => "precondition_failed",
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::BodyTimeout { .. } => "body_timeout",
+            ApiError::Overloaded { .. } => "overloaded",
+            ApiError::ShuttingDown { .. } => "shutting_down",
+            ApiError::Store(e) if e.is_transient() => "store_unavailable",
+            ApiError::Store(_) => "store_error",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Overloaded { retry_after } | ApiError::ShuttingDown { retry_after } => {
+                Some(*retry_after)
+            }
+            ApiError::Store(e) if e.is_transient() => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NoSuchKey { .. } => ApiError::NotFound,
+            StoreError::PreconditionFailed => ApiError::PreconditionFailed,
+            StoreError::InvalidKey { reason, .. } => ApiError::InvalidKey(reason.to_string()),
+            other => ApiError::Store(other),
+        }
+    }
+}
+
+/// Maps an engine failure; `body_error` recovers what went wrong reading the
+/// request body (size limit, stall), which the engine only sees as an I/O error.
+pub fn from_transfer(error: TransferError) -> ApiError {
+    match error {
+        TransferError::Store { source, .. } => ApiError::from(source),
+        TransferError::Config(e) => ApiError::BadRequest(e.to_string()),
+        TransferError::Source(io) => crate::body::BodyError::find(&io).map_or_else(
+            || ApiError::BadRequest("the request body could not be read".into()),
+            ApiError::from,
+        ),
+        TransferError::SourceShort { expected, actual } => {
+            ApiError::BadRequest(format!("the body ended after {actual} of {expected} bytes"))
+        }
+        TransferError::SourceLong { expected } => ApiError::BadRequest(format!(
+            "the body is longer than its Content-Length of {expected}"
+        )),
+        TransferError::StreamTooLarge(limit) => ApiError::TooLarge { limit },
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = if status.is_server_error() {
+            let detail = error_chain(&self);
+            tracing::error!(code = self.code(), %status, error = %detail, "request failed");
+            match &self {
+                ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => self.to_string(),
+                _ => "the request could not be completed; try again later".to_string(),
+            }
+        } else {
+            self.to_string()
+        };
+        let body = json!({ "error": { "code": self.code(), "message": message } });
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let ApiError::RangeNotSatisfiable { size } = self {
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                response.headers_mut().insert(header::CONTENT_RANGE, value);
+            }
+        }
+        response
+    }
+}

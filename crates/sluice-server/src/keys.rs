@@ -1,0 +1,214 @@
+//! Object keys at the gateway: the rules for keys clients name, and the key
+//! template for uploads that do not name one, such as
+//! `{tenant}/{yyyy}/{mm}/{dd}/{uuid}/{filename}`, optionally behind a short
+//! hashed shard prefix so that one busy tenant spreads over many S3 partitions.
+
+use sluice_store::limits::MAX_KEY_LEN;
+
+/// Checks a key given by a client: UTF-8 (already, as a `&str`), 1–1024 bytes, no
+/// control characters, no empty, `.` or `..` segments.
+pub fn validate_client_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("the key is empty".into());
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "the key is {} bytes; at most 1024 are allowed",
+            key.len()
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return Err("the key contains a control character".into());
+    }
+    for segment in key.split('/') {
+        match segment {
+            "" => {
+                return Err(
+                    "the key contains an empty segment (a leading, trailing or double '/')".into(),
+                )
+            }
+            "." | ".." => return Err("the key contains a '.' or '..' segment".into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// One piece of a parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Tenant,
+    Year,
+    Month,
+    Day,
+    Hour,
+    Uuid,
+    Filename,
+}
+
+/// A parsed key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    pieces: Vec<Piece>,
+    shard_prefix: bool,
+}
+
+/// The values a template is filled with.
+#[derive(Debug, Clone)]
+pub struct KeyInputs<'a> {
+    pub tenant: &'a str,
+    pub filename: &'a str,
+    pub now: time::OffsetDateTime,
+    pub uuid: uuid::Uuid,
+}
+
+impl KeyTemplate {
+    /// Parses `{name}` placeholders: tenant, yyyy, mm, dd, hh, uuid, filename.
+    pub fn parse(text: &str) -> Result<KeyTemplate, String> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                pieces.push(Piece::Text(rest[..open].to_string()));
+            }
+            let close = rest[open..].find('}').ok_or("an unclosed '{'")? + open;
+            pieces.push(match &rest[open + 1..close] {
+                "tenant" => Piece::Tenant,
+                "yyyy" => Piece::Year,
+                "mm" => Piece::Month,
+                "dd" => Piece::Day,
+                "hh" => Piece::Hour,
+                "uuid" => Piece::Uuid,
+                "filename" => Piece::Filename,
+                other => {
+                    return Err(format!(
+                        "unknown placeholder {{{other}}} (known: tenant, yyyy, mm, dd, hh, uuid, filename)"
+                    ))
+                }
+            });
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_string()));
+        }
+        if !pieces.contains(&Piece::Uuid) {
+            return Err("the template needs {uuid} so that keys are unique".into());
+        }
+        Ok(KeyTemplate {
+            pieces,
+            shard_prefix: false,
+        })
+    }
+
+    pub fn with_shard_prefix(mut self, on: bool) -> Self {
+        self.shard_prefix = on;
+        self
+    }
+
+    /// The key for one upload.
+    pub fn render(&self, inputs: &KeyInputs<'_>) -> String {
+        let mut key = String::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => key.push_str(text),
+                Piece::Tenant => key.push_str(&sanitize_segment(inputs.tenant, "default")),
+                Piece::Year => key.push_str(&format!("{:04}", inputs.now.year())),
+                Piece::Month => key.push_str(&format!("{:02}", u8::from(inputs.now.month()))),
+                Piece::Day => key.push_str(&format!("{:02}", inputs.now.day())),
+                Piece::Hour => key.push_str(&format!("{:02}", inputs.now.hour())),
+                Piece::Uuid => key.push_str(&inputs.uuid.simple().to_string()),
+                Piece::Filename => key.push_str(&sanitize_segment(inputs.filename, "file")),
+            }
+        }
+        if self.shard_prefix {
+            key = format!("{:04x}/{key}", fnv1a(inputs.uuid.as_bytes()) & 0xffff);
+        }
+        truncate_to_key_limit(key)
+    }
+}
+
+/// A single safe path segment from client-supplied text: the last path
+/// component, control characters and `/` `\` replaced, never `.` or `..`.
+pub fn sanitize_segment(text: &str, fallback: &str) -> String {
+    let last = text.rsplit(['/', '\\']).next().unwrap_or("");
+    let cleaned: String = last
+        .chars()
+        .map(|c| if c.is_control() { '_' } else { c })
+        .take(200)
+        .collect();
+    match cleaned.trim() {
+        "" | "." | ".." => fallback.to_string(),
+        s => s.to_string(),
+    }
+}
+
+fn truncate_to_key_limit(mut key: String) -> String {
+    while key.len() > MAX_KEY_LEN {
+        key.pop();
+    }
+    key
+}
+
+/// FNV-1a: a hash that stays the same across releases, for shard prefixes.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_keys() {
+        let long = "k".repeat(1025);
+        let cases: Vec<(&str, bool)> = vec![
+            ("a", true),
+            ("dir/file.bin", true),
+            ("ünïcødé/файл", true),
+            ("..hidden/x", true),
+            ("", false),
+            ("/abs", false),
+            ("a//b", false),
+            ("dir/", false),
+            ("a/./b", false),
+            ("a/../b", false),
+            ("..", false),
+            ("tab\there", false),
+            ("nul\0", false),
+            (&long, false),
+        ];
+        for (key, ok) in cases {
+            assert_eq!(validate_client_key(key).is_ok(), ok, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn templates() {
+        let inputs = KeyInputs {
+            tenant: "acme",
+            filename: "../../etc/passwd",
+            now: time::macros::datetime!(2026-11-22 13:04 UTC),
+            uuid: uuid::Uuid::from_u128(0x1234),
+        };
+        let t = KeyTemplate::parse("{tenant}/{yyyy}/{mm}/{dd}/{uuid}/{filename}").unwrap();
+        assert_eq!(
+            t.render(&inputs),
+            "acme/2026/11/22/00000000000000000000000000001234/passwd"
+        );
+        let sharded = t.clone().with_shard_prefix(true).render(&inputs);
+        assert_eq!(
+            sharded.len(),
+            "acme/2026/11/22/00000000000000000000000000001234/passwd".len() + 5
+        );
+        assert!(validate_client_key(&sharded).is_ok());
+        for bad in ["{tenant}/{filename}", "{uuid}/{nope}", "{uuid"] {
+            assert!(KeyTemplate::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(sanitize_segment("..", "file"), "file");
+        assert_eq!(sanitize_segment("a\nb.txt", "file"), "a_b.txt");
+        assert_eq!(sanitize_segment("C:\\x\\y.png", "file"), "y.png");
+    }
+}

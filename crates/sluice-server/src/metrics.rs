@@ -1,0 +1,223 @@
+//! Every metric the gateway exports, in one place (names documented in
+//! docs/METRICS.md), rendered in the Prometheus text format at `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sluice_upload::Engine;
+
+/// Labels of store request metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    pub operation: &'static str,
+    /// `ok` or the error kind (`throttled`, `no_such_key`, `transport`, ...).
+    pub status: &'static str,
+}
+
+/// How an upload ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+/// The gateway's metrics. Cheap to clone; clones share the values.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    uploads_started: Counter,
+    uploads_ended: Family<OutcomeLabels, Counter>,
+    bytes_received: Counter,
+    upload_seconds: Histogram,
+    uploads_in_flight: Gauge,
+    memory_in_use: Gauge,
+    memory_limit: Gauge,
+    queue_length: Gauge,
+    rejections: Counter,
+    store_requests: Family<StoreLabels, Counter>,
+    store_throttled: Counter,
+    retries: Counter,
+    retries_seen: AtomicU64,
+    part_seconds: Histogram,
+    engine: Mutex<Option<Engine>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let inner = Inner {
+            uploads_started: Counter::default(),
+            uploads_ended: Family::default(),
+            bytes_received: Counter::default(),
+            upload_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 18)),
+            uploads_in_flight: Gauge::default(),
+            memory_in_use: Gauge::default(),
+            memory_limit: Gauge::default(),
+            queue_length: Gauge::default(),
+            rejections: Counter::default(),
+            store_requests: Family::default(),
+            store_throttled: Counter::default(),
+            retries: Counter::default(),
+            retries_seen: AtomicU64::new(0),
+            part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            engine: Mutex::new(None),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "sluice_uploads_started",
+            "Uploads accepted and started",
+            inner.uploads_started.clone(),
+        );
+        registry.register(
+            "sluice_uploads_ended",
+            "Uploads that ended, by outcome: completed, failed (client or store error) or aborted (client gone, shutdown)",
+            inner.uploads_ended.clone(),
+        );
+        registry.register(
+            "sluice_received_bytes",
+            "Request body bytes received for uploads",
+            inner.bytes_received.clone(),
+        );
+        registry.register(
+            "sluice_upload_duration_seconds",
+            "Time from admission to the stored object",
+            inner.upload_seconds.clone(),
+        );
+        registry.register(
+            "sluice_uploads_in_flight",
+            "Uploads streaming now",
+            inner.uploads_in_flight.clone(),
+        );
+        registry.register(
+            "sluice_memory_budget_in_use_bytes",
+            "Bytes of the engine's memory budget reserved",
+            inner.memory_in_use.clone(),
+        );
+        registry.register(
+            "sluice_memory_budget_bytes",
+            "Size of the engine's memory budget",
+            inner.memory_limit.clone(),
+        );
+        registry.register(
+            "sluice_admission_queue_length",
+            "Uploads waiting for a slot",
+            inner.queue_length.clone(),
+        );
+        registry.register(
+            "sluice_admission_rejections",
+            "Uploads answered 503 because the queue was full or the wait too long",
+            inner.rejections.clone(),
+        );
+        registry.register(
+            "sluice_store_requests",
+            "Requests to the store, by operation and status",
+            inner.store_requests.clone(),
+        );
+        registry.register(
+            "sluice_store_throttled",
+            "503 SlowDown answers from the store",
+            inner.store_throttled.clone(),
+        );
+        registry.register(
+            "sluice_store_retries",
+            "Store requests sent again after a transient failure",
+            inner.retries.clone(),
+        );
+        registry.register(
+            "sluice_part_upload_duration_seconds",
+            "Latency of UploadPart requests",
+            inner.part_seconds.clone(),
+        );
+        let inner = Inner { registry, ..inner };
+        Metrics {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Lets `/metrics` read the engine's memory budget and retry counters.
+    pub fn observe_engine(&self, engine: &Engine) {
+        self.inner
+            .memory_limit
+            .set(engine.budget().capacity() as i64);
+        *self.inner.engine.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine.clone());
+    }
+
+    pub fn upload_started(&self) {
+        self.inner.uploads_started.inc();
+        self.inner.uploads_in_flight.inc();
+    }
+
+    /// `outcome` is `completed`, `failed` or `aborted`.
+    pub fn upload_ended(&self, outcome: &'static str, seconds: f64) {
+        self.inner.uploads_in_flight.dec();
+        self.inner
+            .uploads_ended
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        if outcome == "completed" {
+            self.inner.upload_seconds.observe(seconds);
+        }
+    }
+
+    pub fn bytes_received(&self, bytes: u64) {
+        self.inner.bytes_received.inc_by(bytes);
+    }
+
+    pub fn queue_changed(&self, delta: i64) {
+        self.inner.queue_length.inc_by(delta);
+    }
+
+    pub fn rejected(&self) {
+        self.inner.rejections.inc();
+    }
+
+    pub fn store_request(&self, operation: &'static str, status: &'static str, seconds: f64) {
+        self.inner
+            .store_requests
+            .get_or_create(&StoreLabels { operation, status })
+            .inc();
+        if status == "throttled" {
+            self.inner.store_throttled.inc();
+        }
+        if operation == "upload_part" && status == "ok" {
+            self.inner.part_seconds.observe(seconds);
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        if let Some(engine) = self
+            .inner
+            .engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            self.inner
+                .memory_in_use
+                .set(engine.budget().in_use() as i64);
+            let total = engine.stats().retries.load(Ordering::Relaxed);
+            let seen = self.inner.retries_seen.swap(total, Ordering::Relaxed);
+            self.inner.retries.inc_by(total.saturating_sub(seen));
+        }
+        let mut text = String::new();
+        encode(&mut text, &self.inner.registry).expect("writing to a String cannot fail");
+        text
+    }
+}

@@ -1,0 +1,36 @@
+//! Liveness, readiness (the store answers) and the metrics exposition.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready when the store answers a HEAD of a key that does not exist.
+pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    match state.store.head_object(".sluice-readyz-probe").await {
+        Ok(_) => Ok("ready\n"),
+        Err(e) if e.is_not_found() => Ok("ready\n"),
+        Err(e) => Err(ApiError::Store(e)),
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::BadRequest("no such route (see /v1/objects)".into())
+}

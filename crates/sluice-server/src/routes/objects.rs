@@ -1,0 +1,354 @@
+//! Object routes: streamed PUT through the engine, GET with Range, HEAD, DELETE
+//! and listing.
+
+use std::io;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use sluice_store::{ByteRange, Metadata, ObjectMeta, WriteCondition};
+use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
+
+use crate::body::limited_stream;
+use crate::error::ApiError;
+use crate::keys::validate_client_key;
+use crate::AppState;
+
+/// The answer to a completed upload.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UploadResponse {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub checksum: Option<String>,
+    pub parts: u32,
+    pub seconds: f64,
+}
+
+impl UploadResponse {
+    pub fn new(outcome: UploadOutcome, seconds: f64) -> Self {
+        UploadResponse {
+            key: outcome.key,
+            size: outcome.size,
+            etag: outcome.etag,
+            checksum: outcome.checksum.map(|c| c.to_string()),
+            parts: outcome.parts,
+            seconds,
+        }
+    }
+}
+
+/// Largest total of user metadata, as S3 allows.
+const MAX_METADATA_BYTES: usize = 2048;
+const META_PREFIX: &str = "x-sluice-meta-";
+
+pub async fn put_object(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
+    validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    let length = content_length(&headers)?;
+    if let (Some(length), Some(limit)) = (length, state.config.max_upload_size) {
+        if length > limit {
+            return Err(ApiError::TooLarge { limit });
+        }
+    }
+    let condition = match headers.get(header::IF_NONE_MATCH).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok("*")) => Some(WriteCondition::IfNoneMatch),
+        Some(_) => {
+            return Err(ApiError::BadRequest(
+                "only If-None-Match: * is supported on PUT".into(),
+            ))
+        }
+    };
+    let content_type = match headers.get(header::CONTENT_TYPE) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::BadRequest("Content-Type is not visible ASCII".into()))?
+                .to_string(),
+        ),
+    };
+    let metadata = metadata_from(&headers)?;
+    let request = UploadRequest {
+        key,
+        content_type,
+        metadata,
+        progress: None,
+        condition,
+    };
+    let _slot = state.admission.admit().await?;
+    let stream = limited_stream(
+        body,
+        state.config.max_upload_size,
+        state.config.limits.body_idle_timeout,
+        state.metrics.clone(),
+    );
+    let response =
+        crate::upload::run(&state, request, UploadSource::Stream { stream, length }).await?;
+    Ok((StatusCode::CREATED, Json(response)))
+}
+
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    match headers.get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::BadRequest("Content-Length is not a number".into())),
+    }
+}
+
+/// `x-sluice-meta-NAME: value` headers as object metadata.
+fn metadata_from(headers: &HeaderMap) -> Result<Metadata, ApiError> {
+    let mut metadata = Metadata::new();
+    let mut total = 0;
+    for (name, value) in headers {
+        let Some(field) = name.as_str().strip_prefix(META_PREFIX) else {
+            continue;
+        };
+        if field.is_empty() {
+            return Err(ApiError::BadRequest(
+                "a metadata header needs a name after x-sluice-meta-".into(),
+            ));
+        }
+        let value = value.to_str().map_err(|_| {
+            ApiError::BadRequest(format!("metadata {field:?} is not visible ASCII"))
+        })?;
+        total += field.len() + value.len();
+        metadata.insert(field.to_string(), value.to_string());
+    }
+    if total > MAX_METADATA_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "metadata is {total} bytes; at most {MAX_METADATA_BYTES} are allowed"
+        )));
+    }
+    Ok(metadata)
+}
+
+/// A parsed single `Range: bytes=…` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeSpec {
+    /// `bytes=a-b` (inclusive) or `bytes=a-`.
+    From { start: u64, last: Option<u64> },
+    /// `bytes=-n`: the last n bytes.
+    Suffix(u64),
+}
+
+/// Parses a single byte range; anything else (several ranges, other units,
+/// nonsense) is ignored and the whole object is sent, as RFC 9110 allows.
+fn parse_range(value: &str) -> Option<RangeSpec> {
+    let spec = value.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let (first, last) = (first.trim(), last.trim());
+    if first.is_empty() {
+        return last.parse().ok().map(RangeSpec::Suffix);
+    }
+    let start = first.parse().ok()?;
+    let last = if last.is_empty() {
+        None
+    } else {
+        Some(last.parse().ok()?)
+    };
+    if matches!(last, Some(l) if l < start) {
+        return None;
+    }
+    Some(RangeSpec::From { start, last })
+}
+
+pub async fn get_object(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    let spec = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_range);
+    let range = match spec {
+        None => None,
+        Some(RangeSpec::From { start, last }) => Some(ByteRange {
+            start,
+            end: last.map(|l| l + 1),
+        }),
+        Some(RangeSpec::Suffix(n)) => {
+            let size = state.store.head_object(&key).await?.size;
+            if n == 0 {
+                return Err(ApiError::RangeNotSatisfiable { size });
+            }
+            Some(ByteRange::from(size.saturating_sub(n)))
+        }
+    };
+    let output = match state.store.get_object(&key, range).await {
+        Err(sluice_store::StoreError::InvalidRange) => {
+            let size = state.store.head_object(&key).await?.size;
+            return Err(ApiError::RangeNotSatisfiable { size });
+        }
+        other => other?,
+    };
+    let (start, end) = output.range;
+    let mut response = Response::new(Body::from_stream(output.body.map_err(io::Error::other)));
+    *response.status_mut() = if range.is_some() {
+        StatusCode::PARTIAL_CONTENT
+    } else {
+        StatusCode::OK
+    };
+    object_headers(response.headers_mut(), &output.meta, end - start);
+    if range.is_some() {
+        let value = format!(
+            "bytes {start}-{}/{}",
+            end.saturating_sub(1),
+            output.meta.size
+        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_RANGE, header_value(&value));
+    }
+    Ok(response)
+}
+
+pub async fn head_object(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    let meta = state.store.head_object(&key).await?;
+    let mut response = StatusCode::OK.into_response();
+    object_headers(response.headers_mut(), &meta, meta.size);
+    Ok(response)
+}
+
+pub async fn delete_object(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    state.store.delete_object(&key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn header_value(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+fn object_headers(headers: &mut HeaderMap, meta: &ObjectMeta, length: u64) {
+    let content_type = meta
+        .content_type
+        .as_deref()
+        .unwrap_or("application/octet-stream");
+    headers.insert(header::CONTENT_TYPE, header_value(content_type));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    headers.insert(header::ETAG, header_value(&meta.etag));
+    headers.insert(
+        header::LAST_MODIFIED,
+        header_value(&httpdate::fmt_http_date(meta.last_modified)),
+    );
+    if let Some(checksum) = meta.checksum {
+        headers.insert(
+            HeaderName::from_static("x-sluice-checksum"),
+            header_value(&checksum.to_string()),
+        );
+    }
+    for (name, value) in &meta.metadata {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(format!("{META_PREFIX}{name}")),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ListResponse {
+    pub objects: Vec<ListEntry>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ListEntry {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified: String,
+}
+
+pub async fn list_objects(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ListResponse>, ApiError> {
+    let Query(query) =
+        query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::BadRequest("limit must be within 1..=1000".into()));
+    }
+    let page = state
+        .store
+        .list_objects(&query.prefix, query.cursor.as_deref(), limit)
+        .await?;
+    Ok(Json(ListResponse {
+        objects: page
+            .objects
+            .into_iter()
+            .map(|o| ListEntry {
+                key: o.key,
+                size: o.size,
+                etag: o.etag,
+                last_modified: httpdate::fmt_http_date(o.last_modified),
+            })
+            .collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Seconds since `started`, for responses.
+pub fn seconds_since(started: Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_table() {
+        let from = |start, last| Some(RangeSpec::From { start, last });
+        let cases = [
+            ("bytes=0-9", from(0, Some(9))),
+            ("bytes=10-", from(10, None)),
+            ("bytes=-5", Some(RangeSpec::Suffix(5))),
+            ("bytes=5-3", None),
+            ("bytes=0-1,4-5", None),
+            ("items=0-1", None),
+            ("bytes=a-b", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_range(text), expected, "{text}");
+        }
+    }
+}

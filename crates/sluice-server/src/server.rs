@@ -1,0 +1,81 @@
+//! The listener: accepts connections (HTTP/1.1 and HTTP/2), applies the header
+//! read timeout, and on shutdown stops accepting, lets in-flight requests finish
+//! within the grace period, then drops the rest (their multipart uploads are
+//! aborted) and waits for those aborts.
+
+use std::future::Future;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::AppState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the listener failed")]
+    Listener(#[source] std::io::Error),
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let router = state.router();
+    let limits = state.config.limits.clone();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off, keep serving.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(router.clone());
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                let connection = graceful.watch(connection);
+                connections.spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%peer, %error, "connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    state.admission.close();
+    tracing::info!(
+        in_flight = connections.len(),
+        grace_s = limits.shutdown_grace.as_secs(),
+        "shutting down"
+    );
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace expired; aborting the uploads still running");
+    }
+    connections.shutdown().await;
+    state.engine.finish_aborts().await;
+    Ok(())
+}
