@@ -16,6 +16,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("no object at this key")]
     NotFound,
+    #[error("no such route (the API lives under /v1/objects)")]
+    NoRoute,
     #[error("the object already exists or changed (precondition failed)")]
     PreconditionFailed,
     #[error("the upload is larger than the limit of {limit} bytes")]
@@ -41,7 +43,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidKey(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
             ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -62,6 +64,7 @@ impl ApiError {
             ApiError::InvalidKey(_) => "invalid_key",
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotFound => "not_found",
+            ApiError::NoRoute => "no_route",
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",

@@ -32,5 +32,5 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError::BadRequest("no such route (see /v1/objects)".into())
+    ApiError::NoRoute
 }

@@ -1,0 +1,496 @@
+//! Route tests without a socket (`Router::oneshot`): every error path answers with
+//! its status, stable code and JSON body, and stores nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use sluice_server::{AppState, ServerConfig};
+use sluice_store::ObjectStore;
+use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+use tower::ServiceExt;
+
+fn config() -> ServerConfig {
+    let mut config = ServerConfig::default();
+    config.max_upload_size = Some(40 * 1024 * 1024);
+    config.engine.part_size = 5 * 1024 * 1024;
+    config.engine.threshold = 5 * 1024 * 1024;
+    config.key_template = "{tenant}/{uuid}/{filename}".into();
+    config
+}
+
+fn state_on(store: Arc<dyn ObjectStore>, config: ServerConfig) -> AppState {
+    AppState::new(config, store).unwrap()
+}
+
+async fn send(
+    state: &AppState,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Bytes) {
+    let response: Response = state.router().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    (
+        parts.status,
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+fn error_code(body: &Bytes) -> String {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).unwrap_or_else(|_| panic!("not JSON: {body:?}"));
+    value["error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn request(method: &str, uri: &str) -> axum::http::request::Builder {
+    Request::builder().method(method).uri(uri)
+}
+
+#[tokio::test]
+async fn error_paths_table() {
+    let memory = MemoryStore::new();
+    let state = state_on(Arc::new(memory.clone()), config());
+    memory
+        .put_object(sluice_store::PutRequest::new(
+            "exists",
+            Bytes::from_static(b"0123456789"),
+        ))
+        .await
+        .unwrap();
+    let long_key = format!("/v1/objects/{}", "k".repeat(1025));
+    let big_meta = "m".repeat(3000);
+    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+        (
+            request("PUT", "/v1/objects/a/../b")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("PUT", "/v1/objects/a/./b")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("PUT", "/v1/objects/a//b")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("PUT", "/v1/objects/tab%09key")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("PUT", "/v1/objects/bad%FFutf8")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "",
+        ),
+        (
+            request("PUT", &long_key).body(Body::from("x")).unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("PUT", "/v1/objects/exists")
+                .header(header::IF_NONE_MATCH, "*")
+                .body(Body::from("new"))
+                .unwrap(),
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+        ),
+        (
+            request("PUT", "/v1/objects/k")
+                .header(header::IF_NONE_MATCH, "\"abc\"")
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("PUT", "/v1/objects/k")
+                .header(header::CONTENT_LENGTH, "41943041")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+        ),
+        (
+            request("PUT", "/v1/objects/k")
+                .header(header::CONTENT_LENGTH, "many")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("PUT", "/v1/objects/k")
+                .header("x-sluice-meta-big", big_meta.as_str())
+                .body(Body::from("x"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("GET", "/v1/objects/missing")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            request("GET", "/v1/objects/exists")
+                .header(header::RANGE, "bytes=10-")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "range_not_satisfiable",
+        ),
+        (
+            request("GET", "/v1/objects/..")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("DELETE", "/v1/objects/a/../b")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
+        (
+            request("GET", "/v1/objects?limit=0")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("GET", "/v1/objects?colour=red")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("POST", "/v1/objects")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from("{}"))
+                .unwrap(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            request("POST", "/v1/objects")
+                .header(header::CONTENT_TYPE, "multipart/form-data; boundary=XX")
+                .body(Body::from(
+                    "--XX\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nvalue\r\n--XX--\r\n",
+                ))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("POST", "/v1/objects")
+                .header(header::CONTENT_TYPE, "multipart/form-data; boundary=XX")
+                .body(Body::from("garbage without boundaries"))
+                .unwrap(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            request("GET", "/v2/nothing").body(Body::empty()).unwrap(),
+            StatusCode::NOT_FOUND,
+            "no_route",
+        ),
+    ];
+    for (request, status, code) in cases {
+        let label = format!("{} {}", request.method(), request.uri());
+        let (got, _, body) = send(&state, request).await;
+        assert_eq!(got, status, "{label}: {body:?}");
+        if !code.is_empty() {
+            assert_eq!(error_code(&body), code, "{label}");
+        }
+    }
+    let page = memory.list_objects("", None, 100).await.unwrap();
+    assert_eq!(
+        page.objects
+            .iter()
+            .map(|o| o.key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["exists"],
+        "nothing else stored"
+    );
+    assert_eq!(memory.object("exists").as_deref(), Some(&b"0123456789"[..]));
+}
+
+#[tokio::test]
+async fn chunked_body_over_the_limit_is_refused_and_aborted() {
+    let memory = MemoryStore::new();
+    let mut config = config();
+    config.max_upload_size = Some(12 * 1024 * 1024);
+    let state = state_on(Arc::new(memory.clone()), config);
+    // 20 MiB without Content-Length: refused once the limit is passed.
+    let chunks = (0..20).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![7u8; 1024 * 1024])));
+    let body = Body::from_stream(futures::stream::iter(chunks));
+    let (status, _, body) = send(
+        &state,
+        request("PUT", "/v1/objects/big").body(body).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_code(&body), "too_large");
+    assert!(memory.object("big").is_none());
+    assert_eq!((memory.open_uploads(), memory.stored_parts()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stalled_body_times_out_and_stores_nothing() {
+    let memory = MemoryStore::new();
+    let mut config = config();
+    config.limits.body_idle_timeout = Duration::from_secs(5);
+    let state = state_on(Arc::new(memory.clone()), config);
+    let stalled = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"start"))])
+        .chain(futures::stream::pending());
+    let (status, _, body) = send(
+        &state,
+        request("PUT", "/v1/objects/slow")
+            .body(Body::from_stream(stalled))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(error_code(&body), "body_timeout");
+    assert!(memory.object("slow").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn overload_answers_503_with_retry_after() {
+    let memory = MemoryStore::new();
+    let mut config = config();
+    config.limits.max_concurrent_uploads = 1;
+    config.limits.queue_length = 1;
+    config.limits.queue_timeout = Duration::from_secs(2);
+    config.limits.retry_after_seconds = 3;
+    config.limits.body_idle_timeout = Duration::from_secs(3600);
+    let state = state_on(Arc::new(memory.clone()), config);
+    // One upload holds the only slot with a body that never ends.
+    let (_tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let hold = Body::from_stream(futures::stream::poll_fn({
+        let mut rx = rx;
+        move |cx| rx.poll_recv(cx)
+    }));
+    let holder = tokio::spawn({
+        let state = state.clone();
+        async move {
+            send(
+                &state,
+                request("PUT", "/v1/objects/held").body(hold).unwrap(),
+            )
+            .await
+        }
+    });
+    tokio::task::yield_now().await;
+    // The next waits in the queue until its deadline; a third finds the queue full.
+    let queued = tokio::spawn({
+        let state = state.clone();
+        async move {
+            send(
+                &state,
+                request("PUT", "/v1/objects/queued")
+                    .body(Body::from("q"))
+                    .unwrap(),
+            )
+            .await
+        }
+    });
+    tokio::task::yield_now().await;
+    let (status, headers, body) = send(
+        &state,
+        request("PUT", "/v1/objects/third")
+            .body(Body::from("t"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(error_code(&body), "overloaded");
+    assert_eq!(headers.get(header::RETRY_AFTER).unwrap(), "3");
+    let (status, headers, _) = queued.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers.get(header::RETRY_AFTER).unwrap(), "3");
+    holder.abort();
+    let metrics = send(
+        &state,
+        request("GET", "/metrics").body(Body::empty()).unwrap(),
+    )
+    .await
+    .2;
+    let text = String::from_utf8_lossy(&metrics);
+    assert!(
+        text.contains("sluice_admission_rejections_total 2"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn store_failures_stay_generic() {
+    let denied =
+        FaultyStore::new(Arc::new(MemoryStore::new())).inject(Op::Put, None, None, Fault::Denied);
+    let state = state_on(Arc::new(denied), config());
+    let (status, headers, body) = send(
+        &state,
+        request("PUT", "/v1/objects/k")
+            .body(Body::from("x"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(error_code(&body), "store_error");
+    assert!(headers.get(header::RETRY_AFTER).is_none());
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        !text.contains("injected") && !text.contains("denied"),
+        "internal detail leaked: {text}"
+    );
+
+    let throttled = FaultyStore::new(Arc::new(MemoryStore::new()))
+        .inject(Op::Put, None, None, Fault::Throttle)
+        .inject(Op::Head, None, None, Fault::ServerError);
+    let state = state_on(Arc::new(throttled), config());
+    let (status, headers, body) = send(
+        &state,
+        request("PUT", "/v1/objects/k")
+            .body(Body::from("x"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(error_code(&body), "store_unavailable");
+    assert!(headers.get(header::RETRY_AFTER).is_some());
+    let (status, _, _) = send(
+        &state,
+        request("GET", "/readyz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _, _) = send(
+        &state,
+        request("GET", "/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn put_get_form_list_and_delete() {
+    let memory = MemoryStore::new();
+    let state = state_on(Arc::new(memory.clone()), config());
+    let data = sluice_testkit::test_data(7 * 1024 * 1024, 1);
+    let put = request("PUT", "/v1/objects/dir/file.bin")
+        .header(header::CONTENT_TYPE, "application/x-test")
+        .header("x-sluice-meta-origin", "routes")
+        .body(Body::from(data.clone()))
+        .unwrap();
+    let (status, _, body) = send(&state, put).await;
+    assert_eq!(status, StatusCode::CREATED, "{body:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["key"], "dir/file.bin");
+    assert_eq!(answer["size"], data.len());
+    assert_eq!(answer["parts"], 2);
+    assert_eq!(
+        answer["checksum"],
+        sluice_store::ChecksumAlgorithm::Crc32c
+            .checksum(&data)
+            .to_string()
+    );
+
+    let (status, headers, body) = send(
+        &state,
+        request("GET", "/v1/objects/dir/file.bin")
+            .header(header::RANGE, "bytes=-4")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(&body[..], &data[data.len() - 4..]);
+    assert_eq!(
+        headers.get(header::CONTENT_TYPE).unwrap(),
+        "application/x-test"
+    );
+    assert_eq!(headers.get("x-sluice-meta-origin").unwrap(), "routes");
+    assert!(headers.get(header::ETAG).is_some() && headers.get(header::LAST_MODIFIED).is_some());
+
+    let form = "--B\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n\
+--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a.txt\"\r\nContent-Type: text/plain\r\n\r\nfirst file\r\n\
+--B\r\nContent-Disposition: form-data; name=\"g\"; filename=\"../b.txt\"\r\n\r\nsecond\r\n--B--\r\n";
+    let post = request("POST", "/v1/objects")
+        .header(header::CONTENT_TYPE, "multipart/form-data; boundary=B")
+        .header("x-sluice-tenant", "acme")
+        .body(Body::from(form))
+        .unwrap();
+    let (status, _, body) = send(&state, post).await;
+    assert_eq!(status, StatusCode::CREATED, "{body:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let keys: Vec<&str> = answer["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2);
+    assert!(
+        keys[0].starts_with("acme/") && keys[0].ends_with("/a.txt"),
+        "{keys:?}"
+    );
+    assert!(keys[1].ends_with("/b.txt"), "{keys:?}");
+    assert_eq!(memory.object(keys[0]).as_deref(), Some(&b"first file"[..]));
+
+    let (status, _, body) = send(
+        &state,
+        request("GET", "/v1/objects?prefix=acme/&limit=1")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(page["objects"].as_array().unwrap().len(), 1);
+    assert!(page["next_cursor"].is_string());
+
+    let (status, _, _) = send(
+        &state,
+        request("DELETE", "/v1/objects/dir/file.bin")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = send(
+        &state,
+        request("HEAD", "/v1/objects/dir/file.bin")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
