@@ -98,12 +98,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("the listener has no address")?;
     let state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
-    println!("sluice serve: listening on http://{address} (store: {description})");
-    println!("  upload:   curl -T FILE http://{address}/v1/objects/KEY");
-    println!("  download: curl http://{address}/v1/objects/KEY");
+    say(&format!(
+        "sluice serve: listening on http://{address} (store: {description})\n  \
+         upload:   curl -T FILE http://{address}/v1/objects/KEY\n  \
+         download: curl http://{address}/v1/objects/KEY"
+    ));
     sluice_server::serve(state, listener, shutdown_signal()).await?;
-    println!("sluice serve: stopped");
+    say("sluice serve: stopped");
     Ok(())
+}
+
+/// Prints a line to standard output; a closed stdout must not stop the server.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -126,7 +126,15 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let message = if status.is_server_error() {
             let detail = error_chain(&self);
-            tracing::error!(code = self.code(), %status, error = %detail, "request failed");
+            match &self {
+                // Expected under load: worth a warning, not an error.
+                ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
+                    tracing::warn!(code = self.code(), %status, "request refused")
+                }
+                _ => {
+                    tracing::error!(code = self.code(), %status, error = %detail, "request failed")
+                }
+            }
             match &self {
                 ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => self.to_string(),
                 _ => "the request could not be completed; try again later".to_string(),

@@ -1,0 +1,297 @@
+//! End-to-end tests of `sluice serve`: the built binary in front of the MinIO that
+//! scripts/test.sh starts, driven over HTTP on loopback.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_store::{ChecksumAlgorithm, ObjectStore};
+use sluice_testkit::{minio, test_data};
+
+/// A running gateway; killed when dropped.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sluice serve` on a free port against `s3://sluice-test/<prefix>`.
+fn start(endpoint: &str, prefix: &str, extra: &[&str]) -> Gateway {
+    let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--endpoint",
+            endpoint,
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice serve");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_string();
+    Gateway { child, url }
+}
+
+async fn setup(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
+    let endpoint = minio::endpoint(test)?;
+    let prefix = minio::unique_prefix(test);
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.clone());
+    config.prefix = prefix.clone();
+    let store = sluice_store::s3::S3Store::connect(config).await;
+    store.ensure_bucket().await.unwrap();
+    Some((endpoint, prefix, store))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mixed_uploads_and_ranged_get() {
+    let Some((endpoint, prefix, store)) = setup("serve_mixed").await else {
+        return;
+    };
+    let gateway = start(&endpoint, &prefix, &[]);
+    let client = reqwest::Client::new();
+    let sizes = [
+        0usize,
+        1,
+        10_000,
+        5 * 1024 * 1024,
+        17 * 1024 * 1024 + 3,
+        40 * 1024 * 1024,
+    ];
+    let uploads = sizes.iter().enumerate().map(|(i, &size)| {
+        let (client, url) = (client.clone(), gateway.url.clone());
+        async move {
+            let data = Bytes::from(test_data(size, i as u64));
+            let answer: serde_json::Value = client
+                .put(format!("{url}/v1/objects/mixed/{i}"))
+                .body(data.clone())
+                .send()
+                .await
+                .unwrap()
+                .error_for_status()
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(answer["size"], size);
+            assert_eq!(
+                answer["checksum"],
+                ChecksumAlgorithm::Crc32c.checksum(&data).to_string()
+            );
+            let back = client
+                .get(format!("{url}/v1/objects/mixed/{i}"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            assert!(back == data, "object {i} differs");
+        }
+    });
+    futures::future::join_all(uploads).await;
+
+    let response = client
+        .get(format!("{}/v1/objects/mixed/5", gateway.url))
+        .header("Range", "bytes=1000-1999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(
+        response.headers()["content-range"],
+        format!("bytes 1000-1999/{}", 40 * 1024 * 1024)
+    );
+    let expected = test_data(40 * 1024 * 1024, 5);
+    assert_eq!(&response.bytes().await.unwrap()[..], &expected[1000..2000]);
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn form_post_of_several_files() {
+    let Some((endpoint, prefix, store)) = setup("serve_form").await else {
+        return;
+    };
+    let gateway = start(
+        &endpoint,
+        &prefix,
+        &["--key-template", "{tenant}/{uuid}/{filename}"],
+    );
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("small.txt".into(), b"small file".to_vec()),
+        ("big.bin".into(), test_data(20 * 1024 * 1024, 9)),
+        ("empty".into(), Vec::new()),
+    ];
+    let mut form = reqwest::multipart::Form::new().text("comment", "not a file");
+    for (name, data) in &files {
+        form = form.part(
+            name.clone(),
+            reqwest::multipart::Part::bytes(data.clone()).file_name(name.clone()),
+        );
+    }
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/objects", gateway.url))
+        .header("x-sluice-tenant", "acme")
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let objects = answer["objects"].as_array().unwrap();
+    assert_eq!(objects.len(), 3);
+    for ((name, data), object) in files.iter().zip(objects) {
+        let key = object["key"].as_str().unwrap();
+        assert!(
+            key.starts_with("acme/") && key.ends_with(name.as_str()),
+            "{key}"
+        );
+        let stored: Vec<Bytes> =
+            futures::TryStreamExt::try_collect(store.get_object(key, None).await.unwrap().body)
+                .await
+                .unwrap();
+        assert!(stored.concat() == *data, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_mid_upload_leaves_nothing() {
+    let Some((endpoint, prefix, store)) = setup("serve_disconnect").await else {
+        return;
+    };
+    let gateway = start(&endpoint, &prefix, &[]);
+    let address = gateway.url.trim_start_matches("http://").to_string();
+    // Announce 64 MiB, send 30 MiB (multipart started, parts stored), then vanish.
+    let mut socket = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        socket,
+        "PUT /v1/objects/cut HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n",
+        64 * 1024 * 1024
+    )
+    .unwrap();
+    socket.write_all(&test_data(30 * 1024 * 1024, 3)).unwrap();
+    let mut started = false;
+    for _ in 0..100 {
+        if !store.list_multipart_uploads("").await.unwrap().is_empty() {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started, "the multipart upload never started");
+    drop(socket);
+    let mut clean = false;
+    for _ in 0..100 {
+        if store.list_multipart_uploads("").await.unwrap().is_empty() {
+            clean = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(clean, "a multipart upload was left behind");
+    assert!(store.head_object("cut").await.unwrap_err().is_not_found());
+    let metrics = reqwest::get(format!("{}/metrics", gateway.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluice_uploads_ended_total{outcome=\"failed\"} 1")
+            || metrics.contains("outcome=\"aborted\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_answers_503_with_retry_after() {
+    let Some((endpoint, prefix, _store)) = setup("serve_overload").await else {
+        return;
+    };
+    let gateway = start(
+        &endpoint,
+        &prefix,
+        &["--max-concurrent-uploads", "1", "--queue-length", "0"],
+    );
+    let address = gateway.url.trim_start_matches("http://").to_string();
+    // Hold the only slot with a body that is still arriving.
+    let mut holder = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        holder,
+        "PUT /v1/objects/held HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000\r\n\r\nstart"
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/objects/other", gateway.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "overloaded");
+    drop(holder);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_lets_in_flight_uploads_finish() {
+    let Some((endpoint, prefix, store)) = setup("serve_shutdown").await else {
+        return;
+    };
+    let gateway = start(&endpoint, &prefix, &["--shutdown-grace", "20s"]);
+    let address = gateway.url.trim_start_matches("http://").to_string();
+    let data = test_data(24 * 1024 * 1024, 4);
+    let mut socket = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        socket,
+        "PUT /v1/objects/graceful HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n",
+        data.len()
+    )
+    .unwrap();
+    socket.write_all(&data[..10 * 1024 * 1024]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SIGTERM while the upload is in flight, then send the rest.
+    assert!(Command::new("kill")
+        .args(["-TERM", &gateway.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    socket.write_all(&data[10 * 1024 * 1024..]).unwrap();
+    let mut answer = String::new();
+    BufReader::new(&socket).read_line(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let mut gateway = gateway;
+    let status = gateway.child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    let stored: Vec<Bytes> =
+        futures::TryStreamExt::try_collect(store.get_object("graceful", None).await.unwrap().body)
+            .await
+            .unwrap();
+    assert!(stored.concat() == data);
+}
