@@ -16,11 +16,13 @@ use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 use tower::ServiceExt;
 
 fn config() -> ServerConfig {
-    let mut config = ServerConfig::default();
-    config.max_upload_size = Some(40 * 1024 * 1024);
+    let mut config = ServerConfig {
+        max_upload_size: Some(40 * 1024 * 1024),
+        key_template: "{tenant}/{uuid}/{filename}".into(),
+        ..ServerConfig::default()
+    };
     config.engine.part_size = 5 * 1024 * 1024;
     config.engine.threshold = 5 * 1024 * 1024;
-    config.key_template = "{tenant}/{uuid}/{filename}".into();
     config
 }
 
