@@ -13,43 +13,12 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-GIB = 1024 ** 3
-MIB = 1024 ** 2
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start_minio(work):
-    port, console = free_port(), free_port()
-    env = dict(os.environ, MINIO_ROOT_USER="benchadmin", MINIO_ROOT_PASSWORD="benchadmin-secret")
-    log = open(os.path.join(work, "minio.log"), "w")
-    proc = subprocess.Popen(
-        ["minio", "server", os.path.join(work, "data"), "--address", f"127.0.0.1:{port}",
-         "--console-address", f"127.0.0.1:{console}", "--quiet"],
-        env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(url + "/minio/health/live", timeout=1)
-            return proc, url
-        except Exception:
-            time.sleep(0.5)
-    proc.kill()
-    sys.exit("MinIO did not start")
+from benchlib import GIB, MIB, client_env, empty_trash, make_file, start_minio, version
 
 
 def run_measured(argv, env, stdin_file=None):
@@ -75,20 +44,6 @@ def run_measured(argv, env, stdin_file=None):
     return float(wall), float(user) + float(system), int(rss_kib) * 1024
 
 
-def make_file(path, size):
-    """Random content, written by `head` so that this script stays small."""
-    with open(path, "wb") as f:
-        subprocess.run(["head", "-c", str(size), "/dev/urandom"], stdout=f, check=True)
-
-
-def version(argv):
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-    except Exception as e:  # noqa: BLE001
-        return f"unknown ({e})"
-
-
 def main():
     # A SIGTERM (or Ctrl-C) still stops MinIO and removes the work directory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
@@ -102,9 +57,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="sluice-bench-")
     minio, url = start_minio(work)
-    env = dict(os.environ, AWS_ACCESS_KEY_ID="benchadmin", AWS_SECRET_ACCESS_KEY="benchadmin-secret",
-               AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=os.path.join(work, "none"), AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"))
+    env = client_env(work)
     sluice = os.path.abspath(args.sluice)
     bucket = "bench"
     subprocess.run(["s5cmd", "--endpoint-url", url, "mb", f"s3://{bucket}"], env=env, check=True,
@@ -143,9 +96,7 @@ def main():
                           f"{cpu / (size / GIB):6.2f} CPU-s/GiB {rss / MIB:7.1f} MiB RSS", flush=True)
                     subprocess.run(["s5cmd", "--endpoint-url", url, "rm", f"s3://{bucket}/{key}"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-                    # MinIO moves deleted data to a trash directory it empties lazily;
-                    # empty it now so that the disk does not fill up during the run.
-                    shutil.rmtree(os.path.join(work, "data", ".minio.sys", "tmp", ".trash"), ignore_errors=True)
+                    empty_trash(work)
     finally:
         minio.terminate()
         minio.wait()

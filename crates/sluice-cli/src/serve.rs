@@ -91,7 +91,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
     let store = open_store(&config).await?;
     let description = store.describe();
-    let listener = tokio::net::TcpListener::bind(config.listen)
+    let listener = sluice_server::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener

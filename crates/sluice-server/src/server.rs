@@ -20,6 +20,22 @@ pub enum ServeError {
     Listener(#[source] std::io::Error),
 }
 
+/// Connections the kernel may queue before they are accepted (capped by
+/// `net.core.somaxconn`): a storm of simultaneous uploads must not overflow it.
+const LISTEN_BACKLOG: u32 = 8192;
+
+/// Binds a listener with a deep accept backlog.
+pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then drains.
 pub async fn serve(
     state: AppState,

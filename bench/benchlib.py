@@ -1,0 +1,102 @@
+"""Shared pieces of the benchmark drivers: free ports, a MinIO on loopback, test
+files, tool versions, and per-process CPU / RSS / disk counters from /proc."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+MINIO_USER, MINIO_SECRET = "benchadmin", "benchadmin-secret"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for_port(port, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"nothing listens on port {port}")
+
+
+def start_minio(work):
+    """Starts MinIO with its data under `work`; returns (process, url)."""
+    port, console = free_port(), free_port()
+    env = dict(os.environ, MINIO_ROOT_USER=MINIO_USER, MINIO_ROOT_PASSWORD=MINIO_SECRET)
+    log = open(os.path.join(work, "minio.log"), "w")
+    proc = subprocess.Popen(
+        ["minio", "server", os.path.join(work, "data"), "--address", f"127.0.0.1:{port}",
+         "--console-address", f"127.0.0.1:{console}", "--quiet"],
+        env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(url + "/minio/health/live", timeout=1)
+            return proc, url
+        except Exception:  # noqa: BLE001
+            time.sleep(0.5)
+    proc.kill()
+    sys.exit("MinIO did not start")
+
+
+def client_env(work):
+    """Environment for S3 clients of that MinIO, isolated from the machine's AWS setup."""
+    return dict(os.environ, AWS_ACCESS_KEY_ID=MINIO_USER, AWS_SECRET_ACCESS_KEY=MINIO_SECRET,
+                AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+                AWS_CONFIG_FILE=os.path.join(work, "none"), AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "none"))
+
+
+def empty_trash(work):
+    """MinIO moves deleted data to a trash directory it empties lazily; empty it now."""
+    import shutil
+    shutil.rmtree(os.path.join(work, "data", ".minio.sys", "tmp", ".trash"), ignore_errors=True)
+
+
+def make_file(path, size):
+    """Random content, written by `head` so that the driver stays small."""
+    with open(path, "wb") as f:
+        subprocess.run(["head", "-c", str(size), "/dev/urandom"], stdout=f, check=True)
+
+
+def version(argv):
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except Exception as e:  # noqa: BLE001
+        return f"unknown ({e})"
+
+
+class ProcStats:
+    """CPU seconds (user + sys), peak RSS and bytes written to storage of a process."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def cpu(self):
+        fields = open(f"/proc/{self.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss(self):
+        for line in open(f"/proc/{self.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def disk_writes(self):
+        for line in open(f"/proc/{self.pid}/io"):
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+        return 0

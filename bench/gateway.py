@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Gateway benchmark: `sluice serve` against tusd (S3 store), both in front of one
+MinIO on loopback, in one run.
+
+1. Relayed uploads (curl -> gateway -> MinIO) of 1 GiB and 4 GiB files: MiB/s seen
+   by curl, gateway CPU-seconds per GiB, gateway peak RSS, bytes the gateway wrote
+   to local disk (/proc/PID/io write_bytes). A fresh gateway process per run.
+2. Storms: N simultaneous 10 KiB uploads, all started at once (closed model, see
+   storm.py; 503 + Retry-After is retried and counts only if it then succeeds):
+   success rate, uploads/s, p50/p99/max latency, gateway peak RSS; and warp's direct
+   10 KiB PUT rate against the same MinIO as the ceiling."""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, empty_trash, free_port,
+                      make_file, start_minio, version, wait_for_port)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start_gateway(tool, args, minio_url, env, work):
+    port = free_port()
+    log = open(os.path.join(work, f"{tool}.log"), "a")
+    if tool == "sluice":
+        argv = [args.sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", "s3://gw-sluice",
+                "--endpoint", minio_url]
+    else:
+        argv = ["tusd", "-host", "127.0.0.1", "-port", str(port), "-s3-bucket", "gw-tusd",
+                "-s3-endpoint", minio_url, "-upload-dir", os.path.join(work, "tusd-uploads")]
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=work)
+    wait_for_port(port)
+    return proc, port
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def relay(tool, port, path, size):
+    """One streamed upload by curl (from standard input with a Content-Length, so that
+    curl never appends the file name to the URL); returns its wall seconds."""
+    common = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "-T", "-",
+              "-H", f"Content-Length: {size}"]
+    if tool == "sluice":
+        argv = common + [f"http://127.0.0.1:{port}/v1/objects/relay/{os.path.basename(path)}"]
+    else:
+        argv = common + ["-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", f"Upload-Length: {size}",
+                         "-H", "Content-Type: application/offset+octet-stream", f"http://127.0.0.1:{port}/files/"]
+    with open(path, "rb") as body:
+        out = subprocess.run(argv, stdin=body, capture_output=True, text=True)
+    code, seconds = out.stdout.split()
+    if not code.startswith("2"):
+        sys.exit(f"{tool} relay answered {code}: {out.stderr}")
+    return float(seconds)
+
+
+def clear_bucket(bucket, minio_url, env, work):
+    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{bucket}/*"], env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    empty_trash(work)
+
+
+def warp_rate(minio_url, env, seconds, concurrency):
+    host = minio_url.removeprefix("http://")
+    out = subprocess.run(["warp", "put", "--host", host, "--access-key", MINIO_USER, "--secret-key", MINIO_SECRET,
+                          "--obj.size", "10KiB", "--concurrent", str(concurrency), "--duration", f"{seconds}s",
+                          "--bucket", "warp-bench", "--noclear"], env=env, capture_output=True, text=True)
+    rates = re.findall(r"([\d.]+) obj/s", out.stdout + out.stderr)
+    if not rates:
+        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(rates[0])
+
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", default="1,4", help="relay file sizes in GiB")
+    ap.add_argument("--storms", default="1000,10000")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    args.sluice = os.path.abspath(args.sluice)
+
+    work = tempfile.mkdtemp(prefix="sluice-gw-bench-")
+    minio, minio_url = start_minio(work)
+    env = client_env(work)
+    for bucket in ["gw-sluice", "gw-tusd", "warp-bench"]:
+        subprocess.run(["s5cmd", "--endpoint-url", minio_url, "mb", f"s3://{bucket}"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+    tools = ["sluice", "tusd"]
+    relays, storms = [], []
+    warp = None
+    try:
+        files = []
+        for gib in [float(s) for s in args.sizes.split(",") if s]:
+            path = os.path.join(work, f"relay-{gib:g}GiB.bin")
+            make_file(path, int(gib * GIB))
+            files.append((f"{gib:g} GiB", path, int(gib * GIB)))
+        for run in range(args.runs):
+            for label, path, size in files:
+                for tool in (tools if run % 2 == 0 else tools[::-1]):
+                    proc, port = start_gateway(tool, args, minio_url, env, work)
+                    stats = ProcStats(proc.pid)
+                    cpu0, disk0 = stats.cpu(), stats.disk_writes()
+                    seconds = relay(tool, port, path, size)
+                    row = dict(kind="relay", case=label, tool=tool, run=run, bytes=size, seconds=seconds,
+                               mib_s=size / MIB / seconds, cpu_s_per_gib=(stats.cpu() - cpu0) / (size / GIB),
+                               rss=stats.peak_rss(), disk=stats.disk_writes() - disk0)
+                    stop(proc)
+                    relays.append(row)
+                    print(f"  relay run {run + 1} {label:6} {tool:6} {row['mib_s']:7.1f} MiB/s "
+                          f"{row['cpu_s_per_gib']:5.2f} CPU-s/GiB {row['rss'] / MIB:7.1f} MiB RSS "
+                          f"{row['disk'] / MIB:8.1f} MiB to disk", flush=True)
+                    clear_bucket(f"gw-{tool}", minio_url, env, work)
+        for count in [int(c) for c in args.storms.split(",") if c]:
+            for run in range(args.runs):
+                for tool in (tools if run % 2 == 0 else tools[::-1]):
+                    proc, port = start_gateway(tool, args, minio_url, env, work)
+                    stats = ProcStats(proc.pid)
+                    out = subprocess.run([sys.executable, os.path.join(HERE, "storm.py"), "--target", tool,
+                                          "--port", str(port), "--count", str(count), "--run-id", f"{run}-{count}"],
+                                         capture_output=True, text=True)
+                    if out.returncode != 0:
+                        sys.exit(f"storm failed: {out.stderr[-2000:]}")
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
+                    row.update(kind="storm", tool=tool, run=run, rss=stats.peak_rss())
+                    stop(proc)
+                    storms.append(row)
+                    print(f"  storm run {run + 1} {count:6} {tool:6} {row['success_rate'] * 100:6.2f}% ok "
+                          f"{row['uploads_per_s']:7.1f}/s p50 {row['p50_s']}s p99 {row['p99_s']}s max {row['max_s']}s "
+                          f"retried {row['retried_then_ok']} errors {row['errors']} {row['rss'] / MIB:.1f} MiB RSS",
+                          flush=True)
+                    clear_bucket(f"gw-{tool}", minio_url, env, work)
+        warp = warp_rate(minio_url, env, 20, 64)
+        print(f"  warp direct 10 KiB PUT, 64 concurrent: {warp} obj/s", flush=True)
+    finally:
+        minio.terminate()
+        minio.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    med = statistics.median
+    lines = [f"# sluice serve gateway benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+             f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
+             f"sluice: {version([args.sluice, '--version'])} (commit "
+             f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}),"
+             " serve defaults (8 MiB parts, 8 in flight, 256 MiB budget, 256 uploads + queue 4096, store concurrency 128)",
+             f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
+             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
+             f"{args.runs} runs per case, tools alternated, medians; a fresh gateway process per run", "",
+             f"{'relay':8} {'tool':7} {'MiB/s':>8} {'CPU-s/GiB':>10} {'peak RSS':>10} {'to disk':>10} {'MiB/s vs tusd':>14}",
+             "-" * 74]
+    for label, _, _ in files:
+        rows = {t: [r for r in relays if r["case"] == label and r["tool"] == t] for t in tools}
+        base = med(r["mib_s"] for r in rows["tusd"])
+        for tool in tools:
+            rs = rows[tool]
+            rate = med(r["mib_s"] for r in rs)
+            lines.append(f"{label:8} {tool:7} {rate:8.1f} {med(r['cpu_s_per_gib'] for r in rs):10.2f} "
+                         f"{max(r['rss'] for r in rs) / MIB:6.1f} MiB {max(r['disk'] for r in rs) / MIB:6.1f} MiB "
+                         f"{rate / base:13.2f}x")
+    lines += ["", f"{'storm':7} {'tool':7} {'success':>8} {'uploads/s':>10} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
+              f"{'peak RSS':>10} {'vs tusd':>8} {'vs warp':>8}", "-" * 90]
+    for count in sorted({r["count"] for r in storms}):
+        rows = {t: [r for r in storms if r["count"] == count and r["tool"] == t] for t in tools}
+        base = med(r["uploads_per_s"] for r in rows["tusd"])
+        for tool in tools:
+            rs = rows[tool]
+            rate = med(r["uploads_per_s"] for r in rs)
+            lines.append(f"{count:<7} {tool:7} {min(r['success_rate'] for r in rs) * 100:7.2f}% {rate:10.1f} "
+                         f"{med(r['p50_s'] for r in rs):7.2f} {med(r['p99_s'] for r in rs):7.2f} "
+                         f"{max(r['max_s'] or 0 for r in rs):7.2f} {max(r['rss'] for r in rs) / MIB:6.1f} MiB "
+                         f"{rate / base:7.2f}x {(rate / warp if warp else float('nan')):7.2f}x")
+    lines += ["", f"warp direct 10 KiB PUT rate (64 concurrent, 20 s): {warp} obj/s", "", "raw runs (JSON):",
+              json.dumps(relays + storms)]
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
