@@ -8,20 +8,9 @@
 #   bench/gateway.sh [--runs N] [--sizes 1,4] [--storms 1000,10000] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$(go env GOPATH)/bin:$HOME/.cargo/bin:$PATH"
+source bench/peers.sh
+ensure_peers minio s5cmd tusd warp
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-build_module() { # module@version binary [go build flags...]
-  local module=$1 binary=$2; shift 2
-  local dir
-  dir=$(go mod download -json "$module" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
-  rm -rf "/tmp/$binary-src" && cp -r "$dir" "/tmp/$binary-src" && chmod -R u+w "/tmp/$binary-src"
-  (cd "/tmp/$binary-src" && go build "$@" -o "$(go env GOPATH)/bin/$binary" "${BUILD_PATH:-.}")
-}
-command -v minio >/dev/null || go install github.com/minio/minio@latest
-command -v s5cmd >/dev/null || build_module github.com/peak/s5cmd/v2@v2.3.0 s5cmd -mod=mod
-command -v tusd >/dev/null || BUILD_PATH=./cmd/tusd build_module github.com/tus/tusd/v2@v2.10.1 tusd
-command -v warp >/dev/null || GONOSUMDB=github.com/minio/warp build_module github.com/minio/warp@v1.0.0 warp
 cargo build --release -p sluice-cli --quiet
 
 exec python3 bench/gateway.py --sluice target/release/sluice "$@"

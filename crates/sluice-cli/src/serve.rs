@@ -3,14 +3,11 @@
 //! SIGTERM or Ctrl-C.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::Context;
 use sluice_server::config::ChecksumSetting;
 use sluice_server::{AppState, ServerConfig};
-use sluice_store::fs::{FsConfig, FsStore};
-use sluice_store::s3::{S3Config, S3Store};
-use sluice_store::{ObjectStore, StoreLocation};
+use sluice_store::StoreLocation;
 
 use crate::args::{ChecksumChoice, ServeArgs};
 use crate::UsageError;
@@ -69,27 +66,11 @@ fn read_file(path: &Path) -> anyhow::Result<ServerConfig> {
         .map_err(|e| UsageError(format!("config file {}: {e}", path.display())).into())
 }
 
-async fn open_store(config: &ServerConfig) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    match StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))? {
-        StoreLocation::S3 { bucket, rest } => {
-            let mut s3 = S3Config::new(bucket);
-            s3.prefix = rest;
-            s3.endpoint = config.endpoint.clone();
-            s3.region = config.region.clone();
-            Ok(Arc::new(S3Store::connect(s3).await))
-        }
-        StoreLocation::Local(path) => {
-            let store = FsStore::open(FsConfig::new(&path)).with_context(|| {
-                format!("cannot open the directory store at {}", path.display())
-            })?;
-            Ok(Arc::new(store))
-        }
-    }
-}
-
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
-    let store = open_store(&config).await?;
+    let location = StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))?;
+    let store =
+        crate::target::open_store(location, config.endpoint.clone(), config.region.clone()).await?;
     let description = store.describe();
     let listener = sluice_server::bind(config.listen)
         .await

@@ -1,4 +1,4 @@
-//! Resolves the locations on a command line into a store and a key: `s3://bucket/key`
+//! Opens stores, and resolves the locations on a command line into a store and a key: `s3://bucket/key`
 //! opens the S3 backend; a local path opens the directory store rooted at the
 //! path's directory, with the file name as the key.
 
@@ -50,7 +50,7 @@ pub async fn for_put(
             } else {
                 rest
             };
-            Ok(s3_target(bucket, key, transfer).await)
+            s3_target(bucket, key, transfer).await
         }
         StoreLocation::Local(path) => {
             let (root, key) = if path.is_dir() || dest.ends_with('/') {
@@ -58,7 +58,7 @@ pub async fn for_put(
             } else {
                 split_local(&path)?
             };
-            local_target(root, key)
+            local_target(root, key).await
         }
     }
 }
@@ -73,11 +73,11 @@ pub async fn for_get(src: &str, transfer: &TransferArgs) -> Result<Target, anyho
                 ))
                 .into());
             }
-            Ok(s3_target(bucket, rest, transfer).await)
+            s3_target(bucket, rest, transfer).await
         }
         StoreLocation::Local(path) => {
             let (root, key) = split_local(&path)?;
-            local_target(root, key)
+            local_target(root, key).await
         }
     }
 }
@@ -95,25 +95,53 @@ fn split_local(path: &Path) -> Result<(PathBuf, String), UsageError> {
     Ok((root, key))
 }
 
-async fn s3_target(bucket: String, key: String, transfer: &TransferArgs) -> Target {
-    let mut config = S3Config::new(bucket.clone());
-    config.endpoint = transfer.endpoint.clone();
-    config.region = transfer.region.clone();
-    let store = S3Store::connect(config).await;
-    Target {
-        display: format!("s3://{bucket}/{key}"),
-        store: Arc::new(store),
-        key,
+/// Opens the store a location names: a bucket (with `prefix` before every key)
+/// through the AWS chain, or a directory. Shared by the transfer commands and
+/// `sluice serve`.
+pub async fn open_store(
+    location: StoreLocation,
+    endpoint: Option<String>,
+    region: Option<String>,
+) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
+    match location {
+        StoreLocation::S3 { bucket, rest } => {
+            let mut config = S3Config::new(bucket);
+            config.prefix = rest;
+            config.endpoint = endpoint;
+            config.region = region;
+            Ok(Arc::new(S3Store::connect(config).await))
+        }
+        StoreLocation::Local(root) => {
+            let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
+                anyhow::anyhow!("cannot open the directory store at {}: {e}", root.display())
+            })?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
-fn local_target(root: PathBuf, key: String) -> Result<Target, anyhow::Error> {
-    let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
-        anyhow::anyhow!("cannot open the directory store at {}: {e}", root.display())
-    })?;
+async fn s3_target(
+    bucket: String,
+    key: String,
+    transfer: &TransferArgs,
+) -> Result<Target, anyhow::Error> {
+    let location = StoreLocation::S3 {
+        bucket: bucket.clone(),
+        rest: String::new(),
+    };
+    let store = open_store(location, transfer.endpoint.clone(), transfer.region.clone()).await?;
+    Ok(Target {
+        display: format!("s3://{bucket}/{key}"),
+        store,
+        key,
+    })
+}
+
+async fn local_target(root: PathBuf, key: String) -> Result<Target, anyhow::Error> {
+    let store = open_store(StoreLocation::Local(root.clone()), None, None).await?;
     Ok(Target {
         display: root.join(&key).display().to_string(),
-        store: Arc::new(store),
+        store,
         key,
     })
 }
