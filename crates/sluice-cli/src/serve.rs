@@ -84,7 +84,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
          upload:   curl -T FILE http://{address}/v1/objects/KEY\n  \
          download: curl http://{address}/v1/objects/KEY"
     ));
-    sluice_server::serve(state, listener, shutdown_signal()).await?;
+    sluice_server::serve(state, listener, shutdown_signal()).await;
     say("sluice serve: stopped");
     Ok(())
 }

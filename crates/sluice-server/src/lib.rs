@@ -21,7 +21,7 @@ use sluice_store::ObjectStore;
 use sluice_upload::Engine;
 
 pub use config::{ConfigError, ServerConfig};
-pub use server::{bind, serve, ServeError};
+pub use server::{bind, serve};
 
 /// What every handler shares.
 #[derive(Clone)]

@@ -14,12 +14,6 @@ use tokio::task::JoinSet;
 
 use crate::AppState;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("the listener failed")]
-    Listener(#[source] std::io::Error),
-}
-
 /// Connections the kernel may queue before they are accepted (capped by
 /// `net.core.somaxconn`): a storm of simultaneous uploads must not overflow it.
 const LISTEN_BACKLOG: u32 = 8192;
@@ -36,12 +30,10 @@ pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener>
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, then drains.
-pub async fn serve(
-    state: AppState,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError> {
+/// Serves `state` on `listener` until `shutdown` resolves, then drains. Accept
+/// errors (such as running out of file descriptors) are logged and retried, so
+/// serving itself never fails.
+pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future<Output = ()>) {
     let router = state.router();
     let limits = state.config.limits.clone();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -93,5 +85,4 @@ pub async fn serve(
     }
     connections.shutdown().await;
     state.engine.finish_aborts().await;
-    Ok(())
 }
