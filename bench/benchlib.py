@@ -100,3 +100,14 @@ class ProcStats:
             if line.startswith("write_bytes:"):
                 return int(line.split()[1])
         return 0
+
+
+def emit_report(lines, raw, out):
+    """Prints the report with its raw runs appended as JSON, and writes it to `out`."""
+    import json
+    text = "\n".join(list(lines) + ["", "raw runs (JSON):", json.dumps(raw)])
+    print()
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")

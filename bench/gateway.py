@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, empty_trash, free_port,
-                      make_file, start_minio, version, wait_for_port)
+from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, emit_report, empty_trash,
+                      free_port, make_file, start_minio, version, wait_for_port)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -189,15 +189,8 @@ def main():
                          f"{med(r['p50_s'] for r in rs):7.2f} {med(r['p99_s'] for r in rs):7.2f} "
                          f"{max(r['max_s'] or 0 for r in rs):7.2f} {max(r['rss'] for r in rs) / MIB:6.1f} MiB "
                          f"{rate / base:7.2f}x {(rate / warp if warp else float('nan')):7.2f}x")
-    lines += ["", f"warp direct 10 KiB PUT rate (64 concurrent, 20 s): {warp} obj/s", "", "raw runs (JSON):",
-              json.dumps(relays + storms)]
-    text = "\n".join(lines)
-    print()
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-
+    lines += ["", f"warp direct 10 KiB PUT rate (64 concurrent, 20 s): {warp} obj/s"]
+    emit_report(lines, relays + storms, args.out)
 
 if __name__ == "__main__":
     main()

@@ -8,7 +8,6 @@ Every object is deleted after its run so the disk does not fill up."""
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -18,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import GIB, MIB, client_env, empty_trash, make_file, start_minio, version
+from benchlib import GIB, MIB, client_env, emit_report, empty_trash, make_file, start_minio, version
 
 
 def run_measured(argv, env, stdin_file=None):
@@ -132,16 +131,7 @@ def main():
             rate, cpu, rss = summary[(label, tool)]
             lines.append(f"{label:15} {tool:7} {rate:8.1f} {cpu:10.2f} {rss / MIB:8.1f} MiB "
                          f"{rate / base_rate:14.2f}x {cpu / base_cpu:12.2f}x")
-    lines.append("")
-    lines.append("raw runs (JSON):")
-    lines.append(json.dumps(raw))
-    text = "\n".join(lines)
-    print()
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-
+    emit_report(lines, raw, args.out)
 
 if __name__ == "__main__":
     main()

@@ -147,6 +147,14 @@ impl S3Store {
         format!("{}{key}", self.prefix)
     }
 
+    fn upload_context<'a>(&'a self, key: &'a str, upload_id: &'a str) -> Context<'a> {
+        Context {
+            bucket: &self.bucket,
+            key,
+            upload_id: Some(upload_id),
+        }
+    }
+
     fn context<'a>(&'a self, key: &'a str) -> Context<'a> {
         Context {
             bucket: &self.bucket,
@@ -470,16 +478,10 @@ impl ObjectStore for S3Store {
                     .request_checksum_calculation(RequestChecksumCalculation::WhenSupported),
             );
         }
-        let output = call.send().await.map_err(|e| {
-            errors::map(
-                e,
-                Context {
-                    bucket: &self.bucket,
-                    key: &request.key,
-                    upload_id: Some(&request.upload_id),
-                },
-            )
-        })?;
+        let output = call
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
         Ok(UploadedPart {
             part_number: request.part_number,
             etag: output.e_tag.clone().unwrap_or_default(),
@@ -529,16 +531,10 @@ impl ObjectStore for S3Store {
             }
             .checksum_type(ChecksumType::FullObject);
         }
-        let output = call.send().await.map_err(|e| {
-            errors::map(
-                e,
-                Context {
-                    bucket: &self.bucket,
-                    key: &request.key,
-                    upload_id: Some(&request.upload_id),
-                },
-            )
-        })?;
+        let output = call
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
         let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
         Ok(PutOutput {
             etag: output.e_tag.clone().unwrap_or_default(),
@@ -554,16 +550,7 @@ impl ObjectStore for S3Store {
             .upload_id(upload_id)
             .send()
             .await
-            .map_err(|e| {
-                errors::map(
-                    e,
-                    Context {
-                        bucket: &self.bucket,
-                        key,
-                        upload_id: Some(upload_id),
-                    },
-                )
-            })?;
+            .map_err(|e| errors::map(e, self.upload_context(key, upload_id)))?;
         Ok(())
     }
 
@@ -584,16 +571,7 @@ impl ObjectStore for S3Store {
                 .set_part_number_marker(marker.clone())
                 .send()
                 .await
-                .map_err(|e| {
-                    errors::map(
-                        e,
-                        Context {
-                            bucket: &self.bucket,
-                            key,
-                            upload_id: Some(upload_id),
-                        },
-                    )
-                })?;
+                .map_err(|e| errors::map(e, self.upload_context(key, upload_id)))?;
             for p in output.parts() {
                 parts.push(UploadedPart {
                     part_number: p.part_number().unwrap_or(0).max(0) as u32,
@@ -658,16 +636,7 @@ impl S3Store {
             })
             .send()
             .await
-            .map_err(|e| {
-                errors::map(
-                    e,
-                    Context {
-                        bucket: &self.bucket,
-                        key: &request.key,
-                        upload_id: Some(&request.upload_id),
-                    },
-                )
-            })?;
+            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
         let computed = *slot.lock().unwrap_or_else(|p| p.into_inner());
         let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
         if let (Some(c), Some(r)) = (computed, reported) {
