@@ -5,10 +5,11 @@ MinIO on loopback, in one run.
 1. Relayed uploads (curl -> gateway -> MinIO) of 1 GiB and 4 GiB files: MiB/s seen
    by curl, gateway CPU-seconds per GiB, gateway peak RSS, bytes the gateway wrote
    to local disk (/proc/PID/io write_bytes). A fresh gateway process per run.
-2. Storms: N simultaneous 10 KiB uploads, all started at once (closed model, see
-   storm.py; 503 + Retry-After is retried and counts only if it then succeeds):
+2. Storms: N simultaneous 10 KiB uploads, all started at once, by `sluice bench load`
+   (closed model; 503 + Retry-After is retried and counts only if it then succeeds):
    success rate, uploads/s, p50/p99/max latency, gateway peak RSS; and warp's direct
-   10 KiB PUT rate against the same MinIO as the ceiling."""
+   10 KiB PUT rate against the same MinIO, measured in the same rotation, as the
+   ceiling."""
 
 import argparse
 import datetime
@@ -28,6 +29,7 @@ from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env,
                       free_port, make_file, start_minio, version, wait_for_port)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SLUICE = None  # the sluice binary; also the storms' load client (`sluice bench load`)
 
 
 def start_gateway(tool, args, minio_url, env, work):
@@ -71,6 +73,28 @@ def relay(tool, port, path, size):
     return float(seconds)
 
 
+def storm(tool, port, count, work):
+    """`count` simultaneous 10 KiB uploads by `sluice bench load` (closed model, one
+    upload per user, 503 + Retry-After retried); returns its JSON summary with the
+    columns of the report."""
+    if tool == "sluice":
+        url, api = f"http://127.0.0.1:{port}/v1/objects", "put"
+    else:
+        url, api = f"http://127.0.0.1:{port}/files/", "tus"
+    out_json = os.path.join(work, "storm.json")
+    out = subprocess.run([SLUICE, "bench", "load", url, "--api", api, "--users", str(count), "--size", "10KiB",
+                          "--retries", "20", "--timeout", "120s", "--quiet", "--json", out_json],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"sluice bench failed: {out.stderr[-2000:]}")
+    with open(out_json) as f:
+        row = json.load(f)
+    row.update(success_rate=row["succeeded"] / count, p50_s=row["latency_s"]["p50"],
+               p99_s=row["latency_s"]["p99"], max_s=row["latency_s"]["max"])
+    del row["timeline"]
+    return row
+
+
 def clear_bucket(bucket, minio_url, env, work):
     subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{bucket}/*"], env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -99,6 +123,8 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.sluice = os.path.abspath(args.sluice)
+    global SLUICE
+    SLUICE = args.sluice
 
     work = tempfile.mkdtemp(prefix="sluice-gw-bench-")
     minio, minio_url = start_minio(work)
@@ -108,7 +134,6 @@ def main():
                        stdout=subprocess.DEVNULL)
     tools = ["sluice", "tusd"]
     relays, storms = [], []
-    warp = None
     try:
         files = []
         for gib in [float(s) for s in args.sizes.split(",") if s]:
@@ -131,27 +156,30 @@ def main():
                           f"{row['cpu_s_per_gib']:5.2f} CPU-s/GiB {row['rss'] / MIB:7.1f} MiB RSS "
                           f"{row['disk'] / MIB:8.1f} MiB to disk", flush=True)
                     clear_bucket(f"gw-{tool}", minio_url, env, work)
-        for count in [int(c) for c in args.storms.split(",") if c]:
-            for run in range(args.runs):
-                for tool in (tools if run % 2 == 0 else tools[::-1]):
+        counts = [int(c) for c in args.storms.split(",") if c]
+        storm_tools = tools + ["warp"]
+        for run in range(args.runs):
+            for count in counts:
+                # Each tool in turn, warp's direct rate measured in the same rotation so
+                # that every ratio compares neighbours in time on a noisy machine.
+                for tool in storm_tools[run % 3:] + storm_tools[:run % 3]:
+                    if tool == "warp":
+                        rate = warp_rate(minio_url, env, 10, 64)
+                        storms.append(dict(kind="warp", count=count, run=run, uploads_per_s=rate))
+                        print(f"  storm run {run + 1} {count:6} warp   direct {rate} obj/s", flush=True)
+                        clear_bucket("warp-bench", minio_url, env, work)
+                        continue
                     proc, port = start_gateway(tool, args, minio_url, env, work)
                     stats = ProcStats(proc.pid)
-                    out = subprocess.run([sys.executable, os.path.join(HERE, "storm.py"), "--target", tool,
-                                          "--port", str(port), "--count", str(count), "--run-id", f"{run}-{count}"],
-                                         capture_output=True, text=True)
-                    if out.returncode != 0:
-                        sys.exit(f"storm failed: {out.stderr[-2000:]}")
-                    row = json.loads(out.stdout.strip().splitlines()[-1])
-                    row.update(kind="storm", tool=tool, run=run, rss=stats.peak_rss())
+                    row = storm(tool, port, count, work)
+                    row.update(kind="storm", tool=tool, count=count, run=run, rss=stats.peak_rss())
                     stop(proc)
                     storms.append(row)
                     print(f"  storm run {run + 1} {count:6} {tool:6} {row['success_rate'] * 100:6.2f}% ok "
-                          f"{row['uploads_per_s']:7.1f}/s p50 {row['p50_s']}s p99 {row['p99_s']}s max {row['max_s']}s "
-                          f"retried {row['retried_then_ok']} errors {row['errors']} {row['rss'] / MIB:.1f} MiB RSS",
-                          flush=True)
+                          f"{row['uploads_per_s']:7.1f}/s p50 {row['p50_s']:.2f}s p99 {row['p99_s']:.2f}s "
+                          f"max {row['max_s']:.2f}s retried {row['retried_503']} endings {row['endings']} "
+                          f"{row['rss'] / MIB:.1f} MiB RSS", flush=True)
                     clear_bucket(f"gw-{tool}", minio_url, env, work)
-        warp = warp_rate(minio_url, env, 20, 64)
-        print(f"  warp direct 10 KiB PUT, 64 concurrent: {warp} obj/s", flush=True)
     finally:
         minio.terminate()
         minio.wait()
@@ -180,7 +208,9 @@ def main():
     lines += ["", f"{'storm':7} {'tool':7} {'success':>8} {'uploads/s':>10} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
               f"{'peak RSS':>10} {'vs tusd':>8} {'vs warp':>8}", "-" * 90]
     for count in sorted({r["count"] for r in storms}):
-        rows = {t: [r for r in storms if r["count"] == count and r["tool"] == t] for t in tools}
+        rows = {t: [r for r in storms if r["count"] == count and r.get("tool") == t] for t in tools}
+        warps = [r["uploads_per_s"] for r in storms if r["count"] == count and r["kind"] == "warp" and r["uploads_per_s"]]
+        warp = med(warps) if warps else None
         base = med(r["uploads_per_s"] for r in rows["tusd"])
         for tool in tools:
             rs = rows[tool]
@@ -189,7 +219,8 @@ def main():
                          f"{med(r['p50_s'] for r in rs):7.2f} {med(r['p99_s'] for r in rs):7.2f} "
                          f"{max(r['max_s'] or 0 for r in rs):7.2f} {max(r['rss'] for r in rs) / MIB:6.1f} MiB "
                          f"{rate / base:7.2f}x {(rate / warp if warp else float('nan')):7.2f}x")
-    lines += ["", f"warp direct 10 KiB PUT rate (64 concurrent, 20 s): {warp} obj/s"]
+        lines.append(f"{count:<7} {'warp':7} {'':>8} {warp or float('nan'):10.1f}   (direct 10 KiB PUT to MinIO, "
+                     f"64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
     emit_report(lines, relays + storms, args.out)
 
 if __name__ == "__main__":

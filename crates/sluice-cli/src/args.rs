@@ -41,6 +41,78 @@ tar c dir | sluice put - s3://backups/dir.tar\n  sluice put report.pdf ./store/r
         after_help = "Examples:\n  sluice get s3://media/isos/big.iso ./big.iso\n  sluice get s3://backups/dir.tar - | tar x"
     )]
     Get(GetArgs),
+    /// Generate load against an upload gateway and report statuses, rates and latency.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Uploads of one size from many users (closed model, --users) or at a constant
+    /// arrival rate (open model, --rate), with a summary table and optional JSON.
+    #[command(after_help = "Examples:\n  \
+sluice bench load http://127.0.0.1:8080/v1/objects --users 1000 --size 10KiB\n  \
+sluice bench load http://127.0.0.1:8080/v1/objects --rate 500 --duration 30s --json run.json\n  \
+sluice bench load --api tus http://127.0.0.1:1080/files/ --users 100 --iterations 10 --size 1MiB\n\
+Targets outside loopback are refused unless --allow-remote is given. The JSON schema is in docs/BENCH.md.")]
+    Load(LoadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Where uploads go: a sluice gateway's objects URL (http://HOST:PORT/v1/objects) for
+    /// put and form, a tus server's creation URL for tus.
+    pub url: String,
+    /// How each object is sent: put (PUT URL/KEY), form (multipart/form-data POST to URL)
+    /// or tus (creation-with-upload POST to URL, then PATCH if needed).
+    #[arg(long, value_enum, default_value = "put")]
+    pub api: BenchApi,
+    /// Closed model: this many users, each uploading one object after another.
+    #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
+    pub users: Option<usize>,
+    /// Open model: uploads started per second, whatever the response times (needs --duration).
+    #[arg(long, requires = "duration")]
+    pub rate: Option<f64>,
+    /// Closed model: uploads per user [default: 1 unless --duration is given].
+    #[arg(long, conflicts_with_all = ["rate", "duration"])]
+    pub iterations: Option<u64>,
+    /// How long to start new uploads (uploads in flight then finish).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Closed model: start the users evenly over this time instead of all at once.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s", conflicts_with = "rate")]
+    pub ramp: std::time::Duration,
+    /// Open model: arrivals finding this many uploads in flight are not started (and counted).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: usize,
+    /// Bytes per object (generated in memory; at most 1GiB).
+    #[arg(long, value_parser = parse_size, default_value = "10KiB")]
+    pub size: u64,
+    /// put: keys are PREFIX/RUN-ID/NUMBER.
+    #[arg(long, default_value = "bench")]
+    pub key_prefix: String,
+    /// Retries of one upload after a 503 that carries Retry-After (waiting that long, +0-50%).
+    #[arg(long, default_value_t = 3)]
+    pub retries: u32,
+    /// Longest time one request may take.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub timeout: std::time::Duration,
+    /// Also write the summary as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Allow a target outside loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// No live progress line (the summary is still printed).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchApi {
+    Put,
+    Form,
+    Tus,
 }
 
 #[derive(Debug, Args)]

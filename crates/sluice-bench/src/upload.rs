@@ -1,0 +1,297 @@
+//! One logical upload in the API the target speaks, with the retries a well-behaved
+//! client makes: a 503 that carries Retry-After is retried after that many seconds
+//! (jittered up to +50% so that a refused crowd does not come back as one), up to the
+//! plan's count. Returns how the upload ended.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+
+use crate::http::{Answer, ChunkBody, ExchangeError, Pool};
+use crate::plan::{Api, LoadPlan};
+
+const TUS_VERSION: &str = "1.0.0";
+const FORM_BOUNDARY: &str = "sluice-bench-7f3a9c1e5b";
+/// The longest Retry-After honoured; longer ones are cut to this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// How one upload ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The final answer's status (2xx is success).
+    Status(StatusCode),
+    /// No answer.
+    Failed(ExchangeError),
+}
+
+/// One upload's record.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    pub ending: Ending,
+    /// From the first request to the final answer, retries included.
+    pub latency: Duration,
+    /// 503 answers that were retried.
+    pub retried_503: u32,
+    pub bytes: u64,
+}
+
+impl Attempt {
+    pub fn succeeded(&self) -> bool {
+        matches!(self.ending, Ending::Status(s) if s.is_success())
+    }
+}
+
+/// Sends uploads of one plan.
+pub struct Uploader {
+    pool: Pool,
+    plan: LoadPlan,
+    payload: Bytes,
+    run_id: String,
+}
+
+impl Uploader {
+    pub fn new(plan: LoadPlan, run_id: String) -> Uploader {
+        Uploader {
+            pool: Pool::new(plan.target.addr),
+            payload: payload(plan.object_size as usize),
+            plan,
+            run_id,
+        }
+    }
+
+    /// Upload number `seq`.
+    pub async fn upload(&self, seq: u64) -> Attempt {
+        let start = Instant::now();
+        let mut retried_503 = 0;
+        loop {
+            let ending = match self.plan.target.api {
+                Api::Put => self.put(seq).await,
+                Api::Form => self.form(seq).await,
+                Api::Tus => self.tus(seq).await,
+            };
+            let ending = match ending {
+                Ok(answer) => {
+                    if answer.status == StatusCode::SERVICE_UNAVAILABLE
+                        && retried_503 < self.plan.retries_after_503
+                    {
+                        if let Some(wait) = retry_after(&answer) {
+                            retried_503 += 1;
+                            tokio::time::sleep(jitter(wait, seq)).await;
+                            continue;
+                        }
+                    }
+                    Ending::Status(answer.status)
+                }
+                Err(error) => Ending::Failed(error),
+            };
+            return Attempt {
+                ending,
+                latency: start.elapsed(),
+                retried_503,
+                bytes: self.payload.len() as u64,
+            };
+        }
+    }
+
+    fn key(&self, seq: u64) -> String {
+        format!("{}/{}/{seq:08}", self.plan.key_prefix, self.run_id)
+    }
+
+    async fn put(&self, seq: u64) -> Result<Answer, ExchangeError> {
+        let uri = format!("{}/{}", self.plan.target.path, self.key(seq));
+        let build = || {
+            self.request(Method::PUT, &uri)
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .header(header::CONTENT_LENGTH, self.payload.len())
+                .body(ChunkBody::new([self.payload.clone()]))
+                .expect("valid request")
+        };
+        self.pool.exchange(build, self.plan.request_timeout).await
+    }
+
+    async fn form(&self, seq: u64) -> Result<Answer, ExchangeError> {
+        let head = Bytes::from(format!(
+            "--{FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{seq:08}.bin\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        ));
+        let tail = Bytes::from(format!("\r\n--{FORM_BOUNDARY}--\r\n"));
+        let build = || {
+            let body = ChunkBody::new([head.clone(), self.payload.clone(), tail.clone()]);
+            self.request(Method::POST, &self.plan.target.path)
+                .header(
+                    header::CONTENT_TYPE,
+                    format!("multipart/form-data; boundary={FORM_BOUNDARY}"),
+                )
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(body)
+                .expect("valid request")
+        };
+        self.pool.exchange(build, self.plan.request_timeout).await
+    }
+
+    /// Creation-with-upload, then PATCH from the offset the server reports until the
+    /// upload is complete.
+    async fn tus(&self, seq: u64) -> Result<Answer, ExchangeError> {
+        let size = self.payload.len() as u64;
+        let metadata = format!(
+            "filename {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{}.bin", self.key(seq)))
+        );
+        let create = || {
+            self.request(Method::POST, &self.plan.target.path)
+                .header("Tus-Resumable", TUS_VERSION)
+                .header("Upload-Length", size)
+                .header("Upload-Metadata", &metadata)
+                .header(header::CONTENT_TYPE, "application/offset+octet-stream")
+                .header(header::CONTENT_LENGTH, size)
+                .body(ChunkBody::new([self.payload.clone()]))
+                .expect("valid request")
+        };
+        let answer = self
+            .pool
+            .exchange(create, self.plan.request_timeout)
+            .await?;
+        if answer.status != StatusCode::CREATED {
+            return Ok(answer);
+        }
+        let Some(location) = answer
+            .headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(location_path)
+        else {
+            return Err(ExchangeError::Transport);
+        };
+        let mut answer = answer;
+        // Each PATCH must advance the offset; a server that stops taking bytes ends the upload.
+        let mut previous = None;
+        loop {
+            let offset = match upload_offset(&answer) {
+                Some(offset) if offset >= size => return Ok(answer),
+                Some(offset) => offset,
+                None if answer.status == StatusCode::CREATED => 0,
+                None => return Err(ExchangeError::Transport),
+            };
+            if previous == Some(offset) {
+                return Err(ExchangeError::Transport);
+            }
+            previous = Some(offset);
+            let rest = self.payload.slice(offset as usize..);
+            let patch = || {
+                self.request(Method::PATCH, &location)
+                    .header("Tus-Resumable", TUS_VERSION)
+                    .header("Upload-Offset", offset)
+                    .header(header::CONTENT_TYPE, "application/offset+octet-stream")
+                    .header(header::CONTENT_LENGTH, rest.len())
+                    .body(ChunkBody::new([rest.clone()]))
+                    .expect("valid request")
+            };
+            answer = self.pool.exchange(patch, self.plan.request_timeout).await?;
+            if !answer.status.is_success() {
+                return Ok(answer);
+            }
+        }
+    }
+
+    fn request(&self, method: Method, path: &str) -> http::request::Builder {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, &self.plan.target.authority)
+            .header(
+                header::USER_AGENT,
+                concat!("sluice-bench/", env!("CARGO_PKG_VERSION")),
+            )
+    }
+}
+
+/// A payload of `size` bytes that does not compress (xorshift output).
+fn payload(size: usize) -> Bytes {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut bytes = Vec::with_capacity(size + 8);
+    while bytes.len() < size {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes.truncate(size);
+    Bytes::from(bytes)
+}
+
+fn retry_after(answer: &Answer) -> Option<Duration> {
+    let seconds: u64 = answer
+        .headers
+        .get(header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+}
+
+/// `wait` stretched by 0–50%, spread by the upload's number.
+fn jitter(wait: Duration, seq: u64) -> Duration {
+    let spread = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as f64 / 1024.0; // 0..1
+    wait.mul_f64(1.0 + spread / 2.0)
+}
+
+fn upload_offset(answer: &Answer) -> Option<u64> {
+    answer
+        .headers
+        .get("Upload-Offset")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The path of a Location header, which may be an absolute URL (tusd) or a path.
+fn location_path(location: &str) -> String {
+    match location.parse::<http::Uri>() {
+        Ok(uri) if uri.scheme().is_some() => uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".into()),
+        _ => location.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_has_the_size_and_does_not_repeat() {
+        for size in [0, 1, 7, 8, 9, 10 << 10] {
+            assert_eq!(payload(size).len(), size);
+        }
+        let p = payload(1 << 16);
+        assert_ne!(p.slice(0..4096), p.slice(4096..8192));
+    }
+
+    #[test]
+    fn location_table() {
+        let cases = [
+            ("http://127.0.0.1:1080/files/abc", "/files/abc"),
+            ("/v1/tus/abc", "/v1/tus/abc"),
+            ("http://h/files/a?b=c", "/files/a?b=c"),
+        ];
+        for (location, path) in cases {
+            assert_eq!(location_path(location), path);
+        }
+    }
+
+    #[test]
+    fn jitter_stays_within_half_again() {
+        let wait = Duration::from_secs(2);
+        for seq in 0..1000 {
+            let j = jitter(wait, seq);
+            assert!(j >= wait && j <= wait.mul_f64(1.5), "{seq}: {j:?}");
+        }
+    }
+}

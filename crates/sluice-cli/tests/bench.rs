@@ -1,0 +1,173 @@
+//! `sluice bench load` end to end: usage errors, and a run against `sluice serve` on
+//! a local directory store whose JSON and stored objects are checked.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+struct Gateway(Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sluice serve` on a local directory; returns it and its URL.
+fn serve(store: &std::path::Path) -> (Gateway, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice serve");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    (Gateway(child), url)
+}
+
+#[test]
+fn bench_usage_errors_exit_with_2() {
+    let url = "http://127.0.0.1:9/v1/objects";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["bench", "load", url], "--users"),
+        (vec!["bench", "load", url, "--rate", "10"], "--duration"),
+        (
+            vec!["bench", "load", url, "--users", "0"],
+            "users must be 1",
+        ),
+        (
+            vec!["bench", "load", url, "--users", "1", "--size", "2GiB"],
+            "over the limit",
+        ),
+        (
+            vec!["bench", "load", url, "--users", "1", "--rate", "5"],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "bench",
+                "load",
+                url,
+                "--rate",
+                "5",
+                "--duration",
+                "1s",
+                "--iterations",
+                "2",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "bench",
+                "load",
+                "https://127.0.0.1/v1/objects",
+                "--users",
+                "1",
+            ],
+            "https",
+        ),
+        (
+            vec![
+                "bench",
+                "load",
+                "http://192.0.2.1/v1/objects",
+                "--users",
+                "1",
+            ],
+            "--allow-remote",
+        ),
+        (
+            vec!["bench", "load", url, "--users", "1", "--api", "s3"],
+            "invalid value",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = sluice(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_load_against_a_local_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let (_gateway, url) = serve(&store);
+    let json = dir.path().join("run.json");
+    let objects = format!("{url}/v1/objects");
+    let out = sluice(&[
+        "bench",
+        "load",
+        &objects,
+        "--users",
+        "25",
+        "--iterations",
+        "2",
+        "--size",
+        "3KiB",
+        "--key-prefix",
+        "load/test",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("50 succeeded (100.00%), 0 failed"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("endings     201: 50"), "{stdout}");
+
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(summary["schema"], "sluice-bench/1");
+    assert_eq!(summary["succeeded"], 50);
+    assert_eq!(summary["endings"]["201"], 50);
+    assert_eq!(summary["model"]["users"], 25);
+    assert_eq!(summary["object_size"], 3072);
+    assert!(summary["latency_s"]["p99"].as_f64().unwrap() > 0.0);
+    let timeline = summary["timeline"].as_array().unwrap();
+    let ended: u64 = timeline
+        .iter()
+        .map(|s| s["succeeded"].as_u64().unwrap())
+        .sum();
+    assert_eq!(ended, 50);
+
+    // Every upload became an object of the right size under the prefix.
+    let mut stored = Vec::new();
+    for run in std::fs::read_dir(store.join("load/test")).unwrap() {
+        for object in std::fs::read_dir(run.unwrap().path()).unwrap() {
+            stored.push(object.unwrap().metadata().unwrap().len());
+        }
+    }
+    assert_eq!(stored.len(), 50);
+    assert!(stored.iter().all(|&len| len == 3072));
+}
