@@ -3,6 +3,7 @@
 # it on a free loopback port with a temporary directory, runs cargo fmt --check,
 # clippy with warnings denied and every test of the workspace with the S3 tests
 # enabled (they fail rather than skip when MinIO is not there), then stops MinIO.
+# It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,16 @@ if ! command -v minio >/dev/null 2>&1; then
   echo "==> installing MinIO (go install, about 2-3 minutes)"
   go install github.com/minio/minio@latest
 fi
+
+# The tus clients the end-to-end tests drive: tus-js-client (npm) next to its
+# script, tuspy in a virtualenv under target/.
+echo "==> installing the tus test clients (npm, pip)"
+npm install --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
+if [ ! -x target/test-clients/venv/bin/python ]; then
+  python3 -m venv target/test-clients/venv
+fi
+target/test-clients/venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
+export SLUICE_TEST_CLIENTS="$PWD/tests/clients" SLUICE_TEST_PYTHON="$PWD/target/test-clients/venv/bin/python"
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

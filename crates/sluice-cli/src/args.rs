@@ -29,7 +29,7 @@ pub enum Command {
 --config, then defaults.\nExamples:\n  sluice serve\n  sluice serve --store s3://uploads/incoming --endpoint http://127.0.0.1:9000\n  \
 sluice serve --config /etc/sluice.toml"
     )]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Upload a file, or standard input, to s3://bucket/key or a local directory store.
     #[command(
         after_help = "Examples:\n  sluice put big.iso s3://media/isos/big.iso --endpoint http://127.0.0.1:9000\n  \
@@ -240,4 +240,17 @@ pub struct ServeArgs {
     /// Checksum carried by every part [default: crc32c].
     #[arg(long, env = "SLUICE_CHECKSUM", value_enum)]
     pub checksum: Option<ChecksumChoice>,
+    /// Browser origin allowed to upload (CORS); repeat for several, `*` for any
+    /// [default: none].
+    #[arg(long, env = "SLUICE_CORS_ORIGIN", value_delimiter = ',')]
+    pub cors_origin: Vec<String>,
+    /// Resumable uploads idle this long expire and are removed [default: 24h].
+    #[arg(long, env = "SLUICE_TUS_EXPIRY", value_parser = humantime::parse_duration)]
+    pub tus_expiry: Option<std::time::Duration>,
+    /// A resumable upload's lock left by a crashed gateway lapses after this [default: 30s].
+    #[arg(long, env = "SLUICE_TUS_LOCK_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub tus_lock_timeout: Option<std::time::Duration>,
+    /// How often expired resumable uploads are looked for; 0s turns it off [default: 5m].
+    #[arg(long, env = "SLUICE_TUS_SWEEP_INTERVAL", value_parser = humantime::parse_duration)]
+    pub tus_sweep_interval: Option<std::time::Duration>,
 }

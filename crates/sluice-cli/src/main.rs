@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
             Command::Bench(command) => bench::run(command).await,

@@ -38,7 +38,13 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         concurrency => engine.concurrency,
         memory_limit => engine.memory_limit,
         threshold => engine.threshold,
+        tus_expiry => tus.expiry,
+        tus_lock_timeout => tus.lock_timeout,
+        tus_sweep_interval => tus.sweep_interval,
     );
+    if !args.cors_origin.is_empty() {
+        config.cors_origins = args.cors_origin.clone();
+    }
     if args.endpoint.is_some() {
         config.endpoint = args.endpoint.clone();
     }

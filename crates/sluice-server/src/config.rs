@@ -28,8 +28,37 @@ pub struct ServerConfig {
     /// Prefix generated keys with a short hash so one busy tenant spreads over many
     /// S3 partitions.
     pub shard_prefix: bool,
+    /// Origins browsers may upload from (CORS), e.g. `["https://app.example"]`, or
+    /// `["*"]`; empty: no CORS headers.
+    pub cors_origins: Vec<String>,
     pub limits: Limits,
     pub engine: EngineSettings,
+    pub tus: TusSettings,
+}
+
+/// Resumable uploads (tus).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TusSettings {
+    /// An unfinished upload without activity for this long expires and is removed.
+    #[serde(with = "humantime_serde")]
+    pub expiry: Duration,
+    /// A lock left by a crashed gateway lapses after this long.
+    #[serde(with = "humantime_serde")]
+    pub lock_timeout: Duration,
+    /// How often expired uploads are looked for; 0 turns the sweep off.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+}
+
+impl Default for TusSettings {
+    fn default() -> Self {
+        TusSettings {
+            expiry: Duration::from_secs(24 * 3600),
+            lock_timeout: Duration::from_secs(30),
+            sweep_interval: Duration::from_secs(300),
+        }
+    }
 }
 
 /// Admission control and timeouts.
@@ -93,8 +122,10 @@ impl Default for ServerConfig {
             max_upload_size: None,
             key_template: "{yyyy}/{mm}/{dd}/{uuid}/{filename}".into(),
             shard_prefix: false,
+            cors_origins: Vec::new(),
             limits: Limits::default(),
             engine: EngineSettings::default(),
+            tus: TusSettings::default(),
         }
     }
 }
@@ -186,6 +217,25 @@ impl ServerConfig {
         }
         if limits.body_idle_timeout.is_zero() {
             return fail("limits.body_idle_timeout", "must be above 0");
+        }
+        for origin in &self.cors_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return fail(
+                    "cors_origins",
+                    "each origin must be \"*\" or start with http:// or https://",
+                );
+            }
+            if axum::http::HeaderValue::from_str(origin).is_err() {
+                return fail("cors_origins", "an origin is not a valid header value");
+            }
+        }
+        if self.tus.expiry < Duration::from_secs(60) {
+            return fail("tus.expiry", "must be at least 1m");
+        }
+        if self.tus.lock_timeout < Duration::from_secs(1)
+            || self.tus.lock_timeout > Duration::from_secs(3600)
+        {
+            return fail("tus.lock_timeout", "must be between 1s and 1h");
         }
         self.engine_config().validate().map_err(|e| {
             let key = match e {

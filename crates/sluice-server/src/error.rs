@@ -32,6 +32,11 @@ pub enum ApiError {
     Overloaded { retry_after: u64 },
     #[error("the server is shutting down; retry after {retry_after} s")]
     ShuttingDown { retry_after: u64 },
+    /// A tus protocol error (status and code from the protocol layer).
+    #[error(transparent)]
+    Tus(#[from] sluice_tus::TusError),
+    #[error("{0}")]
+    Conflict(String),
     /// The store failed or refused; the detail is logged, not sent.
     #[error("storage error")]
     Store(#[source] StoreError),
@@ -52,6 +57,8 @@ impl ApiError {
             ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            ApiError::Tus(e) => e.status(),
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -72,6 +79,8 @@ impl ApiError {
             ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::ShuttingDown { .. } => "shutting_down",
+            ApiError::Tus(e) => e.code(),
+            ApiError::Conflict(_) => "conflict",
             ApiError::Store(e) if e.is_transient() => "store_unavailable",
             ApiError::Store(_) => "store_error",
             ApiError::Internal(_) => "internal",

@@ -1,6 +1,7 @@
 //! sluice-server is the upload gateway: an axum router over the transfer engine
 //! (`PUT`/`POST` uploads streamed into the store, `GET` with ranges, `HEAD`,
-//! `DELETE`, listing, health and metrics), admission control that answers
+//! `DELETE`, listing, health and metrics), resumable tus 1.0 uploads under
+//! `/v1/tus/` with their state in the store, admission control that answers
 //! overload with 503 + Retry-After, and a listener with header and body
 //! timeouts and graceful shutdown. It talks to storage only as `dyn ObjectStore`.
 
@@ -13,6 +14,7 @@ pub mod metrics;
 pub mod routes;
 mod server;
 pub mod store;
+pub mod tus;
 mod upload;
 
 use std::sync::Arc;
@@ -33,6 +35,7 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     pub config: Arc<ServerConfig>,
     pub template: Arc<keys::KeyTemplate>,
+    pub tus: tus::Tus,
 }
 
 impl AppState {
@@ -65,7 +68,9 @@ impl AppState {
             limits.retry_after_seconds,
             metrics.clone(),
         );
+        let tus = tus::Tus::new(engine.clone(), store.clone(), &config);
         Ok(AppState {
+            tus,
             engine,
             store,
             admission,

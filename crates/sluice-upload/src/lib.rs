@@ -6,10 +6,12 @@
 //! Every part carries a CRC32C (or CRC64NVME) checksum the store verifies, and the
 //! whole object's checksum is reported back. Transient store failures are retried
 //! with full-jitter backoff ([`RetryPolicy`]); any failure, or dropping an upload,
-//! aborts its multipart upload.
+//! aborts its multipart upload. Resumable uploads use the same parts machinery
+//! across requests ([`Engine::append_parts`]), keeping their state elsewhere.
 //!
 //! The engine knows stores only through `sluice_store::ObjectStore`.
 
+mod append;
 mod budget;
 mod config;
 mod download;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
+pub use append::{AppendRequest, Appended};
 pub use budget::{MemoryBudget, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;

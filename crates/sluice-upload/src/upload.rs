@@ -578,57 +578,68 @@ impl<'a> Multipart<'a> {
         while let Some(result) = self.tasks.join_next().await {
             self.collect(result)?;
         }
-        let mut parts = std::mem::take(&mut self.done);
-        parts.sort_by_key(|p| p.part_number);
-        let checksum = combine_checksums(&parts);
-        let inner = self.inner;
-        let request = CompleteMultipartRequest {
-            key: self.key.clone(),
-            upload_id: self.upload_id.clone(),
-            parts,
-            checksum,
-        };
-        let count = request.parts.len() as u32;
-        let mut attempts = 0;
-        let completed = with_retries(
-            &inner.config.retry,
-            &inner.stats,
-            "CompleteMultipartUpload",
-            || {
-                attempts += 1;
-                let retried = attempts > 1;
-                let request = request.clone();
-                async move {
-                    match inner.store.complete_multipart_upload(request.clone()).await {
-                        // A retry after an answer that got lost: the first attempt completed it.
-                        Err(StoreError::NoSuchUpload { .. }) if retried => {
-                            let meta = inner.store.head_object(&request.key).await?;
-                            if meta.size == size {
-                                Ok(PutOutput {
-                                    etag: meta.etag,
-                                    checksum: meta.checksum.or(request.checksum),
-                                })
-                            } else {
-                                Err(StoreError::NoSuchUpload {
-                                    upload_id: request.upload_id,
-                                })
-                            }
-                        }
-                        other => other,
-                    }
-                }
-            },
-        )
-        .await?;
-        tracing::debug!(parts = count, size, "multipart upload completed");
-        Ok(UploadOutcome {
-            key: self.key.clone(),
-            size,
-            etag: completed.etag,
-            checksum: completed.checksum.or(checksum),
-            parts: count,
-        })
+        let parts = std::mem::take(&mut self.done);
+        complete_parts(self.inner, &self.key, &self.upload_id, parts, size).await
     }
+}
+
+/// Completes a multipart upload from its parts (sorted here) with the full-object
+/// checksum combined from theirs. A retried completion whose first answer was lost
+/// finds the upload gone and the object of the right size in place: that is success.
+pub(crate) async fn complete_parts(
+    inner: &Arc<EngineInner>,
+    key: &str,
+    upload_id: &str,
+    mut parts: Vec<UploadedPart>,
+    size: u64,
+) -> Result<UploadOutcome, TransferError> {
+    parts.sort_by_key(|p| p.part_number);
+    let checksum = combine_checksums(&parts);
+    let request = CompleteMultipartRequest {
+        key: key.to_owned(),
+        upload_id: upload_id.to_owned(),
+        parts,
+        checksum,
+    };
+    let count = request.parts.len() as u32;
+    let mut attempts = 0;
+    let completed = with_retries(
+        &inner.config.retry,
+        &inner.stats,
+        "CompleteMultipartUpload",
+        || {
+            attempts += 1;
+            let retried = attempts > 1;
+            let request = request.clone();
+            async move {
+                match inner.store.complete_multipart_upload(request.clone()).await {
+                    Err(StoreError::NoSuchUpload { .. }) if retried => {
+                        let meta = inner.store.head_object(&request.key).await?;
+                        if meta.size == size {
+                            Ok(PutOutput {
+                                etag: meta.etag,
+                                checksum: meta.checksum.or(request.checksum),
+                            })
+                        } else {
+                            Err(StoreError::NoSuchUpload {
+                                upload_id: request.upload_id,
+                            })
+                        }
+                    }
+                    other => other,
+                }
+            }
+        },
+    )
+    .await?;
+    tracing::debug!(parts = count, size, "multipart upload completed");
+    Ok(UploadOutcome {
+        key: key.to_owned(),
+        size,
+        etag: completed.etag,
+        checksum: completed.checksum.or(checksum),
+        parts: count,
+    })
 }
 
 /// The checksum of the whole object from its parts' checksums, in order.

@@ -1,5 +1,6 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
-//! `/healthz`, `/readyz` and `/metrics`.
+//! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/healthz`, `/readyz` and
+//! `/metrics`; CORS for the configured browser origins.
 
 mod form;
 mod health;
@@ -25,9 +26,51 @@ pub fn router(state: AppState) -> Router {
             "/v1/objects",
             get(objects::list_objects).post(form::post_form),
         )
+        .merge(crate::tus::router())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(health::not_found)
+        .layer(tower::util::option_layer(cors(&state.config.cors_origins)))
         .with_state(state)
+}
+
+/// CORS for browser uploads from `origins` (none: no CORS headers at all).
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderName, HeaderValue, Method};
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer, ExposeHeaders};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    let exposed: Vec<HeaderName> = sluice_tus::headers::EXPOSED
+        .split(", ")
+        .chain([
+            "etag",
+            "last-modified",
+            "content-range",
+            "accept-ranges",
+            "retry-after",
+        ])
+        .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
+        .collect();
+    let layer = CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::POST,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers(ExposeHeaders::list(exposed))
+        .max_age(std::time::Duration::from_secs(3600));
+    Some(layer)
 }

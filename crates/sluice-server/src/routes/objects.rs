@@ -315,6 +315,8 @@ pub async fn list_objects(
         objects: page
             .objects
             .into_iter()
+            // The gateway's own state is not an object of the API.
+            .filter(|o| !o.key.starts_with(crate::tus::record::STATE_PREFIX))
             .map(|o| ListEntry {
                 key: o.key,
                 size: o.size,

@@ -1,0 +1,389 @@
+//! Resumable uploads end to end: the built `sluice serve` in front of the MinIO
+//! that scripts/test.sh starts, driven by real tus clients (tus-js-client and
+//! tuspy, installed by scripts/test.sh) and by raw requests: chunk sizes, a
+//! gateway killed and restarted mid-upload, two gateways on one bucket, and two
+//! writers at once.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sluice_store::ObjectStore;
+use sluice_testkit::{minio, test_data};
+
+const MIB: usize = 1 << 20;
+
+/// A running gateway; killed when dropped.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(endpoint: &str, prefix: &str, listen: &str) -> Gateway {
+    let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--store",
+            &store,
+            "--endpoint",
+            endpoint,
+            "--tus-lock-timeout",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice serve");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_string();
+    Gateway { child, url }
+}
+
+async fn setup(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
+    let endpoint = minio::endpoint(test)?;
+    let prefix = minio::unique_prefix(test);
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.clone());
+    config.prefix = prefix.clone();
+    let store = sluice_store::s3::S3Store::connect(config).await;
+    store.ensure_bucket().await.unwrap();
+    Some((endpoint, prefix, store))
+}
+
+/// The installed clients, or None (skipped) when scripts/test.sh did not install
+/// them and S3 tests may skip.
+fn clients(test: &str) -> Option<(String, String)> {
+    match (
+        std::env::var("SLUICE_TEST_CLIENTS"),
+        std::env::var("SLUICE_TEST_PYTHON"),
+    ) {
+        (Ok(dir), Ok(python)) if !dir.is_empty() => Some((dir, python)),
+        _ => {
+            if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") {
+                panic!("{test}: the tus clients are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)");
+            }
+            eprintln!("SKIPPED {test}: no tus clients (run scripts/test.sh)");
+            None
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Client {
+    TusJs,
+    Tuspy,
+}
+
+/// Starts a client uploading `file` to the gateway's tus endpoint.
+fn run_client(client: Client, gateway_url: &str, file: &std::path::Path, chunk: &str) -> Child {
+    let (dir, python) = clients("run_client").expect("clients checked by the caller");
+    let endpoint = format!("{gateway_url}/v1/tus/");
+    let mut command = match client {
+        Client::TusJs => {
+            let mut c = Command::new("node");
+            c.arg(format!("{dir}/tus_js_upload.mjs"));
+            c
+        }
+        Client::Tuspy => {
+            let mut c = Command::new(python);
+            c.arg(format!("{dir}/tuspy_upload.py"));
+            c
+        }
+    };
+    command
+        .args([endpoint.as_str(), file.to_str().unwrap(), chunk])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the tus client")
+}
+
+/// Reads the client's JSON events until `stop` says so or the client ends.
+fn events(
+    child: &mut Child,
+    mut stop: impl FnMut(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            return seen;
+        }
+        let event: serde_json::Value =
+            serde_json::from_str(line.trim()).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        let done = stop(&event);
+        seen.push(event);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// The object key the upload at `url` became, from HEAD.
+async fn key_of(url: &str) -> (String, u64) {
+    let response = reqwest::Client::new()
+        .head(url)
+        .header("tus-resumable", "1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "HEAD {url}");
+    let key = response.headers()["x-sluice-key"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let offset = response.headers()["upload-offset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (key, offset)
+}
+
+async fn stored(store: &sluice_store::s3::S3Store, key: &str) -> Vec<u8> {
+    use futures::TryStreamExt;
+    let output = store.get_object(key, None).await.unwrap();
+    let chunks: Vec<Bytes> = output.body.try_collect().await.unwrap();
+    chunks.concat()
+}
+
+async fn no_multipart_left(store: &sluice_store::s3::S3Store) {
+    let open = store.list_multipart_uploads("").await.unwrap();
+    assert!(open.is_empty(), "open multipart uploads: {open:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_upload_64_mib_in_every_chunk_size() {
+    let Some((endpoint, prefix, store)) = setup("tus_clients").await else {
+        return;
+    };
+    if clients("tus_clients").is_none() {
+        return;
+    }
+    let gateway = start(&endpoint, &prefix, "127.0.0.1:0");
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(64 * MIB, 11);
+    let file = dir.path().join("sixty-four.bin");
+    std::fs::write(&file, &data).unwrap();
+    let chunks = [
+        MIB.to_string(),
+        (8 * MIB).to_string(),
+        "unbounded".to_string(),
+    ];
+    for client in [Client::TusJs, Client::Tuspy] {
+        for chunk in &chunks {
+            let mut child = run_client(client, &gateway.url, &file, chunk);
+            let seen = events(&mut child, |_| false);
+            assert!(
+                child.wait().unwrap().success(),
+                "{client:?} {chunk}: {seen:?}"
+            );
+            let last = seen.last().unwrap();
+            assert_eq!(last["event"], "success", "{client:?} {chunk}: {seen:?}");
+            let url = last["url"].as_str().unwrap();
+            let (key, offset) = key_of(url).await;
+            assert_eq!(offset, data.len() as u64);
+            assert!(key.ends_with("/sixty-four.bin"), "{key}");
+            assert!(
+                stored(&store, &key).await == data,
+                "{client:?} {chunk}: content differs"
+            );
+        }
+    }
+    no_multipart_left(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_gateway_restarted_lets_the_client_resume() {
+    let Some((endpoint, prefix, store)) = setup("tus_resume").await else {
+        return;
+    };
+    if clients("tus_resume").is_none() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut gateway = start(&endpoint, &prefix, &listen);
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(64 * MIB, 12);
+    let file = dir.path().join("resumed.bin");
+    std::fs::write(&file, &data).unwrap();
+    let mut child = run_client(Client::TusJs, &gateway.url, &file, &MIB.to_string());
+    // Let a quarter of it in, then kill the gateway without warning and start it again.
+    let seen = events(&mut child, |e| {
+        e["offset"].as_u64().is_some_and(|o| o >= 16 * MIB as u64)
+    });
+    assert!(seen.iter().any(|e| e["event"] == "url"), "{seen:?}");
+    gateway.child.kill().unwrap();
+    gateway.child.wait().unwrap();
+    let killed_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _restarted = start(&endpoint, &prefix, &listen);
+    let rest = events(&mut child, |_| false);
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    let last = rest.last().unwrap();
+    assert_eq!(last["event"], "success", "{rest:?}");
+    // It resumed rather than starting over: the first offset after the restart is past 16 MiB.
+    let first_after = rest.iter().find_map(|e| e["offset"].as_u64()).unwrap();
+    assert!(
+        first_after > 16 * MIB as u64,
+        "restarted from {first_after}"
+    );
+    let (key, _) = key_of(last["url"].as_str().unwrap()).await;
+    assert!(stored(&store, &key).await == data, "content differs");
+    no_multipart_left(&store).await;
+    eprintln!(
+        "resumed {:.1} s after the kill",
+        killed_at.elapsed().as_secs_f64()
+    );
+}
+
+async fn create(client: &reqwest::Client, gateway: &str, length: usize) -> String {
+    let response = client
+        .post(format!("{gateway}/v1/tus/"))
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", length)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    format!(
+        "{gateway}{}",
+        response.headers()["location"].to_str().unwrap()
+    )
+}
+
+fn patch(
+    client: &reqwest::Client,
+    url: &str,
+    offset: usize,
+    body: reqwest::Body,
+) -> reqwest::RequestBuilder {
+    client
+        .patch(url)
+        .header("tus-resumable", "1.0.0")
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", offset)
+        .body(body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_uploads_and_one_writer_wins() {
+    let Some((endpoint, prefix, store)) = setup("tus_two_gateways").await else {
+        return;
+    };
+    let a = start(&endpoint, &prefix, "127.0.0.1:0");
+    let b = start(&endpoint, &prefix, "127.0.0.1:0");
+    let client = reqwest::Client::new();
+
+    // PATCH requests of one upload alternate between the gateways.
+    let data = test_data(23 * MIB + 5, 13);
+    let url = create(&client, &a.url, data.len()).await;
+    let path = url.strip_prefix(&a.url).unwrap().to_owned();
+    for (i, piece) in data.chunks(3 * MIB).enumerate() {
+        let gateway = if i % 2 == 0 { &b.url } else { &a.url };
+        let response = patch(
+            &client,
+            &format!("{gateway}{path}"),
+            i * 3 * MIB,
+            piece.to_vec().into(),
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 204, "chunk {i}");
+    }
+    let (key, offset) = key_of(&format!("{}{path}", b.url)).await;
+    assert_eq!(offset, data.len() as u64);
+    assert!(
+        stored(&store, &key).await == data,
+        "alternating: content differs"
+    );
+
+    // Two writers at once: one holds the upload with a slow body, the other is refused quickly.
+    let data = test_data(12 * MIB, 14);
+    let url = create(&client, &a.url, data.len()).await;
+    let path = url.strip_prefix(&a.url).unwrap().to_owned();
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let slow = reqwest::Body::wrap_stream(futures::stream::unfold(receiver, |mut r| async move {
+        r.recv().await.map(|item| (item, r))
+    }));
+    let first = tokio::spawn(
+        patch(&client, &url, 0, slow)
+            .header("content-length", 6 * MIB)
+            .send(),
+    );
+    sender
+        .send(Ok(Bytes::from(data[..MIB].to_vec())))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let second = patch(
+        &client,
+        &format!("{}{path}", b.url),
+        0,
+        data[..6 * MIB].to_vec().into(),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert!(
+        second.status() == 423 || second.status() == 409,
+        "{}",
+        second.status()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    sender
+        .send(Ok(Bytes::from(data[MIB..6 * MIB].to_vec())))
+        .await
+        .unwrap();
+    drop(sender);
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), 204);
+    let response = patch(
+        &client,
+        &format!("{}{path}", b.url),
+        6 * MIB,
+        data[6 * MIB..].to_vec().into(),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 204);
+    let (key, _) = key_of(&url).await;
+    assert!(
+        stored(&store, &key).await == data,
+        "concurrent: content differs"
+    );
+    no_multipart_left(&store).await;
+}

@@ -1,0 +1,109 @@
+//! Removing expired resumable uploads: an unfinished upload idle past its expiry
+//! loses its multipart upload and state; a finished one keeps its object and loses
+//! its state (HEAD then answers 404). State objects without a record (a deletion
+//! cut short) are removed too. Uploads whose lock is held are left for next time.
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use sluice_store::StoreError;
+
+use super::lock::{LockError, UploadLock};
+use super::record::{valid_id, RecordError, STATE_PREFIX};
+use super::Tus;
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Uploads looked at.
+    pub seen: usize,
+    /// Unfinished uploads removed (multipart upload aborted).
+    pub expired: usize,
+    /// Finished uploads whose state was removed.
+    pub retired: usize,
+    /// State left without a record, removed.
+    pub orphans: usize,
+}
+
+/// One pass over every upload's state.
+pub async fn sweep(tus: &Tus, now: SystemTime) -> Result<SweepReport, StoreError> {
+    let mut ids = BTreeSet::new();
+    let mut with_record = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = tus
+            .store
+            .list_objects(STATE_PREFIX, cursor.as_deref(), 1000)
+            .await?;
+        for object in &page.objects {
+            let rest = &object.key[STATE_PREFIX.len()..];
+            if let Some((id, name)) = rest.split_once('/') {
+                if valid_id(id) {
+                    ids.insert(id.to_owned());
+                    if name == "state" {
+                        with_record.insert(id.to_owned());
+                    }
+                }
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut report = SweepReport {
+        seen: ids.len(),
+        ..SweepReport::default()
+    };
+    for id in ids {
+        if !with_record.contains(&id) {
+            tus.records.delete_all(&id).await?;
+            report.orphans += 1;
+            continue;
+        }
+        let loaded = match tus.records.load(&id).await {
+            Ok(loaded) => loaded,
+            Err(RecordError::NotFound) => continue,
+            Err(RecordError::Store(e)) => return Err(e),
+            Err(error) => {
+                tracing::warn!(upload_id = %id, %error, "unreadable upload record left in place");
+                continue;
+            }
+        };
+        let upload = &loaded.record.upload;
+        let finished = loaded.record.is_finished();
+        let due = if finished {
+            now >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(upload.expires)
+        } else {
+            upload.is_expired(now)
+        };
+        if !due {
+            continue;
+        }
+        let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.lock_timeout).await {
+            Ok(lock) => lock,
+            Err(LockError::Held) => continue,
+            Err(LockError::Store(e)) => return Err(e),
+        };
+        if let (Some(upload_id), false) = (&loaded.record.multipart_id, finished) {
+            if let Err(error) = tus
+                .engine
+                .abort_multipart(&loaded.record.key, upload_id)
+                .await
+            {
+                tracing::warn!(upload_id = %id, error = %sluice_store::error_chain(&error), "could not abort an expired upload's multipart upload");
+                lock.release().await;
+                continue;
+            }
+        }
+        tus.records.delete_all(&id).await?;
+        lock.release().await;
+        if finished {
+            report.retired += 1;
+        } else {
+            report.expired += 1;
+            tracing::info!(upload_id = %id, key = %loaded.record.key, "expired upload removed");
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,714 @@
+//! The tus routes without a socket: protocol error paths as a table, uploads in
+//! chunks of every size against the in-memory store, creation-with-upload, deferred
+//! length, checksums, locks, a second gateway on the same store, and expiry.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use sha1::Digest as _;
+use sluice_server::{AppState, ServerConfig};
+use sluice_store::ObjectStore;
+use sluice_testkit::{test_data, MemoryStore};
+use tower::ServiceExt;
+
+const MIB: usize = 1 << 20;
+
+fn config() -> ServerConfig {
+    let mut config = ServerConfig {
+        max_upload_size: Some(64 * MIB as u64),
+        key_template: "{tenant}/{uuid}/{filename}".into(),
+        ..ServerConfig::default()
+    };
+    config.engine.part_size = 5 * MIB as u64;
+    config.engine.threshold = 5 * MIB as u64;
+    config
+}
+
+fn gateway(store: &MemoryStore) -> AppState {
+    AppState::new(config(), Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap()
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    fn code(&self) -> String {
+        serde_json::from_slice::<serde_json::Value>(&self.body)
+            .map(|v| v["error"]["code"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+async fn send(state: &AppState, request: Request<Body>) -> Answer {
+    let response = state.router().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+fn tus(method: &str, uri: &str) -> axum::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("tus-resumable", "1.0.0")
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+async fn create(state: &AppState, length: u64) -> String {
+    let answer = send(
+        state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", length)
+            .header(
+                "upload-metadata",
+                format!(
+                    "filename {},filetype {}",
+                    b64("report.pdf"),
+                    b64("application/pdf")
+                ),
+            )
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.body);
+    answer.header("location").unwrap().to_owned()
+}
+
+fn patch_request(location: &str, offset: u64, chunk: &[u8]) -> axum::http::request::Builder {
+    tus("PATCH", location)
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", offset)
+        .header("content-length", chunk.len())
+}
+
+async fn patch(state: &AppState, location: &str, offset: u64, chunk: &[u8]) -> Answer {
+    send(
+        state,
+        patch_request(location, offset, chunk)
+            .body(Body::from(chunk.to_vec()))
+            .unwrap(),
+    )
+    .await
+}
+
+async fn head(state: &AppState, location: &str) -> Answer {
+    send(state, tus("HEAD", location).body(Body::empty()).unwrap()).await
+}
+
+async fn object(state: &AppState, key: &str) -> Bytes {
+    let answer = send(
+        state,
+        Request::get(format!("/v1/objects/{key}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "GET {key}");
+    answer.body
+}
+
+/// Uploads `data` in chunks of `chunk` bytes, alternating between `gateways`.
+async fn upload_in_chunks(gateways: &[&AppState], data: &[u8], chunk: usize) -> String {
+    let location = create(gateways[0], data.len() as u64).await;
+    let mut offset = 0;
+    for (i, piece) in data.chunks(chunk).enumerate() {
+        let answer = patch(
+            gateways[i % gateways.len()],
+            &location,
+            offset as u64,
+            piece,
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NO_CONTENT,
+            "chunk {i}: {:?}",
+            answer.body
+        );
+        offset += piece.len();
+        assert_eq!(
+            answer.header("upload-offset"),
+            Some(offset.to_string().as_str())
+        );
+    }
+    let done = head(gateways[0], &location).await;
+    assert_eq!(
+        done.header("upload-offset"),
+        Some(data.len().to_string().as_str())
+    );
+    done.header("x-sluice-key").unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn chunk_sizes_table_round_trips() {
+    // (object size, chunk size): below, at and above the 5 MiB part size, tiny chunks, one chunk.
+    let cases = [
+        (12 * MIB + 7, MIB),
+        (12 * MIB + 7, 5 * MIB),
+        (12 * MIB + 7, 8 * MIB),
+        (12 * MIB + 7, 12 * MIB + 7),
+        (3 * MIB, 256 * 1024),
+        (10 * MIB, 5 * MIB),
+        (6 * MIB + 1, 3 * MIB),
+        (1, 1),
+    ];
+    for (size, chunk) in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let data = test_data(size, 7);
+        let key = upload_in_chunks(&[&state], &data, chunk).await;
+        assert!(
+            key.starts_with("default/") && key.ends_with("/report.pdf"),
+            "{key}"
+        );
+        assert_eq!(
+            object(&state, &key).await,
+            data,
+            "size {size} chunk {chunk}"
+        );
+        assert_eq!(store.open_uploads(), 0, "size {size} chunk {chunk}");
+        // Only the record is left of the state (no carried segments, no lock).
+        let left = store.list_objects("_sluice/tus/", None, 100).await.unwrap();
+        assert_eq!(
+            left.objects.len(),
+            1,
+            "{:?}",
+            left.objects.iter().map(|o| &o.key).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_store_serve_alternate_chunks() {
+    let store = MemoryStore::new();
+    let (a, b) = (gateway(&store), gateway(&store));
+    let data = test_data(11 * MIB + 3, 7);
+    let key = upload_in_chunks(&[&a, &b], &data, 2 * MIB).await;
+    assert_eq!(object(&b, &key).await, data);
+}
+
+#[tokio::test]
+async fn creation_with_a_small_whole_body_is_one_put() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(100_000, 7);
+    let answer = send(
+        &state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", data.len())
+            .header("upload-metadata", format!("filename {}", b64("a.bin")))
+            .header("content-type", "application/offset+octet-stream")
+            .header("content-length", data.len())
+            .body(Body::from(data.clone()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED);
+    assert_eq!(answer.header("upload-offset"), Some("100000"));
+    let key = answer.header("x-sluice-key").unwrap().to_owned();
+    assert_eq!(object(&state, &key).await, data);
+    assert_eq!(
+        store.calls("create"),
+        0,
+        "no multipart upload for a small whole body"
+    );
+    // HEAD on the finished upload still answers its final offset.
+    let done = head(&state, answer.header("location").unwrap()).await;
+    assert_eq!(
+        (done.status, done.header("upload-offset")),
+        (StatusCode::OK, Some("100000"))
+    );
+}
+
+#[tokio::test]
+async fn creation_with_part_of_the_body_then_patches() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(7 * MIB, 7);
+    let first = &data[..3 * MIB];
+    let answer = send(
+        &state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", data.len())
+            .header("content-type", "application/offset+octet-stream")
+            .header("content-length", first.len())
+            .body(Body::from(first.to_vec()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.header("upload-offset")),
+        (StatusCode::CREATED, Some("3145728"))
+    );
+    let location = answer.header("location").unwrap().to_owned();
+    assert_eq!(
+        patch(&state, &location, 3 * MIB as u64, &data[3 * MIB..])
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let key = head(&state, &location)
+        .await
+        .header("x-sluice-key")
+        .unwrap()
+        .to_owned();
+    assert_eq!(object(&state, &key).await, data);
+}
+
+#[tokio::test]
+async fn deferred_length_is_set_by_the_last_patch() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(6 * MIB + 5, 7);
+    let answer = send(
+        &state,
+        tus("POST", "/v1/tus/")
+            .header("upload-defer-length", "1")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let location = answer.header("location").unwrap().to_owned();
+    assert_eq!(
+        head(&state, &location).await.header("upload-defer-length"),
+        Some("1")
+    );
+    assert_eq!(
+        patch(&state, &location, 0, &data[..4 * MIB]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let last = send(
+        &state,
+        patch_request(&location, 4 * MIB as u64, &data[4 * MIB..])
+            .header("upload-length", data.len())
+            .body(Body::from(data[4 * MIB..].to_vec()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(last.status, StatusCode::NO_CONTENT);
+    let done = head(&state, &location).await;
+    assert_eq!(
+        done.header("upload-length"),
+        Some(data.len().to_string().as_str())
+    );
+    assert_eq!(
+        object(&state, done.header("x-sluice-key").unwrap()).await,
+        data
+    );
+}
+
+fn sha1_header(data: &[u8]) -> String {
+    format!(
+        "sha1 {}",
+        base64::engine::general_purpose::STANDARD.encode(sha1::Sha1::digest(data))
+    )
+}
+
+#[tokio::test]
+async fn a_chunk_with_a_wrong_checksum_is_discarded() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(6 * MIB, 7);
+    let location = create(&state, data.len() as u64).await;
+    let (first, second) = data.split_at(3 * MIB);
+    let wrong = send(
+        &state,
+        patch_request(&location, 0, first)
+            .header("upload-checksum", sha1_header(second))
+            .body(Body::from(first.to_vec()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (wrong.status.as_u16(), wrong.code().as_str()),
+        (460, "checksum_mismatch")
+    );
+    assert_eq!(
+        head(&state, &location).await.header("upload-offset"),
+        Some("0")
+    );
+    for (offset, chunk) in [(0, first), (3 * MIB, second)] {
+        let right = send(
+            &state,
+            patch_request(&location, offset as u64, chunk)
+                .header("upload-checksum", sha1_header(chunk))
+                .body(Body::from(chunk.to_vec()))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(right.status, StatusCode::NO_CONTENT);
+    }
+    let key = head(&state, &location)
+        .await
+        .header("x-sluice-key")
+        .unwrap()
+        .to_owned();
+    assert_eq!(object(&state, &key).await, data);
+}
+
+#[tokio::test]
+async fn a_second_writer_is_refused_while_the_first_is_writing() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let location = create(&state, 10 * MIB as u64).await;
+    // The first PATCH's body arrives slowly, holding the lock.
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let slow_body = Body::from_stream(tokio_stream_from(receiver));
+    let first = {
+        let state = state.clone();
+        let request = tus("PATCH", &location)
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", 0)
+            .body(slow_body)
+            .unwrap();
+        tokio::spawn(async move { send(&state, request).await })
+    };
+    sender
+        .send(Ok(Bytes::from(test_data(MIB, 7))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = patch(&state, &location, 0, &test_data(MIB, 7)).await;
+    assert_eq!(
+        (second.status, second.code().as_str()),
+        (StatusCode::LOCKED, "upload_locked")
+    );
+    drop(sender);
+    let first = first.await.unwrap();
+    assert_eq!(
+        (first.status, first.header("upload-offset")),
+        (StatusCode::NO_CONTENT, Some("1048576"))
+    );
+}
+
+fn tokio_stream_from(
+    mut receiver: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn expired_uploads_are_swept_and_terminated_ones_are_gone() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let location = create(&state, 12 * MIB as u64).await;
+    assert_eq!(
+        patch(&state, &location, 0, &test_data(6 * MIB, 7))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(store.open_uploads(), 1);
+    let later = SystemTime::now() + Duration::from_secs(2 * 24 * 3600);
+    let report = sluice_server::tus::sweep::sweep(&state.tus, later)
+        .await
+        .unwrap();
+    assert_eq!((report.seen, report.expired), (1, 1));
+    assert_eq!(store.open_uploads(), 0);
+    assert_eq!(head(&state, &location).await.status, StatusCode::NOT_FOUND);
+    assert!(store
+        .list_objects("_sluice/", None, 10)
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
+
+    let location = create(&state, 12 * MIB as u64).await;
+    assert_eq!(
+        patch(&state, &location, 0, &test_data(6 * MIB, 7))
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let gone = send(
+        &state,
+        tus("DELETE", &location).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::NO_CONTENT);
+    assert_eq!(store.open_uploads(), 0);
+    assert_eq!(head(&state, &location).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        patch(&state, &location, 6 * MIB as u64, b"x").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn protocol_error_table() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let location = create(&state, 100).await;
+    assert_eq!(
+        patch(&state, &location, 0, &[7; 40]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let unknown = "/v1/tus/0123456789abcdef0123456789abcdef";
+    let octet = "application/offset+octet-stream";
+    let cases: Vec<(Request<Body>, u16, &str)> = vec![
+        (
+            Request::post("/v1/tus/")
+                .header("upload-length", 5)
+                .body(Body::empty())
+                .unwrap(),
+            412,
+            "tus_version_unsupported",
+        ),
+        (
+            Request::post("/v1/tus/")
+                .header("tus-resumable", "0.2.2")
+                .header("upload-length", 5)
+                .body(Body::empty())
+                .unwrap(),
+            412,
+            "tus_version_unsupported",
+        ),
+        (
+            Request::head(location.as_str())
+                .body(Body::empty())
+                .unwrap(),
+            412,
+            "",
+        ),
+        (
+            Request::patch(location.as_str())
+                .header("content-type", octet)
+                .header("upload-offset", 40)
+                .body(Body::from("x"))
+                .unwrap(),
+            412,
+            "tus_version_unsupported",
+        ),
+        (
+            tus("POST", "/v1/tus/").body(Body::empty()).unwrap(),
+            400,
+            "missing_header",
+        ),
+        (
+            tus("POST", "/v1/tus/")
+                .header("upload-length", 64 * MIB + 1)
+                .body(Body::empty())
+                .unwrap(),
+            413,
+            "too_large",
+        ),
+        (
+            tus("POST", "/v1/tus/")
+                .header("upload-length", 5)
+                .header("upload-metadata", "filename !!")
+                .body(Body::empty())
+                .unwrap(),
+            400,
+            "invalid_metadata",
+        ),
+        (
+            tus("POST", "/v1/tus/")
+                .header("upload-length", 5)
+                .header("upload-concat", "partial")
+                .body(Body::empty())
+                .unwrap(),
+            400,
+            "invalid_concat",
+        ),
+        (
+            tus("POST", "/v1/tus/")
+                .header("upload-length", 5)
+                .header("content-type", "text/plain")
+                .header("content-length", 5)
+                .body(Body::from("hello"))
+                .unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            tus("PATCH", &location)
+                .header("content-type", "text/plain")
+                .header("upload-offset", 40)
+                .body(Body::from("x"))
+                .unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            patch_request(&location, 0, b"x")
+                .body(Body::from("x"))
+                .unwrap(),
+            409,
+            "offset_mismatch",
+        ),
+        (
+            patch_request(&location, 41, b"x")
+                .body(Body::from("x"))
+                .unwrap(),
+            409,
+            "offset_mismatch",
+        ),
+        (
+            patch_request(&location, 40, &[0; 61])
+                .body(Body::from(vec![0; 61]))
+                .unwrap(),
+            413,
+            "beyond_length",
+        ),
+        (
+            tus("PATCH", &location)
+                .header("content-type", octet)
+                .header("upload-offset", 40)
+                .body(Body::from(vec![0u8; 61]))
+                .unwrap(),
+            413,
+            "beyond_length",
+        ),
+        (
+            patch_request(&location, 40, b"x")
+                .header("upload-checksum", "crc32 AAAAAA==")
+                .body(Body::from("x"))
+                .unwrap(),
+            400,
+            "checksum_algorithm_unsupported",
+        ),
+        (
+            patch_request(&location, 40, b"x")
+                .header("upload-checksum", "sha1 AAAA")
+                .body(Body::from("x"))
+                .unwrap(),
+            400,
+            "invalid_header",
+        ),
+        (
+            patch_request(&location, 40, b"x")
+                .header("upload-length", 99)
+                .body(Body::from("x"))
+                .unwrap(),
+            400,
+            "length_already_set",
+        ),
+        (
+            patch_request(unknown, 0, b"x")
+                .body(Body::from("x"))
+                .unwrap(),
+            404,
+            "upload_not_found",
+        ),
+        (tus("HEAD", unknown).body(Body::empty()).unwrap(), 404, ""),
+        (
+            tus("DELETE", unknown).body(Body::empty()).unwrap(),
+            404,
+            "upload_not_found",
+        ),
+        (
+            tus("HEAD", "/v1/tus/..%2F..%2Fetc")
+                .body(Body::empty())
+                .unwrap(),
+            404,
+            "",
+        ),
+        (
+            tus("PATCH", "/v1/tus/not-an-id")
+                .header("content-type", octet)
+                .header("upload-offset", 0)
+                .body(Body::from("x"))
+                .unwrap(),
+            404,
+            "upload_not_found",
+        ),
+        (tus("PUT", &location).body(Body::empty()).unwrap(), 405, ""),
+    ];
+    for (request, status, code) in cases {
+        let what = format!("{} {}", request.method(), request.uri());
+        let answer = send(&state, request).await;
+        assert_eq!(answer.status.as_u16(), status, "{what}: {:?}", answer.body);
+        if !code.is_empty() {
+            assert_eq!(answer.code(), code, "{what}");
+        }
+        assert_eq!(answer.header("tus-resumable"), Some("1.0.0"), "{what}");
+    }
+    // None of that changed the upload.
+    assert_eq!(
+        head(&state, &location).await.header("upload-offset"),
+        Some("40")
+    );
+    assert_eq!(
+        store
+            .list_objects("default/", None, 10)
+            .await
+            .unwrap()
+            .objects
+            .len(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn options_announce_version_extensions_and_limits() {
+    let state = gateway(&MemoryStore::new());
+    let answer = send(
+        &state,
+        Request::options("/v1/tus/").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    assert_eq!(answer.header("tus-version"), Some("1.0.0"));
+    assert_eq!(answer.header("tus-max-size"), Some("67108864"));
+    let extensions = answer.header("tus-extension").unwrap();
+    for extension in [
+        "creation",
+        "creation-with-upload",
+        "creation-defer-length",
+        "termination",
+        "checksum",
+        "expiration",
+    ] {
+        assert!(extensions.split(',').any(|e| e == extension), "{extension}");
+    }
+    assert_eq!(
+        answer.header("tus-checksum-algorithm"),
+        Some("sha1,md5,sha256")
+    );
+}
+
+#[tokio::test]
+async fn reserved_state_keys_are_not_objects() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    create(&state, 10).await;
+    let put = send(
+        &state,
+        Request::put("/v1/objects/_sluice/tus/x")
+            .body(Body::from("x"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(put.status, StatusCode::BAD_REQUEST);
+    let list = send(
+        &state,
+        Request::get("/v1/objects?prefix=")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        !String::from_utf8_lossy(&list.body).contains("_sluice"),
+        "{:?}",
+        list.body
+    );
+}

@@ -1,0 +1,261 @@
+//! Multipart uploads that outlive one request (resumable uploads). The caller keeps
+//! the state between calls (upload id, parts so far, bytes carried over that were
+//! too few for a part) wherever it likes; the engine creates the upload, appends
+//! parts cut from a stream, and completes or aborts it. Appending never aborts: a
+//! failed call reports the parts it did store so the caller can keep them.
+
+use bytes::{Bytes, BytesMut};
+use sluice_store::*;
+use tokio::task::JoinSet;
+
+use crate::error::TransferError;
+use crate::retry::with_retries;
+use crate::upload::checksum_of;
+use crate::{Engine, UploadOutcome, UploadRequest, UploadSource};
+
+/// One call's worth of appending.
+#[derive(Debug, Clone)]
+pub struct AppendRequest {
+    pub key: String,
+    pub upload_id: String,
+    /// The number of the first part this call stores.
+    pub first_part: u32,
+    /// Bytes from earlier calls that go in front of the stream (fewer than a part).
+    pub carried: Vec<Bytes>,
+    /// Where parts are cut (at least [`limits::MIN_PART_SIZE`]).
+    pub part_size: u64,
+    /// The stream ends the object: its last bytes are stored as a (possibly short)
+    /// last part instead of being carried.
+    pub last: bool,
+}
+
+/// What one call stored.
+#[derive(Debug)]
+pub struct Appended {
+    /// Parts stored, numbered on from `first_part` without gaps.
+    pub parts: Vec<UploadedPart>,
+    /// The bytes after the last part (the carried bytes too when no part was
+    /// stored), fewer than [`limits::MIN_PART_SIZE`], for the next call. Empty
+    /// after a failed part: the bytes after the stored parts are then lost and
+    /// must be sent again.
+    pub leftover: Vec<Bytes>,
+    /// Bytes read from the stream.
+    pub read: u64,
+    /// Why the call ended early, if it did (the stream failed or a part could not be stored).
+    pub error: Option<TransferError>,
+}
+
+impl Appended {
+    /// Bytes the parts and the leftover hold.
+    pub fn kept(&self) -> u64 {
+        self.parts.iter().map(|p| p.size).sum::<u64>()
+            + self.leftover.iter().map(|b| b.len() as u64).sum::<u64>()
+    }
+}
+
+impl Engine {
+    /// Starts a multipart upload for `request.key` and returns its id.
+    pub async fn create_multipart(&self, request: &UploadRequest) -> Result<String, TransferError> {
+        crate::validate_key(&request.key)?;
+        let inner = &self.inner;
+        with_retries(
+            &inner.config.retry,
+            &inner.stats,
+            "CreateMultipartUpload",
+            || {
+                inner.store.create_multipart_upload(CreateMultipartRequest {
+                    key: request.key.clone(),
+                    content_type: request.content_type.clone(),
+                    metadata: request.metadata.clone(),
+                    checksum_algorithm: inner.config.checksum,
+                })
+            },
+        )
+        .await
+    }
+
+    /// Reads `source` after `request.carried`, stores each full part (concurrently,
+    /// within the memory budget) and returns what was stored and what is left over.
+    pub async fn append_parts(&self, request: AppendRequest, source: UploadSource) -> Appended {
+        let part_size = request.part_size.max(limits::MIN_PART_SIZE);
+        let concurrency = self.inner.config.concurrency;
+        let (mut reader, _) = source.into_part_reader();
+        let mut buffer: Vec<Bytes> = request
+            .carried
+            .into_iter()
+            .filter(|b| !b.is_empty())
+            .collect();
+        let mut buffered: u64 = buffer.iter().map(|b| b.len() as u64).sum();
+        let mut number = request.first_part;
+        let mut read = 0u64;
+        let mut tasks: JoinSet<(u32, Result<UploadedPart, TransferError>)> = JoinSet::new();
+        let mut done: Vec<(u32, Result<UploadedPart, TransferError>)> = Vec::new();
+        let mut error = None;
+        loop {
+            while tasks.len() >= concurrency {
+                if let Some(Ok(result)) = tasks.join_next().await {
+                    done.push(result);
+                }
+            }
+            if done.iter().any(|(_, r)| r.is_err()) {
+                break;
+            }
+            let want = part_size - buffered;
+            let reservation = self.inner.budget.reserve(part_size).await;
+            let mut chunk = BytesMut::with_capacity(want as usize);
+            let filled = reader.fill(&mut chunk, want as usize).await;
+            read += chunk.len() as u64;
+            buffered += chunk.len() as u64;
+            if !chunk.is_empty() {
+                buffer.push(chunk.freeze());
+            }
+            if let Err(e) = filled {
+                error = Some(TransferError::Source(e));
+                break;
+            }
+            if buffered < part_size {
+                break; // the stream ended
+            }
+            let body = std::mem::take(&mut buffer);
+            buffered = 0;
+            self.spawn_part(
+                &mut tasks,
+                &request.key,
+                &request.upload_id,
+                number,
+                body,
+                reservation,
+            );
+            number += 1;
+        }
+        let stream_ok = error.is_none() && !done.iter().any(|(_, r)| r.is_err());
+        if stream_ok && buffered > 0 && (request.last || buffered >= limits::MIN_PART_SIZE) {
+            let reservation = self.inner.budget.reserve(buffered).await;
+            let body = std::mem::take(&mut buffer);
+            self.spawn_part(
+                &mut tasks,
+                &request.key,
+                &request.upload_id,
+                number,
+                body,
+                reservation,
+            );
+        } else if !stream_ok && error.is_some() && buffered >= limits::MIN_PART_SIZE {
+            // The stream failed: keep what arrived as a part of its own.
+            let reservation = self.inner.budget.reserve(buffered).await;
+            let body = std::mem::take(&mut buffer);
+            self.spawn_part(
+                &mut tasks,
+                &request.key,
+                &request.upload_id,
+                number,
+                body,
+                reservation,
+            );
+        }
+        while let Some(result) = tasks.join_next().await {
+            if let Ok(result) = result {
+                done.push(result);
+            }
+        }
+        done.sort_by_key(|(n, _)| *n);
+        let mut parts = Vec::new();
+        let mut part_failed = false;
+        for (_, result) in done {
+            match result {
+                Ok(part) if !part_failed => parts.push(part),
+                Ok(_) => {}
+                Err(e) => {
+                    part_failed = true;
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        let leftover = if part_failed { Vec::new() } else { buffer };
+        Appended {
+            parts,
+            leftover,
+            read,
+            error,
+        }
+    }
+
+    fn spawn_part(
+        &self,
+        tasks: &mut JoinSet<(u32, Result<UploadedPart, TransferError>)>,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        chunks: Vec<Bytes>,
+        reservation: crate::Reservation,
+    ) {
+        let inner = self.inner.clone();
+        let (key, upload_id) = (key.to_owned(), upload_id.to_owned());
+        let body = match chunks.len() {
+            1 => Body::Bytes(chunks.into_iter().next().expect("one chunk")),
+            _ => Body::Chunks(chunks.into()),
+        };
+        tasks.spawn(async move {
+            let result = async {
+                let size = body.len();
+                let checksum = match inner.config.checksum {
+                    None => PartChecksum::None,
+                    Some(algorithm) => PartChecksum::Known(
+                        checksum_of(&body, algorithm)
+                            .await
+                            .map_err(TransferError::Source)?,
+                    ),
+                };
+                let part = with_retries(&inner.config.retry, &inner.stats, "UploadPart", || {
+                    inner.store.upload_part(UploadPartRequest {
+                        key: key.clone(),
+                        upload_id: upload_id.clone(),
+                        part_number: number,
+                        body: body.clone(),
+                        checksum,
+                    })
+                })
+                .await?;
+                drop(reservation);
+                Ok(UploadedPart {
+                    checksum: checksum.known().or(part.checksum),
+                    size,
+                    ..part
+                })
+            }
+            .await;
+            (number, result)
+        });
+    }
+
+    /// Completes a multipart upload from all its parts (any order); `size` is the
+    /// object's length, used to recognise a completion whose answer was lost.
+    pub async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<UploadedPart>,
+        size: u64,
+    ) -> Result<UploadOutcome, TransferError> {
+        crate::upload::complete_parts(&self.inner, key, upload_id, parts, size).await
+    }
+
+    /// Aborts a multipart upload (a missing one counts as aborted).
+    pub async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<(), TransferError> {
+        let inner = &self.inner;
+        match with_retries(
+            &inner.config.retry,
+            &inner.stats,
+            "AbortMultipartUpload",
+            || inner.store.abort_multipart_upload(key, upload_id),
+        )
+        .await
+        {
+            Err(TransferError::Store {
+                source: StoreError::NoSuchUpload { .. },
+                ..
+            }) => Ok(()),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+// Uploads one file to a tus endpoint with tus-js-client, printing one JSON line per
+// event: {"event":"url","url":...} once the upload exists, {"event":"progress",
+// "offset":N} after each chunk, then {"event":"success","url":...,"key":...} or
+// {"event":"error","message":...} (exit code 1).
+//
+//   node tus_js_upload.mjs ENDPOINT FILE CHUNK_BYTES|unbounded
+import { readFileSync } from "node:fs";
+import { basename } from "node:path";
+import * as tus from "tus-js-client";
+
+const [endpoint, path, chunkArg] = process.argv.slice(2);
+const data = readFileSync(path);
+const print = (event) => process.stdout.write(JSON.stringify(event) + "\n");
+let key = null;
+
+const upload = new tus.Upload(data, {
+  endpoint,
+  chunkSize: chunkArg === "unbounded" ? Infinity : Number(chunkArg),
+  // Retries ride out a gateway restart: about 30 s in all.
+  retryDelays: [0, 250, 500, 1000, 1000, 2000, 2000, 3000, 3000, 5000, 5000, 5000],
+  metadata: { filename: basename(path), filetype: "application/octet-stream" },
+  removeFingerprintOnSuccess: true,
+  onUploadUrlAvailable() {
+    print({ event: "url", url: upload.url });
+  },
+  onAfterResponse(_req, res) {
+    const k = res.getHeader("X-Sluice-Key");
+    if (k) key = k;
+  },
+  onChunkComplete(_chunk, offset) {
+    print({ event: "progress", offset });
+  },
+  onError(error) {
+    print({ event: "error", message: String(error) });
+    process.exit(1);
+  },
+  onSuccess() {
+    print({ event: "success", url: upload.url, key });
+  },
+});
+upload.start();
