@@ -2,6 +2,7 @@
 files, tool versions, and per-process CPU / RSS / disk counters from /proc."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -111,3 +112,36 @@ def emit_report(lines, raw, out):
     if out:
         with open(out, "w") as f:
             f.write(text + "\n")
+
+
+def start_gateway(tool, sluice, minio_url, env, work):
+    """Starts `sluice serve` (bucket gw-sluice) or tusd with its S3 store (bucket
+    gw-tusd) in front of MinIO on a free port; returns (process, port)."""
+    port = free_port()
+    log = open(os.path.join(work, f"{tool}.log"), "a")
+    if tool == "sluice":
+        argv = [sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", "s3://gw-sluice",
+                "--endpoint", minio_url]
+    else:
+        argv = ["tusd", "-host", "127.0.0.1", "-port", str(port), "-s3-bucket", "gw-tusd",
+                "-s3-endpoint", minio_url, "-upload-dir", os.path.join(work, "tusd-uploads")]
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=work)
+    wait_for_port(port)
+    return proc, port
+
+
+def stop(proc):
+    """SIGTERM, then SIGKILL after 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def clear_bucket(bucket, minio_url, env, work):
+    """Deletes every object of `bucket` and empties MinIO's trash."""
+    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{bucket}/*"], env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    empty_trash(work)

@@ -25,34 +25,11 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, emit_report, empty_trash,
-                      free_port, make_file, start_minio, version, wait_for_port)
+from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, clear_bucket, client_env, emit_report,
+                      make_file, start_gateway, start_minio, stop, version)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLUICE = None  # the sluice binary; also the storms' load client (`sluice bench load`)
-
-
-def start_gateway(tool, args, minio_url, env, work):
-    port = free_port()
-    log = open(os.path.join(work, f"{tool}.log"), "a")
-    if tool == "sluice":
-        argv = [args.sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", "s3://gw-sluice",
-                "--endpoint", minio_url]
-    else:
-        argv = ["tusd", "-host", "127.0.0.1", "-port", str(port), "-s3-bucket", "gw-tusd",
-                "-s3-endpoint", minio_url, "-upload-dir", os.path.join(work, "tusd-uploads")]
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=work)
-    wait_for_port(port)
-    return proc, port
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def relay(tool, port, path, size):
@@ -93,12 +70,6 @@ def storm(tool, port, count, work):
                p99_s=row["latency_s"]["p99"], max_s=row["latency_s"]["max"])
     del row["timeline"]
     return row
-
-
-def clear_bucket(bucket, minio_url, env, work):
-    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{bucket}/*"], env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    empty_trash(work)
 
 
 def warp_rate(minio_url, env, seconds, concurrency, work):
@@ -145,14 +116,14 @@ def main():
         # (and cold page caches) are slower than any later run, whichever tool comes first.
         if files:
             for tool in tools:
-                proc, port = start_gateway(tool, args, minio_url, env, work)
+                proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
                 relay(tool, port, files[0][1], files[0][2])
                 stop(proc)
                 clear_bucket(f"gw-{tool}", minio_url, env, work)
         for run in range(args.runs):
             for label, path, size in files:
                 for tool in (tools if run % 2 == 0 else tools[::-1]):
-                    proc, port = start_gateway(tool, args, minio_url, env, work)
+                    proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
                     stats = ProcStats(proc.pid)
                     cpu0, disk0 = stats.cpu(), stats.disk_writes()
                     seconds = relay(tool, port, path, size)
@@ -178,7 +149,7 @@ def main():
                         print(f"  storm run {run + 1} {count:6} warp   direct {rate} obj/s", flush=True)
                         clear_bucket("warp-bench", minio_url, env, work)
                         continue
-                    proc, port = start_gateway(tool, args, minio_url, env, work)
+                    proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
                     stats = ProcStats(proc.pid)
                     row = storm(tool, port, count, work)
                     row.update(kind="storm", tool=tool, count=count, run=run, rss=stats.peak_rss())

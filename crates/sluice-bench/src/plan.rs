@@ -146,6 +146,9 @@ pub struct LoadPlan {
     pub retries_after_503: u32,
     /// Longest time one HTTP exchange may take.
     pub request_timeout: Duration,
+    /// tus: create without a body, then PATCH chunks of this many bytes (None: the
+    /// whole object in the creation request).
+    pub chunk_size: Option<u64>,
 }
 
 impl LoadPlan {
@@ -169,6 +172,13 @@ impl LoadPlan {
                 "key prefix {:?} must be non-empty without a leading or trailing '/'",
                 self.key_prefix
             ));
+        }
+        match self.chunk_size {
+            Some(_) if self.target.api != Api::Tus => {
+                return invalid("a chunk size applies only to the tus API".into())
+            }
+            Some(0) => return invalid("the chunk size must be at least 1 byte".into()),
+            _ => {}
         }
         match &self.model {
             Model::Closed { users, ramp, stop } => {
@@ -298,6 +308,7 @@ mod tests {
             key_prefix: "bench".into(),
             retries_after_503: 3,
             request_timeout: Duration::from_secs(60),
+            chunk_size: None,
         }
     }
 
@@ -334,6 +345,9 @@ mod tests {
         let mut big = plan(closed(1, Stop::Iterations(1)));
         big.object_size = MAX_OBJECT_SIZE + 1;
         assert!(big.validate().is_err());
+        let mut chunked = plan(closed(1, Stop::Iterations(1)));
+        chunked.chunk_size = Some(1 << 20);
+        assert!(chunked.validate().is_err(), "chunks with put");
         for prefix in ["", "/a", "a/"] {
             let mut p = plan(closed(1, Stop::Iterations(1)));
             p.key_prefix = prefix.into();

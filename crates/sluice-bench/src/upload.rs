@@ -131,10 +131,16 @@ impl Uploader {
         self.pool.exchange(build, self.plan.request_timeout).await
     }
 
-    /// Creation-with-upload, then PATCH from the offset the server reports until the
-    /// upload is complete.
+    /// Creation (with the whole upload, unless the plan has a chunk size), then PATCH
+    /// from the offset the server reports until the upload is complete.
     async fn tus(&self, seq: u64) -> Result<Answer, ExchangeError> {
         let size = self.payload.len() as u64;
+        let chunk = self.plan.chunk_size.unwrap_or(u64::MAX);
+        let carried = if self.plan.chunk_size.is_some() {
+            Bytes::new()
+        } else {
+            self.payload.clone()
+        };
         let metadata = format!(
             "filename {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{}.bin", self.key(seq)))
@@ -145,8 +151,8 @@ impl Uploader {
                 .header("Upload-Length", size)
                 .header("Upload-Metadata", &metadata)
                 .header(header::CONTENT_TYPE, "application/offset+octet-stream")
-                .header(header::CONTENT_LENGTH, size)
-                .body(ChunkBody::new([self.payload.clone()]))
+                .header(header::CONTENT_LENGTH, carried.len())
+                .body(ChunkBody::new([carried.clone()]))
                 .expect("valid request")
         };
         let answer = self
@@ -178,7 +184,8 @@ impl Uploader {
                 return Err(ExchangeError::Transport);
             }
             previous = Some(offset);
-            let rest = self.payload.slice(offset as usize..);
+            let end = offset.saturating_add(chunk).min(size);
+            let rest = self.payload.slice(offset as usize..end as usize);
             let patch = || {
                 self.request(Method::PATCH, &location)
                     .header("Tus-Resumable", TUS_VERSION)

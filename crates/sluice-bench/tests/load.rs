@@ -40,6 +40,7 @@ fn plan(url: &str, api: Api, model: Model, object_size: u64) -> LoadPlan {
         key_prefix: "bench".into(),
         retries_after_503: 3,
         request_timeout: Duration::from_secs(30),
+        chunk_size: None,
     }
 }
 
@@ -264,6 +265,48 @@ async fn tus_patches_what_the_creation_request_left() {
         .unwrap();
     assert_eq!(endings(&summary), [("204".to_string(), 8)]);
     assert_eq!(seen.bytes.load(Ordering::Relaxed), 8 * 100_001);
+}
+
+#[tokio::test]
+async fn tus_sends_chunks_of_the_chunk_size() {
+    async fn create(headers: HeaderMap, body: Bytes) -> axum::response::Response {
+        assert!(body.is_empty(), "a chunked upload creates without a body");
+        let host = headers["host"].to_str().unwrap();
+        (
+            StatusCode::CREATED,
+            [("location", format!("http://{host}/files/1"))],
+        )
+            .into_response()
+    }
+    async fn chunk(
+        State(seen): State<Shared>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> axum::response::Response {
+        let offset: usize = headers["upload-offset"].to_str().unwrap().parse().unwrap();
+        assert!(body.len() <= 40_000, "{}", body.len());
+        seen.bytes.fetch_add(body.len(), Ordering::Relaxed);
+        seen.keys.lock().unwrap().insert(offset.to_string());
+        (
+            StatusCode::NO_CONTENT,
+            [("upload-offset", (offset + body.len()).to_string())],
+        )
+            .into_response()
+    }
+    let seen = Shared::default();
+    let router = Router::new()
+        .route("/files/", post(create))
+        .route("/files/1", patch(chunk))
+        .with_state(seen.clone());
+    let url = format!("{}/files/", serve(router).await);
+    let mut plan = plan(&url, Api::Tus, closed(1, 1), 100_000);
+    plan.chunk_size = Some(40_000);
+    let summary = run(plan, None).await.unwrap();
+    assert_eq!(endings(&summary), [("204".to_string(), 1)]);
+    assert_eq!(seen.bytes.load(Ordering::Relaxed), 100_000);
+    let mut offsets: Vec<String> = seen.keys.lock().unwrap().iter().cloned().collect();
+    offsets.sort();
+    assert_eq!(offsets, ["0", "40000", "80000"]);
 }
 
 #[tokio::test]

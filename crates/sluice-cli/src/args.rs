@@ -97,6 +97,10 @@ pub struct LoadArgs {
     /// Longest time one request may take.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub timeout: std::time::Duration,
+    /// tus: create without a body, then PATCH chunks of this size [default: the whole
+    /// object in the creation request].
+    #[arg(long, value_parser = parse_size)]
+    pub chunk_size: Option<u64>,
     /// Also write the summary as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

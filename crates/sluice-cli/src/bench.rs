@@ -52,6 +52,7 @@ fn plan(args: &LoadArgs) -> anyhow::Result<LoadPlan> {
         key_prefix: args.key_prefix.clone(),
         retries_after_503: args.retries,
         request_timeout: args.timeout,
+        chunk_size: args.chunk_size,
     };
     plan.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(plan)
