@@ -712,3 +712,42 @@ async fn reserved_state_keys_are_not_objects() {
         list.body
     );
 }
+
+#[tokio::test]
+async fn cors_lets_configured_origins_read_the_tus_headers() {
+    let mut config = config();
+    config.cors_origins = vec!["https://app.example".into()];
+    let state = AppState::new(config, Arc::new(MemoryStore::new()) as Arc<dyn ObjectStore>).unwrap();
+    let preflight = send(
+        &state,
+        Request::options("/v1/tus/")
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "tus-resumable,upload-length,upload-metadata")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(preflight.status.is_success(), "{}", preflight.status);
+    assert_eq!(preflight.header("access-control-allow-origin"), Some("https://app.example"));
+    let allowed = preflight.header("access-control-allow-headers").unwrap().to_ascii_lowercase();
+    assert!(allowed.contains("upload-length") && allowed.contains("tus-resumable"), "{allowed}");
+    assert!(preflight.header("access-control-allow-methods").unwrap().contains("PATCH"));
+
+    let created = send(
+        &state,
+        tus("POST", "/v1/tus/").header("origin", "https://app.example").header("upload-length", 10).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let exposed = created.header("access-control-expose-headers").unwrap().to_ascii_lowercase();
+    for name in ["location", "upload-offset", "upload-length", "upload-expires", "tus-resumable", "x-sluice-key"] {
+        assert!(exposed.contains(name), "{name} not in {exposed}");
+    }
+    let stranger = send(
+        &state,
+        tus("POST", "/v1/tus/").header("origin", "https://evil.example").header("upload-length", 10).body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(stranger.header("access-control-allow-origin"), None);
+}
