@@ -98,6 +98,10 @@ impl ObjectStore for MeteredStore {
         self.call("upload_part", self.inner.upload_part(request))
             .await
     }
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        self.call("upload_part_copy", self.inner.upload_part_copy(request))
+            .await
+    }
     async fn complete_multipart_upload(
         &self,
         request: CompleteMultipartRequest,

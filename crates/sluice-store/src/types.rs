@@ -255,6 +255,18 @@ pub struct UploadPartRequest {
     pub checksum: PartChecksum,
 }
 
+/// One part of a multipart upload copied from a whole object of the same store
+/// (S3's UploadPartCopy): the bytes do not pass through the caller.
+#[derive(Debug, Clone)]
+pub struct CopyPartRequest {
+    pub key: String,
+    pub upload_id: String,
+    /// 1..=10,000.
+    pub part_number: u32,
+    /// The object whose bytes become the part (at most 5 GiB).
+    pub source_key: String,
+}
+
 /// A part the store holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadedPart {

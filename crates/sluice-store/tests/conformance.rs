@@ -255,6 +255,52 @@ async fn multipart_abort(store: Arc<dyn ObjectStore>) {
     assert!(store.head_object("ab/x").await.unwrap_err().is_not_found());
 }
 
+async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
+    let first = test_data(5 * 1024 * 1024 + 3, 21);
+    let second = test_data(1234, 22);
+    put_bytes(store.as_ref(), "copy/src one", &first).await;
+    put_bytes(store.as_ref(), "copy/src+two", &second).await;
+    let upload_id = store
+        .create_multipart_upload(CreateMultipartRequest::new("copy/joined"))
+        .await
+        .unwrap();
+    let mut parts = Vec::new();
+    for (number, source) in [(1, "copy/src one"), (2, "copy/src+two")] {
+        let part = store
+            .upload_part_copy(CopyPartRequest {
+                key: "copy/joined".into(),
+                upload_id: upload_id.clone(),
+                part_number: number,
+                source_key: source.into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(part.part_number, number);
+        parts.push(part);
+    }
+    assert_eq!(parts[0].size, first.len() as u64);
+    store
+        .complete_multipart_upload(CompleteMultipartRequest {
+            key: "copy/joined".into(),
+            upload_id,
+            parts,
+            checksum: None,
+        })
+        .await
+        .unwrap();
+    let joined = read_all(store.as_ref(), "copy/joined", None).await.unwrap();
+    assert!(joined == [first, second].concat(), "copied parts differ");
+    let missing = store
+        .upload_part_copy(CopyPartRequest {
+            key: "copy/joined".into(),
+            upload_id: "nope".into(),
+            part_number: 1,
+            source_key: "copy/missing".into(),
+        })
+        .await;
+    assert!(missing.is_err());
+}
+
 async fn multipart_small_part_rejected(store: Arc<dyn ObjectStore>) {
     let upload_id = store
         .create_multipart_upload(CreateMultipartRequest::new("small/x"))
@@ -431,6 +477,7 @@ conformance!(
     list_pagination,
     multipart_out_of_order_parallel,
     multipart_abort,
+    multipart_part_copied_from_objects,
     multipart_small_part_rejected,
     checksum_mismatch_rejected,
     file_body,

@@ -172,6 +172,11 @@ impl ObjectStore for FaultyStore {
             .await?;
         self.inner.upload_part(request).await
     }
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        self.before(Op::UploadPart, Some(request.part_number))
+            .await?;
+        self.inner.upload_part_copy(request).await
+    }
     async fn complete_multipart_upload(
         &self,
         request: CompleteMultipartRequest,

@@ -283,6 +283,11 @@ impl ObjectStore for MemoryStore {
         Ok(id)
     }
 
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        *self.lock().calls.entry("upload_part_copy").or_insert(0) += 1;
+        sluice_store::copy_part_by_reading(self, request).await
+    }
+
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
         let _in = self.enter("upload_part", request.body.len()).await;
         let data = read_body(&request.body)?;

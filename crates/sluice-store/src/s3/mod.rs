@@ -492,6 +492,31 @@ impl ObjectStore for S3Store {
         })
     }
 
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        let size = self.head_object(&request.source_key).await?.size;
+        let source = format!("{}/{}", self.bucket, encode_copy_source(&self.full_key(&request.source_key)));
+        let output = self
+            .client
+            .upload_part_copy()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .upload_id(&request.upload_id)
+            .part_number(request.part_number as i32)
+            .copy_source(source)
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
+        let result = output.copy_part_result;
+        Ok(UploadedPart {
+            part_number: request.part_number,
+            etag: result.as_ref().and_then(|r| r.e_tag.clone()).unwrap_or_default(),
+            size,
+            checksum: result.as_ref().and_then(|r| {
+                reported_checksum(r.checksum_crc32_c(), r.checksum_crc64_nvme())
+            }),
+        })
+    }
+
     async fn complete_multipart_upload(
         &self,
         request: CompleteMultipartRequest,
@@ -714,4 +739,16 @@ mod tests {
         assert_eq!(total_from_content_range(Some("bytes 0-99/*")), None);
         assert_eq!(total_from_content_range(None), None);
     }
+}
+
+/// A key as the `x-amz-copy-source` header wants it: percent-encoded, `/` kept.
+fn encode_copy_source(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(byte as char),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
 }
