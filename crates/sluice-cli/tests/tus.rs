@@ -387,3 +387,50 @@ async fn two_gateways_share_uploads_and_one_writer_wins() {
     );
     no_multipart_left(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concatenation_on_minio_copies_partials_server_side() {
+    let Some((endpoint, prefix, store)) = setup("tus_concat").await else {
+        return;
+    };
+    let gateway = start(&endpoint, &prefix, "127.0.0.1:0");
+    let client = reqwest::Client::new();
+    let datas = [test_data(6 * MIB, 15), test_data(3 * MIB + 1, 16)];
+    let mut paths = Vec::new();
+    for data in &datas {
+        let response = client
+            .post(format!("{}/v1/tus/", gateway.url))
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", data.len())
+            .header("upload-concat", "partial")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        let path = response.headers()["location"].to_str().unwrap().to_owned();
+        let url = format!("{}{path}", gateway.url);
+        let done = patch(&client, &url, 0, data.clone().into())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(done.status(), 204);
+        paths.push(path);
+    }
+    let response = client
+        .post(format!("{}/v1/tus/", gateway.url))
+        .header("tus-resumable", "1.0.0")
+        .header("upload-concat", format!("final;{}", paths.join(" ")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let key = response.headers()["x-sluice-key"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        stored(&store, &key).await == datas.concat(),
+        "concatenated content differs"
+    );
+    no_multipart_left(&store).await;
+}

@@ -523,11 +523,11 @@ async fn protocol_error_table() {
         (
             tus("POST", "/v1/tus/")
                 .header("upload-length", 5)
-                .header("upload-concat", "partial")
+                .header("upload-concat", "whole")
                 .body(Body::empty())
                 .unwrap(),
             400,
-            "invalid_concat",
+            "invalid_header",
         ),
         (
             tus("POST", "/v1/tus/")
@@ -677,6 +677,7 @@ async fn options_announce_version_extensions_and_limits() {
         "termination",
         "checksum",
         "expiration",
+        "concatenation",
     ] {
         assert!(extensions.split(',').any(|e| e == extension), "{extension}");
     }
@@ -717,37 +718,219 @@ async fn reserved_state_keys_are_not_objects() {
 async fn cors_lets_configured_origins_read_the_tus_headers() {
     let mut config = config();
     config.cors_origins = vec!["https://app.example".into()];
-    let state = AppState::new(config, Arc::new(MemoryStore::new()) as Arc<dyn ObjectStore>).unwrap();
+    let state =
+        AppState::new(config, Arc::new(MemoryStore::new()) as Arc<dyn ObjectStore>).unwrap();
     let preflight = send(
         &state,
         Request::options("/v1/tus/")
             .header("origin", "https://app.example")
             .header("access-control-request-method", "POST")
-            .header("access-control-request-headers", "tus-resumable,upload-length,upload-metadata")
+            .header(
+                "access-control-request-headers",
+                "tus-resumable,upload-length,upload-metadata",
+            )
             .body(Body::empty())
             .unwrap(),
     )
     .await;
     assert!(preflight.status.is_success(), "{}", preflight.status);
-    assert_eq!(preflight.header("access-control-allow-origin"), Some("https://app.example"));
-    let allowed = preflight.header("access-control-allow-headers").unwrap().to_ascii_lowercase();
-    assert!(allowed.contains("upload-length") && allowed.contains("tus-resumable"), "{allowed}");
-    assert!(preflight.header("access-control-allow-methods").unwrap().contains("PATCH"));
+    assert_eq!(
+        preflight.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let allowed = preflight
+        .header("access-control-allow-headers")
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        allowed.contains("upload-length") && allowed.contains("tus-resumable"),
+        "{allowed}"
+    );
+    assert!(preflight
+        .header("access-control-allow-methods")
+        .unwrap()
+        .contains("PATCH"));
 
     let created = send(
         &state,
-        tus("POST", "/v1/tus/").header("origin", "https://app.example").header("upload-length", 10).body(Body::empty()).unwrap(),
+        tus("POST", "/v1/tus/")
+            .header("origin", "https://app.example")
+            .header("upload-length", 10)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(created.status, StatusCode::CREATED);
-    let exposed = created.header("access-control-expose-headers").unwrap().to_ascii_lowercase();
-    for name in ["location", "upload-offset", "upload-length", "upload-expires", "tus-resumable", "x-sluice-key"] {
+    let exposed = created
+        .header("access-control-expose-headers")
+        .unwrap()
+        .to_ascii_lowercase();
+    for name in [
+        "location",
+        "upload-offset",
+        "upload-length",
+        "upload-expires",
+        "tus-resumable",
+        "x-sluice-key",
+    ] {
         assert!(exposed.contains(name), "{name} not in {exposed}");
     }
     let stranger = send(
         &state,
-        tus("POST", "/v1/tus/").header("origin", "https://evil.example").header("upload-length", 10).body(Body::empty()).unwrap(),
+        tus("POST", "/v1/tus/")
+            .header("origin", "https://evil.example")
+            .header("upload-length", 10)
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(stranger.header("access-control-allow-origin"), None);
+}
+
+async fn partial(state: &AppState, data: &[u8]) -> String {
+    let answer = send(
+        state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", data.len())
+            .header("upload-concat", "partial")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.body);
+    let location = answer.header("location").unwrap().to_owned();
+    for (i, piece) in data.chunks(4 * MIB).enumerate() {
+        assert_eq!(
+            patch(state, &location, (i * 4 * MIB) as u64, piece)
+                .await
+                .status,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let head = head(state, &location).await;
+    assert_eq!(head.header("upload-concat"), Some("partial"));
+    assert_eq!(
+        head.header("x-sluice-key"),
+        None,
+        "a partial upload is not an object"
+    );
+    location
+}
+
+async fn concatenate(state: &AppState, parts: &[&str]) -> Answer {
+    send(
+        state,
+        tus("POST", "/v1/tus/")
+            .header("upload-concat", format!("final;{}", parts.join(" ")))
+            .header("upload-metadata", format!("filename {}", b64("joined.bin")))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn concatenation_copies_parts_server_side_where_sizes_allow() {
+    // (partial sizes, copied server-side)
+    let cases: Vec<(Vec<usize>, bool)> = vec![
+        (vec![6 * MIB, 5 * MIB, 2 * MIB + 1], true),
+        (vec![MIB, 6 * MIB], false),
+        (vec![7 * MIB], true),
+    ];
+    for (sizes, copied) in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let datas: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| test_data(n, i as u64 + 40))
+            .collect();
+        let mut locations = Vec::new();
+        for data in &datas {
+            locations.push(partial(&state, data).await);
+        }
+        // A full URL works as well as a path.
+        locations[0] = format!("http://gateway.example{}", locations[0]);
+        let refs: Vec<&str> = locations.iter().map(String::as_str).collect();
+        let answer = concatenate(&state, &refs).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::CREATED,
+            "{sizes:?}: {:?}",
+            answer.body
+        );
+        let total: usize = sizes.iter().sum();
+        let final_location = answer.header("location").unwrap().to_owned();
+        let head = head(&state, &final_location).await;
+        assert_eq!(
+            head.header("upload-offset"),
+            Some(total.to_string().as_str())
+        );
+        assert!(head
+            .header("upload-concat")
+            .unwrap()
+            .starts_with("final;/v1/tus/"));
+        let key = head.header("x-sluice-key").unwrap().to_owned();
+        assert!(key.ends_with("/joined.bin"));
+        assert!(
+            object(&state, &key).await == datas.concat(),
+            "{sizes:?}: content differs"
+        );
+        let copies = store.calls("upload_part_copy");
+        assert_eq!(copies > 0, copied, "{sizes:?}: {copies} copies");
+        assert_eq!(store.open_uploads(), 0);
+        let refused = patch(&state, &final_location, total as u64, b"").await;
+        assert_eq!(
+            (refused.status, refused.code().as_str()),
+            (StatusCode::FORBIDDEN, "final_upload_patched")
+        );
+    }
+}
+
+#[tokio::test]
+async fn concatenation_refuses_what_it_cannot_join() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let done = partial(&state, &test_data(10, 50)).await;
+    let plain = create(&state, 10).await;
+    let unfinished = send(
+        &state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", 10)
+            .header("upload-concat", "partial")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .header("location")
+    .unwrap()
+    .to_owned();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![&done, "/v1/tus/0123456789abcdef0123456789abcdef"],
+            "there is no upload",
+        ),
+        (vec![&done, &plain], "is not a partial upload"),
+        (vec![&done, &unfinished], "is not complete"),
+        (vec!["/files/abc"], "not an upload of this server"),
+    ];
+    for (parts, message) in cases {
+        let answer = concatenate(&state, &parts).await;
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_concat"),
+            "{parts:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&answer.body).contains(message),
+            "{parts:?}: {:?}",
+            answer.body
+        );
+    }
+    assert!(store
+        .list_objects("default/", None, 10)
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
 }

@@ -20,6 +20,6 @@ pub use upload::{Concat, Upload};
 pub const TUS_VERSION: &str = "1.0.0";
 /// Extensions supported, as announced in `Tus-Extension`.
 pub const EXTENSIONS: &str =
-    "creation,creation-with-upload,creation-defer-length,termination,checksum,expiration";
+    "creation,creation-with-upload,creation-defer-length,termination,checksum,expiration,concatenation";
 /// The media type of PATCH bodies.
 pub const OFFSET_OCTET_STREAM: &str = "application/offset+octet-stream";

@@ -6,6 +6,7 @@
 //! expired uploads ([`sweep`]). Nothing is kept on local disk or in memory between
 //! requests, so any instance serves any request.
 
+mod concat;
 pub mod lock;
 pub mod record;
 pub mod sweep;
@@ -22,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, options};
 use axum::Router;
 use sluice_store::{limits, ObjectStore};
-use sluice_tus::headers::{self as tus_headers, CreateRequest, PatchRequest};
+use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError, Upload, UploadChecksum, OFFSET_OCTET_STREAM};
 use sluice_upload::{Engine, UploadRequest, UploadSource};
 
@@ -31,7 +32,7 @@ use crate::error::ApiError;
 use crate::keys::KeyInputs;
 use crate::AppState;
 use lock::{LockError, UploadLock};
-use record::{new_id, Loaded, RecordStore, TusRecord};
+use record::{new_id, upload_prefix, valid_id, Loaded, RecordStore, TusRecord};
 
 /// The header naming the object an upload becomes (percent-encoded beyond ASCII).
 pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-sluice-key");
@@ -200,6 +201,16 @@ fn key_header(key: &str) -> HeaderValue {
 
 fn upload_headers(record: &TusRecord) -> Vec<(HeaderName, HeaderValue)> {
     let mut headers = record.upload.head_headers();
+    match &record.upload.concat {
+        Concat::Partial => return headers, // its bytes are not an object of the API
+        Concat::Final(ids) => {
+            let urls: Vec<String> = ids.iter().map(|id| format!("{BASE_PATH}{id}")).collect();
+            if let Ok(value) = HeaderValue::from_str(&format!("final;{}", urls.join(" "))) {
+                headers.push((tus_headers::UPLOAD_CONCAT, value));
+            }
+        }
+        Concat::None => {}
+    }
     headers.push((KEY_HEADER, key_header(&record.key)));
     headers
 }
@@ -215,11 +226,6 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let tus = state.tus.clone();
     let request = CreateRequest::from_headers(&headers, tus.max_size)?;
-    if request.concat.is_some() {
-        return Err(ApiError::Tus(TusError::InvalidConcat(
-            "this server does not support the concatenation extension".into(),
-        )));
-    }
     let body_length = content_length(&headers)?;
     let chunked = headers.contains_key(header::TRANSFER_ENCODING);
     let has_body = body_length.map_or(chunked, |n| n > 0);
@@ -251,11 +257,20 @@ async fn create(
         now: time::OffsetDateTime::now_utc(),
         uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
     });
+    let (concat, key) = match request.concat {
+        None => (Concat::None, key),
+        // A partial upload's bytes stay hidden until a final upload uses them.
+        Some(ConcatRequest::Partial) => (Concat::Partial, format!("{}partial", upload_prefix(&id))),
+        Some(ConcatRequest::Final(urls)) => {
+            return concat::create_final(&state, id, key, content_type, request.metadata, &urls)
+                .await;
+        }
+    };
     let upload = Upload::new(
         id.clone(),
         request.length,
         request.metadata,
-        Concat::None,
+        concat,
         SystemTime::now(),
         tus.expiry,
     );

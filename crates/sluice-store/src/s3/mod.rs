@@ -494,7 +494,11 @@ impl ObjectStore for S3Store {
 
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         let size = self.head_object(&request.source_key).await?.size;
-        let source = format!("{}/{}", self.bucket, encode_copy_source(&self.full_key(&request.source_key)));
+        let source = format!(
+            "{}/{}",
+            self.bucket,
+            encode_copy_source(&self.full_key(&request.source_key))
+        );
         let output = self
             .client
             .upload_part_copy()
@@ -509,11 +513,14 @@ impl ObjectStore for S3Store {
         let result = output.copy_part_result;
         Ok(UploadedPart {
             part_number: request.part_number,
-            etag: result.as_ref().and_then(|r| r.e_tag.clone()).unwrap_or_default(),
+            etag: result
+                .as_ref()
+                .and_then(|r| r.e_tag.clone())
+                .unwrap_or_default(),
             size,
-            checksum: result.as_ref().and_then(|r| {
-                reported_checksum(r.checksum_crc32_c(), r.checksum_crc64_nvme())
-            }),
+            checksum: result
+                .as_ref()
+                .and_then(|r| reported_checksum(r.checksum_crc32_c(), r.checksum_crc64_nvme())),
         })
     }
 
@@ -725,6 +732,20 @@ impl S3Store {
     }
 }
 
+/// A key as the `x-amz-copy-source` header wants it: percent-encoded, `/` kept.
+fn encode_copy_source(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -739,16 +760,4 @@ mod tests {
         assert_eq!(total_from_content_range(Some("bytes 0-99/*")), None);
         assert_eq!(total_from_content_range(None), None);
     }
-}
-
-/// A key as the `x-amz-copy-source` header wants it: percent-encoded, `/` kept.
-fn encode_copy_source(key: &str) -> String {
-    let mut out = String::with_capacity(key.len());
-    for byte in key.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(byte as char),
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
 }
