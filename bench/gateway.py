@@ -170,7 +170,7 @@ def main():
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
              f"sluice: {version([args.sluice, '--version'])} (commit "
              f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}),"
-             " serve defaults (8 MiB parts, 8 in flight, 256 MiB budget, 256 uploads + queue 16384 (30 s), store concurrency 128)",
+             " serve defaults (16 MiB parts, 8 in flight, 256 MiB budget, 256 uploads + queue 16384 (30 s), store concurrency 128)",
              f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
              f"{args.runs} runs per case after one unmeasured warm-up relay per tool, tools alternated, medians; "

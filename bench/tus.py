@@ -85,7 +85,7 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [f"# tus benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
-             f"sluice: {version([sluice, '--version'])} (commit {commit}), serve defaults (8 MiB parts, 8 in flight, "
+             f"sluice: {version([sluice, '--version'])} (commit {commit}), serve defaults (16 MiB parts, 8 in flight, "
              "256 MiB budget); tus at /v1/tus/",
              f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",

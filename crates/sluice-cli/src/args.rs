@@ -229,7 +229,7 @@ pub struct ServeArgs {
     /// Time in-flight uploads get on SIGTERM / Ctrl-C [default: 30s].
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Option<std::time::Duration>,
-    /// Part size [default: 8MiB].
+    /// Part size [default: 16MiB].
     #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size)]
     pub part_size: Option<u64>,
     /// Parts in flight per upload [default: 8].

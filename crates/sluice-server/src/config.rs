@@ -145,11 +145,17 @@ impl Default for Limits {
     }
 }
 
+/// The gateway's default part size. Twice the engine's 8 MiB: a relayed upload
+/// costs the S3 server CPU per part (MinIO on two cores spent ~3.7 CPU-s/GiB with
+/// 8 MiB parts and ~3.1 with 16 MiB, and relayed 4 GiB ~20% faster), while the
+/// memory budget, not the part size, bounds what is buffered.
+pub const GATEWAY_PART_SIZE: u64 = 16 * 1024 * 1024;
+
 impl Default for EngineSettings {
     fn default() -> Self {
         let engine = EngineConfig::default();
         EngineSettings {
-            part_size: engine.part_size,
+            part_size: GATEWAY_PART_SIZE,
             threshold: engine.threshold,
             concurrency: engine.concurrency,
             memory_limit: engine.memory_limit,
