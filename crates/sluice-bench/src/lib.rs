@@ -16,6 +16,6 @@ mod run;
 mod upload;
 
 pub use error::BenchError;
-pub use plan::{Api, LoadPlan, Model, Stop, Target, MAX_OBJECT_SIZE};
+pub use plan::{Api, KeyScheme, LoadPlan, Model, Stop, Target, MAX_OBJECT_SIZE};
 pub use record::{Latency, Second, Summary, SCHEMA};
 pub use run::{run, Tick};

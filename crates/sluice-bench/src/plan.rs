@@ -104,6 +104,46 @@ impl Target {
     }
 }
 
+/// How upload keys (put) or tenants (form, tus) are spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "count")]
+pub enum KeyScheme {
+    /// `PREFIX/RUN/NUMBER`: every key under one prefix.
+    Common,
+    /// `PREFIX/tenant-T/RUN/NUMBER` for T in 0..n (form and tus: `x-sluice-tenant: tenant-T`).
+    Tenants(u32),
+    /// `PREFIX/HHHH/RUN/NUMBER`: a hashed shard prefix out of n, in front (put only).
+    Shards(u32),
+}
+
+impl KeyScheme {
+    /// Parses `common`, `tenants:N` or `shards:N`.
+    pub fn parse(text: &str) -> Result<KeyScheme, String> {
+        let (kind, given) = match text.split_once(':') {
+            Some((kind, count)) => (kind, Some(count)),
+            None => (text, None),
+        };
+        let count = || -> Result<u32, String> {
+            let n: u32 = given
+                .ok_or_else(|| format!("{kind} needs a count, like {kind}:16"))?
+                .parse()
+                .map_err(|_| format!("{text:?}: the count is not a number"))?;
+            if n == 0 || n > 65_536 {
+                return Err(format!("{text:?}: the count must be 1 to 65536"));
+            }
+            Ok(n)
+        };
+        match kind {
+            "common" if given.is_none() => Ok(KeyScheme::Common),
+            "tenants" => Ok(KeyScheme::Tenants(count()?)),
+            "shards" => Ok(KeyScheme::Shards(count()?)),
+            _ => Err(format!(
+                "unknown key scheme {text:?} (common, tenants:N or shards:N)"
+            )),
+        }
+    }
+}
+
 /// When a closed-model user stops.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Stop {
@@ -140,8 +180,9 @@ pub struct LoadPlan {
     pub model: Model,
     /// Bytes per object.
     pub object_size: u64,
-    /// Keys (for [`Api::Put`]) are `{key_prefix}/{run id}/{sequence number}`.
+    /// Keys (for [`Api::Put`]) start with this; see [`KeyScheme`].
     pub key_prefix: String,
+    pub key_scheme: KeyScheme,
     /// How often one upload is retried after a 503 with Retry-After.
     pub retries_after_503: u32,
     /// Longest time one HTTP exchange may take.
@@ -172,6 +213,11 @@ impl LoadPlan {
                 "key prefix {:?} must be non-empty without a leading or trailing '/'",
                 self.key_prefix
             ));
+        }
+        if matches!(self.key_scheme, KeyScheme::Shards(_)) && self.target.api != Api::Put {
+            return invalid(
+                "hashed shard prefixes apply to put keys; form and tus keys come from the server's template".into(),
+            );
         }
         match self.chunk_size {
             Some(_) if self.target.api != Api::Tus => {
@@ -306,9 +352,27 @@ mod tests {
             model,
             object_size: 10 << 10,
             key_prefix: "bench".into(),
+            key_scheme: KeyScheme::Common,
             retries_after_503: 3,
             request_timeout: Duration::from_secs(60),
             chunk_size: None,
+        }
+    }
+
+    #[test]
+    fn key_scheme_table() {
+        let cases = [
+            ("common", Some(KeyScheme::Common)),
+            ("tenants:8", Some(KeyScheme::Tenants(8))),
+            ("shards:64", Some(KeyScheme::Shards(64))),
+            ("shards", None),
+            ("shards:0", None),
+            ("shards:x", None),
+            ("common:3", None),
+            ("random", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(KeyScheme::parse(text).ok(), expected, "{text}");
         }
     }
 

@@ -56,7 +56,7 @@ pub async fn run(
 ) -> Result<Summary, BenchError> {
     plan.validate()?;
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-    let target = json!({ "api": plan.target.api, "url": plan.target.url });
+    let target = json!({ "api": plan.target.api, "url": plan.target.url, "keys": plan.key_scheme });
     let model = describe(&plan.model);
     let object_size = plan.object_size;
     let shared = Arc::new(Shared {

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 
 use crate::http::{Answer, ChunkBody, ExchangeError, Pool};
-use crate::plan::{Api, LoadPlan};
+use crate::plan::{Api, KeyScheme, LoadPlan};
 
 const TUS_VERSION: &str = "1.0.0";
 const FORM_BOUNDARY: &str = "sluice-bench-7f3a9c1e5b";
@@ -96,7 +96,22 @@ impl Uploader {
     }
 
     fn key(&self, seq: u64) -> String {
-        format!("{}/{}/{seq:08}", self.plan.key_prefix, self.run_id)
+        let (prefix, run) = (&self.plan.key_prefix, &self.run_id);
+        match self.plan.key_scheme {
+            KeyScheme::Common => format!("{prefix}/{run}/{seq:08}"),
+            KeyScheme::Tenants(n) => {
+                format!("{prefix}/tenant-{}/{run}/{seq:08}", seq % u64::from(n))
+            }
+            KeyScheme::Shards(n) => format!("{prefix}/{:04x}/{run}/{seq:08}", shard(seq, n)),
+        }
+    }
+
+    /// The tenant header of form and tus uploads under [`KeyScheme::Tenants`].
+    fn tenant(&self, seq: u64) -> Option<String> {
+        match self.plan.key_scheme {
+            KeyScheme::Tenants(n) => Some(format!("tenant-{}", seq % u64::from(n))),
+            _ => None,
+        }
     }
 
     async fn put(&self, seq: u64) -> Result<Answer, ExchangeError> {
@@ -119,14 +134,17 @@ impl Uploader {
         let tail = Bytes::from(format!("\r\n--{FORM_BOUNDARY}--\r\n"));
         let build = || {
             let body = ChunkBody::new([head.clone(), self.payload.clone(), tail.clone()]);
-            self.request(Method::POST, &self.plan.target.path)
-                .header(
-                    header::CONTENT_TYPE,
-                    format!("multipart/form-data; boundary={FORM_BOUNDARY}"),
-                )
-                .header(header::CONTENT_LENGTH, body.len())
-                .body(body)
-                .expect("valid request")
+            with_tenant(
+                self.request(Method::POST, &self.plan.target.path),
+                self.tenant(seq),
+            )
+            .header(
+                header::CONTENT_TYPE,
+                format!("multipart/form-data; boundary={FORM_BOUNDARY}"),
+            )
+            .header(header::CONTENT_LENGTH, body.len())
+            .body(body)
+            .expect("valid request")
         };
         self.pool.exchange(build, self.plan.request_timeout).await
     }
@@ -146,14 +164,17 @@ impl Uploader {
             base64::engine::general_purpose::STANDARD.encode(format!("{}.bin", self.key(seq)))
         );
         let create = || {
-            self.request(Method::POST, &self.plan.target.path)
-                .header("Tus-Resumable", TUS_VERSION)
-                .header("Upload-Length", size)
-                .header("Upload-Metadata", &metadata)
-                .header(header::CONTENT_TYPE, "application/offset+octet-stream")
-                .header(header::CONTENT_LENGTH, carried.len())
-                .body(ChunkBody::new([carried.clone()]))
-                .expect("valid request")
+            with_tenant(
+                self.request(Method::POST, &self.plan.target.path),
+                self.tenant(seq),
+            )
+            .header("Tus-Resumable", TUS_VERSION)
+            .header("Upload-Length", size)
+            .header("Upload-Metadata", &metadata)
+            .header(header::CONTENT_TYPE, "application/offset+octet-stream")
+            .header(header::CONTENT_LENGTH, carried.len())
+            .body(ChunkBody::new([carried.clone()]))
+            .expect("valid request")
         };
         let answer = self
             .pool
@@ -212,6 +233,23 @@ impl Uploader {
                 concat!("sluice-bench/", env!("CARGO_PKG_VERSION")),
             )
     }
+}
+
+fn with_tenant(builder: http::request::Builder, tenant: Option<String>) -> http::request::Builder {
+    match tenant {
+        Some(tenant) => builder.header("x-sluice-tenant", tenant),
+        None => builder,
+    }
+}
+
+/// Shard `0..n` of upload `seq` (FNV-1a of its number, so that neighbours spread).
+fn shard(seq: u64, n: u32) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in seq.to_le_bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash % u64::from(n)
 }
 
 /// A payload of `size` bytes that does not compress (xorshift output).
@@ -291,6 +329,18 @@ mod tests {
         for (location, path) in cases {
             assert_eq!(location_path(location), path);
         }
+    }
+
+    #[test]
+    fn shards_spread_evenly() {
+        let mut counts = [0u32; 16];
+        for seq in 0..16_000 {
+            counts[shard(seq, 16) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

@@ -38,6 +38,7 @@ fn plan(url: &str, api: Api, model: Model, object_size: u64) -> LoadPlan {
         model,
         object_size,
         key_prefix: "bench".into(),
+        key_scheme: sluice_bench::KeyScheme::Common,
         retries_after_503: 3,
         request_timeout: Duration::from_secs(30),
         chunk_size: None,
@@ -346,4 +347,31 @@ async fn refused_connections_are_counted_not_fatal() {
         .unwrap();
     assert_eq!(endings(&summary), [("error:connect".to_string(), 6)]);
     assert_eq!(summary.uploads_per_s, 0.0);
+}
+
+#[tokio::test]
+async fn key_schemes_spread_put_keys() {
+    // (scheme, distinct second segments expected)
+    let cases = [
+        (sluice_bench::KeyScheme::Common, 1),
+        (sluice_bench::KeyScheme::Tenants(4), 4),
+        (sluice_bench::KeyScheme::Shards(8), 8),
+    ];
+    for (scheme, spread) in cases {
+        let seen = Shared::default();
+        let url = serve(
+            Router::new()
+                .route("/v1/objects/{*key}", put(store))
+                .with_state(seen.clone()),
+        )
+        .await;
+        let mut plan = plan(&format!("{url}/v1/objects"), Api::Put, closed(10, 20), 10);
+        plan.key_scheme = scheme;
+        let summary = run(plan, None).await.unwrap();
+        assert_eq!(summary.succeeded, 200);
+        let keys = seen.keys.lock().unwrap();
+        assert_eq!(keys.len(), 200, "{scheme:?}");
+        let second: HashSet<&str> = keys.iter().map(|k| k.split('/').nth(1).unwrap()).collect();
+        assert_eq!(second.len(), spread, "{scheme:?}: {second:?}");
+    }
 }

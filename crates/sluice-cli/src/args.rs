@@ -88,9 +88,13 @@ pub struct LoadArgs {
     /// Bytes per object (generated in memory; at most 1GiB).
     #[arg(long, value_parser = parse_size, default_value = "10KiB")]
     pub size: u64,
-    /// put: keys are PREFIX/RUN-ID/NUMBER.
+    /// put: keys start with this prefix.
     #[arg(long, default_value = "bench")]
     pub key_prefix: String,
+    /// How keys spread: common (PREFIX/RUN/N), tenants:N (PREFIX/tenant-T/RUN/N; form and
+    /// tus send x-sluice-tenant) or shards:N (PREFIX/HHHH/RUN/N, a hashed prefix; put only).
+    #[arg(long, value_parser = sluice_bench::KeyScheme::parse, default_value = "common")]
+    pub keys: sluice_bench::KeyScheme,
     /// Retries of one upload after a 503 that carries Retry-After (waiting that long, +0-50%).
     #[arg(long, default_value_t = 3)]
     pub retries: u32,

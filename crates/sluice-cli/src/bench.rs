@@ -50,6 +50,7 @@ fn plan(args: &LoadArgs) -> anyhow::Result<LoadPlan> {
         model,
         object_size: args.size,
         key_prefix: args.key_prefix.clone(),
+        key_scheme: args.keys,
         retries_after_503: args.retries,
         request_timeout: args.timeout,
         chunk_size: args.chunk_size,
