@@ -6,6 +6,8 @@
 //! outside loopback need `allow_remote`; every run is bounded by a count or a
 //! duration), executed by [`run`], and summarised as a [`Summary`] that renders as a
 //! text table or serialises as the JSON documented in docs/BENCH.md.
+//! [`strategies`] times one object per size as a single PUT and as sequential and
+//! parallel multipart uploads against a store.
 
 mod error;
 mod http;
@@ -13,6 +15,7 @@ mod plan;
 mod record;
 mod report;
 mod run;
+pub mod strategies;
 mod upload;
 
 pub use error::BenchError;

@@ -253,7 +253,7 @@ fn shard(seq: u64, n: u32) -> u64 {
 }
 
 /// A payload of `size` bytes that does not compress (xorshift output).
-fn payload(size: usize) -> Bytes {
+pub(crate) fn payload(size: usize) -> Bytes {
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut bytes = Vec::with_capacity(size + 8);
     while bytes.len() < size {

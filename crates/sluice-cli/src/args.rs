@@ -56,6 +56,44 @@ sluice bench load http://127.0.0.1:8080/v1/objects --rate 500 --duration 30s --j
 sluice bench load --api tus http://127.0.0.1:1080/files/ --users 100 --iterations 10 --size 1MiB\n\
 Targets outside loopback are refused unless --allow-remote is given. The JSON schema is in docs/BENCH.md.")]
     Load(LoadArgs),
+    /// One object per size uploaded as a single PUT, as a multipart upload one part at a
+    /// time, and with parts in parallel, against a store: a table of times and MiB/s.
+    #[command(after_help = "Examples:\n  \
+sluice bench strategies --store ./bench-store --sizes 100KiB,1MiB,10MiB,100MiB\n  \
+sluice bench strategies --store s3://bench/tmp --endpoint http://127.0.0.1:9000 --sizes 1MiB,100MiB,1GiB\n\
+Objects are written under the store's bench-strategies/ prefix and deleted after each measurement.")]
+    Strategies(StrategiesArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StrategiesArgs {
+    /// The store: a directory, or s3://bucket[/prefix].
+    #[arg(long)]
+    pub store: String,
+    /// S3 endpoint URL (path-style addressing then).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Object sizes, comma-separated (at most 1GiB each: the payload is held in memory).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "100KiB,1MiB,10MiB,100MiB")]
+    pub sizes: Vec<u64>,
+    /// Part size of the multipart strategies.
+    #[arg(long, value_parser = parse_size, default_value = "8MiB")]
+    pub part_size: u64,
+    /// Parts in flight for the parallel strategy.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Uploads per size and strategy (the median is shown).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Allow a store outside loopback (AWS S3, or an endpoint on another machine).
+    #[arg(long)]
+    pub allow_remote: bool,
 }
 
 #[derive(Debug, Args)]

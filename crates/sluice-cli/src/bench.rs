@@ -1,17 +1,18 @@
-//! `sluice bench load`: turns the flags into a validated load plan, shows a live
-//! progress line on a terminal, prints the summary and writes the JSON file.
+//! `sluice bench load` and `sluice bench strategies`: turn the flags into a validated
+//! plan, show progress on a terminal, print the summary and write the JSON file.
 
 use std::io::{IsTerminal, Write};
 
 use anyhow::Context;
 use sluice_bench::{Api, LoadPlan, Model, Stop, Target};
 
-use crate::args::{BenchApi, BenchCommand, LoadArgs};
+use crate::args::{BenchApi, BenchCommand, LoadArgs, StrategiesArgs};
 use crate::UsageError;
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Load(args) => load(args).await,
+        BenchCommand::Strategies(args) => strategies(args).await,
     }
 }
 
@@ -81,6 +82,48 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
     print!("{summary}");
     if let Some(path) = &args.json {
         let json = serde_json::to_vec_pretty(&summary).context("serialising the summary")?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
+    use sluice_bench::strategies::{render, run_strategies, StrategyPlan};
+    use sluice_store::StoreLocation;
+    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
+    if matches!(location, StoreLocation::S3 { .. }) && !args.allow_remote {
+        let endpoint = args.endpoint.as_deref().ok_or_else(|| {
+            UsageError(
+                "without --endpoint the store is AWS S3; pass --allow-remote to measure it".into(),
+            )
+        })?;
+        Target::parse(endpoint, Api::Put, false).map_err(|e| UsageError(e.to_string()))?;
+    }
+    let plan = StrategyPlan {
+        sizes: args.sizes.clone(),
+        part_size: args.part_size,
+        concurrency: args.concurrency,
+        repeat: args.repeat,
+        key_prefix: "bench-strategies".into(),
+    };
+    plan.validate().map_err(|e| UsageError(e.to_string()))?;
+    let store =
+        crate::target::open_store(location, args.endpoint.clone(), args.region.clone()).await?;
+    let live = std::io::stderr().is_terminal();
+    let results = run_strategies(store, &plan, |r| {
+        if live {
+            eprintln!(
+                "  {} {}: {}",
+                sluice_upload::format_size(r.size),
+                r.strategy.label(),
+                r.seconds.map_or("n/a".to_owned(), |s| format!("{s:.3} s"))
+            );
+        }
+    })
+    .await?;
+    print!("{}", render(&results));
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&results).context("serialising the results")?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -171,3 +171,114 @@ fn bench_load_against_a_local_gateway() {
     assert_eq!(stored.len(), 50);
     assert!(stored.iter().all(|&len| len == 3072));
 }
+
+#[test]
+fn strategies_table_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let json = dir.path().join("strategies.json");
+    let out = sluice(&[
+        "bench",
+        "strategies",
+        "--store",
+        store.to_str().unwrap(),
+        "--sizes",
+        "100KiB,6MiB",
+        "--part-size",
+        "5MiB",
+        "--repeat",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "single PUT",
+        "multipart, 1 at a time",
+        "multipart, parallel",
+        "100.00 KiB",
+        "6.00 MiB",
+    ] {
+        assert!(stdout.contains(expected), "{expected} missing in\n{stdout}");
+    }
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = results.as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    assert!(
+        rows.iter().all(|r| r["seconds"].as_f64().is_some()),
+        "{rows:?}"
+    );
+    // Every measured object was deleted.
+    let left: Vec<_> = walk(&store);
+    assert!(left.is_empty(), "{left:?}");
+
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["bench", "strategies", "--store", "s3://bucket/x"],
+            "--allow-remote",
+        ),
+        (
+            vec![
+                "bench",
+                "strategies",
+                "--store",
+                "s3://bucket/x",
+                "--endpoint",
+                "http://192.0.2.1:9000",
+            ],
+            "--allow-remote",
+        ),
+        (
+            vec![
+                "bench",
+                "strategies",
+                "--store",
+                store.to_str().unwrap(),
+                "--sizes",
+                "2GiB",
+            ],
+            "1 GiB",
+        ),
+        (
+            vec![
+                "bench",
+                "strategies",
+                "--store",
+                store.to_str().unwrap(),
+                "--part-size",
+                "1MiB",
+            ],
+            "part size",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = sluice(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+/// Regular files under `dir` (the store's own `.sluice/` bookkeeping aside).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == ".sluice") {
+            continue;
+        }
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
