@@ -13,9 +13,17 @@ if ! command -v minio >/dev/null 2>&1; then
   go install github.com/minio/minio@latest
 fi
 
-# The tus clients the end-to-end tests drive: tus-js-client (npm) next to its
-# script, tuspy in a virtualenv under target/.
-echo "==> installing the tus test clients (npm, pip)"
+# The clients the end-to-end tests drive: tus-js-client and playwright-core (npm)
+# next to their scripts, tuspy in a virtualenv under target/, and Chromium (apt)
+# for the headless check of the HTML report.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "==> installing Chromium (apt-get)"
+  sudo_if_needed=""; [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
+  $sudo_if_needed apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq chromium >/dev/null
+fi
+export SLUICE_TEST_CHROMIUM="$(command -v chromium)"
+echo "==> installing the test clients (npm, pip)"
 npm install --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
 if [ ! -x target/test-clients/venv/bin/python ]; then
   python3 -m venv target/test-clients/venv

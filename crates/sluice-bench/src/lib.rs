@@ -10,6 +10,7 @@
 //! parallel multipart uploads against a store.
 
 mod error;
+mod html;
 mod http;
 mod plan;
 mod record;
@@ -19,6 +20,7 @@ pub mod strategies;
 mod upload;
 
 pub use error::BenchError;
+pub use html::render_html;
 pub use plan::{Api, KeyScheme, LoadPlan, Model, Stop, Target, MAX_OBJECT_SIZE};
 pub use record::{Latency, Second, Summary, SCHEMA};
 pub use run::{run, Tick};

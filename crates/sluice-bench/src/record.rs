@@ -69,6 +69,8 @@ pub struct Summary {
     pub uploads_per_s: f64,
     pub mib_per_s: f64,
     pub latency_s: Latency,
+    /// The latency distribution of successes: `[percentile, seconds]` pairs from 0 to 100.
+    pub latency_distribution: Vec<[f64; 2]>,
     pub timeline: Vec<Second>,
 }
 
@@ -186,6 +188,21 @@ impl Recorder {
         }
     }
 
+    /// Percentile → seconds, at percentiles that resolve the tail.
+    fn distribution(&self) -> Vec<[f64; 2]> {
+        if self.histogram.is_empty() {
+            return Vec::new();
+        }
+        const PERCENTILES: [f64; 16] = [
+            0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 97.5, 99.0, 99.5,
+            99.9, 100.0,
+        ];
+        PERCENTILES
+            .iter()
+            .map(|&p| [p, self.histogram.value_at_quantile(p / 100.0) as f64 / 1e6])
+            .collect()
+    }
+
     /// The summary; `target` and `model` describe the run.
     pub fn summary(
         &self,
@@ -219,6 +236,7 @@ impl Recorder {
             uploads_per_s: per_second(self.succeeded as f64),
             mib_per_s: per_second(self.bytes as f64 / (1 << 20) as f64),
             latency_s: self.latency(),
+            latency_distribution: self.distribution(),
             timeline,
         }
     }

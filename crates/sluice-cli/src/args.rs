@@ -146,6 +146,9 @@ pub struct LoadArgs {
     /// Also write the summary as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write a self-contained HTML report with charts to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Allow a target outside loopback.
     #[arg(long)]
     pub allow_remote: bool,

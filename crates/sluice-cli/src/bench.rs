@@ -84,6 +84,10 @@ async fn load(args: LoadArgs) -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(&summary).context("serialising the summary")?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.html {
+        std::fs::write(path, sluice_bench::render_html(&summary))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }
 

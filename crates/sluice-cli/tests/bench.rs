@@ -118,6 +118,7 @@ fn bench_load_against_a_local_gateway() {
     let store = dir.path().join("store");
     let (_gateway, url) = serve(&store);
     let json = dir.path().join("run.json");
+    let html = dir.path().join("run.html");
     let objects = format!("{url}/v1/objects");
     let out = sluice(&[
         "bench",
@@ -133,6 +134,8 @@ fn bench_load_against_a_local_gateway() {
         "load/test",
         "--json",
         json.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -170,6 +173,51 @@ fn bench_load_against_a_local_gateway() {
     }
     assert_eq!(stored.len(), 50);
     assert!(stored.iter().all(|&len| len == 3072));
+
+    check_html_in_chromium(&html, &dir.path().join("run.png"));
+}
+
+/// Opens the HTML report in headless Chromium (tests/clients/html_check.mjs, which
+/// scripts/test.sh installs): no console errors, four charts with marks, a screenshot.
+fn check_html_in_chromium(html: &std::path::Path, screenshot: &std::path::Path) {
+    let page = std::fs::read_to_string(html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 4, "four charts");
+    let Ok(clients) = std::env::var("SLUICE_TEST_CLIENTS") else {
+        if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") {
+            panic!(
+                "the headless browser check needs SLUICE_TEST_CLIENTS (scripts/test.sh sets it)"
+            );
+        }
+        eprintln!("SKIPPED the headless browser check (run scripts/test.sh)");
+        return;
+    };
+    let out = Command::new("node")
+        .arg(format!("{clients}/html_check.mjs"))
+        .args([html, screenshot])
+        .output()
+        .expect("run node");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["errors"],
+        serde_json::json!([]),
+        "console errors: {report}"
+    );
+    let charts = report["charts"].as_array().unwrap();
+    assert_eq!(charts.len(), 4, "{report}");
+    for chart in charts {
+        assert!(
+            chart["marks"].as_u64().unwrap() >= 2,
+            "an empty chart: {report}"
+        );
+        assert!(chart["width"].as_f64().unwrap() > 100.0, "{report}");
+    }
+    let shot = std::fs::metadata(screenshot).expect("a screenshot").len();
+    assert!(shot > 10_000, "screenshot of {shot} bytes");
 }
 
 #[test]
