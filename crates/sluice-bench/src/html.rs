@@ -100,12 +100,15 @@ fn format_tick(v: f64) -> String {
     }
 }
 
+/// A named, coloured series of (x, y) points (or, for bars, values per second).
+type Series<'a, T> = (&'a str, &'a str, Vec<T>);
+
 /// A chart of lines; each series is (name, colour, points).
 fn line_chart(
     title: &str,
     x_label: &str,
     y_label: &str,
-    series: &[(&str, &str, Vec<(f64, f64)>)],
+    series: &[Series<'_, (f64, f64)>],
 ) -> String {
     let x_max = nice_max(
         series
@@ -150,7 +153,7 @@ fn line_chart(
 }
 
 /// Stacked bars per second; each layer is (name, colour, value per second).
-fn stacked_bars(title: &str, layers: &[(&str, &str, Vec<f64>)]) -> String {
+fn stacked_bars(title: &str, layers: &[Series<'_, f64>]) -> String {
     let seconds = layers.iter().map(|l| l.2.len()).max().unwrap_or(0);
     let totals: Vec<f64> = (0..seconds)
         .map(|i| {
