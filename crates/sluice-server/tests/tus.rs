@@ -180,6 +180,19 @@ async fn chunk_sizes_table_round_trips() {
             key.starts_with("default/") && key.ends_with("/report.pdf"),
             "{key}"
         );
+        // filetype from Upload-Metadata is the object's Content-Type.
+        let meta = send(
+            &state,
+            Request::head(format!("/v1/objects/{key}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(
+            meta.header("content-type"),
+            Some("application/pdf"),
+            "size {size} chunk {chunk}"
+        );
         assert_eq!(
             object(&state, &key).await,
             data,
