@@ -17,7 +17,7 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 /// The upload API the target speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Api {
     /// sluice's `PUT {url}/{key}` with the raw body.
     Put,
@@ -26,6 +26,26 @@ pub enum Api {
     /// tus 1.0 creation-with-upload: `POST {url}` carrying the whole body, then
     /// `PATCH` for whatever the server did not take in the creation request.
     Tus,
+    /// Straight to an S3 endpoint, one PutObject per object (no retries).
+    S3Put,
+    /// Straight to an S3 endpoint, a multipart upload per object (engine defaults:
+    /// 8 MiB parts, 8 in flight; no retries).
+    S3Multipart,
+}
+
+impl Api {
+    pub fn is_s3(self) -> bool {
+        matches!(self, Api::S3Put | Api::S3Multipart)
+    }
+}
+
+/// An S3 bucket (and key prefix) to load directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Target {
+    pub bucket: String,
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
 }
 
 /// Where the load goes.
@@ -40,6 +60,8 @@ pub struct Target {
     pub authority: String,
     /// The path requests go to (without a trailing `/` for [`Api::Put`]).
     pub path: String,
+    /// For the S3 APIs: where the objects go.
+    pub s3: Option<S3Target>,
 }
 
 impl Target {
@@ -100,7 +122,63 @@ impl Target {
             addr,
             authority,
             path,
+            s3: None,
         })
+    }
+
+    /// An `s3://bucket[/prefix]` target for the S3 APIs. Without an endpoint it is
+    /// AWS, which is remote; an endpoint must resolve to loopback unless `allow_remote`.
+    pub fn s3(
+        url: &str,
+        api: Api,
+        endpoint: Option<&str>,
+        region: Option<&str>,
+        allow_remote: bool,
+    ) -> Result<Target, BenchError> {
+        let invalid = |reason: &str| BenchError::InvalidTarget {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if !api.is_s3() {
+            return Err(invalid(
+                "an s3:// target needs --api s3-put or s3-multipart",
+            ));
+        }
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| invalid("expected s3://bucket[/prefix]"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(invalid("no bucket"));
+        }
+        let mut target = match endpoint {
+            Some(endpoint) => Target::parse(endpoint, Api::Put, allow_remote).map_err(|e| match e {
+                BenchError::InvalidTarget { reason, .. } => invalid(&format!("the endpoint: {reason}")),
+                other => other,
+            })?,
+            None if allow_remote => Target {
+                api,
+                url: url.to_owned(),
+                addr: std::net::SocketAddr::from(([0, 0, 0, 0], 443)),
+                authority: String::new(),
+                path: String::new(),
+                s3: None,
+            },
+            None => {
+                return Err(invalid(
+                    "without --endpoint this is AWS S3, outside loopback; pass --allow-remote to load it",
+                ))
+            }
+        };
+        target.api = api;
+        target.url = url.to_owned();
+        target.s3 = Some(S3Target {
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            endpoint: endpoint.map(str::to_owned),
+            region: region.map(str::to_owned),
+        });
+        Ok(target)
     }
 }
 
@@ -214,7 +292,9 @@ impl LoadPlan {
                 self.key_prefix
             ));
         }
-        if matches!(self.key_scheme, KeyScheme::Shards(_)) && self.target.api != Api::Put {
+        if matches!(self.key_scheme, KeyScheme::Shards(_))
+            && !matches!(self.target.api, Api::Put | Api::S3Put | Api::S3Multipart)
+        {
             return invalid(
                 "hashed shard prefixes apply to put keys; form and tus keys come from the server's template".into(),
             );
@@ -342,6 +422,49 @@ mod tests {
                 (got, expected) => panic!("{url}: got {got:?}, expected {expected:?}"),
             }
         }
+        let s3 = Target::s3(
+            "s3://bucket/some/prefix/",
+            Api::S3Put,
+            Some("http://127.0.0.1:9000"),
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            s3.s3
+                .as_ref()
+                .map(|t| (t.bucket.as_str(), t.prefix.as_str())),
+            Some(("bucket", "some/prefix"))
+        );
+        assert!(
+            Target::s3("s3://bucket", Api::S3Put, None, None, false).is_err(),
+            "AWS needs --allow-remote"
+        );
+        assert!(Target::s3("s3://bucket", Api::S3Put, None, None, true).is_ok());
+        assert!(Target::s3(
+            "s3://bucket",
+            Api::S3Put,
+            Some("http://192.0.2.1:9000"),
+            None,
+            false
+        )
+        .is_err());
+        assert!(Target::s3(
+            "s3://",
+            Api::S3Put,
+            Some("http://127.0.0.1:9000"),
+            None,
+            false
+        )
+        .is_err());
+        assert!(Target::s3(
+            "s3://bucket",
+            Api::Put,
+            Some("http://127.0.0.1:9000"),
+            None,
+            false
+        )
+        .is_err());
         let remote = Target::parse("http://192.0.2.1:8080/v1", Api::Put, false).unwrap_err();
         assert!(remote.to_string().contains("--allow-remote"), "{remote}");
     }

@@ -143,6 +143,7 @@ impl Recorder {
         let key = match attempt.ending {
             Ending::Status(status) => status.as_u16().to_string(),
             Ending::Failed(error) => format!("error:{}", error.kind()),
+            Ending::Store(kind) => format!("error:store:{kind}"),
         };
         *self.endings.entry(key).or_default() += 1;
         self.retried_503 += u64::from(attempt.retried_503);

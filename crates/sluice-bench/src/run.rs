@@ -12,7 +12,7 @@ use tokio::time::Instant as TokioInstant;
 
 use crate::plan::{LoadPlan, Model, Stop};
 use crate::record::{Recorder, Summary};
-use crate::upload::Uploader;
+use crate::upload::{StoreSender, Uploader};
 use crate::BenchError;
 
 /// Progress once a second.
@@ -59,8 +59,12 @@ pub async fn run(
     let target = json!({ "api": plan.target.api, "url": plan.target.url, "keys": plan.key_scheme });
     let model = describe(&plan.model);
     let object_size = plan.object_size;
+    let store = match &plan.target.s3 {
+        Some(s3) => Some(store_sender(s3, plan.target.api).await?),
+        None => None,
+    };
     let shared = Arc::new(Shared {
-        uploader: Uploader::new(plan.clone(), run_id()),
+        uploader: Uploader::new(plan.clone(), run_id(), store),
         recorder: Mutex::new(Recorder::new()),
         start: Instant::now(),
         next_seq: AtomicU64::new(0),
@@ -149,6 +153,32 @@ async fn open(shared: &Arc<Shared>, rate: f64, max_in_flight: usize, duration: D
         });
     }
     while tasks.join_next().await.is_some() {}
+}
+
+/// The engine the S3 APIs upload with: no retries, one PUT or always multipart.
+async fn store_sender(
+    s3: &crate::plan::S3Target,
+    api: crate::Api,
+) -> Result<StoreSender, BenchError> {
+    let mut config = sluice_store::s3::S3Config::new(&s3.bucket);
+    config.endpoint = s3.endpoint.clone();
+    config.region = s3.region.clone().or_else(|| Some("us-east-1".into()));
+    let store: Arc<dyn sluice_store::ObjectStore> =
+        Arc::new(sluice_store::s3::S3Store::connect(config).await);
+    let mut engine = sluice_upload::EngineConfig::default();
+    engine.retry.max_attempts = 1;
+    engine.threshold = if api == crate::Api::S3Multipart {
+        0
+    } else {
+        crate::MAX_OBJECT_SIZE
+    };
+    engine.memory_limit = engine.memory_limit.max(2 * crate::MAX_OBJECT_SIZE);
+    let engine = sluice_upload::Engine::new(store, engine)
+        .map_err(|e| BenchError::InvalidPlan(e.to_string()))?;
+    Ok(StoreSender {
+        engine,
+        prefix: s3.prefix.clone(),
+    })
 }
 
 fn describe(model: &Model) -> serde_json::Value {

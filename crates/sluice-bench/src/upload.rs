@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
+use sluice_upload::UploadSource;
 
 use crate::http::{Answer, ChunkBody, ExchangeError, Pool};
 use crate::plan::{Api, KeyScheme, LoadPlan};
@@ -24,6 +25,8 @@ pub enum Ending {
     Status(StatusCode),
     /// No answer.
     Failed(ExchangeError),
+    /// The S3 APIs: the store refused or failed (its error kind).
+    Store(&'static str),
 }
 
 /// One upload's record.
@@ -43,33 +46,77 @@ impl Attempt {
     }
 }
 
+/// The S3 APIs' way of uploading: the engine without retries, set for one PUT or
+/// for multipart.
+pub struct StoreSender {
+    pub engine: sluice_upload::Engine,
+    pub prefix: String,
+}
+
 /// Sends uploads of one plan.
 pub struct Uploader {
     pool: Pool,
     plan: LoadPlan,
     payload: Bytes,
     run_id: String,
+    store: Option<StoreSender>,
 }
 
 impl Uploader {
-    pub fn new(plan: LoadPlan, run_id: String) -> Uploader {
+    pub fn new(plan: LoadPlan, run_id: String, store: Option<StoreSender>) -> Uploader {
         Uploader {
             pool: Pool::new(plan.target.addr),
             payload: payload(plan.object_size as usize),
             plan,
             run_id,
+            store,
+        }
+    }
+
+    async fn to_store(&self, seq: u64) -> Ending {
+        let sender = self.store.as_ref().expect("S3 APIs have a store");
+        let key = self.key(seq);
+        let key = if sender.prefix.is_empty() {
+            key
+        } else {
+            format!("{}/{key}", sender.prefix)
+        };
+        let source = UploadSource::Stream {
+            stream: Box::pin(futures::stream::iter([Ok::<_, std::io::Error>(
+                self.payload.clone(),
+            )])),
+            length: Some(self.payload.len() as u64),
+        };
+        match sender
+            .engine
+            .upload(sluice_upload::UploadRequest::new(key), source)
+            .await
+        {
+            Ok(_) => Ending::Status(StatusCode::OK),
+            Err(sluice_upload::TransferError::Store { source, .. }) => Ending::Store(source.kind()),
+            Err(_) => Ending::Store("client"),
         }
     }
 
     /// Upload number `seq`.
     pub async fn upload(&self, seq: u64) -> Attempt {
         let start = Instant::now();
+        if self.plan.target.api.is_s3() {
+            let ending = self.to_store(seq).await;
+            return Attempt {
+                ending,
+                latency: start.elapsed(),
+                retried_503: 0,
+                bytes: self.payload.len() as u64,
+            };
+        }
         let mut retried_503 = 0;
         loop {
             let ending = match self.plan.target.api {
                 Api::Put => self.put(seq).await,
                 Api::Form => self.form(seq).await,
                 Api::Tus => self.tus(seq).await,
+                Api::S3Put | Api::S3Multipart => unreachable!("handled above"),
             };
             let ending = match ending {
                 Ok(answer) => {

@@ -99,12 +99,20 @@ pub struct StrategiesArgs {
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Where uploads go: a sluice gateway's objects URL (http://HOST:PORT/v1/objects) for
-    /// put and form, a tus server's creation URL for tus.
+    /// put and form, a tus server's creation URL for tus, s3://bucket[/prefix] for the
+    /// S3 APIs.
     pub url: String,
-    /// How each object is sent: put (PUT URL/KEY), form (multipart/form-data POST to URL)
-    /// or tus (creation-with-upload POST to URL, then PATCH if needed).
+    /// How each object is sent: put (PUT URL/KEY), form (multipart/form-data POST to URL),
+    /// tus (creation-with-upload POST to URL, then PATCH if needed), s3-put (one
+    /// PutObject) or s3-multipart (a multipart upload) straight to the S3 endpoint.
     #[arg(long, value_enum, default_value = "put")]
     pub api: BenchApi,
+    /// S3 APIs: the endpoint (MinIO and friends; path-style addressing); without it, AWS.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 APIs: the region [default: us-east-1].
+    #[arg(long)]
+    pub region: Option<String>,
     /// Closed model: this many users, each uploading one object after another.
     #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
     pub users: Option<usize>,
@@ -162,6 +170,8 @@ pub enum BenchApi {
     Put,
     Form,
     Tus,
+    S3Put,
+    S3Multipart,
 }
 
 #[derive(Debug, Args)]

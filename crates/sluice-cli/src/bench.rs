@@ -21,9 +21,21 @@ fn plan(args: &LoadArgs) -> anyhow::Result<LoadPlan> {
         BenchApi::Put => Api::Put,
         BenchApi::Form => Api::Form,
         BenchApi::Tus => Api::Tus,
+        BenchApi::S3Put => Api::S3Put,
+        BenchApi::S3Multipart => Api::S3Multipart,
     };
-    let target =
-        Target::parse(&args.url, api, args.allow_remote).map_err(|e| UsageError(e.to_string()))?;
+    let target = if api.is_s3() || args.url.starts_with("s3://") {
+        Target::s3(
+            &args.url,
+            api,
+            args.endpoint.as_deref(),
+            args.region.as_deref(),
+            args.allow_remote,
+        )
+    } else {
+        Target::parse(&args.url, api, args.allow_remote)
+    }
+    .map_err(|e| UsageError(e.to_string()))?;
     let model = match (args.users, args.rate) {
         (Some(users), None) => Model::Closed {
             users,

@@ -330,3 +330,62 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_load_straight_to_minio() {
+    use sluice_store::ObjectStore;
+    let Some(store) = sluice_testkit::minio::store("bench_s3").await else {
+        return;
+    };
+    let endpoint = sluice_testkit::minio::endpoint("bench_s3").unwrap();
+    let prefix = store.describe();
+    let prefix = prefix
+        .trim_start_matches(&format!("s3://{}/", sluice_testkit::minio::TEST_BUCKET))
+        .trim_end_matches('/');
+    // (api, users, iterations, size)
+    let cases = [("s3-put", 5, 2, "10KiB"), ("s3-multipart", 2, 1, "6MiB")];
+    for (api, users, iterations, size) in cases {
+        let url = format!("s3://{}/{prefix}/{api}", sluice_testkit::minio::TEST_BUCKET);
+        let out = tokio::task::spawn_blocking({
+            let (url, endpoint) = (url.clone(), endpoint.clone());
+            move || {
+                sluice(&[
+                    "bench",
+                    "load",
+                    &url,
+                    "--api",
+                    api,
+                    "--endpoint",
+                    &endpoint,
+                    "--users",
+                    &users.to_string(),
+                    "--iterations",
+                    &iterations.to_string(),
+                    "--size",
+                    size,
+                ])
+            }
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{api}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let total = users * iterations;
+        assert!(
+            stdout.contains(&format!("{total} succeeded (100.00%)")),
+            "{api}: {stdout}"
+        );
+        let listed = store
+            .list_objects(&format!("{api}/"), None, 100)
+            .await
+            .unwrap();
+        assert_eq!(listed.objects.len(), total, "{api}");
+        let expected = sluice_upload::parse_size(size).unwrap();
+        assert!(listed.objects.iter().all(|o| o.size == expected), "{api}");
+    }
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+}
