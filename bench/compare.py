@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Reads the reports of the peer benchmarks (put, gateway, tus; throttle once it
+exists) from one results directory and writes summary.md: every ratio against its
+peer in one table, with the issue's target and whether it was met. Ratios are of
+medians over the runs, as in each report.
+
+    python3 bench/compare.py bench/results/2026-11-22"""
+
+import json
+import os
+import statistics
+import sys
+
+med = statistics.median
+
+
+def raw_runs(path):
+    """The JSON list after "raw runs (JSON):" in a report."""
+    with open(path) as f:
+        text = f.read()
+    marker = "raw runs (JSON):\n"
+    return json.loads(text[text.index(marker) + len(marker):].strip().splitlines()[0])
+
+
+def ratio(rows, key, tool, peer, **match):
+    """median(key) of `tool` rows over median(key) of `peer` rows, among rows matching."""
+    def pick(t):
+        values = [r[key] for r in rows if r.get("tool") == t and all(r.get(k) == v for k, v in match.items())]
+        return med(values) if values else None
+    a, b = pick(tool), pick(peer)
+    return a / b if a and b else None
+
+
+def put_rows(rows):
+    for r in rows:
+        r["mib_s"] = r["bytes"] / 2**20 / r["wall"]
+        r["cpu_s_per_gib"] = r["cpu"] / (r["bytes"] / 2**30)
+    out = []
+    for case in sorted({r["case"] for r in rows}):
+        out.append(("put", f"{case}: MiB/s vs s5cmd", ratio(rows, "mib_s", "sluice", "s5cmd", case=case), ">= 1.25x", lambda v: v >= 1.25))
+        out.append(("put", f"{case}: CPU-s/GiB vs s5cmd", ratio(rows, "cpu_s_per_gib", "sluice", "s5cmd", case=case), "(lower is better)", None))
+    return out
+
+
+def gateway_rows(rows):
+    out = []
+    relays = [r for r in rows if r.get("kind") == "relay"]
+    for case in sorted({r["case"] for r in relays}):
+        out.append(("gateway", f"relay {case}: MiB/s vs tusd", ratio(relays, "mib_s", "sluice", "tusd", case=case), ">= 1.3x", lambda v: v >= 1.3))
+    storms = [r for r in rows if r.get("kind") == "storm"]
+    warps = [r for r in rows if r.get("kind") == "warp" and r.get("uploads_per_s")]
+    for count in sorted({r["count"] for r in storms}):
+        target = count == 10000
+        out.append(("gateway", f"storm {count}: uploads/s vs tusd", ratio(storms, "uploads_per_s", "sluice", "tusd", count=count),
+                    ">= 3x" if target else "", (lambda v: v >= 3.0) if target else None))
+        sluice = [r["uploads_per_s"] for r in storms if r["tool"] == "sluice" and r["count"] == count]
+        warp = [r["uploads_per_s"] for r in warps if r["count"] == count]
+        value = med(sluice) / med(warp) if sluice and warp else None
+        out.append(("gateway", f"storm {count}: uploads/s vs warp direct", value,
+                    ">= 0.75x" if target else "", (lambda v: v >= 0.75) if target else None))
+    return out
+
+
+def tus_rows(rows):
+    out = []
+    for chunk in sorted({r["chunk_mib"] for r in rows}, reverse=True):
+        goal = 1.3 if chunk >= 64 else 1.0
+        out.append(("tus", f"{chunk} MiB chunks: MiB/s vs tusd", ratio(rows, "mib_s", "sluice", "tusd", chunk_mib=chunk),
+                    f">= {goal}x", lambda v, goal=goal: v >= goal))
+    return out
+
+
+def main():
+    directory = sys.argv[1]
+    readers = [("put.txt", put_rows), ("gateway.txt", gateway_rows), ("tus.txt", tus_rows)]
+    lines = [f"# Benchmark summary: {os.path.basename(os.path.normpath(directory))}", "",
+             "Ratios of medians, sluice over the peer, from the reports in this directory "
+             "(each report has its setup and raw runs).", "",
+             "| benchmark | measure | ratio | target | met |", "| --- | --- | --- | --- | --- |"]
+    missing = []
+    for name, reader in readers:
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            missing.append(name)
+            continue
+        for bench, measure, value, target, check in reader(raw_runs(path)):
+            shown = f"{value:.2f}x" if value is not None else "n/a"
+            met = "" if check is None or value is None else ("yes" if check(value) else "**no**")
+            lines.append(f"| {bench} | {measure} | {shown} | {target} | {met} |")
+    if missing:
+        lines += ["", "Not run: " + ", ".join(missing)]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(directory, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
