@@ -256,8 +256,10 @@ pub enum Model {
 pub struct LoadPlan {
     pub target: Target,
     pub model: Model,
-    /// Bytes per object.
+    /// Bytes per object (the largest, when sizes are drawn from a range).
     pub object_size: u64,
+    /// Draw each object's size log-uniformly from this to `object_size`.
+    pub min_object_size: Option<u64>,
     /// Keys (for [`Api::Put`]) start with this; see [`KeyScheme`].
     pub key_prefix: String,
     pub key_scheme: KeyScheme,
@@ -274,6 +276,14 @@ impl LoadPlan {
     /// Checks that the run is bounded and its numbers make sense.
     pub fn validate(&self) -> Result<(), BenchError> {
         let invalid = |m: String| Err(BenchError::InvalidPlan(m));
+        if let Some(min) = self.min_object_size {
+            if min == 0 || min > self.object_size {
+                return invalid(format!(
+                    "a size range needs 1 <= min <= max, not {min}..{}",
+                    self.object_size
+                ));
+            }
+        }
         if self.object_size > MAX_OBJECT_SIZE {
             return invalid(format!(
                 "object size {} is over the limit of 1 GiB (the payload is held in memory)",
@@ -474,6 +484,7 @@ mod tests {
             target: Target::parse("http://127.0.0.1:1/v1/objects", Api::Put, false).unwrap(),
             model,
             object_size: 10 << 10,
+            min_object_size: None,
             key_prefix: "bench".into(),
             key_scheme: KeyScheme::Common,
             retries_after_503: 3,

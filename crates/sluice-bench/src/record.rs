@@ -51,7 +51,11 @@ pub struct Summary {
     /// Filled in by the runner.
     pub target: serde_json::Value,
     pub model: serde_json::Value,
+    /// The object size, or the largest of a range.
     pub object_size: u64,
+    /// The smallest size of a log-uniform range (absent for a fixed size).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_object_size: Option<u64>,
     pub started_at: String,
     /// From the start to the last ending.
     pub wall_s: f64,
@@ -225,6 +229,7 @@ impl Recorder {
             target,
             model,
             object_size,
+            min_object_size: None,
             started_at,
             wall_s: wall,
             uploads: self.succeeded + self.failed,

@@ -30,11 +30,15 @@ impl fmt::Display for Summary {
             ),
             _ => "unknown model".into(),
         };
-        let _ = writeln!(
-            out,
-            "{api} {url}: {model}, {} objects",
-            format_size(self.object_size)
-        );
+        let sizes = match self.min_object_size {
+            Some(min) => format!(
+                "{}..{} (log-uniform)",
+                format_size(min),
+                format_size(self.object_size)
+            ),
+            None => format_size(self.object_size),
+        };
+        let _ = writeln!(out, "{api} {url}: {model}, {sizes} objects");
         let rate = if self.uploads > 0 {
             self.succeeded as f64 / self.uploads as f64 * 100.0
         } else {

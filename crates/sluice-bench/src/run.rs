@@ -58,7 +58,7 @@ pub async fn run(
     let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let target = json!({ "api": plan.target.api, "url": plan.target.url, "keys": plan.key_scheme });
     let model = describe(&plan.model);
-    let object_size = plan.object_size;
+    let (object_size, min_object_size) = (plan.object_size, plan.min_object_size);
     let store = match &plan.target.s3 {
         Some(s3) => Some(store_sender(s3, plan.target.api).await?),
         None => None,
@@ -98,12 +98,13 @@ pub async fn run(
     if let Some(ticker) = ticker {
         ticker.abort();
     }
-    let summary =
+    let mut summary =
         shared
             .recorder
             .lock()
             .expect("recorder")
             .summary(target, model, object_size, started_at);
+    summary.min_object_size = min_object_size;
     Ok(summary)
 }
 

@@ -73,7 +73,7 @@ impl Uploader {
         }
     }
 
-    async fn to_store(&self, seq: u64) -> Ending {
+    async fn to_store(&self, seq: u64, body: &Bytes) -> Ending {
         let sender = self.store.as_ref().expect("S3 APIs have a store");
         let key = self.key(seq);
         let key = if sender.prefix.is_empty() {
@@ -83,9 +83,9 @@ impl Uploader {
         };
         let source = UploadSource::Stream {
             stream: Box::pin(futures::stream::iter([Ok::<_, std::io::Error>(
-                self.payload.clone(),
+                body.clone(),
             )])),
-            length: Some(self.payload.len() as u64),
+            length: Some(body.len() as u64),
         };
         match sender
             .engine
@@ -100,22 +100,23 @@ impl Uploader {
 
     /// Upload number `seq`.
     pub async fn upload(&self, seq: u64) -> Attempt {
+        let body = self.body_for(seq);
         let start = Instant::now();
         if self.plan.target.api.is_s3() {
-            let ending = self.to_store(seq).await;
+            let ending = self.to_store(seq, &body).await;
             return Attempt {
                 ending,
                 latency: start.elapsed(),
                 retried_503: 0,
-                bytes: self.payload.len() as u64,
+                bytes: body.len() as u64,
             };
         }
         let mut retried_503 = 0;
         loop {
             let ending = match self.plan.target.api {
-                Api::Put => self.put(seq).await,
-                Api::Form => self.form(seq).await,
-                Api::Tus => self.tus(seq).await,
+                Api::Put => self.put(seq, &body).await,
+                Api::Form => self.form(seq, &body).await,
+                Api::Tus => self.tus(seq, &body).await,
                 Api::S3Put | Api::S3Multipart => unreachable!("handled above"),
             };
             let ending = match ending {
@@ -137,9 +138,24 @@ impl Uploader {
                 ending,
                 latency: start.elapsed(),
                 retried_503,
-                bytes: self.payload.len() as u64,
+                bytes: body.len() as u64,
             };
         }
+    }
+
+    /// The body of upload `seq`: the object size, or one drawn log-uniformly from
+    /// the plan's range (the same for a given number, so runs repeat).
+    fn body_for(&self, seq: u64) -> Bytes {
+        let max = self.plan.object_size;
+        let size = match self.plan.min_object_size {
+            Some(min) if min < max => {
+                let u = shard(seq ^ 0x5bd1_e995, u32::MAX) as f64 / f64::from(u32::MAX);
+                let (lo, hi) = ((min as f64).ln(), (max as f64).ln());
+                ((lo + u * (hi - lo)).exp().round() as u64).clamp(min, max)
+            }
+            _ => max,
+        };
+        self.payload.slice(..size as usize)
     }
 
     fn key(&self, seq: u64) -> String {
@@ -161,26 +177,26 @@ impl Uploader {
         }
     }
 
-    async fn put(&self, seq: u64) -> Result<Answer, ExchangeError> {
+    async fn put(&self, seq: u64, body: &Bytes) -> Result<Answer, ExchangeError> {
         let uri = format!("{}/{}", self.plan.target.path, self.key(seq));
         let build = || {
             self.request(Method::PUT, &uri)
                 .header(header::CONTENT_TYPE, "application/octet-stream")
-                .header(header::CONTENT_LENGTH, self.payload.len())
-                .body(ChunkBody::new([self.payload.clone()]))
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(ChunkBody::new([body.clone()]))
                 .expect("valid request")
         };
         self.pool.exchange(build, self.plan.request_timeout).await
     }
 
-    async fn form(&self, seq: u64) -> Result<Answer, ExchangeError> {
+    async fn form(&self, seq: u64, body: &Bytes) -> Result<Answer, ExchangeError> {
         let head = Bytes::from(format!(
             "--{FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{seq:08}.bin\"\r\n\
              Content-Type: application/octet-stream\r\n\r\n"
         ));
         let tail = Bytes::from(format!("\r\n--{FORM_BOUNDARY}--\r\n"));
         let build = || {
-            let body = ChunkBody::new([head.clone(), self.payload.clone(), tail.clone()]);
+            let body = ChunkBody::new([head.clone(), body.clone(), tail.clone()]);
             with_tenant(
                 self.request(Method::POST, &self.plan.target.path),
                 self.tenant(seq),
@@ -198,13 +214,13 @@ impl Uploader {
 
     /// Creation (with the whole upload, unless the plan has a chunk size), then PATCH
     /// from the offset the server reports until the upload is complete.
-    async fn tus(&self, seq: u64) -> Result<Answer, ExchangeError> {
-        let size = self.payload.len() as u64;
+    async fn tus(&self, seq: u64, body: &Bytes) -> Result<Answer, ExchangeError> {
+        let size = body.len() as u64;
         let chunk = self.plan.chunk_size.unwrap_or(u64::MAX);
         let carried = if self.plan.chunk_size.is_some() {
             Bytes::new()
         } else {
-            self.payload.clone()
+            body.clone()
         };
         let metadata = format!(
             "filename {}",
@@ -253,7 +269,7 @@ impl Uploader {
             }
             previous = Some(offset);
             let end = offset.saturating_add(chunk).min(size);
-            let rest = self.payload.slice(offset as usize..end as usize);
+            let rest = body.slice(offset as usize..end as usize);
             let patch = || {
                 self.request(Method::PATCH, &location)
                     .header("Tus-Resumable", TUS_VERSION)

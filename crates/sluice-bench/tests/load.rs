@@ -37,6 +37,7 @@ fn plan(url: &str, api: Api, model: Model, object_size: u64) -> LoadPlan {
         target: Target::parse(url, api, false).unwrap(),
         model,
         object_size,
+        min_object_size: None,
         key_prefix: "bench".into(),
         key_scheme: sluice_bench::KeyScheme::Common,
         retries_after_503: 3,
@@ -374,4 +375,47 @@ async fn key_schemes_spread_put_keys() {
         let second: HashSet<&str> = keys.iter().map(|k| k.split('/').nth(1).unwrap()).collect();
         assert_eq!(second.len(), spread, "{scheme:?}: {second:?}");
     }
+}
+
+#[tokio::test]
+async fn sizes_drawn_from_a_range_stay_in_it_and_spread() {
+    let seen = Shared::default();
+    async fn sizes(State(seen): State<Shared>, Path(key): Path<String>, body: Bytes) -> StatusCode {
+        seen.keys
+            .lock()
+            .unwrap()
+            .insert(format!("{key} {}", body.len()));
+        StatusCode::CREATED
+    }
+    let url = serve(
+        Router::new()
+            .route("/v1/objects/{*key}", put(sizes))
+            .with_state(seen.clone()),
+    )
+    .await;
+    let mut plan = plan(
+        &format!("{url}/v1/objects"),
+        Api::Put,
+        closed(10, 30),
+        1 << 20,
+    );
+    plan.min_object_size = Some(1024);
+    let summary = run(plan, None).await.unwrap();
+    assert_eq!(summary.succeeded, 300);
+    assert_eq!(summary.min_object_size, Some(1024));
+    let lengths: Vec<usize> = seen
+        .keys
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|k| k.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(lengths.iter().all(|&n| (1024..=1 << 20).contains(&n)));
+    // Log-uniform: about a third below 10 KiB, a third above 100 KiB.
+    let small = lengths.iter().filter(|&&n| n < 10 << 10).count();
+    let large = lengths.iter().filter(|&&n| n > 100 << 10).count();
+    assert!(
+        (60..140).contains(&small) && (60..140).contains(&large),
+        "{small} small, {large} large"
+    );
 }

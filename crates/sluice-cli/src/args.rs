@@ -131,9 +131,10 @@ pub struct LoadArgs {
     /// Open model: arrivals finding this many uploads in flight are not started (and counted).
     #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,
-    /// Bytes per object (generated in memory; at most 1GiB).
-    #[arg(long, value_parser = parse_size, default_value = "10KiB")]
-    pub size: u64,
+    /// Bytes per object (generated in memory; at most 1GiB), or a range MIN..MAX to
+    /// draw each object's size from, log-uniformly.
+    #[arg(long, value_parser = parse_size_range, default_value = "10KiB")]
+    pub size: (Option<u64>, u64),
     /// put: keys start with this prefix.
     #[arg(long, default_value = "bench")]
     pub key_prefix: String,
@@ -163,6 +164,14 @@ pub struct LoadArgs {
     /// No live progress line (the summary is still printed).
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// `SIZE` or `MIN..MAX`.
+fn parse_size_range(text: &str) -> Result<(Option<u64>, u64), String> {
+    match text.split_once("..") {
+        Some((min, max)) => Ok((Some(parse_size(min)?), parse_size(max)?)),
+        None => Ok((None, parse_size(text)?)),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

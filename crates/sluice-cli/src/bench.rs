@@ -61,7 +61,8 @@ fn plan(args: &LoadArgs) -> anyhow::Result<LoadPlan> {
     let plan = LoadPlan {
         target,
         model,
-        object_size: args.size,
+        object_size: args.size.1,
+        min_object_size: args.size.0,
         key_prefix: args.key_prefix.clone(),
         key_scheme: args.keys,
         retries_after_503: args.retries,

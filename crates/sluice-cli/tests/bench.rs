@@ -58,6 +58,10 @@ fn bench_usage_errors_exit_with_2() {
             "users must be 1",
         ),
         (
+            vec!["bench", "load", url, "--users", "1", "--size", "2KiB..1KiB"],
+            "size range",
+        ),
+        (
             vec!["bench", "load", url, "--users", "1", "--size", "2GiB"],
             "over the limit",
         ),
