@@ -41,15 +41,16 @@ tar c dir | sluice put - s3://backups/dir.tar\n  sluice put report.pdf ./store/r
         after_help = "Examples:\n  sluice get s3://media/isos/big.iso ./big.iso\n  sluice get s3://backups/dir.tar - | tar x"
     )]
     Get(GetArgs),
-    /// Generate load against an upload gateway and report statuses, rates and latency.
+    /// Generate load against an upload gateway or an S3 endpoint and report statuses, rates and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Uploads of one size from many users (closed model, --users) or at a constant
-    /// arrival rate (open model, --rate), with a summary table and optional JSON.
+    /// Uploads from many users (closed model, --users) or at a constant arrival rate
+    /// (open model, --rate), to a gateway, a tus server or an S3 endpoint, with a summary
+    /// table and optional JSON and HTML reports.
     #[command(after_help = "Examples:\n  \
 sluice bench load http://127.0.0.1:8080/v1/objects --users 1000 --size 10KiB\n  \
 sluice bench load http://127.0.0.1:8080/v1/objects --rate 500 --duration 30s --json run.json\n  \
@@ -139,7 +140,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "bench")]
     pub key_prefix: String,
     /// How keys spread: common (PREFIX/RUN/N), tenants:N (PREFIX/tenant-T/RUN/N; form and
-    /// tus send x-sluice-tenant) or shards:N (PREFIX/HHHH/RUN/N, a hashed prefix; put only).
+    /// tus send x-sluice-tenant) or shards:N (PREFIX/HHHH/RUN/N, a hashed prefix; put and the S3 APIs).
     #[arg(long, value_parser = sluice_bench::KeyScheme::parse, default_value = "common")]
     pub keys: sluice_bench::KeyScheme,
     /// Retries of one upload after a 503 that carries Retry-After (waiting that long, +0-50%).
