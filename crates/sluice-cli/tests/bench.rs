@@ -1,8 +1,7 @@
 //! `sluice bench load` end to end: usage errors, and a run against `sluice serve` on
 //! a local directory store whose JSON and stored objects are checked.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 fn sluice(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -11,40 +10,16 @@ fn sluice(args: &[&str]) -> Output {
         .expect("run sluice")
 }
 
-struct Gateway(Child);
+mod common;
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `sluice serve` on a local directory; returns it and its URL.
-fn serve(store: &std::path::Path) -> (Gateway, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            store.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice serve");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .trim_end_matches('/')
-        .to_string();
-    (Gateway(child), url)
+/// `sluice serve` on a local directory.
+fn serve(store: &std::path::Path) -> common::Gateway {
+    common::serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        store.to_str().unwrap(),
+    ])
 }
 
 #[test]
@@ -120,7 +95,8 @@ fn bench_usage_errors_exit_with_2() {
 fn bench_load_against_a_local_gateway() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
-    let (_gateway, url) = serve(&store);
+    let gateway = serve(&store);
+    let url = &gateway.url;
     let json = dir.path().join("run.json");
     let html = dir.path().join("run.html");
     let objects = format!("{url}/v1/objects");

@@ -2,65 +2,20 @@
 //! scripts/test.sh starts, driven over HTTP on loopback.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_store::{ChecksumAlgorithm, ObjectStore};
-use sluice_testkit::{minio, test_data};
+use sluice_testkit::test_data;
 
-/// A running gateway; killed when dropped.
-struct Gateway {
-    child: Child,
-    url: String,
-}
+mod common;
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{minio_prefix as setup, Gateway};
 
 /// Starts `sluice serve` on a free port against `s3://sluice-test/<prefix>`.
 fn start(endpoint: &str, prefix: &str, extra: &[&str]) -> Gateway {
-    let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "--endpoint",
-            endpoint,
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice serve");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .to_string();
-    Gateway { child, url }
-}
-
-async fn setup(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
-    let endpoint = minio::endpoint(test)?;
-    let prefix = minio::unique_prefix(test);
-    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
-    config.endpoint = Some(endpoint.clone());
-    config.prefix = prefix.clone();
-    let store = sluice_store::s3::S3Store::connect(config).await;
-    store.ensure_bucket().await.unwrap();
-    Some((endpoint, prefix, store))
+    common::serve_on_minio(endpoint, prefix, "127.0.0.1:0", extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,62 +10,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_store::ObjectStore;
-use sluice_testkit::{minio, test_data};
+use sluice_testkit::test_data;
 
 const MIB: usize = 1 << 20;
 
-/// A running gateway; killed when dropped.
-struct Gateway {
-    child: Child,
-    url: String,
-}
+mod common;
 
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{minio_prefix as setup, Gateway};
 
 fn start(endpoint: &str, prefix: &str, listen: &str) -> Gateway {
-    let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--listen",
-            listen,
-            "--store",
-            &store,
-            "--endpoint",
-            endpoint,
-            "--tus-lock-timeout",
-            "3s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start sluice serve");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .to_string();
-    Gateway { child, url }
-}
-
-async fn setup(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
-    let endpoint = minio::endpoint(test)?;
-    let prefix = minio::unique_prefix(test);
-    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
-    config.endpoint = Some(endpoint.clone());
-    config.prefix = prefix.clone();
-    let store = sluice_store::s3::S3Store::connect(config).await;
-    store.ensure_bucket().await.unwrap();
-    Some((endpoint, prefix, store))
+    common::serve_on_minio(endpoint, prefix, listen, &["--tus-lock-timeout", "3s"])
 }
 
 /// The installed clients, or None (skipped) when scripts/test.sh did not install

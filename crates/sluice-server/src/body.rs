@@ -95,3 +95,16 @@ pub fn limited_stream(
     })
     .boxed()
 }
+
+/// The request's Content-Length, if it sent one; 400 when it is not a number.
+pub fn content_length(headers: &axum::http::HeaderMap) -> Result<Option<u64>, ApiError> {
+    match headers.get(axum::http::header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::BadRequest("Content-Length is not a number".into())),
+    }
+}

@@ -40,6 +40,18 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Header naming the tenant for `{tenant}` in the key template.
+pub const TENANT_HEADER: &str = "x-sluice-tenant";
+
+/// The tenant a request names (`default` when it names none).
+pub fn tenant(headers: &axum::http::HeaderMap) -> String {
+    headers
+        .get(TENANT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("default")
+        .to_string()
+}
+
 /// One piece of a parsed template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {

@@ -128,20 +128,12 @@ impl Engine {
             );
             number += 1;
         }
-        let stream_ok = error.is_none() && !done.iter().any(|(_, r)| r.is_err());
-        if stream_ok && buffered > 0 && (request.last || buffered >= limits::MIN_PART_SIZE) {
-            let reservation = self.inner.budget.reserve(buffered).await;
-            let body = std::mem::take(&mut buffer);
-            self.spawn_part(
-                &mut tasks,
-                &request.key,
-                &request.upload_id,
-                number,
-                body,
-                reservation,
-            );
-        } else if !stream_ok && error.is_some() && buffered >= limits::MIN_PART_SIZE {
-            // The stream failed: keep what arrived as a part of its own.
+        // What is buffered becomes one more part when it may: always at the end of the
+        // object, and whenever it reaches the minimum part size, also when the stream
+        // failed (what arrived is kept). Not after a failed part: nothing follows it.
+        let part_failed = done.iter().any(|(_, r)| r.is_err());
+        let last = request.last && error.is_none();
+        if !part_failed && buffered > 0 && (last || buffered >= limits::MIN_PART_SIZE) {
             let reservation = self.inner.budget.reserve(buffered).await;
             let body = std::mem::take(&mut buffer);
             self.spawn_part(

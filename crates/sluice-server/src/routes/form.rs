@@ -17,9 +17,6 @@ use crate::keys::KeyInputs;
 use crate::routes::UploadResponse;
 use crate::AppState;
 
-/// Header naming the tenant for `{tenant}` in the key template.
-const TENANT_HEADER: &str = "x-sluice-tenant";
-
 #[derive(Debug, Serialize, Deserialize)]
 pub struct FormResponse {
     pub objects: Vec<UploadResponse>,
@@ -47,11 +44,7 @@ pub async fn post_form(
             return Err(ApiError::TooLarge { limit });
         }
     }
-    let tenant = headers
-        .get(TENANT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("default")
-        .to_string();
+    let tenant = crate::keys::tenant(&headers);
     let _slot = state.admission.admit().await?;
     let stream = limited_stream(
         body,

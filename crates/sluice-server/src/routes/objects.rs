@@ -54,7 +54,7 @@ pub async fn put_object(
     body: Body,
 ) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
-    let length = content_length(&headers)?;
+    let length = crate::body::content_length(&headers)?;
     if let (Some(length), Some(limit)) = (length, state.config.max_upload_size) {
         if length > limit {
             return Err(ApiError::TooLarge { limit });
@@ -95,18 +95,6 @@ pub async fn put_object(
     let response =
         crate::upload::run(&state, request, UploadSource::Stream { stream, length }).await?;
     Ok((StatusCode::CREATED, Json(response)))
-}
-
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    match headers.get(header::CONTENT_LENGTH) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Some)
-            .ok_or_else(|| ApiError::BadRequest("Content-Length is not a number".into())),
-    }
 }
 
 /// `x-sluice-meta-NAME: value` headers as object metadata.

@@ -8,8 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::BytesMut;
-use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_store::{Body, ObjectStore, PutRequest, StoreError, WriteCondition};
 
@@ -164,14 +162,8 @@ async fn read(
     store: &Arc<dyn ObjectStore>,
     key: &str,
 ) -> Result<(Option<LockBody>, String), StoreError> {
-    let output = store.get_object(key, None).await?;
-    let etag = output.meta.etag.clone();
-    let mut buf = BytesMut::new();
-    let mut body = output.body;
-    while let Some(chunk) = body.try_next().await? {
-        buf.extend_from_slice(&chunk);
-    }
-    Ok((serde_json::from_slice(&buf).ok(), etag))
+    let (bytes, etag) = super::record::read_object(store.as_ref(), key).await?;
+    Ok((serde_json::from_slice(&bytes).ok(), etag))
 }
 
 #[cfg(test)]

@@ -36,7 +36,6 @@ use record::{new_id, upload_prefix, valid_id, Loaded, RecordStore, TusRecord};
 
 /// The header naming the object an upload becomes (percent-encoded beyond ASCII).
 pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-sluice-key");
-const TENANT_HEADER: &str = "x-sluice-tenant";
 const METHOD_OVERRIDE: &str = "x-http-method-override";
 /// Where uploads are created; an upload's URL is this plus its id.
 pub const BASE_PATH: &str = "/v1/tus/";
@@ -161,18 +160,6 @@ async fn dispatch(
     }
 }
 
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    match headers.get(header::CONTENT_LENGTH) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Some)
-            .ok_or_else(|| ApiError::BadRequest("Content-Length is not a number".into())),
-    }
-}
-
 fn is_offset_stream(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -226,7 +213,7 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let tus = state.tus.clone();
     let request = CreateRequest::from_headers(&headers, tus.max_size)?;
-    let body_length = content_length(&headers)?;
+    let body_length = crate::body::content_length(&headers)?;
     let chunked = headers.contains_key(header::TRANSFER_ENCODING);
     let has_body = body_length.map_or(chunked, |n| n > 0);
     if has_body && !is_offset_stream(&headers) {
@@ -245,11 +232,7 @@ async fn create(
         .text("filetype")
         .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
         .map(str::to_owned);
-    let tenant = headers
-        .get(TENANT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("default")
-        .to_owned();
+    let tenant = crate::keys::tenant(&headers);
     let id = new_id();
     let key = state.template.render(&KeyInputs {
         tenant: &tenant,
@@ -303,21 +286,7 @@ async fn create(
             state.config.limits.body_idle_timeout,
             state.metrics.clone(),
         );
-        let hasher = checksum
-            .as_ref()
-            .map(|c| Arc::new(std::sync::Mutex::new(c.hasher())));
-        let stream = match &hasher {
-            Some(h) => {
-                let h = h.clone();
-                futures::StreamExt::boxed(futures::StreamExt::map(stream, move |item| {
-                    if let Ok(bytes) = &item {
-                        h.lock().expect("hasher").update(bytes);
-                    }
-                    item
-                }))
-            }
-            None => stream,
-        };
+        let (check, stream) = write::ChunkCheck::new(checksum, stream);
         let request = UploadRequest {
             key: record.key.clone(),
             content_type: record.content_type.clone(),
@@ -335,13 +304,7 @@ async fn create(
         .await
         {
             Ok(stored) => {
-                let checksum_ok = match (&checksum, hasher) {
-                    (Some(expected), Some(h)) => {
-                        expected.matches(h.lock().expect("hasher").clone())
-                    }
-                    _ => true,
-                };
-                if checksum_ok {
+                if check.matches() {
                     record.upload.offset = length;
                     record.finished_etag = Some(stored.etag);
                 } else {
@@ -432,7 +395,7 @@ async fn patch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = PatchRequest::from_headers(&headers)?;
-    let body_length = content_length(&headers)?;
+    let body_length = crate::body::content_length(&headers)?;
     let tus = state.tus.clone();
     let _slot = state.admission.admit().await?;
     let loaded = tus

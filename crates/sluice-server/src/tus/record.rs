@@ -144,14 +144,7 @@ impl RecordStore {
     }
 
     async fn read(&self, key: &str) -> Result<(Bytes, String), StoreError> {
-        let output = self.store.get_object(key, None).await?;
-        let etag = output.meta.etag.clone();
-        let mut buf = BytesMut::with_capacity(output.meta.size as usize);
-        let mut body = output.body;
-        while let Some(chunk) = body.try_next().await? {
-            buf.extend_from_slice(&chunk);
-        }
-        Ok((buf.freeze(), etag))
+        read_object(self.store.as_ref(), key).await
     }
 
     pub async fn load(&self, id: &str) -> Result<Loaded, RecordError> {
@@ -261,6 +254,21 @@ impl RecordStore {
             }
         }
     }
+}
+
+/// A small object's bytes and ETag (records, segments, locks).
+pub(super) async fn read_object(
+    store: &dyn ObjectStore,
+    key: &str,
+) -> Result<(Bytes, String), StoreError> {
+    let output = store.get_object(key, None).await?;
+    let etag = output.meta.etag.clone();
+    let mut buf = BytesMut::with_capacity(output.meta.size as usize);
+    let mut body = output.body;
+    while let Some(chunk) = body.try_next().await? {
+        buf.extend_from_slice(&chunk);
+    }
+    Ok((buf.freeze(), etag))
 }
 
 /// Upload ids are 32 lowercase hex digits (a UUID without dashes).

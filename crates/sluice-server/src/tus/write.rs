@@ -33,19 +33,48 @@ impl From<RecordError> for ApiError {
     }
 }
 
-/// Hashes a body as it streams, for the checksum extension.
-fn hashed(
-    stream: BoxStream<'static, io::Result<Bytes>>,
-    hasher: Arc<Mutex<ChunkHasher>>,
-) -> BoxStream<'static, io::Result<Bytes>> {
-    stream
-        .map(move |item| {
-            if let Ok(bytes) = &item {
-                hasher.lock().expect("hasher").update(bytes);
+/// The checksum extension for one request body: hashes the body as it streams and
+/// says afterwards whether it matched `Upload-Checksum` (no header: always).
+pub(super) struct ChunkCheck {
+    expected: Option<UploadChecksum>,
+    hasher: Option<Arc<Mutex<ChunkHasher>>>,
+}
+
+impl ChunkCheck {
+    /// Wraps `body` so that it is hashed as it is read.
+    pub(super) fn new(
+        expected: Option<UploadChecksum>,
+        body: BoxStream<'static, io::Result<Bytes>>,
+    ) -> (ChunkCheck, BoxStream<'static, io::Result<Bytes>>) {
+        let hasher = expected.as_ref().map(|c| Arc::new(Mutex::new(c.hasher())));
+        let body = match &hasher {
+            Some(h) => {
+                let h = h.clone();
+                body.map(move |item| {
+                    if let Ok(bytes) = &item {
+                        h.lock().expect("hasher").update(bytes);
+                    }
+                    item
+                })
+                .boxed()
             }
-            item
-        })
-        .boxed()
+            None => body,
+        };
+        (ChunkCheck { expected, hasher }, body)
+    }
+
+    /// Whether the chunk must be all or nothing (a checksum was sent).
+    pub(super) fn required(&self) -> bool {
+        self.expected.is_some()
+    }
+
+    /// Whether the bytes read so far match.
+    pub(super) fn matches(&self) -> bool {
+        match (&self.expected, &self.hasher) {
+            (Some(expected), Some(h)) => expected.matches(h.lock().expect("hasher").clone()),
+            _ => true,
+        }
+    }
 }
 
 /// Appends `body` (already limited to `plan.max_body` bytes) at the record's
@@ -85,11 +114,7 @@ pub async fn write_chunk(
         Err(e) => return (loaded, Some(e.into())),
     };
     let carried_len = record.carried();
-    let hasher = checksum.as_ref().map(|c| Arc::new(Mutex::new(c.hasher())));
-    let body = match &hasher {
-        Some(h) => hashed(body, h.clone()),
-        None => body,
-    };
+    let (check, body) = ChunkCheck::new(checksum, body);
     let request = AppendRequest {
         key: record.key.clone(),
         upload_id: record.multipart_id.clone().expect("created above"),
@@ -130,19 +155,12 @@ pub async fn write_chunk(
         },
         Some(other) => (Some(from_transfer(other)), true),
     };
-    let (error, keep) = match (&checksum, hasher) {
-        (Some(_), _) if error.is_some() => (error, false),
-        (Some(expected), Some(hasher)) => {
-            let hasher = Arc::try_unwrap(hasher)
-                .map(|m| m.into_inner().expect("hasher"))
-                .unwrap_or_else(|shared| shared.lock().expect("hasher").clone());
-            if expected.matches(hasher) {
-                (None, true)
-            } else {
-                (Some(ApiError::Tus(TusError::ChecksumMismatch)), false)
-            }
+    let (error, keep) = match (check.required(), error) {
+        (true, Some(error)) => (Some(error), false),
+        (true, None) if !check.matches() => {
+            (Some(ApiError::Tus(TusError::ChecksumMismatch)), false)
         }
-        _ => (error, keep),
+        (_, error) => (error, keep),
     };
     let offset = record.upload.offset;
     let new_offset = offset - carried_len + appended.kept();

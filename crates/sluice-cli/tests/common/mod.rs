@@ -1,0 +1,71 @@
+//! What the end-to-end tests share: a `sluice serve` child process (killed when
+//! dropped) and a MinIO prefix of its own for each test.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use sluice_testkit::minio;
+
+/// A running gateway; killed when dropped.
+pub struct Gateway {
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`, as the gateway printed it.
+    pub url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sluice serve ARGS` and waits for the URL it prints.
+pub fn serve(args: &[&str]) -> Gateway {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice serve");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    Gateway { child, url }
+}
+
+/// Starts `sluice serve` listening on `listen` against `s3://sluice-test/<prefix>`.
+pub fn serve_on_minio(endpoint: &str, prefix: &str, listen: &str, extra: &[&str]) -> Gateway {
+    let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
+    let mut args = vec![
+        "--listen",
+        listen,
+        "--store",
+        &store,
+        "--endpoint",
+        endpoint,
+    ];
+    args.extend_from_slice(extra);
+    serve(&args)
+}
+
+/// MinIO's endpoint, a fresh prefix and a store on it; None when S3 tests may skip.
+pub async fn minio_prefix(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
+    let endpoint = minio::endpoint(test)?;
+    let prefix = minio::unique_prefix(test);
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.clone());
+    config.prefix = prefix.clone();
+    let store = sluice_store::s3::S3Store::connect(config).await;
+    store.ensure_bucket().await.unwrap();
+    Some((endpoint, prefix, store))
+}
