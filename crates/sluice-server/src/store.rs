@@ -53,6 +53,9 @@ impl ObjectStore for MeteredStore {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
+        self.inner.install_abort_lifecycle(days).await
+    }
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         self.call("put_object", self.inner.put_object(request))
             .await

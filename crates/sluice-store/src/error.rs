@@ -3,6 +3,7 @@
 //! on, and transport or server-side failures that a retry may cure.
 
 use std::io;
+use std::time::Duration;
 
 /// The messages of an error and its sources joined with `: `, skipping repeats
 /// (for logs; `{:#}` of anyhow does the same in the binary).
@@ -48,8 +49,16 @@ pub enum StoreError {
     InvalidCredentials(String),
     #[error("no credentials found: {0}")]
     NoCredentials(String),
+    /// 503 SlowDown, with the wait the store asked for in `Retry-After`, if any.
     #[error("the store is throttling requests (503 SlowDown)")]
-    Throttled,
+    Throttled { retry_after: Option<Duration> },
+    /// A request made no progress (no body bytes sent, no answer) for this long
+    /// and was cancelled; its connection was dropped.
+    #[error("the request made no progress for {}s and was cancelled", .after.as_secs_f64())]
+    Stalled { after: Duration },
+    /// The store does not offer this operation.
+    #[error("this store does not support {0}")]
+    Unsupported(&'static str),
     /// Any other answer of the service, with its HTTP status and error code.
     #[error("the store answered {status} {code}: {message}")]
     Service {
@@ -73,7 +82,9 @@ impl StoreError {
     /// timeouts, refused or reset connections.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Throttled | StoreError::Transport(_) => true,
+            StoreError::Throttled { .. }
+            | StoreError::Stalled { .. }
+            | StoreError::Transport(_) => true,
             StoreError::Service { status, code, .. } => {
                 *status >= 500
                     || *status == 408
@@ -88,6 +99,14 @@ impl StoreError {
                 io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
             ),
             _ => false,
+        }
+    }
+
+    /// The wait a throttling store asked for (`Retry-After`), if it named one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            StoreError::Throttled { retry_after } => *retry_after,
+            _ => None,
         }
     }
 
@@ -112,7 +131,9 @@ impl StoreError {
             StoreError::AccessDenied(_) => "access_denied",
             StoreError::InvalidCredentials(_) => "invalid_credentials",
             StoreError::NoCredentials(_) => "no_credentials",
-            StoreError::Throttled => "throttled",
+            StoreError::Throttled { .. } => "throttled",
+            StoreError::Stalled { .. } => "stalled",
+            StoreError::Unsupported(_) => "unsupported",
             StoreError::Service { .. } => "service",
             StoreError::Transport(_) => "transport",
             StoreError::Body(_) => "body",
@@ -133,7 +154,14 @@ mod tests {
             message: String::new(),
         };
         let cases: Vec<(StoreError, bool)> = vec![
-            (StoreError::Throttled, true),
+            (StoreError::Throttled { retry_after: None }, true),
+            (
+                StoreError::Stalled {
+                    after: Duration::from_secs(1),
+                },
+                true,
+            ),
+            (StoreError::Unsupported("lifecycle rules"), false),
             (StoreError::Transport("connection reset".into()), true),
             (service(500, "InternalError"), true),
             (service(503, "ServiceUnavailable"), true),

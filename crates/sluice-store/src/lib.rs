@@ -134,4 +134,12 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         prefix: &str,
     ) -> Result<Vec<MultipartUploadInfo>, StoreError>;
+
+    /// Makes the store itself abort multipart uploads left incomplete for `days`
+    /// days (an S3 lifecycle rule, merged with the bucket's other rules). Stores
+    /// without such rules answer [`StoreError::Unsupported`].
+    async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
+        let _ = days;
+        Err(StoreError::Unsupported("lifecycle rules"))
+    }
 }

@@ -37,7 +37,7 @@ pub enum Fault {
 impl Fault {
     fn error(self) -> Option<StoreError> {
         match self {
-            Fault::Throttle => Some(StoreError::Throttled),
+            Fault::Throttle => Some(StoreError::Throttled { retry_after: None }),
             Fault::ServerError => Some(StoreError::Service {
                 status: 500,
                 code: "InternalError".into(),

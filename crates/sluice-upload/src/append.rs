@@ -9,7 +9,7 @@ use sluice_store::*;
 use tokio::task::JoinSet;
 
 use crate::error::TransferError;
-use crate::retry::with_retries;
+use crate::retry::Kind;
 use crate::upload::checksum_of;
 use crate::{Engine, UploadOutcome, UploadRequest, UploadSource};
 
@@ -58,20 +58,21 @@ impl Engine {
     pub async fn create_multipart(&self, request: &UploadRequest) -> Result<String, TransferError> {
         crate::validate_key(&request.key)?;
         let inner = &self.inner;
-        with_retries(
-            &inner.config.retry,
-            &inner.stats,
-            "CreateMultipartUpload",
-            || {
-                inner.store.create_multipart_upload(CreateMultipartRequest {
-                    key: request.key.clone(),
-                    content_type: request.content_type.clone(),
-                    metadata: request.metadata.clone(),
-                    checksum_algorithm: inner.config.checksum,
-                })
-            },
-        )
-        .await
+        inner
+            .with_retries(
+                Kind::Transfer,
+                "CreateMultipartUpload",
+                &request.key,
+                || {
+                    inner.store.create_multipart_upload(CreateMultipartRequest {
+                        key: request.key.clone(),
+                        content_type: request.content_type.clone(),
+                        metadata: request.metadata.clone(),
+                        checksum_algorithm: inner.config.checksum,
+                    })
+                },
+            )
+            .await
     }
 
     /// Reads `source` after `request.carried`, stores each full part (concurrently,
@@ -198,16 +199,17 @@ impl Engine {
                             .map_err(TransferError::Source)?,
                     ),
                 };
-                let part = with_retries(&inner.config.retry, &inner.stats, "UploadPart", || {
-                    inner.store.upload_part(UploadPartRequest {
-                        key: key.clone(),
-                        upload_id: upload_id.clone(),
-                        part_number: number,
-                        body: body.clone(),
-                        checksum,
+                let part = inner
+                    .with_retries(Kind::Transfer, "UploadPart", &key, || {
+                        inner.store.upload_part(UploadPartRequest {
+                            key: key.clone(),
+                            upload_id: upload_id.clone(),
+                            part_number: number,
+                            body: body.clone(),
+                            checksum,
+                        })
                     })
-                })
-                .await?;
+                    .await?;
                 drop(reservation);
                 Ok(UploadedPart {
                     checksum: checksum.known().or(part.checksum),
@@ -235,13 +237,11 @@ impl Engine {
     /// Aborts a multipart upload (a missing one counts as aborted).
     pub async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<(), TransferError> {
         let inner = &self.inner;
-        match with_retries(
-            &inner.config.retry,
-            &inner.stats,
-            "AbortMultipartUpload",
-            || inner.store.abort_multipart_upload(key, upload_id),
-        )
-        .await
+        match inner
+            .with_retries(Kind::Cleanup, "AbortMultipartUpload", key, || {
+                inner.store.abort_multipart_upload(key, upload_id)
+            })
+            .await
         {
             Err(TransferError::Store {
                 source: StoreError::NoSuchUpload { .. },

@@ -8,7 +8,9 @@ use sluice_store::limits::{
 };
 use sluice_store::ChecksumAlgorithm;
 
+use crate::adaptive::AdaptiveConfig;
 use crate::error::ConfigError;
+use crate::retry::RetryBudgetConfig;
 
 pub const MIB: u64 = 1024 * 1024;
 
@@ -29,6 +31,10 @@ pub struct EngineConfig {
     /// Checksum every part carries; `None` sends none.
     pub checksum: Option<ChecksumAlgorithm>,
     pub retry: RetryPolicy,
+    /// The token bucket retries draw on.
+    pub retry_budget: RetryBudgetConfig,
+    /// Store requests in flight per key prefix, adapted to throttling.
+    pub adaptive: AdaptiveConfig,
 }
 
 impl Default for EngineConfig {
@@ -41,6 +47,8 @@ impl Default for EngineConfig {
             memory_limit: 256 * MIB,
             checksum: Some(ChecksumAlgorithm::Crc32c),
             retry: RetryPolicy::default(),
+            retry_budget: RetryBudgetConfig::default(),
+            adaptive: AdaptiveConfig::default(),
         }
     }
 }
@@ -86,6 +94,20 @@ impl EngineConfig {
         }
         if self.retry.max_attempts == 0 || self.retry.max_attempts > 100 {
             return Err(ConfigError::RetryAttempts(self.retry.max_attempts));
+        }
+        let adaptive = &self.adaptive;
+        if adaptive.min == 0 || adaptive.max < adaptive.min || adaptive.max > 65_536 {
+            return Err(ConfigError::Adaptive(
+                "the limits must satisfy 1 <= min <= max <= 65536",
+            ));
+        }
+        if !(adaptive.decrease > 0.0 && adaptive.decrease < 1.0) {
+            return Err(ConfigError::Adaptive(
+                "the decrease factor must be in (0, 1)",
+            ));
+        }
+        if !(adaptive.increase > 0.0 && adaptive.increase <= 16.0) {
+            return Err(ConfigError::Adaptive("the increase must be in (0, 16]"));
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use crate::config::MIB;
 use crate::error::TransferError;
 use crate::progress::{ProgressFn, Tracker};
-use crate::retry::with_retries;
+use crate::retry::Kind;
 use crate::{Engine, EngineInner};
 
 /// Bytes gathered before one positioned write to the destination file.
@@ -159,10 +159,11 @@ impl Engine {
     async fn head(&self, key: &str) -> Result<ObjectMeta, TransferError> {
         crate::config::validate_key(key)?;
         let inner = &self.inner;
-        with_retries(&inner.config.retry, &inner.stats, "HeadObject", || {
-            inner.store.head_object(key)
-        })
-        .await
+        inner
+            .with_retries(Kind::Transfer, "HeadObject", key, || {
+                inner.store.head_object(key)
+            })
+            .await
     }
 }
 
@@ -229,10 +230,11 @@ async fn fetch_range(
             .then(|| ByteRange::new(pos, end))
             .or((pos > 0).then(|| ByteRange::new(pos, end)));
         let result = async {
-            let output = with_retries(policy, &inner.stats, "GetObject", || {
-                inner.store.get_object(&meta.key, range)
-            })
-            .await?;
+            let output = inner
+                .with_retries(Kind::Transfer, "GetObject", &meta.key, || {
+                    inner.store.get_object(&meta.key, range)
+                })
+                .await?;
             if output.meta.etag != meta.etag {
                 return Err(TransferError::ObjectChanged);
             }

@@ -18,6 +18,8 @@ pub enum ConfigError {
     MemoryLimit { limit: u64, needed: u64 },
     #[error("retry attempts {0} is outside 1..=100")]
     RetryAttempts(u32),
+    #[error("adaptive concurrency: {0}")]
+    Adaptive(&'static str),
     #[error("the key is empty")]
     EmptyKey,
     #[error("the key is {0} bytes long; S3 allows at most 1024")]

@@ -5,12 +5,14 @@
 //!
 //! Every part carries a CRC32C (or CRC64NVME) checksum the store verifies, and the
 //! whole object's checksum is reported back. Transient store failures are retried
-//! with full-jitter backoff ([`RetryPolicy`]); any failure, or dropping an upload,
+//! with full-jitter backoff ([`RetryPolicy`]) within a retry budget, and requests
+//! per key prefix adapt to throttling ([`AdaptiveConfig`]); any failure, or dropping an upload,
 //! aborts its multipart upload. Resumable uploads use the same parts machinery
 //! across requests ([`Engine::append_parts`]), keeping their state elsewhere.
 //!
 //! The engine knows stores only through `sluice_store::ObjectStore`.
 
+mod adaptive;
 mod append;
 mod budget;
 mod config;
@@ -27,13 +29,14 @@ use std::sync::Arc;
 use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
+pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use append::{AppendRequest, Appended};
 pub use budget::{MemoryBudget, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
 pub use progress::{Progress, ProgressFn};
-pub use retry::RetryStats;
+pub use retry::{RetryBudgetConfig, RetryStats};
 pub use source::UploadSource;
 pub use units::{format_size, parse_size};
 pub use upload::{UploadOutcome, UploadRequest};
@@ -49,6 +52,8 @@ pub(crate) struct EngineInner {
     config: EngineConfig,
     budget: MemoryBudget,
     stats: RetryStats,
+    retry_budget: retry::RetryBudget,
+    limits: adaptive::AdaptiveLimits,
     /// Aborts started by dropped uploads.
     aborts: TaskTracker,
 }
@@ -67,12 +72,16 @@ impl Engine {
         budget: MemoryBudget,
     ) -> Result<Engine, ConfigError> {
         config.validate()?;
+        let retry_budget = retry::RetryBudget::new(config.retry_budget);
+        let limits = adaptive::AdaptiveLimits::new(config.adaptive);
         Ok(Engine {
             inner: Arc::new(EngineInner {
                 store,
                 config,
                 budget,
                 stats: RetryStats::default(),
+                retry_budget,
+                limits,
                 aborts: TaskTracker::new(),
             }),
         })
@@ -92,6 +101,17 @@ impl Engine {
 
     pub fn stats(&self) -> &RetryStats {
         &self.inner.stats
+    }
+
+    /// Tokens left in the retry budget.
+    pub fn retry_budget_available(&self) -> u32 {
+        self.inner.retry_budget.available()
+    }
+
+    /// The adaptive concurrency limit of every prefix the engine is tracking
+    /// (those with requests in flight or a limit below the maximum).
+    pub fn prefix_limits(&self) -> Vec<PrefixLimit> {
+        self.inner.limits.snapshot()
     }
 
     /// Waits for the aborts of dropped uploads to finish (call before exiting).

@@ -16,7 +16,7 @@ use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
 use crate::error::{ConfigError, TransferError};
 use crate::progress::{ProgressFn, Tracker};
-use crate::retry::with_retries;
+use crate::retry::Kind;
 use crate::source::{PartReader, UploadSource};
 use crate::{Engine, EngineInner};
 
@@ -72,8 +72,8 @@ impl Engine {
         async move {
             if request.condition == Some(WriteCondition::IfNoneMatch) {
                 let inner = &self.inner;
-                let existing =
-                    with_retries(&inner.config.retry, &inner.stats, "HeadObject", || {
+                let existing = inner
+                    .with_retries(Kind::Transfer, "HeadObject", &request.key, || {
                         inner.store.head_object(&request.key)
                     })
                     .await;
@@ -300,17 +300,18 @@ impl Engine {
             ),
             None => None,
         };
-        let output = with_retries(&inner.config.retry, &inner.stats, "PUT", || {
-            inner.store.put_object(PutRequest {
-                key: request.key.clone(),
-                body: body.clone(),
-                content_type: request.content_type.clone(),
-                metadata: request.metadata.clone(),
-                checksum,
-                condition: request.condition.clone(),
+        let output = inner
+            .with_retries(Kind::Transfer, "PUT", &request.key, || {
+                inner.store.put_object(PutRequest {
+                    key: request.key.clone(),
+                    body: body.clone(),
+                    content_type: request.content_type.clone(),
+                    metadata: request.metadata.clone(),
+                    checksum,
+                    condition: request.condition.clone(),
+                })
             })
-        })
-        .await?;
+            .await?;
         tracker.advance(size, false);
         Ok(UploadOutcome {
             key: request.key.clone(),
@@ -417,20 +418,21 @@ impl<'a> Multipart<'a> {
         request: &UploadRequest,
         tracker: Tracker,
     ) -> Result<Self, TransferError> {
-        let upload_id = with_retries(
-            &inner.config.retry,
-            &inner.stats,
-            "CreateMultipartUpload",
-            || {
-                inner.store.create_multipart_upload(CreateMultipartRequest {
-                    key: request.key.clone(),
-                    content_type: request.content_type.clone(),
-                    metadata: request.metadata.clone(),
-                    checksum_algorithm: inner.config.checksum,
-                })
-            },
-        )
-        .await?;
+        let upload_id = inner
+            .with_retries(
+                Kind::Transfer,
+                "CreateMultipartUpload",
+                &request.key,
+                || {
+                    inner.store.create_multipart_upload(CreateMultipartRequest {
+                        key: request.key.clone(),
+                        content_type: request.content_type.clone(),
+                        metadata: request.metadata.clone(),
+                        checksum_algorithm: inner.config.checksum,
+                    })
+                },
+            )
+            .await?;
         tracing::debug!(upload_id = %upload_id, "multipart upload started");
         Ok(Multipart {
             inner,
@@ -518,16 +520,17 @@ impl<'a> Multipart<'a> {
                     ),
                 };
                 let size = body.len();
-                let part = with_retries(&inner.config.retry, &inner.stats, "UploadPart", || {
-                    inner.store.upload_part(UploadPartRequest {
-                        key: key.clone(),
-                        upload_id: upload_id.clone(),
-                        part_number: number,
-                        body: body.clone(),
-                        checksum,
+                let part = inner
+                    .with_retries(Kind::Transfer, "UploadPart", &key, || {
+                        inner.store.upload_part(UploadPartRequest {
+                            key: key.clone(),
+                            upload_id: upload_id.clone(),
+                            part_number: number,
+                            body: body.clone(),
+                            checksum,
+                        })
                     })
-                })
-                .await?;
+                    .await?;
                 drop(body);
                 drop(reservation);
                 tracker.advance(size, true);
@@ -603,35 +606,36 @@ pub(crate) async fn complete_parts(
     };
     let count = request.parts.len() as u32;
     let mut attempts = 0;
-    let completed = with_retries(
-        &inner.config.retry,
-        &inner.stats,
-        "CompleteMultipartUpload",
-        || {
-            attempts += 1;
-            let retried = attempts > 1;
-            let request = request.clone();
-            async move {
-                match inner.store.complete_multipart_upload(request.clone()).await {
-                    Err(StoreError::NoSuchUpload { .. }) if retried => {
-                        let meta = inner.store.head_object(&request.key).await?;
-                        if meta.size == size {
-                            Ok(PutOutput {
-                                etag: meta.etag,
-                                checksum: meta.checksum.or(request.checksum),
-                            })
-                        } else {
-                            Err(StoreError::NoSuchUpload {
-                                upload_id: request.upload_id,
-                            })
+    let completed = inner
+        .with_retries(
+            Kind::Transfer,
+            "CompleteMultipartUpload",
+            &request.key,
+            || {
+                attempts += 1;
+                let retried = attempts > 1;
+                let request = request.clone();
+                async move {
+                    match inner.store.complete_multipart_upload(request.clone()).await {
+                        Err(StoreError::NoSuchUpload { .. }) if retried => {
+                            let meta = inner.store.head_object(&request.key).await?;
+                            if meta.size == size {
+                                Ok(PutOutput {
+                                    etag: meta.etag,
+                                    checksum: meta.checksum.or(request.checksum),
+                                })
+                            } else {
+                                Err(StoreError::NoSuchUpload {
+                                    upload_id: request.upload_id,
+                                })
+                            }
                         }
+                        other => other,
                     }
-                    other => other,
                 }
-            }
-        },
-    )
-    .await?;
+            },
+        )
+        .await?;
     tracing::debug!(parts = count, size, "multipart upload completed");
     Ok(UploadOutcome {
         key: key.to_owned(),
@@ -686,13 +690,11 @@ impl Drop for AbortGuard {
 }
 
 async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
-    let result = with_retries(
-        &inner.config.retry,
-        &inner.stats,
-        "AbortMultipartUpload",
-        || inner.store.abort_multipart_upload(&key, &upload_id),
-    )
-    .await;
+    let result = inner
+        .with_retries(Kind::Cleanup, "AbortMultipartUpload", &key, || {
+            inner.store.abort_multipart_upload(&key, &upload_id)
+        })
+        .await;
     match result {
         Ok(()) => tracing::info!(%key, %upload_id, "multipart upload aborted"),
         Err(TransferError::Store {

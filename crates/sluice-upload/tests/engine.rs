@@ -228,7 +228,7 @@ async fn retries_are_bounded() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error.store_error(), Some(StoreError::Throttled)),
+        matches!(error.store_error(), Some(StoreError::Throttled { .. })),
         "{error}"
     );
     assert_eq!(

@@ -22,7 +22,16 @@ where
         let status = service.raw().status().as_u16();
         let code = service.err().code().unwrap_or_default().to_string();
         let message = service.err().message().unwrap_or_default().to_string();
-        return from_answer(status, &code, message, &context);
+        let mapped = from_answer(status, &code, message, &context);
+        if let StoreError::Throttled { .. } = mapped {
+            let retry_after = service
+                .raw()
+                .headers()
+                .get("retry-after")
+                .and_then(parse_retry_after);
+            return StoreError::Throttled { retry_after };
+        }
+        return mapped;
     }
     let text = crate::error_chain(&error);
     if text.contains("credentials") {
@@ -81,7 +90,7 @@ pub(super) fn from_answer(
         } else {
             message
         }),
-        (503, _) | (_, "SlowDown") => StoreError::Throttled,
+        (503, _) | (_, "SlowDown") => StoreError::Throttled { retry_after: None },
         (status, code) => StoreError::Service {
             status,
             code: if code.is_empty() {
@@ -94,9 +103,36 @@ pub(super) fn from_answer(
     }
 }
 
+/// `Retry-After` in delay-seconds form (S3 and the proxies in front of it use no
+/// other); an HTTP date or garbage counts as absent.
+pub(super) fn parse_retry_after(value: &str) -> Option<std::time::Duration> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    (seconds.is_finite() && (0.0..=3600.0).contains(&seconds))
+        .then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_values() {
+        let cases = [
+            ("1", Some(1000)),
+            (" 2 ", Some(2000)),
+            ("0.5", Some(500)),
+            ("-1", None),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("99999", None),
+        ];
+        for (value, millis) in cases {
+            assert_eq!(
+                parse_retry_after(value).map(|d| d.as_millis() as u64),
+                millis,
+                "{value}"
+            );
+        }
+    }
 
     #[test]
     fn answers_map_to_modelled_errors() {

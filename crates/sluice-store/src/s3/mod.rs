@@ -8,9 +8,11 @@
 //! write carries protects the bytes, at a fraction of SHA-256's CPU cost).
 
 mod errors;
+mod stall;
 mod trailer;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -30,6 +32,7 @@ use crate::error::StoreError;
 use crate::types::*;
 use crate::ObjectStore;
 use errors::Context;
+use stall::{Progress, StallGuard, WatchAnswer};
 
 /// Buffer for streaming a file-backed body into a request.
 const FILE_BUFFER: usize = 256 * 1024;
@@ -50,6 +53,10 @@ pub struct S3Config {
     pub connect_timeout: Duration,
     /// Longest wait for the first byte of an answer.
     pub read_timeout: Duration,
+    /// A request that makes no progress (no body bytes taken, no answer) for this
+    /// long is cancelled and counts as a transient failure; `None` turns the check
+    /// off. Parts streamed from files are not watched (the read timeout applies).
+    pub stall_timeout: Option<Duration>,
 }
 
 impl S3Config {
@@ -62,6 +69,7 @@ impl S3Config {
             path_style: None,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(120),
+            stall_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -72,6 +80,7 @@ pub struct S3Store {
     client: Client,
     bucket: String,
     prefix: String,
+    stall: StallGuard,
 }
 
 impl S3Store {
@@ -112,6 +121,9 @@ impl S3Store {
             client: Client::from_conf(builder.build()),
             bucket: config.bucket,
             prefix,
+            stall: StallGuard {
+                timeout: config.stall_timeout,
+            },
         }
     }
 
@@ -164,21 +176,17 @@ impl S3Store {
     }
 }
 
-async fn sdk_body(body: Body) -> Result<SdkByteStream, StoreError> {
+/// The SDK body for `body`, reporting progress to `progress` as it is sent.
+async fn sdk_body(body: Body, progress: &Arc<Progress>) -> Result<SdkByteStream, StoreError> {
     match body {
-        Body::Bytes(bytes) => Ok(SdkByteStream::from(bytes)),
-        Body::Chunks(chunks) => Ok(SdkByteStream::new(
-            aws_smithy_types::body::SdkBody::retryable(move || {
-                let frames = chunks
-                    .iter()
-                    .cloned()
-                    .map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b)))
-                    .collect::<Vec<_>>();
-                aws_smithy_types::body::SdkBody::from_body_1_x(http_body_util::StreamBody::new(
-                    stream::iter(frames),
-                ))
-            }),
-        )),
+        Body::Bytes(bytes) => Ok(SdkByteStream::new(stall::tracked_body(
+            Arc::from([bytes]),
+            progress.clone(),
+        ))),
+        Body::Chunks(chunks) => Ok(SdkByteStream::new(stall::tracked_body(
+            chunks,
+            progress.clone(),
+        ))),
         Body::File { path, offset, len } => SdkByteStream::read_from()
             .path(path)
             .offset(offset)
@@ -227,13 +235,14 @@ impl ObjectStore for S3Store {
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let key = self.full_key(&request.key);
+        let progress = Progress::new();
         let mut call = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(&key)
             .content_length(request.body.len() as i64)
-            .body(sdk_body(request.body).await?)
+            .body(sdk_body(request.body, &progress).await?)
             .set_content_type(request.content_type)
             .set_metadata(
                 (!request.metadata.is_empty()).then(|| request.metadata.into_iter().collect()),
@@ -250,12 +259,12 @@ impl ObjectStore for S3Store {
             Some(WriteCondition::IfMatch(etag)) => call.if_match(etag),
             None => call,
         };
-        let output = call
-            .customize()
-            .disable_payload_signing()
-            .send()
+        let send = call.customize().disable_payload_signing().send();
+        let output = self
+            .stall
+            .watch(Some(progress), send)
             .await
-            .map_err(|e| errors::map(e, self.context(&request.key)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(&request.key))))?;
         Ok(PutOutput {
             etag: output.e_tag.unwrap_or_default(),
             checksum: request.checksum,
@@ -283,8 +292,9 @@ impl ObjectStore for S3Store {
             .set_range(header)
             .checksum_mode(ChecksumMode::Enabled)
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.context(key)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         let length = output.content_length.unwrap_or(0).max(0) as u64;
         let size = total_from_content_range(output.content_range.as_deref()).unwrap_or(length);
         let start = range.map_or(0, |r| r.start);
@@ -316,6 +326,7 @@ impl ObjectStore for S3Store {
         };
         let body = output.body;
         let key_owned = key.to_string();
+        let stall_timeout = self.stall.timeout;
         let stream = stream::unfold(Some(body), move |body| {
             let key = key_owned.clone();
             async move {
@@ -323,7 +334,14 @@ impl ObjectStore for S3Store {
                 if limit == Some(0) {
                     return None;
                 }
-                match body.try_next().await {
+                let next = match stall_timeout {
+                    Some(timeout) => match tokio::time::timeout(timeout, body.try_next()).await {
+                        Ok(next) => next,
+                        Err(_) => return Some((Err(StoreError::Stalled { after: timeout }), None)),
+                    },
+                    None => body.try_next().await,
+                };
+                match next {
                     Ok(Some(bytes)) => Some((Ok(bytes), Some(body))),
                     Ok(None) => None,
                     Err(e) => Some((
@@ -351,8 +369,9 @@ impl ObjectStore for S3Store {
             .key(self.full_key(key))
             .checksum_mode(ChecksumMode::Enabled)
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.context(key)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         Ok(ObjectMeta {
             key: key.to_string(),
             size: output.content_length.unwrap_or(0).max(0) as u64,
@@ -373,8 +392,9 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(self.full_key(key))
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.context(key)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         Ok(())
     }
 
@@ -392,8 +412,9 @@ impl ObjectStore for S3Store {
             .set_continuation_token(cursor.map(str::to_string))
             .max_keys(limit.clamp(1, 1000) as i32)
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.context(prefix)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(prefix))))?;
         let objects = output
             .contents()
             .iter()
@@ -433,8 +454,9 @@ impl ObjectStore for S3Store {
         }
         let output = call
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.context(&request.key)))?;
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(&request.key))))?;
         output.upload_id.ok_or_else(|| StoreError::Service {
             status: 200,
             code: "MissingUploadId".into(),
@@ -451,6 +473,7 @@ impl ObjectStore for S3Store {
                 .await;
         }
         let size = request.body.len();
+        let progress = Progress::new();
         let mut call = self
             .client
             .upload_part()
@@ -459,7 +482,7 @@ impl ObjectStore for S3Store {
             .upload_id(&request.upload_id)
             .part_number(request.part_number as i32)
             .content_length(size as i64)
-            .body(sdk_body(request.body).await?);
+            .body(sdk_body(request.body, &progress).await?);
         call = match request.checksum {
             PartChecksum::Known(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
                 call.checksum_crc32_c(c.to_base64())
@@ -478,10 +501,15 @@ impl ObjectStore for S3Store {
                     .request_checksum_calculation(RequestChecksumCalculation::WhenSupported),
             );
         }
-        let output = call
-            .send()
+        let output = self
+            .stall
+            .watch(Some(progress), call.send())
             .await
-            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
+            .map_err(|e| {
+                e.into_store_error(|e| {
+                    errors::map(e, self.upload_context(&request.key, &request.upload_id))
+                })
+            })?;
         Ok(UploadedPart {
             part_number: request.part_number,
             etag: output.e_tag.clone().unwrap_or_default(),
@@ -563,10 +591,11 @@ impl ObjectStore for S3Store {
             }
             .checksum_type(ChecksumType::FullObject);
         }
-        let output = call
-            .send()
-            .await
-            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
+        let output = call.send().watched(self.stall).await.map_err(|e| {
+            e.into_store_error(|e| {
+                errors::map(e, self.upload_context(&request.key, &request.upload_id))
+            })
+        })?;
         let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
         Ok(PutOutput {
             etag: output.e_tag.clone().unwrap_or_default(),
@@ -581,8 +610,11 @@ impl ObjectStore for S3Store {
             .key(self.full_key(key))
             .upload_id(upload_id)
             .send()
+            .watched(self.stall)
             .await
-            .map_err(|e| errors::map(e, self.upload_context(key, upload_id)))?;
+            .map_err(|e| {
+                e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
+            })?;
         Ok(())
     }
 
@@ -602,8 +634,11 @@ impl ObjectStore for S3Store {
                 .upload_id(upload_id)
                 .set_part_number_marker(marker.clone())
                 .send()
+                .watched(self.stall)
                 .await
-                .map_err(|e| errors::map(e, self.upload_context(key, upload_id)))?;
+                .map_err(|e| {
+                    e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
+                })?;
             for p in output.parts() {
                 parts.push(UploadedPart {
                     part_number: p.part_number().unwrap_or(0).max(0) as u32,
@@ -638,7 +673,74 @@ impl ObjectStore for S3Store {
         all.retain(|u| u.key.starts_with(prefix));
         Ok(all)
     }
+
+    async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
+        use aws_sdk_s3::types::{
+            AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, ExpirationStatus,
+            LifecycleRule, LifecycleRuleFilter,
+        };
+        let existing = match self
+            .client
+            .get_bucket_lifecycle_configuration()
+            .bucket(&self.bucket)
+            .send()
+            .watched(self.stall)
+            .await
+        {
+            Ok(output) => output.rules.unwrap_or_default(),
+            Err(stall::Watched::Failed(e))
+                if e.as_service_error()
+                    .and_then(aws_sdk_s3::error::ProvideErrorMetadata::code)
+                    == Some("NoSuchLifecycleConfiguration") =>
+            {
+                Vec::new()
+            }
+            Err(e) => return Err(e.into_store_error(|e| errors::map(e, self.context("")))),
+        };
+        let rule_id = format!("{LIFECYCLE_RULE_ID}{}", self.prefix);
+        let mut rules: Vec<LifecycleRule> = existing
+            .into_iter()
+            .filter(|r| r.id() != Some(rule_id.as_str()))
+            .collect();
+        let rule = LifecycleRule::builder()
+            .id(&rule_id)
+            .status(ExpirationStatus::Enabled)
+            .filter(LifecycleRuleFilter::builder().prefix(&self.prefix).build())
+            .abort_incomplete_multipart_upload(
+                AbortIncompleteMultipartUpload::builder()
+                    .days_after_initiation(days as i32)
+                    .build(),
+            )
+            .build()
+            .map_err(|e| StoreError::Service {
+                status: 0,
+                code: "InvalidLifecycleRule".into(),
+                message: e.to_string(),
+            })?;
+        rules.push(rule);
+        let configuration = BucketLifecycleConfiguration::builder()
+            .set_rules(Some(rules))
+            .build()
+            .map_err(|e| StoreError::Service {
+                status: 0,
+                code: "InvalidLifecycleRule".into(),
+                message: e.to_string(),
+            })?;
+        self.client
+            .put_bucket_lifecycle_configuration()
+            .bucket(&self.bucket)
+            .lifecycle_configuration(configuration)
+            .send()
+            .watched(self.stall)
+            .await
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(""))))?;
+        Ok(())
+    }
 }
+
+/// The id of the lifecycle rule sluice installs (followed by the store's prefix),
+/// so that installing again replaces it rather than adding another.
+pub const LIFECYCLE_RULE_ID: &str = "sluice-abort-incomplete-uploads:";
 
 impl S3Store {
     /// Uploads a part from a file, checksummed as it streams (see [`trailer`]).
@@ -705,8 +807,9 @@ impl S3Store {
                 .set_key_marker(key_marker.clone())
                 .set_upload_id_marker(id_marker.clone())
                 .send()
+                .watched(self.stall)
                 .await
-                .map_err(|e| errors::map(e, self.context(key_prefix)))?;
+                .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key_prefix))))?;
             for u in output.uploads() {
                 let Some(key) = u.key().and_then(|k| k.strip_prefix(self.prefix.as_str())) else {
                     continue;
