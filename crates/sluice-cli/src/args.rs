@@ -41,6 +41,21 @@ tar c dir | sluice put - s3://backups/dir.tar\n  sluice put report.pdf ./store/r
         after_help = "Examples:\n  sluice get s3://media/isos/big.iso ./big.iso\n  sluice get s3://backups/dir.tar - | tar x"
     )]
     Get(GetArgs),
+    /// Abort stale multipart uploads and remove expired resumable-upload state.
+    #[command(
+        after_help = "Live resumable uploads (unexpired tus state) keep their multipart uploads.\nExamples:\n  \
+sluice janitor --store s3://uploads --endpoint http://127.0.0.1:9000 --dry-run\n  \
+sluice janitor --store s3://uploads --older-than 0s\n  sluice janitor --store s3://uploads --install-lifecycle 7"
+    )]
+    Janitor(JanitorArgs),
+    /// Run a fault-injecting proxy in front of an S3 server (for testing).
+    #[command(
+        after_help = "Point a client's --endpoint at the proxy. Its counters are at GET /_chaos/stats \
+(JSON, per second); GET or PUT /_chaos/config reads or replaces the configuration.\nExamples:\n  \
+sluice chaos-proxy --upstream http://127.0.0.1:9000 --slowdown 0.1 --reset-request 0.02 --internal-error 0.01\n  \
+sluice chaos-proxy --upstream http://127.0.0.1:9000 --write-rate 500 --latency 20ms"
+    )]
+    ChaosProxy(ChaosProxyArgs),
     /// Generate load against an upload gateway or an S3 endpoint and report statuses, rates and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -319,7 +334,89 @@ pub struct ServeArgs {
     /// A resumable upload's lock left by a crashed gateway lapses after this [default: 30s].
     #[arg(long, env = "SLUICE_TUS_LOCK_TIMEOUT", value_parser = humantime::parse_duration)]
     pub tus_lock_timeout: Option<std::time::Duration>,
-    /// How often expired resumable uploads are looked for; 0s turns it off [default: 5m].
-    #[arg(long, env = "SLUICE_TUS_SWEEP_INTERVAL", value_parser = humantime::parse_duration)]
-    pub tus_sweep_interval: Option<std::time::Duration>,
+    /// Time between janitor passes (expired resumable uploads, stale multipart
+    /// uploads); 0s turns the janitor off [default: 5m].
+    #[arg(long, env = "SLUICE_JANITOR_INTERVAL", value_parser = humantime::parse_duration)]
+    pub janitor_interval: Option<std::time::Duration>,
+    /// The janitor aborts incomplete multipart uploads older than this that no live
+    /// resumable upload owns; at least 1h [default: 24h].
+    #[arg(long, env = "SLUICE_JANITOR_OLDER_THAN", value_parser = humantime::parse_duration)]
+    pub janitor_older_than: Option<std::time::Duration>,
+    /// A store request with no progress for this long is cancelled and retried on
+    /// a fresh connection [default: 30s].
+    #[arg(long, env = "SLUICE_STORE_STALL_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub store_stall_timeout: Option<std::time::Duration>,
+}
+
+/// `sluice janitor`.
+#[derive(Debug, Args)]
+pub struct JanitorArgs {
+    /// The store: s3://bucket[/prefix] or a local directory.
+    #[arg(long, env = "SLUICE_STORE")]
+    pub store: String,
+    /// S3 endpoint URL (path-style addressing then).
+    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+    /// Abort incomplete multipart uploads initiated longer ago than this (0s: all
+    /// that no live resumable upload owns, including uploads in flight right now).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
+    pub older_than: std::time::Duration,
+    /// Print what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also put a lifecycle rule on the bucket so that S3 itself aborts multipart
+    /// uploads left incomplete for DAYS days (the rule covers the store's prefix).
+    #[arg(long, value_name = "DAYS", num_args = 0..=1, default_missing_value = "1")]
+    pub install_lifecycle: Option<u32>,
+}
+
+/// `sluice chaos-proxy`.
+#[derive(Debug, Args)]
+pub struct ChaosProxyArgs {
+    /// Address to listen on (loopback unless --allow-remote).
+    #[arg(long, default_value = "127.0.0.1:9300")]
+    pub listen: std::net::SocketAddr,
+    /// The S3 server to forward to, e.g. http://127.0.0.1:9000 (path-style requests).
+    #[arg(long, value_name = "URL")]
+    pub upstream: String,
+    /// Chance per request of a 503 SlowDown answer.
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    pub slowdown: f64,
+    /// Chance per request of a 500 InternalError answer.
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    pub internal_error: f64,
+    /// Chance per request of a connection reset while the request body is read.
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    pub reset_request: f64,
+    /// Chance per request of a connection reset after the store handled it.
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    pub reset_response: f64,
+    /// Chance per request of an answer held back for --stall-for.
+    #[arg(long, default_value_t = 0.0, value_name = "RATE")]
+    pub stall: f64,
+    /// Apply the fault rates only to these operations (comma-separated, e.g.
+    /// put-object,upload-part) [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "OPS")]
+    pub only: Vec<String>,
+    /// Added to every request before it is forwarded.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub latency: std::time::Duration,
+    /// How long a stalled answer is held back.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub stall_for: std::time::Duration,
+    /// Writes per second allowed per prefix before SlowDown; 0 for no cap.
+    #[arg(long, default_value_t = 3500.0, value_name = "N")]
+    pub write_rate: f64,
+    /// Key path segments that make a prefix for --write-rate.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub prefix_depth: usize,
+    /// Send Retry-After: SECONDS with injected SlowDown answers (S3 sends none).
+    #[arg(long, value_name = "SECONDS")]
+    pub retry_after: Option<u32>,
+    /// Allow listening on a non-loopback address.
+    #[arg(long)]
+    pub allow_remote: bool,
 }

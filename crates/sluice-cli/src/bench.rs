@@ -124,8 +124,13 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
         key_prefix: "bench-strategies".into(),
     };
     plan.validate().map_err(|e| UsageError(e.to_string()))?;
-    let store =
-        crate::target::open_store(location, args.endpoint.clone(), args.region.clone()).await?;
+    let store = crate::target::open_store(
+        location,
+        args.endpoint.clone(),
+        args.region.clone(),
+        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await?;
     let live = std::io::stderr().is_terminal();
     let results = run_strategies(store, &plan, |r| {
         if live {

@@ -1,10 +1,12 @@
-//! The `sluice` binary (`serve`, `put`, `get`, `bench`): parses and validates the command line (usage errors exit
+//! The `sluice` binary (`serve`, `put`, `get`, `bench`, `janitor`, `chaos-proxy`): parses and validates the command line (usage errors exit
 //! with 2), builds the store and the engine, runs the transfer with a progress bar,
 //! and turns the outcome into a summary line and an exit code (0 success, 1 failure).
 //! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
 
 mod args;
 mod bench;
+mod chaos;
+mod janitor;
 mod serve;
 mod target;
 mod ui;
@@ -58,6 +60,8 @@ fn main() -> ExitCode {
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
             Command::Bench(command) => bench::run(command).await,
+            Command::Janitor(args) => janitor::run(args).await,
+            Command::ChaosProxy(args) => chaos::run(args).await,
         }
     });
     // A blocked read of standard input must not hold the process open.

@@ -40,7 +40,9 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         threshold => engine.threshold,
         tus_expiry => tus.expiry,
         tus_lock_timeout => tus.lock_timeout,
-        tus_sweep_interval => tus.sweep_interval,
+        janitor_interval => janitor.interval,
+        janitor_older_than => janitor.older_than,
+        store_stall_timeout => limits.store_stall_timeout,
     );
     if !args.cors_origin.is_empty() {
         config.cors_origins = args.cors_origin.clone();
@@ -75,8 +77,13 @@ fn read_file(path: &Path) -> anyhow::Result<ServerConfig> {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
     let location = StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))?;
-    let store =
-        crate::target::open_store(location, config.endpoint.clone(), config.region.clone()).await?;
+    let store = crate::target::open_store(
+        location,
+        config.endpoint.clone(),
+        config.region.clone(),
+        (!config.limits.store_stall_timeout.is_zero()).then_some(config.limits.store_stall_timeout),
+    )
+    .await?;
     let description = store.describe();
     let listener = sluice_server::bind(config.listen)
         .await
@@ -103,7 +110,7 @@ fn say(text: &str) {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {

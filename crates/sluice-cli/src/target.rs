@@ -102,6 +102,7 @@ pub async fn open_store(
     location: StoreLocation,
     endpoint: Option<String>,
     region: Option<String>,
+    stall_timeout: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
     match location {
         StoreLocation::S3 { bucket, rest } => {
@@ -109,6 +110,7 @@ pub async fn open_store(
             config.prefix = rest;
             config.endpoint = endpoint;
             config.region = region;
+            config.stall_timeout = stall_timeout;
             Ok(Arc::new(S3Store::connect(config).await))
         }
         StoreLocation::Local(root) => {
@@ -129,7 +131,13 @@ async fn s3_target(
         bucket: bucket.clone(),
         rest: String::new(),
     };
-    let store = open_store(location, transfer.endpoint.clone(), transfer.region.clone()).await?;
+    let store = open_store(
+        location,
+        transfer.endpoint.clone(),
+        transfer.region.clone(),
+        Some(S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await?;
     Ok(Target {
         display: format!("s3://{bucket}/{key}"),
         store,
@@ -138,7 +146,7 @@ async fn s3_target(
 }
 
 async fn local_target(root: PathBuf, key: String) -> Result<Target, anyhow::Error> {
-    let store = open_store(StoreLocation::Local(root.clone()), None, None).await?;
+    let store = open_store(StoreLocation::Local(root.clone()), None, None, None).await?;
     Ok(Target {
         display: root.join(&key).display().to_string(),
         store,

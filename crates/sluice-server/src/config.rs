@@ -34,6 +34,7 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub engine: EngineSettings,
     pub tus: TusSettings,
+    pub janitor: JanitorSettings,
 }
 
 /// Resumable uploads (tus).
@@ -46,9 +47,28 @@ pub struct TusSettings {
     /// A lock left by a crashed gateway lapses after this long.
     #[serde(with = "humantime_serde")]
     pub lock_timeout: Duration,
-    /// How often expired uploads are looked for; 0 turns the sweep off.
+}
+
+/// The janitor that runs inside the gateway (see `sluice janitor`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JanitorSettings {
+    /// Time between passes; 0 turns the janitor off.
     #[serde(with = "humantime_serde")]
-    pub sweep_interval: Duration,
+    pub interval: Duration,
+    /// Incomplete multipart uploads older than this, and not part of a live
+    /// resumable upload, are aborted.
+    #[serde(with = "humantime_serde")]
+    pub older_than: Duration,
+}
+
+impl Default for JanitorSettings {
+    fn default() -> Self {
+        JanitorSettings {
+            interval: Duration::from_secs(300),
+            older_than: Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 impl Default for TusSettings {
@@ -56,7 +76,6 @@ impl Default for TusSettings {
         TusSettings {
             expiry: Duration::from_secs(24 * 3600),
             lock_timeout: Duration::from_secs(30),
-            sweep_interval: Duration::from_secs(300),
         }
     }
 }
@@ -79,6 +98,10 @@ pub struct Limits {
     pub retry_after_seconds: u64,
     /// Requests to the store at once; more wait their turn.
     pub store_concurrency: usize,
+    /// A store request with no progress for this long is cancelled and retried on
+    /// a fresh connection; 0 turns the check off.
+    #[serde(with = "humantime_serde")]
+    pub store_stall_timeout: Duration,
     /// Time allowed for a request's headers to arrive.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
@@ -126,6 +149,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             engine: EngineSettings::default(),
             tus: TusSettings::default(),
+            janitor: JanitorSettings::default(),
         }
     }
 }
@@ -138,6 +162,7 @@ impl Default for Limits {
             queue_timeout: Duration::from_secs(30),
             retry_after_seconds: 1,
             store_concurrency: 128,
+            store_stall_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
@@ -242,6 +267,13 @@ impl ServerConfig {
             || self.tus.lock_timeout > Duration::from_secs(3600)
         {
             return fail("tus.lock_timeout", "must be between 1s and 1h");
+        }
+        if !self.janitor.interval.is_zero() && self.janitor.older_than < Duration::from_secs(3600) {
+            // Younger uploads may still be streaming through some gateway.
+            return fail(
+                "janitor.older_than",
+                "must be at least 1h while the janitor runs in the gateway",
+            );
         }
         self.engine_config().validate().map_err(|e| {
             let key = match e {

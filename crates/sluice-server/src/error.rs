@@ -92,7 +92,10 @@ impl ApiError {
             ApiError::Overloaded { retry_after } | ApiError::ShuttingDown { retry_after } => {
                 Some(*retry_after)
             }
-            ApiError::Store(e) if e.is_transient() => Some(1),
+            ApiError::Store(e) if e.is_transient() => Some(
+                e.retry_after()
+                    .map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64),
+            ),
             _ => None,
         }
     }

@@ -9,6 +9,7 @@ pub mod admission;
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod janitor;
 pub mod keys;
 pub mod metrics;
 pub mod routes;

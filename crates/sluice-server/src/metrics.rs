@@ -21,6 +21,27 @@ pub struct StoreLabels {
     pub status: &'static str,
 }
 
+/// Labels of the adaptive concurrency limit.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrefixLabels {
+    /// The key's first path segment (empty for keys without one).
+    pub prefix: String,
+}
+
+/// An engine counter mirrored into a Prometheus counter at scrape time.
+#[derive(Default)]
+struct Mirrored {
+    counter: Counter,
+    seen: AtomicU64,
+}
+
+impl Mirrored {
+    fn sync(&self, total: u64) {
+        let seen = self.seen.swap(total, Ordering::Relaxed);
+        self.counter.inc_by(total.saturating_sub(seen));
+    }
+}
+
 /// How an upload ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -46,8 +67,11 @@ struct Inner {
     rejections: Counter,
     store_requests: Family<StoreLabels, Counter>,
     store_throttled: Counter,
-    retries: Counter,
-    retries_seen: AtomicU64,
+    retries: Mirrored,
+    stalls: Mirrored,
+    budget_exhausted: Mirrored,
+    retry_budget_tokens: Gauge,
+    concurrency_limits: Family<PrefixLabels, Gauge>,
     part_seconds: Histogram,
     engine: Mutex<Option<Engine>>,
 }
@@ -73,8 +97,11 @@ impl Metrics {
             rejections: Counter::default(),
             store_requests: Family::default(),
             store_throttled: Counter::default(),
-            retries: Counter::default(),
-            retries_seen: AtomicU64::new(0),
+            retries: Mirrored::default(),
+            stalls: Mirrored::default(),
+            budget_exhausted: Mirrored::default(),
+            retry_budget_tokens: Gauge::default(),
+            concurrency_limits: Family::default(),
             part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             engine: Mutex::new(None),
             registry: Registry::default(),
@@ -137,7 +164,27 @@ impl Metrics {
         registry.register(
             "sluice_store_retries",
             "Store requests sent again after a transient failure",
-            inner.retries.clone(),
+            inner.retries.counter.clone(),
+        );
+        registry.register(
+            "sluice_store_stalls",
+            "Store requests cancelled after making no progress for the stall timeout (then retried)",
+            inner.stalls.counter.clone(),
+        );
+        registry.register(
+            "sluice_retry_budget_exhausted",
+            "Transient store failures not retried because the retry budget was empty",
+            inner.budget_exhausted.counter.clone(),
+        );
+        registry.register(
+            "sluice_retry_budget_tokens",
+            "Tokens left in the retry budget (each retry costs 5, or 10 after a timeout; each success returns 1)",
+            inner.retry_budget_tokens.clone(),
+        );
+        registry.register(
+            "sluice_store_concurrency_limit",
+            "Adaptive limit on store requests in flight, per key prefix, for prefixes throttled lately or busy now",
+            inner.concurrency_limits.clone(),
         );
         registry.register(
             "sluice_part_upload_duration_seconds",
@@ -212,9 +259,26 @@ impl Metrics {
             self.inner
                 .memory_in_use
                 .set(engine.budget().in_use() as i64);
-            let total = engine.stats().retries.load(Ordering::Relaxed);
-            let seen = self.inner.retries_seen.swap(total, Ordering::Relaxed);
-            self.inner.retries.inc_by(total.saturating_sub(seen));
+            let stats = engine.stats();
+            self.inner
+                .retries
+                .sync(stats.retries.load(Ordering::Relaxed));
+            self.inner.stalls.sync(stats.stalls.load(Ordering::Relaxed));
+            self.inner
+                .budget_exhausted
+                .sync(stats.budget_exhausted.load(Ordering::Relaxed));
+            self.inner
+                .retry_budget_tokens
+                .set(engine.retry_budget_available() as i64);
+            self.inner.concurrency_limits.clear();
+            for limit in engine.prefix_limits() {
+                self.inner
+                    .concurrency_limits
+                    .get_or_create(&PrefixLabels {
+                        prefix: limit.prefix,
+                    })
+                    .set(limit.limit.floor() as i64);
+            }
         }
         let mut text = String::new();
         encode(&mut text, &self.inner.registry).expect("writing to a String cannot fail");

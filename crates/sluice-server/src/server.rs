@@ -43,7 +43,13 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         .header_read_timeout(limits.header_read_timeout);
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
-    let sweeper = spawn_sweeper(&state);
+    let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
+        crate::janitor::spawn(
+            state.tus.clone(),
+            state.config.janitor.interval,
+            state.config.janitor.older_than,
+        )
+    });
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -72,8 +78,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         }
     }
     drop(listener);
-    if let Some(sweeper) = sweeper {
-        sweeper.abort();
+    if let Some(janitor) = janitor {
+        janitor.abort();
     }
     state.admission.close();
     tracing::info!(
@@ -89,27 +95,4 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     }
     connections.shutdown().await;
     state.engine.finish_aborts().await;
-}
-
-/// Looks for expired resumable uploads every `tus.sweep_interval` (none when 0).
-fn spawn_sweeper(state: &AppState) -> Option<tokio::task::JoinHandle<()>> {
-    let interval = state.config.tus.sweep_interval;
-    if interval.is_zero() {
-        return None;
-    }
-    let tus = state.tus.clone();
-    Some(tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(interval).await;
-            match crate::tus::sweep::sweep(&tus, std::time::SystemTime::now()).await {
-                Ok(report) if report.expired + report.retired + report.orphans > 0 => {
-                    tracing::info!(?report, "resumable uploads swept")
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(error = %sluice_store::error_chain(&error), "sweeping resumable uploads failed; trying again later")
-                }
-            }
-        }
-    }))
 }

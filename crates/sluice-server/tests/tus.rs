@@ -432,7 +432,7 @@ async fn expired_uploads_are_swept_and_terminated_ones_are_gone() {
     );
     assert_eq!(store.open_uploads(), 1);
     let later = SystemTime::now() + Duration::from_secs(2 * 24 * 3600);
-    let report = sluice_server::tus::sweep::sweep(&state.tus, later)
+    let report = sluice_server::tus::sweep::sweep(&state.tus, later, false)
         .await
         .unwrap();
     assert_eq!((report.seen, report.expired), (1, 1));

@@ -26,6 +26,7 @@ struct Upload {
     metadata: Metadata,
     algorithm: Option<ChecksumAlgorithm>,
     parts: BTreeMap<u32, (Bytes, UploadedPart)>,
+    initiated: std::time::SystemTime,
 }
 
 #[derive(Debug, Default)]
@@ -278,6 +279,7 @@ impl ObjectStore for MemoryStore {
                 metadata: request.metadata,
                 algorithm: request.checksum_algorithm,
                 parts: BTreeMap::new(),
+                initiated: std::time::SystemTime::now(),
             },
         );
         Ok(id)
@@ -428,7 +430,7 @@ impl ObjectStore for MemoryStore {
             .map(|(id, u)| MultipartUploadInfo {
                 key: u.key.clone(),
                 upload_id: id.clone(),
-                initiated: None,
+                initiated: Some(u.initiated),
             })
             .collect();
         uploads.sort_by(|a, b| a.key.cmp(&b.key).then(a.upload_id.cmp(&b.upload_id)));

@@ -3,6 +3,11 @@
 //! too few for a part) wherever it likes; the engine creates the upload, appends
 //! parts cut from a stream, and completes or aborts it. Appending never aborts: a
 //! failed call reports the parts it did store so the caller can keep them.
+//! Creating an upload (here for both kinds of multipart upload) cleans up after
+//! an attempt whose answer was lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use sluice_store::*;
@@ -11,7 +16,7 @@ use tokio::task::JoinSet;
 use crate::error::TransferError;
 use crate::retry::Kind;
 use crate::upload::checksum_of;
-use crate::{Engine, UploadOutcome, UploadRequest, UploadSource};
+use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
 /// One call's worth of appending.
 #[derive(Debug, Clone)]
@@ -53,26 +58,89 @@ impl Appended {
     }
 }
 
-impl Engine {
-    /// Starts a multipart upload for `request.key` and returns its id.
-    pub async fn create_multipart(&self, request: &UploadRequest) -> Result<String, TransferError> {
-        crate::validate_key(&request.key)?;
-        let inner = &self.inner;
-        inner
+impl EngineInner {
+    /// CreateMultipartUpload, retried. When an attempt may have reached the store
+    /// but its answer was lost (a reset or a stall), that attempt may have created
+    /// an upload nobody knows the id of: once the create succeeds, uploads of the
+    /// same key started since, other than ours and still without parts, are aborted.
+    pub(crate) async fn create_upload(
+        &self,
+        request: &UploadRequest,
+    ) -> Result<String, TransferError> {
+        let started = SystemTime::now();
+        let answer_lost = AtomicBool::new(false);
+        let upload_id = self
             .with_retries(
                 Kind::Transfer,
                 "CreateMultipartUpload",
                 &request.key,
                 || {
-                    inner.store.create_multipart_upload(CreateMultipartRequest {
+                    let create = self.store.create_multipart_upload(CreateMultipartRequest {
                         key: request.key.clone(),
                         content_type: request.content_type.clone(),
                         metadata: request.metadata.clone(),
-                        checksum_algorithm: inner.config.checksum,
-                    })
+                        checksum_algorithm: self.config.checksum,
+                    });
+                    let answer_lost = &answer_lost;
+                    async move {
+                        let result = create.await;
+                        if let Err(StoreError::Transport(_) | StoreError::Stalled { .. }) = &result
+                        {
+                            answer_lost.store(true, Ordering::Relaxed);
+                        }
+                        result
+                    }
                 },
             )
-            .await
+            .await?;
+        if answer_lost.load(Ordering::Relaxed) {
+            self.abort_lost_creations(&request.key, &upload_id, started)
+                .await;
+        }
+        Ok(upload_id)
+    }
+
+    async fn abort_lost_creations(&self, key: &str, ours: &str, since: SystemTime) {
+        // Clocks of store and gateway may differ a little.
+        let since = since - Duration::from_secs(60);
+        let uploads = match self.store.list_multipart_uploads(key).await {
+            Ok(uploads) => uploads,
+            Err(error) => {
+                tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not look for uploads a lost answer created; the janitor will");
+                return;
+            }
+        };
+        for upload in uploads {
+            let recent = upload.initiated.is_some_and(|t| t >= since);
+            if upload.key != key || upload.upload_id == ours || !recent {
+                continue;
+            }
+            if !matches!(self.store.list_parts(key, &upload.upload_id).await, Ok(parts) if parts.is_empty())
+            {
+                continue;
+            }
+            match self
+                .with_retries(Kind::Cleanup, "AbortMultipartUpload", key, || {
+                    self.store.abort_multipart_upload(key, &upload.upload_id)
+                })
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(%key, upload_id = %upload.upload_id, "aborted an upload created by an attempt whose answer was lost")
+                }
+                Err(error) => {
+                    tracing::warn!(%key, upload_id = %upload.upload_id, error = %sluice_store::error_chain(&error), "could not abort an upload a lost answer created; the janitor will")
+                }
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Starts a multipart upload for `request.key` and returns its id.
+    pub async fn create_multipart(&self, request: &UploadRequest) -> Result<String, TransferError> {
+        crate::validate_key(&request.key)?;
+        self.inner.create_upload(request).await
     }
 
     /// Reads `source` after `request.carried`, stores each full part (concurrently,

@@ -286,7 +286,8 @@ mod tests {
         let transient = || StoreError::Throttled { retry_after: None };
         let permanent = || StoreError::AccessDenied("no".into());
         // (failures before success, error, max attempts, expected calls, ok?)
-        let cases: [(u32, fn() -> StoreError, u32, u32, bool); 4] = [
+        type Case = (u32, fn() -> StoreError, u32, u32, bool);
+        let cases: [Case; 4] = [
             (0, transient, 3, 1, true),
             (2, transient, 3, 3, true),
             (5, transient, 3, 3, false),

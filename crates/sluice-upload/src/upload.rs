@@ -418,21 +418,7 @@ impl<'a> Multipart<'a> {
         request: &UploadRequest,
         tracker: Tracker,
     ) -> Result<Self, TransferError> {
-        let upload_id = inner
-            .with_retries(
-                Kind::Transfer,
-                "CreateMultipartUpload",
-                &request.key,
-                || {
-                    inner.store.create_multipart_upload(CreateMultipartRequest {
-                        key: request.key.clone(),
-                        content_type: request.content_type.clone(),
-                        metadata: request.metadata.clone(),
-                        checksum_algorithm: inner.config.checksum,
-                    })
-                },
-            )
-            .await?;
+        let upload_id = inner.create_upload(request).await?;
         tracing::debug!(upload_id = %upload_id, "multipart upload started");
         Ok(Multipart {
             inner,

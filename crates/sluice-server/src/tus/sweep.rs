@@ -2,6 +2,8 @@
 //! loses its multipart upload and state; a finished one keeps its object and loses
 //! its state (HEAD then answers 404). State objects without a record (a deletion
 //! cut short) are removed too. Uploads whose lock is held are left for next time.
+//! The sweep also reports the multipart uploads of the uploads that stay, so the
+//! janitor spares them.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -23,10 +25,13 @@ pub struct SweepReport {
     pub retired: usize,
     /// State left without a record, removed.
     pub orphans: usize,
+    /// Multipart upload ids of the uploads that remain (unexpired, or locked).
+    pub live_multipart_ids: BTreeSet<String>,
 }
 
-/// One pass over every upload's state.
-pub async fn sweep(tus: &Tus, now: SystemTime) -> Result<SweepReport, StoreError> {
+/// One pass over every upload's state; with `dry_run`, counts what it would
+/// remove and removes nothing.
+pub async fn sweep(tus: &Tus, now: SystemTime, dry_run: bool) -> Result<SweepReport, StoreError> {
     let mut ids = BTreeSet::new();
     let mut with_record = BTreeSet::new();
     let mut cursor: Option<String> = None;
@@ -57,7 +62,9 @@ pub async fn sweep(tus: &Tus, now: SystemTime) -> Result<SweepReport, StoreError
     };
     for id in ids {
         if !with_record.contains(&id) {
-            tus.records.delete_all(&id).await?;
+            if !dry_run {
+                tus.records.delete_all(&id).await?;
+            }
             report.orphans += 1;
             continue;
         }
@@ -77,12 +84,29 @@ pub async fn sweep(tus: &Tus, now: SystemTime) -> Result<SweepReport, StoreError
         } else {
             upload.is_expired(now)
         };
+        let live = |report: &mut SweepReport| {
+            if let Some(upload_id) = &loaded.record.multipart_id {
+                report.live_multipart_ids.insert(upload_id.clone());
+            }
+        };
         if !due {
+            live(&mut report);
+            continue;
+        }
+        if dry_run {
+            if finished {
+                report.retired += 1;
+            } else {
+                report.expired += 1;
+            }
             continue;
         }
         let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.lock_timeout).await {
             Ok(lock) => lock,
-            Err(LockError::Held) => continue,
+            Err(LockError::Held) => {
+                live(&mut report);
+                continue;
+            }
             Err(LockError::Store(e)) => return Err(e),
         };
         if let (Some(upload_id), false) = (&loaded.record.multipart_id, finished) {
@@ -93,6 +117,7 @@ pub async fn sweep(tus: &Tus, now: SystemTime) -> Result<SweepReport, StoreError
             {
                 tracing::warn!(upload_id = %id, error = %sluice_store::error_chain(&error), "could not abort an expired upload's multipart upload");
                 lock.release().await;
+                live(&mut report);
                 continue;
             }
         }

@@ -60,6 +60,8 @@ pub struct S3Config {
 }
 
 impl S3Config {
+    pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
     pub fn new(bucket: impl Into<String>) -> Self {
         S3Config {
             bucket: bucket.into(),
@@ -69,7 +71,7 @@ impl S3Config {
             path_style: None,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(120),
-            stall_timeout: Some(Duration::from_secs(30)),
+            stall_timeout: Some(S3Config::DEFAULT_STALL_TIMEOUT),
         }
     }
 }

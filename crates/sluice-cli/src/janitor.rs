@@ -1,0 +1,108 @@
+//! `sluice janitor`: one janitor pass over a store (expired resumable uploads,
+//! stale multipart uploads), printed as it went; optionally installs the bucket
+//! lifecycle rule that makes S3 abort incomplete uploads by itself.
+
+use std::time::SystemTime;
+
+use anyhow::{anyhow, Context};
+use sluice_server::{AppState, ServerConfig};
+use sluice_store::StoreLocation;
+
+use crate::args::JanitorArgs;
+use crate::UsageError;
+
+pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
+    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
+    let store = crate::target::open_store(
+        location,
+        args.endpoint.clone(),
+        args.region.clone(),
+        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await?;
+    let description = store.describe();
+    let mut config = ServerConfig {
+        store: args.store.clone(),
+        ..ServerConfig::default()
+    };
+    config.janitor.interval = std::time::Duration::ZERO;
+    let state = AppState::new(config, store.clone()).map_err(|e| UsageError(e.to_string()))?;
+    let report = sluice_server::janitor::run_once(
+        &state.tus,
+        args.older_than,
+        args.dry_run,
+        SystemTime::now(),
+    )
+    .await
+    .with_context(|| format!("janitor pass on {description}"))?;
+    let verb = if args.dry_run {
+        "would abort"
+    } else {
+        "aborted"
+    };
+    println!(
+        "sluice janitor: {description}{}",
+        if args.dry_run {
+            " (dry run: nothing changed)"
+        } else {
+            ""
+        }
+    );
+    let r = &report.resumable;
+    println!(
+        "  resumable uploads: {} seen, {} expired removed, {} finished retired, {} orphaned state removed, {} live",
+        r.seen,
+        r.expired,
+        r.retired,
+        r.orphans,
+        r.live_multipart_ids.len()
+    );
+    let m = &report.multipart;
+    println!(
+        "  multipart uploads: {} listed, {} {verb}, {} kept for live resumable uploads, {} younger than {}, {} failed",
+        m.listed,
+        m.aborted.len(),
+        m.spared,
+        m.too_young,
+        humantime::format_duration(args.older_than),
+        m.failed.len()
+    );
+    for upload in &m.aborted {
+        let age = upload
+            .age
+            .map(|a| {
+                humantime::format_duration(std::time::Duration::from_secs(a.as_secs())).to_string()
+            })
+            .unwrap_or_else(|| "age unknown".into());
+        println!(
+            "  {verb} {} (upload {}, {age})",
+            upload.key, upload.upload_id
+        );
+    }
+    for upload in &m.failed {
+        println!(
+            "  could not abort {} (upload {})",
+            upload.key, upload.upload_id
+        );
+    }
+    if let Some(days) = args.install_lifecycle {
+        if args.dry_run {
+            println!(
+                "  would install a lifecycle rule aborting incomplete uploads after {days} day(s)"
+            );
+        } else {
+            store
+                .install_abort_lifecycle(days)
+                .await
+                .with_context(|| format!("installing the lifecycle rule on {description}"))?;
+            println!("  lifecycle rule installed: the store aborts uploads left incomplete for {days} day(s)");
+        }
+    }
+    if !m.failed.is_empty() {
+        return Err(anyhow!(
+            "{} multipart upload(s) could not be aborted",
+            m.failed.len()
+        ));
+    }
+    Ok(())
+}
