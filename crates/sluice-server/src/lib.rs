@@ -69,7 +69,9 @@ impl AppState {
             limits.retry_after_seconds,
             metrics.clone(),
         );
-        let tus = tus::Tus::new(engine.clone(), store.clone(), &config);
+        // Resumable-upload state is read and written straight from the store:
+        // through the engine's retries, like the parts.
+        let tus = tus::Tus::new(engine.clone(), Arc::new(engine.retrying_store()), &config);
         Ok(AppState {
             tus,
             engine,

@@ -103,7 +103,12 @@ impl EngineInner {
     async fn abort_lost_creations(&self, key: &str, ours: &str, since: SystemTime) {
         // Clocks of store and gateway may differ a little.
         let since = since - Duration::from_secs(60);
-        let uploads = match self.store.list_multipart_uploads(key).await {
+        let uploads = match self
+            .with_retries(Kind::Cleanup, "ListMultipartUploads", key, || {
+                self.store.list_multipart_uploads(key)
+            })
+            .await
+        {
             Ok(uploads) => uploads,
             Err(error) => {
                 tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not look for uploads a lost answer created; the janitor will");
@@ -115,8 +120,12 @@ impl EngineInner {
             if upload.key != key || upload.upload_id == ours || !recent {
                 continue;
             }
-            if !matches!(self.store.list_parts(key, &upload.upload_id).await, Ok(parts) if parts.is_empty())
-            {
+            let parts = self
+                .with_retries(Kind::Cleanup, "ListParts", key, || {
+                    self.store.list_parts(key, &upload.upload_id)
+                })
+                .await;
+            if !matches!(parts, Ok(parts) if parts.is_empty()) {
                 continue;
             }
             match self

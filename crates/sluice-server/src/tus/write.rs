@@ -105,7 +105,15 @@ pub async fn write_chunk(
         // Recorded before any part exists, so that expiry can always abort it.
         match tus.records.replace(&loaded.record, &loaded.etag).await {
             Ok(etag) => loaded.etag = etag,
-            Err(e) => return (loaded, Some(e.into())),
+            Err(e) => {
+                // Unrecorded, nobody would ever abort it: do it now.
+                if let Some(id) = loaded.record.multipart_id.take() {
+                    if let Err(error) = tus.engine.abort_multipart(&loaded.record.key, &id).await {
+                        tracing::warn!(key = %loaded.record.key, upload_id = %id, error = %sluice_store::error_chain(&error), "could not abort an unrecorded multipart upload; the janitor will");
+                    }
+                }
+                return (loaded, Some(e.into()));
+            }
         }
     }
     let record = &loaded.record;

@@ -1,0 +1,608 @@
+//! The gateway against a misbehaving store, end to end: the built binary behind
+//! the fault-injecting proxy in front of MinIO, a MinIO stopped mid-run, and a
+//! gateway killed mid-upload and cleaned up after by `sluice janitor`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{minio_prefix, serve_on_minio};
+use futures::{StreamExt, TryStreamExt};
+use sluice_chaos::{ChaosConfig, ChaosProxy, FaultRates};
+use sluice_store::s3::S3Store;
+use sluice_store::{ChecksumAlgorithm, ObjectStore};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+/// Deterministic bytes for upload `seed`.
+fn data(seed: u64, len: u64) -> Bytes {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len as usize + 8);
+    while (out.len() as u64) < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len as usize);
+    Bytes::from(out)
+}
+
+/// Sizes from 10 KiB to 64 MiB, spread log-uniformly, the same every run.
+fn mixed_size(i: u64) -> u64 {
+    let fraction = ((i * 7919) % 1000) as f64 / 999.0;
+    let (low, high) = ((10 * KIB) as f64, (64 * MIB) as f64);
+    (low * (high / low).powf(fraction)) as u64
+}
+
+fn crc(bytes: &[u8]) -> String {
+    ChecksumAlgorithm::Crc32c.checksum(bytes).to_base64()
+}
+
+/// The CRC32C of an object read straight from MinIO; None when it is absent.
+async fn stored_crc(store: &S3Store, key: &str) -> Option<(u64, String)> {
+    let output = match store.get_object(key, None).await {
+        Ok(output) => output,
+        Err(e) if e.is_not_found() => return None,
+        Err(e) => panic!("reading {key}: {e}"),
+    };
+    let mut hasher = sluice_store::Hasher::new(ChecksumAlgorithm::Crc32c);
+    let mut size = 0;
+    let mut body = output.body;
+    while let Some(chunk) = body.try_next().await.unwrap() {
+        size += chunk.len() as u64;
+        hasher.update(&chunk);
+    }
+    Some((size, hasher.finish().to_base64()))
+}
+
+async fn open_uploads(store: &S3Store) -> Vec<sluice_store::MultipartUploadInfo> {
+    store.list_multipart_uploads("").await.unwrap()
+}
+
+/// PUT /v1/objects/{key}; the status and, for errors, the JSON error code.
+async fn put(client: &reqwest::Client, gateway: &str, key: &str, body: Bytes) -> (u16, String) {
+    match client
+        .put(format!("{gateway}/v1/objects/{key}"))
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let retry_after = response.headers().contains_key("retry-after");
+            let json: serde_json::Value = response.json().await.unwrap_or_default();
+            if status == 503 {
+                assert!(retry_after, "503 without Retry-After: {json}");
+            }
+            (
+                status,
+                json["error"]["code"].as_str().unwrap_or("").to_string(),
+            )
+        }
+        Err(e) => (0, format!("transport: {e}")),
+    }
+}
+
+/// A tus upload of `body` in `chunk`-sized PATCHes, resuming from HEAD after a
+/// failed PATCH as tus clients do (at most 5 times). Returns the object key.
+async fn tus_upload(
+    client: &reqwest::Client,
+    gateway: &str,
+    name: &str,
+    body: Bytes,
+    chunk: u64,
+) -> Result<String, String> {
+    use base64::Engine as _;
+    let metadata = format!(
+        "filename {}",
+        base64::engine::general_purpose::STANDARD.encode(name)
+    );
+    let created = client
+        .post(format!("{gateway}/v1/tus/"))
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", body.len())
+        .header("upload-metadata", metadata)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if created.status() != 201 {
+        return Err(format!("create answered {}", created.status()));
+    }
+    let url = format!(
+        "{gateway}{}",
+        created.headers()["location"].to_str().unwrap()
+    );
+    let mut offset = 0u64;
+    let mut resumes = 0;
+    while offset < body.len() as u64 || body.is_empty() {
+        let end = (offset + chunk).min(body.len() as u64);
+        let answer = client
+            .patch(&url)
+            .header("tus-resumable", "1.0.0")
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", offset)
+            .body(body.slice(offset as usize..end as usize))
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status() == 204 => {
+                offset = r.headers()["upload-offset"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                if body.is_empty() {
+                    break;
+                }
+            }
+            other => {
+                let failure = match other {
+                    Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+                    Err(e) => e.to_string(),
+                };
+                // Find out where to resume (a HEAD may fail too; it is retried).
+                loop {
+                    resumes += 1;
+                    if resumes > 5 {
+                        return Err(format!("PATCH kept failing, last: {failure}"));
+                    }
+                    eprintln!("tus {name}: PATCH at {offset} failed ({failure}); resuming");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let head = client
+                        .head(&url)
+                        .header("tus-resumable", "1.0.0")
+                        .send()
+                        .await;
+                    match head {
+                        Ok(h) if h.status() == 200 => {
+                            offset = h.headers()["upload-offset"]
+                                .to_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            break;
+                        }
+                        Ok(h) => eprintln!("tus {name}: HEAD answered {}", h.status()),
+                        Err(e) => eprintln!("tus {name}: HEAD failed: {e}"),
+                    }
+                }
+            }
+        }
+    }
+    let head = client
+        .head(&url)
+        .header("tus-resumable", "1.0.0")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(head.headers()["x-sluice-key"].to_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_mixed_uploads_survive_throttling_resets_and_errors() {
+    let Some((endpoint, prefix, store)) = minio_prefix("chaos-mixed").await else {
+        return;
+    };
+    let faults = FaultRates {
+        slowdown: 0.10,
+        internal_error: 0.01,
+        reset_request: 0.01,
+        reset_response: 0.01,
+        stall: 0.0,
+    };
+    let proxy = ChaosProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &endpoint,
+        ChaosConfig {
+            faults,
+            ..ChaosConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let gateway = serve_on_minio(
+        &proxy.url(),
+        &prefix,
+        "127.0.0.1:0",
+        &["--janitor-interval", "0s"],
+    );
+    let gateway_url = Arc::new(gateway.url.clone());
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let results = futures::stream::iter(0..1000u64)
+        .map(|i| {
+            let client = client.clone();
+            let gateway = gateway_url.clone();
+            async move {
+                let size = mixed_size(i);
+                let body = data(i, size);
+                let expected = crc(&body);
+                let outcome = if i % 2 == 0 {
+                    let key = format!("put/{i}");
+                    match put(&client, &gateway, &key, body).await {
+                        (201, _) => Ok(key),
+                        (status, code) => Err(format!("PUT {i} ({size} bytes): {status} {code}")),
+                    }
+                } else {
+                    tus_upload(&client, &gateway, &format!("tus-{i}"), body, 8 * MIB)
+                        .await
+                        .map_err(|e| format!("tus {i} ({size} bytes): {e}"))
+                };
+                (i, size, expected, outcome)
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    let elapsed = started.elapsed();
+    let failures: Vec<&String> = results.iter().filter_map(|r| r.3.as_ref().err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} failed: {failures:?}",
+        failures.len()
+    );
+    for (i, size, expected, outcome) in &results {
+        let key = outcome.as_ref().unwrap();
+        let stored = stored_crc(&store, key).await;
+        assert_eq!(
+            stored,
+            Some((*size, expected.clone())),
+            "upload {i} at {key}"
+        );
+        // ~7 GiB in all: keep the test MinIO's disk small.
+        store.delete_object(key).await.unwrap();
+    }
+    let open = open_uploads(&store).await;
+    assert!(
+        open.is_empty(),
+        "incomplete multipart uploads left: {open:?}"
+    );
+    let totals = proxy.stats().totals;
+    eprintln!(
+        "1000 uploads in {:.1}s through the proxy: {:?}",
+        elapsed.as_secs_f64(),
+        totals
+    );
+    // The faults were really there.
+    assert!(totals.slowdown > 100, "{totals:?}");
+    assert!(
+        totals.reset_request + totals.reset_response > 20,
+        "{totals:?}"
+    );
+    assert!(totals.internal_error > 5, "{totals:?}");
+}
+
+/// A MinIO of the test's own, on a free port, that can be stopped and started.
+struct OwnMinio {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl OwnMinio {
+    fn start() -> OwnMinio {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut minio = OwnMinio {
+            dir: tempfile::tempdir().unwrap(),
+            port,
+            child: None,
+        };
+        minio.resume();
+        minio
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn resume(&mut self) {
+        let binary = std::env::var("SLUICE_TEST_MINIO").unwrap_or_else(|_| "minio".into());
+        let child = Command::new(binary)
+            .args([
+                "server",
+                self.dir.path().to_str().unwrap(),
+                "--quiet",
+                "--address",
+            ])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(["--console-address", "127.0.0.1:0"])
+            .env(
+                "MINIO_ROOT_USER",
+                std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+            )
+            .env(
+                "MINIO_ROOT_PASSWORD",
+                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start minio (on PATH, or SLUICE_TEST_MINIO)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let health = format!("{}/minio/health/live", self.endpoint());
+        while Instant::now() < deadline {
+            if health_ok(&health) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("MinIO did not come up on port {}", self.port);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnMinio {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// True when a GET of `url` answers 200 (std only, no runtime needed).
+fn health_ok(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
+        return false;
+    };
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_fails_uploads_cleanly_and_the_gateway_recovers() {
+    if common::minio_prefix("chaos-outage").await.is_none() {
+        return;
+    }
+    let mut minio = OwnMinio::start();
+    let endpoint = minio.endpoint();
+    let mut config = sluice_store::s3::S3Config::new("outage");
+    config.endpoint = Some(endpoint.clone());
+    let store = S3Store::connect(config).await;
+    store.ensure_bucket().await.unwrap();
+    let gateway = common::serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "s3://outage",
+        "--endpoint",
+        &endpoint,
+        "--janitor-interval",
+        "0s",
+    ]);
+    let gateway_url = Arc::new(gateway.url.clone());
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    // An upload every 200 ms for 20 s, 1 MiB and 20 MiB (multipart) in turn;
+    // MinIO is down from 4 s to 14 s.
+    let mut tasks = Vec::new();
+    for i in 0..100u64 {
+        let at = Duration::from_millis(200 * i);
+        let client = client.clone();
+        let gateway = gateway_url.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(started + at)).await;
+            let size = if i % 2 == 0 { MIB } else { 20 * MIB };
+            let body = data(1000 + i, size);
+            let expected = crc(&body);
+            let sent = started.elapsed();
+            let (status, code) = put(&client, &gateway, &format!("o/{i}"), body).await;
+            (i, size, expected, sent, started.elapsed(), status, code)
+        }));
+    }
+    tokio::time::sleep_until(tokio::time::Instant::from_std(
+        started + Duration::from_secs(4),
+    ))
+    .await;
+    minio.stop();
+    let stopped = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let minio = tokio::task::spawn_blocking(move || {
+        minio.resume();
+        minio
+    })
+    .await
+    .unwrap();
+    let resumed = started.elapsed();
+    let _minio = minio;
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+    let (mut ok, mut failed) = (0, 0);
+    for (i, size, expected, sent, ended, status, code) in &outcomes {
+        let stored = stored_crc(&store, &format!("o/{i}")).await;
+        match status {
+            201 => {
+                ok += 1;
+                assert_eq!(stored, Some((*size, expected.clone())), "upload {i}");
+            }
+            502 | 503 => {
+                failed += 1;
+                assert!(code.starts_with("store_"), "upload {i}: {code}");
+                assert_eq!(stored, None, "failed upload {i} left an object");
+            }
+            other => panic!("upload {i} (sent at {sent:?}, ended {ended:?}): {other} {code}"),
+        }
+        // Requests sent a second after MinIO came back all succeed.
+        if *sent > resumed + Duration::from_secs(1) {
+            assert_eq!(*status, 201, "upload {i} after recovery: {code}");
+        }
+    }
+    eprintln!("outage from {stopped:?} to {resumed:?}: {ok} stored, {failed} failed cleanly");
+    assert!(failed > 0, "the outage should have failed some uploads");
+    assert!(ok > 30, "{ok}");
+    // Aborts retried past the outage leave nothing behind.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let open = open_uploads(&store).await;
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "multipart uploads left: {open:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    drop(gateway);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_gateway_is_killed_the_janitor_aborts_orphans_and_spares_live_tus_uploads() {
+    let Some((endpoint, prefix, store)) = minio_prefix("chaos-janitor").await else {
+        return;
+    };
+    let mut gateway = serve_on_minio(&endpoint, &prefix, "127.0.0.1:0", &[]);
+    let client = reqwest::Client::new();
+    // A tus upload of 32 MiB, 20 MiB of it sent: one part stored, state live.
+    let tus_body = data(7, 32 * MIB);
+    let created = client
+        .post(format!("{}/v1/tus/", gateway.url))
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", tus_body.len())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_owned();
+    let patched = client
+        .patch(format!("{}{location}", gateway.url))
+        .header("tus-resumable", "1.0.0")
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", 0)
+        .body(tus_body.slice(..20 * MIB as usize))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 204);
+    // A 64 MiB PUT that trickles: parts are stored when the gateway dies.
+    let slow = futures::stream::iter(0..64u64).then(|i| async move {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        Ok::<_, std::io::Error>(data(100 + i, MIB))
+    });
+    let put_url = format!("{}/v1/objects/orphan", gateway.url);
+    let trickle = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .put(put_url)
+                .header("content-length", 64 * MIB)
+                .body(reqwest::Body::wrap_stream(slow))
+                .send()
+                .await
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while open_uploads(&store).await.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the PUT never started a multipart upload"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gateway.child.kill().unwrap();
+    gateway.child.wait().unwrap();
+    assert!(
+        trickle.await.unwrap().is_err(),
+        "the PUT cannot have succeeded"
+    );
+    assert_eq!(open_uploads(&store).await.len(), 2);
+
+    // A dry run changes nothing; a real one aborts the orphan only.
+    let janitor = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["janitor", "--store"])
+            .arg(format!(
+                "s3://{}/{prefix}",
+                sluice_testkit::minio::TEST_BUCKET
+            ))
+            .args(["--endpoint", &endpoint, "--older-than", "0s"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        text
+    };
+    let dry = janitor(&["--dry-run"]);
+    assert!(
+        dry.contains("2 listed, 1 would abort, 1 kept for live resumable uploads"),
+        "{dry}"
+    );
+    assert!(dry.contains("would abort orphan"), "{dry}");
+    assert_eq!(open_uploads(&store).await.len(), 2);
+    let real = janitor(&[]);
+    assert!(
+        real.contains("2 listed, 1 aborted, 1 kept for live resumable uploads"),
+        "{real}"
+    );
+    let open = open_uploads(&store).await;
+    assert_eq!(open.len(), 1);
+    assert_ne!(open[0].key, "orphan");
+    assert!(store
+        .head_object("orphan")
+        .await
+        .unwrap_err()
+        .is_not_found());
+
+    // The tus upload resumes on a new gateway and completes.
+    let gateway = serve_on_minio(&endpoint, &prefix, "127.0.0.1:0", &[]);
+    let url = format!("{}{location}", gateway.url);
+    let head = client
+        .head(&url)
+        .header("tus-resumable", "1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.headers()["upload-offset"],
+        (20 * MIB).to_string().as_str()
+    );
+    let finished = client
+        .patch(&url)
+        .header("tus-resumable", "1.0.0")
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", 20 * MIB)
+        .body(tus_body.slice(20 * MIB as usize..))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(finished.status(), 204);
+    let key = finished.headers()["x-sluice-key"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        stored_crc(&store, &key).await,
+        Some((32 * MIB, crc(&tus_body)))
+    );
+    assert!(open_uploads(&store).await.is_empty());
+}
