@@ -603,9 +603,24 @@ pub(crate) async fn complete_parts(
                 let request = request.clone();
                 async move {
                     match inner.store.complete_multipart_upload(request.clone()).await {
-                        Err(StoreError::NoSuchUpload { .. }) if retried => {
-                            let meta = inner.store.head_object(&request.key).await?;
-                            if meta.size == size {
+                        // Completed already (by an attempt of this call or of an
+                        // earlier request) whose answer was lost: the object is
+                        // there with this size and, when both are known, checksum.
+                        Err(StoreError::NoSuchUpload { .. }) => {
+                            let meta = match inner.store.head_object(&request.key).await {
+                                Ok(meta) => meta,
+                                Err(e) if e.is_not_found() => {
+                                    return Err(StoreError::NoSuchUpload {
+                                        upload_id: request.upload_id,
+                                    })
+                                }
+                                Err(e) => return Err(e),
+                            };
+                            let same_checksum = match (meta.checksum, request.checksum) {
+                                (Some(stored), Some(ours)) => stored == ours,
+                                _ => retried,
+                            };
+                            if meta.size == size && same_checksum {
                                 Ok(PutOutput {
                                     etag: meta.etag,
                                     checksum: meta.checksum.or(request.checksum),
