@@ -143,6 +143,9 @@ impl IntoResponse for ApiError {
                 ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
                     tracing::warn!(code = self.code(), %status, "request refused")
                 }
+                ApiError::Store(e) if e.is_transient() => {
+                    tracing::warn!(code = self.code(), %status, error = %detail, "store unavailable after retries")
+                }
                 _ => {
                     tracing::error!(code = self.code(), %status, error = %detail, "request failed")
                 }

@@ -193,7 +193,8 @@ impl EngineInner {
                         return Err(fail(error));
                     }
                     let delay = policy.delay_after(attempt, &error);
-                    tracing::warn!(operation, attempt, delay_ms = delay.as_millis() as u64, error = %sluice_store::error_chain(&error), "transient failure, retrying");
+                    // Counted in the metrics; under throttling a log line each would flood.
+                    tracing::debug!(operation, attempt, delay_ms = delay.as_millis() as u64, error = %sluice_store::error_chain(&error), "transient failure, retrying");
                     stats.retries.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(delay).await;
                     attempt += 1;

@@ -26,6 +26,11 @@ pub fn serve(args: &[&str]) -> Gateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("serve")
         .args(args)
+        // The fault tests make gateways log a lot; SLUICE_TEST_GATEWAY_LOG=info to see it.
+        .env(
+            "SLUICE_LOG",
+            std::env::var("SLUICE_TEST_GATEWAY_LOG").unwrap_or_else(|_| "error".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
