@@ -129,8 +129,6 @@ pub enum ConfigError {
     WriteRate(f64),
     #[error("latency is limited to 60 s and stalls to 1 h")]
     Duration,
-    #[error("unknown operation {0:?}; known: {1}")]
-    UnknownOperation(String, String),
     #[error("{0}")]
     Invalid(String),
 }

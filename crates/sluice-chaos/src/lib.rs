@@ -18,4 +18,4 @@ pub mod stats;
 
 pub use config::{ChaosConfig, ConfigError, FaultRates};
 pub use operation::Operation;
-pub use proxy::{operation_count, ChaosProxy, ProxyError};
+pub use proxy::{ChaosProxy, ProxyError};

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::config::{ChaosConfig, ConfigError};
-use crate::operation::{classify, Operation, S3Request};
+use crate::operation::{classify, S3Request};
 use crate::rate::RateLimiter;
 use crate::stats::{Event, Report, Stats};
 
@@ -493,12 +493,4 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     text
-}
-
-/// Counts of one kind of operation, for tests.
-pub fn operation_count(report: &Report, operation: Operation) -> u64 {
-    report
-        .by_operation
-        .get(operation.name())
-        .map_or(0, |c| c.requests)
 }

@@ -84,6 +84,15 @@ pub struct Report {
     pub seconds: Vec<Second>,
 }
 
+impl Report {
+    /// Requests of one operation seen so far.
+    pub fn requests_of(&self, operation: Operation) -> u64 {
+        self.by_operation
+            .get(operation.name())
+            .map_or(0, |c| c.requests)
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug)]
 pub(crate) struct Stats {

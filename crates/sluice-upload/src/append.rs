@@ -15,7 +15,6 @@ use tokio::task::JoinSet;
 
 use crate::error::TransferError;
 use crate::retry::Kind;
-use crate::upload::checksum_of;
 use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
 /// One call's worth of appending.
@@ -266,35 +265,8 @@ impl Engine {
             _ => Body::Chunks(chunks.into()),
         };
         tasks.spawn(async move {
-            let result = async {
-                let size = body.len();
-                let checksum = match inner.config.checksum {
-                    None => PartChecksum::None,
-                    Some(algorithm) => PartChecksum::Known(
-                        checksum_of(&body, algorithm)
-                            .await
-                            .map_err(TransferError::Source)?,
-                    ),
-                };
-                let part = inner
-                    .with_retries(Kind::Transfer, "UploadPart", &key, || {
-                        inner.store.upload_part(UploadPartRequest {
-                            key: key.clone(),
-                            upload_id: upload_id.clone(),
-                            part_number: number,
-                            body: body.clone(),
-                            checksum,
-                        })
-                    })
-                    .await?;
-                drop(reservation);
-                Ok(UploadedPart {
-                    checksum: checksum.known().or(part.checksum),
-                    size,
-                    ..part
-                })
-            }
-            .await;
+            let result = inner.store_part(&key, &upload_id, number, body).await;
+            drop(reservation);
             (number, result)
         });
     }

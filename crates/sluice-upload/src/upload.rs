@@ -493,46 +493,10 @@ impl<'a> Multipart<'a> {
         let span = tracing::debug_span!("part", number, size = body.len());
         self.tasks.spawn(
             async move {
-                // A part in memory is checksummed here and the value sent in a
-                // header; a part streamed from a file is checksummed as it is sent
-                // (a trailer on S3), so the file is read only once.
-                let checksum = match (inner.config.checksum, &body) {
-                    (None, _) => PartChecksum::None,
-                    (Some(algorithm), Body::File { .. }) => PartChecksum::Streamed(algorithm),
-                    (Some(algorithm), _) => PartChecksum::Known(
-                        checksum_of(&body, algorithm)
-                            .await
-                            .map_err(TransferError::Source)?,
-                    ),
-                };
-                let size = body.len();
-                let part = inner
-                    .with_retries(Kind::Transfer, "UploadPart", &key, || {
-                        inner.store.upload_part(UploadPartRequest {
-                            key: key.clone(),
-                            upload_id: upload_id.clone(),
-                            part_number: number,
-                            body: body.clone(),
-                            checksum,
-                        })
-                    })
-                    .await?;
-                drop(body);
+                let part = inner.store_part(&key, &upload_id, number, body).await?;
                 drop(reservation);
-                tracker.advance(size, true);
-                if checksum.algorithm().is_some() && part.checksum.is_none() {
-                    return Err(TransferError::Store {
-                        operation: "UploadPart",
-                        source: StoreError::InvalidPart(format!(
-                            "the store reported no checksum for part {number}"
-                        )),
-                    });
-                }
-                Ok(UploadedPart {
-                    checksum: checksum.known().or(part.checksum),
-                    size,
-                    ..part
-                })
+                tracker.advance(part.size, true);
+                Ok(part)
             }
             .instrument(span),
         );
@@ -572,9 +536,59 @@ impl<'a> Multipart<'a> {
     }
 }
 
+impl EngineInner {
+    /// Stores part `number` of an upload, retried. A part in memory is
+    /// checksummed here and the value sent in a header; a part streamed from a
+    /// file is checksummed as it is sent (a trailer on S3), so the file is read
+    /// only once. The part comes back with its size and checksum.
+    pub(crate) async fn store_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        body: Body,
+    ) -> Result<UploadedPart, TransferError> {
+        let checksum = match (self.config.checksum, &body) {
+            (None, _) => PartChecksum::None,
+            (Some(algorithm), Body::File { .. }) => PartChecksum::Streamed(algorithm),
+            (Some(algorithm), _) => PartChecksum::Known(
+                checksum_of(&body, algorithm)
+                    .await
+                    .map_err(TransferError::Source)?,
+            ),
+        };
+        let size = body.len();
+        let part = self
+            .with_retries(Kind::Transfer, "UploadPart", key, || {
+                self.store.upload_part(UploadPartRequest {
+                    key: key.to_owned(),
+                    upload_id: upload_id.to_owned(),
+                    part_number: number,
+                    body: body.clone(),
+                    checksum,
+                })
+            })
+            .await?;
+        if checksum.algorithm().is_some() && part.checksum.is_none() {
+            return Err(TransferError::Store {
+                operation: "UploadPart",
+                source: StoreError::InvalidPart(format!(
+                    "the store reported no checksum for part {number}"
+                )),
+            });
+        }
+        Ok(UploadedPart {
+            checksum: checksum.known().or(part.checksum),
+            size,
+            ..part
+        })
+    }
+}
+
 /// Completes a multipart upload from its parts (sorted here) with the full-object
-/// checksum combined from theirs. A retried completion whose first answer was lost
-/// finds the upload gone and the object of the right size in place: that is success.
+/// checksum combined from theirs. A completion whose earlier answer was lost (in
+/// this call or an earlier request) finds the upload gone and the object in place
+/// with the right size and checksum: that is success.
 pub(crate) async fn complete_parts(
     inner: &Arc<EngineInner>,
     key: &str,
