@@ -368,7 +368,8 @@ pub struct JanitorArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Also put a lifecycle rule on the bucket so that S3 itself aborts multipart
-    /// uploads left incomplete for DAYS days (the rule covers the store's prefix).
+    /// uploads left incomplete for DAYS days (the rule covers the store's prefix;
+    /// MinIO refuses such rules and purges stale uploads by itself).
     #[arg(long, value_name = "DAYS", num_args = 0..=1, default_missing_value = "1")]
     pub install_lifecycle: Option<u32>,
 }

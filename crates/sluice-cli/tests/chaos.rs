@@ -575,6 +575,45 @@ async fn after_a_gateway_is_killed_the_janitor_aborts_orphans_and_spares_live_tu
     );
     assert!(dry.contains("would abort orphan"), "{dry}");
     assert_eq!(open_uploads(&store).await.len(), 2);
+    // MinIO has no AbortIncompleteMultipartUpload rules: a clear refusal.
+    let lifecycle = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "janitor",
+            "--dry-run",
+            "--install-lifecycle",
+            "1",
+            "--store",
+        ])
+        .arg(format!(
+            "s3://{}/{prefix}",
+            sluice_testkit::minio::TEST_BUCKET
+        ))
+        .args(["--endpoint", &endpoint])
+        .output()
+        .unwrap();
+    assert!(lifecycle.status.success());
+    let lifecycle = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "janitor",
+            "--older-than",
+            "100d",
+            "--install-lifecycle",
+            "1",
+            "--store",
+        ])
+        .arg(format!(
+            "s3://{}/{prefix}",
+            sluice_testkit::minio::TEST_BUCKET
+        ))
+        .args(["--endpoint", &endpoint])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&lifecycle.stderr);
+    assert_eq!(lifecycle.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not support AbortIncompleteMultipartUpload lifecycle rules"),
+        "{stderr}"
+    );
     let real = janitor(&[]);
     assert!(
         real.contains("2 listed, 1 aborted, 1 kept for live resumable uploads"),

@@ -735,7 +735,24 @@ impl ObjectStore for S3Store {
             .send()
             .watched(self.stall)
             .await
-            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(""))))?;
+            .map_err(
+                |e| match e.into_store_error(|e| errors::map(e, self.context(""))) {
+                    // MinIO refuses the rule as malformed: it purges stale uploads
+                    // by itself (after 24 h by default) instead.
+                    StoreError::Service {
+                        status: 400 | 501,
+                        code,
+                        ..
+                    } if matches!(
+                        code.as_str(),
+                        "InvalidArgument" | "MalformedXML" | "NotImplemented"
+                    ) =>
+                    {
+                        StoreError::Unsupported("AbortIncompleteMultipartUpload lifecycle rules")
+                    }
+                    other => other,
+                },
+            )?;
         Ok(())
     }
 }
