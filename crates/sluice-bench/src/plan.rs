@@ -190,7 +190,8 @@ pub enum KeyScheme {
     Common,
     /// `PREFIX/tenant-T/RUN/NUMBER` for T in 0..n (form and tus: `x-sluice-tenant: tenant-T`).
     Tenants(u32),
-    /// `PREFIX/HHHH/RUN/NUMBER`: a hashed shard prefix out of n, in front (put only).
+    /// `HHHH/PREFIX/RUN/NUMBER`: a hashed shard out of n as the first segment, where
+    /// stores partition and the gateway's `shard_prefix` puts it (put and the S3 APIs).
     Shards(u32),
 }
 

@@ -146,6 +146,7 @@ impl Recorder {
         let i = self.second(at);
         let key = match attempt.ending {
             Ending::Status(status) => status.as_u16().to_string(),
+            Ending::UnavailableWithoutRetryAfter => "503:no-retry-after".to_string(),
             Ending::Failed(error) => format!("error:{}", error.kind()),
             Ending::Store(kind) => format!("error:store:{kind}"),
         };

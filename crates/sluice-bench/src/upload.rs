@@ -23,6 +23,9 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub enum Ending {
     /// The final answer's status (2xx is success).
     Status(StatusCode),
+    /// A final 503 without Retry-After: the server gave the client no time to
+    /// come back, which a gateway under load should never do.
+    UnavailableWithoutRetryAfter,
     /// No answer.
     Failed(ExchangeError),
     /// The S3 APIs: the store refused or failed (its error kind).
@@ -120,18 +123,18 @@ impl Uploader {
                 Api::S3Put | Api::S3Multipart => unreachable!("handled above"),
             };
             let ending = match ending {
-                Ok(answer) => {
-                    if answer.status == StatusCode::SERVICE_UNAVAILABLE
-                        && retried_503 < self.plan.retries_after_503
-                    {
-                        if let Some(wait) = retry_after(&answer) {
+                Ok(answer) if answer.status == StatusCode::SERVICE_UNAVAILABLE => {
+                    match retry_after(&answer) {
+                        Some(wait) if retried_503 < self.plan.retries_after_503 => {
                             retried_503 += 1;
                             tokio::time::sleep(jitter(wait, seq)).await;
                             continue;
                         }
+                        Some(_) => Ending::Status(answer.status),
+                        None => Ending::UnavailableWithoutRetryAfter,
                     }
-                    Ending::Status(answer.status)
                 }
+                Ok(answer) => Ending::Status(answer.status),
                 Err(error) => Ending::Failed(error),
             };
             return Attempt {
@@ -165,7 +168,7 @@ impl Uploader {
             KeyScheme::Tenants(n) => {
                 format!("{prefix}/tenant-{}/{run}/{seq:08}", seq % u64::from(n))
             }
-            KeyScheme::Shards(n) => format!("{prefix}/{:04x}/{run}/{seq:08}", shard(seq, n)),
+            KeyScheme::Shards(n) => format!("{:04x}/{prefix}/{run}/{seq:08}", shard(seq, n)),
         }
     }
 

@@ -126,18 +126,20 @@ async fn refuse_once(
 
 #[tokio::test]
 async fn a_503_is_retried_only_when_it_names_a_retry_after() {
-    for (mode, expected, retried) in [
-        ("with-retry-after", ("201", 10), 10),
-        ("without", ("503", 10), 0),
+    // (server's 503, retries allowed, endings, retried)
+    for (mode, retries, expected, retried) in [
+        ("with-retry-after", 3, ("201", 10), 10),
+        ("with-retry-after", 0, ("503", 10), 0),
+        ("without", 3, ("503:no-retry-after", 10), 0),
     ] {
         let seen = Shared::default();
         let router = Router::new()
             .route("/{mode}/{*key}", put(refuse_once))
             .with_state(seen.clone());
         let url = format!("{}/{mode}", serve(router).await);
-        let summary = run(plan(&url, Api::Put, closed(10, 1), 100), None)
-            .await
-            .unwrap();
+        let mut plan = plan(&url, Api::Put, closed(10, 1), 100);
+        plan.retries_after_503 = retries;
+        let summary = run(plan, None).await.unwrap();
         assert_eq!(
             endings(&summary),
             [(expected.0.to_string(), expected.1)],
@@ -352,13 +354,13 @@ async fn refused_connections_are_counted_not_fatal() {
 
 #[tokio::test]
 async fn key_schemes_spread_put_keys() {
-    // (scheme, distinct second segments expected)
+    // (scheme, the segment that spreads, distinct values expected)
     let cases = [
-        (sluice_bench::KeyScheme::Common, 1),
-        (sluice_bench::KeyScheme::Tenants(4), 4),
-        (sluice_bench::KeyScheme::Shards(8), 8),
+        (sluice_bench::KeyScheme::Common, 1, 1),
+        (sluice_bench::KeyScheme::Tenants(4), 1, 4),
+        (sluice_bench::KeyScheme::Shards(8), 0, 8),
     ];
-    for (scheme, spread) in cases {
+    for (scheme, segment, spread) in cases {
         let seen = Shared::default();
         let url = serve(
             Router::new()
@@ -372,8 +374,11 @@ async fn key_schemes_spread_put_keys() {
         assert_eq!(summary.succeeded, 200);
         let keys = seen.keys.lock().unwrap();
         assert_eq!(keys.len(), 200, "{scheme:?}");
-        let second: HashSet<&str> = keys.iter().map(|k| k.split('/').nth(1).unwrap()).collect();
-        assert_eq!(second.len(), spread, "{scheme:?}: {second:?}");
+        let values: HashSet<&str> = keys
+            .iter()
+            .map(|k| k.split('/').nth(segment).unwrap())
+            .collect();
+        assert_eq!(values.len(), spread, "{scheme:?}: {values:?}");
     }
 }
 

@@ -155,7 +155,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "bench")]
     pub key_prefix: String,
     /// How keys spread: common (PREFIX/RUN/N), tenants:N (PREFIX/tenant-T/RUN/N; form and
-    /// tus send x-sluice-tenant) or shards:N (PREFIX/HHHH/RUN/N, a hashed prefix; put and the S3 APIs).
+    /// tus send x-sluice-tenant) or shards:N (HHHH/PREFIX/RUN/N, a hashed first segment; put and the S3 APIs).
     #[arg(long, value_parser = sluice_bench::KeyScheme::parse, default_value = "common")]
     pub keys: sluice_bench::KeyScheme,
     /// Retries of one upload after a 503 that carries Retry-After (waiting that long, +0-50%).

@@ -72,6 +72,7 @@ struct Inner {
     budget_exhausted: Mirrored,
     retry_budget_tokens: Gauge,
     concurrency_limits: Family<PrefixLabels, Gauge>,
+    rate_limits: Family<PrefixLabels, Gauge>,
     part_seconds: Histogram,
     engine: Mutex<Option<Engine>>,
 }
@@ -102,6 +103,7 @@ impl Metrics {
             budget_exhausted: Mirrored::default(),
             retry_budget_tokens: Gauge::default(),
             concurrency_limits: Family::default(),
+            rate_limits: Family::default(),
             part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             engine: Mutex::new(None),
             registry: Registry::default(),
@@ -185,6 +187,11 @@ impl Metrics {
             "sluice_store_concurrency_limit",
             "Adaptive limit on store requests in flight, per key prefix, for prefixes throttled lately or busy now",
             inner.concurrency_limits.clone(),
+        );
+        registry.register(
+            "sluice_store_rate_limit",
+            "Pace of store requests per second, per key prefix, for prefixes throttled in the last 30 s",
+            inner.rate_limits.clone(),
         );
         registry.register(
             "sluice_part_upload_duration_seconds",
@@ -271,12 +278,20 @@ impl Metrics {
                 .retry_budget_tokens
                 .set(engine.retry_budget_available() as i64);
             self.inner.concurrency_limits.clear();
+            self.inner.rate_limits.clear();
             for limit in engine.prefix_limits() {
+                let labels = PrefixLabels {
+                    prefix: limit.prefix,
+                };
+                if let Some(rate) = limit.rate {
+                    self.inner
+                        .rate_limits
+                        .get_or_create(&labels)
+                        .set(rate.round() as i64);
+                }
                 self.inner
                     .concurrency_limits
-                    .get_or_create(&PrefixLabels {
-                        prefix: limit.prefix,
-                    })
+                    .get_or_create(&labels)
                     .set(limit.limit.floor() as i64);
             }
         }

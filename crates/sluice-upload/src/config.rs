@@ -109,6 +109,11 @@ impl EngineConfig {
         if !(adaptive.increase > 0.0 && adaptive.increase <= 16.0) {
             return Err(ConfigError::Adaptive("the increase must be in (0, 16]"));
         }
+        if !(adaptive.min_rate >= 0.1 && adaptive.min_rate <= 100_000.0) {
+            return Err(ConfigError::Adaptive(
+                "the minimum rate must be in [0.1, 100000] requests per second",
+            ));
+        }
         Ok(())
     }
 
@@ -227,6 +232,21 @@ mod tests {
             with(|c| c.retry.max_attempts = 0),
             Err(ConfigError::RetryAttempts(0))
         );
+        // The adaptive limiter's settings: (change, valid)
+        type Change = fn(&mut EngineConfig);
+        let adaptive: [(Change, bool); 7] = [
+            (|c| c.adaptive.min = 0, false),
+            (|c| c.adaptive.max = 65_537, false),
+            (|c| c.adaptive.decrease = 1.0, false),
+            (|c| c.adaptive.increase = 0.0, false),
+            (|c| c.adaptive.min_rate = 0.0, false),
+            (|c| c.adaptive.min_rate = 0.5, true),
+            (|c| c.adaptive.enabled = false, true),
+        ];
+        for (i, (change, valid)) in adaptive.into_iter().enumerate() {
+            let result = with(change);
+            assert_eq!(result.is_ok(), valid, "case {i}: {result:?}");
+        }
     }
 
     #[test]
