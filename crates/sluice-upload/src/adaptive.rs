@@ -39,6 +39,10 @@ const PACE_RELEASE: Duration = Duration::from_secs(30);
 /// Successes are counted in this many buckets over the last second.
 const WINDOW_BUCKETS: usize = 10;
 const BUCKET: Duration = Duration::from_millis(100);
+/// A prefix's successes say nothing about the store's rate before this: in the
+/// first moments throttled answers (quick) outnumber the successes (slow) that
+/// have come back.
+const MEASURE_AFTER: Duration = Duration::from_millis(250);
 /// Prefixes remembered before idle ones are forgotten.
 const SWEEP_AT_LEAST: usize = 1024;
 
@@ -154,16 +158,20 @@ impl RecentSuccesses {
         self.buckets[bucket] += 1;
     }
 
-    /// Whether the window has been counting for a whole second.
-    fn is_full(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.origin) >= BUCKET * WINDOW_BUCKETS as u32
+    /// Whether the window has counted long enough to say a rate.
+    fn can_measure(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.origin) >= MEASURE_AFTER
     }
 
-    /// Successes per second over the window.
+    /// Successes per second over the window, or over the time since the prefix
+    /// was first seen when that is shorter.
     fn per_second(&mut self, now: Instant) -> f64 {
         self.advance(now);
         let total: u32 = self.buckets.iter().sum();
-        f64::from(total) / (BUCKET * WINDOW_BUCKETS as u32).as_secs_f64()
+        let span = now
+            .saturating_duration_since(self.origin)
+            .clamp(MEASURE_AFTER, BUCKET * WINDOW_BUCKETS as u32);
+        f64::from(total) / span.as_secs_f64()
     }
 }
 
@@ -178,6 +186,11 @@ impl State {
 struct Entry {
     state: Mutex<State>,
     freed: Notify,
+    /// Paced requests take turns here (first come, first served), so that only
+    /// the first waits for the next send time, read when it is due: a cut
+    /// applies from the next request on, not after a queue booked at the old
+    /// rate.
+    pacer: tokio::sync::Mutex<()>,
 }
 
 impl Entry {
@@ -253,6 +266,7 @@ impl AdaptiveLimits {
                 pace: None,
             }),
             freed: Notify::new(),
+            pacer: tokio::sync::Mutex::new(()),
         });
         entries.by_prefix.insert(prefix.to_owned(), entry.clone());
         entry
@@ -262,13 +276,31 @@ impl AdaptiveLimits {
     pub(crate) async fn acquire(&self, key: &str) -> Permit<'_> {
         let prefix = prefix_of(key).to_owned();
         let entry = self.entry(&prefix);
-        let send_at = entry.state().pace.as_mut().map(|pace| {
-            let at = pace.next_send.max(Instant::now());
-            pace.next_send = at + Duration::from_secs_f64(1.0 / pace.rate);
-            at
-        });
-        if let Some(at) = send_at {
-            tokio::time::sleep_until(at).await;
+        if entry.state().pace.is_some() {
+            let _turn = entry.pacer.lock().await;
+            loop {
+                let due = {
+                    let mut state = entry.state();
+                    let Some(pace) = state.pace.as_mut() else {
+                        break;
+                    };
+                    let now = Instant::now();
+                    if pace.next_send <= now {
+                        // From the time due, not the time woken: timers wake a
+                        // little late, and at 2 ms intervals that would add up.
+                        let interval = Duration::from_secs_f64(1.0 / pace.rate);
+                        let due = if now - pace.next_send > interval {
+                            now
+                        } else {
+                            pace.next_send
+                        };
+                        pace.next_send = due + interval;
+                        break;
+                    }
+                    pace.next_send
+                };
+                tokio::time::sleep_until(due).await;
+            }
         }
         loop {
             let waiter = entry.clone();
@@ -353,15 +385,13 @@ impl AdaptiveLimits {
 
     /// Paces the prefix at `PACE_CUT` of its successes of the last second (or of
     /// its pace, when higher), unless the pace was cut less than
-    /// `PACE_CUT_INTERVAL` ago or the prefix is younger than that.
+    /// `PACE_CUT_INTERVAL` ago or the prefix is younger than `MEASURE_AFTER`.
     fn cut_pace(&self, state: &mut State, prefix: &str, now: Instant) {
         let cut_lately = state
             .pace
             .is_some_and(|pace| now.saturating_duration_since(pace.last_cut) < PACE_CUT_INTERVAL);
-        // In a prefix's first second, throttled answers (quick) outnumber the
-        // successes (slow) that have come back: the count would say far less
-        // than the store allows. The concurrency limit answers meanwhile.
-        if cut_lately || !state.successes.is_full(now) {
+        // Before MEASURE_AFTER the concurrency limit answers alone.
+        if cut_lately || !state.successes.can_measure(now) {
             return;
         }
         // Successes lag the pace while it grows: cutting from them alone would
@@ -554,13 +584,57 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn waiters_queued_at_one_pace_follow_a_cut_at_once() {
+        let limits = Arc::new(limits(512));
+        succeed(&limits, 400, Duration::from_millis(5)).await;
+        limits.acquire("p/k").await.finish(Outcome::Throttled);
+        let rate = rate_of(&limits, "p").unwrap();
+        // A request in flight whose throttled answer comes later.
+        let late_answer = limits.acquire("p/k").await;
+        // 400 requests queue at once; after a second, the pace is cut.
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..400)
+            .map(|_| {
+                let (limits, sent) = (limits.clone(), sent.clone());
+                tokio::spawn(async move {
+                    limits.acquire("p/k").await.finish(Outcome::Other);
+                    sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+            .collect();
+        let start = Instant::now();
+        while sent.load(std::sync::atomic::Ordering::SeqCst) < 100 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let first_half = start.elapsed().as_secs_f64();
+        assert!(
+            (0.5..0.6).contains(&first_half),
+            "100 at {rate}/s: {first_half}"
+        );
+        tokio::time::sleep(PACE_CUT_INTERVAL).await;
+        late_answer.finish(Outcome::Throttled);
+        let cut = rate_of(&limits, "p").unwrap();
+        assert!(cut < rate, "{rate} -> {cut}");
+        let before = sent.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let in_half_a_second = sent.load(std::sync::atomic::Ordering::SeqCst) - before;
+        assert!(
+            (in_half_a_second as f64 - cut / 2.0).abs() <= 2.0,
+            "{in_half_a_second} sent at {cut}/s"
+        );
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_pace_never_drops_below_the_minimum_rate() {
         let limits = limits(64);
-        // Throttled at once: the first second is the concurrency limit's alone.
+        // Throttled at once: the first moments are the concurrency limit's alone.
         limits.acquire("p/k").await.finish(Outcome::Throttled);
         assert_eq!(rate_of(&limits, "p"), None);
         // Throttled again later, nothing having succeeded: the floor applies.
-        tokio::time::sleep(PACE_CUT_INTERVAL).await;
+        tokio::time::sleep(MEASURE_AFTER).await;
         limits.acquire("p/k").await.finish(Outcome::Throttled);
         assert_eq!(rate_of(&limits, "p"), Some(10.0));
     }
