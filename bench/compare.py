@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Reads the reports of the peer benchmarks (put, gateway, tus; throttle once it
-exists) from one results directory and writes summary.md: every ratio against its
-peer in one table, with the issue's target and whether it was met. Ratios are of
-medians over the runs, as in each report.
+"""Reads the reports of the benchmarks (put, gateway, tus, throttle) from one
+results directory and writes summary.md: every ratio against its peer (for
+throttle: against the capacity the proxy allows) in one table, with the issue's
+target and whether it was met. Ratios are of medians over the runs, as in each
+report.
 
     python3 bench/compare.py bench/results/2026-11-22"""
 
@@ -70,9 +71,29 @@ def tus_rows(rows):
     return out
 
 
+def throttle_rows(rows):
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows if r.get("cap")):
+        mine = [r["figures"] for r in rows if r["case"] == case]
+        achieved = med(f["achieved"] for f in mine) / mine[0]["capacity"]
+        out.append(("throttle", f"{case}: uploads/s vs capacity {mine[0]['capacity']}/s", achieved, ">= 0.90x",
+                    lambda v: v >= 0.9))
+        if case.startswith("a:"):
+            out.append(("throttle", f"{case}: share of store requests throttled",
+                        med(f["throttled_share"] for f in mine), "<= 10%", lambda v: v <= 0.10))
+        ceiling = [r["figures"]["achieved"] for r in rows if not r.get("cap")]
+        if case.startswith("b:") and ceiling:
+            out.append(("throttle", f"{case}: uploads/s vs the gateway's uncapped rate on this machine",
+                        med(f["achieved"] for f in mine) / med(ceiling), "", None))
+        lost = sum(f["other"] + abs(f["stored"] - f["succeeded"]) + f["incomplete"] for f in mine)
+        out.append(("throttle", f"{case}: lost or half-written uploads (all runs)", lost, "0", lambda v: v == 0))
+    return out
+
+
 def main():
     directory = sys.argv[1]
-    readers = [("put.txt", put_rows), ("gateway.txt", gateway_rows), ("tus.txt", tus_rows)]
+    readers = [("put.txt", put_rows), ("gateway.txt", gateway_rows), ("tus.txt", tus_rows),
+               ("throttle.txt", throttle_rows)]
     lines = [f"# Benchmark summary: {os.path.basename(os.path.normpath(directory))}", "",
              "Ratios of medians, sluice over the peer, from the reports in this directory "
              "(each report has its setup and raw runs).", "",
@@ -84,7 +105,14 @@ def main():
             missing.append(name)
             continue
         for bench, measure, value, target, check in reader(raw_runs(path)):
-            shown = f"{value:.2f}x" if value is not None else "n/a"
+            if value is None:
+                shown = "n/a"
+            elif isinstance(value, int):
+                shown = str(value)
+            elif "share" in measure:
+                shown = f"{100 * value:.1f}%"
+            else:
+                shown = f"{value:.2f}x"
             met = "" if check is None or value is None else ("yes" if check(value) else "**no**")
             lines.append(f"| {bench} | {measure} | {shown} | {target} | {met} |")
     if missing:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Every peer comparison in one run: bench/put.sh, bench/gateway.sh and bench/tus.sh
-# (bench/throttle.sh when it exists), each writing its report into
-# bench/results/<date>/, then bench/compare.py writes bench/results/<date>/summary.md
-# with every ratio against its peer and target in one table. Takes about 30 minutes
-# on two cores. Extra arguments (such as --runs 1) go to every script.
+# Every comparison in one run: bench/put.sh, bench/gateway.sh, bench/tus.sh and
+# bench/throttle.sh, each writing its report into bench/results/<date>/, then
+# bench/compare.py writes bench/results/<date>/summary.md with every ratio against
+# its peer (or capacity) and target in one table. Takes about 45 minutes on two
+# cores. Extra arguments (such as --runs 1) go to every script.
 #
 #   bench/compare.sh [--runs N]
 set -euo pipefail
@@ -13,5 +13,5 @@ mkdir -p "$dir"
 bench/put.sh --out "$dir/put.txt" "$@"
 bench/gateway.sh --out "$dir/gateway.txt" "$@"
 bench/tus.sh --out "$dir/tus.txt" "$@"
-if [ -x bench/throttle.sh ]; then bench/throttle.sh --out "$dir/throttle.txt" "$@"; fi
+bench/throttle.sh --out "$dir/throttle.txt" "$@"
 python3 bench/compare.py "$dir"
