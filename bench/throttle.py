@@ -154,6 +154,14 @@ def analyse(run, args, cap, shards):
     return figures, checks
 
 
+def slim(run):
+    """A run for the raw JSON: the figures and the client's summary without the
+    per-second data the tables above already show."""
+    summary = {k: v for k, v in run["summary"].items() if k not in ("timeline", "latency_distribution")}
+    return {k: v for k, v in run.items() if k not in ("proxy", "summary")} | {"summary": summary,
+                                                                            "proxy_totals": run["proxy"]["totals"]}
+
+
 def timeline_lines(run, args):
     client = {s["second"]: s for s in run["summary"]["timeline"]}
     store = {s["second"]: s for s in run["proxy"]["seconds"]}
@@ -261,8 +269,7 @@ def main():
                       f"by the second they ended)"]
         lines += timeline_lines(run, args)
         lines += ["  gateway metrics at the end:"] + [f"    {m}" for m in run["metrics"]]
-    raw = [{k: v for k, v in r.items() if k not in ("proxy",)} | {"proxy_seconds": r["proxy"]["seconds"]}
-           for r in runs]
+    raw = [slim(r) for r in runs]
     emit_report(lines, raw, args.out)
     return 0
 
