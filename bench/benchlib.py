@@ -2,6 +2,7 @@
 files, tool versions, and per-process CPU / RSS / disk counters from /proc."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -145,3 +146,17 @@ def clear_bucket(bucket, minio_url, env, work):
     subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{bucket}/*"], env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     empty_trash(work)
+
+
+def warp_rate(minio_url, env, seconds, concurrency, work):
+    """warp's direct 10 KiB PUT rate (objects/s) into bucket warp-bench of that MinIO."""
+    host = minio_url.removeprefix("http://")
+    out = subprocess.run(["warp", "put", "--host", host, "--access-key", MINIO_USER, "--secret-key", MINIO_SECRET,
+                          "--obj.size", "10KiB", "--concurrent", str(concurrency), "--duration", f"{seconds}s",
+                          "--bucket", "warp-bench", "--noclear"], env=env, capture_output=True, text=True,
+                         cwd=work)  # warp writes its raw data file into the working directory
+    rates = re.findall(r"([\d.]+) obj/s", out.stdout + out.stderr)
+    if not rates:
+        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(rates[0])

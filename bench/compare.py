@@ -81,7 +81,11 @@ def throttle_rows(rows):
         if case.startswith("a:"):
             out.append(("throttle", f"{case}: share of store requests throttled",
                         med(f["throttled_share"] for f in mine), "<= 10%", lambda v: v <= 0.10))
-        ceiling = [r["figures"]["achieved"] for r in rows if not r.get("cap")]
+        ceiling = [r["figures"]["achieved"] for r in rows if "figures" in r and not r.get("cap")]
+        warp = [r["uploads_per_s"] for r in rows if r["case"] == "warp direct" and r["uploads_per_s"]]
+        if case.startswith("b:") and warp:
+            out.append(("throttle", f"{case}: uploads/s vs warp straight to MinIO (the store's own rate here)",
+                        med(f["achieved"] for f in mine) / med(warp), "", None))
         if case.startswith("b:") and ceiling:
             out.append(("throttle", f"{case}: uploads/s vs the gateway's uncapped rate on this machine",
                         med(f["achieved"] for f in mine) / med(ceiling), "", None))

@@ -16,7 +16,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -25,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, clear_bucket, client_env, emit_report,
-                      make_file, start_gateway, start_minio, stop, version)
+from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, make_file, start_gateway,
+                      start_minio, stop, version, warp_rate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLUICE = None  # the sluice binary; also the storms' load client (`sluice bench load`)
@@ -70,19 +69,6 @@ def storm(tool, port, count, work):
                p99_s=row["latency_s"]["p99"], max_s=row["latency_s"]["max"])
     del row["timeline"]
     return row
-
-
-def warp_rate(minio_url, env, seconds, concurrency, work):
-    host = minio_url.removeprefix("http://")
-    out = subprocess.run(["warp", "put", "--host", host, "--access-key", MINIO_USER, "--secret-key", MINIO_SECRET,
-                          "--obj.size", "10KiB", "--concurrent", str(concurrency), "--duration", f"{seconds}s",
-                          "--bucket", "warp-bench", "--noclear"], env=env, capture_output=True, text=True,
-                         cwd=work)  # warp writes its raw data file into the working directory
-    rates = re.findall(r"([\d.]+) obj/s", out.stdout + out.stderr)
-    if not rates:
-        print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
-        return None
-    return float(rates[0])
 
 
 def main():

@@ -34,7 +34,8 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import ProcStats, client_env, emit_report, free_port, start_minio, stop, version, wait_for_port
+from benchlib import (ProcStats, clear_bucket, client_env, emit_report, free_port, start_minio, stop, version,
+                      wait_for_port, warp_rate)
 
 BUCKET = "throttle"
 WARMUP_S = 5
@@ -196,8 +197,9 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-throttle-bench-")
     minio, minio_url = start_minio(work)
     env = client_env(work)
-    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "mb", f"s3://{BUCKET}"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    for bucket in [BUCKET, "warp-bench"]:
+        subprocess.run(["s5cmd", "--endpoint-url", minio_url, "mb", f"s3://{bucket}"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
     # (cap per prefix, 0 = none): the cap, a scaled-down cap that 16 shards
     # stay under on two cores, and no cap at all (the gateway's own ceiling here).
     caps = [args.cap] + [c for c in (args.scaled_cap,) if c] + [0]
@@ -205,8 +207,13 @@ def main():
              for name, keys, shards in [("a: one prefix", "common", 1),
                                         (f"b: {args.shards} shards", f"shards:{args.shards}", args.shards)]
              if cap or shards > 1]
-    runs = []
+    runs, warps = [], []
     try:
+        # The store's own ceiling here: warp's direct 10 KiB PUT rate into MinIO.
+        for _ in range(args.runs):
+            warps.append(warp_rate(minio_url, env, 10, 64, work))
+            clear_bucket("warp-bench", minio_url, env, work)
+            print(f"==> warp direct: {warps[-1]} obj/s", file=sys.stderr)
         for cap in caps:
             proxy, proxy_url = start_proxy(args.sluice, minio_url, cap, args.latency, work)
             try:
@@ -241,6 +248,9 @@ def main():
         f"       keys bench/RUN/N (a) or HHHH/bench/RUN/N (b); a fresh gateway per run; {args.runs} run(s) per "
         f"case, medians; steady window = seconds {WARMUP_S}..{args.duration}; 'no cap' is the gateway's own "
         f"ceiling through the proxy on this machine",
+        f"MinIO's own rate here (warp v1.0.0 put, 10 KiB, 64 concurrent, 10 s, straight to MinIO): median "
+        f"{statistics.median(w for w in warps if w) if any(warps) else float('nan'):.0f} obj/s "
+        f"(runs {', '.join(f'{w:.0f}' if w else 'n/a' for w in warps)})",
         "",
         f"{'case':<24} {'achieved/s':>10} {'target':>7} {'throttled':>9} {'201':>7} {'503':>7} {'other':>6} "
         f"{'stored':>7} {'p50 s':>6} {'p99 s':>6} {'gw CPU s':>8} {'gw RSS MiB':>10}",
@@ -269,7 +279,7 @@ def main():
                       f"by the second they ended)"]
         lines += timeline_lines(run, args)
         lines += ["  gateway metrics at the end:"] + [f"    {m}" for m in run["metrics"]]
-    raw = [slim(r) for r in runs]
+    raw = [slim(r) for r in runs] + [{"case": "warp direct", "uploads_per_s": w} for w in warps]
     emit_report(lines, raw, args.out)
     return 0
 

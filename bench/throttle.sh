@@ -4,7 +4,8 @@
 # an open-model load of 2,000 uploads/s of 10 KiB for 30 s goes through the
 # gateway with every key under one prefix, then spread over 16 hashed shard
 # prefixes; again at a scaled-down cap (40/s), and with no cap (the gateway's own
-# ceiling here). Installs what is missing (MinIO, s5cmd), builds sluice in release
+# ceiling here), beside warp's direct PUT rate into MinIO (the store's own ceiling).
+# Installs what is missing (MinIO, s5cmd, warp), builds sluice in release
 # mode, then runs throttle.py, which prints per-second tables and the targets.
 # About 4 minutes per run (3 runs by default).
 #
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh
-ensure_peers minio s5cmd
+ensure_peers minio s5cmd warp
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 cargo build --release -p sluice-cli --quiet
 
