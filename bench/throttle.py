@@ -34,10 +34,10 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import (ProcStats, clear_bucket, client_env, emit_report, free_port, start_minio, stop, version,
-                      wait_for_port, warp_rate)
+from benchlib import (ProcStats, clear_bucket, client_env, emit_report, free_port, start_gateway, start_minio,
+                      stop, version, wait_for_port, warp_rate)
 
-BUCKET = "throttle"
+BUCKET = "gw-sluice"  # the bucket benchlib.start_gateway serves
 WARMUP_S = 5
 
 
@@ -56,16 +56,6 @@ def start_proxy(sluice, minio_url, cap, latency, work):
     proc = subprocess.Popen(argv, stdout=log, stderr=log)
     wait_for_port(port)
     return proc, f"http://127.0.0.1:{port}"
-
-
-def start_gateway(sluice, proxy_url, env, work):
-    port = free_port()
-    log = open(os.path.join(work, "sluice.log"), "a")
-    argv = [sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", f"s3://{BUCKET}",
-            "--endpoint", proxy_url]
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=work)
-    wait_for_port(port)
-    return proc, port
 
 
 def metric_lines(port, names):
@@ -90,9 +80,8 @@ def incomplete_uploads(sluice, minio_url, env):
 
 
 def one_run(args, case, keys, work, minio_url, proxy_url, env):
-    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "rm", f"s3://{BUCKET}/*"], env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gateway, port = start_gateway(args.sluice, proxy_url, env, work)
+    clear_bucket(BUCKET, minio_url, env, work)
+    gateway, port = start_gateway("sluice", args.sluice, proxy_url, env, work)
     stats = ProcStats(gateway.pid)
     cpu_before = stats.cpu()
     time.sleep(1)  # the proxy's buckets refill after the previous run

@@ -346,7 +346,7 @@ impl AdaptiveLimits {
             Outcome::Success => {
                 state.limit = (state.limit + config.increase / state.limit).min(config.max as f64);
                 state.successes.record(now);
-                let recent = state.successes.per_second(now);
+                let state = &mut *state;
                 if let Some(pace) = &mut state.pace {
                     if now.saturating_duration_since(pace.last_cut) >= PACE_RELEASE {
                         tracing::info!(prefix = %permit.prefix, "no throttling for a while: pacing off");
@@ -358,7 +358,7 @@ impl AdaptiveLimits {
                         // Not grown past twice what the store took lately: a pace
                         // that grew while demand was low would otherwise need
                         // many cuts once demand returns.
-                        let ceiling = (2.0 * recent).max(pace.rate);
+                        let ceiling = (2.0 * state.successes.per_second(now)).max(pace.rate);
                         pace.rate = (pace.rate
                             + pace.measured * PACE_GROWTH * elapsed.as_secs_f64())
                         .min(ceiling.max(self.config.min_rate));
