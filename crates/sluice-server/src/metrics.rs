@@ -62,6 +62,7 @@ struct Inner {
     upload_seconds: Histogram,
     uploads_in_flight: Gauge,
     memory_in_use: Gauge,
+    memory_idle_buffers: Gauge,
     memory_limit: Gauge,
     queue_length: Gauge,
     rejections: Counter,
@@ -93,6 +94,7 @@ impl Metrics {
             upload_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 18)),
             uploads_in_flight: Gauge::default(),
             memory_in_use: Gauge::default(),
+            memory_idle_buffers: Gauge::default(),
             memory_limit: Gauge::default(),
             queue_length: Gauge::default(),
             rejections: Counter::default(),
@@ -137,6 +139,11 @@ impl Metrics {
             "sluice_memory_budget_in_use_bytes",
             "Bytes of the engine's memory budget reserved",
             inner.memory_in_use.clone(),
+        );
+        registry.register(
+            "sluice_memory_idle_buffer_bytes",
+            "Bytes of part buffers kept for reuse (within the budget together with what is reserved)",
+            inner.memory_idle_buffers.clone(),
         );
         registry.register(
             "sluice_memory_budget_bytes",
@@ -266,6 +273,9 @@ impl Metrics {
             self.inner
                 .memory_in_use
                 .set(engine.budget().in_use() as i64);
+            self.inner
+                .memory_idle_buffers
+                .set(engine.budget().idle_bytes() as i64);
             let stats = engine.stats();
             self.inner
                 .retries

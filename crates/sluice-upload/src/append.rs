@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sluice_store::*;
 use tokio::task::JoinSet;
 
@@ -179,8 +179,8 @@ impl Engine {
             }
             let want = part_size - buffered;
             let reservation = self.inner.budget.reserve(part_size).await;
-            let mut chunk = BytesMut::with_capacity(want as usize);
-            let filled = reader.fill(&mut chunk, want as usize).await;
+            let mut chunk = self.inner.budget.buffer(want as usize);
+            let filled = reader.fill(chunk.as_vec_mut(), want as usize).await;
             read += chunk.len() as u64;
             buffered += chunk.len() as u64;
             if !chunk.is_empty() {

@@ -4,10 +4,15 @@
 //!
 //! Waiters are served first come, first served. A reservation larger than the
 //! whole budget is refused by configuration validation, never clamped.
+//!
+//! The budget also keeps the large buffers it paid for, to reuse them
+//! ([`crate::buffers`]); idle ones plus reserved bytes stay within the budget.
 
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+
+use crate::buffers::{BufferPool, PartBuffer};
 
 /// Reservations are counted in units of this many bytes (the semaphore counts
 /// permits in `u32`, and parts can be 5 GiB).
@@ -18,6 +23,7 @@ const UNIT: u64 = 1024;
 pub struct MemoryBudget {
     semaphore: Arc<Semaphore>,
     total_units: u64,
+    pool: Arc<BufferPool>,
 }
 
 /// Bytes held from the budget; they return to it when dropped.
@@ -33,6 +39,7 @@ impl MemoryBudget {
         MemoryBudget {
             semaphore: Arc::new(Semaphore::new(total_units as usize)),
             total_units,
+            pool: Arc::default(),
         }
     }
 
@@ -44,6 +51,22 @@ impl MemoryBudget {
     /// Bytes currently reserved.
     pub fn in_use(&self) -> u64 {
         (self.total_units - self.semaphore.available_permits() as u64) * UNIT
+    }
+
+    /// Bytes held in idle buffers kept for reuse (not reserved, but within the
+    /// budget together with what is).
+    pub fn idle_bytes(&self) -> u64 {
+        self.pool.idle_bytes()
+    }
+
+    /// An empty buffer of `capacity` bytes, reused when one of that size is idle.
+    /// Call it under a reservation of at least `capacity`.
+    pub fn buffer(&self, capacity: usize) -> PartBuffer {
+        PartBuffer::new(self, &self.pool, capacity)
+    }
+
+    pub(crate) fn give_back(&self, buffer: Vec<u8>) {
+        self.pool.give_back(self, buffer)
     }
 
     /// Waits until `bytes` are free and reserves them. `bytes` is clamped to the

@@ -6,7 +6,7 @@
 use std::io::{self, Read};
 use std::path::PathBuf;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -50,7 +50,7 @@ pub(crate) enum PartReader {
 
 impl PartReader {
     /// Appends to `buf` until it holds `want` bytes or the source ends.
-    pub(crate) async fn fill(&mut self, buf: &mut BytesMut, want: usize) -> io::Result<()> {
+    pub(crate) async fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> io::Result<()> {
         match self {
             PartReader::Async(reader) => {
                 while buf.len() < want {
@@ -96,7 +96,7 @@ impl PartReader {
     /// True when the source has no more bytes; reads at most one byte, which is
     /// returned so the caller can keep it.
     pub(crate) async fn peek_end(&mut self) -> io::Result<Option<u8>> {
-        let mut one = BytesMut::with_capacity(1);
+        let mut one = Vec::with_capacity(1);
         self.fill(&mut one, 1).await?;
         Ok(one.first().copied())
     }

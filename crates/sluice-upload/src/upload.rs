@@ -7,7 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sluice_store::*;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -157,9 +157,9 @@ impl Engine {
         match length {
             Some(length) if length <= config.threshold => {
                 let _reservation = inner.budget.reserve(length).await;
-                let mut buf = BytesMut::with_capacity(length as usize);
+                let mut buf = inner.budget.buffer(length as usize);
                 reader
-                    .fill(&mut buf, length as usize)
+                    .fill(buf.as_vec_mut(), length as usize)
                     .await
                     .map_err(TransferError::Source)?;
                 check_exact_end(&mut reader, length, buf.len() as u64).await?;
@@ -219,9 +219,9 @@ impl Engine {
         let mut total = 0u64;
         let mut ended = false;
         while total <= config.threshold {
-            let mut buf = BytesMut::with_capacity(part_size as usize);
+            let mut buf = inner.budget.buffer(part_size as usize);
             reader
-                .fill(&mut buf, part_size as usize)
+                .fill(buf.as_vec_mut(), part_size as usize)
                 .await
                 .map_err(TransferError::Source)?;
             total += buf.len() as u64;
@@ -474,9 +474,9 @@ impl<'a> Multipart<'a> {
     ) -> Result<(Bytes, Reservation), TransferError> {
         self.wait_for_slot().await?;
         let reservation = self.inner.budget.reserve(want).await;
-        let mut buf = BytesMut::with_capacity(want as usize);
+        let mut buf = self.inner.budget.buffer(want as usize);
         reader
-            .fill(&mut buf, want as usize)
+            .fill(buf.as_vec_mut(), want as usize)
             .await
             .map_err(TransferError::Source)?;
         Ok((buf.freeze(), reservation))
