@@ -24,6 +24,7 @@ use aws_sdk_s3::types::{
 };
 use aws_sdk_s3::Client;
 use aws_smithy_types::retry::RetryConfig;
+use aws_sdk_s3::config::StalledStreamProtectionConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use futures::stream;
 
@@ -108,6 +109,16 @@ impl S3Store {
             )
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        if config.stall_timeout.is_some() {
+            // The stall watchdog (stall.rs) covers uploads: it sees the body's
+            // progress itself, and the SDK's own check would poll a throughput
+            // tracker on every frame of every request besides.
+            builder = builder.stalled_stream_protection(
+                StalledStreamProtectionConfig::enabled()
+                    .upload_enabled(false)
+                    .build(),
+            );
+        }
         if shared.region().is_none() {
             builder = builder.region(aws_config::Region::new("us-east-1"));
         }
