@@ -41,7 +41,9 @@ impl BufferPool {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// An empty buffer of exactly `capacity` bytes: an idle one of that size, or a
@@ -175,7 +177,11 @@ mod tests {
 
         let _reservation = budget.reserve(4 * MIB as u64).await;
         let mut again = budget.buffer(4 * MIB);
-        assert_eq!(again.as_vec_mut().as_ptr(), address, "the same memory is reused");
+        assert_eq!(
+            again.as_vec_mut().as_ptr(),
+            address,
+            "the same memory is reused"
+        );
         assert!(again.is_empty());
         assert_eq!(budget.idle_bytes(), 0);
     }

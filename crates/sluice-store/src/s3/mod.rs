@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use aws_sdk_s3::config::StalledStreamProtectionConfig;
 use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::primitives::{ByteStream as SdkByteStream, Length};
 use aws_sdk_s3::types::{
@@ -24,7 +25,6 @@ use aws_sdk_s3::types::{
 };
 use aws_sdk_s3::Client;
 use aws_smithy_types::retry::RetryConfig;
-use aws_sdk_s3::config::StalledStreamProtectionConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use futures::stream;
 
