@@ -1,10 +1,12 @@
 """Shared pieces of the benchmark drivers: free ports, a MinIO on loopback, test
-files, tool versions, and per-process CPU / RSS / disk counters from /proc."""
+files, tool versions, per-process CPU / RSS / disk counters from /proc, and
+paired ratios."""
 
 import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -102,6 +104,26 @@ class ProcStats:
             if line.startswith("write_bytes:"):
                 return int(line.split()[1])
         return 0
+
+
+def paired_ratio(rows, key, tool, peer, **match):
+    """(median, per-run ratios) of `tool`'s `key` over `peer`'s `key` in the same
+    run, among rows matching `match`; a row's tool is its "tool", else its "kind"
+    (warp's rows). Each run measures the tools back to back, so a run's ratio
+    compares neighbours in time; on a machine whose speed drifts by a third over
+    minutes, the ratio of two medians would compare values measured far apart."""
+    def value(name, run):
+        for r in rows:
+            if (r.get("tool", r.get("kind")) == name and r.get("run") == run and r.get(key)
+                    and all(r.get(k) == v for k, v in match.items())):
+                return r[key]
+        return None
+    ratios = []
+    for run in sorted({r["run"] for r in rows if "run" in r}):
+        a, b = value(tool, run), value(peer, run)
+        if a and b:
+            ratios.append(a / b)
+    return (statistics.median(ratios) if ratios else None), ratios
 
 
 def emit_report(lines, raw, out):

@@ -3,7 +3,8 @@
 results directory and writes summary.md: every ratio against its peer (for
 throttle: against the capacity the proxy allows) in one table, with the issue's
 target and whether it was met. Ratios are of medians over the runs, as in each
-report.
+report; the gateway's are medians of per-run ratios (benchlib.paired_ratio), as
+in its report.
 
     python3 bench/compare.py bench/results/2026-11-22"""
 
@@ -11,6 +12,8 @@ import json
 import os
 import statistics
 import sys
+
+from benchlib import paired_ratio
 
 med = statistics.median
 
@@ -47,18 +50,15 @@ def gateway_rows(rows):
     out = []
     relays = [r for r in rows if r.get("kind") == "relay"]
     for case in sorted({r["case"] for r in relays}):
-        out.append(("gateway", f"relay {case}: MiB/s vs tusd", ratio(relays, "mib_s", "sluice", "tusd", case=case), ">= 1.3x", lambda v: v >= 1.3))
-    storms = [r for r in rows if r.get("kind") == "storm"]
-    warps = [r for r in rows if r.get("kind") == "warp" and r.get("uploads_per_s")]
-    for count in sorted({r["count"] for r in storms}):
+        value, _ = paired_ratio(relays, "mib_s", "sluice", "tusd", case=case)
+        out.append(("gateway", f"relay {case}: MiB/s vs tusd", value, ">= 1.3x", lambda v: v >= 1.3))
+    storms = [r for r in rows if r.get("kind") in ("storm", "warp")]
+    for count in sorted({r["count"] for r in storms if r["kind"] == "storm"}):
         target = count == 10000
-        out.append(("gateway", f"storm {count}: uploads/s vs tusd", ratio(storms, "uploads_per_s", "sluice", "tusd", count=count),
-                    ">= 3x" if target else "", (lambda v: v >= 3.0) if target else None))
-        sluice = [r["uploads_per_s"] for r in storms if r["tool"] == "sluice" and r["count"] == count]
-        warp = [r["uploads_per_s"] for r in warps if r["count"] == count]
-        value = med(sluice) / med(warp) if sluice and warp else None
-        out.append(("gateway", f"storm {count}: uploads/s vs warp direct", value,
-                    ">= 0.75x" if target else "", (lambda v: v >= 0.75) if target else None))
+        for peer, label, goal in (("tusd", "tusd", 3.0), ("warp", "warp direct", 0.75)):
+            value, _ = paired_ratio(storms, "uploads_per_s", "sluice", peer, count=count)
+            out.append(("gateway", f"storm {count}: uploads/s vs {label}", value, f">= {goal:g}x" if target else "",
+                        (lambda v, goal=goal: v >= goal) if target else None))
     return out
 
 
@@ -99,7 +99,8 @@ def main():
     readers = [("put.txt", put_rows), ("gateway.txt", gateway_rows), ("tus.txt", tus_rows),
                ("throttle.txt", throttle_rows)]
     lines = [f"# Benchmark summary: {os.path.basename(os.path.normpath(directory))}", "",
-             "Ratios of medians, sluice over the peer, from the reports in this directory "
+             "Ratios of medians, sluice over the peer (for the gateway: the median of the ratios within each run), "
+             "from the reports in this directory "
              "(each report has its setup and raw runs).", "",
              "| benchmark | measure | ratio | target | met |", "| --- | --- | --- | --- | --- |"]
     missing = []

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, make_file, start_gateway,
+from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, make_file, paired_ratio, start_gateway,
                       start_minio, stop, version, warp_rate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -160,34 +160,45 @@ def main():
              f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
              f"{args.runs} runs per case after one unmeasured warm-up relay per tool, tools alternated, medians; "
-             "a fresh gateway process per run", "",
+             "a fresh gateway process per run",
+             "ratios (vs columns): median over runs of the ratio within each run, whose tools ran back to back;"
+             " per-run ratios listed under each table", "",
              f"{'relay':8} {'tool':7} {'MiB/s':>8} {'CPU-s/GiB':>10} {'peak RSS':>10} {'to disk':>10} {'MiB/s vs tusd':>14}",
              "-" * 74]
+    per_run = []
     for label, _, _ in files:
         rows = {t: [r for r in relays if r["case"] == label and r["tool"] == t] for t in tools}
-        base = med(r["mib_s"] for r in rows["tusd"])
         for tool in tools:
             rs = rows[tool]
-            rate = med(r["mib_s"] for r in rs)
-            lines.append(f"{label:8} {tool:7} {rate:8.1f} {med(r['cpu_s_per_gib'] for r in rs):10.2f} "
+            vs_tusd, runs = paired_ratio(relays, "mib_s", tool, "tusd", case=label)
+            lines.append(f"{label:8} {tool:7} {med(r['mib_s'] for r in rs):8.1f} "
+                         f"{med(r['cpu_s_per_gib'] for r in rs):10.2f} "
                          f"{max(r['rss'] for r in rs) / MIB:6.1f} MiB {max(r['disk'] for r in rs) / MIB:6.1f} MiB "
-                         f"{rate / base:13.2f}x")
+                         f"{vs_tusd:13.2f}x")
+            if tool == "sluice":
+                per_run.append(f"  {label} sluice vs tusd per run: {', '.join(f'{x:.2f}' for x in runs)}")
+    lines += per_run
     lines += ["", f"{'storm':7} {'tool':7} {'success':>8} {'uploads/s':>10} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
               f"{'peak RSS':>10} {'vs tusd':>8} {'vs warp':>8}", "-" * 90]
+    per_run = []
     for count in sorted({r["count"] for r in storms}):
         rows = {t: [r for r in storms if r["count"] == count and r.get("tool") == t] for t in tools}
         warps = [r["uploads_per_s"] for r in storms if r["count"] == count and r["kind"] == "warp" and r["uploads_per_s"]]
-        warp = med(warps) if warps else None
-        base = med(r["uploads_per_s"] for r in rows["tusd"])
         for tool in tools:
             rs = rows[tool]
-            rate = med(r["uploads_per_s"] for r in rs)
-            lines.append(f"{count:<7} {tool:7} {min(r['success_rate'] for r in rs) * 100:7.2f}% {rate:10.1f} "
+            vs_tusd, tusd_runs = paired_ratio(storms, "uploads_per_s", tool, "tusd", count=count)
+            vs_warp, warp_runs = paired_ratio(storms, "uploads_per_s", tool, "warp", count=count)
+            lines.append(f"{count:<7} {tool:7} {min(r['success_rate'] for r in rs) * 100:7.2f}% "
+                         f"{med(r['uploads_per_s'] for r in rs):10.1f} "
                          f"{med(r['p50_s'] for r in rs):7.2f} {med(r['p99_s'] for r in rs):7.2f} "
                          f"{max(r['max_s'] or 0 for r in rs):7.2f} {max(r['rss'] for r in rs) / MIB:6.1f} MiB "
-                         f"{rate / base:7.2f}x {(rate / warp if warp else float('nan')):7.2f}x")
-        lines.append(f"{count:<7} {'warp':7} {'':>8} {warp or float('nan'):10.1f}   (direct 10 KiB PUT to MinIO, "
-                     f"64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
+                         f"{vs_tusd:7.2f}x {(vs_warp if vs_warp else float('nan')):7.2f}x")
+            if tool == "sluice":
+                per_run.append(f"  {count} sluice per run: vs tusd {', '.join(f'{x:.2f}' for x in tusd_runs)}; "
+                               f"vs warp {', '.join(f'{x:.2f}' for x in warp_runs)}")
+        lines.append(f"{count:<7} {'warp':7} {'':>8} {med(warps) if warps else float('nan'):10.1f}   "
+                     f"(direct 10 KiB PUT to MinIO, 64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
+    lines += per_run
     emit_report(lines, relays + storms, args.out)
 
 if __name__ == "__main__":
