@@ -61,7 +61,7 @@ impl MemoryBudget {
 
     /// An empty buffer of `capacity` bytes, reused when one of that size is idle.
     /// Call it under a reservation of at least `capacity`.
-    pub fn buffer(&self, capacity: usize) -> PartBuffer {
+    pub(crate) fn buffer(&self, capacity: usize) -> PartBuffer {
         PartBuffer::new(self, &self.pool, capacity)
     }
 

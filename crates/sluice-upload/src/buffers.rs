@@ -20,7 +20,7 @@ use crate::budget::MemoryBudget;
 
 /// Buffers smaller than this come from the allocator and go back to it: small
 /// allocations are served from the heap without fresh pages.
-pub const MIN_RECYCLED: usize = 1024 * 1024;
+pub(crate) const MIN_RECYCLED: usize = 1024 * 1024;
 
 /// Idle buffers of the pool.
 #[derive(Debug, Default)]
@@ -89,7 +89,7 @@ impl BufferPool {
 /// A buffer being filled with one part (or one whole small object). Dropped
 /// unfrozen, or frozen and then dropped everywhere, it returns to the pool.
 #[derive(Debug)]
-pub struct PartBuffer {
+pub(crate) struct PartBuffer {
     recycled: Recycled,
 }
 
@@ -108,17 +108,17 @@ impl PartBuffer {
         &mut self.recycled.buffer
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.recycled.buffer.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.recycled.buffer.is_empty()
     }
 
     /// The filled bytes, shared; the buffer returns to the pool when the last
     /// clone is dropped.
-    pub fn freeze(mut self) -> Bytes {
+    pub(crate) fn freeze(mut self) -> Bytes {
         let capacity = self.recycled.buffer.capacity();
         if capacity < MIN_RECYCLED {
             return Bytes::from(std::mem::take(&mut self.recycled.buffer));

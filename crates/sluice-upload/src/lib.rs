@@ -35,7 +35,6 @@ use tokio_util::task::TaskTracker;
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use append::{AppendRequest, Appended};
 pub use budget::{MemoryBudget, Reservation};
-pub use buffers::{PartBuffer, MIN_RECYCLED};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
