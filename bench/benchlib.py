@@ -106,6 +106,18 @@ class ProcStats:
         return 0
 
 
+def driver_args():
+    """The argument parser every driver starts from (--sluice BINARY, --runs N), after
+    making SIGTERM (or Ctrl-C) exit through `finally`, so that MinIO stops and the
+    work directory goes."""
+    import argparse
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    return ap
+
+
 def paired_ratio(rows, key, tool, peer, **match):
     """(median, per-run ratios) of `tool`'s `key` over `peer`'s `key` in the same
     run, among rows matching `match`; a row's tool is its "tool", else its "kind"

@@ -11,21 +11,19 @@ MinIO on loopback, in one run.
    10 KiB PUT rate against the same MinIO, measured in the same rotation, as the
    ceiling."""
 
-import argparse
 import datetime
 import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, make_file, paired_ratio, start_gateway,
-                      start_minio, stop, version, warp_rate)
+from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, driver_args, emit_report, make_file,
+                      paired_ratio, start_gateway, start_minio, stop, version, warp_rate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLUICE = None  # the sluice binary; also the storms' load client (`sluice bench load`)
@@ -72,10 +70,7 @@ def storm(tool, port, count, work):
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    ap.add_argument("--runs", type=int, default=3)
+    ap = driver_args()
     ap.add_argument("--sizes", default="1,4", help="relay file sizes in GiB")
     ap.add_argument("--storms", default="1000,10000")
     ap.add_argument("--out", default=None)

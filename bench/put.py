@@ -6,18 +6,16 @@ time around the client process alone (the `cat` feeding standard input is not
 counted).
 Every object is deleted after its run so the disk does not fill up."""
 
-import argparse
 import datetime
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from benchlib import GIB, MIB, client_env, emit_report, empty_trash, make_file, start_minio, version
+from benchlib import driver_args, GIB, MIB, client_env, emit_report, empty_trash, make_file, start_minio, version
 
 
 def run_measured(argv, env, stdin_file=None):
@@ -44,11 +42,7 @@ def run_measured(argv, env, stdin_file=None):
 
 
 def main():
-    # A SIGTERM (or Ctrl-C) still stops MinIO and removes the work directory.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    ap.add_argument("--runs", type=int, default=3)
+    ap = driver_args()
     ap.add_argument("--sizes", default="1,4", help="file sizes in GiB")
     ap.add_argument("--stdin-size", type=float, default=1, help="GiB sent through standard input")
     ap.add_argument("--out", default=None)

@@ -21,12 +21,10 @@ checks the issue's targets:
   holds exactly the 201s' objects and no incomplete multipart upload.
 A fresh gateway per run, so that the adaptive limits start from scratch."""
 
-import argparse
 import datetime
 import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import (ProcStats, clear_bucket, client_env, emit_report, free_port, start_gateway, start_minio,
+from benchlib import (driver_args, ProcStats, clear_bucket, client_env, emit_report, free_port, start_gateway, start_minio,
                       stop, version, wait_for_port, warp_rate)
 
 BUCKET = "gw-sluice"  # the bucket benchlib.start_gateway serves
@@ -168,10 +166,7 @@ def timeline_lines(run, args):
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    ap.add_argument("--runs", type=int, default=3)
+    ap = driver_args()
     ap.add_argument("--rate", type=int, default=2000, help="offered uploads per second")
     ap.add_argument("--duration", type=int, default=30, help="seconds of offered load")
     ap.add_argument("--cap", type=int, default=500, help="PutObject per second per prefix (the proxy's --write-rate)")

@@ -6,19 +6,17 @@ loopback, in one run. The client is `sluice bench load --api tus --chunk-size`
 Columns: MiB/s seen by the client, gateway CPU-seconds per GiB, gateway peak RSS,
 bytes the gateway wrote to local disk (/proc/PID/io write_bytes)."""
 
-import argparse
 import datetime
 import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, start_gateway, start_minio, stop,
+from benchlib import (driver_args, GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, start_gateway, start_minio, stop,
                       version)
 
 
@@ -39,10 +37,7 @@ def upload(sluice, tool, port, size, chunk, work):
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    ap.add_argument("--runs", type=int, default=3)
+    ap = driver_args()
     ap.add_argument("--size", type=int, default=GIB, help="bytes per upload")
     ap.add_argument("--chunks", default="64,5", help="PATCH chunk sizes in MiB")
     ap.add_argument("--out", default=None)

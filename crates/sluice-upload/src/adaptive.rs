@@ -455,12 +455,12 @@ mod tests {
         })
     }
 
+    fn snapshot_of(limits: &AdaptiveLimits, prefix: &str) -> Option<PrefixLimit> {
+        limits.snapshot().into_iter().find(|l| l.prefix == prefix)
+    }
+
     fn limit_of(limits: &AdaptiveLimits, prefix: &str) -> Option<f64> {
-        limits
-            .snapshot()
-            .into_iter()
-            .find(|l| l.prefix == prefix)
-            .map(|l| l.limit)
+        snapshot_of(limits, prefix).map(|l| l.limit)
     }
 
     #[test]
@@ -531,11 +531,7 @@ mod tests {
     }
 
     fn rate_of(limits: &AdaptiveLimits, prefix: &str) -> Option<f64> {
-        limits
-            .snapshot()
-            .into_iter()
-            .find(|l| l.prefix == prefix)
-            .and_then(|l| l.rate)
+        snapshot_of(limits, prefix).and_then(|l| l.rate)
     }
 
     /// `count` successes of prefix `p`, one every `every`.

@@ -62,7 +62,7 @@ impl MemoryBudget {
     /// An empty buffer of `capacity` bytes, reused when one of that size is idle.
     /// Call it under a reservation of at least `capacity`.
     pub(crate) fn buffer(&self, capacity: usize) -> PartBuffer {
-        PartBuffer::new(self, &self.pool, capacity)
+        PartBuffer::new(self.pool.take(self, capacity), self.clone())
     }
 
     pub(crate) fn give_back(&self, buffer: Vec<u8>) {

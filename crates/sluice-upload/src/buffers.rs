@@ -12,7 +12,7 @@
 //! handed out under a [`Reservation`](crate::Reservation), so buffers in use never
 //! exceed the reserved bytes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 
@@ -48,7 +48,7 @@ impl BufferPool {
 
     /// An empty buffer of exactly `capacity` bytes: an idle one of that size, or a
     /// new one after freeing idle buffers that would push the process past the budget.
-    pub(super) fn take(&self, budget: &MemoryBudget, capacity: usize) -> Vec<u8> {
+    pub(crate) fn take(&self, budget: &MemoryBudget, capacity: usize) -> Vec<u8> {
         if capacity < MIN_RECYCLED {
             return Vec::with_capacity(capacity);
         }
@@ -94,12 +94,10 @@ pub(crate) struct PartBuffer {
 }
 
 impl PartBuffer {
-    pub(crate) fn new(budget: &MemoryBudget, pool: &Arc<BufferPool>, capacity: usize) -> Self {
+    /// Wraps `buffer`, taken from `budget`'s pool, to go back there.
+    pub(crate) fn new(buffer: Vec<u8>, budget: MemoryBudget) -> Self {
         PartBuffer {
-            recycled: Recycled {
-                buffer: pool.take(budget, capacity),
-                budget: budget.clone(),
-            },
+            recycled: Recycled { buffer, budget },
         }
     }
 
