@@ -331,9 +331,13 @@ pub struct ServeArgs {
     /// Resumable uploads idle this long expire and are removed [default: 24h].
     #[arg(long, env = "SLUICE_TUS_EXPIRY", value_parser = humantime::parse_duration)]
     pub tus_expiry: Option<std::time::Duration>,
-    /// A resumable upload's lock left by a crashed gateway lapses after this [default: 30s].
+    /// A resumable upload's writer holds a lease of this length, renewed while it
+    /// writes; one left by a crashed gateway lapses within it [default: 6s].
     #[arg(long, env = "SLUICE_TUS_LOCK_TIMEOUT", value_parser = humantime::parse_duration)]
     pub tus_lock_timeout: Option<std::time::Duration>,
+    /// Most partial uploads one tus concatenation may join [default: 1000].
+    #[arg(long, env = "SLUICE_TUS_MAX_PARTIALS")]
+    pub tus_max_partials: Option<usize>,
     /// Time between janitor passes (expired resumable uploads, stale multipart
     /// uploads); 0s turns the janitor off [default: 5m].
     #[arg(long, env = "SLUICE_JANITOR_INTERVAL", value_parser = humantime::parse_duration)]

@@ -5,8 +5,9 @@
 use std::time::SystemTime;
 
 use anyhow::{anyhow, Context};
-use sluice_server::{AppState, ServerConfig};
+use sluice_resumable::{Resumable, ResumableConfig};
 use sluice_store::StoreLocation;
+use sluice_upload::{Engine, EngineConfig};
 
 use crate::args::JanitorArgs;
 use crate::UsageError;
@@ -21,14 +22,11 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     )
     .await?;
     let description = store.describe();
-    let mut config = ServerConfig {
-        store: args.store.clone(),
-        ..ServerConfig::default()
-    };
-    config.janitor.interval = std::time::Duration::ZERO;
-    let state = AppState::new(config, store.clone()).map_err(|e| UsageError(e.to_string()))?;
-    let report = sluice_server::janitor::run_once(
-        &state.tus,
+    let engine = Engine::new(store.clone(), EngineConfig::default())?;
+    // Expiry is recorded in each upload; the defaults only shape how it is swept.
+    let resumable = Resumable::new(engine, ResumableConfig::default());
+    let report = sluice_resumable::janitor::run_once(
+        &resumable,
         args.older_than,
         args.dry_run,
         SystemTime::now(),
@@ -50,11 +48,12 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     );
     let r = &report.resumable;
     println!(
-        "  resumable uploads: {} seen, {} expired removed, {} finished retired, {} orphaned state removed, {} live",
+        "  resumable uploads: {} seen, {} expired removed, {} finished retired, {} orphaned state removed, {} with every byte in finished, {} live",
         r.seen,
         r.expired,
         r.retired,
         r.orphans,
+        r.finished.len(),
         r.live_multipart_ids.len()
     );
     let m = &report.multipart;

@@ -40,6 +40,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         threshold => engine.threshold,
         tus_expiry => tus.expiry,
         tus_lock_timeout => tus.lock_timeout,
+        tus_max_partials => tus.max_partials,
         janitor_interval => janitor.interval,
         janitor_older_than => janitor.older_than,
         store_stall_timeout => limits.store_stall_timeout,

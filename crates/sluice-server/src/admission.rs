@@ -62,11 +62,13 @@ impl Admission {
                 retry_after: self.retry_after,
             });
         }
+        let _place = QueuePlace {
+            waiting: &self.waiting,
+            metrics: &self.metrics,
+        };
         self.metrics.queue_changed(1);
         let result =
             tokio::time::timeout(self.queue_timeout, self.slots.clone().acquire_owned()).await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        self.metrics.queue_changed(-1);
         match result {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(ApiError::ShuttingDown {
@@ -81,9 +83,28 @@ impl Admission {
         }
     }
 
+    /// Requests waiting in the queue now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
     /// Refuses new uploads from now on (shutdown).
     pub fn close(&self) {
         self.slots.close();
+    }
+}
+
+/// A place in the queue, given back when the waiter gets a slot, gives up, or is
+/// dropped while it waits (its client went away): cancel-safe by construction.
+struct QueuePlace<'a> {
+    waiting: &'a AtomicUsize,
+    metrics: &'a Metrics,
+}
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.metrics.queue_changed(-1);
     }
 }
 
@@ -119,5 +140,32 @@ mod tests {
             admission.admit().await,
             Err(ApiError::ShuttingDown { .. })
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_dropped_in_the_queue_gives_its_place_back() {
+        let admission = Admission::new(1, 2, Duration::from_secs(60), 1, Metrics::new());
+        let held = admission.admit().await.unwrap();
+        // Clients that go away while they wait: their request futures are dropped.
+        for _ in 0..5 {
+            let waiter = {
+                let admission = admission.clone();
+                tokio::spawn(async move { admission.admit().await })
+            };
+            tokio::task::yield_now().await;
+            assert_eq!(admission.waiting(), 1);
+            waiter.abort();
+            let _ = waiter.await;
+            assert_eq!(admission.waiting(), 0, "the dropped waiter kept its place");
+        }
+        // The queue still takes waiters, and they get the slot when it frees.
+        let queued = {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit().await })
+        };
+        tokio::task::yield_now().await;
+        drop(held);
+        assert!(queued.await.unwrap().is_ok());
+        assert_eq!(admission.waiting(), 0);
     }
 }

@@ -43,18 +43,6 @@ impl BodyError {
     }
 }
 
-impl From<BodyError> for ApiError {
-    fn from(error: BodyError) -> Self {
-        match error {
-            BodyError::TooLarge { limit } => ApiError::TooLarge { limit },
-            BodyError::Idle { seconds } => ApiError::BodyTimeout { seconds },
-            BodyError::Client => {
-                ApiError::BadRequest("the client connection failed while sending the body".into())
-            }
-        }
-    }
-}
-
 /// The body as a stream of chunks, failing once more than `limit` bytes arrive
 /// or when no chunk arrives for `idle`.
 pub fn limited_stream(

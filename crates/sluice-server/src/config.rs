@@ -44,9 +44,13 @@ pub struct TusSettings {
     /// An unfinished upload without activity for this long expires and is removed.
     #[serde(with = "humantime_serde")]
     pub expiry: Duration,
-    /// A lock left by a crashed gateway lapses after this long.
+    /// A writer's lock is a lease of this length, renewed every third of it while
+    /// the write runs; one left by a crashed gateway lapses within it. Short
+    /// enough that a client's usual retries (Uppy's: 0, 1, 3, 5 s) outlast it.
     #[serde(with = "humantime_serde")]
     pub lock_timeout: Duration,
+    /// Most partial uploads one concatenation may join.
+    pub max_partials: usize,
 }
 
 /// The janitor that runs inside the gateway (see `sluice janitor`).
@@ -75,7 +79,8 @@ impl Default for TusSettings {
     fn default() -> Self {
         TusSettings {
             expiry: Duration::from_secs(24 * 3600),
-            lock_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(6),
+            max_partials: 1000,
         }
     }
 }
@@ -210,7 +215,22 @@ impl ServerConfig {
                 ChecksumSetting::Crc64nvme => Some(ChecksumAlgorithm::Crc64nvme),
                 ChecksumSetting::None => None,
             },
+            store_concurrency: Some(self.limits.store_concurrency),
             ..EngineConfig::default()
+        }
+    }
+
+    /// The settings of resumable uploads.
+    pub fn resumable_config(&self) -> sluice_resumable::ResumableConfig {
+        sluice_resumable::ResumableConfig {
+            expiry: self.tus.expiry,
+            lock_lease: self.tus.lock_timeout,
+            max_size: self
+                .max_upload_size
+                .unwrap_or(sluice_store::limits::MAX_OBJECT_SIZE),
+            part_size: self.engine.part_size,
+            threshold: self.engine.threshold,
+            max_partials: self.tus.max_partials,
         }
     }
 
@@ -267,6 +287,9 @@ impl ServerConfig {
             || self.tus.lock_timeout > Duration::from_secs(3600)
         {
             return fail("tus.lock_timeout", "must be between 1s and 1h");
+        }
+        if !(1..=sluice_store::limits::MAX_PARTS as usize).contains(&self.tus.max_partials) {
+            return fail("tus.max_partials", "must be between 1 and 10000");
         }
         if !self.janitor.interval.is_zero() && self.janitor.older_than < Duration::from_secs(3600) {
             // Younger uploads may still be streaming through some gateway.

@@ -1,12 +1,12 @@
 //! `ApiError`: every way a request can fail, each with an HTTP status and a stable
 //! code, rendered as `{"error":{"code":"…","message":"…"}}`. 4xx messages tell
-//! the client what to fix; 5xx bodies stay generic and the cause is logged.
+//! the client what to fix; 5xx bodies stay generic and the cause is logged. The
+//! errors of the layers below become `ApiError`s in one place: [`crate::conversions`].
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sluice_store::{error_chain, StoreError};
-use sluice_upload::TransferError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -96,40 +96,9 @@ impl ApiError {
                 e.retry_after()
                     .map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64),
             ),
+            ApiError::Tus(e) => e.retry_after(),
             _ => None,
         }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::NoSuchKey { .. } => ApiError::NotFound,
-            StoreError::PreconditionFailed => ApiError::PreconditionFailed,
-            StoreError::InvalidKey { reason, .. } => ApiError::InvalidKey(reason.to_string()),
-            other => ApiError::Store(other),
-        }
-    }
-}
-
-/// Maps an engine failure; `body_error` recovers what went wrong reading the
-/// request body (size limit, stall), which the engine only sees as an I/O error.
-pub fn from_transfer(error: TransferError) -> ApiError {
-    match error {
-        TransferError::Store { source, .. } => ApiError::from(source),
-        TransferError::Config(e) => ApiError::BadRequest(e.to_string()),
-        TransferError::Source(io) => crate::body::BodyError::find(&io).map_or_else(
-            || ApiError::BadRequest("the request body could not be read".into()),
-            ApiError::from,
-        ),
-        TransferError::SourceShort { expected, actual } => {
-            ApiError::BadRequest(format!("the body ended after {actual} of {expected} bytes"))
-        }
-        TransferError::SourceLong { expected } => ApiError::BadRequest(format!(
-            "the body is longer than its Content-Length of {expected}"
-        )),
-        TransferError::StreamTooLarge(limit) => ApiError::TooLarge { limit },
-        other => ApiError::Internal(other.to_string()),
     }
 }
 

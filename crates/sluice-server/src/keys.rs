@@ -17,10 +17,10 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
             key.len()
         ));
     }
-    if key.starts_with(crate::tus::record::STATE_PREFIX) {
+    if key.starts_with(sluice_resumable::STATE_PREFIX) {
         return Err(format!(
             "keys under {} are reserved for the gateway's own state",
-            crate::tus::record::STATE_PREFIX
+            sluice_resumable::STATE_PREFIX
         ));
     }
     if key.chars().any(char::is_control) {

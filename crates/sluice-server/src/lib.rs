@@ -1,13 +1,18 @@
-//! sluice-server is the upload gateway: an axum router over the transfer engine
-//! (`PUT`/`POST` uploads streamed into the store, `GET` with ranges, `HEAD`,
-//! `DELETE`, listing, health and metrics), resumable tus 1.0 uploads under
-//! `/v1/tus/` with their state in the store, admission control that answers
-//! overload with 503 + Retry-After, and a listener with header and body
-//! timeouts and graceful shutdown. It talks to storage only as `dyn ObjectStore`.
+//! sluice-server is the upload gateway: thin axum adapters over the transfer
+//! engine (`PUT`/`POST` uploads streamed into the store, `GET` with ranges,
+//! `HEAD`, `DELETE`, listing, health and metrics) and over resumable uploads
+//! (`/v1/tus/`, protocol from `sluice-tus`, state from `sluice-resumable`);
+//! admission control that answers overload with 503 + Retry-After; the one
+//! completion point every upload ends in ([`completion`]); and a listener with
+//! header and body timeouts and graceful shutdown. It talks to storage only as
+//! `dyn ObjectStore`, through one handle: the engine's retrying store over the
+//! metered backend.
 
 pub mod admission;
 pub mod body;
+pub mod completion;
 pub mod config;
+mod conversions;
 pub mod error;
 pub mod janitor;
 pub mod keys;
@@ -20,6 +25,7 @@ mod upload;
 
 use std::sync::Arc;
 
+use sluice_resumable::Resumable;
 use sluice_store::ObjectStore;
 use sluice_upload::Engine;
 
@@ -30,31 +36,30 @@ pub use server::{bind, serve};
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
-    /// The store as the gateway uses it: capped in concurrency and metered.
+    /// The one store handle: the engine's retries, pacing and cap over the
+    /// metered backend. Handlers, resumable state and the engine all use it.
     pub store: Arc<dyn ObjectStore>,
+    pub resumable: Resumable,
     pub admission: admission::Admission,
     pub metrics: metrics::Metrics,
     pub config: Arc<ServerConfig>,
     pub template: Arc<keys::KeyTemplate>,
-    pub tus: tus::Tus,
 }
 
 impl AppState {
-    /// Builds the state for `config` on top of `store`. The config must be valid.
-    pub fn new(config: ServerConfig, store: Arc<dyn ObjectStore>) -> Result<AppState, ConfigError> {
+    /// Builds the state for `config` on top of `backend`. The config must be valid.
+    pub fn new(
+        config: ServerConfig,
+        backend: Arc<dyn ObjectStore>,
+    ) -> Result<AppState, ConfigError> {
         config.validate()?;
         let metrics = metrics::Metrics::new();
-        let store: Arc<dyn ObjectStore> = Arc::new(store::MeteredStore::new(
-            store,
-            config.limits.store_concurrency,
-            metrics.clone(),
-        ));
-        let engine =
-            Engine::new(store.clone(), config.engine_config()).map_err(|e| ConfigError {
-                key: "engine",
-                reason: e.to_string(),
-            })?;
-        metrics.observe_engine(&engine);
+        let metered: Arc<dyn ObjectStore> =
+            Arc::new(store::MeteredStore::new(backend, metrics.clone()));
+        let engine = Engine::new(metered, config.engine_config()).map_err(|e| ConfigError {
+            key: "engine",
+            reason: e.to_string(),
+        })?;
         let template = keys::KeyTemplate::parse(&config.key_template)
             .map_err(|reason| ConfigError {
                 key: "key_template",
@@ -69,13 +74,11 @@ impl AppState {
             limits.retry_after_seconds,
             metrics.clone(),
         );
-        // Resumable-upload state is read and written straight from the store:
-        // through the engine's retries, like the parts.
-        let tus = tus::Tus::new(engine.clone(), Arc::new(engine.retrying_store()), &config);
+        let resumable = Resumable::new(engine.clone(), config.resumable_config());
         Ok(AppState {
-            tus,
+            store: Arc::new(engine.retrying_store()),
+            resumable,
             engine,
-            store,
             admission,
             metrics,
             template: Arc::new(template),

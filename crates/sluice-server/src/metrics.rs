@@ -2,7 +2,7 @@
 //! docs/METRICS.md), rendered in the Prometheus text format at `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -48,7 +48,14 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
-/// The gateway's metrics. Cheap to clone; clones share the values.
+/// The kind of a completed upload.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// The gateway's metrics. Cheap to clone; clones share the values. They hold
+/// no reference to the engine: its figures are read when `/metrics` renders.
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -58,6 +65,8 @@ struct Inner {
     registry: Registry,
     uploads_started: Counter,
     uploads_ended: Family<OutcomeLabels, Counter>,
+    uploads_completed: Family<KindLabels, Counter>,
+    completed_bytes: Counter,
     bytes_received: Counter,
     upload_seconds: Histogram,
     uploads_in_flight: Gauge,
@@ -75,7 +84,6 @@ struct Inner {
     concurrency_limits: Family<PrefixLabels, Gauge>,
     rate_limits: Family<PrefixLabels, Gauge>,
     part_seconds: Histogram,
-    engine: Mutex<Option<Engine>>,
 }
 
 impl Default for Metrics {
@@ -90,6 +98,8 @@ impl Metrics {
         let inner = Inner {
             uploads_started: Counter::default(),
             uploads_ended: Family::default(),
+            uploads_completed: Family::default(),
+            completed_bytes: Counter::default(),
             bytes_received: Counter::default(),
             upload_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 18)),
             uploads_in_flight: Gauge::default(),
@@ -107,7 +117,6 @@ impl Metrics {
             concurrency_limits: Family::default(),
             rate_limits: Family::default(),
             part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
-            engine: Mutex::new(None),
             registry: Registry::default(),
         };
         registry.register(
@@ -119,6 +128,16 @@ impl Metrics {
             "sluice_uploads_ended",
             "Uploads that ended, by outcome: completed, failed (client or store error) or aborted (client gone, shutdown)",
             inner.uploads_ended.clone(),
+        );
+        registry.register(
+            "sluice_uploads_completed",
+            "Objects that came into being, by kind: put, form, tus_patch, tus_creation, tus_concatenation, tus_recovered (counted at the one completion point)",
+            inner.uploads_completed.clone(),
+        );
+        registry.register(
+            "sluice_completed_bytes",
+            "Bytes of the objects counted in sluice_uploads_completed",
+            inner.completed_bytes.clone(),
         );
         registry.register(
             "sluice_received_bytes",
@@ -211,12 +230,13 @@ impl Metrics {
         }
     }
 
-    /// Lets `/metrics` read the engine's memory budget and retry counters.
-    pub fn observe_engine(&self, engine: &Engine) {
+    /// Counts one completion (see [`crate::completion`]).
+    pub fn upload_completed(&self, kind: &'static str, size: u64) {
         self.inner
-            .memory_limit
-            .set(engine.budget().capacity() as i64);
-        *self.inner.engine.lock().unwrap_or_else(|p| p.into_inner()) = Some(engine.clone());
+            .uploads_completed
+            .get_or_create(&KindLabels { kind })
+            .inc();
+        self.inner.completed_bytes.inc_by(size);
     }
 
     pub fn upload_started(&self) {
@@ -261,49 +281,40 @@ impl Metrics {
         }
     }
 
-    /// The text exposition of every metric.
-    pub fn render(&self) -> String {
-        if let Some(engine) = self
-            .inner
-            .engine
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            self.inner
-                .memory_in_use
-                .set(engine.budget().in_use() as i64);
-            self.inner
-                .memory_idle_buffers
-                .set(engine.budget().idle_bytes() as i64);
-            let stats = engine.stats();
-            self.inner
-                .retries
-                .sync(stats.retries.load(Ordering::Relaxed));
-            self.inner.stalls.sync(stats.stalls.load(Ordering::Relaxed));
-            self.inner
-                .budget_exhausted
-                .sync(stats.budget_exhausted.load(Ordering::Relaxed));
-            self.inner
-                .retry_budget_tokens
-                .set(engine.retry_budget_available() as i64);
-            self.inner.concurrency_limits.clear();
-            self.inner.rate_limits.clear();
-            for limit in engine.prefix_limits() {
-                let labels = PrefixLabels {
-                    prefix: limit.prefix,
-                };
-                if let Some(rate) = limit.rate {
-                    self.inner
-                        .rate_limits
-                        .get_or_create(&labels)
-                        .set(rate.round() as i64);
-                }
-                self.inner
-                    .concurrency_limits
+    /// The text exposition of every metric, with the engine's figures (memory
+    /// budget, retries, adaptive limits) read now.
+    pub fn render(&self, engine: &Engine) -> String {
+        let inner = &self.inner;
+        inner.memory_limit.set(engine.budget().capacity() as i64);
+        inner.memory_in_use.set(engine.budget().in_use() as i64);
+        inner
+            .memory_idle_buffers
+            .set(engine.budget().idle_bytes() as i64);
+        let stats = engine.stats();
+        inner.retries.sync(stats.retries.load(Ordering::Relaxed));
+        inner.stalls.sync(stats.stalls.load(Ordering::Relaxed));
+        inner
+            .budget_exhausted
+            .sync(stats.budget_exhausted.load(Ordering::Relaxed));
+        inner
+            .retry_budget_tokens
+            .set(engine.retry_budget_available() as i64);
+        inner.concurrency_limits.clear();
+        inner.rate_limits.clear();
+        for limit in engine.prefix_limits() {
+            let labels = PrefixLabels {
+                prefix: limit.prefix,
+            };
+            if let Some(rate) = limit.rate {
+                inner
+                    .rate_limits
                     .get_or_create(&labels)
-                    .set(limit.limit.floor() as i64);
+                    .set(rate.round() as i64);
             }
+            inner
+                .concurrency_limits
+                .get_or_create(&labels)
+                .set(limit.limit.floor() as i64);
         }
         let mut text = String::new();
         encode(&mut text, &self.inner.registry).expect("writing to a String cannot fail");

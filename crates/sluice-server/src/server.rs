@@ -45,7 +45,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     let mut connections = JoinSet::new();
     let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
         crate::janitor::spawn(
-            state.tus.clone(),
+            state.resumable.clone(),
+            state.metrics.clone(),
             state.config.janitor.interval,
             state.config.janitor.older_than,
         )

@@ -1,41 +1,30 @@
-//! The gateway's view of the store: every request waits for one of a fixed
-//! number of slots (a queue, never an error) and is counted by operation and
-//! outcome in the metrics.
+//! The gateway's meter on the store: every request the store really receives is
+//! counted by operation and outcome, with its latency. It sits beneath the
+//! engine (which caps, paces and retries), so that retries count one each.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use sluice_store::*;
-use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct MeteredStore {
     inner: Arc<dyn ObjectStore>,
-    slots: Semaphore,
     metrics: Metrics,
 }
 
 impl MeteredStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, concurrency: usize, metrics: Metrics) -> Self {
-        MeteredStore {
-            inner,
-            slots: Semaphore::new(concurrency),
-            metrics,
-        }
+    pub fn new(inner: Arc<dyn ObjectStore>, metrics: Metrics) -> Self {
+        MeteredStore { inner, metrics }
     }
 
     async fn call<T, F>(&self, operation: &'static str, request: F) -> Result<T, StoreError>
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
     {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .expect("the store's semaphore is never closed");
         let started = Instant::now();
         let result = request.await;
         let status = match &result {

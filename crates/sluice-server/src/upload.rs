@@ -1,12 +1,15 @@
 //! One upload through the engine, as both the PUT and the form routes run it:
 //! counted in the metrics from start to end (an upload whose request is dropped
-//! midway counts as aborted; the engine aborts its multipart upload).
+//! midway counts as aborted; the engine aborts its multipart upload). The
+//! caller hands the returned [`Completion`] to the completion point once the
+//! object is there to stay (a form's objects only when the whole form is in).
 
 use std::time::Instant;
 
 use sluice_upload::{UploadRequest, UploadSource};
 
-use crate::error::{from_transfer, ApiError};
+use crate::completion::{Completion, UploadKind};
+use crate::error::ApiError;
 use crate::routes::UploadResponse;
 use crate::AppState;
 
@@ -26,32 +29,38 @@ impl Drop for Ended<'_> {
     }
 }
 
-/// Streams `source` into `request.key`.
+/// Streams `source` into `request.key`; `kind` says which route it came by.
 pub async fn run(
     state: &AppState,
+    kind: UploadKind,
     request: UploadRequest,
     source: UploadSource,
-) -> Result<UploadResponse, ApiError> {
+) -> Result<(UploadResponse, Completion), ApiError> {
     state.metrics.upload_started();
     let mut ended = Ended {
         state,
         started: Instant::now(),
         outcome: None,
     };
+    let content_type = request.content_type.clone();
+    let metadata = request.metadata.clone();
     let key = request.key.clone();
     match state.engine.upload(request, source).await {
         Ok(outcome) => {
             ended.outcome = Some("completed");
-            tracing::info!(%key, size = outcome.size, parts = outcome.parts, "upload stored");
-            Ok(UploadResponse::new(
-                outcome,
-                crate::routes::seconds_since(ended.started),
-            ))
+            let completion = Completion {
+                content_type,
+                metadata,
+                ..Completion::new(kind, &outcome)
+            };
+            let response =
+                UploadResponse::new(outcome, crate::routes::seconds_since(ended.started));
+            Ok((response, completion))
         }
         Err(error) => {
             ended.outcome = Some("failed");
             tracing::info!(%key, error = %sluice_store::error_chain(&error), "upload failed");
-            Err(from_transfer(error))
+            Err(error.into())
         }
     }
 }

@@ -92,7 +92,8 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     async fn delete_object(&self, key: &str) -> Result<(), StoreError>;
 
     /// Lists objects whose key starts with `prefix`, in key order, at most
-    /// `limit` per page.
+    /// `limit` per page, starting after the key `cursor` (the previous page's
+    /// `next_cursor`, which is its last key: any key may be given).
     async fn list_objects(
         &self,
         prefix: &str,

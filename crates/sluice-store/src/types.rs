@@ -284,6 +284,10 @@ pub struct CompleteMultipartRequest {
     pub parts: Vec<UploadedPart>,
     /// The full-object checksum the caller computed; the store checks it.
     pub checksum: Option<Checksum>,
+    /// Checked atomically as the object becomes visible: `IfNoneMatch` makes
+    /// exactly one of two racing uploads to a new key win (the other gets
+    /// `PreconditionFailed` and its upload stays, to be aborted).
+    pub condition: Option<WriteCondition>,
 }
 
 /// A multipart upload that was started and neither completed nor aborted.

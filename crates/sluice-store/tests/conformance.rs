@@ -209,6 +209,7 @@ async fn multipart_out_of_order_parallel(store: Arc<dyn ObjectStore>) {
             upload_id: upload_id.clone(),
             parts,
             checksum: Some(whole),
+            condition: None,
         })
         .await
         .unwrap();
@@ -285,6 +286,7 @@ async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
             upload_id,
             parts,
             checksum: None,
+            condition: None,
         })
         .await
         .unwrap();
@@ -326,6 +328,7 @@ async fn multipart_small_part_rejected(store: Arc<dyn ObjectStore>) {
             upload_id: upload_id.clone(),
             parts,
             checksum: None,
+            condition: None,
         })
         .await;
     assert!(
@@ -424,6 +427,7 @@ async fn streamed_part_checksum(store: Arc<dyn ObjectStore>) {
                 upload_id,
                 parts: vec![part],
                 checksum: Some(expected),
+                condition: None,
             })
             .await
             .unwrap();

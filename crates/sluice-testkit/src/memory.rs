@@ -366,6 +366,12 @@ impl ObjectStore for MemoryStore {
                 });
             }
         }
+        let exists = state.objects.get(&upload.key).map(|o| o.meta.etag.clone());
+        match (&request.condition, exists) {
+            (None, _) | (Some(WriteCondition::IfNoneMatch), None) => {}
+            (Some(WriteCondition::IfMatch(expected)), Some(etag)) if *expected == etag => {}
+            _ => return Err(StoreError::PreconditionFailed),
+        }
         let upload = state
             .uploads
             .remove(&request.upload_id)

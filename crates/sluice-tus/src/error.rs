@@ -38,7 +38,7 @@ pub enum TusError {
     #[error("the upload was terminated or has expired")]
     Gone,
     #[error("another request is writing to this upload; retry after it ends")]
-    Locked,
+    Locked { retry_after_seconds: u64 },
     #[error("a final upload of a concatenation cannot be patched")]
     FinalUploadPatched,
     #[error("cannot concatenate: {0}")]
@@ -63,8 +63,19 @@ impl TusError {
             ChecksumMismatch => StatusCode::from_u16(460).expect("460 is a valid status"),
             NotFound => StatusCode::NOT_FOUND,
             Gone => StatusCode::GONE,
-            Locked => StatusCode::LOCKED,
+            Locked { .. } => StatusCode::LOCKED,
             FinalUploadPatched => StatusCode::FORBIDDEN,
+        }
+    }
+
+    /// Seconds a client should wait before trying again (`Retry-After`), where
+    /// waiting helps.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            TusError::Locked {
+                retry_after_seconds,
+            } => Some(*retry_after_seconds),
+            _ => None,
         }
     }
 
@@ -86,7 +97,7 @@ impl TusError {
             ChecksumMismatch => "checksum_mismatch",
             NotFound => "upload_not_found",
             Gone => "upload_gone",
-            Locked => "upload_locked",
+            Locked { .. } => "upload_locked",
             FinalUploadPatched => "final_upload_patched",
             InvalidConcat(_) => "invalid_concat",
         }

@@ -30,6 +30,63 @@ pub const ALLOWED: &str =
     "Content-Type, Upload-Offset, Upload-Length, Upload-Defer-Length, Upload-Metadata, \
 Upload-Checksum, Upload-Concat, Tus-Resumable, X-HTTP-Method-Override, X-Requested-With";
 
+/// `X-HTTP-Method-Override`, honoured on POST (for clients behind proxies that
+/// allow only GET and POST).
+pub const METHOD_OVERRIDE: HeaderName = HeaderName::from_static("x-http-method-override");
+
+/// The method a request stands for: a POST's `X-HTTP-Method-Override` when it has one.
+pub fn effective_method(
+    method: &http::Method,
+    headers: &HeaderMap,
+) -> Result<http::Method, TusError> {
+    match (method, headers.get(METHOD_OVERRIDE)) {
+        (&http::Method::POST, Some(value)) => value
+            .to_str()
+            .ok()
+            .and_then(|v| http::Method::from_bytes(v.trim().to_ascii_uppercase().as_bytes()).ok())
+            .ok_or(TusError::InvalidHeader {
+                header: "X-HTTP-Method-Override",
+                reason: "names no method".into(),
+            }),
+        _ => Ok(method.clone()),
+    }
+}
+
+/// Whether `headers` announce a body of `application/offset+octet-stream`.
+fn is_offset_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case(OFFSET_OCTET_STREAM)
+        })
+}
+
+/// The request's Content-Length: None when absent, an error when not a number.
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, TusError> {
+    number(headers, &http::header::CONTENT_LENGTH, "Content-Length")
+}
+
+/// The id in an upload URL (absolute, or a path) under `base` (such as
+/// `/v1/tus/`), as `Upload-Concat: final;…` names partial uploads. The id's own
+/// form is for the caller to check.
+pub fn upload_id_from_url<'a>(url: &'a str, base: &str) -> Option<&'a str> {
+    let path = match url.find("://") {
+        Some(scheme_end) => {
+            let rest = &url[scheme_end + 3..];
+            &rest[rest.find('/')?..]
+        }
+        None => url,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let id = path.strip_prefix(base)?.trim_end_matches('/');
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
 /// Every request but OPTIONS must speak our version: 412 otherwise.
 pub fn check_version(headers: &HeaderMap) -> Result<(), TusError> {
     match headers.get(TUS_RESUMABLE) {
@@ -89,6 +146,12 @@ pub struct CreateRequest {
     pub length: Option<u64>,
     pub metadata: Metadata,
     pub concat: Option<ConcatRequest>,
+    /// Whether the request carries the first bytes (creation-with-upload).
+    pub has_body: bool,
+    /// Content-Length, when sent.
+    pub body_length: Option<u64>,
+    /// `Upload-Checksum` of the bytes it carries.
+    pub checksum: Option<UploadChecksum>,
 }
 
 impl CreateRequest {
@@ -154,10 +217,32 @@ impl CreateRequest {
                 return Err(TusError::TooLarge { max: max_size });
             }
         }
+        let body_length = content_length(headers)?;
+        let chunked = headers.contains_key(http::header::TRANSFER_ENCODING);
+        let has_body = body_length.map_or(chunked, |n| n > 0);
+        if has_body && !is_offset_stream(headers) {
+            return Err(TusError::UnsupportedMediaType);
+        }
+        if has_body && matches!(concat, Some(ConcatRequest::Final(_))) {
+            return Err(TusError::InvalidConcat(
+                "a final upload carries no bytes of its own".into(),
+            ));
+        }
+        if let (Some(length), Some(body)) = (length, body_length) {
+            if body > length {
+                return Err(TusError::BeyondLength { length });
+            }
+        }
+        let checksum = text(headers, &UPLOAD_CHECKSUM, "Upload-Checksum")?
+            .map(UploadChecksum::parse)
+            .transpose()?;
         Ok(CreateRequest {
             length,
             metadata,
             concat,
+            has_body,
+            body_length,
+            checksum,
         })
     }
 }
@@ -166,6 +251,8 @@ impl CreateRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchRequest {
     pub offset: u64,
+    /// Content-Length, when sent.
+    pub body_length: Option<u64>,
     /// Sets a deferred length.
     pub length: Option<u64>,
     pub checksum: Option<UploadChecksum>,
@@ -195,6 +282,7 @@ impl PatchRequest {
             .transpose()?;
         Ok(PatchRequest {
             offset,
+            body_length: content_length(headers)?,
             length,
             checksum,
         })
@@ -290,6 +378,46 @@ mod tests {
                 vec![V, ("upload-length", "5"), ("upload-concat", "final;/a")],
                 Err("invalid_concat"),
             ),
+            // Creation with upload: the body's type, its size against the length, its checksum.
+            (
+                vec![
+                    V,
+                    ("upload-length", "5"),
+                    ("content-length", "5"),
+                    ("content-type", OFFSET_OCTET_STREAM),
+                ],
+                Ok((Some(5), false)),
+            ),
+            (
+                vec![V, ("upload-length", "5"), ("content-length", "5")],
+                Err("unsupported_media_type"),
+            ),
+            (
+                vec![
+                    V,
+                    ("upload-length", "0"),
+                    ("content-length", "1"),
+                    ("content-type", OFFSET_OCTET_STREAM),
+                ],
+                Err("beyond_length"),
+            ),
+            (
+                vec![V, ("upload-length", "5"), ("content-length", "x")],
+                Err("invalid_header"),
+            ),
+            (
+                vec![V, ("upload-length", "5"), ("upload-checksum", "crc9 AAAA")],
+                Err("checksum_algorithm_unsupported"),
+            ),
+            (
+                vec![
+                    V,
+                    ("upload-concat", "final;/a"),
+                    ("content-length", "3"),
+                    ("content-type", OFFSET_OCTET_STREAM),
+                ],
+                Err("invalid_concat"),
+            ),
         ];
         for (pairs, expected) in cases {
             let got = CreateRequest::from_headers(&headers(&pairs), 1000);
@@ -304,6 +432,47 @@ mod tests {
                 (Err(e), Err(code)) => assert_eq!(e.code(), code, "{pairs:?}"),
                 (got, expected) => panic!("{pairs:?}: {got:?} vs {expected:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn upload_urls_table() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let cases = [
+            (format!("/v1/tus/{id}"), Some(id)),
+            (format!("http://gateway.example:8080/v1/tus/{id}"), Some(id)),
+            (format!("/v1/tus/{id}/"), Some(id)),
+            (format!("/v1/tus/{id}?x=1"), Some(id)),
+            (format!("/files/{id}"), None),
+            ("/v1/tus/../state".to_owned(), None),
+            ("/v1/tus/".to_owned(), None),
+            ("http://host".to_owned(), None),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(upload_id_from_url(&url, "/v1/tus/"), expected, "{url}");
+        }
+    }
+
+    #[test]
+    fn method_override_table() {
+        use http::Method;
+        let cases: [(Method, Option<&str>, Result<Method, ()>); 5] = [
+            (Method::POST, Some("PATCH"), Ok(Method::PATCH)),
+            (Method::POST, Some(" delete "), Ok(Method::DELETE)),
+            (Method::POST, None, Ok(Method::POST)),
+            (Method::PUT, Some("PATCH"), Ok(Method::PUT)),
+            (Method::POST, Some("NOT A METHOD"), Err(())),
+        ];
+        for (method, over, expected) in cases {
+            let map = match over {
+                Some(v) => headers(&[("x-http-method-override", v)]),
+                None => HeaderMap::new(),
+            };
+            assert_eq!(
+                effective_method(&method, &map).map_err(|_| ()),
+                expected,
+                "{method} {over:?}"
+            );
         }
     }
 

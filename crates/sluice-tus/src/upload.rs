@@ -125,8 +125,21 @@ impl Upload {
         Ok(PatchPlan { length, max_body })
     }
 
-    /// The headers of a HEAD answer (and of the creation and PATCH answers that carry them).
-    pub fn head_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+    /// The headers of a PATCH answer: the new offset and, while unfinished, the expiry.
+    pub fn patch_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let mut out = vec![
+            headers::resumable(),
+            (headers::UPLOAD_OFFSET, HeaderValue::from(self.offset)),
+        ];
+        if !self.is_complete() {
+            out.push((headers::UPLOAD_EXPIRES, self.expires_header()));
+        }
+        out
+    }
+
+    /// The headers of a HEAD answer (and of the creation answer); a final
+    /// upload names its partial uploads as URLs under `base` (such as `/v1/tus/`).
+    pub fn head_headers(&self, base: &str) -> Vec<(HeaderName, HeaderValue)> {
         let mut out = vec![headers::resumable()];
         let final_unfinished = matches!(self.concat, Concat::Final(_)) && !self.is_complete();
         if !final_unfinished {
@@ -149,7 +162,12 @@ impl Upload {
             Concat::Partial => {
                 out.push((headers::UPLOAD_CONCAT, HeaderValue::from_static("partial")))
             }
-            Concat::Final(_) => {} // the server adds the URLs, which it alone knows
+            Concat::Final(ids) => {
+                let urls: Vec<String> = ids.iter().map(|id| format!("{base}{id}")).collect();
+                if let Ok(value) = HeaderValue::from_str(&format!("final;{}", urls.join(" "))) {
+                    out.push((headers::UPLOAD_CONCAT, value));
+                }
+            }
         }
         out.push((
             http::header::CACHE_CONTROL,
@@ -186,6 +204,7 @@ mod tests {
     fn patch(offset: u64, length: Option<u64>) -> PatchRequest {
         PatchRequest {
             offset,
+            body_length: None,
             length,
             checksum: None,
         }
@@ -297,7 +316,7 @@ mod tests {
     #[test]
     fn head_headers_show_offset_length_and_expiry() {
         let names = |u: &Upload| {
-            u.head_headers()
+            u.head_headers("/files/")
                 .into_iter()
                 .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
                 .collect::<Vec<_>>()
@@ -317,6 +336,9 @@ mod tests {
         assert!(!names(&done).iter().any(|h| h.starts_with("upload-expires")));
         let deferred = upload(None, 0);
         assert!(names(&deferred).contains(&"upload-defer-length: 1".to_string()));
+        let mut joined = upload(Some(100), 100);
+        joined.concat = Concat::Final(vec!["a".into(), "b".into()]);
+        assert!(names(&joined).contains(&"upload-concat: final;/files/a /files/b".to_string()));
     }
 
     #[test]

@@ -17,6 +17,21 @@ use crate::error::TransferError;
 use crate::retry::Kind;
 use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
+/// Aborts its multipart upload when dropped armed; see [`Engine::abort_on_drop`].
+pub struct MultipartGuard(crate::upload::AbortGuard);
+
+impl MultipartGuard {
+    /// The upload completed: nothing to abort.
+    pub fn disarm(mut self) {
+        self.0.disarm();
+    }
+
+    /// Aborts now and waits for it.
+    pub async fn abort(mut self) {
+        self.0.abort_now().await;
+    }
+}
+
 /// One call's worth of appending.
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
@@ -280,7 +295,19 @@ impl Engine {
         parts: Vec<UploadedPart>,
         size: u64,
     ) -> Result<UploadOutcome, TransferError> {
-        crate::upload::complete_parts(&self.inner, key, upload_id, parts, size).await
+        crate::upload::complete_parts(&self.inner, key, upload_id, parts, size, None).await
+    }
+
+    /// A guard that aborts multipart upload `upload_id` when dropped (in the
+    /// background, tracked like the aborts of dropped uploads) unless
+    /// [`MultipartGuard::disarm`]ed: for callers that drive a multipart upload
+    /// themselves within one request.
+    pub fn abort_on_drop(&self, key: &str, upload_id: &str) -> MultipartGuard {
+        MultipartGuard(crate::upload::AbortGuard::new(
+            self.inner.clone(),
+            key.to_owned(),
+            upload_id.to_owned(),
+        ))
     }
 
     /// Aborts a multipart upload (a missing one counts as aborted).

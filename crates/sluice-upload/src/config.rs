@@ -35,6 +35,10 @@ pub struct EngineConfig {
     pub retry_budget: RetryBudgetConfig,
     /// Store requests in flight per key prefix, adapted to throttling.
     pub adaptive: AdaptiveConfig,
+    /// Store requests in flight in all, across every upload of the engine; more
+    /// wait their turn before they count against their prefix's adaptive limit.
+    /// `None`: no cap beyond the per-prefix limits.
+    pub store_concurrency: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +53,7 @@ impl Default for EngineConfig {
             retry: RetryPolicy::default(),
             retry_budget: RetryBudgetConfig::default(),
             adaptive: AdaptiveConfig::default(),
+            store_concurrency: None,
         }
     }
 }
@@ -91,6 +96,9 @@ impl EngineConfig {
                 limit: self.memory_limit,
                 needed,
             });
+        }
+        if self.store_concurrency == Some(0) {
+            return Err(ConfigError::Concurrency(0));
         }
         if self.retry.max_attempts == 0 || self.retry.max_attempts > 100 {
             return Err(ConfigError::RetryAttempts(self.retry.max_attempts));

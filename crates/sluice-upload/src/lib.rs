@@ -33,7 +33,7 @@ use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
-pub use append::{AppendRequest, Appended};
+pub use append::{AppendRequest, Appended, MultipartGuard};
 pub use budget::{MemoryBudget, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
@@ -59,6 +59,8 @@ pub(crate) struct EngineInner {
     stats: RetryStats,
     retry_budget: retry::RetryBudget,
     limits: adaptive::AdaptiveLimits,
+    /// The cap on store requests in flight in all (`EngineConfig::store_concurrency`).
+    store_slots: Option<tokio::sync::Semaphore>,
     /// Aborts started by dropped uploads.
     aborts: TaskTracker,
 }
@@ -79,8 +81,10 @@ impl Engine {
         config.validate()?;
         let retry_budget = retry::RetryBudget::new(config.retry_budget);
         let limits = adaptive::AdaptiveLimits::new(config.adaptive);
+        let store_slots = config.store_concurrency.map(tokio::sync::Semaphore::new);
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                store_slots,
                 store,
                 config,
                 budget,

@@ -161,6 +161,12 @@ impl EngineInner {
         let stats = &self.stats;
         let mut attempt = 1;
         loop {
+            // The engine-wide slot first, so that the prefix's adaptive limit
+            // counts only requests really at the store.
+            let slot = match &self.store_slots {
+                Some(slots) => Some(slots.acquire().await.expect("never closed")),
+                None => None,
+            };
             let permit = self.limits.acquire(key).await;
             let result = request().await;
             match result {
@@ -174,6 +180,7 @@ impl EngineInner {
                         StoreError::Throttled { .. } => Outcome::Throttled,
                         _ => Outcome::Other,
                     });
+                    drop(slot); // not held through the backoff
                     match error {
                         StoreError::Throttled { .. } => {
                             stats.throttled.fetch_add(1, Ordering::Relaxed);

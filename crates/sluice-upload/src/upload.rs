@@ -33,8 +33,10 @@ pub struct UploadRequest {
     pub content_type: Option<String>,
     pub metadata: Metadata,
     pub progress: Option<ProgressFn>,
-    /// `IfNoneMatch` refuses to overwrite: atomically for a single PUT, checked
-    /// before the first part for a multipart upload.
+    /// `IfNoneMatch` refuses to overwrite, atomically: on the single PUT, or on
+    /// the completion of a multipart upload (checked before the first part too,
+    /// to fail early); the loser of a race gets `PreconditionFailed` and its
+    /// multipart upload is aborted.
     pub condition: Option<WriteCondition>,
 }
 
@@ -410,6 +412,8 @@ struct Multipart<'a> {
     done: Vec<UploadedPart>,
     tracker: Tracker,
     guard: AbortGuard,
+    /// Checked by the store as the object becomes visible.
+    condition: Option<WriteCondition>,
 }
 
 impl<'a> Multipart<'a> {
@@ -433,6 +437,7 @@ impl<'a> Multipart<'a> {
             tasks: JoinSet::new(),
             done: Vec::new(),
             tracker,
+            condition: request.condition.clone(),
         })
     }
 
@@ -532,7 +537,15 @@ impl<'a> Multipart<'a> {
             self.collect(result)?;
         }
         let parts = std::mem::take(&mut self.done);
-        complete_parts(self.inner, &self.key, &self.upload_id, parts, size).await
+        complete_parts(
+            self.inner,
+            &self.key,
+            &self.upload_id,
+            parts,
+            size,
+            self.condition.clone(),
+        )
+        .await
     }
 }
 
@@ -595,6 +608,7 @@ pub(crate) async fn complete_parts(
     upload_id: &str,
     mut parts: Vec<UploadedPart>,
     size: u64,
+    condition: Option<WriteCondition>,
 ) -> Result<UploadOutcome, TransferError> {
     parts.sort_by_key(|p| p.part_number);
     let checksum = combine_checksums(&parts);
@@ -603,6 +617,7 @@ pub(crate) async fn complete_parts(
         upload_id: upload_id.to_owned(),
         parts,
         checksum,
+        condition,
     };
     let count = request.parts.len() as u32;
     let mut attempts = 0;
@@ -676,7 +691,7 @@ fn combine_checksums(parts: &[UploadedPart]) -> Option<Checksum> {
 
 /// Aborts a multipart upload unless disarmed: explicitly on failure, or from
 /// `Drop` (on a background task the engine tracks) when the upload is cancelled.
-struct AbortGuard {
+pub(crate) struct AbortGuard {
     inner: Arc<EngineInner>,
     key: String,
     upload_id: String,
@@ -684,7 +699,20 @@ struct AbortGuard {
 }
 
 impl AbortGuard {
-    async fn abort_now(&mut self) {
+    pub(crate) fn new(inner: Arc<EngineInner>, key: String, upload_id: String) -> AbortGuard {
+        AbortGuard {
+            inner,
+            key,
+            upload_id,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    pub(crate) async fn abort_now(&mut self) {
         self.armed = false;
         abort_upload(self.inner.clone(), self.key.clone(), self.upload_id.clone()).await;
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sluice_upload::{UploadRequest, UploadSource};
 
 use crate::body::{limited_stream, BodyError};
+use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
 use crate::keys::KeyInputs;
 use crate::routes::UploadResponse;
@@ -53,7 +54,7 @@ pub async fn post_form(
         state.metrics.clone(),
     );
     let mut form = multer::Multipart::new(stream, boundary);
-    let mut stored: Vec<UploadResponse> = Vec::new();
+    let mut stored: Vec<(UploadResponse, Completion)> = Vec::new();
     let result = async {
         while let Some(field) = form.next_field().await.map_err(form_error)? {
             // Plain form fields carry no file; they are skipped.
@@ -77,7 +78,7 @@ pub async fn post_form(
                 stream,
                 length: None,
             };
-            stored.push(crate::upload::run(&state, request, source).await?);
+            stored.push(crate::upload::run(&state, UploadKind::Form, request, source).await?);
         }
         Ok::<_, ApiError>(())
     }
@@ -86,9 +87,16 @@ pub async fn post_form(
         Ok(()) if stored.is_empty() => {
             Err(ApiError::BadRequest("the form holds no file part".into()))
         }
-        Ok(()) => Ok((StatusCode::CREATED, Json(FormResponse { objects: stored }))),
+        Ok(()) => {
+            let mut objects = Vec::with_capacity(stored.len());
+            for (response, completion) in stored {
+                crate::completion::complete(&state.metrics, &completion);
+                objects.push(response);
+            }
+            Ok((StatusCode::CREATED, Json(FormResponse { objects })))
+        }
         Err(error) => {
-            for object in &stored {
+            for (object, _) in &stored {
                 if let Err(e) = state.store.delete_object(&object.key).await {
                     tracing::warn!(key = %object.key, error = %e, "could not delete an object of a failed form upload");
                 }

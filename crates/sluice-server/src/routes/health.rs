@@ -13,7 +13,13 @@ pub async fn healthz() -> &'static str {
 
 /// Ready when the store answers a HEAD of a key that does not exist.
 pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
-    match state.store.head_object(".sluice-readyz-probe").await {
+    // Asked once, without retries: readiness is about now.
+    match state
+        .engine
+        .store()
+        .head_object(".sluice-readyz-probe")
+        .await
+    {
         Ok(_) => Ok("ready\n"),
         Err(e) if e.is_not_found() => Ok("ready\n"),
         Err(e) => Err(ApiError::Store(e)),
@@ -27,7 +33,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        state.metrics.render(&state.engine),
     )
 }
 

@@ -15,9 +15,11 @@ use sluice_store::{ByteRange, Metadata, ObjectMeta, WriteCondition};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
 use crate::body::limited_stream;
+use crate::completion::UploadKind;
 use crate::error::ApiError;
 use crate::keys::validate_client_key;
 use crate::AppState;
+use sluice_resumable::STATE_PREFIX;
 
 /// The answer to a completed upload.
 #[derive(Debug, Serialize, Deserialize)]
@@ -92,8 +94,10 @@ pub async fn put_object(
         state.config.limits.body_idle_timeout,
         state.metrics.clone(),
     );
-    let response =
-        crate::upload::run(&state, request, UploadSource::Stream { stream, length }).await?;
+    let source = UploadSource::Stream { stream, length };
+    let (response, completion) =
+        crate::upload::run(&state, UploadKind::Put, request, source).await?;
+    crate::completion::complete(&state.metrics, &completion);
     Ok((StatusCode::CREATED, Json(response)))
 }
 
@@ -295,25 +299,70 @@ pub async fn list_objects(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest("limit must be within 1..=1000".into()));
     }
-    let page = state
-        .store
-        .list_objects(&query.prefix, query.cursor.as_deref(), limit)
-        .await?;
+    let mut after = query.cursor.as_deref().map(cursor::decode).transpose()?;
+    let mut objects = Vec::new();
+    // Pages are read until `limit` objects of the API are found or the listing
+    // ends; the gateway's own state is skipped in one jump and never shapes a
+    // page or a cursor.
+    let next = loop {
+        let page = state
+            .store
+            .list_objects(&query.prefix, after.as_deref(), limit - objects.len())
+            .await?;
+        let truncated = page.next_cursor.is_some();
+        let mut jumped = false;
+        for object in page.objects {
+            if object.key.starts_with(STATE_PREFIX) {
+                after = Some(cursor::past_state());
+                jumped = true;
+                break;
+            }
+            after = Some(object.key.clone());
+            objects.push(ListEntry {
+                key: object.key,
+                size: object.size,
+                etag: object.etag,
+                last_modified: httpdate::fmt_http_date(object.last_modified),
+            });
+        }
+        if objects.len() >= limit {
+            break (truncated || jumped).then_some(after);
+        }
+        if !truncated && !jumped {
+            break None;
+        }
+    };
     Ok(Json(ListResponse {
-        objects: page
-            .objects
-            .into_iter()
-            // The gateway's own state is not an object of the API.
-            .filter(|o| !o.key.starts_with(crate::tus::record::STATE_PREFIX))
-            .map(|o| ListEntry {
-                key: o.key,
-                size: o.size,
-                etag: o.etag,
-                last_modified: httpdate::fmt_http_date(o.last_modified),
-            })
-            .collect(),
-        next_cursor: page.next_cursor,
+        objects,
+        next_cursor: next.flatten().as_deref().map(cursor::encode),
     }))
+}
+
+/// Listing cursors: opaque to clients (URL-safe base64 of the key the next page
+/// starts after); any cursor a client makes up only moves where listing starts.
+mod cursor {
+    use base64::Engine as _;
+
+    use crate::error::ApiError;
+
+    const CODEC: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    pub fn encode(after: &str) -> String {
+        CODEC.encode(after)
+    }
+
+    pub fn decode(cursor: &str) -> Result<String, ApiError> {
+        CODEC
+            .decode(cursor)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .ok_or_else(|| ApiError::BadRequest("the cursor is not one this server gave".into()))
+    }
+
+    /// A key after every key of the gateway's own state.
+    pub fn past_state() -> String {
+        format!("{}\u{10FFFF}", super::STATE_PREFIX)
+    }
 }
 
 /// Seconds since `started`, for responses.

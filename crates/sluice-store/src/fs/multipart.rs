@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::sidecar::{self, Sidecar};
-use super::{key_to_relative, map_dir_conflict, Inner};
+use super::{key_to_relative, Inner};
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::error::StoreError;
 use crate::limits::{MAX_PARTS, MIN_PART_SIZE};
@@ -258,23 +258,15 @@ impl Inner {
             ..Sidecar::default()
         };
         object_sidecar.set_checksum(object_checksum);
-        let etag = {
-            let _guard = self
-                .stripe(&request.key)
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            sidecar::commit(
-                &self.tmp,
-                &staging,
-                &data_path,
-                &sidecar_path,
-                object_sidecar,
-            )
-            .map_err(|e| {
-                let _ = fs::remove_file(&staging);
-                map_dir_conflict(e, &request.key)
-            })?
-        };
+        // The condition is checked under the key's lock, as the object becomes visible.
+        let etag = self.commit(
+            &request.key,
+            &staging,
+            &data_path,
+            &sidecar_path,
+            object_sidecar,
+            request.condition.as_ref(),
+        )?;
         let _ = fs::remove_dir_all(&dir);
         Ok(PutOutput {
             etag,

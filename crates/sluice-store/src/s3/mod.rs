@@ -422,13 +422,13 @@ impl ObjectStore for S3Store {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(self.full_key(prefix))
-            .set_continuation_token(cursor.map(str::to_string))
+            .set_start_after(cursor.map(|after| self.full_key(after)))
             .max_keys(limit.clamp(1, 1000) as i32)
             .send()
             .watched(self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(prefix))))?;
-        let objects = output
+        let objects: Vec<ObjectSummary> = output
             .contents()
             .iter()
             .filter_map(|o| {
@@ -441,9 +441,15 @@ impl ObjectStore for S3Store {
                 })
             })
             .collect();
+        // The cursor is the last key (StartAfter), the same on every backend.
+        let next_cursor = if output.is_truncated() == Some(true) {
+            objects.last().map(|o| o.key.clone())
+        } else {
+            None
+        };
         Ok(ListPage {
             objects,
-            next_cursor: output.next_continuation_token().map(str::to_string),
+            next_cursor,
         })
     }
 
@@ -604,6 +610,11 @@ impl ObjectStore for S3Store {
             }
             .checksum_type(ChecksumType::FullObject);
         }
+        call = match &request.condition {
+            None => call,
+            Some(WriteCondition::IfNoneMatch) => call.if_none_match("*"),
+            Some(WriteCondition::IfMatch(etag)) => call.if_match(etag),
+        };
         let output = call.send().watched(self.stall).await.map_err(|e| {
             e.into_store_error(|e| {
                 errors::map(e, self.upload_context(&request.key, &request.upload_id))

@@ -2,20 +2,21 @@
 //! loses its multipart upload and state; a finished one keeps its object and loses
 //! its state (HEAD then answers 404). State objects without a record (a deletion
 //! cut short) are removed too. Uploads whose lock is held are left for next time.
-//! The sweep also reports the multipart uploads of the uploads that stay, so the
-//! janitor spares them.
+//! An upload whose bytes are all in but whose object is missing (a record from
+//! before phases existed) is finished, never kept forever. The sweep also reports
+//! the multipart uploads of the uploads that stay, so the janitor spares them.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
 use sluice_store::StoreError;
 
-use super::lock::{LockError, UploadLock};
-use super::record::{valid_id, RecordError, STATE_PREFIX};
-use super::Tus;
+use crate::lock::{LockError, UploadLock};
+use crate::record::{valid_id, Phase, STATE_PREFIX};
+use crate::{Resumable, ResumableError, Written};
 
 /// What one sweep did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct SweepReport {
     /// Uploads looked at.
     pub seen: usize,
@@ -25,13 +26,20 @@ pub struct SweepReport {
     pub retired: usize,
     /// State left without a record, removed.
     pub orphans: usize,
+    /// Uploads whose bytes were all in, finished now (each is a completion).
+    pub finished: Vec<Written>,
     /// Multipart upload ids of the uploads that remain (unexpired, or locked).
     pub live_multipart_ids: BTreeSet<String>,
 }
 
 /// One pass over every upload's state; with `dry_run`, counts what it would
 /// remove and removes nothing.
-pub async fn sweep(tus: &Tus, now: SystemTime, dry_run: bool) -> Result<SweepReport, StoreError> {
+pub async fn sweep(
+    resumable: &Resumable,
+    now: SystemTime,
+    dry_run: bool,
+) -> Result<SweepReport, StoreError> {
+    let tus = resumable;
     let mut ids = BTreeSet::new();
     let mut with_record = BTreeSet::new();
     let mut cursor: Option<String> = None;
@@ -68,15 +76,29 @@ pub async fn sweep(tus: &Tus, now: SystemTime, dry_run: bool) -> Result<SweepRep
             report.orphans += 1;
             continue;
         }
-        let loaded = match tus.records.load(&id).await {
+        let mut loaded = match tus.records.load(&id).await {
             Ok(loaded) => loaded,
-            Err(RecordError::NotFound) => continue,
-            Err(RecordError::Store(e)) => return Err(e),
+            Err(e) if e.is_not_found() => continue,
+            Err(ResumableError::Store(e)) => return Err(e),
             Err(error) => {
                 tracing::warn!(upload_id = %id, %error, "unreadable upload record left in place");
                 continue;
             }
         };
+        let stuck = matches!(loaded.record.phase, Phase::Receiving(_) | Phase::Created)
+            && loaded.record.upload.is_complete();
+        if stuck && !dry_run {
+            match tus.finish_stuck(&id).await {
+                Ok(written) => {
+                    tracing::info!(upload_id = %id, key = %written.record.key, "finished an upload whose bytes were all in");
+                    loaded.record = written.record.clone();
+                    report.finished.push(written);
+                }
+                Err(error) => {
+                    tracing::warn!(upload_id = %id, error = %sluice_store::error_chain(&error), "could not finish an upload whose bytes are all in; it expires as usual");
+                }
+            }
+        }
         let upload = &loaded.record.upload;
         let finished = loaded.record.is_finished();
         let due = if finished {
@@ -85,8 +107,8 @@ pub async fn sweep(tus: &Tus, now: SystemTime, dry_run: bool) -> Result<SweepRep
             upload.is_expired(now)
         };
         let live = |report: &mut SweepReport| {
-            if let Some(upload_id) = &loaded.record.multipart_id {
-                report.live_multipart_ids.insert(upload_id.clone());
+            if let Some(upload_id) = loaded.record.multipart_id() {
+                report.live_multipart_ids.insert(upload_id.to_owned());
             }
         };
         if !due {
@@ -101,15 +123,15 @@ pub async fn sweep(tus: &Tus, now: SystemTime, dry_run: bool) -> Result<SweepRep
             }
             continue;
         }
-        let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.lock_timeout).await {
+        let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.config.lock_lease).await {
             Ok(lock) => lock,
-            Err(LockError::Held) => {
+            Err(LockError::Held { .. }) => {
                 live(&mut report);
                 continue;
             }
             Err(LockError::Store(e)) => return Err(e),
         };
-        if let (Some(upload_id), false) = (&loaded.record.multipart_id, finished) {
+        if let (Some(upload_id), false) = (loaded.record.multipart_id(), finished) {
             if let Err(error) = tus
                 .engine
                 .abort_multipart(&loaded.record.key, upload_id)

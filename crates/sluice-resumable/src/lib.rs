@@ -1,0 +1,183 @@
+//! sluice-resumable owns the state of resumable uploads, on `ObjectStore` and the
+//! transfer engine, and nothing of HTTP: each upload's record in the store
+//! ([`record`]), one writer at a time through a leased lock made of conditional
+//! writes ([`lock`]), creation and chunk writes that move the bytes through the
+//! engine ([`write`]), concatenation ([`concat`]), and the expiry sweep and
+//! janitor pass ([`sweep`], [`janitor`]). Nothing is kept on local disk or in
+//! memory between requests, so any gateway instance serves any request.
+//!
+//! The protocol's rules (what a PATCH may carry, headers) come from `sluice-tus`;
+//! the gateway parses requests with it, calls [`Resumable`], and turns a
+//! [`Written::finished`] upload into its completion record.
+
+pub mod concat;
+mod error;
+pub mod janitor;
+pub mod lock;
+pub mod record;
+pub mod sweep;
+pub mod write;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_store::{limits, ObjectStore};
+use sluice_upload::Engine;
+
+pub use error::ResumableError;
+pub use lock::{LockError, UploadLock};
+pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
+pub use write::{Chunk, NewUpload, Written};
+
+/// How resumable uploads behave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumableConfig {
+    /// An unfinished upload idle this long expires.
+    pub expiry: Duration,
+    /// A writer's lock lapses this long after its last renewal (renewed every third of it).
+    pub lock_lease: Duration,
+    /// Largest upload accepted.
+    pub max_size: u64,
+    /// Where parts are cut (at least S3's 5 MiB minimum).
+    pub part_size: u64,
+    /// Uploads sent whole with their creation at or under this size are one PUT.
+    pub threshold: u64,
+    /// Most partial uploads one concatenation may join.
+    pub max_partials: usize,
+}
+
+impl Default for ResumableConfig {
+    fn default() -> Self {
+        ResumableConfig {
+            expiry: Duration::from_secs(24 * 3600),
+            lock_lease: Duration::from_secs(6),
+            max_size: limits::MAX_OBJECT_SIZE,
+            part_size: 16 << 20,
+            threshold: 16 << 20,
+            max_partials: 1000,
+        }
+    }
+}
+
+/// Resumable uploads on one engine (and its store). Cheap to clone.
+#[derive(Clone)]
+pub struct Resumable {
+    engine: Engine,
+    store: Arc<dyn ObjectStore>,
+    records: record::RecordStore,
+    config: Arc<ResumableConfig>,
+}
+
+impl std::fmt::Debug for Resumable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resumable")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Resumable {
+    /// State is read and written through the engine's store, with its retries.
+    pub fn new(engine: Engine, config: ResumableConfig) -> Resumable {
+        let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
+        Resumable {
+            records: record::RecordStore::new(store.clone()),
+            store,
+            engine,
+            config: Arc::new(config),
+        }
+    }
+
+    pub fn config(&self) -> &ResumableConfig {
+        &self.config
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Parts big enough for a known length to fit in 10,000 (a deferred length
+    /// gets the configured size: 10,000 of them is the limit then).
+    pub fn part_size(&self, length: Option<u64>) -> u64 {
+        let needed = length.map_or(0, |l| l.div_ceil(limits::MAX_PARTS as u64));
+        self.config.part_size.max(needed).max(limits::MIN_PART_SIZE)
+    }
+
+    /// The record of upload `id`, as HEAD reports it: 404 for ids that are not
+    /// uploads, 410 once an unfinished upload expired. Never changes anything.
+    pub async fn status(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+        let loaded = self.records.load(id).await?;
+        if loaded
+            .record
+            .upload
+            .is_expired(std::time::SystemTime::now())
+        {
+            return Err(sluice_tus::TusError::Gone.into());
+        }
+        Ok(loaded.record)
+    }
+
+    /// Runs `work` holding upload `id`'s lock, renewing its lease meanwhile. The id
+    /// is checked before any lock object is written; when another request holds
+    /// the lock or it is lost midway, [`ResumableError::Locked`]. Dropping the
+    /// returned future releases the lock at once.
+    pub(crate) async fn locked<T>(
+        &self,
+        id: &str,
+        work: impl Future<Output = Result<T, ResumableError>>,
+    ) -> Result<T, ResumableError> {
+        if !valid_id(id) {
+            return Err(ResumableError::not_found());
+        }
+        let mut lock = UploadLock::acquire(self.store.clone(), id, self.config.lock_lease)
+            .await
+            .map_err(lock_error)?;
+        let result = tokio::select! {
+            result = work => result,
+            lost = lock.keep_alive() => {
+                tracing::warn!(upload_id = id, error = %lost, "upload lock lost mid-request; the request was stopped");
+                return Err(lock_error(lost));
+            }
+        };
+        lock.release().await;
+        result
+    }
+
+    /// Removes upload `id`: its multipart upload, its object when finished (tus's
+    /// termination frees the uploaded data), and every state object.
+    pub async fn terminate(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+        self.locked(id, async {
+            let loaded = self.records.load(id).await?;
+            self.remove(&loaded.record).await?;
+            tracing::info!(upload_id = %id, key = %loaded.record.key, "upload terminated");
+            Ok(loaded.record)
+        })
+        .await
+    }
+
+    async fn remove(&self, record: &UploadRecord) -> Result<(), ResumableError> {
+        match &record.phase {
+            Phase::Receiving(receiving) => {
+                if let Some(upload_id) = &receiving.multipart_id {
+                    self.engine
+                        .abort_multipart(&record.key, upload_id)
+                        .await
+                        .map_err(ResumableError::Transfer)?;
+                }
+            }
+            Phase::Finished(_) => self.store.delete_object(&record.key).await?,
+            Phase::Created => {}
+        }
+        self.records.delete_all(record.id()).await?;
+        Ok(())
+    }
+}
+
+fn lock_error(error: LockError) -> ResumableError {
+    match error {
+        LockError::Held { retry_after } => ResumableError::Locked { retry_after },
+        LockError::Store(e) => ResumableError::Store(e),
+    }
+}

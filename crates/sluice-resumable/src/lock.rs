@@ -1,0 +1,283 @@
+//! One writer per upload at a time, across gateway instances, built on the store's
+//! conditional writes alone. The lock is an object (`_sluice/tus/{id}/lock`)
+//! naming its holder and when its lease ends. It is taken with If-None-Match when
+//! absent, or with If-Match on the ETag read when its lease has ended; renewed
+//! with If-Match on the holder's own ETag while its request runs; and released by
+//! writing an ended lease, again with If-Match on the holder's ETag, so a release
+//! can never undo the next holder's lock. A holder dropped midway (client gone,
+//! shutdown) releases at once from `Drop`; a crashed gateway's lock lapses when
+//! its lease ends.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sluice_store::{Body, ObjectStore, PutRequest, StoreError, WriteCondition};
+
+use crate::record::STATE_PREFIX;
+
+fn lock_key(id: &str) -> String {
+    format!("{STATE_PREFIX}{id}/lock")
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct LockBody {
+    holder: String,
+    /// When the lease ends, in milliseconds since the Unix epoch (0: released).
+    until_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Why the lock was not had.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another request holds it; its lease ends in about `retry_after`.
+    #[error("another request holds the upload")]
+    Held { retry_after: Duration },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A held lock. Release it with [`UploadLock::release`]; dropped unreleased, it is
+/// released in the background.
+#[derive(Debug)]
+pub struct UploadLock {
+    store: Arc<dyn ObjectStore>,
+    key: String,
+    holder: String,
+    etag: String,
+    lease: Duration,
+    released: bool,
+}
+
+impl UploadLock {
+    /// Takes the lock of upload `id` (a valid id: the caller checks), or fails at
+    /// once with [`LockError::Held`].
+    pub async fn acquire(
+        store: Arc<dyn ObjectStore>,
+        id: &str,
+        lease: Duration,
+    ) -> Result<UploadLock, LockError> {
+        let key = lock_key(id);
+        let holder = uuid::Uuid::new_v4().simple().to_string();
+        // Two rounds: another request may create the lock between our read and our write.
+        for _ in 0..2 {
+            let condition = match read(&store, &key).await {
+                Err(e) if e.is_not_found() => WriteCondition::IfNoneMatch,
+                Err(e) => return Err(e.into()),
+                Ok((body, etag)) => {
+                    let until = body.as_ref().map_or(0, |b| b.until_ms);
+                    let now = now_ms();
+                    if until > now {
+                        return Err(LockError::Held {
+                            retry_after: Duration::from_millis(until - now),
+                        });
+                    }
+                    WriteCondition::IfMatch(etag)
+                }
+            };
+            let took_over = matches!(condition, WriteCondition::IfMatch(_));
+            match put(&store, &key, &holder, lease, condition).await {
+                Ok(etag) => {
+                    tracing::debug!(upload_id = id, took_over, "upload lock taken");
+                    return Ok(UploadLock {
+                        store,
+                        key,
+                        holder,
+                        etag,
+                        lease,
+                        released: false,
+                    });
+                }
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(LockError::Held {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// Keeps the lease renewed; returns only when a renewal fails (the lock was
+    /// taken over or the store is unreachable), so run it beside the work it protects.
+    pub async fn keep_alive(&mut self) -> LockError {
+        loop {
+            tokio::time::sleep(self.lease / 3).await;
+            match put(
+                &self.store,
+                &self.key,
+                &self.holder,
+                self.lease,
+                WriteCondition::IfMatch(self.etag.clone()),
+            )
+            .await
+            {
+                Ok(etag) => self.etag = etag,
+                Err(StoreError::PreconditionFailed) => {
+                    return LockError::Held {
+                        retry_after: self.lease,
+                    }
+                }
+                Err(e) => return LockError::Store(e),
+            }
+        }
+    }
+
+    /// Gives the lock up (its lease ends now).
+    pub async fn release(mut self) {
+        self.released = true;
+        release(
+            self.store.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.etag),
+        )
+        .await;
+    }
+}
+
+impl Drop for UploadLock {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let release = release(
+            self.store.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.etag),
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(release);
+            }
+            Err(_) => tracing::warn!("an upload lock dropped outside a runtime lapses by itself"),
+        }
+    }
+}
+
+/// Ends the lease of the lock at `key` if it is still the one written with `etag`.
+async fn release(store: Arc<dyn ObjectStore>, key: String, etag: String) {
+    let ended = LockBody {
+        holder: String::new(),
+        until_ms: 0,
+    };
+    let json = serde_json::to_vec(&ended).expect("a lock body serialises");
+    let mut request = PutRequest::new(key.clone(), Body::Bytes(json.into()));
+    request.condition = Some(WriteCondition::IfMatch(etag));
+    match store.put_object(request).await {
+        Ok(_) => {}
+        // Lapsed and taken over meanwhile: it is not ours to release.
+        Err(StoreError::PreconditionFailed) => {}
+        Err(error) => {
+            tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself")
+        }
+    }
+}
+
+async fn put(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+    holder: &str,
+    lease: Duration,
+    condition: WriteCondition,
+) -> Result<String, StoreError> {
+    let body = LockBody {
+        holder: holder.to_owned(),
+        until_ms: now_ms() + lease.as_millis() as u64,
+    };
+    let json = serde_json::to_vec(&body).expect("a lock body serialises");
+    let mut request = PutRequest::new(key, Body::Bytes(json.into()));
+    request.condition = Some(condition);
+    store.put_object(request).await.map(|output| output.etag)
+}
+
+/// The lock's body (None when unreadable: treated as ended) and ETag.
+async fn read(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+) -> Result<(Option<LockBody>, String), StoreError> {
+    let (bytes, etag) = crate::record::read_object(store.as_ref(), key).await?;
+    Ok((serde_json::from_slice(&bytes).ok(), etag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_testkit::MemoryStore;
+
+    fn store() -> Arc<dyn ObjectStore> {
+        Arc::new(MemoryStore::new())
+    }
+
+    const ID: &str = "0123456789abcdef0123456789abcdef";
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn held(result: Result<UploadLock, LockError>) -> Duration {
+        match result {
+            Err(LockError::Held { retry_after }) => retry_after,
+            other => panic!("expected Held, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_holder_at_a_time_and_release_frees_it() {
+        let store = store();
+        let first = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        let wait = held(UploadLock::acquire(store.clone(), ID, LONG).await);
+        assert!(wait > Duration::from_secs(25) && wait <= LONG, "{wait:?}");
+        first.release().await;
+        UploadLock::acquire(store, ID, LONG).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_dropped_holder_releases_at_once() {
+        let store = store();
+        let holder = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        drop(holder); // a request future dropped midway
+        let mut taken = None;
+        for _ in 0..100 {
+            match UploadLock::acquire(store.clone(), ID, LONG).await {
+                Ok(lock) => {
+                    taken = Some(lock);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        assert!(
+            taken.is_some(),
+            "the dropped holder's lock was not released"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_late_release_never_frees_the_next_holders_lock() {
+        let store = store();
+        let mut stale = UploadLock::acquire(store.clone(), ID, Duration::from_millis(200))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let _next = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        // The old holder learns it lost the lock, and its release changes nothing.
+        assert!(matches!(stale.keep_alive().await, LockError::Held { .. }));
+        stale.release().await;
+        held(UploadLock::acquire(store.clone(), ID, LONG).await);
+    }
+
+    #[tokio::test]
+    async fn a_renewed_lock_is_not_taken_over() {
+        let store = store();
+        let mut holder = UploadLock::acquire(store.clone(), ID, Duration::from_millis(300))
+            .await
+            .unwrap();
+        let renewing = tokio::spawn(async move { holder.keep_alive().await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        held(UploadLock::acquire(store.clone(), ID, Duration::from_secs(1)).await);
+        renewing.abort();
+    }
+}

@@ -1,0 +1,527 @@
+//! What is kept about a resumable upload, all of it in the store under
+//! `_sluice/tus/{id}/`: the record (`state`, JSON, written with If-Match so that
+//! no two writers interleave), the lock (`lock`, see [`crate::lock`]) and the
+//! carried bytes that were too few for a part (`seg-N`, written once each). Any
+//! gateway instance can therefore serve any request of any upload.
+//!
+//! An upload is in exactly one [`Phase`]: created (no bytes yet), receiving (a
+//! multipart upload with parts and carried bytes, always short of the whole
+//! length) or finished (the object is complete). The step that brings the last
+//! bytes completes the object before it records anything, so a record never
+//! says "all bytes in" without the object existing.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use sluice_store::{
+    Body, Checksum, ChecksumAlgorithm, ObjectStore, PutRequest, StoreError, UploadedPart,
+    WriteCondition,
+};
+use sluice_tus::Upload;
+
+use crate::error::ResumableError;
+
+/// Where resumable-upload state lives; client keys may not start with it.
+pub const STATE_PREFIX: &str = "_sluice/tus/";
+
+pub fn upload_prefix(id: &str) -> String {
+    format!("{STATE_PREFIX}{id}/")
+}
+
+fn state_key(id: &str) -> String {
+    format!("{STATE_PREFIX}{id}/state")
+}
+
+fn segment_key(id: &str, number: u32) -> String {
+    format!("{STATE_PREFIX}{id}/seg-{number}")
+}
+
+/// A part stored in the multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredPart {
+    pub number: u32,
+    pub etag: String,
+    pub size: u64,
+    /// `crc32c:BASE64` or `crc64nvme:BASE64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+}
+
+impl StoredPart {
+    pub fn from_uploaded(part: &UploadedPart) -> StoredPart {
+        StoredPart {
+            number: part.part_number,
+            etag: part.etag.clone(),
+            size: part.size,
+            checksum: part.checksum.map(|c| checksum_text(&c)),
+        }
+    }
+
+    pub fn to_uploaded(&self) -> UploadedPart {
+        UploadedPart {
+            part_number: self.number,
+            etag: self.etag.clone(),
+            size: self.size,
+            checksum: self.checksum.as_deref().and_then(parse_checksum),
+        }
+    }
+}
+
+/// `algorithm:BASE64`, as records keep checksums.
+pub fn checksum_text(checksum: &Checksum) -> String {
+    format!("{}:{}", checksum.algorithm.name(), checksum.to_base64())
+}
+
+fn parse_checksum(text: &str) -> Option<Checksum> {
+    let (name, value) = text.split_once(':')?;
+    let algorithm: ChecksumAlgorithm = name.parse().ok()?;
+    Checksum::from_base64(algorithm, value)
+}
+
+/// Carried bytes, stored as one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub number: u32,
+    pub len: u64,
+}
+
+/// An upload receiving bytes: its multipart upload (started when the first part
+/// is cut), the parts stored in it, and the bytes after the last part (fewer than
+/// a part) in segment objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Receiving {
+    pub multipart_id: Option<String>,
+    pub parts: Vec<StoredPart>,
+    pub segments: Vec<Segment>,
+    /// The number the next segment object gets.
+    pub next_segment: u32,
+}
+
+impl Receiving {
+    /// Bytes held in segments.
+    pub fn carried(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+}
+
+/// An upload whose object is complete in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub etag: String,
+    pub checksum: Option<Checksum>,
+}
+
+/// Where an upload is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Created; no byte stored yet, no multipart upload.
+    Created,
+    Receiving(Receiving),
+    Finished(Finished),
+}
+
+/// The stored record of one upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "StoredRecord", into = "StoredRecord")]
+pub struct UploadRecord {
+    /// The protocol's view: id, length, offset, metadata, concatenation, expiry.
+    pub upload: Upload,
+    /// The object the upload becomes.
+    pub key: String,
+    pub content_type: Option<String>,
+    /// Who created the upload (the tenant), when the gateway knows.
+    pub owner: Option<String>,
+    pub phase: Phase,
+}
+
+impl UploadRecord {
+    pub fn id(&self) -> &str {
+        &self.upload.id
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished(_))
+    }
+
+    pub fn multipart_id(&self) -> Option<&str> {
+        match &self.phase {
+            Phase::Receiving(r) => r.multipart_id.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// The record as JSON: flat, with the phase named. Records written before phases
+/// existed (no `phase`) are read by what they hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredRecord {
+    upload: Upload,
+    key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    phase: Option<PhaseName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    multipart_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<StoredPart>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    segments: Vec<Segment>,
+    #[serde(default)]
+    next_segment: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    finished_etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PhaseName {
+    Created,
+    Receiving,
+    Finished,
+}
+
+impl TryFrom<StoredRecord> for UploadRecord {
+    type Error = String;
+
+    fn try_from(stored: StoredRecord) -> Result<Self, String> {
+        let legacy = match (&stored.finished_etag, &stored.multipart_id) {
+            (Some(_), _) => PhaseName::Finished,
+            (None, Some(_)) => PhaseName::Receiving,
+            (None, None) => PhaseName::Created,
+        };
+        let name = stored.phase.unwrap_or(legacy);
+        let phase = match name {
+            PhaseName::Created => Phase::Created,
+            PhaseName::Receiving => Phase::Receiving(Receiving {
+                multipart_id: stored.multipart_id,
+                parts: stored.parts,
+                segments: stored.segments,
+                next_segment: stored.next_segment,
+            }),
+            PhaseName::Finished => Phase::Finished(Finished {
+                etag: stored
+                    .finished_etag
+                    .ok_or("a finished upload without its object's ETag")?,
+                checksum: stored.checksum.as_deref().and_then(parse_checksum),
+            }),
+        };
+        Ok(UploadRecord {
+            upload: stored.upload,
+            key: stored.key,
+            content_type: stored.content_type,
+            owner: stored.owner,
+            phase,
+        })
+    }
+}
+
+impl From<UploadRecord> for StoredRecord {
+    fn from(record: UploadRecord) -> Self {
+        let mut stored = StoredRecord {
+            upload: record.upload,
+            key: record.key,
+            content_type: record.content_type,
+            owner: record.owner,
+            phase: None,
+            multipart_id: None,
+            parts: Vec::new(),
+            segments: Vec::new(),
+            next_segment: 0,
+            finished_etag: None,
+            checksum: None,
+        };
+        stored.phase = Some(match record.phase {
+            Phase::Created => PhaseName::Created,
+            Phase::Receiving(r) => {
+                stored.multipart_id = r.multipart_id;
+                stored.parts = r.parts;
+                stored.segments = r.segments;
+                stored.next_segment = r.next_segment;
+                PhaseName::Receiving
+            }
+            Phase::Finished(f) => {
+                stored.finished_etag = Some(f.etag);
+                stored.checksum = f.checksum.as_ref().map(checksum_text);
+                PhaseName::Finished
+            }
+        });
+        stored
+    }
+}
+
+/// A record with the ETag it was read with.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub record: UploadRecord,
+    pub etag: String,
+}
+
+/// Reads and writes records and segments.
+#[derive(Clone, Debug)]
+pub struct RecordStore {
+    store: Arc<dyn ObjectStore>,
+}
+
+impl RecordStore {
+    pub fn new(store: Arc<dyn ObjectStore>) -> RecordStore {
+        RecordStore { store }
+    }
+
+    pub async fn load(&self, id: &str) -> Result<Loaded, ResumableError> {
+        if !valid_id(id) {
+            return Err(ResumableError::not_found());
+        }
+        let (bytes, etag) = match read_object(self.store.as_ref(), &state_key(id)).await {
+            Ok(found) => found,
+            Err(e) if e.is_not_found() => return Err(ResumableError::not_found()),
+            Err(e) => return Err(e.into()),
+        };
+        let record = serde_json::from_slice(&bytes)
+            .map_err(|e| ResumableError::Corrupt(format!("record of {id}: {e}")))?;
+        Ok(Loaded { record, etag })
+    }
+
+    /// Writes a new record; Conflict when one exists.
+    pub async fn create(&self, record: &UploadRecord) -> Result<String, ResumableError> {
+        self.write(record, WriteCondition::IfNoneMatch).await
+    }
+
+    /// Replaces the record read with `etag`; Conflict when it changed since.
+    pub async fn replace(
+        &self,
+        record: &UploadRecord,
+        etag: &str,
+    ) -> Result<String, ResumableError> {
+        self.write(record, WriteCondition::IfMatch(etag.to_owned()))
+            .await
+    }
+
+    async fn write(
+        &self,
+        record: &UploadRecord,
+        condition: WriteCondition,
+    ) -> Result<String, ResumableError> {
+        let json = serde_json::to_vec(record).expect("a record serialises");
+        let mut request = PutRequest::new(state_key(record.id()), Body::Bytes(json.into()));
+        request.content_type = Some("application/json".into());
+        request.condition = Some(condition);
+        match self.store.put_object(request).await {
+            Ok(output) => Ok(output.etag),
+            Err(StoreError::PreconditionFailed) => Err(ResumableError::Conflict),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn write_segment(
+        &self,
+        id: &str,
+        number: u32,
+        bytes: Vec<Bytes>,
+    ) -> Result<(), StoreError> {
+        let body = match bytes.len() {
+            1 => Body::Bytes(bytes.into_iter().next().expect("one chunk")),
+            _ => Body::Chunks(bytes.into()),
+        };
+        self.store
+            .put_object(PutRequest::new(segment_key(id, number), body))
+            .await
+            .map(|_| ())
+    }
+
+    /// The carried bytes of an upload, in order.
+    pub async fn read_segments(
+        &self,
+        id: &str,
+        segments: &[Segment],
+    ) -> Result<Vec<Bytes>, ResumableError> {
+        let mut out = Vec::with_capacity(segments.len());
+        for segment in segments {
+            let (bytes, _) =
+                read_object(self.store.as_ref(), &segment_key(id, segment.number)).await?;
+            if bytes.len() as u64 != segment.len {
+                return Err(ResumableError::Corrupt(format!(
+                    "segment {} of {id} holds {} bytes, not {}",
+                    segment.number,
+                    bytes.len(),
+                    segment.len
+                )));
+            }
+            out.push(bytes);
+        }
+        Ok(out)
+    }
+
+    pub async fn delete_segments(&self, id: &str, segments: &[Segment]) {
+        for segment in segments {
+            if let Err(error) = self
+                .store
+                .delete_object(&segment_key(id, segment.number))
+                .await
+            {
+                tracing::warn!(upload_id = id, segment = segment.number, error = %sluice_store::error_chain(&error), "could not delete a segment; the sweeper will");
+            }
+        }
+    }
+
+    /// Deletes everything stored under the upload's prefix (record, lock, segments).
+    pub async fn delete_all(&self, id: &str) -> Result<(), StoreError> {
+        let prefix = upload_prefix(id);
+        loop {
+            let page = self.store.list_objects(&prefix, None, 1000).await?;
+            if page.objects.is_empty() {
+                return Ok(());
+            }
+            // The record goes last, so that a half-finished deletion is found again.
+            let (record, rest): (Vec<_>, Vec<_>) = page
+                .objects
+                .into_iter()
+                .partition(|o| o.key.ends_with("/state"));
+            for object in rest.into_iter().chain(record) {
+                self.store.delete_object(&object.key).await?;
+            }
+        }
+    }
+}
+
+/// A small object's bytes and ETag (records, segments, locks).
+pub(crate) async fn read_object(
+    store: &dyn ObjectStore,
+    key: &str,
+) -> Result<(Bytes, String), StoreError> {
+    let output = store.get_object(key, None).await?;
+    let etag = output.meta.etag.clone();
+    let mut buf = BytesMut::with_capacity(output.meta.size.min(1 << 20) as usize);
+    let mut body = output.body;
+    while let Some(chunk) = body.try_next().await? {
+        buf.extend_from_slice(&chunk);
+    }
+    Ok((buf.freeze(), etag))
+}
+
+/// Upload ids are 32 lowercase hex digits (a UUID without dashes).
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A new upload id.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use sluice_tus::{Concat, Metadata};
+
+    use super::*;
+
+    #[test]
+    fn ids_table() {
+        let cases = [
+            (new_id().as_str().to_owned(), true),
+            ("0123456789abcdef0123456789abcdef".into(), true),
+            ("0123456789ABCDEF0123456789abcdef".into(), false),
+            ("../../etc/passwd".into(), false),
+            ("".into(), false),
+            ("0123456789abcdef0123456789abcde".into(), false),
+        ];
+        for (id, ok) in cases {
+            assert_eq!(valid_id(&id), ok, "{id}");
+        }
+    }
+
+    #[test]
+    fn parts_keep_their_checksums() {
+        let part = UploadedPart {
+            part_number: 3,
+            etag: "\"e\"".into(),
+            size: 5 << 20,
+            checksum: Some(ChecksumAlgorithm::Crc32c.checksum(b"abc")),
+        };
+        let stored = StoredPart::from_uploaded(&part);
+        assert!(stored.checksum.as_deref().unwrap().starts_with("crc32c:"));
+        assert_eq!(stored.to_uploaded(), part);
+    }
+
+    fn upload() -> Upload {
+        Upload::new(
+            new_id(),
+            Some(10),
+            Metadata::default(),
+            Concat::None,
+            UNIX_EPOCH,
+            Duration::from_secs(60),
+        )
+    }
+
+    #[test]
+    fn every_phase_round_trips_through_json() {
+        let phases = [
+            Phase::Created,
+            Phase::Receiving(Receiving {
+                multipart_id: Some("mp".into()),
+                parts: vec![StoredPart {
+                    number: 1,
+                    etag: "e".into(),
+                    size: 5,
+                    checksum: None,
+                }],
+                segments: vec![Segment { number: 2, len: 3 }],
+                next_segment: 3,
+            }),
+            Phase::Finished(Finished {
+                etag: "e".into(),
+                checksum: Some(ChecksumAlgorithm::Crc32c.checksum(b"abc")),
+            }),
+        ];
+        for phase in phases {
+            let record = UploadRecord {
+                upload: upload(),
+                key: "k".into(),
+                content_type: None,
+                owner: Some("tenant".into()),
+                phase,
+            };
+            let json = serde_json::to_string(&record).unwrap();
+            assert_eq!(serde_json::from_str::<UploadRecord>(&json).unwrap(), record);
+        }
+    }
+
+    #[test]
+    fn records_from_before_phases_are_read_by_what_they_hold() {
+        let upload = serde_json::to_value(upload()).unwrap();
+        let cases = [
+            (serde_json::json!({"upload": upload, "key": "k"}), "created"),
+            (
+                serde_json::json!({"upload": upload, "key": "k", "multipart_id": "m", "parts": [], "segments": [], "next_segment": 0}),
+                "receiving",
+            ),
+            (
+                serde_json::json!({"upload": upload, "key": "k", "multipart_id": "m", "finished_etag": "e"}),
+                "finished",
+            ),
+        ];
+        for (json, expected) in cases {
+            let record: UploadRecord = serde_json::from_value(json).unwrap();
+            let got = match record.phase {
+                Phase::Created => "created",
+                Phase::Receiving(_) => "receiving",
+                Phase::Finished(_) => "finished",
+            };
+            assert_eq!(got, expected);
+        }
+        let contradictory = serde_json::json!({"upload": upload, "key": "k", "phase": "finished"});
+        assert!(serde_json::from_value::<UploadRecord>(contradictory).is_err());
+    }
+}

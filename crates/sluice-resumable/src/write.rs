@@ -1,0 +1,725 @@
+//! Moving the bytes of a resumable upload: creating an upload (a small one sent
+//! whole, or an empty one, becomes its object at once), appending one request's
+//! body at the upload's offset, and finishing the object in the request that
+//! brings its last byte.
+//!
+//! A body is read up to what completes the next part. If it ends before that,
+//! its bytes are carried in a new segment object and nothing else is read: a
+//! client sending tiny PATCHes costs a bounded number of store requests each
+//! (segments are merged into one once there are [`MAX_SEGMENTS`]). When a part
+//! can be cut, the carried segments are read (within the memory budget) and the
+//! engine stores parts from "carried + body"; the multipart upload is started
+//! then, and recorded before its first part, so that expiry can always abort it.
+//!
+//! Progress is committed even when the body breaks off midway (that is what makes
+//! the upload resumable); a chunk with an Upload-Checksum is all or nothing.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use sluice_store::UploadedPart;
+use sluice_tus::checksum::ChunkHasher;
+use sluice_tus::headers::PatchRequest;
+use sluice_tus::upload::PatchPlan;
+use sluice_tus::{Concat, Metadata, TusError, Upload, UploadChecksum};
+use sluice_upload::{AppendRequest, TransferError, UploadOutcome, UploadRequest, UploadSource};
+
+use crate::error::ResumableError;
+use crate::record::{upload_prefix, Finished, Loaded, Phase, Receiving, Segment, StoredPart};
+use crate::{Resumable, UploadRecord};
+
+/// Segment objects an upload may have before they are merged into one.
+pub const MAX_SEGMENTS: usize = 16;
+
+/// A new upload, as the gateway names it.
+#[derive(Debug, Clone)]
+pub struct NewUpload {
+    pub id: String,
+    /// The object it becomes (ignored for a partial upload, whose bytes stay hidden).
+    pub key: String,
+    /// None while deferred.
+    pub length: Option<u64>,
+    pub metadata: Metadata,
+    /// A partial upload of a later concatenation.
+    pub partial: bool,
+    pub content_type: Option<String>,
+    pub owner: Option<String>,
+}
+
+/// One request's body.
+pub struct Chunk {
+    pub body: BoxStream<'static, io::Result<Bytes>>,
+    /// Content-Length, when the request sent one.
+    pub declared: Option<u64>,
+    pub checksum: Option<UploadChecksum>,
+}
+
+impl Chunk {
+    pub fn empty() -> Chunk {
+        Chunk {
+            body: stream::empty().boxed(),
+            declared: Some(0),
+            checksum: None,
+        }
+    }
+}
+
+/// The upload after a request.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub record: UploadRecord,
+    /// Set when this request completed the object.
+    pub finished: Option<UploadOutcome>,
+}
+
+impl Written {
+    fn unchanged(record: UploadRecord) -> Written {
+        Written {
+            record,
+            finished: None,
+        }
+    }
+}
+
+impl Resumable {
+    /// Creates an upload, with the first bytes when `chunk` carries some. An
+    /// upload of length 0, or one sent whole at or under the threshold, becomes its
+    /// object with one PutObject. A body longer than the upload creates nothing.
+    /// When the body fails midway the upload still exists at the offset reached.
+    pub async fn create(
+        &self,
+        new: NewUpload,
+        chunk: Option<Chunk>,
+    ) -> Result<Written, ResumableError> {
+        let length = new.length;
+        let key = if new.partial {
+            // A partial upload's bytes stay hidden until a final upload uses them.
+            format!("{}partial", upload_prefix(&new.id))
+        } else {
+            new.key
+        };
+        let concat = if new.partial {
+            Concat::Partial
+        } else {
+            Concat::None
+        };
+        let upload = Upload::new(
+            new.id.clone(),
+            length,
+            new.metadata,
+            concat,
+            SystemTime::now(),
+            self.config.expiry,
+        );
+        let mut record = UploadRecord {
+            upload,
+            key,
+            content_type: new.content_type,
+            owner: new.owner,
+            phase: Phase::Created,
+        };
+        if let (Some(chunk), Some(length)) = (&chunk, length) {
+            if chunk.declared.is_some_and(|n| n > length) {
+                return Err(TusError::BeyondLength { length }.into());
+            }
+        }
+        let whole_and_small = chunk.as_ref().is_some_and(|c| c.declared == length)
+            && length.is_some_and(|l| l <= self.config.threshold);
+        if length == Some(0) || whole_and_small {
+            let length = length.expect("checked");
+            return self
+                .create_whole(record, chunk.unwrap_or_else(Chunk::empty), length)
+                .await;
+        }
+        let etag = self.records.create(&record).await?;
+        let Some(chunk) = chunk else {
+            return Ok(Written::unchanged(record));
+        };
+        let id = new.id;
+        let patch = PatchRequest {
+            offset: 0,
+            body_length: chunk.declared,
+            length: None,
+            checksum: chunk.checksum.clone(),
+        };
+        let written = self
+            .locked(&id, async {
+                let plan =
+                    record
+                        .upload
+                        .check_patch(&patch, SystemTime::now(), self.config.max_size)?;
+                let loaded = Loaded {
+                    record: record.clone(),
+                    etag,
+                };
+                self.write_chunk(loaded, plan, chunk).await
+            })
+            .await;
+        match written {
+            Ok(written) => Ok(written),
+            // The request itself was wrong: the upload it created goes again.
+            Err(error @ ResumableError::Protocol(_)) => {
+                self.records.delete_all(&id).await?;
+                Err(error)
+            }
+            Err(error) => {
+                tracing::info!(upload_id = %id, error = %sluice_store::error_chain(&error), "creation-with-upload ended early; the client can resume");
+                record = self.records.load(&id).await?.record;
+                Ok(Written::unchanged(record))
+            }
+        }
+    }
+
+    /// An upload whose bytes all come with its creation: one PutObject, then the record.
+    async fn create_whole(
+        &self,
+        mut record: UploadRecord,
+        chunk: Chunk,
+        length: u64,
+    ) -> Result<Written, ResumableError> {
+        let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length));
+        let request = UploadRequest {
+            key: record.key.clone(),
+            content_type: record.content_type.clone(),
+            ..UploadRequest::default()
+        };
+        let source = UploadSource::Stream {
+            stream: body,
+            length: Some(length),
+        };
+        // The object is written before the checksum is known; a mismatch deletes it.
+        match self.engine.upload(request, source).await {
+            Ok(outcome) if check.matches() => {
+                record.upload.offset = length;
+                record.phase = Phase::Finished(Finished {
+                    etag: outcome.etag.clone(),
+                    checksum: outcome.checksum,
+                });
+                self.records.create(&record).await?;
+                Ok(Written {
+                    record,
+                    finished: Some(outcome),
+                })
+            }
+            Ok(_) => {
+                self.store.delete_object(&record.key).await?;
+                Err(TusError::ChecksumMismatch.into())
+            }
+            Err(TransferError::Source(e)) if is_overflow(&e) => {
+                Err(TusError::BeyondLength { length }.into())
+            }
+            Err(TransferError::SourceLong { .. }) => Err(TusError::BeyondLength { length }.into()),
+            Err(error) if length == 0 => Err(error.into()),
+            Err(error) => {
+                tracing::info!(upload_id = %record.id(), error = %sluice_store::error_chain(&error), "creation-with-upload stored nothing; the client can resume from 0");
+                self.records.create(&record).await?;
+                Ok(Written::unchanged(record))
+            }
+        }
+    }
+
+    /// Appends `chunk` to upload `id` as `patch` describes, under the upload's lock.
+    pub async fn write(
+        &self,
+        id: &str,
+        patch: &PatchRequest,
+        chunk: Chunk,
+    ) -> Result<Written, ResumableError> {
+        self.locked(id, async {
+            let loaded = self.records.load(id).await?;
+            let plan =
+                loaded
+                    .record
+                    .upload
+                    .check_patch(patch, SystemTime::now(), self.config.max_size)?;
+            if chunk.declared.is_some_and(|n| n > plan.max_body) {
+                return Err(self.beyond(&plan).into());
+            }
+            self.write_chunk(loaded, plan, chunk).await
+        })
+        .await
+    }
+
+    fn beyond(&self, plan: &PatchPlan) -> TusError {
+        match plan.length {
+            Some(length) => TusError::BeyondLength { length },
+            None => TusError::TooLarge {
+                max: self.config.max_size,
+            },
+        }
+    }
+
+    /// Finishes an upload whose bytes are all in but whose object is missing
+    /// (a record from before phases existed): the janitor's way out for it.
+    pub(crate) async fn finish_stuck(&self, id: &str) -> Result<Written, ResumableError> {
+        self.locked(id, async {
+            let loaded = self.records.load(id).await?;
+            let plan = PatchPlan {
+                length: loaded.record.upload.length,
+                max_body: 0,
+            };
+            self.write_chunk(loaded, plan, Chunk::empty()).await
+        })
+        .await
+    }
+
+    /// Appends one body (already checked against the record as `plan`) at the
+    /// record's offset; see the module documentation.
+    async fn write_chunk(
+        &self,
+        mut loaded: Loaded,
+        plan: PatchPlan,
+        chunk: Chunk,
+    ) -> Result<Written, ResumableError> {
+        let mut receiving = match &loaded.record.phase {
+            Phase::Created => Receiving::default(),
+            Phase::Receiving(receiving) => receiving.clone(),
+            Phase::Finished(_) => return Ok(Written::unchanged(loaded.record)),
+        };
+        let id = loaded.record.id().to_owned();
+        let key = loaded.record.key.clone();
+        let budget = self.engine.budget().clone();
+        let (check, mut body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
+        let offset = loaded.record.upload.offset;
+        let carried_len = receiving.carried();
+        let part_size = self.part_size(plan.length);
+        let room = part_size.saturating_sub(carried_len).max(1);
+
+        // Read up to what completes the next part.
+        let head_reservation = budget.reserve(room).await;
+        let head = Head::read(&mut body, room).await;
+        let mut stored: Vec<UploadedPart> = Vec::new();
+        let leftover: Vec<Bytes>;
+        let consumed_carried;
+        let failure: Option<io::Error>;
+        let mut part_error: Option<TransferError> = None;
+        if head.len >= room && head.error.is_none() {
+            let upload_id = match &receiving.multipart_id {
+                Some(upload_id) => upload_id.clone(),
+                None => {
+                    let upload_id = self.start_multipart(&mut loaded, &receiving).await?;
+                    receiving.multipart_id = Some(upload_id.clone());
+                    upload_id
+                }
+            };
+            let mut front = {
+                let _reservation = budget.reserve(carried_len).await;
+                self.records.read_segments(&id, &receiving.segments).await?
+            };
+            drop(head_reservation);
+            front.extend(head.chunks);
+            let rest = stream::iter(head.rest.map(Ok)).chain(body).boxed();
+            let request = AppendRequest {
+                key: key.clone(),
+                upload_id,
+                first_part: receiving.parts.len() as u32 + 1,
+                carried: front,
+                part_size,
+                last: false,
+            };
+            let mut appended = self
+                .engine
+                .append_parts(
+                    request,
+                    UploadSource::Stream {
+                        stream: rest,
+                        length: None,
+                    },
+                )
+                .await;
+            stored = std::mem::take(&mut appended.parts);
+            leftover = std::mem::take(&mut appended.leftover);
+            consumed_carried = true;
+            match appended.error {
+                Some(TransferError::Source(io)) => failure = Some(io),
+                Some(other) => {
+                    failure = None;
+                    part_error = Some(other);
+                }
+                None => failure = None,
+            }
+        } else {
+            drop(head_reservation);
+            leftover = head.chunks;
+            consumed_carried = false;
+            failure = head.error;
+        }
+
+        // What went wrong, and whether the progress made may be kept.
+        let (error, keep) = match (failure, part_error) {
+            (Some(io), _) if is_overflow(&io) => (Some(self.beyond(&plan).into()), false),
+            (Some(io), _) => (Some(ResumableError::Body(io)), true),
+            (None, Some(transfer)) => (Some(ResumableError::Transfer(transfer)), true),
+            (None, None) => (None, true),
+        };
+        let (error, keep) = match (check.required(), error) {
+            (true, Some(error)) => (Some(error), false),
+            (true, None) if !check.matches() => (Some(TusError::ChecksumMismatch.into()), false),
+            (_, error) => (error, keep),
+        };
+        if !keep {
+            return Err(error.expect("only a failure discards progress"));
+        }
+        let kept: u64 = stored.iter().map(|p| p.size).sum::<u64>()
+            + leftover.iter().map(|b| b.len() as u64).sum::<u64>();
+        let new_offset = if consumed_carried {
+            offset - carried_len + kept
+        } else {
+            offset + kept
+        };
+        let length_set = loaded.record.upload.length != plan.length;
+        if error.is_none() && plan.length == Some(new_offset) {
+            return self
+                .finish(loaded, receiving, stored, leftover, consumed_carried)
+                .await;
+        }
+        if new_offset == offset && !length_set {
+            return match error {
+                Some(error) => Err(error),
+                None => Ok(Written::unchanged(loaded.record)),
+            };
+        }
+
+        // Commit: the new carried bytes first, then the record that names them.
+        let mut retired = if consumed_carried {
+            std::mem::take(&mut receiving.segments)
+        } else {
+            Vec::new()
+        };
+        receiving
+            .parts
+            .extend(stored.iter().map(StoredPart::from_uploaded));
+        if !leftover.is_empty() {
+            let number = receiving.next_segment;
+            let len = leftover.iter().map(|b| b.len() as u64).sum();
+            // On failure the parts stored stay valid but unrecorded; the client resends.
+            self.records.write_segment(&id, number, leftover).await?;
+            receiving.segments.push(Segment { number, len });
+            receiving.next_segment += 1;
+        }
+        if receiving.segments.len() > MAX_SEGMENTS {
+            retired.extend(self.merge_segments(&id, &mut receiving).await?);
+        }
+        let record = &mut loaded.record;
+        record.upload.length = plan.length;
+        record.upload.offset = new_offset;
+        record.upload.extend(SystemTime::now(), self.config.expiry);
+        record.phase = Phase::Receiving(receiving);
+        loaded.etag = self.records.replace(record, &loaded.etag).await?;
+        self.records.delete_segments(&id, &retired).await;
+        tracing::debug!(upload_id = %id, offset = new_offset, "chunk committed");
+        match error {
+            Some(error) => Err(error),
+            None => Ok(Written::unchanged(loaded.record)),
+        }
+    }
+
+    /// Starts the upload's multipart upload and records it before any part exists.
+    async fn start_multipart(
+        &self,
+        loaded: &mut Loaded,
+        receiving: &Receiving,
+    ) -> Result<String, ResumableError> {
+        let request = UploadRequest {
+            key: loaded.record.key.clone(),
+            content_type: loaded.record.content_type.clone(),
+            ..UploadRequest::default()
+        };
+        let upload_id = self.engine.create_multipart(&request).await?;
+        let mut record = loaded.record.clone();
+        record.phase = Phase::Receiving(Receiving {
+            multipart_id: Some(upload_id.clone()),
+            ..receiving.clone()
+        });
+        match self.records.replace(&record, &loaded.etag).await {
+            Ok(etag) => {
+                loaded.etag = etag;
+                loaded.record = record;
+                Ok(upload_id)
+            }
+            Err(error) => {
+                // Unrecorded, nobody would ever abort it: do it now.
+                if let Err(abort) = self.engine.abort_multipart(&record.key, &upload_id).await {
+                    tracing::warn!(key = %record.key, %upload_id, error = %sluice_store::error_chain(&abort), "could not abort an unrecorded multipart upload; the janitor will");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Merges every segment into one; returns the segments it replaced.
+    async fn merge_segments(
+        &self,
+        id: &str,
+        receiving: &mut Receiving,
+    ) -> Result<Vec<Segment>, ResumableError> {
+        let len = receiving.carried();
+        let _reservation = self.engine.budget().reserve(len).await;
+        let bytes = self.records.read_segments(id, &receiving.segments).await?;
+        let number = receiving.next_segment;
+        self.records.write_segment(id, number, bytes).await?;
+        receiving.next_segment += 1;
+        Ok(std::mem::replace(
+            &mut receiving.segments,
+            vec![Segment { number, len }],
+        ))
+    }
+
+    /// Completes the object from the parts stored before, the parts this request
+    /// stored, and the bytes after them (with the carried segments when this
+    /// request did not use them yet); then records it finished. Nothing is recorded
+    /// when a step fails: the client sends the last chunk again.
+    async fn finish(
+        &self,
+        mut loaded: Loaded,
+        receiving: Receiving,
+        stored: Vec<UploadedPart>,
+        leftover: Vec<Bytes>,
+        consumed_carried: bool,
+    ) -> Result<Written, ResumableError> {
+        let id = loaded.record.id().to_owned();
+        let record = &loaded.record;
+        let length = record.upload.offset
+            - if consumed_carried {
+                receiving.carried()
+            } else {
+                0
+            }
+            + stored.iter().map(|p| p.size).sum::<u64>()
+            + leftover.iter().map(|b| b.len() as u64).sum::<u64>();
+        let _reservation = self.engine.budget().reserve(receiving.carried()).await;
+        let mut tail = if consumed_carried {
+            Vec::new()
+        } else {
+            self.records.read_segments(&id, &receiving.segments).await?
+        };
+        tail.extend(leftover);
+        let outcome = match &receiving.multipart_id {
+            None => {
+                let request = UploadRequest {
+                    key: record.key.clone(),
+                    content_type: record.content_type.clone(),
+                    ..UploadRequest::default()
+                };
+                let stream = stream::iter(tail.into_iter().map(Ok)).boxed();
+                self.engine
+                    .upload(
+                        request,
+                        UploadSource::Stream {
+                            stream,
+                            length: Some(length),
+                        },
+                    )
+                    .await?
+            }
+            Some(upload_id) => {
+                let mut parts: Vec<UploadedPart> = receiving
+                    .parts
+                    .iter()
+                    .map(StoredPart::to_uploaded)
+                    .collect();
+                parts.extend(stored);
+                if !tail.is_empty() {
+                    let request = AppendRequest {
+                        key: record.key.clone(),
+                        upload_id: upload_id.clone(),
+                        first_part: parts.len() as u32 + 1,
+                        carried: tail,
+                        part_size: self.part_size(Some(length)),
+                        last: true,
+                    };
+                    let empty = UploadSource::Stream {
+                        stream: stream::empty().boxed(),
+                        length: Some(0),
+                    };
+                    let appended = self.engine.append_parts(request, empty).await;
+                    if let Some(error) = appended.error {
+                        return Err(error.into());
+                    }
+                    parts.extend(appended.parts);
+                }
+                self.engine
+                    .complete_multipart(&record.key, upload_id, parts, length)
+                    .await?
+            }
+        };
+        let record = &mut loaded.record;
+        record.upload.length = Some(length);
+        record.upload.offset = length;
+        record.phase = Phase::Finished(Finished {
+            etag: outcome.etag.clone(),
+            checksum: outcome.checksum,
+        });
+        self.records.replace(record, &loaded.etag).await?;
+        self.records.delete_segments(&id, &receiving.segments).await;
+        tracing::info!(upload_id = %id, key = %loaded.record.key, size = length, "resumable upload finished");
+        Ok(Written {
+            record: loaded.record,
+            finished: Some(outcome),
+        })
+    }
+}
+
+/// The first bytes of a body, up to what completes a part.
+struct Head {
+    chunks: Vec<Bytes>,
+    len: u64,
+    /// Bytes read past `room`, for the part after.
+    rest: Option<Bytes>,
+    error: Option<io::Error>,
+}
+
+impl Head {
+    async fn read(body: &mut BoxStream<'static, io::Result<Bytes>>, room: u64) -> Head {
+        let mut head = Head {
+            chunks: Vec::new(),
+            len: 0,
+            rest: None,
+            error: None,
+        };
+        while head.len < room {
+            match body.next().await {
+                None => break,
+                Some(Err(error)) => {
+                    head.error = Some(error);
+                    break;
+                }
+                Some(Ok(mut bytes)) => {
+                    let want = (room - head.len) as usize;
+                    if bytes.len() > want {
+                        head.rest = Some(bytes.split_off(want));
+                    }
+                    head.len += bytes.len() as u64;
+                    if !bytes.is_empty() {
+                        head.chunks.push(bytes);
+                    }
+                }
+            }
+        }
+        head
+    }
+}
+
+/// A body that ran past what the request may carry.
+#[derive(Debug, thiserror::Error)]
+#[error("the body runs past what the upload may still take")]
+struct Overflow;
+
+fn is_overflow(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|inner| inner.is::<Overflow>())
+}
+
+/// `body`, failing with [`Overflow`] once more than `max` bytes arrive, and
+/// ending after its first error.
+fn limited(
+    body: BoxStream<'static, io::Result<Bytes>>,
+    max: u64,
+) -> BoxStream<'static, io::Result<Bytes>> {
+    body.scan((0u64, false), move |(seen, done), item| {
+        if *done {
+            return futures::future::ready(None);
+        }
+        let item = match item {
+            Ok(bytes) => {
+                *seen += bytes.len() as u64;
+                if *seen > max {
+                    *done = true;
+                    Err(io::Error::other(Overflow))
+                } else {
+                    Ok(bytes)
+                }
+            }
+            Err(error) => {
+                *done = true;
+                Err(error)
+            }
+        };
+        futures::future::ready(Some(item))
+    })
+    .boxed()
+}
+
+/// The checksum extension for one request body: hashes the body as it streams and
+/// says afterwards whether it matched `Upload-Checksum` (no header: always).
+pub(crate) struct ChunkCheck {
+    expected: Option<UploadChecksum>,
+    hasher: Option<Arc<Mutex<ChunkHasher>>>,
+}
+
+impl ChunkCheck {
+    /// Wraps `body` so that it is hashed as it is read.
+    pub(crate) fn new(
+        expected: Option<UploadChecksum>,
+        body: BoxStream<'static, io::Result<Bytes>>,
+    ) -> (ChunkCheck, BoxStream<'static, io::Result<Bytes>>) {
+        let hasher = expected.as_ref().map(|c| Arc::new(Mutex::new(c.hasher())));
+        let body = match &hasher {
+            Some(h) => {
+                let h = h.clone();
+                body.map(move |item| {
+                    if let Ok(bytes) = &item {
+                        h.lock().expect("hasher").update(bytes);
+                    }
+                    item
+                })
+                .boxed()
+            }
+            None => body,
+        };
+        (ChunkCheck { expected, hasher }, body)
+    }
+
+    /// Whether the chunk must be all or nothing (a checksum was sent).
+    pub(crate) fn required(&self) -> bool {
+        self.expected.is_some()
+    }
+
+    /// Whether the bytes read so far match.
+    pub(crate) fn matches(&self) -> bool {
+        match (&self.expected, &self.hasher) {
+            (Some(expected), Some(h)) => expected.matches(h.lock().expect("hasher").clone()),
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn limited_fails_past_its_maximum_and_then_ends() {
+        let chunks = [Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
+        let cases: [(u64, &[bool]); 3] = [(5, &[true, true]), (4, &[true, false]), (2, &[false])];
+        for (max, expected) in cases {
+            let body = stream::iter(chunks.clone().map(Ok)).boxed();
+            let got: Vec<bool> = limited(body, max).map(|item| item.is_ok()).collect().await;
+            assert_eq!(got, expected, "max {max}");
+        }
+    }
+
+    #[tokio::test]
+    async fn head_stops_at_room_and_keeps_the_rest() {
+        let body = || {
+            stream::iter([Bytes::from_static(b"abcd"), Bytes::from_static(b"efgh")].map(Ok)).boxed()
+        };
+        // (room, the head's bytes, the bytes kept for the next part)
+        type Case = (u64, &'static [u8], Option<&'static [u8]>);
+        let cases: [Case; 4] = [
+            (2, b"ab", Some(b"cd")),
+            (4, b"abcd", None),
+            (6, b"abcdef", Some(b"gh")),
+            (20, b"abcdefgh", None),
+        ];
+        for (room, chunks, rest) in cases {
+            let mut b = body();
+            let head = Head::read(&mut b, room).await;
+            assert_eq!(head.chunks.concat(), chunks, "room {room}");
+            assert_eq!(head.len, chunks.len() as u64);
+            assert_eq!(head.rest.as_deref(), rest, "room {room}");
+        }
+    }
+}

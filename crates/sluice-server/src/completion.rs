@@ -1,0 +1,113 @@
+//! The one completion point. Every way an object comes into being at the gateway
+//! (PUT, form POST, tus PATCH, tus creation-with-upload, tus concatenation, and an
+//! upload the janitor finished) ends in [`complete`], which turns what was stored
+//! into one typed [`Completion`] record. Metrics hang off it (and events will);
+//! handlers never count completions themselves. Reads, HEAD included, never
+//! reach it.
+
+use std::collections::BTreeMap;
+
+use sluice_store::Checksum;
+use sluice_upload::UploadOutcome;
+
+use crate::metrics::Metrics;
+
+/// How an object came into being.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UploadKind {
+    /// `PUT /v1/objects/{key}`.
+    Put,
+    /// One file part of `POST /v1/objects` (multipart/form-data).
+    Form,
+    /// A tus PATCH that brought the last byte.
+    TusPatch,
+    /// A tus creation (POST) that carried every byte, or an empty upload.
+    TusCreation,
+    /// A tus final upload made of partial uploads.
+    TusConcatenation,
+    /// A tus upload whose bytes were all in, finished by the janitor.
+    TusRecovered,
+}
+
+impl UploadKind {
+    /// The label value in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UploadKind::Put => "put",
+            UploadKind::Form => "form",
+            UploadKind::TusPatch => "tus_patch",
+            UploadKind::TusCreation => "tus_creation",
+            UploadKind::TusConcatenation => "tus_concatenation",
+            UploadKind::TusRecovered => "tus_recovered",
+        }
+    }
+}
+
+/// One object that came into being.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub kind: UploadKind,
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    /// The whole object's checksum, as the store verified it.
+    pub checksum: Option<Checksum>,
+    pub content_type: Option<String>,
+    /// Object metadata (PUT's `x-sluice-meta-*`) or the tus upload's text metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// The tus upload id, for resumable uploads.
+    pub upload_id: Option<String>,
+    /// Who uploaded it, once the gateway authenticates (issue: tokens and tenants).
+    pub owner: Option<String>,
+}
+
+impl Completion {
+    /// A completion from what the engine stored; the caller fills in the rest.
+    pub fn new(kind: UploadKind, outcome: &UploadOutcome) -> Completion {
+        Completion {
+            kind,
+            key: outcome.key.clone(),
+            size: outcome.size,
+            etag: outcome.etag.clone(),
+            checksum: outcome.checksum,
+            content_type: None,
+            metadata: BTreeMap::new(),
+            upload_id: None,
+            owner: None,
+        }
+    }
+
+    /// A finished resumable upload's completion, from its record.
+    pub fn resumable(
+        kind: UploadKind,
+        outcome: &UploadOutcome,
+        record: &sluice_resumable::UploadRecord,
+    ) -> Completion {
+        let metadata = record
+            .upload
+            .metadata
+            .0
+            .keys()
+            .filter_map(|k| Some((k.clone(), record.upload.metadata.text(k)?.to_owned())))
+            .collect();
+        Completion {
+            content_type: record.content_type.clone(),
+            metadata,
+            upload_id: Some(record.id().to_owned()),
+            owner: record.owner.clone(),
+            ..Completion::new(kind, outcome)
+        }
+    }
+}
+
+/// Records that `completion` happened: the one function every upload ends in.
+pub fn complete(metrics: &Metrics, completion: &Completion) {
+    metrics.upload_completed(completion.kind.as_str(), completion.size);
+    tracing::info!(
+        kind = completion.kind.as_str(),
+        key = %completion.key,
+        size = completion.size,
+        upload_id = completion.upload_id.as_deref(),
+        "upload completed"
+    );
+}

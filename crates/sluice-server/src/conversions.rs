@@ -1,0 +1,121 @@
+//! The one place where the errors of the layers below become [`ApiError`]s: the
+//! store's, the engine's, the request body's and the resumable-upload state's.
+//! Handlers use `?` and never decide a status themselves.
+
+use sluice_resumable::ResumableError;
+use sluice_store::StoreError;
+use sluice_tus::TusError;
+use sluice_upload::TransferError;
+
+use crate::body::BodyError;
+use crate::error::ApiError;
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NoSuchKey { .. } => ApiError::NotFound,
+            StoreError::PreconditionFailed => ApiError::PreconditionFailed,
+            StoreError::InvalidKey { reason, .. } => ApiError::InvalidKey(reason.to_string()),
+            other => ApiError::Store(other),
+        }
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(error: BodyError) -> Self {
+        match error {
+            BodyError::TooLarge { limit } => ApiError::TooLarge { limit },
+            BodyError::Idle { seconds } => ApiError::BodyTimeout { seconds },
+            BodyError::Client => {
+                ApiError::BadRequest("the client connection failed while sending the body".into())
+            }
+        }
+    }
+}
+
+/// A request body that failed, as the engine or the state layer saw it (an
+/// `io::Error` that may carry the [`BodyError`] saying why).
+fn body_failed(error: &std::io::Error) -> ApiError {
+    BodyError::find(error).map_or_else(
+        || ApiError::BadRequest("the request body could not be read".into()),
+        ApiError::from,
+    )
+}
+
+impl From<TransferError> for ApiError {
+    fn from(error: TransferError) -> Self {
+        match error {
+            TransferError::Store { source, .. } => ApiError::from(source),
+            TransferError::Config(e) => ApiError::BadRequest(e.to_string()),
+            TransferError::Source(io) => body_failed(&io),
+            TransferError::SourceShort { expected, actual } => {
+                ApiError::BadRequest(format!("the body ended after {actual} of {expected} bytes"))
+            }
+            TransferError::SourceLong { expected } => ApiError::BadRequest(format!(
+                "the body is longer than its Content-Length of {expected}"
+            )),
+            TransferError::StreamTooLarge(limit) => ApiError::TooLarge { limit },
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ResumableError> for ApiError {
+    fn from(error: ResumableError) -> Self {
+        match error {
+            ResumableError::Protocol(e) => ApiError::Tus(e),
+            ResumableError::Locked { retry_after } => ApiError::Tus(TusError::Locked {
+                retry_after_seconds: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+            }),
+            ResumableError::Conflict => ApiError::Conflict(
+                "the upload changed during this request; ask for its offset and retry".into(),
+            ),
+            ResumableError::Body(io) => body_failed(&io),
+            ResumableError::Corrupt(reason) => ApiError::Internal(reason),
+            ResumableError::Store(e) => ApiError::from(e),
+            ResumableError::Transfer(e) => ApiError::from(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn resumable_errors_table() {
+        let cases: Vec<(ResumableError, u16, &str)> = vec![
+            (ResumableError::not_found(), 404, "upload_not_found"),
+            (
+                ResumableError::Locked {
+                    retry_after: Duration::from_millis(2500),
+                },
+                423,
+                "upload_locked",
+            ),
+            (ResumableError::Conflict, 409, "conflict"),
+            (
+                ResumableError::Body(std::io::Error::other(BodyError::Idle { seconds: 3 })),
+                408,
+                "body_timeout",
+            ),
+            (ResumableError::Corrupt("x".into()), 500, "internal"),
+            (
+                ResumableError::Store(StoreError::PreconditionFailed),
+                412,
+                "precondition_failed",
+            ),
+        ];
+        for (error, status, code) in cases {
+            let api = ApiError::from(error);
+            assert_eq!((api.status().as_u16(), api.code()), (status, code));
+        }
+        let locked = ApiError::from(ResumableError::Locked {
+            retry_after: Duration::from_millis(2500),
+        });
+        let response = axum::response::IntoResponse::into_response(locked);
+        assert_eq!(response.headers()["retry-after"], "3");
+    }
+}

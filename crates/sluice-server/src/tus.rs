@@ -1,0 +1,237 @@
+//! Resumable uploads over tus 1.0 under `/v1/tus/`, as thin adapters: requests are
+//! parsed and checked by `sluice-tus`, acted on by `sluice-resumable` (state in the
+//! store, locks, chunk writes, concatenation), errors mapped in
+//! [`crate::conversions`], and every upload that this request finished goes to
+//! the completion point. A HEAD only reads.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, options};
+use axum::Router;
+use sluice_resumable::{new_id, Chunk, NewUpload, UploadRecord, Written};
+use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
+use sluice_tus::{Concat, TusError};
+
+use crate::body::limited_stream;
+use crate::completion::{self, Completion, UploadKind};
+use crate::error::ApiError;
+use crate::keys::KeyInputs;
+use crate::AppState;
+
+/// The header naming the object an upload becomes (percent-encoded beyond ASCII).
+pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-sluice-key");
+/// Where uploads are created; an upload's URL is this plus its id.
+pub const BASE_PATH: &str = "/v1/tus/";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/tus", options(capabilities).post(create))
+        .route(BASE_PATH, options(capabilities).post(create))
+        .route("/v1/tus/{id}", any(dispatch))
+        .layer(axum::middleware::map_response(with_tus_resumable))
+}
+
+/// Every tus answer carries Tus-Resumable, errors included.
+async fn with_tus_resumable(mut response: Response) -> Response {
+    let (name, value) = tus_headers::resumable();
+    response.headers_mut().insert(name, value);
+    response
+}
+
+async fn capabilities(State(state): State<AppState>) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .extend(tus_headers::capabilities(state.resumable.config().max_size));
+    response
+}
+
+/// Routes by method, X-HTTP-Method-Override honoured on POST.
+async fn dispatch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    match tus_headers::effective_method(&method, &headers)? {
+        Method::HEAD | Method::GET => head(state, id, headers).await,
+        Method::PATCH => patch(state, id, headers, body).await,
+        Method::DELETE => terminate(state, id, headers).await,
+        Method::OPTIONS => Ok(capabilities(State(state)).await),
+        _ => Ok((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "HEAD, PATCH, DELETE, OPTIONS")],
+        )
+            .into_response()),
+    }
+}
+
+/// A key as a header value: bytes outside visible ASCII percent-encoded.
+fn key_header(key: &str) -> HeaderValue {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        if (0x21..0x7f).contains(&byte) && byte != b'%' {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    HeaderValue::from_str(&out).expect("visible ASCII")
+}
+
+/// `headers` plus the object's key, except for a partial upload (its bytes are
+/// not an object of the API).
+fn with_key(
+    mut headers: Vec<(HeaderName, HeaderValue)>,
+    record: &UploadRecord,
+) -> Vec<(HeaderName, HeaderValue)> {
+    if record.upload.concat != Concat::Partial {
+        headers.push((KEY_HEADER, key_header(&record.key)));
+    }
+    headers
+}
+
+/// Hands an upload this request finished to the completion point.
+fn completed(state: &AppState, kind: UploadKind, written: &Written) {
+    let Some(outcome) = &written.finished else {
+        return;
+    };
+    // A partial upload's object is hidden state; its final upload is the completion.
+    if written.record.upload.concat == Concat::Partial {
+        return;
+    }
+    completion::complete(
+        &state.metrics,
+        &Completion::resumable(kind, outcome, &written.record),
+    );
+}
+
+fn chunk_of(
+    state: &AppState,
+    body: Body,
+    declared: Option<u64>,
+    checksum: Option<sluice_tus::UploadChecksum>,
+) -> Chunk {
+    Chunk {
+        body: limited_stream(
+            body,
+            None, // the upload's own limits apply, in sluice-resumable
+            state.config.limits.body_idle_timeout,
+            state.metrics.clone(),
+        ),
+        declared,
+        checksum,
+    }
+}
+
+async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let resumable = &state.resumable;
+    let request = CreateRequest::from_headers(&headers, resumable.config().max_size)?;
+    let content_type = request
+        .metadata
+        .text("filetype")
+        .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
+        .map(str::to_owned);
+    let tenant = crate::keys::tenant(&headers);
+    let id = new_id();
+    let key = state.template.render(&KeyInputs {
+        tenant: &tenant,
+        filename: request.metadata.text("filename").unwrap_or(""),
+        now: time::OffsetDateTime::now_utc(),
+        uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
+    });
+    let new = NewUpload {
+        id,
+        key,
+        length: request.length,
+        metadata: request.metadata,
+        partial: request.concat == Some(ConcatRequest::Partial),
+        content_type,
+        owner: None,
+    };
+    if let Some(ConcatRequest::Final(urls)) = &request.concat {
+        let ids = urls
+            .iter()
+            .map(|url| {
+                tus_headers::upload_id_from_url(url, BASE_PATH)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        TusError::InvalidConcat(format!("{url} is not an upload of this server"))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Joining partials moves bytes like an upload does: it waits its turn.
+        let _slot = state.admission.admit().await?;
+        let written = resumable.concatenate(new, &ids).await?;
+        completed(&state, UploadKind::TusConcatenation, &written);
+        return Ok(created(&written.record, true));
+    }
+    let _slot = match request.has_body {
+        true => Some(state.admission.admit().await?),
+        false => None,
+    };
+    let chunk = request
+        .has_body
+        .then(|| chunk_of(&state, body, request.body_length, request.checksum));
+    let written = resumable.create(new, chunk).await?;
+    completed(&state, UploadKind::TusCreation, &written);
+    let with_offset = request.has_body || written.finished.is_some();
+    Ok(created(&written.record, with_offset))
+}
+
+fn created(record: &UploadRecord, with_offset: bool) -> Response {
+    let mut response = StatusCode::CREATED.into_response();
+    let headers = response.headers_mut();
+    let location =
+        HeaderValue::from_str(&format!("{BASE_PATH}{}", record.id())).expect("ids are hex");
+    headers.insert(header::LOCATION, location);
+    for (name, value) in with_key(record.upload.head_headers(BASE_PATH), record) {
+        if name == tus_headers::UPLOAD_OFFSET && !with_offset {
+            continue;
+        }
+        headers.insert(name, value);
+    }
+    response
+}
+
+async fn head(state: AppState, id: String, headers: HeaderMap) -> Result<Response, ApiError> {
+    tus_headers::check_version(&headers)?;
+    let record = state.resumable.status(&id).await?;
+    let mut response = StatusCode::OK.into_response();
+    response
+        .headers_mut()
+        .extend(with_key(record.upload.head_headers(BASE_PATH), &record));
+    Ok(response)
+}
+
+async fn patch(
+    state: AppState,
+    id: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let request = PatchRequest::from_headers(&headers)?;
+    let _slot = state.admission.admit().await?;
+    let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
+    let written = state.resumable.write(&id, &request, chunk).await?;
+    completed(&state, UploadKind::TusPatch, &written);
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response.headers_mut().extend(with_key(
+        written.record.upload.patch_headers(),
+        &written.record,
+    ));
+    Ok(response)
+}
+
+async fn terminate(state: AppState, id: String, headers: HeaderMap) -> Result<Response, ApiError> {
+    tus_headers::check_version(&headers)?;
+    state.resumable.terminate(&id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
