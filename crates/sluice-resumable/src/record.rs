@@ -191,10 +191,13 @@ impl TryFrom<StoredRecord> for UploadRecord {
     type Error = String;
 
     fn try_from(stored: StoredRecord) -> Result<Self, String> {
-        let legacy = match (&stored.finished_etag, &stored.multipart_id) {
+        let holds_bytes = stored.multipart_id.is_some()
+            || !stored.parts.is_empty()
+            || !stored.segments.is_empty();
+        let legacy = match (&stored.finished_etag, holds_bytes) {
             (Some(_), _) => PhaseName::Finished,
-            (None, Some(_)) => PhaseName::Receiving,
-            (None, None) => PhaseName::Created,
+            (None, true) => PhaseName::Receiving,
+            (None, false) => PhaseName::Created,
         };
         let name = stored.phase.unwrap_or(legacy);
         let phase = match name {

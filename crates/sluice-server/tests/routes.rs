@@ -496,3 +496,123 @@ async fn put_get_form_list_and_delete() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Seam bug: a listing's page was shaped by the gateway's own state and its
+/// `next_cursor` was a state key, leaking a tus upload id (its only secret).
+#[tokio::test]
+async fn listing_never_shows_or_leaks_upload_state() {
+    let memory = MemoryStore::new();
+    let state = state_on(Arc::new(memory.clone()), config());
+    let created = send(
+        &state,
+        request("POST", "/v1/tus/")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", "10")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(created.0, StatusCode::CREATED);
+    let id = created.1["location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let list = |uri: String| {
+        let (state, id) = (state.clone(), id.clone());
+        async move {
+            let (status, _, body) =
+                send(&state, request("GET", &uri).body(Body::empty()).unwrap()).await;
+            assert_eq!(status, StatusCode::OK, "{body:?}");
+            assert!(!String::from_utf8_lossy(&body).contains(&id), "{body:?}");
+            serde_json::from_slice::<sluice_server::routes::ListResponse>(&body).unwrap()
+        }
+    };
+    // Only state in the store: an empty listing and no cursor.
+    let only_state = list("/v1/objects?limit=1".into()).await;
+    assert!(only_state.objects.is_empty());
+    assert_eq!(only_state.next_cursor, None);
+    // Objects on both sides of the state in key order ("A" < "_" < "b").
+    for key in ["A1", "A2", "b1", "b2"] {
+        let (status, _, _) = send(
+            &state,
+            request("PUT", &format!("/v1/objects/{key}"))
+                .body(Body::from("x"))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    for limit in [1, 2, 3, 1000] {
+        let mut keys = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..10 {
+            let uri = match &cursor {
+                Some(c) => format!("/v1/objects?limit={limit}&cursor={c}"),
+                None => format!("/v1/objects?limit={limit}"),
+            };
+            let page = list(uri).await;
+            assert!(page.objects.len() <= limit);
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(keys, ["A1", "A2", "b1", "b2"], "limit {limit}");
+    }
+    let (status, _, body) = send(
+        &state,
+        request("GET", "/v1/objects?cursor=%25%25not-base64")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "bad_request")
+    );
+}
+
+/// Seam bug: two PUTs of 30 MiB to one new key with `If-None-Match: *` at once
+/// both answered 201. Exactly one may; the other gets 412 and leaves nothing.
+#[tokio::test]
+async fn racing_puts_with_if_none_match_have_one_winner() {
+    let memory = MemoryStore::new();
+    let state = state_on(Arc::new(memory.clone()), config());
+    let put = |fill: u8| {
+        let state = state.clone();
+        async move {
+            let body = vec![fill; 30 * 1024 * 1024];
+            send(
+                &state,
+                request("PUT", "/v1/objects/race/one")
+                    .header("if-none-match", "*")
+                    .header("content-length", body.len())
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let (a, b) = tokio::join!(put(b'a'), put(b'b'));
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::CREATED, StatusCode::PRECONDITION_FAILED]
+    );
+    let winner = if a.0 == StatusCode::CREATED {
+        b'a'
+    } else {
+        b'b'
+    };
+    assert_eq!(
+        memory.object("race/one").unwrap(),
+        vec![winner; 30 * 1024 * 1024]
+    );
+    state.engine.finish_aborts().await;
+    assert_eq!(memory.open_uploads(), 0);
+}

@@ -406,6 +406,9 @@ async fn a_second_writer_is_refused_while_the_first_is_writing() {
         (second.status, second.code().as_str()),
         (StatusCode::LOCKED, "upload_locked")
     );
+    // Clients that retry on 423 (tus-js-client, Uppy) learn when to.
+    let retry_after: u64 = second.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=6).contains(&retry_after), "{retry_after}");
     drop(sender);
     let first = first.await.unwrap();
     assert_eq!(
@@ -947,4 +950,353 @@ async fn concatenation_refuses_what_it_cannot_join() {
         .unwrap()
         .objects
         .is_empty());
+}
+
+fn gateway_with(store: &MemoryStore, change: impl FnOnce(&mut ServerConfig)) -> AppState {
+    let mut config = config();
+    change(&mut config);
+    AppState::new(config, Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap()
+}
+
+/// Seam bug: a PATCH whose request future is dropped (client gone, shutdown) kept
+/// the upload locked for the lock timeout; every retry got 423.
+#[tokio::test]
+async fn a_dropped_patch_releases_the_lock_at_once() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let location = create(&state, 10 * MIB as u64).await;
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let writer = {
+        let state = state.clone();
+        let request = tus("PATCH", &location)
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", 0)
+            .body(Body::from_stream(tokio_stream_from(receiver)))
+            .unwrap();
+        tokio::spawn(async move { send(&state, request).await })
+    };
+    sender
+        .send(Ok(Bytes::from(test_data(1000, 7))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        patch(&state, &location, 0, b"x").await.status,
+        StatusCode::LOCKED,
+        "the writer holds the lock"
+    );
+    writer.abort(); // the client went away: its request future is dropped
+    let _ = writer.await;
+    let mut answer = patch(&state, &location, 0, b"x").await;
+    for _ in 0..50 {
+        if answer.status != StatusCode::LOCKED {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answer = patch(&state, &location, 0, b"x").await;
+    }
+    assert_eq!(answer.status, StatusCode::NO_CONTENT, "{:?}", answer.body);
+    assert_eq!(answer.header("upload-offset"), Some("1"));
+}
+
+/// Seam bug: a PATCH to a malformed upload id wrote a lock object before finding
+/// there was no such upload.
+#[tokio::test]
+async fn an_invalid_upload_id_writes_nothing() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    for id in [
+        "not-an-id",
+        "0123456789ABCDEF0123456789ABCDEF",
+        "..%2F..%2Fx",
+    ] {
+        let answer = patch(&state, &format!("/v1/tus/{id}"), 0, b"x").await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{id}");
+    }
+    assert_eq!(store.calls("put"), 0);
+}
+
+/// Seam bug: a client sending 1-byte PATCHes cost a store read per carried
+/// segment, so PATCH n read n objects.
+#[tokio::test]
+async fn tiny_patches_cost_a_bounded_number_of_store_requests() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(300, 9);
+    let location = create(&state, data.len() as u64).await;
+    let requests = || {
+        ["get", "put", "delete", "head", "list"]
+            .iter()
+            .map(|op| store.calls(op))
+            .sum::<u64>()
+    };
+    let mut most = 0;
+    for (offset, byte) in data.iter().enumerate() {
+        let before = requests();
+        let answer = patch(&state, &location, offset as u64, &[*byte]).await;
+        assert_eq!(answer.status, StatusCode::NO_CONTENT, "{offset}");
+        most = most.max(requests() - before);
+    }
+    // Lock (read, take, release), record (read, write), one segment; every 16th
+    // PATCH also merges 17 segments (17 reads, a write, 17 deletes).
+    assert!(most <= 45, "one PATCH cost {most} store requests");
+    let key = head(&state, &location)
+        .await
+        .header("x-sluice-key")
+        .unwrap()
+        .to_owned();
+    assert_eq!(object(&state, &key).await, data);
+    // Carried bytes were merged on the way: never more than 17 segments at once.
+    let left = store.list_objects("_sluice/tus/", None, 100).await.unwrap();
+    assert!(left.objects.len() <= 2, "{:?}", left.objects);
+}
+
+/// Seam bug: `Upload-Length: 0` with a 1-byte body answered 201, and every HEAD
+/// after it 500, forever.
+#[tokio::test]
+async fn a_body_past_the_upload_length_creates_nothing() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let cases: [(u64, &[u8], bool); 3] = [(0, b"x", true), (3, b"abcd", true), (3, b"abcd", false)];
+    for (length, body, declared) in cases {
+        let request = tus("POST", "/v1/tus/")
+            .header("upload-length", length)
+            .header("content-type", "application/offset+octet-stream");
+        let request = if declared {
+            request.header("content-length", body.len())
+        } else {
+            request.header("transfer-encoding", "chunked")
+        };
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(body.to_vec()))]);
+        let answer = send(&state, request.body(Body::from_stream(stream)).unwrap()).await;
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, "beyond_length"),
+            "length {length}, {} bytes, declared {declared}",
+            body.len()
+        );
+    }
+    assert!(store
+        .list_objects("", None, 10)
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
+    assert_eq!(store.open_uploads(), 0);
+}
+
+#[tokio::test]
+async fn a_zero_length_upload_is_its_empty_object_at_creation() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let location = create(&state, 0).await;
+    let head = head(&state, &location).await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert_eq!(
+        (head.header("upload-offset"), head.header("upload-length")),
+        (Some("0"), Some("0"))
+    );
+    let key = head.header("x-sluice-key").unwrap().to_owned();
+    assert!(object(&state, &key).await.is_empty());
+}
+
+/// Seam bug: an upload whose bytes are all in but whose object is missing (a
+/// crash between the two, recorded before phases existed) was kept forever.
+#[tokio::test]
+async fn the_janitor_finishes_an_upload_whose_bytes_are_all_in() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let id = "0123456789abcdef0123456789abcdef";
+    let data = test_data(1000, 3);
+    store
+        .put_object(sluice_store::PutRequest::new(
+            format!("_sluice/tus/{id}/seg-0"),
+            Bytes::from(data.clone()),
+        ))
+        .await
+        .unwrap();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // A record as the gateway wrote them before phases: all bytes in, no object.
+    let record = serde_json::json!({
+        "upload": {"id": id, "length": 1000, "offset": 1000, "metadata": {},
+                   "concat": {"kind": "none"}, "created": now, "expires": now + 3600},
+        "key": "stuck/object.bin",
+        "segments": [{"number": 0, "len": 1000}],
+        "next_segment": 1,
+    });
+    store
+        .put_object(sluice_store::PutRequest::new(
+            format!("_sluice/tus/{id}/state"),
+            Bytes::from(serde_json::to_vec(&record).unwrap()),
+        ))
+        .await
+        .unwrap();
+    let report = sluice_resumable::sweep::sweep(&state.resumable, SystemTime::now(), false)
+        .await
+        .unwrap();
+    assert_eq!(report.finished.len(), 1);
+    assert_eq!(object(&state, "stuck/object.bin").await, data);
+    let head = head(&state, &format!("/v1/tus/{id}")).await;
+    assert_eq!(head.header("upload-offset"), Some("1000"));
+}
+
+/// Seam bug: concatenation accepted the same partial twice and any number of them.
+#[tokio::test]
+async fn concatenation_refuses_duplicates_and_too_many_partials() {
+    let store = MemoryStore::new();
+    let state = gateway_with(&store, |c| c.tus.max_partials = 2);
+    let done = partial(&state, &test_data(10, 50)).await;
+    let other = partial(&state, &test_data(10, 51)).await;
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec![&done, &done], "named twice"),
+        (vec![&done, &other, &done], "at most 2 partial uploads"),
+    ];
+    for (parts, message) in cases {
+        let answer = concatenate(&state, &parts).await;
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_concat"),
+            "{parts:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&answer.body).contains(message),
+            "{:?}",
+            answer.body
+        );
+    }
+    assert!(store
+        .list_objects("default/", None, 10)
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
+}
+
+/// Seam bug: a concatenation whose request was dropped left its multipart upload.
+#[tokio::test]
+async fn a_dropped_concatenation_aborts_its_multipart_upload() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let first = partial(&state, &test_data(6 * MIB, 60)).await;
+    let second = partial(&state, &test_data(6 * MIB, 61)).await;
+    let slow = store.clone().with_latency(Duration::from_millis(300));
+    let slow_state = gateway(&slow);
+    let joining = {
+        let (first, second) = (first.clone(), second.clone());
+        tokio::spawn(async move { concatenate(&slow_state, &[&first, &second]).await })
+    };
+    // Partials read, the multipart upload created, parts being copied.
+    for _ in 0..100 {
+        if store.open_uploads() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.open_uploads(), 1);
+    joining.abort();
+    let _ = joining.await;
+    state.engine.finish_aborts().await;
+    for _ in 0..100 {
+        if store.open_uploads() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.open_uploads(), 0);
+}
+
+/// The completion point: one upload of each kind completes exactly once, and
+/// reading them (HEAD included) completes nothing.
+#[tokio::test]
+async fn one_upload_of_each_kind_completes_exactly_once() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    // PUT
+    let put = send(
+        &state,
+        Request::put("/v1/objects/kinds/put.bin")
+            .body(Body::from(test_data(1000, 1)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(put.status, StatusCode::CREATED);
+    // form POST
+    let boundary = "sluiceboundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"form.bin\"\r\n\r\nform bytes\r\n--{boundary}--\r\n"
+    );
+    let posted = send(
+        &state,
+        Request::post("/v1/objects")
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(Body::from(form))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(posted.status, StatusCode::CREATED, "{:?}", posted.body);
+    // tus creation-with-upload
+    let whole = test_data(100, 2);
+    let created = send(
+        &state,
+        tus("POST", "/v1/tus/")
+            .header("upload-length", whole.len())
+            .header("content-type", "application/offset+octet-stream")
+            .header("content-length", whole.len())
+            .body(Body::from(whole))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    // tus PATCH
+    let location = create(&state, 10).await;
+    assert_eq!(
+        patch(&state, &location, 0, &test_data(10, 3)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    // concatenation (its partials are hidden state, not completions)
+    let first = partial(&state, &test_data(10, 4)).await;
+    let second = partial(&state, &test_data(10, 5)).await;
+    assert_eq!(
+        concatenate(&state, &[&first, &second]).await.status,
+        StatusCode::CREATED
+    );
+    for location in [
+        &location,
+        &first,
+        &second,
+        created.header("location").unwrap(),
+    ] {
+        assert_eq!(head(&state, location).await.status, StatusCode::OK);
+    }
+    let metrics = state.metrics.render(&state.engine);
+    let completed: Vec<(String, u64)> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_uploads_completed_total{"))
+        .map(|l| {
+            let (labels, value) = l.rsplit_once(' ').unwrap();
+            (labels.to_owned(), value.parse().unwrap())
+        })
+        .collect();
+    let total: u64 = completed.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, 5, "{completed:?}");
+    for kind in [
+        "put",
+        "form",
+        "tus_creation",
+        "tus_patch",
+        "tus_concatenation",
+    ] {
+        assert!(
+            completed
+                .iter()
+                .any(|(l, n)| l.contains(&format!("kind=\"{kind}\"")) && *n == 1),
+            "{kind}: {completed:?}"
+        );
+    }
 }

@@ -164,6 +164,70 @@ async fn list_pagination(store: Arc<dyn ObjectStore>) {
         page.objects.iter().map(|o| o.size).collect::<Vec<_>>(),
         vec![8, 8]
     );
+    // A cursor is the key listing starts after: any key works, present or not.
+    let cases = [
+        ("list/b", vec!["list/b/1", "list/b/2", "list/c", "list/d"]),
+        ("list/b/1", vec!["list/b/2", "list/c", "list/d"]),
+        ("list/bz", vec!["list/c", "list/d"]),
+        ("list/d", vec![]),
+    ];
+    for (after, expected) in cases {
+        let page = store.list_objects("list/", Some(after), 100).await.unwrap();
+        let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, expected, "after {after}");
+    }
+}
+
+/// `If-None-Match: *` on completion: exactly one of two uploads to a new key
+/// becomes the object; the other is refused and its upload can still be aborted.
+async fn multipart_completion_if_none_match(store: Arc<dyn ObjectStore>) {
+    let key = "race/object";
+    let mut uploads = Vec::new();
+    for fill in [b'a', b'b'] {
+        let upload_id = store
+            .create_multipart_upload(CreateMultipartRequest::new(key))
+            .await
+            .unwrap();
+        let part = store
+            .upload_part(UploadPartRequest {
+                key: key.into(),
+                upload_id: upload_id.clone(),
+                part_number: 1,
+                body: Body::Bytes(Bytes::from(vec![fill; 1000])),
+                checksum: PartChecksum::None,
+            })
+            .await
+            .unwrap();
+        uploads.push((upload_id, part, fill));
+    }
+    let complete = |upload_id: &str, part: &UploadedPart| CompleteMultipartRequest {
+        key: key.into(),
+        upload_id: upload_id.into(),
+        parts: vec![part.clone()],
+        checksum: None,
+        condition: Some(WriteCondition::IfNoneMatch),
+    };
+    let (first_id, first_part, first_fill) = &uploads[0];
+    store
+        .complete_multipart_upload(complete(first_id, first_part))
+        .await
+        .unwrap();
+    let (second_id, second_part, _) = &uploads[1];
+    let refused = store
+        .complete_multipart_upload(complete(second_id, second_part))
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::PreconditionFailed)),
+        "{refused:?}"
+    );
+    let stored = read_all(store.as_ref(), key, None).await.unwrap();
+    assert_eq!(stored, vec![*first_fill; 1000]);
+    store.abort_multipart_upload(key, second_id).await.unwrap();
+    assert!(store
+        .list_multipart_uploads("race/")
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn multipart_out_of_order_parallel(store: Arc<dyn ObjectStore>) {
@@ -481,6 +545,7 @@ conformance!(
     list_pagination,
     multipart_out_of_order_parallel,
     multipart_abort,
+    multipart_completion_if_none_match,
     multipart_part_copied_from_objects,
     multipart_small_part_rejected,
     checksum_mismatch_rejected,

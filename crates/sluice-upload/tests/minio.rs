@@ -175,3 +175,67 @@ async fn failed_upload_leaves_no_multipart_upload() {
         .unwrap_err()
         .is_not_found());
 }
+
+/// Seam bug: two 30 MiB uploads to one new key with `If-None-Match: *` at the
+/// same moment both succeeded, one silently overwriting the other. Now the
+/// completion carries the condition: exactly one wins, the other is refused
+/// and its multipart upload aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_uploads_with_if_none_match_have_one_winner() {
+    let Some((engine, store)) = engine("if_none_match_race").await else {
+        return;
+    };
+    for round in 0..3 {
+        let key = format!("race/{round}");
+        let upload = |seed: u64| {
+            let engine = engine.clone();
+            let key = key.clone();
+            async move {
+                let data = test_data(30 * MIB as usize, seed);
+                let request = UploadRequest {
+                    condition: Some(sluice_store::WriteCondition::IfNoneMatch),
+                    ..UploadRequest::new(key)
+                };
+                let stream = futures::stream::iter([Ok(Bytes::from(data.clone()))]).boxed();
+                let result = engine
+                    .upload(
+                        request,
+                        UploadSource::Stream {
+                            stream,
+                            length: Some(data.len() as u64),
+                        },
+                    )
+                    .await;
+                (result, data)
+            }
+        };
+        let ((a, data_a), (b, data_b)) = tokio::join!(upload(1), upload(2));
+        let winner = match (&a, &b) {
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) => {
+                assert!(
+                    matches!(
+                        e,
+                        TransferError::Store {
+                            source: sluice_store::StoreError::PreconditionFailed,
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+                if a.is_ok() {
+                    data_a
+                } else {
+                    data_b
+                }
+            }
+            _ => panic!("round {round}: expected one winner: {a:?} / {b:?}"),
+        };
+        assert_round_trip(&engine, &key, &winner).await;
+    }
+    engine.finish_aborts().await;
+    assert!(store
+        .list_multipart_uploads("race/")
+        .await
+        .unwrap()
+        .is_empty());
+}
