@@ -11,7 +11,7 @@ use std::io;
 use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
-use sluice_store::{limits, CompleteMultipartRequest, CopyPartRequest, UploadedPart};
+use sluice_store::{limits, CompleteMultipartRequest, CopyPartRequest, StoreError, UploadedPart};
 use sluice_tus::{Concat, TusError, Upload};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
@@ -64,10 +64,13 @@ impl Resumable {
             }
             .into());
         }
-        let outcome = if copyable(&partials) {
-            self.copy_parts(&new, &partials, total).await?
-        } else {
-            self.stream_through(&new, &partials, total).await?
+        let copied = match copyable(&partials) {
+            true => self.copy_parts(&new, &partials, total).await?,
+            false => None,
+        };
+        let outcome = match copied {
+            Some(outcome) => outcome,
+            None => self.stream_through(&new, &partials, total).await?,
         };
         let mut upload = Upload::new(
             new.id,
@@ -96,12 +99,14 @@ impl Resumable {
         })
     }
 
+    /// Joins the partials by copying each into a part; None when the store
+    /// cannot copy (the caller streams them instead).
     async fn copy_parts(
         &self,
         new: &NewUpload,
         partials: &[UploadRecord],
         total: u64,
-    ) -> Result<UploadOutcome, ResumableError> {
+    ) -> Result<Option<UploadOutcome>, ResumableError> {
         let request = UploadRequest {
             key: new.key.clone(),
             content_type: new.content_type.clone(),
@@ -141,13 +146,17 @@ impl Resumable {
         match copied {
             Ok(output) => {
                 guard.disarm();
-                Ok(UploadOutcome {
+                Ok(Some(UploadOutcome {
                     key: new.key.clone(),
                     size: total,
                     etag: output.etag,
                     checksum: output.checksum,
                     parts: partials.len() as u32,
-                })
+                }))
+            }
+            Err(StoreError::Unsupported(_)) => {
+                guard.abort().await;
+                Ok(None)
             }
             Err(error) => {
                 guard.abort().await;

@@ -21,36 +21,6 @@ pub use error::{error_chain, StoreError};
 pub use location::StoreLocation;
 pub use types::*;
 
-/// [`ObjectStore::upload_part_copy`] for stores without a server-side copy: reads
-/// the source whole (it is at most a part) and uploads it.
-pub async fn copy_part_by_reading<S: ObjectStore + ?Sized>(
-    store: &S,
-    request: CopyPartRequest,
-) -> Result<UploadedPart, StoreError> {
-    use futures::TryStreamExt;
-    let output = store.get_object(&request.source_key, None).await?;
-    if output.meta.size > limits::MAX_PART_SIZE {
-        return Err(StoreError::InvalidPart(format!(
-            "{} is {} bytes, over the 5 GiB part limit",
-            request.source_key, output.meta.size
-        )));
-    }
-    let mut bytes = Vec::with_capacity(output.meta.size as usize);
-    let mut body = output.body;
-    while let Some(chunk) = body.try_next().await? {
-        bytes.extend_from_slice(&chunk);
-    }
-    store
-        .upload_part(UploadPartRequest {
-            key: request.key,
-            upload_id: request.upload_id,
-            part_number: request.part_number,
-            body: Body::Bytes(bytes.into()),
-            checksum: PartChecksum::None,
-        })
-        .await
-}
-
 /// S3's limits, which every backend enforces so that what works locally works on S3.
 pub mod limits {
     /// Smallest part other than the last: 5 MiB.
@@ -110,10 +80,13 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores one part; parts may arrive in any order and concurrently.
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError>;
 
-    /// Stores a part copied from a whole object of this store. The default reads
-    /// the object and uploads it as a part; S3 copies server-side.
+    /// Stores a part copied from a whole object of this store without passing
+    /// its bytes through the caller: S3 copies server-side, the directory store
+    /// file to file. Stores that cannot answer [`StoreError::Unsupported`], and
+    /// callers stream the bytes instead (never buffering a whole part).
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
-        copy_part_by_reading(self, request).await
+        let _ = request;
+        Err(StoreError::Unsupported("server-side part copy"))
     }
 
     /// Assembles the object from the listed parts (sorted by part number) and

@@ -287,7 +287,20 @@ impl ObjectStore for MemoryStore {
 
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         *self.lock().calls.entry("upload_part_copy").or_insert(0) += 1;
-        sluice_store::copy_part_by_reading(self, request).await
+        // In memory a copy shares the source's bytes: nothing is buffered anew.
+        let data = self
+            .object(&request.source_key)
+            .ok_or_else(|| StoreError::NoSuchKey {
+                key: request.source_key.clone(),
+            })?;
+        self.upload_part(UploadPartRequest {
+            key: request.key,
+            upload_id: request.upload_id,
+            part_number: request.part_number,
+            body: Body::Bytes(data),
+            checksum: PartChecksum::None,
+        })
+        .await
     }
 
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {

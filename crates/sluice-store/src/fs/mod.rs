@@ -557,6 +557,11 @@ impl ObjectStore for FsStore {
         blocking(move || inner.upload_part_blocking(request)).await
     }
 
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        let inner = self.inner.clone();
+        blocking(move || inner.copy_part_blocking(request)).await
+    }
+
     async fn complete_multipart_upload(
         &self,
         request: CompleteMultipartRequest,

@@ -17,7 +17,7 @@ use super::sidecar::{self, Sidecar};
 use super::{key_to_relative, Inner};
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::error::StoreError;
-use crate::limits::{MAX_PARTS, MIN_PART_SIZE};
+use crate::limits::{self, MAX_PARTS, MIN_PART_SIZE};
 use crate::types::*;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -128,6 +128,44 @@ impl Inner {
             etag,
             size: request.body.len(),
             checksum,
+        })
+    }
+
+    /// A part copied file to file from a whole object: streamed through a small
+    /// buffer, never held in memory.
+    pub(super) fn copy_part_blocking(
+        &self,
+        request: CopyPartRequest,
+    ) -> Result<UploadedPart, StoreError> {
+        let path = self.data_path(&request.source_key)?;
+        let stat = fs::metadata(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::NoSuchKey {
+                key: request.source_key.clone(),
+            },
+            _ => StoreError::Io(e),
+        })?;
+        if !stat.is_file() {
+            return Err(StoreError::NoSuchKey {
+                key: request.source_key,
+            });
+        }
+        if stat.len() > limits::MAX_PART_SIZE {
+            return Err(StoreError::InvalidPart(format!(
+                "{} is {} bytes, over the 5 GiB part limit",
+                request.source_key,
+                stat.len()
+            )));
+        }
+        self.upload_part_blocking(UploadPartRequest {
+            key: request.key,
+            upload_id: request.upload_id,
+            part_number: request.part_number,
+            body: Body::File {
+                path,
+                offset: 0,
+                len: stat.len(),
+            },
+            checksum: PartChecksum::None,
         })
     }
 
