@@ -4,6 +4,9 @@
 // {"event":"error","message":...} (exit code 1).
 //
 //   node tus_js_upload.mjs ENDPOINT FILE CHUNK_BYTES|unbounded
+//
+// TUS_RETRY_DELAYS (a JSON array of milliseconds) replaces the retry delays, such
+// as Uppy's defaults [0, 1000, 3000, 5000].
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import * as tus from "tus-js-client";
@@ -16,8 +19,10 @@ let key = null;
 const upload = new tus.Upload(data, {
   endpoint,
   chunkSize: chunkArg === "unbounded" ? Infinity : Number(chunkArg),
-  // Retries ride out a gateway restart: about 30 s in all.
-  retryDelays: [0, 250, 500, 1000, 1000, 2000, 2000, 3000, 3000, 5000, 5000, 5000],
+  // Retries ride out a gateway restart: about 30 s in all, unless told otherwise.
+  retryDelays: process.env.TUS_RETRY_DELAYS
+    ? JSON.parse(process.env.TUS_RETRY_DELAYS)
+    : [0, 250, 500, 1000, 1000, 2000, 2000, 3000, 3000, 5000, 5000, 5000],
   metadata: { filename: basename(path), filetype: "application/octet-stream" },
   removeFingerprintOnSuccess: true,
   onUploadUrlAvailable() {

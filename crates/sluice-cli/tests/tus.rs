@@ -46,8 +46,23 @@ enum Client {
     Tuspy,
 }
 
+/// Uppy's default retry delays (ms), which a gateway restart must fit in.
+const UPPY_RETRY_DELAYS: &str = "[0, 1000, 3000, 5000]";
+
 /// Starts a client uploading `file` to the gateway's tus endpoint.
 fn run_client(client: Client, gateway_url: &str, file: &std::path::Path, chunk: &str) -> Child {
+    client_command(client, gateway_url, file, chunk)
+        .spawn()
+        .expect("start the tus client")
+}
+
+/// The command that runs a client uploading `file` to the gateway's tus endpoint.
+fn client_command(
+    client: Client,
+    gateway_url: &str,
+    file: &std::path::Path,
+    chunk: &str,
+) -> Command {
     let (dir, python) = clients("run_client").expect("clients checked by the caller");
     let endpoint = format!("{gateway_url}/v1/tus/");
     let mut command = match client {
@@ -65,9 +80,8 @@ fn run_client(client: Client, gateway_url: &str, file: &std::path::Path, chunk: 
     command
         .args([endpoint.as_str(), file.to_str().unwrap(), chunk])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the tus client")
+        .stderr(Stdio::inherit());
+    command
 }
 
 /// Reads the client's JSON events until `stop` says so or the client ends.
@@ -182,12 +196,17 @@ async fn a_killed_gateway_restarted_lets_the_client_resume() {
         .unwrap()
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut gateway = start(&endpoint, &prefix, &listen);
+    // The default lock lease, and the client retrying as Uppy does by default:
+    // the killed request's lock must lapse within those retries.
+    let mut gateway = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
     let dir = tempfile::tempdir().unwrap();
     let data = test_data(64 * MIB, 12);
     let file = dir.path().join("resumed.bin");
     std::fs::write(&file, &data).unwrap();
-    let mut child = run_client(Client::TusJs, &gateway.url, &file, &MIB.to_string());
+    let mut child = client_command(Client::TusJs, &gateway.url, &file, &MIB.to_string())
+        .env("TUS_RETRY_DELAYS", UPPY_RETRY_DELAYS)
+        .spawn()
+        .expect("start the tus client");
     // Let a quarter of it in, then kill the gateway without warning and start it again.
     let seen = events(&mut child, |e| {
         e["offset"].as_u64().is_some_and(|o| o >= 16 * MIB as u64)
@@ -197,7 +216,7 @@ async fn a_killed_gateway_restarted_lets_the_client_resume() {
     gateway.child.wait().unwrap();
     let killed_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let _restarted = start(&endpoint, &prefix, &listen);
+    let _restarted = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
     let rest = events(&mut child, |_| false);
     assert!(child.wait().unwrap().success(), "{rest:?}");
     let last = rest.last().unwrap();

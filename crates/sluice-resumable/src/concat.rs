@@ -11,7 +11,10 @@ use std::io;
 use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
-use sluice_store::{limits, CompleteMultipartRequest, CopyPartRequest, StoreError, UploadedPart};
+use sluice_store::{
+    limits, CompleteMultipartRequest, CopyPartRequest, CreateMultipartRequest, StoreError,
+    UploadedPart,
+};
 use sluice_tus::{Concat, TusError, Upload};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
@@ -107,12 +110,11 @@ impl Resumable {
         partials: &[UploadRecord],
         total: u64,
     ) -> Result<Option<UploadOutcome>, ResumableError> {
-        let request = UploadRequest {
-            key: new.key.clone(),
-            content_type: new.content_type.clone(),
-            ..UploadRequest::default()
-        };
-        let upload_id = self.engine.create_multipart(&request).await?;
+        // No checksum algorithm: the copies' checksums are the store's own; the
+        // partials were verified on the way in.
+        let mut create = CreateMultipartRequest::new(new.key.clone());
+        create.content_type = new.content_type.clone();
+        let upload_id = self.store.create_multipart_upload(create).await?;
         let guard = self.engine.abort_on_drop(&new.key, &upload_id);
         let copied = async {
             let mut parts = Vec::with_capacity(partials.len());
