@@ -106,6 +106,23 @@ impl Checksum {
         })
     }
 
+    /// The checksum of consecutive pieces of data, from each piece's checksum and
+    /// length, in order: the whole object's checksum from its parts' or its
+    /// ranges'. None when a piece has none (or there are no pieces).
+    pub fn combine_in_order(
+        pieces: impl IntoIterator<Item = (Option<Checksum>, u64)>,
+    ) -> Option<Checksum> {
+        let mut total: Option<Checksum> = None;
+        for (sum, len) in pieces {
+            let sum = sum?;
+            total = Some(match total {
+                None => sum,
+                Some(t) => t.combine(sum, len),
+            });
+        }
+        total
+    }
+
     /// The checksum of `self`'s data followed by `next`'s data, where `next` covers
     /// `next_len` bytes. Both must use the same algorithm.
     pub fn combine(self, next: Checksum, next_len: u64) -> Checksum {
@@ -193,6 +210,10 @@ mod tests {
                     .combine(algorithm.checksum(b), b.len() as u64);
                 assert_eq!(combined, whole, "{algorithm} split at {split}");
             }
+            let pieces = data
+                .chunks(30_001)
+                .map(|c| (Some(algorithm.checksum(c)), c.len() as u64));
+            assert_eq!(Checksum::combine_in_order(pieces), Some(whole));
             let mut hasher = Hasher::new(algorithm);
             for chunk in data.chunks(777) {
                 hasher.update(chunk);

@@ -32,6 +32,8 @@ pub enum Fault {
     Denied,
     /// Waits this long, then goes through.
     Delay(Duration),
+    /// A GET whose body breaks off (a reset) after this many bytes.
+    CutBody(u64),
 }
 
 impl Fault {
@@ -44,7 +46,7 @@ impl Fault {
                 message: "injected".into(),
             }),
             Fault::Denied => Some(StoreError::AccessDenied("injected".into())),
-            Fault::Delay(_) => None,
+            Fault::Delay(_) | Fault::CutBody(_) => None,
         }
     }
 }
@@ -103,7 +105,9 @@ impl FaultyStore {
         }
     }
 
-    async fn before(&self, op: Op, part: Option<u32>) -> Result<(), StoreError> {
+    /// Counts the request and applies the fault that matches it; a body fault is
+    /// handed back for the caller to apply.
+    async fn before(&self, op: Op, part: Option<u32>) -> Result<Option<u64>, StoreError> {
         *self.attempts.lock().unwrap().entry((op, part)).or_insert(0) += 1;
         let fault = {
             let mut rules = self.rules.lock().unwrap();
@@ -120,10 +124,11 @@ impl FaultyStore {
         match fault {
             Some(Fault::Delay(d)) => {
                 tokio::time::sleep(d).await;
-                Ok(())
+                Ok(None)
             }
+            Some(Fault::CutBody(after)) => Ok(Some(after)),
             Some(f) => Err(f.error().expect("failing fault")),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 }
@@ -142,8 +147,25 @@ impl ObjectStore for FaultyStore {
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<GetOutput, StoreError> {
-        self.before(Op::Get, None).await?;
-        self.inner.get_object(key, range).await
+        let cut = self.before(Op::Get, None).await?;
+        let mut output = self.inner.get_object(key, range).await?;
+        if let Some(after) = cut {
+            use futures::StreamExt;
+            let mut left = after;
+            output.body = output
+                .body
+                .map(move |chunk| {
+                    let chunk = chunk?;
+                    if left == 0 {
+                        return Err(StoreError::Transport("injected: connection reset".into()));
+                    }
+                    let take = (chunk.len() as u64).min(left);
+                    left -= take;
+                    Ok(chunk.slice(..take as usize))
+                })
+                .boxed();
+        }
+        Ok(output)
     }
     async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
         self.before(Op::Head, None).await?;

@@ -11,9 +11,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use sluice_store::*;
-use tokio::task::JoinSet;
 
 use crate::error::TransferError;
+use crate::parts::PartPipeline;
+use crate::progress::Tracker;
 use crate::retry::Kind;
 use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
@@ -29,6 +30,14 @@ impl MultipartGuard {
     /// Aborts now and waits for it.
     pub async fn abort(mut self) {
         self.0.abort_now().await;
+    }
+}
+
+/// Parts' bytes as one body.
+fn chunks_body(chunks: Vec<Bytes>) -> Body {
+    match chunks.len() {
+        1 => Body::Bytes(chunks.into_iter().next().expect("one chunk")),
+        _ => Body::Chunks(chunks.into()),
     }
 }
 
@@ -166,30 +175,41 @@ impl Engine {
         self.inner.create_upload(request).await
     }
 
-    /// Reads `source` after `request.carried`, stores each full part (concurrently,
-    /// within the memory budget) and returns what was stored and what is left over.
+    /// Reads `source` after `request.carried`, stores each full part through the
+    /// part pipeline (concurrently, within the memory budget) and returns what was
+    /// stored and what is left over. Never aborts the upload: the caller owns it.
     pub async fn append_parts(&self, request: AppendRequest, source: UploadSource) -> Appended {
         let part_size = request.part_size.max(limits::MIN_PART_SIZE);
-        let concurrency = self.inner.config.concurrency;
-        let (mut reader, _) = source.into_part_reader();
         let mut buffer: Vec<Bytes> = request
             .carried
             .into_iter()
             .filter(|b| !b.is_empty())
             .collect();
+        let mut reader = match source.into_part_reader() {
+            Ok((reader, _)) => reader,
+            Err(error) => {
+                return Appended {
+                    parts: Vec::new(),
+                    leftover: buffer,
+                    read: 0,
+                    error: Some(TransferError::Source(error)),
+                }
+            }
+        };
         let mut buffered: u64 = buffer.iter().map(|b| b.len() as u64).sum();
         let mut number = request.first_part;
         let mut read = 0u64;
-        let mut tasks: JoinSet<(u32, Result<UploadedPart, TransferError>)> = JoinSet::new();
-        let mut done: Vec<(u32, Result<UploadedPart, TransferError>)> = Vec::new();
+        let mut parts = PartPipeline::new(
+            self.inner.clone(),
+            &request.key,
+            &request.upload_id,
+            Tracker::new(None, None),
+        );
         let mut error = None;
+        let mut part_failed = false;
         loop {
-            while tasks.len() >= concurrency {
-                if let Some(Ok(result)) = tasks.join_next().await {
-                    done.push(result);
-                }
-            }
-            if done.iter().any(|(_, r)| r.is_err()) {
+            if !parts.wait_for_slot().await {
+                part_failed = true;
                 break;
             }
             let want = part_size - buffered;
@@ -208,14 +228,10 @@ impl Engine {
             if buffered < part_size {
                 break; // the stream ended
             }
-            let body = std::mem::take(&mut buffer);
             buffered = 0;
-            self.spawn_part(
-                &mut tasks,
-                &request.key,
-                &request.upload_id,
+            parts.submit(
                 number,
-                body,
+                chunks_body(std::mem::take(&mut buffer)),
                 reservation,
             );
             number += 1;
@@ -223,67 +239,26 @@ impl Engine {
         // What is buffered becomes one more part when it may: always at the end of the
         // object, and whenever it reaches the minimum part size, also when the stream
         // failed (what arrived is kept). Not after a failed part: nothing follows it.
-        let part_failed = done.iter().any(|(_, r)| r.is_err());
         let last = request.last && error.is_none();
         if !part_failed && buffered > 0 && (last || buffered >= limits::MIN_PART_SIZE) {
             let reservation = self.inner.budget.reserve(buffered).await;
-            let body = std::mem::take(&mut buffer);
-            self.spawn_part(
-                &mut tasks,
-                &request.key,
-                &request.upload_id,
+            parts.submit(
                 number,
-                body,
+                chunks_body(std::mem::take(&mut buffer)),
                 reservation,
             );
         }
-        while let Some(result) = tasks.join_next().await {
-            if let Ok(result) = result {
-                done.push(result);
-            }
-        }
-        done.sort_by_key(|(n, _)| *n);
-        let mut parts = Vec::new();
-        let mut part_failed = false;
-        for (_, result) in done {
-            match result {
-                Ok(part) if !part_failed => parts.push(part),
-                Ok(_) => {}
-                Err(e) => {
-                    part_failed = true;
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        let leftover = if part_failed { Vec::new() } else { buffer };
+        let (parts, failed_part) = parts.finish(false).await;
+        let leftover = match failed_part {
+            Some(_) => Vec::new(),
+            None => buffer,
+        };
         Appended {
             parts,
             leftover,
             read,
-            error,
+            error: error.or(failed_part),
         }
-    }
-
-    fn spawn_part(
-        &self,
-        tasks: &mut JoinSet<(u32, Result<UploadedPart, TransferError>)>,
-        key: &str,
-        upload_id: &str,
-        number: u32,
-        chunks: Vec<Bytes>,
-        reservation: crate::Reservation,
-    ) {
-        let inner = self.inner.clone();
-        let (key, upload_id) = (key.to_owned(), upload_id.to_owned());
-        let body = match chunks.len() {
-            1 => Body::Bytes(chunks.into_iter().next().expect("one chunk")),
-            _ => Body::Chunks(chunks.into()),
-        };
-        tasks.spawn(async move {
-            let result = inner.store_part(&key, &upload_id, number, body).await;
-            drop(reservation);
-            (number, result)
-        });
     }
 
     /// Completes a multipart upload from all its parts (any order); `size` is the
@@ -310,20 +285,9 @@ impl Engine {
         ))
     }
 
-    /// Aborts a multipart upload (a missing one counts as aborted).
+    /// Aborts a multipart upload (a missing one counts as aborted), the same way
+    /// a failed or dropped upload's guard does.
     pub async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<(), TransferError> {
-        let inner = &self.inner;
-        match inner
-            .with_retries(Kind::Cleanup, "AbortMultipartUpload", key, || {
-                inner.store.abort_multipart_upload(key, upload_id)
-            })
-            .await
-        {
-            Err(TransferError::Store {
-                source: StoreError::NoSuchUpload { .. },
-                ..
-            }) => Ok(()),
-            other => other,
-        }
+        self.inner.abort_upload(key, upload_id).await
     }
 }

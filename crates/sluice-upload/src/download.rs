@@ -181,15 +181,10 @@ fn combine(
     sums: impl Iterator<Item = Option<Checksum>>,
     ranges: &[(u64, u64)],
 ) -> Option<Checksum> {
-    let mut total: Option<Checksum> = None;
-    for (sum, (start, end)) in sums.zip(ranges) {
-        let sum = sum?;
-        total = Some(match total {
-            None => sum,
-            Some(t) => t.combine(sum, end - start),
-        });
-    }
-    total
+    Checksum::combine_in_order(
+        sums.zip(ranges)
+            .map(|(sum, (start, end))| (sum, end - start)),
+    )
 }
 
 fn verify(meta: &ObjectMeta, actual: Option<Checksum>) -> Result<bool, TransferError> {
@@ -223,60 +218,70 @@ async fn fetch_range(
 ) -> Result<(Option<Checksum>, Sink), TransferError> {
     let mut hasher = algorithm.map(Hasher::new);
     let mut pos = start;
-    let mut attempt = 1;
-    let policy = &inner.config.retry;
+    // One attempt is the request and the body it streams: an interrupted body is
+    // resumed from the byte reached, through the same retries and budget as uploads.
+    let mut attempts = inner.attempts(Kind::Transfer, "GetObject", &meta.key);
     loop {
         let range = ranged
             .then(|| ByteRange::new(pos, end))
             .or((pos > 0).then(|| ByteRange::new(pos, end)));
+        let turn = attempts.begin().await;
         let result = async {
             let output = inner
-                .with_retries(Kind::Transfer, "GetObject", &meta.key, || {
-                    inner.store.get_object(&meta.key, range)
-                })
-                .await?;
+                .store
+                .get_object(&meta.key, range)
+                .await
+                .map_err(Attempt::Store)?;
             if output.meta.etag != meta.etag {
-                return Err(TransferError::ObjectChanged);
+                return Err(Attempt::Other(TransferError::ObjectChanged));
             }
             let mut body = output.body;
             let mut batch = BytesMut::new();
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(TransferError::store("GetObject"))?;
+                let chunk = chunk.map_err(Attempt::Store)?;
                 if pos + (batch.len() + chunk.len()) as u64 > end {
-                    return Err(TransferError::ObjectChanged);
+                    return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
                 batch.extend_from_slice(&chunk);
                 if batch.len() >= WRITE_BATCH {
                     pos = write_batch(&mut sink, &mut hasher, batch.split().freeze(), pos, tracker)
-                        .await?;
+                        .await
+                        .map_err(Attempt::Other)?;
                 }
             }
             if !batch.is_empty() {
-                pos = write_batch(&mut sink, &mut hasher, batch.freeze(), pos, tracker).await?;
+                pos = write_batch(&mut sink, &mut hasher, batch.freeze(), pos, tracker)
+                    .await
+                    .map_err(Attempt::Other)?;
+            }
+            if pos < end {
+                return Err(Attempt::Store(StoreError::Transport(format!(
+                    "the body ended at byte {pos} of {end}"
+                ))));
             }
             Ok(())
         }
         .await;
         match result {
-            Ok(()) if pos == end => break,
             Ok(()) => {
-                return Err(TransferError::Store {
-                    operation: "GetObject",
-                    source: StoreError::Transport(format!("the body ended at byte {pos} of {end}")),
-                })
+                attempts.succeeded(turn);
+                break;
             }
-            Err(TransferError::Store { source, .. })
-                if source.is_transient() && attempt < policy.max_attempts =>
-            {
-                tracing::warn!(key = %meta.key, pos, %source, "download interrupted, resuming");
-                tokio::time::sleep(policy.backoff(attempt)).await;
-                attempt += 1;
+            Err(Attempt::Store(error)) => {
+                tracing::debug!(key = %meta.key, pos, error = %sluice_store::error_chain(&error), "download interrupted");
+                attempts.failed(turn, error).await?;
             }
-            Err(e) => return Err(e),
+            Err(Attempt::Other(error)) => return Err(error),
         }
     }
     tracker.advance(0, true);
     Ok((hasher.map(|h| h.finish()), sink))
+}
+
+/// How one download attempt failed: at the store (retried), or otherwise.
+enum Attempt {
+    Store(StoreError),
+    Other(TransferError),
 }
 
 /// Hashes and stores one batch; returns the new position.

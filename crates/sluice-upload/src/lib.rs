@@ -20,6 +20,7 @@ mod config;
 mod download;
 mod error;
 mod janitor;
+mod parts;
 mod progress;
 mod retry;
 mod retrying_store;

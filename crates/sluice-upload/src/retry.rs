@@ -140,7 +140,110 @@ pub(crate) enum Kind {
     Cleanup,
 }
 
+/// The attempts of one operation under the engine's retry policy and budget:
+/// [`EngineInner::with_retries`] for a single request, or driven by hand where
+/// one attempt is more than a request (a ranged GET and the body it streams).
+pub(crate) struct Attempts<'a> {
+    inner: &'a EngineInner,
+    kind: Kind,
+    operation: &'static str,
+    key: &'a str,
+    attempt: u32,
+}
+
+/// What an attempt holds while it runs: the engine-wide slot, then its prefix's
+/// adaptive permit (so the limiter counts only requests really at the store).
+pub(crate) struct Turn<'a> {
+    _slot: Option<tokio::sync::SemaphorePermit<'a>>,
+    permit: crate::adaptive::Permit<'a>,
+}
+
+impl<'a> Attempts<'a> {
+    /// Waits for the next attempt's turn.
+    pub(crate) async fn begin(&self) -> Turn<'a> {
+        let slot = match &self.inner.store_slots {
+            Some(slots) => Some(slots.acquire().await.expect("never closed")),
+            None => None,
+        };
+        Turn {
+            _slot: slot,
+            permit: self.inner.limits.acquire(self.key).await,
+        }
+    }
+
+    /// The attempt succeeded.
+    pub(crate) fn succeeded(&self, turn: Turn<'a>) {
+        turn.permit.finish(Outcome::Success);
+        self.inner.retry_budget.deposit();
+    }
+
+    /// The attempt failed with `error`: Ok after the backoff when another attempt
+    /// may follow, otherwise the error to fail with.
+    pub(crate) async fn failed(
+        &mut self,
+        turn: Turn<'a>,
+        error: StoreError,
+    ) -> Result<(), TransferError> {
+        let Turn {
+            _slot: slot,
+            permit,
+        } = turn;
+        permit.finish(match error {
+            StoreError::Throttled { .. } => Outcome::Throttled,
+            _ => Outcome::Other,
+        });
+        drop(slot); // not held through the backoff
+        let (inner, operation, attempt) = (self.inner, self.operation, self.attempt);
+        let stats = &inner.stats;
+        match error {
+            StoreError::Throttled { .. } => {
+                stats.throttled.fetch_add(1, Ordering::Relaxed);
+            }
+            StoreError::Stalled { .. } => {
+                stats.stalls.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        let policy = match self.kind {
+            Kind::Transfer => &inner.config.retry,
+            Kind::Cleanup => &RetryPolicy::CLEANUP,
+        };
+        let fail = |source| TransferError::Store { operation, source };
+        if !error.is_transient() || attempt >= policy.max_attempts {
+            return Err(fail(error));
+        }
+        if self.kind == Kind::Transfer && !inner.retry_budget.withdraw(&error) {
+            stats.budget_exhausted.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(operation, attempt, error = %sluice_store::error_chain(&error), "retry budget exhausted, not retrying");
+            return Err(fail(error));
+        }
+        let delay = policy.delay_after(attempt, &error);
+        // Counted in the metrics; under throttling a log line each would flood.
+        tracing::debug!(operation, attempt, delay_ms = delay.as_millis() as u64, error = %sluice_store::error_chain(&error), "transient failure, retrying");
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(delay).await;
+        self.attempt += 1;
+        Ok(())
+    }
+}
+
 impl EngineInner {
+    /// The attempts of `operation` on `key`.
+    pub(crate) fn attempts<'a>(
+        &'a self,
+        kind: Kind,
+        operation: &'static str,
+        key: &'a str,
+    ) -> Attempts<'a> {
+        Attempts {
+            inner: self,
+            kind,
+            operation,
+            key,
+            attempt: 1,
+        }
+    }
+
     /// Runs `request` (a store request about `key`) until it succeeds, fails
     /// permanently, or the attempts or the budget run out.
     pub(crate) async fn with_retries<T, F, Fut>(
@@ -154,58 +257,15 @@ impl EngineInner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let policy = match kind {
-            Kind::Transfer => &self.config.retry,
-            Kind::Cleanup => &RetryPolicy::CLEANUP,
-        };
-        let stats = &self.stats;
-        let mut attempt = 1;
+        let mut attempts = self.attempts(kind, operation, key);
         loop {
-            // The engine-wide slot first, so that the prefix's adaptive limit
-            // counts only requests really at the store.
-            let slot = match &self.store_slots {
-                Some(slots) => Some(slots.acquire().await.expect("never closed")),
-                None => None,
-            };
-            let permit = self.limits.acquire(key).await;
-            let result = request().await;
-            match result {
+            let turn = attempts.begin().await;
+            match request().await {
                 Ok(value) => {
-                    permit.finish(Outcome::Success);
-                    self.retry_budget.deposit();
+                    attempts.succeeded(turn);
                     return Ok(value);
                 }
-                Err(error) => {
-                    permit.finish(match error {
-                        StoreError::Throttled { .. } => Outcome::Throttled,
-                        _ => Outcome::Other,
-                    });
-                    drop(slot); // not held through the backoff
-                    match error {
-                        StoreError::Throttled { .. } => {
-                            stats.throttled.fetch_add(1, Ordering::Relaxed);
-                        }
-                        StoreError::Stalled { .. } => {
-                            stats.stalls.fetch_add(1, Ordering::Relaxed);
-                        }
-                        _ => {}
-                    }
-                    let fail = |source| TransferError::Store { operation, source };
-                    if !error.is_transient() || attempt >= policy.max_attempts {
-                        return Err(fail(error));
-                    }
-                    if kind == Kind::Transfer && !self.retry_budget.withdraw(&error) {
-                        stats.budget_exhausted.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(operation, attempt, error = %sluice_store::error_chain(&error), "retry budget exhausted, not retrying");
-                        return Err(fail(error));
-                    }
-                    let delay = policy.delay_after(attempt, &error);
-                    // Counted in the metrics; under throttling a log line each would flood.
-                    tracing::debug!(operation, attempt, delay_ms = delay.as_millis() as u64, error = %sluice_store::error_chain(&error), "transient failure, retrying");
-                    stats.retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
+                Err(error) => attempts.failed(turn, error).await?,
             }
         }
     }

@@ -102,12 +102,33 @@ impl PartReader {
     }
 }
 
+/// A file opened when it is first read.
+struct OpenOnRead {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl Read for OpenOnRead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self.file.insert(std::fs::File::open(&self.path)?),
+        };
+        file.read(buf)
+    }
+}
+
 impl UploadSource {
-    pub(crate) fn into_part_reader(self) -> (PartReader, Option<u64>) {
-        match self {
-            UploadSource::File(path) => {
-                unreachable!("files are uploaded with positioned reads, not as a stream: {path:?}")
-            }
+    /// The source as a sequential reader (a file too: uploads read files with
+    /// positioned reads, but appending reads any source in order), and its length
+    /// when known.
+    pub(crate) fn into_part_reader(self) -> io::Result<(PartReader, Option<u64>)> {
+        Ok(match self {
+            // Opened by its first read, on the blocking thread that reads it.
+            UploadSource::File(path) => (
+                PartReader::Blocking(Some(Box::new(OpenOnRead { path, file: None }))),
+                None,
+            ),
             UploadSource::Reader { reader, length } => (PartReader::Async(reader), length),
             UploadSource::Stream { stream, length } => (
                 PartReader::Async(Box::new(tokio_util::io::StreamReader::new(stream))),
@@ -116,6 +137,6 @@ impl UploadSource {
             UploadSource::Blocking { reader, length } => {
                 (PartReader::Blocking(Some(reader)), length)
             }
-        }
+        })
     }
 }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_store::*;
-use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
 use crate::error::{ConfigError, TransferError};
+use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
 use crate::retry::Kind;
 use crate::source::{PartReader, UploadSource};
@@ -90,7 +90,8 @@ impl Engine {
             match source {
                 UploadSource::File(path) => self.upload_file(request, path).await,
                 other => {
-                    let (reader, length) = other.into_part_reader();
+                    let (reader, length) =
+                        other.into_part_reader().map_err(TransferError::Source)?;
                     self.upload_stream(request, reader, length).await
                 }
             }
@@ -402,15 +403,12 @@ fn file_checksum(
     })
 }
 
-/// A multipart upload in progress: its part tasks, and the guard that aborts it
-/// unless it completes.
+/// A multipart upload in progress within one call: its part pipeline, and the
+/// guard that aborts it unless it completes.
 struct Multipart<'a> {
     inner: &'a Arc<EngineInner>,
     key: String,
-    upload_id: String,
-    tasks: JoinSet<Result<UploadedPart, TransferError>>,
-    done: Vec<UploadedPart>,
-    tracker: Tracker,
+    parts: PartPipeline,
     guard: AbortGuard,
     /// Checked by the store as the object becomes visible.
     condition: Option<WriteCondition>,
@@ -427,47 +425,18 @@ impl<'a> Multipart<'a> {
         Ok(Multipart {
             inner,
             key: request.key.clone(),
-            guard: AbortGuard {
-                inner: inner.clone(),
-                key: request.key.clone(),
-                upload_id: upload_id.clone(),
-                armed: true,
-            },
-            upload_id,
-            tasks: JoinSet::new(),
-            done: Vec::new(),
-            tracker,
+            guard: AbortGuard::new(inner.clone(), request.key.clone(), upload_id.clone()),
+            parts: PartPipeline::new(inner.clone(), &request.key, &upload_id, tracker),
             condition: request.condition.clone(),
         })
     }
 
-    /// Waits until fewer than `concurrency` parts are in flight; surfaces a failed part.
+    /// Waits until fewer than `concurrency` parts are in flight; an error once a
+    /// part failed (which one, [`Multipart::finish`] reports).
     async fn wait_for_slot(&mut self) -> Result<(), TransferError> {
-        while let Some(result) = self.tasks.try_join_next() {
-            self.collect(result)?;
-        }
-        while self.tasks.len() >= self.inner.config.concurrency {
-            match self.tasks.join_next().await {
-                Some(result) => self.collect(result)?,
-                None => break,
-            }
-        }
-        Ok(())
-    }
-
-    fn collect(
-        &mut self,
-        result: Result<Result<UploadedPart, TransferError>, tokio::task::JoinError>,
-    ) -> Result<(), TransferError> {
-        match result {
-            Ok(Ok(part)) => {
-                self.done.push(part);
-                Ok(())
-            }
-            Ok(Err(error)) => Err(error),
-            Err(join) => Err(TransferError::Source(io::Error::other(format!(
-                "a part task failed: {join}"
-            )))),
+        match self.parts.wait_for_slot().await {
+            true => Ok(()),
+            false => Err(TransferError::Cancelled),
         }
     }
 
@@ -489,63 +458,43 @@ impl<'a> Multipart<'a> {
 
     /// Starts uploading part `number`; `reservation` is held until it is stored.
     fn submit(&mut self, number: u32, body: Body, reservation: Reservation) {
-        let inner = self.inner.clone();
-        let (key, upload_id, tracker) = (
-            self.key.clone(),
-            self.upload_id.clone(),
-            self.tracker.clone(),
-        );
-        let span = tracing::debug_span!("part", number, size = body.len());
-        self.tasks.spawn(
-            async move {
-                let part = inner.store_part(&key, &upload_id, number, body).await?;
-                drop(reservation);
-                tracker.advance(part.size, true);
-                Ok(part)
-            }
-            .instrument(span),
-        );
+        self.parts.submit(number, body, reservation);
     }
 
     /// Completes the upload when `sent` is Ok and every part is stored; otherwise
-    /// stops the part tasks and aborts the upload.
+    /// stops the part tasks and aborts the upload. A failed part is the cause
+    /// reported, whatever stopped the reading.
     async fn finish(
         mut self,
         sent: Result<(), TransferError>,
         size: u64,
     ) -> Result<UploadOutcome, TransferError> {
-        let result = match sent {
-            Ok(()) => self.complete(size).await,
-            Err(e) => Err(e),
+        let upload_id = self.parts.upload_id().to_owned();
+        let (parts, failed_part) = self.parts.finish(sent.is_err()).await;
+        let result = match (failed_part, sent) {
+            (Some(error), _) | (None, Err(error)) => Err(error),
+            (None, Ok(())) => {
+                complete_parts(
+                    self.inner,
+                    &self.key,
+                    &upload_id,
+                    parts,
+                    size,
+                    self.condition.clone(),
+                )
+                .await
+            }
         };
         match result {
             Ok(outcome) => {
-                self.guard.armed = false;
+                self.guard.disarm();
                 Ok(outcome)
             }
             Err(error) => {
-                self.tasks.abort_all();
-                while self.tasks.join_next().await.is_some() {}
                 self.guard.abort_now().await;
                 Err(error)
             }
         }
-    }
-
-    async fn complete(&mut self, size: u64) -> Result<UploadOutcome, TransferError> {
-        while let Some(result) = self.tasks.join_next().await {
-            self.collect(result)?;
-        }
-        let parts = std::mem::take(&mut self.done);
-        complete_parts(
-            self.inner,
-            &self.key,
-            &self.upload_id,
-            parts,
-            size,
-            self.condition.clone(),
-        )
-        .await
     }
 }
 
@@ -678,15 +627,7 @@ pub(crate) async fn complete_parts(
 
 /// The checksum of the whole object from its parts' checksums, in order.
 fn combine_checksums(parts: &[UploadedPart]) -> Option<Checksum> {
-    let mut total: Option<Checksum> = None;
-    for part in parts {
-        let sum = part.checksum?;
-        total = Some(match total {
-            None => sum,
-            Some(t) => t.combine(sum, part.size),
-        });
-    }
-    total
+    Checksum::combine_in_order(parts.iter().map(|p| (p.checksum, p.size)))
 }
 
 /// Aborts a multipart upload unless disarmed: explicitly on failure, or from
@@ -733,19 +674,33 @@ impl Drop for AbortGuard {
 }
 
 async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
-    let result = inner
-        .with_retries(Kind::Cleanup, "AbortMultipartUpload", &key, || {
-            inner.store.abort_multipart_upload(&key, &upload_id)
-        })
-        .await;
-    match result {
+    match inner.abort_upload(&key, &upload_id).await {
         Ok(()) => tracing::info!(%key, %upload_id, "multipart upload aborted"),
-        Err(TransferError::Store {
-            source: StoreError::NoSuchUpload { .. },
-            ..
-        }) => {}
         Err(error) => {
             tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will")
+        }
+    }
+}
+
+impl EngineInner {
+    /// The one abort path: AbortMultipartUpload, retried for longer than transfers
+    /// and outside the retry budget; an upload already gone counts as aborted.
+    pub(crate) async fn abort_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), TransferError> {
+        match self
+            .with_retries(Kind::Cleanup, "AbortMultipartUpload", key, || {
+                self.store.abort_multipart_upload(key, upload_id)
+            })
+            .await
+        {
+            Err(TransferError::Store {
+                source: StoreError::NoSuchUpload { .. },
+                ..
+            }) => Ok(()),
+            other => other,
         }
     }
 }

@@ -472,3 +472,72 @@ async fn downloads_verify_and_place_files_atomically() {
     assert!(leftovers.is_empty());
     let _ = memory.head_object("d").await.unwrap();
 }
+
+/// Downloads retry through the same loop and budget as uploads: a body that
+/// breaks off is resumed from the byte reached, and each resumption is a retry.
+#[tokio::test]
+async fn an_interrupted_download_resumes_through_the_retry_loop() {
+    let memory = MemoryStore::new();
+    let data = test_data(3 * MB as usize, 21);
+    memory
+        .put_object(sluice_store::PutRequest::new(
+            "d",
+            Bytes::from(data.clone()),
+        ))
+        .await
+        .unwrap();
+    let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+        Op::Get,
+        None,
+        Some(2),
+        Fault::CutBody(100_000),
+    );
+    let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
+    let budget_before = engine.retry_budget_available();
+    let mut out = Vec::new();
+    engine
+        .download_to_writer("d", &mut out, None)
+        .await
+        .unwrap();
+    assert!(out == data, "content differs");
+    assert_eq!(faulty.attempts(Op::Get, None), 3);
+    let retries = engine
+        .stats()
+        .retries
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(retries, 2);
+    assert!(engine.retry_budget_available() < budget_before);
+}
+
+/// Appending takes any source, a file included (no path of a public function
+/// reaches a panic on a valid argument).
+#[tokio::test]
+async fn append_reads_every_kind_of_source() {
+    let data = test_data(6 * MB as usize, 22);
+    for kind in [Kind::File, Kind::StreamUnknown, Kind::Blocking] {
+        let memory = MemoryStore::new();
+        let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let upload_id = engine
+            .create_multipart(&UploadRequest::new("a"))
+            .await
+            .unwrap();
+        let appended = engine
+            .append_parts(
+                AppendRequest {
+                    key: "a".into(),
+                    upload_id,
+                    first_part: 1,
+                    carried: Vec::new(),
+                    part_size: 5 * MB,
+                    last: false,
+                },
+                source(kind, &data, &dir),
+            )
+            .await;
+        assert!(appended.error.is_none(), "{kind:?}: {:?}", appended.error);
+        assert_eq!(appended.parts.len(), 1, "{kind:?}");
+        assert_eq!(appended.kept(), data.len() as u64, "{kind:?}");
+        assert_eq!(appended.read, data.len() as u64, "{kind:?}");
+    }
+}

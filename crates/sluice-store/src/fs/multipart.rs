@@ -249,20 +249,13 @@ impl Inner {
         let object_checksum = match record.checksum_algorithm {
             None => None,
             Some(algorithm) => {
-                let mut total: Option<Checksum> = None;
-                for part in &chosen {
-                    let sum = part.checksum.ok_or_else(|| {
-                        StoreError::InvalidPart(format!(
-                            "part {} has no {algorithm} checksum",
-                            part.part_number
-                        ))
-                    })?;
-                    total = Some(match total {
-                        None => sum,
-                        Some(t) => t.combine(sum, part.size),
-                    });
+                if let Some(part) = chosen.iter().find(|p| p.checksum.is_none()) {
+                    return Err(StoreError::InvalidPart(format!(
+                        "part {} has no {algorithm} checksum",
+                        part.part_number
+                    )));
                 }
-                total
+                Checksum::combine_in_order(chosen.iter().map(|p| (p.checksum, p.size)))
             }
         };
         if let (Some(expected), Some(actual)) = (request.checksum, object_checksum) {

@@ -1,0 +1,148 @@
+//! The one part pipeline. Every multipart upload stores its parts through it,
+//! whether the upload runs within one call (a file, a stream of known or unknown
+//! length) or across requests (a resumable upload's appends): each part is a task
+//! that holds its memory reservation until the store has the part, at most
+//! `concurrency` run at once, and a failed part tells the reader to stop. At the
+//! end the pipeline hands back the parts stored without a gap from the first, in
+//! order, and the first failure: the caller completes, keeps or aborts.
+
+use std::sync::Arc;
+
+use sluice_store::{Body, UploadedPart};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::budget::Reservation;
+use crate::error::TransferError;
+use crate::progress::Tracker;
+use crate::EngineInner;
+
+type PartResult = (u32, Result<UploadedPart, TransferError>);
+
+pub(crate) struct PartPipeline {
+    inner: Arc<EngineInner>,
+    key: String,
+    upload_id: String,
+    tracker: Tracker,
+    tasks: JoinSet<PartResult>,
+    stored: Vec<UploadedPart>,
+    /// The first part number submitted.
+    first: Option<u32>,
+    /// The lowest-numbered failed part and its error.
+    failed: Option<(u32, TransferError)>,
+}
+
+impl PartPipeline {
+    pub(crate) fn new(
+        inner: Arc<EngineInner>,
+        key: &str,
+        upload_id: &str,
+        tracker: Tracker,
+    ) -> PartPipeline {
+        PartPipeline {
+            inner,
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+            tracker,
+            tasks: JoinSet::new(),
+            stored: Vec::new(),
+            first: None,
+            failed: None,
+        }
+    }
+
+    pub(crate) fn upload_id(&self) -> &str {
+        &self.upload_id
+    }
+
+    fn collect(&mut self, joined: Result<PartResult, tokio::task::JoinError>) {
+        let (number, error) = match joined {
+            Ok((_, Ok(part))) => {
+                self.stored.push(part);
+                return;
+            }
+            Ok((number, Err(error))) => (number, error),
+            // A part task that panicked: nothing after the first part can be trusted.
+            Err(join) => (
+                0,
+                TransferError::Source(std::io::Error::other(format!("a part task failed: {join}"))),
+            ),
+        };
+        if self
+            .failed
+            .as_ref()
+            .is_none_or(|(first, _)| number < *first)
+        {
+            self.failed = Some((number, error));
+        }
+    }
+
+    /// Waits until fewer than `concurrency` parts are in flight; false once a
+    /// part failed (read no further: `finish` says why).
+    pub(crate) async fn wait_for_slot(&mut self) -> bool {
+        while let Some(joined) = self.tasks.try_join_next() {
+            self.collect(joined);
+        }
+        while self.failed.is_none() && self.tasks.len() >= self.inner.config.concurrency {
+            match self.tasks.join_next().await {
+                Some(joined) => self.collect(joined),
+                None => break,
+            }
+        }
+        self.failed.is_none()
+    }
+
+    /// Starts storing part `number`; `reservation` is held until it is stored.
+    pub(crate) fn submit(&mut self, number: u32, body: Body, reservation: Reservation) {
+        self.first = Some(self.first.map_or(number, |first| first.min(number)));
+        let inner = self.inner.clone();
+        let (key, upload_id, tracker) = (
+            self.key.clone(),
+            self.upload_id.clone(),
+            self.tracker.clone(),
+        );
+        let span = tracing::debug_span!("part", number, size = body.len());
+        self.tasks.spawn(
+            async move {
+                let result = inner.store_part(&key, &upload_id, number, body).await;
+                drop(reservation);
+                if let Ok(part) = &result {
+                    tracker.advance(part.size, true);
+                }
+                (number, result)
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Waits for every part in flight (or, with `cancel`, stops them) and returns
+    /// the parts stored without a gap, sorted by number, and the first failure.
+    pub(crate) async fn finish(
+        mut self,
+        cancel: bool,
+    ) -> (Vec<UploadedPart>, Option<TransferError>) {
+        if cancel {
+            self.tasks.abort_all();
+        }
+        while let Some(joined) = self.tasks.join_next().await {
+            match joined {
+                Err(join) if join.is_cancelled() => {}
+                joined => self.collect(joined),
+            }
+        }
+        let mut stored = std::mem::take(&mut self.stored);
+        stored.sort_by_key(|p| p.part_number);
+        // Only the run of consecutive numbers from the first part counts: a part
+        // that failed or was stopped leaves a gap nothing after it may cross.
+        let mut parts = Vec::with_capacity(stored.len());
+        let mut expected = self.first;
+        for part in stored {
+            if Some(part.part_number) != expected {
+                break;
+            }
+            expected = Some(part.part_number + 1);
+            parts.push(part);
+        }
+        (parts, self.failed.take().map(|(_, error)| error))
+    }
+}
