@@ -104,27 +104,35 @@ impl UploadLock {
         })
     }
 
-    /// Keeps the lease renewed; returns only when a renewal fails (the lock was
-    /// taken over or the store is unreachable), so run it beside the work it protects.
+    /// Keeps the lease renewed; returns only when a renewal fails, or is not
+    /// confirmed before the lease it renews would end (the lock was taken over,
+    /// or may be: the store is slow or unreachable), so run it beside the work it
+    /// protects and stop the work when it returns.
     pub async fn keep_alive(&mut self) -> LockError {
+        let mut confirmed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.lease / 3).await;
-            match put(
+            // With a margin for clocks that differ between gateways.
+            let deadline = confirmed + self.lease.mul_f64(0.8);
+            let sent = tokio::time::Instant::now();
+            let renewal = put(
                 &self.store,
                 &self.key,
                 &self.holder,
                 self.lease,
                 WriteCondition::IfMatch(self.etag.clone()),
-            )
-            .await
-            {
-                Ok(etag) => self.etag = etag,
-                Err(StoreError::PreconditionFailed) => {
+            );
+            match tokio::time::timeout_at(deadline, renewal).await {
+                Ok(Ok(etag)) => {
+                    self.etag = etag;
+                    confirmed = sent;
+                }
+                Ok(Err(StoreError::PreconditionFailed)) | Err(_) => {
                     return LockError::Held {
                         retry_after: self.lease,
                     }
                 }
-                Err(e) => return LockError::Store(e),
+                Ok(Err(e)) => return LockError::Store(e),
             }
         }
     }
@@ -135,6 +143,7 @@ impl UploadLock {
         release(
             self.store.clone(),
             std::mem::take(&mut self.key),
+            std::mem::take(&mut self.holder),
             std::mem::take(&mut self.etag),
         )
         .await;
@@ -149,6 +158,7 @@ impl Drop for UploadLock {
         let release = release(
             self.store.clone(),
             std::mem::take(&mut self.key),
+            std::mem::take(&mut self.holder),
             std::mem::take(&mut self.etag),
         );
         match tokio::runtime::Handle::try_current() {
@@ -160,21 +170,35 @@ impl Drop for UploadLock {
     }
 }
 
-/// Ends the lease of the lock at `key` if it is still the one written with `etag`.
-async fn release(store: Arc<dyn ObjectStore>, key: String, etag: String) {
+/// Ends the lease of the lock at `key` if `holder` still holds it: written with
+/// If-Match on the ETag last seen. When that ETag is stale (a renewal whose answer
+/// never arrived landed anyway), the lock is read again: still ours, it is
+/// released on the ETag read; another holder's, it is left alone.
+async fn release(store: Arc<dyn ObjectStore>, key: String, holder: String, etag: String) {
     let ended = LockBody {
         holder: String::new(),
         until_ms: 0,
     };
-    let json = serde_json::to_vec(&ended).expect("a lock body serialises");
-    let mut request = PutRequest::new(key.clone(), Body::Bytes(json.into()));
-    request.condition = Some(WriteCondition::IfMatch(etag));
-    match store.put_object(request).await {
-        Ok(_) => {}
-        // Lapsed and taken over meanwhile: it is not ours to release.
-        Err(StoreError::PreconditionFailed) => {}
-        Err(error) => {
-            tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself")
+    let json: bytes::Bytes = serde_json::to_vec(&ended)
+        .expect("a lock body serialises")
+        .into();
+    let mut etag = etag;
+    for _ in 0..2 {
+        let mut request = PutRequest::new(key.clone(), Body::Bytes(json.clone()));
+        request.condition = Some(WriteCondition::IfMatch(etag));
+        match store.put_object(request).await {
+            Ok(_) => return,
+            // Deleted with the upload's state: nothing left to release.
+            Err(e) if e.is_not_found() => return,
+            Err(StoreError::PreconditionFailed) => match read(&store, &key).await {
+                Ok((Some(body), current)) if body.holder == holder => etag = current,
+                // Taken over, released or gone: not ours to release.
+                _ => return,
+            },
+            Err(error) => {
+                tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself");
+                return;
+            }
         }
     }
 }
@@ -267,6 +291,26 @@ mod tests {
         assert!(matches!(stale.keep_alive().await, LockError::Held { .. }));
         stale.release().await;
         held(UploadLock::acquire(store.clone(), ID, LONG).await);
+    }
+
+    #[tokio::test]
+    async fn a_release_after_an_unseen_renewal_still_releases() {
+        let store = store();
+        let mut holder = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        // A renewal landed but its answer was never seen: the ETag held is stale.
+        let stale = holder.etag.clone();
+        put(
+            &store,
+            &holder.key,
+            &holder.holder,
+            LONG,
+            WriteCondition::IfMatch(stale.clone()),
+        )
+        .await
+        .unwrap();
+        holder.etag = stale;
+        holder.release().await;
+        UploadLock::acquire(store, ID, LONG).await.unwrap();
     }
 
     #[tokio::test]

@@ -34,8 +34,11 @@ fn state_key(id: &str) -> String {
     format!("{STATE_PREFIX}{id}/state")
 }
 
-fn segment_key(id: &str, number: u32) -> String {
-    format!("{STATE_PREFIX}{id}/seg-{number}")
+fn segment_key(id: &str, segment: &Segment) -> String {
+    match &segment.tag {
+        Some(tag) => format!("{STATE_PREFIX}{id}/seg-{}-{tag}", segment.number),
+        None => format!("{STATE_PREFIX}{id}/seg-{}", segment.number),
+    }
 }
 
 /// A part stored in the multipart upload.
@@ -85,6 +88,23 @@ fn parse_checksum(text: &str) -> Option<Checksum> {
 pub struct Segment {
     pub number: u32,
     pub len: u64,
+    /// Random, in the object's name: a writer whose lock lapsed can never
+    /// overwrite the segment a later writer recorded (records written before
+    /// tags existed name `seg-N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+impl Segment {
+    /// A new segment object's name and size.
+    pub fn new(number: u32, len: u64) -> Segment {
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        Segment {
+            number,
+            len,
+            tag: Some(tag[..12].to_owned()),
+        }
+    }
 }
 
 /// An upload receiving bytes: its multipart upload (started when the first part
@@ -325,7 +345,7 @@ impl RecordStore {
     pub async fn write_segment(
         &self,
         id: &str,
-        number: u32,
+        segment: &Segment,
         bytes: Vec<Bytes>,
     ) -> Result<(), StoreError> {
         let body = match bytes.len() {
@@ -333,7 +353,7 @@ impl RecordStore {
             _ => Body::Chunks(bytes.into()),
         };
         self.store
-            .put_object(PutRequest::new(segment_key(id, number), body))
+            .put_object(PutRequest::new(segment_key(id, segment), body))
             .await
             .map(|_| ())
     }
@@ -346,8 +366,7 @@ impl RecordStore {
     ) -> Result<Vec<Bytes>, ResumableError> {
         let mut out = Vec::with_capacity(segments.len());
         for segment in segments {
-            let (bytes, _) =
-                read_object(self.store.as_ref(), &segment_key(id, segment.number)).await?;
+            let (bytes, _) = read_object(self.store.as_ref(), &segment_key(id, segment)).await?;
             if bytes.len() as u64 != segment.len {
                 return Err(ResumableError::Corrupt(format!(
                     "segment {} of {id} holds {} bytes, not {}",
@@ -363,11 +382,7 @@ impl RecordStore {
 
     pub async fn delete_segments(&self, id: &str, segments: &[Segment]) {
         for segment in segments {
-            if let Err(error) = self
-                .store
-                .delete_object(&segment_key(id, segment.number))
-                .await
-            {
+            if let Err(error) = self.store.delete_object(&segment_key(id, segment)).await {
                 tracing::warn!(upload_id = id, segment = segment.number, error = %sluice_store::error_chain(&error), "could not delete a segment; the sweeper will");
             }
         }
@@ -381,12 +396,15 @@ impl RecordStore {
             if page.objects.is_empty() {
                 return Ok(());
             }
-            // The record goes last, so that a half-finished deletion is found again.
-            let (record, rest): (Vec<_>, Vec<_>) = page
-                .objects
-                .into_iter()
-                .partition(|o| o.key.ends_with("/state"));
-            for object in rest.into_iter().chain(record) {
+            // Segments first, then the record (so that a half-finished deletion is
+            // found again), the lock last (so that no other request takes it midway).
+            let mut objects = page.objects;
+            objects.sort_by_key(|o| match o.key.rsplit('/').next() {
+                Some("state") => 1,
+                Some("lock") => 2,
+                _ => 0,
+            });
+            for object in objects {
                 self.store.delete_object(&object.key).await?;
             }
         }
@@ -480,7 +498,7 @@ mod tests {
                     size: 5,
                     checksum: None,
                 }],
-                segments: vec![Segment { number: 2, len: 3 }],
+                segments: vec![Segment::new(2, 3)],
                 next_segment: 3,
             }),
             Phase::Finished(Finished {

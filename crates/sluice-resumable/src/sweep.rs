@@ -99,24 +99,12 @@ pub async fn sweep(
                 }
             }
         }
-        let upload = &loaded.record.upload;
-        let finished = loaded.record.is_finished();
-        let due = if finished {
-            now >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(upload.expires)
-        } else {
-            upload.is_expired(now)
-        };
-        let live = |report: &mut SweepReport| {
-            if let Some(upload_id) = loaded.record.multipart_id() {
-                report.live_multipart_ids.insert(upload_id.to_owned());
-            }
-        };
-        if !due {
-            live(&mut report);
+        if !is_due(&loaded.record, now) {
+            spare(&mut report, &loaded.record);
             continue;
         }
         if dry_run {
-            if finished {
+            if loaded.record.is_finished() {
                 report.retired += 1;
             } else {
                 report.expired += 1;
@@ -126,31 +114,63 @@ pub async fn sweep(
         let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.config.lock_lease).await {
             Ok(lock) => lock,
             Err(LockError::Held { .. }) => {
-                live(&mut report);
+                spare(&mut report, &loaded.record);
                 continue;
             }
             Err(LockError::Store(e)) => return Err(e),
         };
-        if let (Some(upload_id), false) = (loaded.record.multipart_id(), finished) {
-            if let Err(error) = tus
-                .engine
-                .abort_multipart(&loaded.record.key, upload_id)
-                .await
-            {
+        // Read again under the lock: a request may have extended or finished it.
+        let record = match tus.records.load(&id).await {
+            Ok(loaded) => loaded.record,
+            Err(e) => {
+                lock.release().await;
+                match e {
+                    ResumableError::Store(e) => return Err(e),
+                    _ => continue,
+                }
+            }
+        };
+        if !is_due(&record, now) {
+            lock.release().await;
+            spare(&mut report, &record);
+            continue;
+        }
+        let finished = record.is_finished();
+        if let (Some(upload_id), false) = (record.multipart_id(), finished) {
+            if let Err(error) = tus.engine.abort_multipart(&record.key, upload_id).await {
                 tracing::warn!(upload_id = %id, error = %sluice_store::error_chain(&error), "could not abort an expired upload's multipart upload");
                 lock.release().await;
-                live(&mut report);
+                spare(&mut report, &record);
                 continue;
             }
         }
+        // Deletes the lock too, last.
         tus.records.delete_all(&id).await?;
         lock.release().await;
         if finished {
             report.retired += 1;
         } else {
             report.expired += 1;
-            tracing::info!(upload_id = %id, key = %loaded.record.key, "expired upload removed");
+            tracing::info!(upload_id = %id, key = %record.key, "expired upload removed");
         }
     }
     Ok(report)
+}
+
+/// Whether an upload is past its expiry: unfinished and idle, or finished and its
+/// state kept long enough.
+fn is_due(record: &crate::UploadRecord, now: SystemTime) -> bool {
+    let upload = &record.upload;
+    if record.is_finished() {
+        now >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(upload.expires)
+    } else {
+        upload.is_expired(now)
+    }
+}
+
+/// Keeps an upload that stays: its multipart upload is spared by the janitor.
+fn spare(report: &mut SweepReport, record: &crate::UploadRecord) {
+    if let Some(upload_id) = record.multipart_id() {
+        report.live_multipart_ids.insert(upload_id.to_owned());
+    }
 }

@@ -160,9 +160,11 @@ impl Resumable {
             .await;
         match written {
             Ok(written) => Ok(written),
-            // The request itself was wrong: the upload it created goes again.
+            // The request itself was wrong: the upload it created goes again,
+            // its multipart upload (if a part was cut) with it.
             Err(error @ ResumableError::Protocol(_)) => {
-                self.records.delete_all(&id).await?;
+                let current = self.records.load(&id).await?.record;
+                self.remove(&current).await?;
                 Err(error)
             }
             Err(error) => {
@@ -173,52 +175,57 @@ impl Resumable {
         }
     }
 
-    /// An upload whose bytes all come with its creation: one PutObject, then the record.
+    /// An upload whose bytes all come with its creation (at most the threshold):
+    /// read whole within the memory budget and checked against its
+    /// Upload-Checksum before anything is written, then one PutObject and the
+    /// record. A body that breaks off leaves an upload at offset 0 to resume.
     async fn create_whole(
         &self,
         mut record: UploadRecord,
         chunk: Chunk,
         length: u64,
     ) -> Result<Written, ResumableError> {
-        let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length));
+        let reservation = self.engine.budget().reserve(length).await;
+        let (check, mut body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length + 1));
+        let head = Head::read(&mut body, length + 1).await;
+        match head.error {
+            Some(e) if is_overflow(&e) => return Err(TusError::BeyondLength { length }.into()),
+            _ if head.len > length => return Err(TusError::BeyondLength { length }.into()),
+            // Every byte is in (a failure after the last one does not matter).
+            _ if head.len == length && !check.matches() => {
+                return Err(TusError::ChecksumMismatch.into())
+            }
+            _ if head.len == length => {}
+            error => {
+                // Cut short: nothing is stored, the client resumes from 0.
+                let error = error.map(|e| sluice_store::error_chain(&e).to_string());
+                tracing::info!(upload_id = %record.id(), error = error.as_deref().unwrap_or("the body ended early"), "creation-with-upload stored nothing; the client can resume from 0");
+                self.records.create(&record).await?;
+                return Ok(Written::unchanged(record));
+            }
+        }
+        // The engine reserves what it buffers; no reservation is held while it waits.
+        drop(reservation);
         let request = UploadRequest {
             key: record.key.clone(),
             content_type: record.content_type.clone(),
             ..UploadRequest::default()
         };
         let source = UploadSource::Stream {
-            stream: body,
+            stream: stream::iter(head.chunks.into_iter().map(Ok)).boxed(),
             length: Some(length),
         };
-        // The object is written before the checksum is known; a mismatch deletes it.
-        match self.engine.upload(request, source).await {
-            Ok(outcome) if check.matches() => {
-                record.upload.offset = length;
-                record.phase = Phase::Finished(Finished {
-                    etag: outcome.etag.clone(),
-                    checksum: outcome.checksum,
-                });
-                self.records.create(&record).await?;
-                Ok(Written {
-                    record,
-                    finished: Some(outcome),
-                })
-            }
-            Ok(_) => {
-                self.store.delete_object(&record.key).await?;
-                Err(TusError::ChecksumMismatch.into())
-            }
-            Err(TransferError::Source(e)) if is_overflow(&e) => {
-                Err(TusError::BeyondLength { length }.into())
-            }
-            Err(TransferError::SourceLong { .. }) => Err(TusError::BeyondLength { length }.into()),
-            Err(error) if length == 0 => Err(error.into()),
-            Err(error) => {
-                tracing::info!(upload_id = %record.id(), error = %sluice_store::error_chain(&error), "creation-with-upload stored nothing; the client can resume from 0");
-                self.records.create(&record).await?;
-                Ok(Written::unchanged(record))
-            }
-        }
+        let outcome = self.engine.upload(request, source).await?;
+        record.upload.offset = length;
+        record.phase = Phase::Finished(Finished {
+            etag: outcome.etag.clone(),
+            checksum: outcome.checksum,
+        });
+        self.records.create(&record).await?;
+        Ok(Written {
+            record,
+            finished: Some(outcome),
+        })
     }
 
     /// Appends `chunk` to upload `id` as `patch` describes, under the upload's lock.
@@ -288,8 +295,10 @@ impl Resumable {
         let part_size = self.part_size(plan.length);
         let room = part_size.saturating_sub(carried_len).max(1);
 
-        // Read up to what completes the next part.
-        let head_reservation = budget.reserve(room).await;
+        // Read up to what completes the next part: the carried bytes and the
+        // head of the body are one part's worth, reserved once (never one
+        // reservation held while waiting for another).
+        let reservation = budget.reserve(part_size.max(carried_len + room)).await;
         let head = Head::read(&mut body, room).await;
         let mut stored: Vec<UploadedPart> = Vec::new();
         let leftover: Vec<Bytes>;
@@ -305,12 +314,10 @@ impl Resumable {
                     upload_id
                 }
             };
-            let mut front = {
-                let _reservation = budget.reserve(carried_len).await;
-                self.records.read_segments(&id, &receiving.segments).await?
-            };
-            drop(head_reservation);
+            let mut front = self.records.read_segments(&id, &receiving.segments).await?;
             front.extend(head.chunks);
+            // The engine reserves each part it cuts from here on.
+            drop(reservation);
             let rest = stream::iter(head.rest.map(Ok)).chain(body).boxed();
             let request = AppendRequest {
                 key: key.clone(),
@@ -342,10 +349,17 @@ impl Resumable {
                 None => failure = None,
             }
         } else {
-            drop(head_reservation);
+            drop(reservation);
             leftover = head.chunks;
             consumed_carried = false;
             failure = head.error;
+        }
+        if part_error.as_ref().is_some_and(is_no_such_upload) {
+            // The multipart upload is gone: completed by a request whose record
+            // update was lost (then the object is there), or aborted.
+            if let Some(written) = self.recover_completed(&mut loaded).await? {
+                return Ok(written);
+            }
         }
 
         // What went wrong, and whether the progress made may be kept.
@@ -363,6 +377,14 @@ impl Resumable {
         if !keep {
             return Err(error.expect("only a failure discards progress"));
         }
+        // The first part cut holds every carried byte: when it was not stored,
+        // nothing moved and the carried segments stay as they are.
+        if consumed_carried && stored.is_empty() {
+            return match error {
+                Some(error) => Err(error),
+                None => Ok(Written::unchanged(loaded.record)),
+            };
+        }
         let kept: u64 = stored.iter().map(|p| p.size).sum::<u64>()
             + leftover.iter().map(|b| b.len() as u64).sum::<u64>();
         let new_offset = if consumed_carried {
@@ -371,7 +393,9 @@ impl Resumable {
             offset + kept
         };
         let length_set = loaded.record.upload.length != plan.length;
-        if error.is_none() && plan.length == Some(new_offset) {
+        // Every byte is in (a body that failed after its last byte does not
+        // matter): the object is completed before anything says so.
+        if plan.length == Some(new_offset) {
             return self
                 .finish(loaded, receiving, stored, leftover, consumed_carried)
                 .await;
@@ -393,11 +417,13 @@ impl Resumable {
             .parts
             .extend(stored.iter().map(StoredPart::from_uploaded));
         if !leftover.is_empty() {
-            let number = receiving.next_segment;
-            let len = leftover.iter().map(|b| b.len() as u64).sum();
+            let segment = Segment::new(
+                receiving.next_segment,
+                leftover.iter().map(|b| b.len() as u64).sum(),
+            );
             // On failure the parts stored stay valid but unrecorded; the client resends.
-            self.records.write_segment(&id, number, leftover).await?;
-            receiving.segments.push(Segment { number, len });
+            self.records.write_segment(&id, &segment, leftover).await?;
+            receiving.segments.push(segment);
             receiving.next_segment += 1;
         }
         if receiving.segments.len() > MAX_SEGMENTS {
@@ -415,6 +441,69 @@ impl Resumable {
             Some(error) => Err(error),
             None => Ok(Written::unchanged(loaded.record)),
         }
+    }
+
+    /// On a multipart upload found gone, the upload as [`Self::recover_completed`]
+    /// finds it; otherwise `error`.
+    async fn recover_or(
+        &self,
+        loaded: &mut Loaded,
+        error: TransferError,
+    ) -> Result<Written, ResumableError> {
+        if is_no_such_upload(&error) {
+            if let Some(written) = self.recover_completed(loaded).await? {
+                return Ok(written);
+            }
+        }
+        Err(error.into())
+    }
+
+    /// An upload whose multipart upload is gone although its record says it
+    /// receives: a request completed the object and was stopped (client gone,
+    /// store outage) before its record said so. When the object is there with the
+    /// upload's length, written since the upload began, the upload is finished
+    /// now (and this request reports the completion the stopped one could not).
+    async fn recover_completed(
+        &self,
+        loaded: &mut Loaded,
+    ) -> Result<Option<Written>, ResumableError> {
+        let record = &loaded.record;
+        let Some(length) = record.upload.length else {
+            return Ok(None);
+        };
+        let began = std::time::UNIX_EPOCH + std::time::Duration::from_secs(record.upload.created);
+        let meta = match self.store.head_object(&record.key).await {
+            Ok(meta) => meta,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if meta.size != length || meta.last_modified < began {
+            return Ok(None);
+        }
+        let segments = match &record.phase {
+            Phase::Receiving(receiving) => receiving.segments.clone(),
+            _ => Vec::new(),
+        };
+        let record = &mut loaded.record;
+        record.upload.offset = length;
+        record.phase = Phase::Finished(Finished {
+            etag: meta.etag.clone(),
+            checksum: meta.checksum,
+        });
+        loaded.etag = self.records.replace(record, &loaded.etag).await?;
+        self.records.delete_segments(record.id(), &segments).await;
+        tracing::info!(upload_id = %record.id(), key = %record.key, "found the object of an upload completed by an interrupted request");
+        let outcome = UploadOutcome {
+            key: record.key.clone(),
+            size: length,
+            etag: meta.etag,
+            checksum: meta.checksum,
+            parts: 0,
+        };
+        Ok(Some(Written {
+            record: loaded.record.clone(),
+            finished: Some(outcome),
+        }))
     }
 
     /// Starts the upload's multipart upload and records it before any part exists.
@@ -456,16 +545,12 @@ impl Resumable {
         id: &str,
         receiving: &mut Receiving,
     ) -> Result<Vec<Segment>, ResumableError> {
-        let len = receiving.carried();
-        let _reservation = self.engine.budget().reserve(len).await;
+        let _reservation = self.engine.budget().reserve(receiving.carried()).await;
         let bytes = self.records.read_segments(id, &receiving.segments).await?;
-        let number = receiving.next_segment;
-        self.records.write_segment(id, number, bytes).await?;
+        let merged = Segment::new(receiving.next_segment, receiving.carried());
+        self.records.write_segment(id, &merged, bytes).await?;
         receiving.next_segment += 1;
-        Ok(std::mem::replace(
-            &mut receiving.segments,
-            vec![Segment { number, len }],
-        ))
+        Ok(std::mem::replace(&mut receiving.segments, vec![merged]))
     }
 
     /// Completes the object from the parts stored before, the parts this request
@@ -490,10 +575,11 @@ impl Resumable {
             }
             + stored.iter().map(|p| p.size).sum::<u64>()
             + leftover.iter().map(|b| b.len() as u64).sum::<u64>();
-        let _reservation = self.engine.budget().reserve(receiving.carried()).await;
         let mut tail = if consumed_carried {
             Vec::new()
         } else {
+            // Counted while read; the engine reserves the part they go into.
+            let _reservation = self.engine.budget().reserve(receiving.carried()).await;
             self.records.read_segments(&id, &receiving.segments).await?
         };
         tail.extend(leftover);
@@ -537,13 +623,18 @@ impl Resumable {
                     };
                     let appended = self.engine.append_parts(request, empty).await;
                     if let Some(error) = appended.error {
-                        return Err(error.into());
+                        return self.recover_or(&mut loaded, error).await;
                     }
                     parts.extend(appended.parts);
                 }
-                self.engine
+                match self
+                    .engine
                     .complete_multipart(&record.key, upload_id, parts, length)
-                    .await?
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(error) => return self.recover_or(&mut loaded, error).await,
+                }
             }
         };
         let record = &mut loaded.record;
@@ -561,6 +652,16 @@ impl Resumable {
             finished: Some(outcome),
         })
     }
+}
+
+fn is_no_such_upload(error: &TransferError) -> bool {
+    matches!(
+        error,
+        TransferError::Store {
+            source: sluice_store::StoreError::NoSuchUpload { .. },
+            ..
+        }
+    )
 }
 
 /// The first bytes of a body, up to what completes a part.

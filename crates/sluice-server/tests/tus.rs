@@ -1300,3 +1300,131 @@ async fn one_upload_of_each_kind_completes_exactly_once() {
         );
     }
 }
+
+/// Review finding: a first part that failed took the carried bytes with it (the
+/// offset went back and the segments were deleted). Nothing may move then.
+#[tokio::test]
+async fn a_failed_part_keeps_the_carried_bytes_and_the_offset() {
+    let memory = MemoryStore::new();
+    let faulty = sluice_testkit::FaultyStore::new(Arc::new(memory.clone())).inject(
+        sluice_testkit::Op::UploadPart,
+        Some(1),
+        Some(1),
+        sluice_testkit::Fault::Denied,
+    );
+    let state = AppState::new(config(), Arc::new(faulty) as Arc<dyn ObjectStore>).unwrap();
+    let data = test_data(9 * MIB, 31);
+    let location = create(&state, data.len() as u64).await;
+    let third = 3 * MIB;
+    assert_eq!(
+        patch(&state, &location, 0, &data[..third]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    // 3 MiB carried + 3 MiB: a part is cut, and the store refuses it.
+    let refused = patch(&state, &location, third as u64, &data[third..2 * third]).await;
+    assert!(refused.status.is_server_error(), "{:?}", refused.status);
+    assert_eq!(
+        head(&state, &location).await.header("upload-offset"),
+        Some("3145728")
+    );
+    // The client sends the chunk again and goes on.
+    assert_eq!(
+        patch(&state, &location, third as u64, &data[third..2 * third])
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        patch(&state, &location, 2 * third as u64, &data[2 * third..])
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    let key = head(&state, &location)
+        .await
+        .header("x-sluice-key")
+        .unwrap()
+        .to_owned();
+    assert!(object(&state, &key).await == data, "content differs");
+}
+
+/// Review finding: a body that failed after its last byte left the record at
+/// "all bytes in" without the object. The object is completed instead.
+#[tokio::test]
+async fn a_body_failing_after_its_last_byte_still_completes_the_object() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(2 * MIB, 32);
+    let location = create(&state, data.len() as u64).await;
+    let chunks = vec![
+        Ok(Bytes::from(data.clone())),
+        Err(std::io::Error::other("connection reset")),
+    ];
+    let request = tus("PATCH", &location)
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", 0)
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap();
+    send(&state, request).await;
+    let head = head(&state, &location).await;
+    assert_eq!(head.header("upload-offset"), Some("2097152"));
+    let key = head.header("x-sluice-key").unwrap().to_owned();
+    assert!(
+        object(&state, &key).await == data,
+        "the object is missing or differs"
+    );
+}
+
+/// Review finding: a request that completed the object and was stopped before
+/// its record said so left the upload stuck. The client's retry finds it.
+#[tokio::test]
+async fn an_object_completed_by_an_interrupted_request_is_found_again() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(12 * MIB, 33);
+    let location = create(&state, data.len() as u64).await;
+    let ten = 10 * MIB;
+    assert_eq!(
+        patch(&state, &location, 0, &data[..ten]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    // What the interrupted request did: the last part stored, the upload completed.
+    let id = location.rsplit('/').next().unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&store.object(&format!("_sluice/tus/{id}/state")).unwrap()).unwrap();
+    let key = record["key"].as_str().unwrap().to_owned();
+    let upload_id = record["multipart_id"].as_str().unwrap().to_owned();
+    let last = store
+        .upload_part(sluice_store::UploadPartRequest {
+            key: key.clone(),
+            upload_id: upload_id.clone(),
+            part_number: 3,
+            body: sluice_store::Body::Bytes(Bytes::from(data[ten..].to_vec())),
+            checksum: sluice_store::PartChecksum::None,
+        })
+        .await
+        .unwrap();
+    let mut parts = store.list_parts(&key, &upload_id).await.unwrap();
+    parts.retain(|p| p.part_number < 3);
+    parts.push(last);
+    store
+        .complete_multipart_upload(sluice_store::CompleteMultipartRequest {
+            key: key.clone(),
+            upload_id,
+            parts,
+            checksum: None,
+            condition: None,
+        })
+        .await
+        .unwrap();
+    // The client never heard back and sends the last chunk again.
+    let retried = patch(&state, &location, ten as u64, &data[ten..]).await;
+    assert_eq!(retried.status, StatusCode::NO_CONTENT, "{:?}", retried.body);
+    assert_eq!(retried.header("upload-offset"), Some("12582912"));
+    assert!(object(&state, &key).await == data, "content differs");
+    let metrics = state.metrics.render(&state.engine);
+    assert!(
+        metrics.contains("sluice_uploads_completed_total{kind=\"tus_patch\"} 1"),
+        "{metrics}"
+    );
+}

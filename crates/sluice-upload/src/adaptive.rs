@@ -214,6 +214,12 @@ struct Entries {
     sweep_at: usize,
 }
 
+/// A prefix found with a free slot (see [`AdaptiveLimits::ready`]).
+pub(crate) struct Ready {
+    prefix: String,
+    entry: Arc<Entry>,
+}
+
 /// A slot of one prefix, held for one request; report its outcome with
 /// [`Permit::finish`] (dropping it counts as [`Outcome::Other`]).
 #[derive(Debug)]
@@ -273,7 +279,21 @@ impl AdaptiveLimits {
     }
 
     /// Waits for the turn of `key`'s prefix under its pace, then for a slot.
+    #[cfg(test)]
     pub(crate) async fn acquire(&self, key: &str) -> Permit<'_> {
+        loop {
+            let ready = self.ready(key).await;
+            if let Some(permit) = self.try_take(ready) {
+                return permit;
+            }
+        }
+    }
+
+    /// Waits for the turn of `key`'s prefix under its pace, then until the prefix
+    /// has a free slot, without taking it: [`AdaptiveLimits::try_take`] does, so
+    /// that a caller can wait for something else in between (the engine-wide
+    /// slot) without counting as in flight.
+    pub(crate) async fn ready(&self, key: &str) -> Ready {
         let prefix = prefix_of(key).to_owned();
         let entry = self.entry(&prefix);
         if entry.state().pace.is_some() {
@@ -307,26 +327,38 @@ impl AdaptiveLimits {
             let freed = waiter.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            {
-                let mut state = entry.state();
-                if state.in_flight < self.slots(state.limit) {
-                    state.in_flight += 1;
-                    // Pass the turn on if more slots are free.
-                    if state.in_flight < self.slots(state.limit) {
-                        entry.freed.notify_one();
-                    }
-                    drop(state);
-                    return Permit {
-                        limits: self,
-                        prefix,
-                        entry,
-                        sent: Instant::now(),
-                        outcome: Outcome::Other,
-                    };
-                }
+            let free = {
+                let state = entry.state();
+                state.in_flight < self.slots(state.limit)
+            };
+            if free {
+                return Ready { prefix, entry };
             }
             freed.await;
         }
+    }
+
+    /// Takes a slot of the prefix `ready` found free; None when another request
+    /// took it meanwhile (wait with [`AdaptiveLimits::ready`] again).
+    pub(crate) fn try_take(&self, ready: Ready) -> Option<Permit<'_>> {
+        let Ready { prefix, entry } = ready;
+        let mut state = entry.state();
+        if state.in_flight >= self.slots(state.limit) {
+            return None;
+        }
+        state.in_flight += 1;
+        // Pass the turn on if more slots are free.
+        if state.in_flight < self.slots(state.limit) {
+            entry.freed.notify_one();
+        }
+        drop(state);
+        Some(Permit {
+            limits: self,
+            prefix,
+            entry,
+            sent: Instant::now(),
+            outcome: Outcome::Other,
+        })
     }
 
     fn slots(&self, limit: f64) -> usize {

@@ -212,7 +212,7 @@ impl Engine {
                 part_failed = true;
                 break;
             }
-            let want = part_size - buffered;
+            let want = part_size.saturating_sub(buffered);
             let reservation = self.inner.budget.reserve(part_size).await;
             let mut chunk = self.inner.budget.buffer(want as usize);
             let filled = reader.fill(chunk.as_vec_mut(), want as usize).await;

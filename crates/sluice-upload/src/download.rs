@@ -225,13 +225,16 @@ async fn fetch_range(
         let range = ranged
             .then(|| ByteRange::new(pos, end))
             .or((pos > 0).then(|| ByteRange::new(pos, end)));
-        let turn = attempts.begin().await;
+        let mut turn = attempts.begin().await;
         let result = async {
             let output = inner
                 .store
                 .get_object(&meta.key, range)
                 .await
                 .map_err(Attempt::Store)?;
+            // The body is ours to read: slot and permit go back (a failure while
+            // reading still counts as a retry against the budget).
+            turn.answered();
             if output.meta.etag != meta.etag {
                 return Err(Attempt::Other(TransferError::ObjectChanged));
             }

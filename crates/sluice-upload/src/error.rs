@@ -58,6 +58,9 @@ pub enum TransferError {
     ChecksumMismatch { expected: String, actual: String },
     #[error("the transfer was cancelled")]
     Cancelled,
+    /// A part's task ended without an answer (it panicked): a bug, not the store.
+    #[error("a part task failed: {0}")]
+    PartTask(String),
 }
 
 impl TransferError {

@@ -63,10 +63,7 @@ impl PartPipeline {
             }
             Ok((number, Err(error))) => (number, error),
             // A part task that panicked: nothing after the first part can be trusted.
-            Err(join) => (
-                0,
-                TransferError::Source(std::io::Error::other(format!("a part task failed: {join}"))),
-            ),
+            Err(join) => (0, TransferError::PartTask(join.to_string())),
         };
         if self
             .failed

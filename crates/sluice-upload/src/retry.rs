@@ -151,29 +151,51 @@ pub(crate) struct Attempts<'a> {
     attempt: u32,
 }
 
-/// What an attempt holds while it runs: the engine-wide slot, then its prefix's
-/// adaptive permit (so the limiter counts only requests really at the store).
+/// What an attempt holds while it runs: the engine-wide slot and its prefix's
+/// adaptive permit, until the store answered (see [`Turn::answered`]).
 pub(crate) struct Turn<'a> {
-    _slot: Option<tokio::sync::SemaphorePermit<'a>>,
-    permit: crate::adaptive::Permit<'a>,
+    slot: Option<tokio::sync::SemaphorePermit<'a>>,
+    permit: Option<crate::adaptive::Permit<'a>>,
+}
+
+impl<'a> Turn<'a> {
+    /// The store answered and what follows is the caller's (reading a body it
+    /// streams): the slot and the permit go back now, as a success.
+    pub(crate) fn answered(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            permit.finish(Outcome::Success);
+        }
+        self.slot = None;
+    }
 }
 
 impl<'a> Attempts<'a> {
-    /// Waits for the next attempt's turn.
+    /// Waits for the next attempt's turn: the prefix's pace and a free slot of
+    /// it, then the engine-wide slot, then takes the prefix's slot. So the
+    /// adaptive limiter counts only requests really at the store, and no
+    /// engine-wide slot waits on a throttled prefix.
     pub(crate) async fn begin(&self) -> Turn<'a> {
-        let slot = match &self.inner.store_slots {
-            Some(slots) => Some(slots.acquire().await.expect("never closed")),
-            None => None,
-        };
-        Turn {
-            _slot: slot,
-            permit: self.inner.limits.acquire(self.key).await,
+        let limits = &self.inner.limits;
+        loop {
+            let ready = limits.ready(self.key).await;
+            let slot = match &self.inner.store_slots {
+                Some(slots) => Some(slots.acquire().await.expect("never closed")),
+                None => None,
+            };
+            if let Some(permit) = limits.try_take(ready) {
+                return Turn {
+                    slot,
+                    permit: Some(permit),
+                };
+            }
         }
     }
 
     /// The attempt succeeded.
     pub(crate) fn succeeded(&self, turn: Turn<'a>) {
-        turn.permit.finish(Outcome::Success);
+        if let Some(permit) = turn.permit {
+            permit.finish(Outcome::Success);
+        }
         self.inner.retry_budget.deposit();
     }
 
@@ -184,14 +206,13 @@ impl<'a> Attempts<'a> {
         turn: Turn<'a>,
         error: StoreError,
     ) -> Result<(), TransferError> {
-        let Turn {
-            _slot: slot,
-            permit,
-        } = turn;
-        permit.finish(match error {
-            StoreError::Throttled { .. } => Outcome::Throttled,
-            _ => Outcome::Other,
-        });
+        let Turn { slot, permit } = turn;
+        if let Some(permit) = permit {
+            permit.finish(match error {
+                StoreError::Throttled { .. } => Outcome::Throttled,
+                _ => Outcome::Other,
+            });
+        }
         drop(slot); // not held through the backoff
         let (inner, operation, attempt) = (self.inner, self.operation, self.attempt);
         let stats = &inner.stats;

@@ -584,29 +584,40 @@ pub(crate) async fn complete_parts(
                         // Completed already (by an attempt of this call or of an
                         // earlier request) whose answer was lost: the object is
                         // there with this size and, when both are known, checksum.
+                        // A conditional completion retried after a lost answer
+                        // meets the object that answer made: ours if it matches,
+                        // and then our upload is gone.
                         Err(StoreError::NoSuchUpload { .. }) => {
-                            let meta = match inner.store.head_object(&request.key).await {
-                                Ok(meta) => meta,
-                                Err(e) if e.is_not_found() => {
-                                    return Err(StoreError::NoSuchUpload {
-                                        upload_id: request.upload_id,
-                                    })
-                                }
-                                Err(e) => return Err(e),
-                            };
-                            let same_checksum = match (meta.checksum, request.checksum) {
-                                (Some(stored), Some(ours)) => stored == ours,
-                                _ => retried,
-                            };
-                            if meta.size == size && same_checksum {
-                                Ok(PutOutput {
-                                    etag: meta.etag,
-                                    checksum: meta.checksum.or(request.checksum),
-                                })
-                            } else {
-                                Err(StoreError::NoSuchUpload {
-                                    upload_id: request.upload_id,
-                                })
+                            completed_already(
+                                inner,
+                                &request,
+                                size,
+                                retried,
+                                StoreError::NoSuchUpload {
+                                    upload_id: request.upload_id.clone(),
+                                },
+                            )
+                            .await
+                        }
+                        Err(StoreError::PreconditionFailed) if retried => {
+                            let ours = completed_already(
+                                inner,
+                                &request,
+                                size,
+                                false,
+                                StoreError::PreconditionFailed,
+                            )
+                            .await;
+                            match ours {
+                                Ok(output) => match inner
+                                    .store
+                                    .list_parts(&request.key, &request.upload_id)
+                                    .await
+                                {
+                                    Err(StoreError::NoSuchUpload { .. }) => Ok(output),
+                                    _ => Err(StoreError::PreconditionFailed),
+                                },
+                                Err(e) => Err(e),
                             }
                         }
                         other => other,
@@ -623,6 +634,35 @@ pub(crate) async fn complete_parts(
         checksum: completed.checksum.or(checksum),
         parts: count,
     })
+}
+
+/// When a completion's answer may have been lost: the object at the key, if it
+/// is the one this completion makes (its size, and its checksum when both are
+/// known; without checksums, only when `trust_size`). Otherwise `refusal`.
+async fn completed_already(
+    inner: &EngineInner,
+    request: &CompleteMultipartRequest,
+    size: u64,
+    trust_size: bool,
+    refusal: StoreError,
+) -> Result<PutOutput, StoreError> {
+    let meta = match inner.store.head_object(&request.key).await {
+        Ok(meta) => meta,
+        Err(e) if e.is_not_found() => return Err(refusal),
+        Err(e) => return Err(e),
+    };
+    let same_checksum = match (meta.checksum, request.checksum) {
+        (Some(stored), Some(ours)) => stored == ours,
+        _ => trust_size,
+    };
+    if meta.size == size && same_checksum {
+        Ok(PutOutput {
+            etag: meta.etag,
+            checksum: meta.checksum.or(request.checksum),
+        })
+    } else {
+        Err(refusal)
+    }
 }
 
 /// The checksum of the whole object from its parts' checksums, in order.
