@@ -34,7 +34,7 @@ fn state_key(id: &str) -> String {
     format!("{STATE_PREFIX}{id}/state")
 }
 
-fn segment_key(id: &str, segment: &Segment) -> String {
+pub(crate) fn segment_key(id: &str, segment: &Segment) -> String {
     match &segment.tag {
         Some(tag) => format!("{STATE_PREFIX}{id}/seg-{}-{tag}", segment.number),
         None => format!("{STATE_PREFIX}{id}/seg-{}", segment.number),

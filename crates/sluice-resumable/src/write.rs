@@ -186,8 +186,8 @@ impl Resumable {
         length: u64,
     ) -> Result<Written, ResumableError> {
         let reservation = self.engine.budget().reserve(length).await;
-        let (check, mut body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length + 1));
-        let head = Head::read(&mut body, length + 1).await;
+        let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length + 1));
+        let (head, _) = Head::read(&self.engine, body, length + 1).await;
         match head.error {
             Some(e) if is_overflow(&e) => return Err(TusError::BeyondLength { length }.into()),
             _ if head.len > length => return Err(TusError::BeyondLength { length }.into()),
@@ -289,7 +289,7 @@ impl Resumable {
         let id = loaded.record.id().to_owned();
         let key = loaded.record.key.clone();
         let budget = self.engine.budget().clone();
-        let (check, mut body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
+        let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
         let offset = loaded.record.upload.offset;
         let carried_len = receiving.carried();
         let part_size = self.part_size(plan.length);
@@ -299,7 +299,7 @@ impl Resumable {
         // head of the body are one part's worth, reserved once (never one
         // reservation held while waiting for another).
         let reservation = budget.reserve(part_size.max(carried_len + room)).await;
-        let head = Head::read(&mut body, room).await;
+        let (head, body) = Head::read(&self.engine, body, room).await;
         let mut stored: Vec<UploadedPart> = Vec::new();
         let leftover: Vec<Bytes>;
         let consumed_carried;
@@ -314,11 +314,11 @@ impl Resumable {
                     upload_id
                 }
             };
-            let mut front = self.records.read_segments(&id, &receiving.segments).await?;
+            let mut front = self.read_carried(&id, &receiving.segments).await?;
             front.extend(head.chunks);
             // The engine reserves each part it cuts from here on.
             drop(reservation);
-            let rest = stream::iter(head.rest.map(Ok)).chain(body).boxed();
+            let rest = body;
             let request = AppendRequest {
                 key: key.clone(),
                 upload_id,
@@ -506,6 +506,37 @@ impl Resumable {
         }))
     }
 
+    /// The carried bytes of an upload, in order, each segment read into a buffer of
+    /// the memory budget's pool (the caller holds the reservation).
+    async fn read_carried(
+        &self,
+        id: &str,
+        segments: &[Segment],
+    ) -> Result<Vec<Bytes>, ResumableError> {
+        let mut out = Vec::with_capacity(segments.len());
+        for segment in segments {
+            let output = self
+                .store
+                .get_object(&crate::record::segment_key(id, segment), None)
+                .await?;
+            let body = output.body.map(|r| r.map_err(io::Error::other)).boxed();
+            let read = self.engine.read_up_to(body, segment.len + 1).await;
+            if let Some(error) = read.error {
+                return Err(sluice_store::StoreError::Body(error).into());
+            }
+            if read.bytes.len() as u64 != segment.len {
+                return Err(ResumableError::Corrupt(format!(
+                    "segment {} of {id} holds {} bytes, not {}",
+                    segment.number,
+                    read.bytes.len(),
+                    segment.len
+                )));
+            }
+            out.push(read.bytes);
+        }
+        Ok(out)
+    }
+
     /// Starts the upload's multipart upload and records it before any part exists.
     async fn start_multipart(
         &self,
@@ -546,7 +577,7 @@ impl Resumable {
         receiving: &mut Receiving,
     ) -> Result<Vec<Segment>, ResumableError> {
         let _reservation = self.engine.budget().reserve(receiving.carried()).await;
-        let bytes = self.records.read_segments(id, &receiving.segments).await?;
+        let bytes = self.read_carried(id, &receiving.segments).await?;
         let merged = Segment::new(receiving.next_segment, receiving.carried());
         self.records.write_segment(id, &merged, bytes).await?;
         receiving.next_segment += 1;
@@ -580,7 +611,7 @@ impl Resumable {
         } else {
             // Counted while read; the engine reserves the part they go into.
             let _reservation = self.engine.budget().reserve(receiving.carried()).await;
-            self.records.read_segments(&id, &receiving.segments).await?
+            self.read_carried(&id, &receiving.segments).await?
         };
         tail.extend(leftover);
         let outcome = match &receiving.multipart_id {
@@ -664,43 +695,35 @@ fn is_no_such_upload(error: &TransferError) -> bool {
     )
 }
 
-/// The first bytes of a body, up to what completes a part.
+/// The first bytes of a body, up to what completes a part, in one buffer of the
+/// memory budget's pool (not the request's own chunks: holding those would make
+/// the connection allocate fresh buffers for every chunk that follows).
 struct Head {
     chunks: Vec<Bytes>,
     len: u64,
-    /// Bytes read past `room`, for the part after.
-    rest: Option<Bytes>,
     error: Option<io::Error>,
 }
 
 impl Head {
-    async fn read(body: &mut BoxStream<'static, io::Result<Bytes>>, room: u64) -> Head {
-        let mut head = Head {
-            chunks: Vec::new(),
-            len: 0,
-            rest: None,
-            error: None,
+    /// Reads up to `room` bytes; returns them and the rest of the body.
+    async fn read(
+        engine: &sluice_upload::Engine,
+        body: BoxStream<'static, io::Result<Bytes>>,
+        room: u64,
+    ) -> (Head, BoxStream<'static, io::Result<Bytes>>) {
+        let read = engine.read_up_to(body, room).await;
+        let len = read.bytes.len() as u64;
+        let chunks = if len > 0 {
+            vec![read.bytes]
+        } else {
+            Vec::new()
         };
-        while head.len < room {
-            match body.next().await {
-                None => break,
-                Some(Err(error)) => {
-                    head.error = Some(error);
-                    break;
-                }
-                Some(Ok(mut bytes)) => {
-                    let want = (room - head.len) as usize;
-                    if bytes.len() > want {
-                        head.rest = Some(bytes.split_off(want));
-                    }
-                    head.len += bytes.len() as u64;
-                    if !bytes.is_empty() {
-                        head.chunks.push(bytes);
-                    }
-                }
-            }
-        }
-        head
+        let head = Head {
+            chunks,
+            len,
+            error: read.error,
+        };
+        (head, read.rest)
     }
 }
 
@@ -804,23 +827,28 @@ mod tests {
 
     #[tokio::test]
     async fn head_stops_at_room_and_keeps_the_rest() {
+        let engine = sluice_upload::Engine::new(
+            std::sync::Arc::new(sluice_testkit::MemoryStore::new()),
+            sluice_upload::EngineConfig::default(),
+        )
+        .unwrap();
         let body = || {
             stream::iter([Bytes::from_static(b"abcd"), Bytes::from_static(b"efgh")].map(Ok)).boxed()
         };
-        // (room, the head's bytes, the bytes kept for the next part)
-        type Case = (u64, &'static [u8], Option<&'static [u8]>);
+        // (room, the head's bytes, the rest of the body)
+        type Case = (u64, &'static [u8], &'static [u8]);
         let cases: [Case; 4] = [
-            (2, b"ab", Some(b"cd")),
-            (4, b"abcd", None),
-            (6, b"abcdef", Some(b"gh")),
-            (20, b"abcdefgh", None),
+            (2, b"ab", b"cdefgh"),
+            (4, b"abcd", b"efgh"),
+            (6, b"abcdef", b"gh"),
+            (20, b"abcdefgh", b""),
         ];
         for (room, chunks, rest) in cases {
-            let mut b = body();
-            let head = Head::read(&mut b, room).await;
+            let (head, tail) = Head::read(&engine, body(), room).await;
             assert_eq!(head.chunks.concat(), chunks, "room {room}");
             assert_eq!(head.len, chunks.len() as u64);
-            assert_eq!(head.rest.as_deref(), rest, "room {room}");
+            let tail: Vec<Bytes> = tail.map(|c| c.unwrap()).collect().await;
+            assert_eq!(tail.concat(), rest, "room {room}");
         }
     }
 }

@@ -9,8 +9,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use std::io;
+
 use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
 use sluice_store::*;
+use tokio::io::AsyncReadExt;
 
 use crate::error::TransferError;
 use crate::parts::PartPipeline;
@@ -31,6 +35,15 @@ impl MultipartGuard {
     pub async fn abort(mut self) {
         self.0.abort_now().await;
     }
+}
+
+/// What [`Engine::read_up_to`] read.
+pub struct ReadUpTo {
+    pub bytes: Bytes,
+    /// The stream after those bytes.
+    pub rest: BoxStream<'static, io::Result<Bytes>>,
+    /// Why reading stopped before `max`, when the stream failed.
+    pub error: Option<io::Error>,
 }
 
 /// Parts' bytes as one body.
@@ -271,6 +284,42 @@ impl Engine {
         size: u64,
     ) -> Result<UploadOutcome, TransferError> {
         crate::upload::complete_parts(&self.inner, key, upload_id, parts, size, None).await
+    }
+
+    /// Reads up to `max` bytes of `stream` into one buffer from the memory
+    /// budget's pool (buffers of 1 MiB and more are reused, so bytes kept a while,
+    /// such as a resumable upload's carried bytes, cost no fresh pages). Returns
+    /// the bytes, the rest of the stream, and the error that stopped it early if
+    /// any. The caller holds a reservation for `max`.
+    pub async fn read_up_to(
+        &self,
+        stream: BoxStream<'static, io::Result<Bytes>>,
+        max: u64,
+    ) -> ReadUpTo {
+        let mut reader = tokio_util::io::StreamReader::new(stream);
+        let mut buf = self.inner.budget.buffer(max as usize);
+        let mut error = None;
+        {
+            let vec = buf.as_vec_mut();
+            while (vec.len() as u64) < max {
+                let want = max - vec.len() as u64;
+                match (&mut reader).take(want).read_buf(vec).await {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let (stream, chunk) = reader.into_inner_with_chunk();
+        let rest = futures::stream::iter(chunk.map(Ok)).chain(stream).boxed();
+        ReadUpTo {
+            bytes: buf.freeze(),
+            rest,
+            error,
+        }
     }
 
     /// A guard that aborts multipart upload `upload_id` when dropped (in the

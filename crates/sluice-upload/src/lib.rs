@@ -34,7 +34,7 @@ use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
-pub use append::{AppendRequest, Appended, MultipartGuard};
+pub use append::{AppendRequest, Appended, MultipartGuard, ReadUpTo};
 pub use budget::{MemoryBudget, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
