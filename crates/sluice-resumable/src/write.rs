@@ -3,8 +3,11 @@
 //! body at the upload's offset, and finishing the object in the request that
 //! brings its last byte.
 //!
-//! A body is read up to what completes the next part. If it ends before that,
-//! its bytes are carried in a new segment object and nothing else is read: a
+//! A body is read up to what completes the next part. A part is cut when the
+//! body fills it, or when the carried bytes and the body reach S3's 5 MiB
+//! minimum (so a client sending 5 MiB chunks costs one part per PATCH), while
+//! the parts left still fit in S3's 10,000. Otherwise the body's bytes are
+//! carried in a new segment object and nothing else is read: a
 //! client sending tiny PATCHes costs a bounded number of store requests each
 //! (segments are merged into one once there are [`MAX_SEGMENTS`]). When a part
 //! can be cut, the carried segments are read (within the memory budget) and the
@@ -20,7 +23,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
-use sluice_store::UploadedPart;
+use sluice_store::{limits, UploadedPart};
 use sluice_tus::checksum::ChunkHasher;
 use sluice_tus::headers::PatchRequest;
 use sluice_tus::upload::PatchPlan;
@@ -305,7 +308,21 @@ impl Resumable {
         let consumed_carried;
         let failure: Option<io::Error>;
         let mut part_error: Option<TransferError> = None;
-        if head.len >= room && head.error.is_none() {
+        // A part is cut when the body fills one, and also when the carried bytes
+        // and the body make S3's 5 MiB minimum (clients that send 5 MiB chunks then
+        // cost one part per PATCH and no segments), as long as the parts left
+        // still fit in S3's 10,000.
+        let fits_early = match plan.length {
+            Some(length) => {
+                let after = offset + head.len;
+                receiving.parts.len() as u64 + 1 + length.saturating_sub(after).div_ceil(part_size)
+                    <= limits::MAX_PARTS as u64
+            }
+            None => true,
+        };
+        let cut =
+            head.len >= room || (fits_early && carried_len + head.len >= limits::MIN_PART_SIZE);
+        if cut && head.error.is_none() {
             let upload_id = match &receiving.multipart_id {
                 Some(upload_id) => upload_id.clone(),
                 None => {

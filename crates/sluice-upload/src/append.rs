@@ -299,22 +299,33 @@ impl Engine {
         let mut reader = tokio_util::io::StreamReader::new(stream);
         let mut buf = self.inner.budget.buffer(max as usize);
         let mut error = None;
+        let mut ended = false;
         {
             let vec = buf.as_vec_mut();
             while (vec.len() as u64) < max {
                 let want = max - vec.len() as u64;
                 match (&mut reader).take(want).read_buf(vec).await {
-                    Ok(0) => break,
+                    Ok(0) => {
+                        ended = true;
+                        break;
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         error = Some(e);
+                        ended = true;
                         break;
                     }
                 }
             }
         }
-        let (stream, chunk) = reader.into_inner_with_chunk();
-        let rest = futures::stream::iter(chunk.map(Ok)).chain(stream).boxed();
+        // A stream that ended (or failed) is not polled again.
+        let rest = match ended {
+            true => futures::stream::empty().boxed(),
+            false => {
+                let (stream, chunk) = reader.into_inner_with_chunk();
+                futures::stream::iter(chunk.map(Ok)).chain(stream).boxed()
+            }
+        };
         ReadUpTo {
             bytes: buf.freeze(),
             rest,

@@ -541,3 +541,29 @@ async fn append_reads_every_kind_of_source() {
         assert_eq!(appended.read, data.len() as u64, "{kind:?}");
     }
 }
+
+/// `read_up_to` hands back the rest of a stream, and never a stream that ended
+/// (polling a finished request body again panics).
+#[tokio::test]
+async fn read_up_to_splits_a_stream_and_never_polls_an_ended_one_again() {
+    let engine = Engine::new(Arc::new(MemoryStore::new()), config()).unwrap();
+    let source = || {
+        futures::stream::unfold(0, |n| async move {
+            (n < 3).then(|| (Ok(Bytes::from_static(b"abcd")), n + 1))
+        })
+        .boxed()
+    };
+    // (max, bytes read, rest)
+    let cases: [(u64, &[u8], &[u8]); 3] = [
+        (6, b"abcdab", b"cdabcd"),
+        (12, b"abcdabcdabcd", b""),
+        (100, b"abcdabcdabcd", b""),
+    ];
+    for (max, read, rest) in cases {
+        let got = engine.read_up_to(source(), max).await;
+        assert!(got.error.is_none());
+        assert_eq!(&got.bytes[..], read, "max {max}");
+        let tail: Vec<Bytes> = got.rest.map(|c| c.unwrap()).collect().await;
+        assert_eq!(tail.concat(), rest, "max {max}");
+    }
+}
