@@ -358,28 +358,6 @@ impl RecordStore {
             .map(|_| ())
     }
 
-    /// The carried bytes of an upload, in order.
-    pub async fn read_segments(
-        &self,
-        id: &str,
-        segments: &[Segment],
-    ) -> Result<Vec<Bytes>, ResumableError> {
-        let mut out = Vec::with_capacity(segments.len());
-        for segment in segments {
-            let (bytes, _) = read_object(self.store.as_ref(), &segment_key(id, segment)).await?;
-            if bytes.len() as u64 != segment.len {
-                return Err(ResumableError::Corrupt(format!(
-                    "segment {} of {id} holds {} bytes, not {}",
-                    segment.number,
-                    bytes.len(),
-                    segment.len
-                )));
-            }
-            out.push(bytes);
-        }
-        Ok(out)
-    }
-
     pub async fn delete_segments(&self, id: &str, segments: &[Segment]) {
         for segment in segments {
             if let Err(error) = self.store.delete_object(&segment_key(id, segment)).await {

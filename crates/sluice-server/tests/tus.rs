@@ -834,6 +834,34 @@ async fn partial(state: &AppState, data: &[u8]) -> String {
     location
 }
 
+/// Each (partial URLs, message) is refused with 400 invalid_concat naming the
+/// problem, and nothing is stored.
+async fn assert_concatenations_refused(
+    state: &AppState,
+    store: &MemoryStore,
+    cases: Vec<(Vec<&str>, &str)>,
+) {
+    for (parts, message) in cases {
+        let answer = concatenate(state, &parts).await;
+        assert_eq!(
+            (answer.status, answer.code().as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_concat"),
+            "{parts:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&answer.body).contains(message),
+            "{parts:?}: {:?}",
+            answer.body
+        );
+    }
+    assert!(store
+        .list_objects("default/", None, 10)
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
+}
+
 async fn concatenate(state: &AppState, parts: &[&str]) -> Answer {
     send(
         state,
@@ -931,25 +959,7 @@ async fn concatenation_refuses_what_it_cannot_join() {
         (vec![&done, &unfinished], "is not complete"),
         (vec!["/files/abc"], "not an upload of this server"),
     ];
-    for (parts, message) in cases {
-        let answer = concatenate(&state, &parts).await;
-        assert_eq!(
-            (answer.status, answer.code().as_str()),
-            (StatusCode::BAD_REQUEST, "invalid_concat"),
-            "{parts:?}"
-        );
-        assert!(
-            String::from_utf8_lossy(&answer.body).contains(message),
-            "{parts:?}: {:?}",
-            answer.body
-        );
-    }
-    assert!(store
-        .list_objects("default/", None, 10)
-        .await
-        .unwrap()
-        .objects
-        .is_empty());
+    assert_concatenations_refused(&state, &store, cases).await;
 }
 
 fn gateway_with(store: &MemoryStore, change: impl FnOnce(&mut ServerConfig)) -> AppState {
@@ -1154,25 +1164,7 @@ async fn concatenation_refuses_duplicates_and_too_many_partials() {
         (vec![&done, &done], "named twice"),
         (vec![&done, &other, &done], "at most 2 partial uploads"),
     ];
-    for (parts, message) in cases {
-        let answer = concatenate(&state, &parts).await;
-        assert_eq!(
-            (answer.status, answer.code().as_str()),
-            (StatusCode::BAD_REQUEST, "invalid_concat"),
-            "{parts:?}"
-        );
-        assert!(
-            String::from_utf8_lossy(&answer.body).contains(message),
-            "{:?}",
-            answer.body
-        );
-    }
-    assert!(store
-        .list_objects("default/", None, 10)
-        .await
-        .unwrap()
-        .objects
-        .is_empty());
+    assert_concatenations_refused(&state, &store, cases).await;
 }
 
 /// Seam bug: a concatenation whose request was dropped left its multipart upload.
