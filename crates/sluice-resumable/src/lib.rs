@@ -26,7 +26,7 @@ use sluice_store::{limits, ObjectStore};
 use sluice_upload::Engine;
 
 pub use error::ResumableError;
-pub use lock::{LockError, UploadLock};
+pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
 pub use write::{Chunk, NewUpload, Written};
 
@@ -66,6 +66,7 @@ pub struct Resumable {
     engine: Engine,
     store: Arc<dyn ObjectStore>,
     records: record::RecordStore,
+    lock_hints: Arc<LockHints>,
     config: Arc<ResumableConfig>,
 }
 
@@ -86,6 +87,7 @@ impl Resumable {
             records: record::RecordStore::new(store.clone()),
             store,
             engine,
+            lock_hints: Arc::default(),
             config: Arc::new(config),
         }
     }
@@ -131,9 +133,14 @@ impl Resumable {
         if !valid_id(id) {
             return Err(ResumableError::not_found());
         }
-        let mut lock = UploadLock::acquire(self.store.clone(), id, self.config.lock_lease)
-            .await
-            .map_err(lock_error)?;
+        let mut lock = UploadLock::acquire(
+            self.store.clone(),
+            self.lock_hints.clone(),
+            id,
+            self.config.lock_lease,
+        )
+        .await
+        .map_err(lock_error)?;
         let result = tokio::select! {
             result = work => result,
             lost = lock.keep_alive() => {

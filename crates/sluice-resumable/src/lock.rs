@@ -7,8 +7,15 @@
 //! can never undo the next holder's lock. A holder dropped midway (client gone,
 //! shutdown) releases at once from `Drop`; a crashed gateway's lock lapses when
 //! its lease ends.
+//!
+//! [`LockHints`] remember what this process last knew of each lock object (absent
+//! for an upload it just created, or the ETag of the ended lease it wrote), so a
+//! request that follows another on the same gateway takes the lock with one
+//! conditional write instead of a read and a write. A stale hint only fails that
+//! write, and the lock is then read as without a hint.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -34,6 +41,47 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// What this process last knew of upload locks, by lock key. Bounded: when full,
+/// it forgets everything (a forgotten hint costs one read).
+#[derive(Debug, Default)]
+pub struct LockHints {
+    known: Mutex<HashMap<String, Known>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Known {
+    /// No lock object exists: the upload was created here and never locked.
+    Absent,
+    /// The lock object is the ended lease with this ETag.
+    Ended(String),
+}
+
+impl LockHints {
+    /// Most hints kept (each about a hundred bytes).
+    const CAPACITY: usize = 4096;
+
+    /// Upload `id` was just created here: it has no lock object yet.
+    pub fn created(&self, id: &str) {
+        self.remember(lock_key(id), Known::Absent);
+    }
+
+    fn remember(&self, key: String, known: Known) {
+        let mut map = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= Self::CAPACITY && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, known);
+    }
+
+    /// The hint for `key`, forgotten as it is used: whatever happens next makes it stale.
+    fn take(&self, key: &str) -> Option<Known> {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key)
+    }
+}
+
 /// Why the lock was not had.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -49,6 +97,7 @@ pub enum LockError {
 #[derive(Debug)]
 pub struct UploadLock {
     store: Arc<dyn ObjectStore>,
+    hints: Arc<LockHints>,
     key: String,
     holder: String,
     etag: String,
@@ -61,11 +110,38 @@ impl UploadLock {
     /// once with [`LockError::Held`].
     pub async fn acquire(
         store: Arc<dyn ObjectStore>,
+        hints: Arc<LockHints>,
         id: &str,
         lease: Duration,
     ) -> Result<UploadLock, LockError> {
         let key = lock_key(id);
         let holder = uuid::Uuid::new_v4().simple().to_string();
+        let taken =
+            |etag: String, store: Arc<dyn ObjectStore>, key: String, holder: String| UploadLock {
+                store,
+                hints: hints.clone(),
+                key,
+                holder,
+                etag,
+                lease,
+                released: false,
+            };
+        if let Some(known) = hints.take(&key) {
+            let condition = match known {
+                Known::Absent => WriteCondition::IfNoneMatch,
+                Known::Ended(etag) => WriteCondition::IfMatch(etag),
+            };
+            match put(&store, &key, &holder, lease, condition).await {
+                Ok(etag) => {
+                    tracing::debug!(upload_id = id, hinted = true, "upload lock taken");
+                    return Ok(taken(etag, store, key, holder));
+                }
+                // The hint was stale: read the lock as without one.
+                Err(StoreError::PreconditionFailed) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         // Two rounds: another request may create the lock between our read and our write.
         for _ in 0..2 {
             let condition = match read(&store, &key).await {
@@ -86,14 +162,7 @@ impl UploadLock {
             match put(&store, &key, &holder, lease, condition).await {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, took_over, "upload lock taken");
-                    return Ok(UploadLock {
-                        store,
-                        key,
-                        holder,
-                        etag,
-                        lease,
-                        released: false,
-                    });
+                    return Ok(taken(etag, store, key, holder));
                 }
                 Err(StoreError::PreconditionFailed) => continue,
                 Err(e) => return Err(e.into()),
@@ -142,6 +211,7 @@ impl UploadLock {
         self.released = true;
         release(
             self.store.clone(),
+            self.hints.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.holder),
             std::mem::take(&mut self.etag),
@@ -157,6 +227,7 @@ impl Drop for UploadLock {
         }
         let release = release(
             self.store.clone(),
+            self.hints.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.holder),
             std::mem::take(&mut self.etag),
@@ -173,8 +244,15 @@ impl Drop for UploadLock {
 /// Ends the lease of the lock at `key` if `holder` still holds it: written with
 /// If-Match on the ETag last seen. When that ETag is stale (a renewal whose answer
 /// never arrived landed anyway), the lock is read again: still ours, it is
-/// released on the ETag read; another holder's, it is left alone.
-async fn release(store: Arc<dyn ObjectStore>, key: String, holder: String, etag: String) {
+/// released on the ETag read; another holder's, it is left alone. The ended
+/// lease's ETag becomes the hint for the next holder here.
+async fn release(
+    store: Arc<dyn ObjectStore>,
+    hints: Arc<LockHints>,
+    key: String,
+    holder: String,
+    etag: String,
+) {
     let ended = LockBody {
         holder: String::new(),
         until_ms: 0,
@@ -187,7 +265,10 @@ async fn release(store: Arc<dyn ObjectStore>, key: String, holder: String, etag:
         let mut request = PutRequest::new(key.clone(), Body::Bytes(json.clone()));
         request.condition = Some(WriteCondition::IfMatch(etag));
         match store.put_object(request).await {
-            Ok(_) => return,
+            Ok(output) => {
+                hints.remember(key, Known::Ended(output.etag));
+                return;
+            }
             // Deleted with the upload's state: nothing left to release.
             Err(e) if e.is_not_found() => return,
             Err(StoreError::PreconditionFailed) => match read(&store, &key).await {
@@ -239,6 +320,16 @@ mod tests {
     }
 
     const ID: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A gateway that knows nothing of the lock yet.
+    fn unhinted() -> Arc<LockHints> {
+        Arc::new(LockHints::default())
+    }
+
+    /// Lock requests of each kind the store saw: (reads, writes).
+    fn requests(store: &MemoryStore) -> (u64, u64) {
+        (store.calls("get"), store.calls("put"))
+    }
     const LONG: Duration = Duration::from_secs(30);
 
     fn held(result: Result<UploadLock, LockError>) -> Duration {
@@ -251,21 +342,27 @@ mod tests {
     #[tokio::test]
     async fn one_holder_at_a_time_and_release_frees_it() {
         let store = store();
-        let first = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
-        let wait = held(UploadLock::acquire(store.clone(), ID, LONG).await);
+        let first = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            .await
+            .unwrap();
+        let wait = held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await);
         assert!(wait > Duration::from_secs(25) && wait <= LONG, "{wait:?}");
         first.release().await;
-        UploadLock::acquire(store, ID, LONG).await.unwrap();
+        UploadLock::acquire(store, unhinted(), ID, LONG)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
     async fn a_dropped_holder_releases_at_once() {
         let store = store();
-        let holder = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            .await
+            .unwrap();
         drop(holder); // a request future dropped midway
         let mut taken = None;
         for _ in 0..100 {
-            match UploadLock::acquire(store.clone(), ID, LONG).await {
+            match UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await {
                 Ok(lock) => {
                     taken = Some(lock);
                     break;
@@ -282,21 +379,26 @@ mod tests {
     #[tokio::test]
     async fn a_late_release_never_frees_the_next_holders_lock() {
         let store = store();
-        let mut stale = UploadLock::acquire(store.clone(), ID, Duration::from_millis(200))
+        let mut stale =
+            UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_millis(200))
+                .await
+                .unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let _next = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let _next = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
         // The old holder learns it lost the lock, and its release changes nothing.
         assert!(matches!(stale.keep_alive().await, LockError::Held { .. }));
         stale.release().await;
-        held(UploadLock::acquire(store.clone(), ID, LONG).await);
+        held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await);
     }
 
     #[tokio::test]
     async fn a_release_after_an_unseen_renewal_still_releases() {
         let store = store();
-        let mut holder = UploadLock::acquire(store.clone(), ID, LONG).await.unwrap();
+        let mut holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            .await
+            .unwrap();
         // A renewal landed but its answer was never seen: the ETag held is stale.
         let stale = holder.etag.clone();
         put(
@@ -310,18 +412,78 @@ mod tests {
         .unwrap();
         holder.etag = stale;
         holder.release().await;
-        UploadLock::acquire(store, ID, LONG).await.unwrap();
+        UploadLock::acquire(store, unhinted(), ID, LONG)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_hinted_lock_is_taken_with_one_write() {
+        let memory = Arc::new(MemoryStore::new());
+        let store: Arc<dyn ObjectStore> = memory.clone();
+        let hints = unhinted();
+        // (what the gateway knows, reads and writes the next acquire costs)
+        let cases = [("just created", 0, 1), ("released here", 0, 1)];
+        hints.created(ID);
+        for (case, reads, writes) in cases {
+            let before = requests(&memory);
+            let lock = UploadLock::acquire(store.clone(), hints.clone(), ID, LONG)
+                .await
+                .unwrap();
+            let after = requests(&memory);
+            assert_eq!(
+                (after.0 - before.0, after.1 - before.1),
+                (reads, writes),
+                "{case}"
+            );
+            lock.release().await;
+        }
+        // Without a hint, the lock is read first.
+        let before = requests(&memory);
+        let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            .await
+            .unwrap();
+        let after = requests(&memory);
+        assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1));
+        lock.release().await;
+    }
+
+    #[tokio::test]
+    async fn a_stale_hint_never_takes_a_held_lock() {
+        let store = store();
+        let (here, there) = (unhinted(), unhinted());
+        // Created here, but another gateway took the lock first.
+        here.created(ID);
+        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG)
+            .await
+            .unwrap();
+        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG).await);
+        other.release().await;
+        // Released here, then taken by the other gateway: the hint is stale.
+        UploadLock::acquire(store.clone(), here.clone(), ID, LONG)
+            .await
+            .unwrap()
+            .release()
+            .await;
+        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG)
+            .await
+            .unwrap();
+        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG).await);
+        // Once it is released again, the read finds the ended lease.
+        other.release().await;
+        UploadLock::acquire(store, here, ID, LONG).await.unwrap();
     }
 
     #[tokio::test]
     async fn a_renewed_lock_is_not_taken_over() {
         let store = store();
-        let mut holder = UploadLock::acquire(store.clone(), ID, Duration::from_millis(300))
-            .await
-            .unwrap();
+        let mut holder =
+            UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_millis(300))
+                .await
+                .unwrap();
         let renewing = tokio::spawn(async move { holder.keep_alive().await });
         tokio::time::sleep(Duration::from_millis(700)).await;
-        held(UploadLock::acquire(store.clone(), ID, Duration::from_secs(1)).await);
+        held(UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_secs(1)).await);
         renewing.abort();
     }
 }

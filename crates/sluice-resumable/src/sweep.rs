@@ -111,7 +111,14 @@ pub async fn sweep(
             }
             continue;
         }
-        let lock = match UploadLock::acquire(tus.store.clone(), &id, tus.config.lock_lease).await {
+        let lock = match UploadLock::acquire(
+            tus.store.clone(),
+            tus.lock_hints.clone(),
+            &id,
+            tus.config.lock_lease,
+        )
+        .await
+        {
             Ok(lock) => lock,
             Err(LockError::Held { .. }) => {
                 spare(&mut report, &loaded.record);

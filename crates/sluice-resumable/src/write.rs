@@ -138,6 +138,7 @@ impl Resumable {
                 .await;
         }
         let etag = self.records.create(&record).await?;
+        self.lock_hints.created(&new.id);
         let Some(chunk) = chunk else {
             return Ok(Written::unchanged(record));
         };
