@@ -1,9 +1,15 @@
 //! Request bodies as the engine reads them: a stream of chunks that enforces the
-//! route's own byte limit and idle timeout (axum's body limit does not apply to
-//! streamed bodies), and counts bytes received.
+//! route's own byte limit, an idle timeout and a minimum data rate (axum's body
+//! limit does not apply to streamed bodies), and counts bytes received.
+//!
+//! The rate is Apache mod_reqtimeout's `MinRate` idea, counted over the time
+//! spent waiting for the client only: while the gateway itself does not read
+//! (waiting for memory, for the store), the client is not slow.
 
 use std::io;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -19,8 +25,12 @@ pub enum BodyError {
     TooLarge { limit: u64 },
     #[error("no data for {seconds} s")]
     Idle { seconds: u64 },
+    #[error("the body arrived slower than {bytes_per_second} bytes/s")]
+    TooSlow { bytes_per_second: u64 },
     #[error("the client connection failed")]
     Client,
+    #[error("a form part's headers run past {limit} bytes")]
+    FormHeaderTooLarge { limit: u64 },
 }
 
 impl BodyError {
@@ -43,39 +53,89 @@ impl BodyError {
     }
 }
 
-/// The body as a stream of chunks, failing once more than `limit` bytes arrive
-/// or when no chunk arrives for `idle`.
+/// How fast a request body must arrive (from `[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyPace {
+    /// Longest wait for the next chunk.
+    pub idle: Duration,
+    /// Bytes per second the body must average, over the time spent waiting for
+    /// it, once `grace` of waiting has passed; 0 turns the check off.
+    pub min_rate: u64,
+    pub grace: Duration,
+}
+
+impl BodyPace {
+    /// The longest the next wait may last, after `waited` in all for `seen` bytes.
+    fn next_wait(&self, seen: u64, waited: Duration) -> (Duration, BodyError) {
+        let idle = (
+            self.idle,
+            BodyError::Idle {
+                seconds: self.idle.as_secs(),
+            },
+        );
+        if self.min_rate == 0 {
+            return idle;
+        }
+        // The rate holds while waited <= grace + seen / min_rate.
+        let allowed = self.grace + Duration::from_secs_f64(seen as f64 / self.min_rate as f64);
+        let left = allowed.saturating_sub(waited);
+        if left < self.idle {
+            let slow = BodyError::TooSlow {
+                bytes_per_second: self.min_rate,
+            };
+            (left, slow)
+        } else {
+            idle
+        }
+    }
+}
+
+struct Progress {
+    seen: u64,
+    waited: Duration,
+}
+
+/// The body as a stream of chunks, failing once more than `limit` bytes arrive,
+/// when no chunk arrives for `pace.idle`, or when it falls below `pace.min_rate`.
 pub fn limited_stream(
     body: Body,
     limit: Option<u64>,
-    idle: Duration,
+    pace: BodyPace,
     metrics: Metrics,
 ) -> BoxStream<'static, io::Result<Bytes>> {
-    let state = (body.into_data_stream(), 0u64, false);
-    futures::stream::unfold(state, move |(mut data, mut seen, failed)| {
+    let progress = Progress {
+        seen: 0,
+        waited: Duration::ZERO,
+    };
+    let state = (body.into_data_stream(), progress, false);
+    futures::stream::unfold(state, move |(mut data, mut progress, failed)| {
         let metrics = metrics.clone();
         async move {
             if failed {
                 return None;
             }
-            let fail = |e: BodyError| {
+            let fail = |e: BodyError, progress| {
                 Some((
                     Err(io::Error::other(e)),
-                    (Body::empty().into_data_stream(), 0, true),
+                    (Body::empty().into_data_stream(), progress, true),
                 ))
             };
-            match tokio::time::timeout(idle, data.next()).await {
-                Err(_) => fail(BodyError::Idle {
-                    seconds: idle.as_secs(),
-                }),
+            let (wait, why) = pace.next_wait(progress.seen, progress.waited);
+            let started = Instant::now();
+            let next = tokio::time::timeout(wait, data.next()).await;
+            progress.waited += started.elapsed();
+            match next {
+                Err(_) => fail(why, progress),
                 Ok(None) => None,
-                Ok(Some(Err(_))) => fail(BodyError::Client),
+                Ok(Some(Err(_))) => fail(BodyError::Client, progress),
                 Ok(Some(Ok(chunk))) => {
-                    seen += chunk.len() as u64;
+                    progress.seen += chunk.len() as u64;
                     metrics.bytes_received(chunk.len() as u64);
                     match limit {
-                        Some(limit) if seen > limit => fail(BodyError::TooLarge { limit }),
-                        _ => Some((Ok(chunk), (data, seen, false))),
+                        Some(limit) if progress.seen > limit => {
+                            fail(BodyError::TooLarge { limit }, progress)
+                        }
+                        _ => Some((Ok(chunk), (data, progress, false))),
                     }
                 }
             }

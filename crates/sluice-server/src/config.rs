@@ -34,7 +34,35 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub engine: EngineSettings,
     pub tus: TusSettings,
+    pub form: FormSettings,
     pub janitor: JanitorSettings,
+}
+
+/// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
+/// what a form may make the gateway read before its file parts, so a hostile
+/// form is answered 400 within a few KiB instead of being buffered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FormSettings {
+    /// Longest part header block (boundary line included); the form's preamble
+    /// counts against the first part's.
+    #[serde(deserialize_with = "size")]
+    pub max_header_bytes: u64,
+    /// Most parts, file parts and plain fields together.
+    pub max_parts: usize,
+    /// Longest plain (non-file) field value; plain fields are read and dropped.
+    #[serde(deserialize_with = "size")]
+    pub max_field_bytes: u64,
+}
+
+impl Default for FormSettings {
+    fn default() -> Self {
+        FormSettings {
+            max_header_bytes: 16 << 10,
+            max_parts: 1000,
+            max_field_bytes: 1 << 20,
+        }
+    }
 }
 
 /// Resumable uploads (tus).
@@ -107,12 +135,31 @@ pub struct Limits {
     /// a fresh connection; 0 turns the check off.
     #[serde(with = "humantime_serde")]
     pub store_stall_timeout: Duration,
-    /// Time allowed for a request's headers to arrive.
+    /// Time allowed for a request's headers to arrive: from the connection's
+    /// start for its first request (protocol detection included), and from the
+    /// end of the last response on an idle HTTP/1.1 keep-alive connection.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// Longest pause while reading a request body.
     #[serde(with = "humantime_serde")]
     pub body_idle_timeout: Duration,
+    /// Bytes per second a request body must average once `min_body_rate_grace`
+    /// has passed (time the gateway itself does not read is not counted); a
+    /// slower upload is answered 408. 0 turns the check off.
+    #[serde(deserialize_with = "size")]
+    pub min_body_rate: u64,
+    #[serde(with = "humantime_serde")]
+    pub min_body_rate_grace: Duration,
+    /// Open client connections; beyond it a connection is answered 503 with
+    /// Retry-After and closed, without reading its request. Keep it below the
+    /// process's open-file limit (`ulimit -n`), less what the store needs.
+    pub max_connections: usize,
+    /// Requests one HTTP/2 connection may have open at once.
+    pub http2_max_streams: u32,
+    /// Time between HTTP/2 pings on an otherwise quiet connection; one not
+    /// answered within the same time closes it.
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive: Duration,
     /// Time in-flight uploads get to finish on SIGTERM or Ctrl-C.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -154,7 +201,19 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             engine: EngineSettings::default(),
             tus: TusSettings::default(),
+            form: FormSettings::default(),
             janitor: JanitorSettings::default(),
+        }
+    }
+}
+
+impl Limits {
+    /// How request bodies must arrive.
+    pub fn body_pace(&self) -> crate::body::BodyPace {
+        crate::body::BodyPace {
+            idle: self.body_idle_timeout,
+            min_rate: self.min_body_rate,
+            grace: self.min_body_rate_grace,
         }
     }
 }
@@ -170,6 +229,11 @@ impl Default for Limits {
             store_stall_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(30),
+            min_body_rate: 1024,
+            min_body_rate_grace: Duration::from_secs(10),
+            max_connections: 20_000,
+            http2_max_streams: 100,
+            http2_keep_alive: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -269,6 +333,15 @@ impl ServerConfig {
         if limits.body_idle_timeout.is_zero() {
             return fail("limits.body_idle_timeout", "must be above 0");
         }
+        if limits.max_connections == 0 {
+            return fail("limits.max_connections", "must be at least 1");
+        }
+        if limits.http2_max_streams == 0 {
+            return fail("limits.http2_max_streams", "must be at least 1");
+        }
+        if limits.http2_keep_alive.is_zero() {
+            return fail("limits.http2_keep_alive", "must be above 0");
+        }
         for origin in &self.cors_origins {
             if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
                 return fail(
@@ -290,6 +363,12 @@ impl ServerConfig {
         }
         if !(1..=sluice_store::limits::MAX_PARTS as usize).contains(&self.tus.max_partials) {
             return fail("tus.max_partials", "must be between 1 and 10000");
+        }
+        if self.form.max_header_bytes < 1024 {
+            return fail("form.max_header_bytes", "must be at least 1KiB");
+        }
+        if self.form.max_parts == 0 {
+            return fail("form.max_parts", "must be at least 1");
         }
         if !self.janitor.interval.is_zero() && self.janitor.older_than < Duration::from_secs(3600) {
             // Younger uploads may still be streaming through some gateway.
@@ -362,6 +441,17 @@ mod tests {
                 |c| c.limits.body_idle_timeout = Duration::ZERO,
                 "limits.body_idle_timeout",
             ),
+            (|c| c.limits.max_connections = 0, "limits.max_connections"),
+            (
+                |c| c.limits.http2_max_streams = 0,
+                "limits.http2_max_streams",
+            ),
+            (
+                |c| c.limits.http2_keep_alive = Duration::ZERO,
+                "limits.http2_keep_alive",
+            ),
+            (|c| c.form.max_header_bytes = 100, "form.max_header_bytes"),
+            (|c| c.form.max_parts = 0, "form.max_parts"),
             (|c| c.engine.part_size = MIB, "engine.part_size"),
             (|c| c.engine.memory_limit = MIB, "engine.memory_limit"),
         ];

@@ -26,9 +26,11 @@ impl From<BodyError> for ApiError {
         match error {
             BodyError::TooLarge { limit } => ApiError::TooLarge { limit },
             BodyError::Idle { seconds } => ApiError::BodyTimeout { seconds },
+            BodyError::TooSlow { bytes_per_second } => ApiError::BodyTooSlow { bytes_per_second },
             BodyError::Client => {
                 ApiError::BadRequest("the client connection failed while sending the body".into())
             }
+            e @ BodyError::FormHeaderTooLarge { .. } => ApiError::BadRequest(e.to_string()),
         }
     }
 }

@@ -28,6 +28,8 @@ pub enum ApiError {
     UnsupportedMediaType { expected: &'static str },
     #[error("the request body stalled for longer than {seconds} s")]
     BodyTimeout { seconds: u64 },
+    #[error("the request body arrived slower than {bytes_per_second} bytes/s")]
+    BodyTooSlow { bytes_per_second: u64 },
     #[error("the server is at capacity; retry after {retry_after} s")]
     Overloaded { retry_after: u64 },
     #[error("the server is shutting down; retry after {retry_after} s")]
@@ -53,7 +55,9 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::BodyTimeout { .. } | ApiError::BodyTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -77,6 +81,7 @@ impl ApiError {
             ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::BodyTimeout { .. } => "body_timeout",
+            ApiError::BodyTooSlow { .. } => "body_too_slow",
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::ShuttingDown { .. } => "shutting_down",
             ApiError::Tus(e) => e.code(),

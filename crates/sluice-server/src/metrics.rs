@@ -75,6 +75,9 @@ struct Inner {
     memory_limit: Gauge,
     queue_length: Gauge,
     rejections: Counter,
+    connections_open: Gauge,
+    connections_refused: Counter,
+    connections_timed_out: Counter,
     store_requests: Family<StoreLabels, Counter>,
     store_throttled: Counter,
     retries: Mirrored,
@@ -108,6 +111,9 @@ impl Metrics {
             memory_limit: Gauge::default(),
             queue_length: Gauge::default(),
             rejections: Counter::default(),
+            connections_open: Gauge::default(),
+            connections_refused: Counter::default(),
+            connections_timed_out: Counter::default(),
             store_requests: Family::default(),
             store_throttled: Counter::default(),
             retries: Mirrored::default(),
@@ -178,6 +184,21 @@ impl Metrics {
             "sluice_admission_rejections",
             "Uploads answered 503 because the queue was full or the wait too long",
             inner.rejections.clone(),
+        );
+        registry.register(
+            "sluice_connections_open",
+            "Client connections open",
+            inner.connections_open.clone(),
+        );
+        registry.register(
+            "sluice_connections_refused",
+            "Client connections answered 503 and closed at limits.max_connections",
+            inner.connections_refused.clone(),
+        );
+        registry.register(
+            "sluice_connections_timed_out",
+            "Client connections closed before their first request was in, at limits.header_read_timeout",
+            inner.connections_timed_out.clone(),
         );
         registry.register(
             "sluice_store_requests",
@@ -266,6 +287,18 @@ impl Metrics {
 
     pub fn rejected(&self) {
         self.inner.rejections.inc();
+    }
+
+    pub fn connections_changed(&self, by: i64) {
+        self.inner.connections_open.inc_by(by);
+    }
+
+    pub fn connection_refused(&self) {
+        self.inner.connections_refused.inc();
+    }
+
+    pub fn connection_timed_out(&self) {
+        self.inner.connections_timed_out.inc();
     }
 
     pub fn store_request(&self, operation: &'static str, status: &'static str, seconds: f64) {

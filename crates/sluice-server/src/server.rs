@@ -1,22 +1,49 @@
-//! The listener: accepts connections (HTTP/1.1 and HTTP/2), applies the header
-//! read timeout, and on shutdown stops accepting, lets in-flight requests finish
+//! The listener: accepts connections (HTTP/1.1 and HTTP/2) up to
+//! `limits.max_connections`, bounds how long a connection may take to deliver its
+//! first request, and on shutdown stops accepting, lets in-flight requests finish
 //! within the grace period, then drops the rest (their multipart uploads are
 //! aborted) and waits for those aborts.
+//!
+//! Connection limits, in the order a connection meets them:
+//! - beyond `max_connections` open ones, a connection is answered a bare
+//!   `503` with `Retry-After` and closed, without its request being read;
+//! - its first request must be in within `header_read_timeout` of the accept
+//!   (protocol detection included: hyper's own timer starts after it);
+//! - an idle HTTP/1.1 keep-alive connection is closed after `header_read_timeout`
+//!   (hyper starts that timer whenever it waits for a request's head);
+//! - HTTP/2: at most `http2_max_streams` requests at once per connection, and
+//!   pings every `http2_keep_alive` close a peer that stopped answering.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
+use crate::metrics::Metrics;
 use crate::AppState;
 
 /// Connections the kernel may queue before they are accepted (capped by
 /// `net.core.somaxconn`): a storm of simultaneous uploads must not overflow it.
 const LISTEN_BACKLOG: u32 = 8192;
+
+/// Refused connections being answered at once; more are closed unanswered.
+const MAX_REFUSING: usize = 1024;
+
+/// How long a refused connection's request is read (and dropped) after the
+/// answer, so that closing does not reset the connection before the client
+/// reads the 503.
+const REFUSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Binds a listener with a deep accept backlog.
 pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
@@ -41,6 +68,14 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
+        .keep_alive_interval(limits.http2_keep_alive)
+        .keep_alive_timeout(limits.http2_keep_alive);
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
@@ -64,12 +99,50 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                         continue;
                     }
                 };
+                let Ok(slot) = open.clone().try_acquire_owned() else {
+                    state.metrics.connection_refused();
+                    if let Ok(turn) = refusing.clone().try_acquire_owned() {
+                        let retry_after = limits.retry_after_seconds;
+                        tokio::spawn(async move {
+                            refuse(stream, retry_after).await;
+                            drop(turn);
+                        });
+                    }
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
+                // Set once the first request's head is in and reaches the router.
+                let started = Arc::new(AtomicBool::new(false));
+                let service = {
+                    let started = started.clone();
+                    let router = router.clone();
+                    tower::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        started.store(true, Ordering::Relaxed);
+                        router.clone().oneshot(request.map(axum::body::Body::new))
+                    })
+                };
+                let service = TowerToHyperService::new(service);
                 let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
                 let connection = graceful.watch(connection);
+                let metrics = state.metrics.clone();
+                let first_request_within = limits.header_read_timeout;
                 connections.spawn(async move {
-                    if let Err(error) = connection.await {
+                    let _slot = OpenConnection::new(slot, metrics.clone());
+                    tokio::pin!(connection);
+                    let ended = tokio::select! {
+                        ended = &mut connection => Some(ended),
+                        () = tokio::time::sleep(first_request_within) => None,
+                    };
+                    let ended = match ended {
+                        Some(ended) => ended,
+                        None if started.load(Ordering::Relaxed) => connection.await,
+                        None => {
+                            metrics.connection_timed_out();
+                            tracing::debug!(%peer, "closed a connection that sent no request in time");
+                            return;
+                        }
+                    };
+                    if let Err(error) = ended {
                         tracing::debug!(%peer, %error, "connection ended with an error");
                     }
                 });
@@ -97,3 +170,47 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     connections.shutdown().await;
     state.engine.finish_aborts().await;
 }
+
+/// A connection's place under `limits.max_connections`, counted in the metrics.
+struct OpenConnection {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    metrics: Metrics,
+}
+
+impl OpenConnection {
+    fn new(slot: tokio::sync::OwnedSemaphorePermit, metrics: Metrics) -> Self {
+        metrics.connections_changed(1);
+        OpenConnection {
+            _slot: slot,
+            metrics,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.metrics.connections_changed(-1);
+    }
+}
+
+/// Answers a connection beyond the limit with a bare HTTP/1.1 503 and closes it.
+/// Its request is never parsed; what it sent is read and dropped for a moment
+/// so that the close does not reset the connection under the answer.
+async fn refuse(mut stream: TcpStream, retry_after: u64) {
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry_after}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+        REFUSED_BODY.len(),
+        REFUSED_BODY
+    );
+    let linger = async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSE_LINGER, linger).await;
+}
+
+const REFUSED_BODY: &str = r#"{"error":{"code":"too_many_connections","message":"the server has too many open connections; retry later"}}"#;

@@ -119,7 +119,7 @@ fn chunk_of(
         body: limited_stream(
             body,
             None, // the upload's own limits apply, in sluice-resumable
-            state.config.limits.body_idle_timeout,
+            state.config.limits.body_pace(),
             state.metrics.clone(),
         ),
         declared,

@@ -1051,8 +1051,15 @@ async fn tiny_patches_cost_a_bounded_number_of_store_requests() {
     // write), one segment; every 16th PATCH also merges 17 segments (17 reads, a
     // write, 17 deletes). The last PATCH completes the upload instead.
     let most = *costs.keys().last().unwrap();
-    assert!(most <= 40, "one PATCH cost {most} store requests: {costs:?}");
-    assert_eq!(costs.get(&5), Some(&(data.len() - data.len() / 16 - 1)), "{costs:?}");
+    assert!(
+        most <= 40,
+        "one PATCH cost {most} store requests: {costs:?}"
+    );
+    assert_eq!(
+        costs.get(&5),
+        Some(&(data.len() - data.len() / 16 - 1)),
+        "{costs:?}"
+    );
     let key = head(&state, &location)
         .await
         .header("x-sluice-key")

@@ -70,6 +70,8 @@ async fn ranged_get(store: Arc<dyn ObjectStore>) {
         (ByteRange::new(990, 2000), Some(&data[990..])),
         (ByteRange::from(500), Some(&data[500..])),
         (ByteRange::new(999, 1000), Some(&data[999..])),
+        (ByteRange::new(0, u64::MAX), Some(&data[..])),
+        (ByteRange::new(998, u64::MAX), Some(&data[998..])),
         (ByteRange::from(1000), None),
         (ByteRange::from(5000), None),
     ];

@@ -2,11 +2,22 @@
 //! file part streams into an object of its own, named by the key template; nothing
 //! is buffered whole and nothing touches local disk. If any part fails, the
 //! objects already stored from the same form are deleted again.
+//!
+//! A form is held to `[form]` limits (part header size, number of parts, plain
+//! field size): the parser buffers whatever precedes the end of a part's
+//! headers, so the bytes fed to it while it looks for one are counted
+//! ([`HeaderWindow`]) and a form that goes on past the limit is refused with 400.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
+use bytes::Bytes;
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sluice_upload::{UploadRequest, UploadSource};
@@ -50,15 +61,42 @@ pub async fn post_form(
     let stream = limited_stream(
         body,
         limit,
-        state.config.limits.body_idle_timeout,
+        state.config.limits.body_pace(),
         state.metrics.clone(),
     );
+    let limits = &state.config.form;
+    let window = HeaderWindow::default();
+    let stream = window.watch(stream, limits.max_header_bytes);
     let mut form = multer::Multipart::new(stream, boundary);
     let mut stored: Vec<(UploadResponse, Completion)> = Vec::new();
     let result = async {
-        while let Some(field) = form.next_field().await.map_err(form_error)? {
-            // Plain form fields carry no file; they are skipped.
+        let mut parts = 0usize;
+        loop {
+            window.open();
+            let next = form.next_field().await;
+            window.close();
+            let Some(mut field) = next.map_err(form_error)? else {
+                break;
+            };
+            parts += 1;
+            if parts > limits.max_parts {
+                return Err(ApiError::BadRequest(format!(
+                    "the form has more than {} parts",
+                    limits.max_parts
+                )));
+            }
+            // Plain form fields carry no file: read within their limit and dropped.
             let Some(filename) = field.file_name().map(str::to_string) else {
+                let mut length = 0u64;
+                while let Some(chunk) = field.chunk().await.map_err(form_error)? {
+                    length += chunk.len() as u64;
+                    if length > limits.max_field_bytes {
+                        return Err(ApiError::BadRequest(format!(
+                            "a form field is longer than {} bytes",
+                            limits.max_field_bytes
+                        )));
+                    }
+                }
                 continue;
             };
             let content_type = field.content_type().map(|m| m.to_string());
@@ -103,6 +141,50 @@ pub async fn post_form(
             }
             Err(error)
         }
+    }
+}
+
+/// Counts the body bytes the form parser takes while it looks for the end of a
+/// part's headers (from [`HeaderWindow::open`] to [`HeaderWindow::close`]). When
+/// it asks for more after the limit was reached, the headers are longer than the
+/// limit and the body fails: the parser never buffers more than the limit and
+/// one chunk in search of them.
+#[derive(Debug, Clone, Default)]
+struct HeaderWindow {
+    /// Bytes taken since the window opened; `u64::MAX` while it is closed.
+    taken: Arc<AtomicU64>,
+}
+
+impl HeaderWindow {
+    const CLOSED: u64 = u64::MAX;
+
+    fn open(&self) {
+        self.taken.store(0, Ordering::SeqCst);
+    }
+
+    fn close(&self) {
+        self.taken.store(Self::CLOSED, Ordering::SeqCst);
+    }
+
+    fn watch(
+        &self,
+        body: BoxStream<'static, io::Result<Bytes>>,
+        limit: u64,
+    ) -> BoxStream<'static, io::Result<Bytes>> {
+        let taken = self.taken.clone();
+        let mut failed = false;
+        body.map(move |chunk| {
+            let so_far = taken.load(Ordering::SeqCst);
+            if failed || (so_far != Self::CLOSED && so_far >= limit) {
+                failed = true;
+                return Err(io::Error::other(BodyError::FormHeaderTooLarge { limit }));
+            }
+            if let (Ok(bytes), true) = (&chunk, so_far != Self::CLOSED) {
+                taken.store(so_far + bytes.len() as u64, Ordering::SeqCst);
+            }
+            chunk
+        })
+        .boxed()
     }
 }
 

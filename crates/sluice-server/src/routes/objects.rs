@@ -91,7 +91,7 @@ pub async fn put_object(
     let stream = limited_stream(
         body,
         state.config.max_upload_size,
-        state.config.limits.body_idle_timeout,
+        state.config.limits.body_pace(),
         state.metrics.clone(),
     );
     let source = UploadSource::Stream { stream, length };
@@ -128,17 +128,32 @@ fn metadata_from(headers: &HeaderMap) -> Result<Metadata, ApiError> {
     Ok(metadata)
 }
 
-/// A parsed single `Range: bytes=…` header.
+/// A parsed single `Range: bytes=…` header (RFC 9110, section 14.1.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RangeSpec {
-    /// `bytes=a-b` (inclusive) or `bytes=a-`.
+    /// `bytes=a-b` (inclusive; a last position past the end means the end) or `bytes=a-`.
     From { start: u64, last: Option<u64> },
-    /// `bytes=-n`: the last n bytes.
+    /// `bytes=-n`: the last n bytes (the whole object when it is shorter).
     Suffix(u64),
 }
 
+impl RangeSpec {
+    /// The range as the store reads it; a suffix needs the object's size.
+    fn to_byte_range(self, size: Option<u64>) -> ByteRange {
+        match self {
+            RangeSpec::From { start, last } => ByteRange {
+                start,
+                // A last position of u64::MAX means "to the end", not an overflow.
+                end: last.map(|l| l.saturating_add(1)),
+            },
+            RangeSpec::Suffix(n) => ByteRange::from(size.unwrap_or(0).saturating_sub(n)),
+        }
+    }
+}
+
 /// Parses a single byte range; anything else (several ranges, other units,
-/// nonsense) is ignored and the whole object is sent, as RFC 9110 allows.
+/// nonsense) is ignored and the whole object is sent with 200, as RFC 9110
+/// allows: sluice never answers multipart/byteranges.
 fn parse_range(value: &str) -> Option<RangeSpec> {
     let spec = value.trim().strip_prefix("bytes=")?;
     if spec.contains(',') {
@@ -173,17 +188,17 @@ pub async fn get_object(
         .and_then(parse_range);
     let range = match spec {
         None => None,
-        Some(RangeSpec::From { start, last }) => Some(ByteRange {
-            start,
-            end: last.map(|l| l + 1),
-        }),
         Some(RangeSpec::Suffix(n)) => {
             let size = state.store.head_object(&key).await?.size;
-            if n == 0 {
-                return Err(ApiError::RangeNotSatisfiable { size });
+            match (n, size) {
+                // No bytes asked for: unsatisfiable.
+                (0, _) => return Err(ApiError::RangeNotSatisfiable { size }),
+                // An empty object has no range to send: the whole of it, with 200.
+                (_, 0) => None,
+                _ => Some(RangeSpec::Suffix(n).to_byte_range(Some(size))),
             }
-            Some(ByteRange::from(size.saturating_sub(n)))
         }
+        Some(spec) => Some(spec.to_byte_range(None)),
     };
     let output = match state.store.get_object(&key, range).await {
         Err(sluice_store::StoreError::InvalidRange) => {
@@ -193,14 +208,16 @@ pub async fn get_object(
         other => other?,
     };
     let (start, end) = output.range;
+    // `bytes=0-` of an empty object reads nothing: sent as the whole (empty) object.
+    let partial = range.is_some() && output.meta.size > 0;
     let mut response = Response::new(Body::from_stream(output.body.map_err(io::Error::other)));
-    *response.status_mut() = if range.is_some() {
+    *response.status_mut() = if partial {
         StatusCode::PARTIAL_CONTENT
     } else {
         StatusCode::OK
     };
     object_headers(response.headers_mut(), &output.meta, end - start);
-    if range.is_some() {
+    if partial {
         let value = format!(
             "bytes {start}-{}/{}",
             end.saturating_sub(1),
@@ -385,9 +402,49 @@ mod tests {
             ("bytes=0-1,4-5", None),
             ("items=0-1", None),
             ("bytes=a-b", None),
+            ("bytes=0-18446744073709551615", from(0, Some(u64::MAX))),
+            ("bytes=0-18446744073709551616", None),
+            ("bytes=--5", None),
         ];
         for (text, expected) in cases {
             assert_eq!(parse_range(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn ranges_resolve_within_the_object() {
+        // (range, object size, what the store is asked for)
+        let cases = [
+            (
+                RangeSpec::From {
+                    start: 0,
+                    last: Some(u64::MAX),
+                },
+                None,
+                (0, Some(u64::MAX)),
+            ),
+            (
+                RangeSpec::From {
+                    start: 3,
+                    last: Some(4),
+                },
+                None,
+                (3, Some(5)),
+            ),
+            (
+                RangeSpec::From {
+                    start: 3,
+                    last: None,
+                },
+                None,
+                (3, None),
+            ),
+            (RangeSpec::Suffix(5), Some(100), (95, None)),
+            (RangeSpec::Suffix(500), Some(100), (0, None)),
+        ];
+        for (spec, size, (start, end)) in cases {
+            let resolved = spec.to_byte_range(size);
+            assert_eq!((resolved.start, resolved.end), (start, end), "{spec:?}");
         }
     }
 }

@@ -289,11 +289,16 @@ impl ObjectStore for S3Store {
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<GetOutput, StoreError> {
-        let header = range.map(|r| match r.end {
-            Some(end) if end > r.start => format!("bytes={}-{}", r.start, end - 1),
-            Some(_) => format!("bytes={}-{}", r.start, r.start),
-            None => format!("bytes={}-", r.start),
-        });
+        // An end past any object's size is sent as "to the end": some servers
+        // (MinIO) ignore a Range whose last position is huge and send everything.
+        let header = range.map(
+            |r| match r.end.filter(|&e| e <= crate::limits::MAX_OBJECT_SIZE) {
+                None if r.end.is_some() => format!("bytes={}-", r.start),
+                Some(end) if end > r.start => format!("bytes={}-{}", r.start, end - 1),
+                Some(_) => format!("bytes={}-{}", r.start, r.start),
+                None => format!("bytes={}-", r.start),
+            },
+        );
         if matches!(range, Some(ByteRange { start, end: Some(end) }) if end < start) {
             return Err(StoreError::InvalidRange);
         }
