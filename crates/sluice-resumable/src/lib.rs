@@ -81,7 +81,13 @@ impl std::fmt::Debug for Resumable {
 
 impl Resumable {
     /// State is read and written through the engine's store, with its retries.
-    pub fn new(engine: Engine, config: ResumableConfig) -> Resumable {
+    /// Uploads are limited to what parts one upload may hold in memory can make
+    /// (the engine's memory share × 10,000), whatever `config.max_size` says.
+    pub fn new(engine: Engine, mut config: ResumableConfig) -> Resumable {
+        let largest_part = engine.upload_share().capacity() & !((1 << 20) - 1);
+        config.max_size = config
+            .max_size
+            .min(largest_part.saturating_mul(limits::MAX_PARTS as u64));
         let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
         Resumable {
             records: record::RecordStore::new(store.clone()),

@@ -28,7 +28,9 @@ use sluice_tus::checksum::ChunkHasher;
 use sluice_tus::headers::PatchRequest;
 use sluice_tus::upload::PatchPlan;
 use sluice_tus::{Concat, Metadata, TusError, Upload, UploadChecksum};
-use sluice_upload::{AppendRequest, TransferError, UploadOutcome, UploadRequest, UploadSource};
+use sluice_upload::{
+    AppendRequest, HeadRequest, TransferError, UploadOutcome, UploadRequest, UploadSource,
+};
 
 use crate::error::ResumableError;
 use crate::record::{upload_prefix, Finished, Loaded, Phase, Receiving, Segment, StoredPart};
@@ -189,9 +191,20 @@ impl Resumable {
         chunk: Chunk,
         length: u64,
     ) -> Result<Written, ResumableError> {
-        let reservation = self.engine.budget().reserve(length).await;
         let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, length + 1));
-        let (head, _) = Head::read(&self.engine, body, length + 1).await;
+        // Memory is taken at the first byte, for the whole body (one PUT).
+        let head = self
+            .engine
+            .read_head(
+                body,
+                HeadRequest {
+                    want: length + 1,
+                    front: 0,
+                    cut_at: None,
+                },
+            )
+            .await;
+        let reservation = head.memory;
         match head.error {
             Some(e) if is_overflow(&e) => return Err(TusError::BeyondLength { length }.into()),
             _ if head.len > length => return Err(TusError::BeyondLength { length }.into()),
@@ -292,20 +305,38 @@ impl Resumable {
         };
         let id = loaded.record.id().to_owned();
         let key = loaded.record.key.clone();
-        let budget = self.engine.budget().clone();
         let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
         let offset = loaded.record.upload.offset;
         let carried_len = receiving.carried();
         let part_size = self.part_size(plan.length);
         let room = part_size.saturating_sub(carried_len).max(1);
+        let first_part = receiving.parts.len() as u32 + 1;
+        // From the first carried byte to the end of the object, when known.
+        let remaining = plan.length.map(|length| length - (offset - carried_len));
 
         // Read up to what completes the next part: the carried bytes and the
-        // head of the body are one part's worth, reserved once (never one
-        // reservation held while waiting for another).
-        let reservation = budget.reserve(part_size.max(carried_len + room)).await;
-        let (head, body) = Head::read(&self.engine, body, room).await;
+        // head of the body are one part's worth, their memory taken as the
+        // head's bytes arrive. When memory is short the head stops at S3's
+        // 5 MiB minimum and goes out as a part, as long as the parts left fit.
+        let cut_at = remaining.map_or(limits::MIN_PART_SIZE, |remaining| {
+            sluice_upload::cut_floor(remaining, first_part, part_size)
+        });
+        let head = self
+            .engine
+            .read_head(
+                body,
+                HeadRequest {
+                    want: room,
+                    front: carried_len,
+                    cut_at: Some(cut_at),
+                },
+            )
+            .await;
+        let body = head.rest;
+        let head_memory = head.memory;
         let mut stored: Vec<UploadedPart> = Vec::new();
         let leftover: Vec<Bytes>;
+        let mut _leftover_memory = None;
         let consumed_carried;
         let failure: Option<io::Error>;
         let mut part_error: Option<TransferError> = None;
@@ -334,16 +365,16 @@ impl Resumable {
             };
             let mut front = self.read_carried(&id, &receiving.segments).await?;
             front.extend(head.chunks);
-            // The engine reserves each part it cuts from here on.
-            drop(reservation);
             let rest = body;
             let request = AppendRequest {
                 key: key.clone(),
                 upload_id,
-                first_part: receiving.parts.len() as u32 + 1,
+                first_part,
                 carried: front,
                 part_size,
                 last: false,
+                remaining,
+                carried_memory: Some(head_memory),
             };
             let mut appended = self
                 .engine
@@ -357,6 +388,7 @@ impl Resumable {
                 .await;
             stored = std::mem::take(&mut appended.parts);
             leftover = std::mem::take(&mut appended.leftover);
+            _leftover_memory = appended.leftover_memory.take();
             consumed_carried = true;
             match appended.error {
                 Some(TransferError::Source(io)) => failure = Some(io),
@@ -367,7 +399,7 @@ impl Resumable {
                 None => failure = None,
             }
         } else {
-            drop(reservation);
+            _leftover_memory = Some(head_memory);
             leftover = head.chunks;
             consumed_carried = false;
             failure = head.error;
@@ -665,6 +697,8 @@ impl Resumable {
                         carried: tail,
                         part_size: self.part_size(Some(length)),
                         last: true,
+                        remaining: None,
+                        carried_memory: None,
                     };
                     let empty = UploadSource::Stream {
                         stream: stream::empty().boxed(),
@@ -711,38 +745,6 @@ fn is_no_such_upload(error: &TransferError) -> bool {
             ..
         }
     )
-}
-
-/// The first bytes of a body, up to what completes a part, in one buffer of the
-/// memory budget's pool (not the request's own chunks: holding those would make
-/// the connection allocate fresh buffers for every chunk that follows).
-struct Head {
-    chunks: Vec<Bytes>,
-    len: u64,
-    error: Option<io::Error>,
-}
-
-impl Head {
-    /// Reads up to `room` bytes; returns them and the rest of the body.
-    async fn read(
-        engine: &sluice_upload::Engine,
-        body: BoxStream<'static, io::Result<Bytes>>,
-        room: u64,
-    ) -> (Head, BoxStream<'static, io::Result<Bytes>>) {
-        let read = engine.read_up_to(body, room).await;
-        let len = read.bytes.len() as u64;
-        let chunks = if len > 0 {
-            vec![read.bytes]
-        } else {
-            Vec::new()
-        };
-        let head = Head {
-            chunks,
-            len,
-            error: read.error,
-        };
-        (head, read.rest)
-    }
 }
 
 /// A body that ran past what the request may carry.
@@ -862,10 +864,16 @@ mod tests {
             (20, b"abcdefgh", b""),
         ];
         for (room, chunks, rest) in cases {
-            let (head, tail) = Head::read(&engine, body(), room).await;
+            let request = HeadRequest {
+                want: room,
+                front: 0,
+                cut_at: Some(limits::MIN_PART_SIZE),
+            };
+            let head = engine.read_head(body(), request).await;
             assert_eq!(head.chunks.concat(), chunks, "room {room}");
             assert_eq!(head.len, chunks.len() as u64);
-            let tail: Vec<Bytes> = tail.map(|c| c.unwrap()).collect().await;
+            assert_eq!(head.memory.bytes(), head.len.div_ceil(1024) * 1024);
+            let tail: Vec<Bytes> = head.rest.map(|c| c.unwrap()).collect().await;
             assert_eq!(tail.concat(), rest, "room {room}");
         }
     }

@@ -176,6 +176,11 @@ pub struct EngineSettings {
     pub concurrency: usize,
     #[serde(deserialize_with = "size")]
     pub memory_limit: u64,
+    /// The most one upload holds in memory at once (unset: a quarter of
+    /// `memory_limit`, at least the threshold plus one part). It also bounds the
+    /// part size, so uploads larger than 10,000 times it are refused with 413.
+    #[serde(deserialize_with = "optional_size")]
+    pub upload_memory_share: Option<u64>,
     pub checksum: ChecksumSetting,
 }
 
@@ -253,6 +258,7 @@ impl Default for EngineSettings {
             threshold: engine.threshold,
             concurrency: engine.concurrency,
             memory_limit: engine.memory_limit,
+            upload_memory_share: None,
             checksum: ChecksumSetting::Crc32c,
         }
     }
@@ -274,6 +280,7 @@ impl ServerConfig {
             threshold: self.engine.threshold,
             concurrency: self.engine.concurrency,
             memory_limit: self.engine.memory_limit,
+            upload_memory_share: self.engine.upload_memory_share,
             checksum: match self.engine.checksum {
                 ChecksumSetting::Crc32c => Some(ChecksumAlgorithm::Crc32c),
                 ChecksumSetting::Crc64nvme => Some(ChecksumAlgorithm::Crc64nvme),
@@ -383,6 +390,7 @@ impl ServerConfig {
                 sluice_upload::ConfigError::Threshold(_) => "engine.threshold",
                 sluice_upload::ConfigError::Concurrency(_) => "engine.concurrency",
                 sluice_upload::ConfigError::MemoryLimit { .. } => "engine.memory_limit",
+                sluice_upload::ConfigError::MemoryShare { .. } => "engine.upload_memory_share",
                 _ => "engine",
             };
             ConfigError {

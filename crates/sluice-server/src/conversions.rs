@@ -5,7 +5,7 @@
 use sluice_resumable::ResumableError;
 use sluice_store::StoreError;
 use sluice_tus::TusError;
-use sluice_upload::TransferError;
+use sluice_upload::{ConfigError, TransferError};
 
 use crate::body::BodyError;
 use crate::error::ApiError;
@@ -48,6 +48,14 @@ impl From<TransferError> for ApiError {
     fn from(error: TransferError) -> Self {
         match error {
             TransferError::Store { source, .. } => ApiError::from(source),
+            TransferError::Config(ConfigError::PartExceedsBudget { budget, .. }) => {
+                ApiError::TooLarge {
+                    limit: budget.saturating_mul(sluice_store::limits::MAX_PARTS as u64),
+                }
+            }
+            TransferError::Config(ConfigError::ObjectTooLarge(_)) => ApiError::TooLarge {
+                limit: sluice_store::limits::MAX_OBJECT_SIZE,
+            },
             TransferError::Config(e) => ApiError::BadRequest(e.to_string()),
             TransferError::Source(io) => body_failed(&io),
             TransferError::SourceShort { expected, actual } => {

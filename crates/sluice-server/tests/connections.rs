@@ -177,3 +177,127 @@ async fn a_trickled_body_is_cut_off_by_rate_and_others_go_on() {
     );
     assert!(gateway.store.object("hog").is_none());
 }
+
+/// A connection that sends `head`, then `byte` every 200 ms until dropped.
+async fn trickle(
+    address: std::net::SocketAddr,
+    head: String,
+    byte: &'static [u8],
+) -> tokio::task::JoinHandle<()> {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::spawn(async move {
+        for _ in 0..100 {
+            if stream.write_all(byte).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// The value of `metric` on the gateway's /metrics.
+async fn metric(address: std::net::SocketAddr, metric: &str) -> f64 {
+    let answer = exchange(
+        address,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {metric} in {answer}"))
+}
+
+/// Issue 13: a trickling client with a huge Content-Length reserved a whole part
+/// (the whole budget, at 2.5 TB) before its bytes arrived, and the budget served
+/// waiters in order, so a 1 KiB PUT beside it got no answer. Memory is now taken
+/// as bytes arrive: each trickler holds its 5 MiB floor at most.
+#[tokio::test]
+async fn tricklers_hold_little_memory_and_a_small_put_beside_them_is_answered() {
+    let gateway = gateway(|config| {
+        config.engine.memory_limit = 64 << 20;
+        config.limits.header_read_timeout = Duration::from_secs(10);
+    })
+    .await;
+    let length = 200u64 << 30; // parts of 21 MiB, within one upload's 32 MiB share
+    let created = exchange(
+        gateway.address,
+        format!("POST /v1/tus/ HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Length: {length}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    let location = created
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("location: ")
+                .or_else(|| l.strip_prefix("Location: "))
+        })
+        .expect("a Location")
+        .trim()
+        .to_owned();
+    let tricklers = [
+        trickle(
+            gateway.address,
+            format!("PUT /v1/objects/known HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"),
+            b"x",
+        )
+        .await,
+        trickle(
+            gateway.address,
+            "PUT /v1/objects/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+            b"1\r\nx\r\n",
+        )
+        .await,
+        trickle(
+            gateway.address,
+            format!("PATCH {location} HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: {length}\r\n\r\n"),
+            b"x",
+        )
+        .await,
+    ];
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let started = Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        exchange(gateway.address, &small_put("beside")),
+    )
+    .await
+    .expect("the small PUT is answered while the tricklers trickle");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let in_use = metric(gateway.address, "sluice_memory_budget_in_use_bytes").await;
+    assert!(
+        in_use <= (15u64 << 20) as f64,
+        "three tricklers hold {in_use} bytes of the budget"
+    );
+    for trickler in tricklers {
+        trickler.abort();
+    }
+}
+
+/// An upload whose parts would have to be larger than one upload's memory share
+/// is refused before any byte is read, with 413 (it could never be buffered).
+#[tokio::test]
+async fn an_upload_needing_parts_beyond_its_share_is_refused_at_once() {
+    let gateway = gateway(|config| config.engine.memory_limit = 64 << 20).await;
+    let length = 2_684_354_560_000u64; // 2.5 TB: parts of 256 MiB
+    let answer = exchange(
+        gateway.address,
+        format!("PUT /v1/objects/hog HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let answer = exchange(
+        gateway.address,
+        format!("POST /v1/tus/ HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Length: {length}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(gateway.store.object("hog"), None);
+}

@@ -16,10 +16,13 @@ use futures::stream::{BoxStream, StreamExt};
 use sluice_store::*;
 use tokio::io::AsyncReadExt;
 
+use crate::budget::{MemoryShare, Reservation};
 use crate::error::TransferError;
+use crate::filling::{PieceEnd, PieceRules};
 use crate::parts::PartPipeline;
 use crate::progress::Tracker;
 use crate::retry::Kind;
+use crate::source::PartReader;
 use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
 /// Aborts its multipart upload when dropped armed; see [`Engine::abort_on_drop`].
@@ -54,8 +57,60 @@ fn chunks_body(chunks: Vec<Bytes>) -> Body {
     }
 }
 
+/// Memory held for bytes a caller keeps between engine calls (a body's head,
+/// then the part it opens), with the share of the upload it belongs to.
+#[derive(Debug)]
+pub struct HeldMemory {
+    share: MemoryShare,
+    reservation: Reservation,
+}
+
+impl HeldMemory {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.reservation.bytes()
+    }
+}
+
+/// What to read with [`Engine::read_head`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadRequest {
+    /// Bytes to read at most.
+    pub want: u64,
+    /// Bytes the caller will put in front of the head (carried from earlier
+    /// requests, not in memory yet): reserved with the head's first bytes.
+    pub front: u64,
+    /// `Some(n)`: the head may stop short when memory is short, once front and
+    /// head hold `n` bytes (at least S3's minimum part size), to be sent as a part.
+    /// `None`: the head is read whole (its memory is taken at its first byte).
+    pub cut_at: Option<u64>,
+}
+
+/// The first bytes of a body, read by [`Engine::read_head`].
+pub struct BodyHead {
+    pub chunks: Vec<Bytes>,
+    pub len: u64,
+    /// Memory was short: the head stopped before `want` and the body goes on.
+    pub cut: bool,
+    /// Why reading stopped early, when the body failed.
+    pub error: Option<io::Error>,
+    /// The body after the head.
+    pub rest: BoxStream<'static, io::Result<Bytes>>,
+    /// The memory holding the head and its front.
+    pub memory: HeldMemory,
+}
+
+/// The fewest bytes (front included) part `number` may be cut at, so that the
+/// `remaining` bytes from its start still fit in the parts left at `part_size`.
+pub fn cut_floor(remaining: u64, number: u32, part_size: u64) -> u64 {
+    let parts_after = limits::MAX_PARTS.saturating_sub(number) as u64;
+    remaining
+        .saturating_sub(parts_after.saturating_mul(part_size))
+        .max(limits::MIN_PART_SIZE)
+}
+
 /// One call's worth of appending.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct AppendRequest {
     pub key: String,
     pub upload_id: String,
@@ -68,6 +123,12 @@ pub struct AppendRequest {
     /// The stream ends the object: its last bytes are stored as a (possibly short)
     /// last part instead of being carried.
     pub last: bool,
+    /// Bytes from the first carried byte to the end of the object, when its
+    /// length is known: parts are cut short (when memory is short) only while
+    /// the rest still fits in S3's 10,000 parts of `part_size`.
+    pub remaining: Option<u64>,
+    /// The memory holding the carried bytes, if the caller has it.
+    pub carried_memory: Option<HeldMemory>,
 }
 
 /// What one call stored.
@@ -82,6 +143,8 @@ pub struct Appended {
     pub leftover: Vec<Bytes>,
     /// Bytes read from the stream.
     pub read: u64,
+    /// The memory holding the leftover, to keep until it is stored.
+    pub leftover_memory: Option<HeldMemory>,
     /// Why the call ended early, if it did (the stream failed or a part could not be stored).
     pub error: Option<TransferError>,
 }
@@ -193,6 +256,14 @@ impl Engine {
     /// stored and what is left over. Never aborts the upload: the caller owns it.
     pub async fn append_parts(&self, request: AppendRequest, source: UploadSource) -> Appended {
         let part_size = request.part_size.max(limits::MIN_PART_SIZE);
+        let (share, mut held) = match request.carried_memory {
+            Some(memory) => (memory.share, memory.reservation),
+            None => {
+                let share = self.upload_share();
+                let nothing = share.nothing();
+                (share, nothing)
+            }
+        };
         let mut buffer: Vec<Bytes> = request
             .carried
             .into_iter()
@@ -205,6 +276,10 @@ impl Engine {
                     parts: Vec::new(),
                     leftover: buffer,
                     read: 0,
+                    leftover_memory: Some(HeldMemory {
+                        share,
+                        reservation: held,
+                    }),
                     error: Some(TransferError::Source(error)),
                 }
             }
@@ -212,6 +287,7 @@ impl Engine {
         let mut buffered: u64 = buffer.iter().map(|b| b.len() as u64).sum();
         let mut number = request.first_part;
         let mut read = 0u64;
+        let mut submitted = 0u64;
         let mut parts = PartPipeline::new(
             self.inner.clone(),
             &request.key,
@@ -226,22 +302,31 @@ impl Engine {
                 break;
             }
             let want = part_size.saturating_sub(buffered);
-            let reservation = self.inner.budget.reserve(part_size).await;
-            let mut chunk = self.inner.budget.buffer(want as usize);
-            let filled = reader.fill(chunk.as_vec_mut(), want as usize).await;
-            read += chunk.len() as u64;
-            buffered += chunk.len() as u64;
-            if !chunk.is_empty() {
-                buffer.push(chunk.freeze());
+            let mut rules = PieceRules::part(want).after(buffered);
+            if buffered >= limits::MIN_PART_SIZE {
+                // What is buffered is a part already: send it rather than wait.
+                rules = rules.without_waiting();
             }
-            if let Err(e) = filled {
+            if let Some(remaining) = request.remaining {
+                rules =
+                    rules.cut_no_earlier_than(cut_floor(remaining - submitted, number, part_size));
+            }
+            let held_now = std::mem::replace(&mut held, share.nothing());
+            let piece = reader.read_piece(&share, rules, held_now).await;
+            read += piece.len;
+            buffered += piece.len;
+            buffer.extend(piece.chunks);
+            held = piece.reservation;
+            if let Some(e) = piece.error {
                 error = Some(TransferError::Source(e));
                 break;
             }
-            if buffered < part_size {
-                break; // the stream ended
+            if piece.end == PieceEnd::SourceEnded {
+                break;
             }
+            submitted += buffered;
             buffered = 0;
+            let reservation = std::mem::replace(&mut held, share.nothing());
             parts.submit(
                 number,
                 chunks_body(std::mem::take(&mut buffer)),
@@ -254,7 +339,11 @@ impl Engine {
         // failed (what arrived is kept). Not after a failed part: nothing follows it.
         let last = request.last && error.is_none();
         if !part_failed && buffered > 0 && (last || buffered >= limits::MIN_PART_SIZE) {
-            let reservation = self.inner.budget.reserve(buffered).await;
+            if held.bytes() < buffered {
+                // Carried bytes the caller brought without their memory.
+                held.absorb(share.reserve(buffered - held.bytes()).await);
+            }
+            let reservation = std::mem::replace(&mut held, share.nothing());
             parts.submit(
                 number,
                 chunks_body(std::mem::take(&mut buffer)),
@@ -270,7 +359,58 @@ impl Engine {
             parts,
             leftover,
             read,
+            leftover_memory: Some(HeldMemory {
+                share,
+                reservation: held,
+            }),
             error: error.or(failed_part),
+        }
+    }
+
+    /// A share of the memory budget for one upload (or one request of a
+    /// resumable upload), as the configuration sizes it.
+    pub fn upload_share(&self) -> MemoryShare {
+        self.inner.budget.share(self.inner.config.memory_share())
+    }
+
+    /// Reads the head of `body` into memory reserved as its bytes arrive (nothing
+    /// before the first one), under a share of its own that an
+    /// [`AppendRequest::carried_memory`] then carries on.
+    pub async fn read_head(
+        &self,
+        body: BoxStream<'static, io::Result<Bytes>>,
+        request: HeadRequest,
+    ) -> BodyHead {
+        let share = self.upload_share();
+        let rules = match request.cut_at {
+            Some(at) => PieceRules::part(request.want)
+                .after(request.front)
+                .cut_no_earlier_than(at),
+            None => PieceRules::whole(request.want).after(request.front),
+        };
+        let mut stream = tokio_util::io::StreamReader::new(body);
+        let piece = {
+            let mut reader = PartReader::Async(Box::new(&mut stream));
+            reader.read_piece(&share, rules, share.nothing()).await
+        };
+        // A body that ended (or failed) is not polled again.
+        let rest = match piece.end {
+            PieceEnd::SourceEnded => futures::stream::empty().boxed(),
+            _ => {
+                let (body, chunk) = stream.into_inner_with_chunk();
+                futures::stream::iter(chunk.map(Ok)).chain(body).boxed()
+            }
+        };
+        BodyHead {
+            chunks: piece.chunks,
+            len: piece.len,
+            cut: piece.end == PieceEnd::Cut,
+            error: piece.error,
+            rest,
+            memory: HeldMemory {
+                share,
+                reservation: piece.reservation,
+            },
         }
     }
 

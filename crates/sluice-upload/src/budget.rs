@@ -5,6 +5,10 @@
 //! Waiters are served first come, first served. A reservation larger than the
 //! whole budget is refused by configuration validation, never clamped.
 //!
+//! One upload draws through a [`MemoryShare`]: a cap of its own on what it may
+//! hold at once, so that no single upload takes more than a bounded share of the
+//! budget. A reservation made through a share counts against both.
+//!
 //! The budget also keeps the large buffers it paid for, to reuse them
 //! ([`crate::buffers`]); idle ones plus reserved bytes stay within the budget.
 
@@ -26,10 +30,20 @@ pub struct MemoryBudget {
     pool: Arc<BufferPool>,
 }
 
-/// Bytes held from the budget; they return to it when dropped.
+/// Bytes held from the budget (and from a share, when made through one); they
+/// return when dropped.
 #[derive(Debug)]
 pub struct Reservation {
     semaphore: Arc<Semaphore>,
+    share: Option<Arc<Semaphore>>,
+    units: u64,
+}
+
+/// One upload's cap on the bytes it holds at once, within the budget.
+#[derive(Debug, Clone)]
+pub struct MemoryShare {
+    budget: MemoryBudget,
+    share: Arc<Semaphore>,
     units: u64,
 }
 
@@ -86,6 +100,26 @@ impl MemoryBudget {
         }
         Reservation {
             semaphore: self.semaphore.clone(),
+            share: None,
+            units,
+        }
+    }
+
+    /// A reservation of nothing, to grow with [`Reservation::absorb`].
+    pub fn nothing(&self) -> Reservation {
+        Reservation {
+            semaphore: self.semaphore.clone(),
+            share: None,
+            units: 0,
+        }
+    }
+
+    /// A share of at most `bytes` (clamped to the budget) for one upload.
+    pub fn share(&self, bytes: u64) -> MemoryShare {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.total_units);
+        MemoryShare {
+            budget: self.clone(),
+            share: Arc::new(Semaphore::new(units as usize)),
             units,
         }
     }
@@ -100,8 +134,61 @@ impl MemoryBudget {
         permit.forget();
         Some(Reservation {
             semaphore: self.semaphore.clone(),
+            share: None,
             units,
         })
+    }
+}
+
+impl MemoryShare {
+    /// The budget the share draws on.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// The most this share may hold, in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.units * UNIT
+    }
+
+    /// A reservation of nothing from this share.
+    pub fn nothing(&self) -> Reservation {
+        Reservation {
+            semaphore: self.budget.semaphore.clone(),
+            share: Some(self.share.clone()),
+            units: 0,
+        }
+    }
+
+    /// Waits until the share, then the budget, has `bytes` free (clamped to the
+    /// share) and reserves them. The share is waited for first: only this
+    /// upload's own parts in flight hold it, and they need nothing more to finish.
+    pub async fn reserve(&self, bytes: u64) -> Reservation {
+        let units = bytes.div_ceil(UNIT).min(self.units);
+        if let Ok(step) = u32::try_from(units) {
+            self.share
+                .acquire_many(step)
+                .await
+                .expect("a share's semaphore is never closed")
+                .forget();
+        }
+        let mut reservation = self.budget.reserve(units * UNIT).await;
+        reservation.share = Some(self.share.clone());
+        reservation
+    }
+
+    /// Reserves `bytes` from the share and the budget if both have them free now.
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let units = bytes.div_ceil(UNIT);
+        if units > self.units {
+            return None;
+        }
+        let step = u32::try_from(units).ok()?;
+        let share = self.share.try_acquire_many(step).ok()?;
+        let mut reservation = self.budget.try_reserve(units * UNIT)?;
+        share.forget();
+        reservation.share = Some(self.share.clone());
+        Some(reservation)
     }
 }
 
@@ -117,8 +204,28 @@ impl Reservation {
         self.units -= units;
         Reservation {
             semaphore: self.semaphore.clone(),
+            share: self.share.clone(),
             units,
         }
+    }
+
+    /// Returns what is held beyond `bytes` (rounded up to the unit).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let keep = bytes.div_ceil(UNIT);
+        if keep < self.units {
+            drop(self.split((self.units - keep) * UNIT));
+        }
+    }
+
+    /// Adds `other`'s bytes to this reservation. Both must come from the same
+    /// budget and share.
+    pub fn absorb(&mut self, mut other: Reservation) {
+        debug_assert!(Arc::ptr_eq(&self.semaphore, &other.semaphore));
+        debug_assert_eq!(
+            self.share.as_ref().map(Arc::as_ptr),
+            other.share.as_ref().map(Arc::as_ptr)
+        );
+        self.units += std::mem::take(&mut other.units);
     }
 }
 
@@ -126,6 +233,9 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         if self.units > 0 {
             self.semaphore.add_permits(self.units as usize);
+            if let Some(share) = &self.share {
+                share.add_permits(self.units as usize);
+            }
         }
     }
 }
@@ -164,6 +274,40 @@ mod tests {
         assert_eq!(budget.in_use(), 32 * 1024);
         drop(whole);
         assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_share_caps_one_upload_within_the_budget() {
+        let budget = MemoryBudget::new(64 * 1024);
+        let share = budget.share(16 * 1024);
+        let mut held = share.reserve(12 * 1024).await;
+        assert!(share.try_reserve(8 * 1024).is_none(), "past the share");
+        held.absorb(share.try_reserve(4 * 1024).expect("within the share"));
+        assert_eq!((held.bytes(), budget.in_use()), (16 * 1024, 16 * 1024));
+        // Another upload's share is not touched by this one's.
+        let other = budget.share(16 * 1024).try_reserve(16 * 1024);
+        assert!(other.is_some());
+        drop(other);
+        held.shrink_to(5 * 1024);
+        assert_eq!((held.bytes(), budget.in_use()), (5 * 1024, 5 * 1024));
+        assert!(
+            share.try_reserve(11 * 1024).is_some(),
+            "shrinking returned to the share"
+        );
+        drop(held);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_share_is_not_taken_when_the_budget_is_short() {
+        let budget = MemoryBudget::new(8 * 1024);
+        let share = budget.share(8 * 1024);
+        let _elsewhere = budget.reserve(6 * 1024).await;
+        assert!(share.try_reserve(4 * 1024).is_none());
+        assert!(
+            share.try_reserve(2 * 1024).is_some(),
+            "the failed try gave the share back"
+        );
     }
 
     #[tokio::test]

@@ -110,6 +110,7 @@ impl PartBuffer {
         self.recycled.buffer.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.recycled.buffer.is_empty()
     }

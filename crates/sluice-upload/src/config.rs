@@ -28,6 +28,10 @@ pub struct EngineConfig {
     pub concurrency: usize,
     /// Process-wide bytes of buffered data. Default 256 MiB.
     pub memory_limit: u64,
+    /// The most one upload holds in memory at once. `None`: a quarter of
+    /// `memory_limit`, and at least what `concurrency` parts in flight plus one
+    /// being read need (and what an object at the threshold needs).
+    pub upload_memory_share: Option<u64>,
     /// Checksum every part carries; `None` sends none.
     pub checksum: Option<ChecksumAlgorithm>,
     pub retry: RetryPolicy,
@@ -49,6 +53,7 @@ impl Default for EngineConfig {
             fixed_part_size: false,
             concurrency: 8,
             memory_limit: 256 * MIB,
+            upload_memory_share: None,
             checksum: Some(ChecksumAlgorithm::Crc32c),
             retry: RetryPolicy::default(),
             retry_budget: RetryBudgetConfig::default(),
@@ -97,6 +102,15 @@ impl EngineConfig {
                 needed,
             });
         }
+        if let Some(share) = self.upload_memory_share {
+            if share < needed || share > self.memory_limit {
+                return Err(ConfigError::MemoryShare {
+                    share,
+                    needed,
+                    limit: self.memory_limit,
+                });
+            }
+        }
         if self.store_concurrency == Some(0) {
             return Err(ConfigError::Concurrency(0));
         }
@@ -125,10 +139,13 @@ impl EngineConfig {
         Ok(())
     }
 
-    /// Bytes buffered before the engine knows whether a stream of unknown length
-    /// fits in one PUT: whole parts enough to hold `threshold + 1` bytes.
-    pub(crate) fn first_phase_bytes(&self) -> u64 {
-        (self.threshold / self.part_size + 1) * self.part_size
+    /// The most one upload holds at once; see [`EngineConfig::upload_memory_share`].
+    pub fn memory_share(&self) -> u64 {
+        let needed = self.threshold / self.part_size * self.part_size + self.part_size;
+        let in_flight = (self.concurrency as u64 + 1).saturating_mul(self.part_size);
+        self.upload_memory_share
+            .unwrap_or_else(|| (self.memory_limit / 4).max(in_flight).max(needed))
+            .min(self.memory_limit)
     }
 }
 

@@ -26,7 +26,9 @@ pub enum ConfigError {
     KeyTooLong(usize),
     #[error("{0} bytes is more than S3's maximum object size (5 TiB)")]
     ObjectTooLarge(u64),
-    #[error("an object of {size} bytes needs parts of {part} bytes, more than the memory budget of {budget} bytes; raise the memory limit")]
+    #[error("the memory share of one upload ({share} bytes) must hold the threshold plus one part ({needed} bytes) and fit in the memory limit ({limit} bytes)")]
+    MemoryShare { share: u64, needed: u64, limit: u64 },
+    #[error("an object of {size} bytes needs parts of {part} bytes, more than one upload may hold in memory ({budget} bytes); raise the memory limit")]
     PartExceedsBudget { size: u64, part: u64, budget: u64 },
 }
 

@@ -19,6 +19,7 @@ mod buffers;
 mod config;
 mod download;
 mod error;
+mod filling;
 mod janitor;
 mod parts;
 mod progress;
@@ -34,8 +35,10 @@ use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
-pub use append::{AppendRequest, Appended, MultipartGuard, ReadUpTo};
-pub use budget::{MemoryBudget, Reservation};
+pub use append::{
+    cut_floor, AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
+};
+pub use budget::{MemoryBudget, MemoryShare, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+
+/// Buffer in front of a plain async reader, so that the engine can wait for its
+/// first byte without taking it (reads larger than this bypass it).
+const READER_BUFFER: usize = 64 * 1024;
 
 /// The input of an upload.
 pub enum UploadSource {
@@ -43,12 +47,12 @@ impl UploadSource {
 }
 
 /// A sequential source that fills part buffers.
-pub(crate) enum PartReader {
-    Async(Box<dyn AsyncRead + Send + Unpin>),
+pub(crate) enum PartReader<'a> {
+    Async(Box<dyn AsyncBufRead + Send + Unpin + 'a>),
     Blocking(Option<Box<dyn Read + Send>>),
 }
 
-impl PartReader {
+impl PartReader<'_> {
     /// Appends to `buf` until it holds `want` bytes or the source ends.
     pub(crate) async fn fill(&mut self, buf: &mut Vec<u8>, want: usize) -> io::Result<()> {
         match self {
@@ -93,6 +97,15 @@ impl PartReader {
         }
     }
 
+    /// Waits until the source has a byte to give or has ended (false), without
+    /// taking it. A blocking reader is not waited for: it is not a remote client.
+    pub(crate) async fn has_data(&mut self) -> io::Result<bool> {
+        match self {
+            PartReader::Async(reader) => Ok(!reader.fill_buf().await?.is_empty()),
+            PartReader::Blocking(_) => Ok(true),
+        }
+    }
+
     /// True when the source has no more bytes; reads at most one byte, which is
     /// returned so the caller can keep it.
     pub(crate) async fn peek_end(&mut self) -> io::Result<Option<u8>> {
@@ -122,14 +135,17 @@ impl UploadSource {
     /// The source as a sequential reader (a file too: uploads read files with
     /// positioned reads, but appending reads any source in order), and its length
     /// when known.
-    pub(crate) fn into_part_reader(self) -> io::Result<(PartReader, Option<u64>)> {
+    pub(crate) fn into_part_reader(self) -> io::Result<(PartReader<'static>, Option<u64>)> {
         Ok(match self {
             // Opened by its first read, on the blocking thread that reads it.
             UploadSource::File(path) => (
                 PartReader::Blocking(Some(Box::new(OpenOnRead { path, file: None }))),
                 None,
             ),
-            UploadSource::Reader { reader, length } => (PartReader::Async(reader), length),
+            UploadSource::Reader { reader, length } => (
+                PartReader::Async(Box::new(BufReader::with_capacity(READER_BUFFER, reader))),
+                length,
+            ),
             UploadSource::Stream { stream, length } => (
                 PartReader::Async(Box::new(tokio_util::io::StreamReader::new(stream))),
                 length,

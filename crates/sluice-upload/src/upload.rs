@@ -11,9 +11,11 @@ use bytes::Bytes;
 use sluice_store::*;
 use tracing::Instrument;
 
+use crate::append::cut_floor;
 use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
 use crate::error::{ConfigError, TransferError};
+use crate::filling::{Piece, PieceEnd, PieceRules};
 use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
 use crate::retry::Kind;
@@ -148,137 +150,154 @@ impl Engine {
         upload.finish(sent, length).await
     }
 
+    /// A sequential source, known length or not, read piece by piece as its
+    /// bytes arrive ([`crate::filling`]). Up to the threshold the pieces are kept
+    /// until the source ends (then one PUT); past it, or when memory is short,
+    /// they become the first parts of a multipart upload.
     async fn upload_stream(
         &self,
         request: UploadRequest,
-        mut reader: PartReader,
+        mut reader: PartReader<'_>,
         length: Option<u64>,
     ) -> Result<UploadOutcome, TransferError> {
         let inner = &self.inner;
         let config = &inner.config;
-        let tracker = Tracker::new(length, request.progress.clone());
-        match length {
-            Some(length) if length <= config.threshold => {
-                let _reservation = inner.budget.reserve(length).await;
-                let mut buf = inner.budget.buffer(length as usize);
-                reader
-                    .fill(buf.as_vec_mut(), length as usize)
-                    .await
-                    .map_err(TransferError::Source)?;
-                check_exact_end(&mut reader, length, buf.len() as u64).await?;
-                self.single_put(&request, Body::Bytes(buf.freeze()), tracker)
-                    .await
+        let share = inner.budget.share(config.memory_share());
+        let plan = match length {
+            Some(length) => PartPlan::for_length(config, length)?,
+            None => {
+                let cap = limits::MAX_PART_SIZE.min(share.capacity());
+                PartPlan::for_stream(config, cap)
             }
-            Some(length) => {
-                let plan = PartPlan::for_length(config, length)?;
-                if plan.size_of(1) > inner.budget.capacity() {
-                    return Err(ConfigError::PartExceedsBudget {
-                        size: length,
-                        part: plan.size_of(1),
-                        budget: inner.budget.capacity(),
-                    }
-                    .into());
-                }
-                let mut upload = Multipart::start(inner, &request, tracker).await?;
-                let sent = async {
-                    let mut number = 1u32;
-                    let mut read = 0u64;
-                    while read < length {
-                        let want = plan.size_of(number).min(length - read);
-                        let (part, reservation) = upload.read_part(&mut reader, want).await?;
-                        if (part.len() as u64) < want {
-                            return Err(TransferError::SourceShort {
-                                expected: length,
-                                actual: read + part.len() as u64,
-                            });
-                        }
-                        read += want;
-                        upload.submit(number, Body::Bytes(part), reservation);
-                        number += 1;
-                    }
-                    check_exact_end(&mut reader, length, read).await
-                }
-                .await;
-                upload.finish(sent, length).await
+        };
+        if plan.size_of(1) > share.capacity() {
+            return Err(ConfigError::PartExceedsBudget {
+                size: length.unwrap_or(0),
+                part: plan.size_of(1),
+                budget: share.capacity(),
             }
-            None => self.upload_unknown_length(request, reader, tracker).await,
+            .into());
         }
-    }
-
-    /// A stream of unknown length: buffer whole parts (reserved at once, so that
-    /// uploads waiting for memory never hold part of what they need) until the
-    /// data passes the threshold or ends, then PUT it or go multipart.
-    async fn upload_unknown_length(
-        &self,
-        request: UploadRequest,
-        mut reader: PartReader,
-        tracker: Tracker,
-    ) -> Result<UploadOutcome, TransferError> {
-        let inner = &self.inner;
-        let config = &inner.config;
-        let part_size = config.part_size;
-        let mut first = inner.budget.reserve(config.first_phase_bytes()).await;
-        let mut buffered: Vec<(Bytes, Reservation)> = Vec::new();
+        let rules_for = |want: u64| match config.fixed_part_size {
+            true => PieceRules::whole(want),
+            false => PieceRules::part(want),
+        };
+        let mut tracker = Tracker::new(length, request.progress.clone());
         let mut total = 0u64;
         let mut ended = false;
-        while total <= config.threshold {
-            let mut buf = inner.budget.buffer(part_size as usize);
-            reader
-                .fill(buf.as_vec_mut(), part_size as usize)
-                .await
-                .map_err(TransferError::Source)?;
-            total += buf.len() as u64;
-            ended = (buf.len() as u64) < part_size;
-            if !buf.is_empty() {
-                buffered.push((buf.freeze(), first.split(part_size)));
+        let mut first: Vec<Piece> = Vec::new();
+        if length.is_none_or(|length| length <= config.threshold) {
+            while total <= config.threshold {
+                let want = match length {
+                    Some(length) => config.part_size.min(length - total),
+                    None => config.part_size,
+                };
+                if want == 0 {
+                    ended = true;
+                    break;
+                }
+                // Pieces kept so far wait for this one: it may not wait for memory.
+                let rules = match first.is_empty() {
+                    true => rules_for(want),
+                    false => rules_for(want).without_waiting(),
+                };
+                let piece = reader.read_piece(&share, rules, share.nothing()).await;
+                if let Some(error) = piece.error {
+                    return Err(TransferError::Source(error));
+                }
+                total += piece.len;
+                let end = piece.end;
+                if piece.len > 0 {
+                    first.push(piece);
+                }
+                match end {
+                    PieceEnd::Full => {}
+                    PieceEnd::SourceEnded => {
+                        ended = true;
+                        break;
+                    }
+                    PieceEnd::Cut | PieceEnd::Starved => break,
+                }
             }
             if ended {
-                break;
+                if let Some(length) = length {
+                    check_exact_end(&mut reader, length, total).await?;
+                }
+            }
+            if ended && total <= config.threshold {
+                let mut chunks: Vec<Bytes> = Vec::new();
+                let mut held = share.nothing();
+                for piece in first {
+                    chunks.extend(piece.chunks);
+                    held.absorb(piece.reservation);
+                }
+                let body = match chunks.len() {
+                    0 => Body::Bytes(Bytes::new()),
+                    1 => Body::Bytes(chunks.pop().expect("one chunk")),
+                    _ => Body::Chunks(chunks.into()),
+                };
+                tracker.set_total(total);
+                let outcome = self.single_put(&request, body, tracker).await;
+                drop(held);
+                return outcome;
             }
         }
-        drop(first);
-        if ended && total <= config.threshold {
-            let chunks: Arc<[Bytes]> = buffered.iter().map(|(b, _)| b.clone()).collect();
-            let body = match chunks.len() {
-                0 => Body::Bytes(Bytes::new()),
-                1 => Body::Bytes(chunks[0].clone()),
-                _ => Body::Chunks(chunks),
-            };
-            let mut tracker = tracker;
-            tracker.set_total(total);
-            return self.single_put(&request, body, tracker).await;
-        }
 
-        let cap = sluice_store::limits::MAX_PART_SIZE.min(inner.budget.capacity());
-        let plan = PartPlan::for_stream(config, cap);
         let mut upload = Multipart::start(inner, &request, tracker).await?;
         let sent = async {
             let mut number = 1u32;
-            for (part, reservation) in buffered {
+            for piece in first {
                 upload.wait_for_slot().await?;
-                upload.submit(number, Body::Bytes(part), reservation);
+                upload.submit(number, piece_body(piece.chunks), piece.reservation);
                 number += 1;
             }
             while !ended {
-                if number > limits::MAX_PARTS {
-                    if reader
-                        .peek_end()
-                        .await
-                        .map_err(TransferError::Source)?
-                        .is_none()
-                    {
-                        break;
+                let want = match length {
+                    Some(length) if total == length => {
+                        return check_exact_end(&mut reader, length, total).await;
                     }
-                    return Err(TransferError::StreamTooLarge(plan.capacity()));
+                    Some(length) => plan.size_of(number).min(length - total),
+                    None => plan.size_of(number),
+                };
+                if number > limits::MAX_PARTS {
+                    let more = reader.peek_end().await.map_err(TransferError::Source)?;
+                    return match (more, length) {
+                        (None, None) => Ok(()),
+                        (None, Some(length)) => Err(TransferError::SourceShort {
+                            expected: length,
+                            actual: total,
+                        }),
+                        (Some(_), _) => Err(TransferError::StreamTooLarge(plan.capacity())),
+                    };
                 }
-                let want = plan.size_of(number);
-                let (part, reservation) = upload.read_part(&mut reader, want).await?;
-                ended = (part.len() as u64) < want;
-                if part.is_empty() {
+                upload.wait_for_slot().await?;
+                let mut rules = rules_for(want);
+                if let Some(length) = length {
+                    // A part cut short must leave the rest room in the parts left.
+                    rules = rules.cut_no_earlier_than(cut_floor(
+                        length - total,
+                        number,
+                        plan.size_of(number),
+                    ));
+                }
+                let piece = reader.read_piece(&share, rules, share.nothing()).await;
+                if let Some(error) = piece.error {
+                    return Err(TransferError::Source(error));
+                }
+                total += piece.len;
+                ended = piece.end == PieceEnd::SourceEnded;
+                if ended {
+                    if let Some(length) = length.filter(|&length| total < length) {
+                        return Err(TransferError::SourceShort {
+                            expected: length,
+                            actual: total,
+                        });
+                    }
+                }
+                if piece.len == 0 {
                     break;
                 }
-                total += part.len() as u64;
-                upload.submit(number, Body::Bytes(part), reservation);
+                upload.submit(number, piece_body(piece.chunks), piece.reservation);
                 number += 1;
             }
             Ok(())
@@ -326,9 +345,17 @@ impl Engine {
     }
 }
 
+/// A piece's buffers as one body.
+fn piece_body(mut chunks: Vec<Bytes>) -> Body {
+    match chunks.len() {
+        1 => Body::Bytes(chunks.pop().expect("one chunk")),
+        _ => Body::Chunks(chunks.into()),
+    }
+}
+
 /// After `read` bytes of a source announced as `length`: fails unless it ends here.
 async fn check_exact_end(
-    reader: &mut PartReader,
+    reader: &mut PartReader<'_>,
     length: u64,
     read: u64,
 ) -> Result<(), TransferError> {
@@ -438,22 +465,6 @@ impl<'a> Multipart<'a> {
             true => Ok(()),
             false => Err(TransferError::Cancelled),
         }
-    }
-
-    /// Reads the next part from a sequential source, after a slot and its memory are free.
-    async fn read_part(
-        &mut self,
-        reader: &mut PartReader,
-        want: u64,
-    ) -> Result<(Bytes, Reservation), TransferError> {
-        self.wait_for_slot().await?;
-        let reservation = self.inner.budget.reserve(want).await;
-        let mut buf = self.inner.budget.buffer(want as usize);
-        reader
-            .fill(buf.as_vec_mut(), want as usize)
-            .await
-            .map_err(TransferError::Source)?;
-        Ok((buf.freeze(), reservation))
     }
 
     /// Starts uploading part `number`; `reservation` is held until it is stored.

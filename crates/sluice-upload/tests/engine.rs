@@ -531,6 +531,8 @@ async fn append_reads_every_kind_of_source() {
                     carried: Vec::new(),
                     part_size: 5 * MB,
                     last: false,
+                    remaining: None,
+                    carried_memory: None,
                 },
                 source(kind, &data, &dir),
             )
