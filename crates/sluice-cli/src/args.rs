@@ -241,7 +241,9 @@ pub struct TransferArgs {
     /// Parts (or ranges) in flight at once.
     #[arg(long, env = "SLUICE_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
-    /// Most bytes buffered in memory at once.
+    /// Most bytes buffered in memory at once; one upload holds at most a quarter
+    /// of it, which bounds the part size (a stream of unknown length can reach
+    /// about 490 GiB with the default).
     #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size, default_value = "256MiB")]
     pub memory_limit: u64,
     /// Objects up to this size go up in a single PUT; larger ones in parts.

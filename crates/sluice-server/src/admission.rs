@@ -1,11 +1,14 @@
 //! Admission control: a cap on uploads streaming at once and a bounded queue in
 //! front of it. A request that finds the queue full, or waits past the deadline,
 //! is answered 503 with Retry-After: never a reset connection or a hung request.
+//! While the store counts as down (the engine's circuit breaker is open), uploads
+//! are refused at once the same way, before any byte is read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_upload::Breaker;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
@@ -19,6 +22,7 @@ pub struct Admission {
     queue_timeout: Duration,
     retry_after: u64,
     metrics: Metrics,
+    breaker: Option<Arc<Breaker>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -42,11 +46,22 @@ impl Admission {
             queue_timeout,
             retry_after,
             metrics,
+            breaker: None,
         }
+    }
+
+    /// Refuses uploads while `breaker` is open.
+    pub fn with_breaker(mut self, breaker: Option<Arc<Breaker>>) -> Self {
+        self.breaker = breaker;
+        self
     }
 
     /// A slot for one upload, held until the permit drops.
     pub async fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        if let Some(breaker) = self.breaker.as_ref().filter(|b| b.is_open()) {
+            self.metrics.rejected();
+            return Err(ApiError::Store(breaker.refusal()));
+        }
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Ok(permit);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use sluice_store::ChecksumAlgorithm;
-use sluice_upload::{parse_size, EngineConfig};
+use sluice_upload::{parse_size, BreakerConfig, EngineConfig};
 
 /// Everything `sluice serve` can be told.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +131,14 @@ pub struct Limits {
     pub retry_after_seconds: u64,
     /// Requests to the store at once; more wait their turn.
     pub store_concurrency: usize,
+    /// Store failures in a row (no answer, a stall, a 5xx other than SlowDown)
+    /// after which the store counts as down: uploads get 503 + Retry-After at
+    /// once and store requests stop until a probe is answered. 0 turns it off.
+    pub store_failures_to_open: u32,
+    /// While the store counts as down, it is probed this often (each probe given
+    /// as long to answer); also the Retry-After of the 503s.
+    #[serde(with = "humantime_serde")]
+    pub store_probe_interval: Duration,
     /// A store request with no progress for this long is cancelled and retried on
     /// a fresh connection; 0 turns the check off.
     #[serde(with = "humantime_serde")]
@@ -232,6 +240,8 @@ impl Default for Limits {
             retry_after_seconds: 1,
             store_concurrency: 128,
             store_stall_timeout: Duration::from_secs(30),
+            store_failures_to_open: 3,
+            store_probe_interval: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(30),
             min_body_rate: 1024,
@@ -287,6 +297,11 @@ impl ServerConfig {
                 ChecksumSetting::None => None,
             },
             store_concurrency: Some(self.limits.store_concurrency),
+            breaker: (self.limits.store_failures_to_open > 0).then_some(BreakerConfig {
+                failures: self.limits.store_failures_to_open,
+                probe_interval: self.limits.store_probe_interval,
+                probe_timeout: self.limits.store_probe_interval,
+            }),
             ..EngineConfig::default()
         }
     }
@@ -373,6 +388,14 @@ impl ServerConfig {
         }
         if self.form.max_header_bytes < 1024 {
             return fail("form.max_header_bytes", "must be at least 1KiB");
+        }
+        if self.limits.store_probe_interval < Duration::from_millis(100)
+            || self.limits.store_probe_interval > Duration::from_secs(60)
+        {
+            return fail(
+                "limits.store_probe_interval",
+                "must be between 100ms and 60s",
+            );
         }
         if self.form.max_parts == 0 {
             return fail("form.max_parts", "must be at least 1");

@@ -21,6 +21,7 @@ pub mod routes;
 mod server;
 pub mod store;
 pub mod tus;
+pub mod unread;
 mod upload;
 
 use std::sync::Arc;
@@ -73,7 +74,8 @@ impl AppState {
             limits.queue_timeout,
             limits.retry_after_seconds,
             metrics.clone(),
-        );
+        )
+        .with_breaker(engine.breaker().cloned());
         let resumable = Resumable::new(engine.clone(), config.resumable_config());
         Ok(AppState {
             store: Arc::new(engine.retrying_store()),

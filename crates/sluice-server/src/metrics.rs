@@ -84,6 +84,8 @@ struct Inner {
     stalls: Mirrored,
     budget_exhausted: Mirrored,
     retry_budget_tokens: Gauge,
+    store_down: Gauge,
+    store_down_total: Mirrored,
     concurrency_limits: Family<PrefixLabels, Gauge>,
     rate_limits: Family<PrefixLabels, Gauge>,
     part_seconds: Histogram,
@@ -120,6 +122,8 @@ impl Metrics {
             stalls: Mirrored::default(),
             budget_exhausted: Mirrored::default(),
             retry_budget_tokens: Gauge::default(),
+            store_down: Gauge::default(),
+            store_down_total: Mirrored::default(),
             concurrency_limits: Family::default(),
             rate_limits: Family::default(),
             part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
@@ -231,6 +235,16 @@ impl Metrics {
             inner.retry_budget_tokens.clone(),
         );
         registry.register(
+            "sluice_store_down",
+            "1 while the store counts as down (circuit breaker open: uploads refused with 503, probes running), else 0",
+            inner.store_down.clone(),
+        );
+        registry.register(
+            "sluice_store_outages",
+            "Times the store came to count as down (the circuit breaker opened)",
+            inner.store_down_total.counter.clone(),
+        );
+        registry.register(
             "sluice_store_concurrency_limit",
             "Adaptive limit on store requests in flight, per key prefix, for prefixes throttled lately or busy now",
             inner.concurrency_limits.clone(),
@@ -332,6 +346,10 @@ impl Metrics {
         inner
             .retry_budget_tokens
             .set(engine.retry_budget_available() as i64);
+        if let Some(breaker) = engine.breaker() {
+            inner.store_down.set(breaker.is_open() as i64);
+            inner.store_down_total.sync(breaker.opened_total());
+        }
         inner.concurrency_limits.clear();
         inner.rate_limits.clear();
         for limit in engine.prefix_limits() {

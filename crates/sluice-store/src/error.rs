@@ -66,6 +66,10 @@ pub enum StoreError {
         code: String,
         message: String,
     },
+    /// The store kept failing and requests to it are refused for now (the
+    /// engine's circuit breaker); try again after `retry_after`.
+    #[error("the store is unavailable (it kept failing); retry in {}s", .retry_after.as_secs_f64())]
+    Unavailable { retry_after: Duration },
     /// The request did not get an answer: connect failure, reset, timeout.
     #[error("could not reach the store: {0}")]
     Transport(String),
@@ -84,6 +88,7 @@ impl StoreError {
         match self {
             StoreError::Throttled { .. }
             | StoreError::Stalled { .. }
+            | StoreError::Unavailable { .. }
             | StoreError::Transport(_) => true,
             StoreError::Service { status, code, .. } => {
                 *status >= 500
@@ -106,6 +111,7 @@ impl StoreError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             StoreError::Throttled { retry_after } => *retry_after,
+            StoreError::Unavailable { retry_after } => Some(*retry_after),
             _ => None,
         }
     }
@@ -136,6 +142,7 @@ impl StoreError {
             StoreError::Unsupported(_) => "unsupported",
             StoreError::Service { .. } => "service",
             StoreError::Transport(_) => "transport",
+            StoreError::Unavailable { .. } => "unavailable",
             StoreError::Body(_) => "body",
             StoreError::Io(_) => "io",
         }

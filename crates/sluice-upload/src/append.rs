@@ -191,12 +191,49 @@ impl EngineInner {
                     }
                 },
             )
-            .await?;
+            .await;
+        let upload_id = match upload_id {
+            Ok(upload_id) => upload_id,
+            Err(error) => {
+                // A request the breaker cut off may have reached the store too.
+                let cut_off = matches!(error.store_error(), Some(StoreError::Unavailable { .. }));
+                if answer_lost.load(Ordering::Relaxed) || cut_off {
+                    self.clean_up_lost_creations_later(&request.key, started);
+                }
+                return Err(error);
+            }
+        };
         if answer_lost.load(Ordering::Relaxed) {
             self.abort_lost_creations(&request.key, &upload_id, started)
                 .await;
         }
         Ok(upload_id)
+    }
+
+    /// A creation failed after an attempt whose answer was lost (the store may
+    /// still carry it out, as a frozen server does once it runs again): once the
+    /// store answers, the uploads of the key started since are aborted, in the
+    /// background. Only with a circuit breaker to say when the store is back.
+    fn clean_up_lost_creations_later(&self, key: &str, since: SystemTime) {
+        let (Some(breaker), Some(inner)) = (self.breaker.clone(), self.myself.upgrade()) else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let key = key.to_owned();
+        let cleanup = async move {
+            tokio::select! {
+                _ = async {
+                    breaker.wait_closed().await;
+                    // Requests the store held while it was down run first.
+                    tokio::time::sleep(breaker.retry_after()).await;
+                } => {}
+                _ = inner.stopping.cancelled() => return,
+            }
+            inner.abort_lost_creations(&key, "", since).await;
+        };
+        self.aborts.spawn_on(cleanup, &handle);
     }
 
     async fn abort_lost_creations(&self, key: &str, ours: &str, since: SystemTime) {

@@ -9,6 +9,7 @@ use sluice_store::limits::{
 use sluice_store::ChecksumAlgorithm;
 
 use crate::adaptive::AdaptiveConfig;
+use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::retry::RetryBudgetConfig;
 
@@ -43,6 +44,10 @@ pub struct EngineConfig {
     /// wait their turn before they count against their prefix's adaptive limit.
     /// `None`: no cap beyond the per-prefix limits.
     pub store_concurrency: Option<usize>,
+    /// Stop sending requests to a store that keeps failing, and fail them at
+    /// once until a probe gets an answer ([`crate::Breaker`]). `None` (the
+    /// command line's default): every request retries through an outage.
+    pub breaker: Option<BreakerConfig>,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +64,7 @@ impl Default for EngineConfig {
             retry_budget: RetryBudgetConfig::default(),
             adaptive: AdaptiveConfig::default(),
             store_concurrency: None,
+            breaker: None,
         }
     }
 }

@@ -225,7 +225,7 @@ async fn fetch_range(
         let range = ranged
             .then(|| ByteRange::new(pos, end))
             .or((pos > 0).then(|| ByteRange::new(pos, end)));
-        let mut turn = attempts.begin().await;
+        let mut turn = attempts.begin().await?;
         let result = async {
             let output = inner
                 .store

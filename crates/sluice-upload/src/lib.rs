@@ -14,6 +14,7 @@
 
 mod adaptive;
 mod append;
+mod breaker;
 mod budget;
 mod buffers;
 mod config;
@@ -38,6 +39,7 @@ pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use append::{
     cut_floor, AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
 };
+pub use breaker::{Breaker, BreakerConfig};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use download::DownloadOutcome;
@@ -67,6 +69,12 @@ pub(crate) struct EngineInner {
     store_slots: Option<tokio::sync::Semaphore>,
     /// Aborts started by dropped uploads.
     aborts: TaskTracker,
+    /// Refuses store requests while the store is down (`EngineConfig::breaker`).
+    breaker: Option<Arc<Breaker>>,
+    /// Cancelled when the process stops: aborts waiting for the store give up.
+    stopping: tokio_util::sync::CancellationToken,
+    /// The engine itself, for background clean-ups started from `&self`.
+    myself: std::sync::Weak<EngineInner>,
 }
 
 impl Engine {
@@ -86,8 +94,12 @@ impl Engine {
         let retry_budget = retry::RetryBudget::new(config.retry_budget);
         let limits = adaptive::AdaptiveLimits::new(config.adaptive);
         let store_slots = config.store_concurrency.map(tokio::sync::Semaphore::new);
+        let breaker = config
+            .breaker
+            .map(|breaker| Breaker::new(breaker, store.clone()));
         Ok(Engine {
-            inner: Arc::new(EngineInner {
+            inner: Arc::new_cyclic(|myself| EngineInner {
+                myself: myself.clone(),
                 store_slots,
                 store,
                 config,
@@ -96,6 +108,8 @@ impl Engine {
                 retry_budget,
                 limits,
                 aborts: TaskTracker::new(),
+                breaker,
+                stopping: tokio_util::sync::CancellationToken::new(),
             }),
         })
     }
@@ -110,6 +124,11 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner.store
+    }
+
+    /// The store's circuit breaker, when the configuration has one.
+    pub fn breaker(&self) -> Option<&Arc<Breaker>> {
+        self.inner.breaker.as_ref()
     }
 
     pub fn stats(&self) -> &RetryStats {
@@ -129,6 +148,7 @@ impl Engine {
 
     /// Waits for the aborts of dropped uploads to finish (call before exiting).
     pub async fn finish_aborts(&self) {
+        self.inner.stopping.cancel();
         self.inner.aborts.close();
         self.inner.aborts.wait().await;
         self.inner.aborts.reopen();

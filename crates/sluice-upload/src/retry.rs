@@ -174,7 +174,14 @@ impl<'a> Attempts<'a> {
     /// it, then the engine-wide slot, then takes the prefix's slot. So the
     /// adaptive limiter counts only requests really at the store, and no
     /// engine-wide slot waits on a throttled prefix.
-    pub(crate) async fn begin(&self) -> Turn<'a> {
+    /// Refused at once while the store's circuit breaker is open.
+    pub(crate) async fn begin(&self) -> Result<Turn<'a>, TransferError> {
+        if let Some(breaker) = self.inner.breaker.as_ref().filter(|b| b.is_open()) {
+            return Err(TransferError::Store {
+                operation: self.operation,
+                source: breaker.refusal(),
+            });
+        }
         let limits = &self.inner.limits;
         loop {
             let ready = limits.ready(self.key).await;
@@ -183,10 +190,10 @@ impl<'a> Attempts<'a> {
                 None => None,
             };
             if let Some(permit) = limits.try_take(ready) {
-                return Turn {
+                return Ok(Turn {
                     slot,
                     permit: Some(permit),
-                };
+                });
             }
         }
     }
@@ -195,6 +202,9 @@ impl<'a> Attempts<'a> {
     pub(crate) fn succeeded(&self, turn: Turn<'a>) {
         if let Some(permit) = turn.permit {
             permit.finish(Outcome::Success);
+        }
+        if let Some(breaker) = &self.inner.breaker {
+            breaker.answered();
         }
         self.inner.retry_budget.deposit();
     }
@@ -230,6 +240,12 @@ impl<'a> Attempts<'a> {
             Kind::Cleanup => &RetryPolicy::CLEANUP,
         };
         let fail = |source| TransferError::Store { operation, source };
+        if let Some(breaker) = &inner.breaker {
+            breaker.failed(&error);
+            if breaker.is_open() {
+                return Err(fail(error)); // no retries into a store that is down
+            }
+        }
         if !error.is_transient() || attempt >= policy.max_attempts {
             return Err(fail(error));
         }
@@ -280,8 +296,18 @@ impl EngineInner {
     {
         let mut attempts = self.attempts(kind, operation, key);
         loop {
-            let turn = attempts.begin().await;
-            match request().await {
+            let turn = attempts.begin().await?;
+            // A request in flight when the store comes to count as down stops
+            // there: it would only wait out its stall timeout.
+            let result = match &self.breaker {
+                Some(breaker) => tokio::select! {
+                    biased;
+                    result = request() => result,
+                    _ = breaker.wait_open() => Err(breaker.refusal()),
+                },
+                None => request().await,
+            };
+            match result {
                 Ok(value) => {
                     attempts.succeeded(turn);
                     return Ok(value);

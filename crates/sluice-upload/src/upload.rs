@@ -704,9 +704,34 @@ impl AbortGuard {
         self.armed = false;
     }
 
+    /// Aborts now and waits for it, unless the store is down: then the abort
+    /// waits for the store's return in the background, and the caller goes on
+    /// to answer its client.
     pub(crate) async fn abort_now(&mut self) {
         self.armed = false;
-        abort_upload(self.inner.clone(), self.key.clone(), self.upload_id.clone()).await;
+        let (inner, key, upload_id) =
+            (self.inner.clone(), self.key.clone(), self.upload_id.clone());
+        let store_down = inner.breaker.as_ref().is_some_and(|b| b.is_open());
+        if !store_down {
+            match inner.abort_upload(&key, &upload_id).await {
+                Ok(()) => {
+                    tracing::info!(%key, %upload_id, "multipart upload aborted");
+                    return;
+                }
+                Err(error) if !is_store_down(&inner, &error) => {
+                    tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+        let abort = abort_upload(inner.clone(), key, upload_id);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                inner.aborts.spawn_on(abort, &handle);
+            }
+            Err(_) => abort.await,
+        }
     }
 }
 
@@ -724,11 +749,42 @@ impl Drop for AbortGuard {
     }
 }
 
+/// True when `error` may be the store being down, with a breaker to wait on.
+fn is_store_down(inner: &EngineInner, error: &TransferError) -> bool {
+    inner.breaker.is_some() && error.store_error().is_some_and(StoreError::is_transient)
+}
+
+/// Aborts a multipart upload. While the store is down (its breaker open, or
+/// failing on), the abort waits for it to answer again and tries anew, until the
+/// process stops; what is left then is the janitor's.
 async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
-    match inner.abort_upload(&key, &upload_id).await {
-        Ok(()) => tracing::info!(%key, %upload_id, "multipart upload aborted"),
-        Err(error) => {
-            tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will")
+    loop {
+        let error = match inner.abort_upload(&key, &upload_id).await {
+            Ok(()) => {
+                tracing::info!(%key, %upload_id, "multipart upload aborted");
+                return;
+            }
+            Err(error) => error,
+        };
+        let Some(breaker) = inner
+            .breaker
+            .as_ref()
+            .filter(|_| is_store_down(&inner, &error))
+        else {
+            tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will");
+            return;
+        };
+        tracing::warn!(%key, %upload_id, error = %sluice_store::error_chain(&error), "the store is down: the abort waits for it");
+        let back = async {
+            breaker.wait_closed().await;
+            tokio::time::sleep(breaker.retry_after()).await;
+        };
+        tokio::select! {
+            _ = back => {}
+            _ = inner.stopping.cancelled() => {
+                tracing::error!(%key, %upload_id, "stopping while the store is down; the janitor will abort the multipart upload");
+                return;
+            }
         }
     }
 }

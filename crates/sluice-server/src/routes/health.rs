@@ -11,8 +11,12 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when the store answers a HEAD of a key that does not exist.
+/// Ready when the store answers a HEAD of a key that does not exist; not ready
+/// (503, at once) while the store counts as down.
 pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
+    if let Some(breaker) = state.engine.breaker().filter(|b| b.is_open()) {
+        return Err(ApiError::Store(breaker.refusal()));
+    }
     // Asked once, without retries: readiness is about now.
     match state
         .engine

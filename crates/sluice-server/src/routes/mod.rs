@@ -31,6 +31,9 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(health::not_found)
+        .layer(axum::middleware::map_request(
+            crate::unread::drain_unread_bodies,
+        ))
         .layer(tower::util::option_layer(cors(&state.config.cors_origins)))
         .with_state(state)
 }
