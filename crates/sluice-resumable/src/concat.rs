@@ -35,6 +35,7 @@ impl Resumable {
         new: NewUpload,
         partial_ids: &[String],
     ) -> Result<Written, ResumableError> {
+        self.store.check_key(&new.key).await?;
         let max = self.config.max_partials;
         if partial_ids.len() > max {
             return Err(invalid(format!("at most {max} partial uploads")));

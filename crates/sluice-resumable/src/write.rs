@@ -104,6 +104,8 @@ impl Resumable {
             // A partial upload's bytes stay hidden until a final upload uses them.
             format!("{}partial", upload_prefix(&new.id))
         } else {
+            // A key the store cannot hold is refused now, not after every byte.
+            self.store.check_key(&new.key).await?;
             new.key
         };
         let concat = if new.partial {

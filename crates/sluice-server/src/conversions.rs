@@ -16,6 +16,7 @@ impl From<StoreError> for ApiError {
             StoreError::NoSuchKey { .. } => ApiError::NotFound,
             StoreError::PreconditionFailed => ApiError::PreconditionFailed,
             StoreError::InvalidKey { reason, .. } => ApiError::InvalidKey(reason.to_string()),
+            StoreError::KeyConflict { reason, .. } => ApiError::KeyConflict(reason.to_string()),
             other => ApiError::Store(other),
         }
     }

@@ -39,6 +39,9 @@ pub enum ApiError {
     Tus(#[from] sluice_tus::TusError),
     #[error("{0}")]
     Conflict(String),
+    /// The key cannot be stored next to what the store holds already.
+    #[error("the key conflicts with stored objects: {0}")]
+    KeyConflict(String),
     /// The store failed or refused; the detail is logged, not sent.
     #[error("storage error")]
     Store(#[source] StoreError),
@@ -62,7 +65,7 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::Tus(e) => e.status(),
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::KeyConflict(_) => StatusCode::CONFLICT,
             ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -86,6 +89,7 @@ impl ApiError {
             ApiError::ShuttingDown { .. } => "shutting_down",
             ApiError::Tus(e) => e.code(),
             ApiError::Conflict(_) => "conflict",
+            ApiError::KeyConflict(_) => "key_conflict",
             ApiError::Store(e) if e.is_transient() => "store_unavailable",
             ApiError::Store(_) => "store_error",
             ApiError::Internal(_) => "internal",

@@ -17,10 +17,10 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
             key.len()
         ));
     }
-    if key.starts_with(sluice_resumable::STATE_PREFIX) {
+    if sluice_store::is_reserved_key(key) {
         return Err(format!(
-            "keys under {} are reserved for the gateway's own state",
-            sluice_resumable::STATE_PREFIX
+            "the key {0:?} and keys under {0}/ are reserved for the gateway's own state",
+            sluice_store::RESERVED_SEGMENT
         ));
     }
     if key.chars().any(char::is_control) {
@@ -142,6 +142,10 @@ impl KeyTemplate {
         if self.shard_prefix {
             key = format!("{:04x}/{key}", fnv1a(inputs.uuid.as_bytes()) & 0xffff);
         }
+        if sluice_store::is_reserved_key(&key) {
+            // A tenant named `_sluice` must not write into the gateway's state.
+            key.insert(0, '_');
+        }
         truncate_to_key_limit(key)
     }
 }
@@ -197,6 +201,11 @@ mod tests {
             ("tab\there", false),
             ("nul\0", false),
             (&long, false),
+            ("_sluice", false),
+            ("_sluice/tus/x/state", false),
+            ("_sluice/other", false),
+            ("_sluicey/x", true),
+            ("a/_sluice", true),
         ];
         for (key, ok) in cases {
             assert_eq!(validate_client_key(key).is_ok(), ok, "{key:?}");
@@ -222,6 +231,13 @@ mod tests {
             "acme/2026/11/22/00000000000000000000000000001234/passwd".len() + 5
         );
         assert!(validate_client_key(&sharded).is_ok());
+        let reserved_tenant = KeyInputs {
+            tenant: "_sluice",
+            ..inputs
+        };
+        let key = t.render(&reserved_tenant);
+        assert!(key.starts_with("__sluice/2026/"), "{key}");
+        assert!(validate_client_key(&key).is_ok());
         for bad in ["{tenant}/{filename}", "{uuid}/{nope}", "{uuid"] {
             assert!(KeyTemplate::parse(bad).is_err(), "{bad}");
         }

@@ -45,6 +45,9 @@ impl ObjectStore for MeteredStore {
     async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
         self.inner.install_abort_lifecycle(days).await
     }
+    async fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.check_key(key).await
+    }
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         self.call("put_object", self.inner.put_object(request))
             .await

@@ -801,3 +801,62 @@ async fn hostile_forms_are_refused_within_a_few_kib() {
         .objects
         .is_empty());
 }
+
+/// The directory store behind the gateway: keys it cannot hold next to stored
+/// objects answer 409 `key_conflict` (a tus upload at creation, before any byte),
+/// the gateway's own namespace is refused, and nothing else is disturbed.
+#[tokio::test]
+async fn directory_store_key_faults_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs_store = sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(dir.path()))
+        .unwrap();
+    let state = state_on(Arc::new(fs_store.clone()), config());
+    let put = |key: &str| {
+        request("PUT", &format!("/v1/objects/{key}"))
+            .body(Body::from("data"))
+            .unwrap()
+    };
+    let tus_create = |tenant: &str| {
+        request("POST", "/v1/tus/")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", 10_000_000)
+            .header("x-sluice-tenant", tenant)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let long_last = format!("d/{}", "n".repeat(253));
+    let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
+        (put("a"), StatusCode::CREATED, ""),
+        (put("a/b"), StatusCode::CONFLICT, "key_conflict"),
+        (put("x/y"), StatusCode::CREATED, ""),
+        (put("x"), StatusCode::CONFLICT, "key_conflict"),
+        (put("k"), StatusCode::CREATED, ""),
+        (put("k.json/x"), StatusCode::CREATED, ""),
+        (put(&long_last), StatusCode::CREATED, ""),
+        (put("_sluice"), StatusCode::BAD_REQUEST, "invalid_key"),
+        (put("_sluice/tus/x/state"), StatusCode::BAD_REQUEST, "invalid_key"),
+        // The key template puts `{tenant}` first: a tenant named like an
+        // object cannot place uploads under it.
+        (put("taken"), StatusCode::CREATED, ""),
+        (tus_create("taken"), StatusCode::CONFLICT, "key_conflict"),
+        // A tenant named like the gateway's namespace writes beside it.
+        (tus_create("_sluice"), StatusCode::CREATED, ""),
+        (tus_create("fine"), StatusCode::CREATED, ""),
+    ];
+    for (index, (req, status, code)) in cases.into_iter().enumerate() {
+        let what = format!("case {index}: {} {}", req.method(), req.uri());
+        let (got, _, body) = send(&state, req).await;
+        assert_eq!(got, status, "{what}: {body:?}");
+        if !code.is_empty() {
+            assert_eq!(error_code(&body), code, "{what}");
+        }
+    }
+    // Every object stored first is whole; the refused keys hold nothing.
+    for key in ["a", "x/y", "k", "k.json/x", long_last.as_str(), "taken"] {
+        assert_eq!(fs_store.head_object(key).await.unwrap().size, 4, "{key}");
+    }
+    // Tus creations after the conflict still work, and the `_sluice` tenant's
+    // upload is not in the state namespace.
+    let listed = fs_store.list_objects("_sluice/tus/", None, 100).await.unwrap();
+    assert_eq!(listed.objects.iter().filter(|o| o.key.ends_with("/state")).count(), 2);
+}

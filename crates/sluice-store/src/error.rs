@@ -33,6 +33,10 @@ pub enum StoreError {
     PreconditionFailed,
     #[error("key {key:?} is not valid for this store: {reason}")]
     InvalidKey { key: String, reason: &'static str },
+    /// The key cannot be stored next to what is stored already (a directory
+    /// store holding `a` cannot hold `a/b`).
+    #[error("key {key:?} conflicts with stored objects: {reason}")]
+    KeyConflict { key: String, reason: &'static str },
     #[error("requested range is not satisfiable")]
     InvalidRange,
     #[error("invalid part list: {0}")]
@@ -129,6 +133,7 @@ impl StoreError {
             StoreError::NoSuchUpload { .. } => "no_such_upload",
             StoreError::PreconditionFailed => "precondition_failed",
             StoreError::InvalidKey { .. } => "invalid_key",
+            StoreError::KeyConflict { .. } => "key_conflict",
             StoreError::InvalidRange => "invalid_range",
             StoreError::InvalidPart(_) => "invalid_part",
             StoreError::EntityTooSmall => "entity_too_small",

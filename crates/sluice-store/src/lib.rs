@@ -21,6 +21,16 @@ pub use error::{error_chain, StoreError};
 pub use location::StoreLocation;
 pub use types::*;
 
+/// The first key segment of sluice's own state in a store (resumable uploads
+/// under `_sluice/tus/`, the breaker's probe): no object a client names may
+/// take it, or a directory store could no longer hold that state.
+pub const RESERVED_SEGMENT: &str = "_sluice";
+
+/// True for `_sluice` and keys under `_sluice/`.
+pub fn is_reserved_key(key: &str) -> bool {
+    key.split('/').next() == Some(RESERVED_SEGMENT)
+}
+
 /// S3's limits, which every backend enforces so that what works locally works on S3.
 pub mod limits {
     /// Smallest part other than the last: 5 MiB.
@@ -108,6 +118,15 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         prefix: &str,
     ) -> Result<Vec<MultipartUploadInfo>, StoreError>;
+
+    /// Checks, before any byte is sent, that an object could be stored at `key`
+    /// next to what the store holds: the directory store refuses `a/b` while
+    /// `a` exists ([`StoreError::KeyConflict`]). Stores with flat keys hold any
+    /// valid key and answer at once, without a request.
+    async fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        let _ = key;
+        Ok(())
+    }
 
     /// Makes the store itself abort multipart uploads left incomplete for `days`
     /// days (an S3 lifecycle rule, merged with the bucket's other rules). Stores

@@ -138,6 +138,9 @@ impl ObjectStore for FaultyStore {
     fn describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
     }
+    async fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.check_key(key).await
+    }
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         self.before(Op::Put, None).await?;
         self.inner.put_object(request).await

@@ -238,4 +238,8 @@ impl ObjectStore for RetryingStore {
     async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
         self.inner.store.install_abort_lifecycle(days).await
     }
+
+    async fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.store.check_key(key).await
+    }
 }

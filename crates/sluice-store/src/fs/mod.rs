@@ -2,10 +2,16 @@
 //!
 //! Objects are plain files under the root, so `ls` shows what was stored. The
 //! store's own bookkeeping lives under `ROOT/.sluice/`: `tmp/` for staging files,
-//! `meta/` for sidecars (content type, metadata, checksum) and `uploads/` for
-//! multipart uploads in progress. Every write goes to a staging file first and
-//! becomes visible by rename, only once complete and verified; a crash leaves at
-//! most a staging file, which the next open removes.
+//! `sidecars/` for metadata (content type, metadata, checksum; see [`sidecar`])
+//! and `uploads/` for multipart uploads in progress. Every write goes to a staging
+//! file first and becomes visible by rename, only once complete and verified; a
+//! crash leaves at most a staging file, which the next open removes, or an unused
+//! sidecar. Files and the directories they are renamed into are synced.
+//!
+//! Keys are resolved without following symbolic links ([`tree`]); a key a
+//! directory tree cannot hold next to another (`a` and `a/b`) is a
+//! [`StoreError::KeyConflict`], a name the filesystem cannot hold an
+//! [`StoreError::InvalidKey`].
 //!
 //! Conditional writes are atomic within one process (a lock per key stripe);
 //! several processes writing one directory get last-writer-wins without conditions.
@@ -13,6 +19,7 @@
 mod multipart;
 mod paths;
 mod sidecar;
+mod tree;
 
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher as _};
@@ -31,6 +38,7 @@ use crate::types::*;
 use crate::ObjectStore;
 use paths::{key_to_relative, relative_to_key, INTERNAL_DIR};
 use sidecar::Sidecar;
+use tree::ObjectTree;
 
 /// Size of the reads that stream a file's contents.
 const CHUNK: usize = 256 * 1024;
@@ -66,8 +74,12 @@ pub struct FsStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
+    tree: ObjectTree,
     tmp: PathBuf,
-    meta: PathBuf,
+    sidecars: PathBuf,
+    /// Sidecars as stores before 2026-11 kept them, at `meta/KEY.json`: read when
+    /// an object has no sidecar named by its identity, removed with the object.
+    legacy_meta: PathBuf,
     uploads: PathBuf,
     fsync: bool,
     stripes: Vec<Mutex<()>>,
@@ -78,17 +90,24 @@ impl FsStore {
     pub fn open(config: FsConfig) -> Result<FsStore, StoreError> {
         let root = config.root;
         let internal = root.join(INTERNAL_DIR);
+        let (tmp, sidecars, uploads) = (
+            internal.join("tmp"),
+            internal.join("sidecars"),
+            internal.join("uploads"),
+        );
+        for dir in [&root, &tmp, &sidecars, &uploads] {
+            fs::create_dir_all(dir)?;
+        }
         let inner = Inner {
-            tmp: internal.join("tmp"),
-            meta: internal.join("meta"),
-            uploads: internal.join("uploads"),
+            tree: ObjectTree::open(&root, config.fsync)?,
+            legacy_meta: internal.join("meta"),
+            tmp,
+            sidecars,
+            uploads,
             root,
             fsync: config.fsync,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         };
-        for dir in [&inner.root, &inner.tmp, &inner.meta, &inner.uploads] {
-            fs::create_dir_all(dir)?;
-        }
         remove_stale_staging(&inner.tmp);
         Ok(FsStore {
             inner: Arc::new(inner),
@@ -101,16 +120,13 @@ impl FsStore {
 }
 
 impl Inner {
-    fn data_path(&self, key: &str) -> Result<PathBuf, StoreError> {
-        Ok(self.root.join(key_to_relative(key)?))
-    }
-
-    fn sidecar_path(&self, key: &str) -> Result<PathBuf, StoreError> {
-        let mut path = self.meta.join(key_to_relative(key)?);
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
+    /// Where a store before 2026-11 kept the sidecar of `key`.
+    fn legacy_sidecar_path(&self, key: &str) -> Option<PathBuf> {
+        let mut path = self.legacy_meta.join(key_to_relative(key).ok()?);
+        let mut name = path.file_name()?.to_os_string();
         name.push(".json");
         path.set_file_name(name);
-        Ok(path)
+        Some(path)
     }
 
     fn stripe(&self, key: &str) -> &Mutex<()> {
@@ -128,13 +144,13 @@ impl Inner {
     fn stage(
         &self,
         staging: &Path,
-        body: &Body,
+        source: BodySource<'_>,
         expected: Option<Checksum>,
         algorithm: Option<ChecksumAlgorithm>,
     ) -> Result<Option<Checksum>, StoreError> {
         let result = write_body(
             staging,
-            body,
+            source,
             algorithm.or(expected.map(|c| c.algorithm)),
             self.fsync,
         );
@@ -157,46 +173,66 @@ impl Inner {
     }
 
     fn put_blocking(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
-        let data_path = self.data_path(&request.key)?;
-        let sidecar_path = self.sidecar_path(&request.key)?;
+        // A key the tree cannot hold is refused before its body is staged.
+        self.tree.check_room(&request.key)?;
         let staging = self.new_staging_path();
-        let checksum = self.stage(&staging, &request.body, request.checksum, None)?;
+        let checksum = self.stage(
+            &staging,
+            BodySource::Body(&request.body),
+            request.checksum,
+            None,
+        )?;
         let mut sidecar = Sidecar {
             content_type: request.content_type,
             metadata: request.metadata,
             ..Sidecar::default()
         };
         sidecar.set_checksum(checksum);
-        let etag = self.commit(
-            &request.key,
-            &staging,
-            &data_path,
-            &sidecar_path,
-            sidecar,
-            request.condition.as_ref(),
-        )?;
+        let etag = self.commit(&request.key, &staging, sidecar, request.condition.as_ref())?;
         Ok(PutOutput { etag, checksum })
     }
 
-    /// Makes a staged file visible at `key`, checking `condition` under the key's lock.
+    /// Makes a staged file visible at `key` with its sidecar, checking `condition`
+    /// under the key's lock: the sidecar (named by the staged file's identity)
+    /// first, then the data by rename, then the replaced file's sidecar goes.
     fn commit(
         &self,
         key: &str,
         staging: &Path,
-        data_path: &Path,
-        sidecar_path: &Path,
         sidecar: Sidecar,
         condition: Option<&WriteCondition>,
     ) -> Result<String, StoreError> {
         let _guard = self.stripe(key).lock().unwrap_or_else(|p| p.into_inner());
-        let result = check_condition(data_path, condition).and_then(|()| {
-            sidecar::commit(&self.tmp, staging, data_path, sidecar_path, sidecar)
-                .map_err(|e| map_dir_conflict(e, key))
-        });
+        let result = (|| {
+            check_condition(self.tree.object_metadata(key)?.as_ref(), condition)?;
+            let (etag, sidecar_path) =
+                sidecar::write_for(&self.tmp, &self.sidecars, staging, sidecar, self.fsync)?;
+            match self.tree.rename_into(staging, key) {
+                Ok(replaced) => {
+                    if let Some(old) = replaced {
+                        sidecar::remove_for(&self.sidecars, &sidecar::etag_of(&old));
+                    }
+                    self.remove_legacy_sidecar(key);
+                    Ok(etag)
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(sidecar_path);
+                    Err(e)
+                }
+            }
+        })();
         if result.is_err() {
             let _ = fs::remove_file(staging);
         }
         result
+    }
+
+    fn remove_legacy_sidecar(&self, key: &str) {
+        if let Some(path) = self.legacy_sidecar_path(key) {
+            if fs::remove_file(&path).is_ok() {
+                remove_empty_parents(&path, &self.legacy_meta);
+            }
+        }
     }
 
     fn meta_blocking(&self, key: &str, file: &File) -> Result<ObjectMeta, StoreError> {
@@ -207,7 +243,8 @@ impl Inner {
             });
         }
         let etag = sidecar::etag_of(&stat);
-        let sidecar = sidecar::read(&self.sidecar_path(key)?, &etag);
+        let legacy = self.legacy_sidecar_path(key);
+        let sidecar = sidecar::read(&self.sidecars, legacy.as_deref(), &etag);
         Ok(ObjectMeta {
             key: key.to_string(),
             size: stat.len(),
@@ -220,25 +257,17 @@ impl Inner {
     }
 
     fn open_object(&self, key: &str) -> Result<(File, ObjectMeta), StoreError> {
-        let path = self.data_path(key)?;
-        let file = File::open(&path).map_err(|e| not_found_as(e, key))?;
+        let file = self.tree.open_object(key)?;
         let meta = self.meta_blocking(key, &file)?;
         Ok((file, meta))
     }
 
     fn delete_blocking(&self, key: &str) -> Result<(), StoreError> {
-        let data_path = self.data_path(key)?;
-        let sidecar_path = self.sidecar_path(key)?;
         let _guard = self.stripe(key).lock().unwrap_or_else(|p| p.into_inner());
-        match fs::symlink_metadata(&data_path) {
-            Ok(m) if m.is_dir() => return Ok(()),
-            Ok(_) => remove_if_exists(&data_path)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
+        if let Some(removed) = self.tree.remove(key)? {
+            sidecar::remove_for(&self.sidecars, &sidecar::etag_of(&removed));
+            self.remove_legacy_sidecar(key);
         }
-        remove_if_exists(&sidecar_path)?;
-        remove_empty_parents(&data_path, &self.root);
-        remove_empty_parents(&sidecar_path, &self.meta);
         Ok(())
     }
 
@@ -260,9 +289,12 @@ impl Inner {
                 page.next_cursor = page.objects.last().map(|o| o.key.clone());
                 break;
             }
-            let Ok(stat) = fs::metadata(self.root.join(&key)) else {
+            let Ok(stat) = fs::symlink_metadata(self.root.join(&key)) else {
                 continue;
             };
+            if !stat.is_file() {
+                continue;
+            }
             page.objects.push(ObjectSummary {
                 size: stat.len(),
                 etag: sidecar::etag_of(&stat),
@@ -285,15 +317,32 @@ where
         .map_err(|e| StoreError::Io(io::Error::other(e)))?
 }
 
-/// Copies `body` into a new file at `path`, hashing as it goes.
+/// What a staging file is written from.
+enum BodySource<'a> {
+    Body(&'a Body),
+    /// `len` bytes from the start of an open file (a part copied from an object).
+    Open(File, u64),
+}
+
+/// Copies `source` into a new file at `path`, hashing as it goes.
 fn write_body(
     path: &Path,
-    body: &Body,
+    source: BodySource<'_>,
     algorithm: Option<ChecksumAlgorithm>,
     fsync: bool,
 ) -> Result<Option<Checksum>, StoreError> {
     let mut out = File::create(path)?;
     let mut hasher = algorithm.map(Hasher::new);
+    let body = match source {
+        BodySource::Body(body) => body,
+        BodySource::Open(mut input, len) => {
+            copy_exactly(&mut input, len, &mut out, hasher.as_mut())?;
+            if fsync {
+                out.sync_data()?;
+            }
+            return Ok(hasher.map(|h| h.finish()));
+        }
+    };
     match body {
         Body::Bytes(bytes) => {
             if let Some(h) = hasher.as_mut() {
@@ -318,23 +367,7 @@ fn write_body(
             input
                 .seek(SeekFrom::Start(*offset))
                 .map_err(StoreError::Body)?;
-            let mut remaining = *len;
-            let mut buf = vec![0u8; CHUNK.min(*len as usize).max(1)];
-            while remaining > 0 {
-                let want = buf.len().min(remaining as usize);
-                let n = input.read(&mut buf[..want]).map_err(StoreError::Body)?;
-                if n == 0 {
-                    return Err(StoreError::LengthMismatch {
-                        expected: *len,
-                        actual: len - remaining,
-                    });
-                }
-                if let Some(h) = hasher.as_mut() {
-                    h.update(&buf[..n]);
-                }
-                out.write_all(&buf[..n])?;
-                remaining -= n as u64;
-            }
+            copy_exactly(&mut input, *len, &mut out, hasher.as_mut())?;
         }
     }
     if fsync {
@@ -343,13 +376,39 @@ fn write_body(
     Ok(hasher.map(|h| h.finish()))
 }
 
-fn check_condition(data_path: &Path, condition: Option<&WriteCondition>) -> Result<(), StoreError> {
-    let current = match fs::metadata(data_path) {
-        Ok(m) if m.is_file() => Some(sidecar::etag_of(&m)),
-        Ok(_) => None,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
+/// Copies exactly `len` bytes of `input` into `out`, hashing them.
+fn copy_exactly(
+    input: &mut File,
+    len: u64,
+    out: &mut File,
+    mut hasher: Option<&mut Hasher>,
+) -> Result<(), StoreError> {
+    let mut remaining = len;
+    let mut buf = vec![0u8; CHUNK.min(len as usize).max(1)];
+    while remaining > 0 {
+        let want = buf.len().min(remaining as usize);
+        let n = input.read(&mut buf[..want]).map_err(StoreError::Body)?;
+        if n == 0 {
+            return Err(StoreError::LengthMismatch {
+                expected: len,
+                actual: len - remaining,
+            });
+        }
+        if let Some(h) = hasher.as_mut() {
+            h.update(&buf[..n]);
+        }
+        out.write_all(&buf[..n])?;
+        remaining -= n as u64;
+    }
+    Ok(())
+}
+
+/// Checks `condition` against the object now at the key (`current`).
+fn check_condition(
+    current: Option<&fs::Metadata>,
+    condition: Option<&WriteCondition>,
+) -> Result<(), StoreError> {
+    let current = current.map(sidecar::etag_of);
     match (condition, current) {
         (None, _) => Ok(()),
         (Some(WriteCondition::IfNoneMatch), None) => Ok(()),
@@ -361,37 +420,6 @@ fn check_condition(data_path: &Path, condition: Option<&WriteCondition>) -> Resu
 /// ETags compare without their quotes, as clients are lax about them.
 fn etag_eq(a: &str, b: &str) -> bool {
     a.trim_matches('"') == b.trim_matches('"')
-}
-
-/// A key whose path crosses an existing object (`a` exists and `a/b` is written,
-/// or the reverse) cannot be stored in a directory tree.
-fn map_dir_conflict(error: io::Error, key: &str) -> StoreError {
-    match error.kind() {
-        io::ErrorKind::NotADirectory | io::ErrorKind::IsADirectory | io::ErrorKind::AlreadyExists
-        | io::ErrorKind::DirectoryNotEmpty => StoreError::InvalidKey {
-            key: key.to_string(),
-            reason: "the key conflicts with an existing object (one key is a directory prefix of the other)",
-        },
-        _ => StoreError::Io(error),
-    }
-}
-
-fn not_found_as(error: io::Error, key: &str) -> StoreError {
-    match error.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory | io::ErrorKind::IsADirectory => {
-            StoreError::NoSuchKey {
-                key: key.to_string(),
-            }
-        }
-        _ => StoreError::Io(error),
-    }
-}
-
-fn remove_if_exists(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// Removes now-empty directories between `path` and `stop` (exclusive).
@@ -496,6 +524,12 @@ impl ObjectStore for FsStore {
         format!("file://{}", self.inner.root.display())
     }
 
+    async fn check_key(&self, key: &str) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        let key = key.to_string();
+        blocking(move || inner.tree.check_room(&key)).await
+    }
+
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let inner = self.inner.clone();
         blocking(move || inner.put_blocking(request)).await
@@ -593,5 +627,35 @@ impl ObjectStore for FsStore {
         let inner = self.inner.clone();
         let prefix = prefix.to_string();
         blocking(move || inner.list_uploads_blocking(&prefix)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crash after a new generation's sidecar is written but before its data
+    /// is renamed into place: the visible object keeps its own metadata.
+    #[test]
+    fn a_crash_between_sidecar_and_rename_keeps_the_visible_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::open(FsConfig::new(dir.path())).unwrap();
+        let inner = &store.inner;
+        let mut first = PutRequest::new("k", Bytes::from_static(b"first"));
+        first.content_type = Some("text/first".into());
+        inner.put_blocking(first).unwrap();
+
+        let staging = inner.new_staging_path();
+        fs::write(&staging, b"second").unwrap();
+        let second = Sidecar {
+            content_type: Some("text/second".into()),
+            ..Sidecar::default()
+        };
+        sidecar::write_for(&inner.tmp, &inner.sidecars, &staging, second, true).unwrap();
+        // ...crash here: the data rename never happens.
+
+        let (_, meta) = inner.open_object("k").unwrap();
+        assert_eq!(meta.content_type.as_deref(), Some("text/first"));
+        assert_eq!(meta.size, 5);
     }
 }

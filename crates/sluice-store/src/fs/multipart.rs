@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::sidecar::{self, Sidecar};
-use super::{key_to_relative, Inner};
+use super::{BodySource, Inner};
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::error::StoreError;
 use crate::limits::{self, MAX_PARTS, MIN_PART_SIZE};
@@ -74,10 +74,12 @@ impl Inner {
         &self,
         request: CreateMultipartRequest,
     ) -> Result<String, StoreError> {
-        key_to_relative(&request.key)?;
+        // A key the tree cannot hold is refused now, not after its parts.
+        self.tree.check_room(&request.key)?;
         let upload_id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.uploads.join(&upload_id);
-        fs::create_dir_all(&dir)?;
+        fs::create_dir(&dir)?;
+        super::tree::sync_dir_at(&self.uploads, self.fsync)?;
         let record = UploadRecord {
             key: request.key,
             content_type: request.content_type,
@@ -85,7 +87,7 @@ impl Inner {
             checksum_algorithm: request.checksum_algorithm,
         };
         let json = serde_json::to_vec(&record).map_err(io::Error::other)?;
-        sidecar::write_atomic(&dir, &dir.join("upload.json"), &json)?;
+        sidecar::write_atomic(&dir, &dir.join("upload.json"), &json, self.fsync)?;
         Ok(upload_id)
     }
 
@@ -93,41 +95,63 @@ impl Inner {
         &self,
         request: UploadPartRequest,
     ) -> Result<UploadedPart, StoreError> {
-        if !(1..=MAX_PARTS).contains(&request.part_number) {
+        let size = request.body.len();
+        self.store_part(
+            &request.key,
+            &request.upload_id,
+            request.part_number,
+            BodySource::Body(&request.body),
+            size,
+            &request.checksum,
+        )
+    }
+
+    /// Stages `source` (`size` bytes) as part `part_number` of an upload and
+    /// renames it into place with its checksum's sidecar.
+    fn store_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        source: BodySource<'_>,
+        size: u64,
+        checksum: &PartChecksum,
+    ) -> Result<UploadedPart, StoreError> {
+        if !(1..=MAX_PARTS).contains(&part_number) {
             return Err(StoreError::InvalidPart(format!(
-                "part number {} is outside 1..=10000",
-                request.part_number
+                "part number {part_number} is outside 1..=10000"
             )));
         }
-        let (dir, record) = self.load_upload(&request.key, &request.upload_id)?;
+        let (dir, record) = self.load_upload(key, upload_id)?;
         let staging = dir.join(format!("{}.staging", uuid::Uuid::new_v4().simple()));
-        let algorithm = request.checksum.algorithm().or(record.checksum_algorithm);
-        let checksum = self.stage(&staging, &request.body, request.checksum.known(), algorithm)?;
-        let stem = part_stem(request.part_number);
+        let algorithm = checksum.algorithm().or(record.checksum_algorithm);
+        let computed = self.stage(&staging, source, checksum.known(), algorithm)?;
+        let stem = part_stem(part_number);
         let mut part_sidecar = Sidecar::default();
-        part_sidecar.set_checksum(checksum);
-        let etag = sidecar::commit(
+        part_sidecar.set_checksum(computed);
+        let etag = sidecar::commit_part(
             &dir,
             &staging,
             &dir.join(format!("{stem}.part")),
             &dir.join(format!("{stem}.json")),
             part_sidecar,
+            self.fsync,
         )
         .map_err(|e| {
             let _ = fs::remove_file(&staging);
             match e.kind() {
                 // The upload directory vanished: aborted meanwhile.
                 io::ErrorKind::NotFound => StoreError::NoSuchUpload {
-                    upload_id: request.upload_id.clone(),
+                    upload_id: upload_id.to_string(),
                 },
                 _ => StoreError::Io(e),
             }
         })?;
         Ok(UploadedPart {
-            part_number: request.part_number,
+            part_number,
             etag,
-            size: request.body.len(),
-            checksum,
+            size,
+            checksum: computed,
         })
     }
 
@@ -137,36 +161,22 @@ impl Inner {
         &self,
         request: CopyPartRequest,
     ) -> Result<UploadedPart, StoreError> {
-        let path = self.data_path(&request.source_key)?;
-        let stat = fs::metadata(&path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => StoreError::NoSuchKey {
-                key: request.source_key.clone(),
-            },
-            _ => StoreError::Io(e),
-        })?;
-        if !stat.is_file() {
-            return Err(StoreError::NoSuchKey {
-                key: request.source_key,
-            });
-        }
-        if stat.len() > limits::MAX_PART_SIZE {
+        let source = self.tree.open_object(&request.source_key)?;
+        let size = source.metadata()?.len();
+        if size > limits::MAX_PART_SIZE {
             return Err(StoreError::InvalidPart(format!(
-                "{} is {} bytes, over the 5 GiB part limit",
+                "{} is {size} bytes, over the 5 GiB part limit",
                 request.source_key,
-                stat.len()
             )));
         }
-        self.upload_part_blocking(UploadPartRequest {
-            key: request.key,
-            upload_id: request.upload_id,
-            part_number: request.part_number,
-            body: Body::File {
-                path,
-                offset: 0,
-                len: stat.len(),
-            },
-            checksum: PartChecksum::None,
-        })
+        self.store_part(
+            &request.key,
+            &request.upload_id,
+            request.part_number,
+            BodySource::Open(source, size),
+            size,
+            &PartChecksum::None,
+        )
     }
 
     fn stored_parts(&self, dir: &Path) -> Result<Vec<UploadedPart>, StoreError> {
@@ -184,7 +194,7 @@ impl Inner {
             let Ok(stat) = entry.metadata() else { continue };
             let etag = sidecar::etag_of(&stat);
             let part_sidecar =
-                sidecar::read(&dir.join(format!("{}.json", part_stem(number))), &etag);
+                sidecar::read_at(&dir.join(format!("{}.json", part_stem(number))), &etag);
             parts.push(UploadedPart {
                 part_number: number,
                 etag,
@@ -210,8 +220,6 @@ impl Inner {
         request: CompleteMultipartRequest,
     ) -> Result<PutOutput, StoreError> {
         let (dir, record) = self.load_upload(&request.key, &request.upload_id)?;
-        let data_path = self.data_path(&request.key)?;
-        let sidecar_path = self.sidecar_path(&request.key)?;
         if request.parts.is_empty() {
             return Err(StoreError::InvalidPart(
                 "a multipart upload needs at least one part".into(),
@@ -293,8 +301,6 @@ impl Inner {
         let etag = self.commit(
             &request.key,
             &staging,
-            &data_path,
-            &sidecar_path,
             object_sidecar,
             request.condition.as_ref(),
         )?;

@@ -1,19 +1,21 @@
-//! Metadata kept beside a data file (content type, user metadata, checksum), and
-//! the atomic commit of a staged data file together with its sidecar.
+//! Metadata kept for a data file (content type, user metadata, checksum).
 //!
 //! A data file's ETag is derived from its identity (inode, modification time and
-//! size), which a rename keeps and any rewrite changes. Its sidecar records the
-//! ETag it describes, so a reader that finds a sidecar of another generation (a
-//! crash or a concurrent overwrite between the two renames) ignores it.
+//! size), which a rename keeps and any rewrite changes, and its sidecar is named
+//! by that identity under `.sluice/sidecars/`. A new generation's sidecar is
+//! written (durably) before its data file is renamed into place, so the file
+//! visible at a key always selects its own sidecar: data and metadata change
+//! together, and a crash at any point leaves at most an unused sidecar.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
+use super::tree::sync_dir_at;
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::types::Metadata;
 
@@ -52,31 +54,64 @@ pub fn etag_of(meta: &fs::Metadata) -> String {
     format!("\"{:x}-{:x}-{:x}\"", meta.ino(), mtime, meta.len())
 }
 
-/// Reads the sidecar of a data file whose ETag is `etag`; a missing, unreadable
-/// or stale sidecar reads as empty metadata.
-pub fn read(sidecar_path: &Path, etag: &str) -> Sidecar {
-    let parsed = fs::read(sidecar_path)
+/// Where the sidecar of the data file with `etag` lives: named by the file's
+/// identity, not by its key, so no key can collide with a sidecar, and writing a
+/// new generation's sidecar never touches the one of the file still visible.
+pub fn path_for(sidecars: &Path, etag: &str) -> PathBuf {
+    let identity = etag.trim_matches('"');
+    // Spread over 256 directories by the inode's last hex digits.
+    let inode = identity.split('-').next().unwrap_or("0");
+    let shard = &inode[inode.len().saturating_sub(2)..];
+    sidecars.join(shard).join(format!("{identity}.json"))
+}
+
+/// Reads the sidecar of a data file whose ETag is `etag` (falling back to
+/// `legacy`, where stores written before sidecars were named by identity kept
+/// them); a missing, unreadable or stale sidecar reads as empty metadata.
+pub fn read(sidecars: &Path, legacy: Option<&Path>, etag: &str) -> Sidecar {
+    parse_at(&path_for(sidecars, etag), etag)
+        .or_else(|| legacy.and_then(|path| parse_at(path, etag)))
+        .unwrap_or_else(|| empty(etag))
+}
+
+/// Reads the sidecar at a fixed `path` (a part's), as [`read`] does.
+pub fn read_at(path: &Path, etag: &str) -> Sidecar {
+    parse_at(path, etag).unwrap_or_else(|| empty(etag))
+}
+
+fn parse_at(path: &Path, etag: &str) -> Option<Sidecar> {
+    fs::read(path)
         .ok()
-        .and_then(|raw| serde_json::from_slice::<Sidecar>(&raw).ok());
-    match parsed {
-        Some(sidecar) if sidecar.etag == etag => sidecar,
-        _ => Sidecar {
-            etag: etag.to_string(),
-            ..Sidecar::default()
-        },
+        .and_then(|raw| serde_json::from_slice::<Sidecar>(&raw).ok())
+        .filter(|sidecar| sidecar.etag == etag)
+}
+
+fn empty(etag: &str) -> Sidecar {
+    Sidecar {
+        etag: etag.to_string(),
+        ..Sidecar::default()
     }
 }
 
-/// Writes `contents` to `path` atomically (staging file in `staging_dir`, then rename).
-pub fn write_atomic(staging_dir: &Path, path: &Path, contents: &[u8]) -> io::Result<()> {
+/// Writes `contents` to `path` atomically: a staging file in `staging_dir`
+/// (synced when `sync`), renamed into place, then the directory synced.
+pub fn write_atomic(
+    staging_dir: &Path,
+    path: &Path,
+    contents: &[u8],
+    sync: bool,
+) -> io::Result<()> {
     let staging = staging_dir.join(format!("{}.json", uuid::Uuid::new_v4().simple()));
     let result = (|| {
         let mut file = File::create(&staging)?;
         file.write_all(contents)?;
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)?;
+        if sync {
+            file.sync_data()?;
         }
-        fs::rename(&staging, path)
+        let parent = path.parent().unwrap_or(staging_dir);
+        fs::create_dir_all(parent)?;
+        fs::rename(&staging, path)?;
+        sync_dir_at(parent, sync)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&staging);
@@ -84,23 +119,47 @@ pub fn write_atomic(staging_dir: &Path, path: &Path, contents: &[u8]) -> io::Res
     result
 }
 
-/// Makes a staged data file visible at `data_path` with its sidecar: the sidecar
-/// first (tagged with the staged file's ETag), then the data, each by rename.
-/// Returns the ETag.
-pub fn commit(
+/// Writes the sidecar for the staged file `staged` (its ETag filled in) and
+/// returns that ETag and the sidecar's path. The data file is renamed into place
+/// after this, so a crash in between leaves the visible object with its own,
+/// untouched sidecar.
+pub fn write_for(
+    staging_dir: &Path,
+    sidecars: &Path,
+    staged: &Path,
+    mut sidecar: Sidecar,
+    sync: bool,
+) -> io::Result<(String, PathBuf)> {
+    let etag = etag_of(&fs::metadata(staged)?);
+    sidecar.etag = etag.clone();
+    let json = serde_json::to_vec(&sidecar).map_err(io::Error::other)?;
+    let path = path_for(sidecars, &etag);
+    write_atomic(staging_dir, &path, &json, sync)?;
+    Ok((etag, path))
+}
+
+/// Removes the sidecar of a data file that is gone (best effort: a leftover is
+/// never read, as no live file has its identity).
+pub fn remove_for(sidecars: &Path, etag: &str) {
+    let _ = fs::remove_file(path_for(sidecars, etag));
+}
+
+/// Commits a staged part of a multipart upload with its sidecar, both at fixed
+/// names in the upload's own directory: the sidecar first (tagged with the staged
+/// file's ETag, so a stale one is ignored), then the data, each by rename.
+pub fn commit_part(
     staging_dir: &Path,
     staged: &Path,
-    data_path: &Path,
+    part_path: &Path,
     sidecar_path: &Path,
     mut sidecar: Sidecar,
+    sync: bool,
 ) -> io::Result<String> {
     let etag = etag_of(&fs::metadata(staged)?);
     sidecar.etag = etag.clone();
     let json = serde_json::to_vec(&sidecar).map_err(io::Error::other)?;
-    write_atomic(staging_dir, sidecar_path, &json)?;
-    if let Some(parent) = data_path.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    fs::rename(staged, data_path)?;
+    write_atomic(staging_dir, sidecar_path, &json, sync)?;
+    fs::rename(staged, part_path)?;
+    sync_dir_at(staging_dir, sync)?;
     Ok(etag)
 }
