@@ -127,6 +127,13 @@ pub struct Limits {
     /// Longest wait for a slot before 503 + Retry-After.
     #[serde(with = "humantime_serde")]
     pub queue_timeout: Duration,
+    /// Slots one tenant may hold at once (unset: three quarters of
+    /// `max_concurrent_uploads`), so that one busy tenant never holds them all.
+    pub max_uploads_per_tenant: Option<usize>,
+    /// Slots the uploads to one store prefix (a key's first segment) may hold at
+    /// once (unset: three quarters of `max_concurrent_uploads`), so that a
+    /// throttled prefix, whose uploads last, never holds them all.
+    pub max_uploads_per_prefix: Option<usize>,
     /// Seconds suggested in Retry-After.
     pub retry_after_seconds: u64,
     /// Requests to the store at once; more wait their turn.
@@ -231,12 +238,31 @@ impl Limits {
     }
 }
 
+impl Limits {
+    /// The caps admission enforces.
+    pub fn admission(&self) -> crate::admission::AdmissionLimits {
+        let max = self.max_concurrent_uploads;
+        // Three quarters, and at least one, of the slots.
+        let share = (max * 3).div_ceil(4).max(1);
+        crate::admission::AdmissionLimits {
+            max_uploads: max,
+            per_tenant: self.max_uploads_per_tenant.unwrap_or(share).min(max),
+            per_prefix: self.max_uploads_per_prefix.unwrap_or(share).min(max),
+            queue_length: self.queue_length,
+            queue_timeout: self.queue_timeout,
+            retry_after: self.retry_after_seconds,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_concurrent_uploads: 256,
             queue_length: 16384,
             queue_timeout: Duration::from_secs(30),
+            max_uploads_per_tenant: None,
+            max_uploads_per_prefix: None,
             retry_after_seconds: 1,
             store_concurrency: 128,
             store_stall_timeout: Duration::from_secs(30),
@@ -345,6 +371,12 @@ impl ServerConfig {
         let limits = &self.limits;
         if limits.max_concurrent_uploads == 0 {
             return fail("limits.max_concurrent_uploads", "must be at least 1");
+        }
+        if limits.max_uploads_per_tenant == Some(0) {
+            return fail("limits.max_uploads_per_tenant", "must be at least 1");
+        }
+        if limits.max_uploads_per_prefix == Some(0) {
+            return fail("limits.max_uploads_per_prefix", "must be at least 1");
         }
         if limits.store_concurrency == 0 {
             return fail("limits.store_concurrency", "must be at least 1");

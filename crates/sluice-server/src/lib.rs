@@ -68,14 +68,8 @@ impl AppState {
             })?
             .with_shard_prefix(config.shard_prefix);
         let limits = &config.limits;
-        let admission = admission::Admission::new(
-            limits.max_concurrent_uploads,
-            limits.queue_length,
-            limits.queue_timeout,
-            limits.retry_after_seconds,
-            metrics.clone(),
-        )
-        .with_breaker(engine.breaker().cloned());
+        let admission = admission::Admission::new(limits.admission(), metrics.clone())
+            .with_breaker(engine.breaker().cloned());
         let resumable = Resumable::new(engine.clone(), config.resumable_config());
         Ok(AppState {
             store: Arc::new(engine.retrying_store()),

@@ -14,6 +14,7 @@ use sluice_resumable::{new_id, Chunk, NewUpload, UploadRecord, Written};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
 
+use crate::admission::Party;
 use crate::body::limited_stream;
 use crate::completion::{self, Completion, UploadKind};
 use crate::error::ApiError;
@@ -147,6 +148,7 @@ async fn create(
         now: time::OffsetDateTime::now_utc(),
         uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
     });
+    let party = Party::for_key(tenant.clone(), &key);
     let new = NewUpload {
         id,
         key,
@@ -168,13 +170,13 @@ async fn create(
             })
             .collect::<Result<Vec<_>, _>>()?;
         // Joining partials moves bytes like an upload does: it waits its turn.
-        let _slot = state.admission.admit().await?;
+        let _slot = state.admission.admit(&party).await?;
         let written = resumable.concatenate(new, &ids).await?;
         completed(&state, UploadKind::TusConcatenation, &written);
         return Ok(created(&written.record, true));
     }
     let _slot = match request.has_body {
-        true => Some(state.admission.admit().await?),
+        true => Some(state.admission.admit(&party).await?),
         false => None,
     };
     let chunk = request
@@ -218,7 +220,9 @@ async fn patch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = PatchRequest::from_headers(&headers)?;
-    let _slot = state.admission.admit().await?;
+    // The upload's key is in its record, read only once the slot is held.
+    let party = Party::tenant_only(crate::keys::tenant(&headers));
+    let _slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
     let written = state.resumable.write(&id, &request, chunk).await?;
     completed(&state, UploadKind::TusPatch, &written);

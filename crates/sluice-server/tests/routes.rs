@@ -808,8 +808,8 @@ async fn hostile_forms_are_refused_within_a_few_kib() {
 #[tokio::test]
 async fn directory_store_key_faults_table() {
     let dir = tempfile::tempdir().unwrap();
-    let fs_store = sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(dir.path()))
-        .unwrap();
+    let fs_store =
+        sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(dir.path())).unwrap();
     let state = state_on(Arc::new(fs_store.clone()), config());
     let put = |key: &str| {
         request("PUT", &format!("/v1/objects/{key}"))
@@ -834,7 +834,11 @@ async fn directory_store_key_faults_table() {
         (put("k.json/x"), StatusCode::CREATED, ""),
         (put(&long_last), StatusCode::CREATED, ""),
         (put("_sluice"), StatusCode::BAD_REQUEST, "invalid_key"),
-        (put("_sluice/tus/x/state"), StatusCode::BAD_REQUEST, "invalid_key"),
+        (
+            put("_sluice/tus/x/state"),
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+        ),
         // The key template puts `{tenant}` first: a tenant named like an
         // object cannot place uploads under it.
         (put("taken"), StatusCode::CREATED, ""),
@@ -857,6 +861,16 @@ async fn directory_store_key_faults_table() {
     }
     // Tus creations after the conflict still work, and the `_sluice` tenant's
     // upload is not in the state namespace.
-    let listed = fs_store.list_objects("_sluice/tus/", None, 100).await.unwrap();
-    assert_eq!(listed.objects.iter().filter(|o| o.key.ends_with("/state")).count(), 2);
+    let listed = fs_store
+        .list_objects("_sluice/tus/", None, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed
+            .objects
+            .iter()
+            .filter(|o| o.key.ends_with("/state"))
+            .count(),
+        2
+    );
 }

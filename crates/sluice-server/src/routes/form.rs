@@ -22,6 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sluice_upload::{UploadRequest, UploadSource};
 
+use crate::admission::Party;
 use crate::body::{limited_stream, BodyError};
 use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
@@ -57,7 +58,10 @@ pub async fn post_form(
         }
     }
     let tenant = crate::keys::tenant(&headers);
-    let _slot = state.admission.admit().await?;
+    let _slot = state
+        .admission
+        .admit(&Party::tenant_only(tenant.clone()))
+        .await?;
     let stream = limited_stream(
         body,
         limit,

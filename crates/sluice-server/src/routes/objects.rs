@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sluice_store::{ByteRange, Metadata, ObjectMeta, WriteCondition};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
+use crate::admission::Party;
 use crate::body::limited_stream;
 use crate::completion::UploadKind;
 use crate::error::ApiError;
@@ -87,7 +88,8 @@ pub async fn put_object(
         progress: None,
         condition,
     };
-    let _slot = state.admission.admit().await?;
+    let party = Party::for_key(crate::keys::tenant(&headers), &request.key);
+    let _slot = state.admission.admit(&party).await?;
     let stream = limited_stream(
         body,
         state.config.max_upload_size,
