@@ -169,6 +169,11 @@ pub struct Limits {
     /// Retry-After and closed, without reading its request. Keep it below the
     /// process's open-file limit (`ulimit -n`), less what the store needs.
     pub max_connections: usize,
+    /// Longest time a GET may take to send its body; past it the connection is
+    /// closed (a reader that stops reading holds a store stream and memory).
+    /// Unset: no deadline.
+    #[serde(default, with = "humantime_serde::option")]
+    pub download_deadline: Option<Duration>,
     /// Requests one HTTP/2 connection may have open at once.
     pub http2_max_streams: u32,
     /// Time between HTTP/2 pings on an otherwise quiet connection; one not
@@ -273,6 +278,7 @@ impl Default for Limits {
             min_body_rate: 1024,
             min_body_rate_grace: Duration::from_secs(10),
             max_connections: 20_000,
+            download_deadline: None,
             http2_max_streams: 100,
             http2_keep_alive: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),

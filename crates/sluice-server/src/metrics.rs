@@ -78,6 +78,7 @@ struct Inner {
     connections_open: Gauge,
     connections_refused: Counter,
     connections_timed_out: Counter,
+    downloads_cut: Counter,
     store_requests: Family<StoreLabels, Counter>,
     store_throttled: Counter,
     retries: Mirrored,
@@ -116,6 +117,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             connections_refused: Counter::default(),
             connections_timed_out: Counter::default(),
+            downloads_cut: Counter::default(),
             store_requests: Family::default(),
             store_throttled: Counter::default(),
             retries: Mirrored::default(),
@@ -203,6 +205,11 @@ impl Metrics {
             "sluice_connections_timed_out",
             "Client connections closed before their first request was in, at limits.header_read_timeout",
             inner.connections_timed_out.clone(),
+        );
+        registry.register(
+            "sluice_downloads_cut",
+            "GET responses whose connection was closed at limits.download_deadline",
+            inner.downloads_cut.clone(),
         );
         registry.register(
             "sluice_store_requests",
@@ -313,6 +320,10 @@ impl Metrics {
 
     pub fn connection_timed_out(&self) {
         self.inner.connections_timed_out.inc();
+    }
+
+    pub fn download_cut(&self) {
+        self.inner.downloads_cut.inc();
     }
 
     pub fn store_request(&self, operation: &'static str, status: &'static str, seconds: f64) {

@@ -12,7 +12,10 @@
 //! - an idle HTTP/1.1 keep-alive connection is closed after `header_read_timeout`
 //!   (hyper starts that timer whenever it waits for a request's head);
 //! - HTTP/2: at most `http2_max_streams` requests at once per connection, and
-//!   pings every `http2_keep_alive` close a peer that stopped answering.
+//!   pings every `http2_keep_alive` close a peer that stopped answering;
+//! - a handler may cut its connection ([`ConnectionCut`]): a GET past
+//!   `download_deadline` does, since a reader that stops reading blocks the
+//!   writes, and with them anything inside the response body that could notice.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,10 +31,37 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tower::ServiceExt;
 
 use crate::metrics::Metrics;
 use crate::AppState;
+
+/// Closes the connection a request came on, from inside its handler (a request
+/// extension; absent where requests come without a listener, as in tests).
+#[derive(Debug, Clone)]
+pub struct ConnectionCut(CancellationToken);
+
+impl ConnectionCut {
+    /// Closes the connection once `deadline` has passed, unless the returned
+    /// guard is dropped first (keep it in the response body: it drops when the
+    /// body is sent or abandoned).
+    pub fn after(&self, deadline: Duration, metrics: Metrics) -> DropGuard {
+        let finished = CancellationToken::new();
+        let cut = self.0.clone();
+        let watch = finished.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(deadline) => {
+                    metrics.download_cut();
+                    cut.cancel();
+                }
+                () = watch.cancelled() => {}
+            }
+        });
+        finished.drop_guard()
+    }
+}
 
 /// Connections the kernel may queue before they are accepted (capped by
 /// `net.core.somaxconn`): a storm of simultaneous uploads must not overflow it.
@@ -113,12 +143,16 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                 let _ = stream.set_nodelay(true);
                 // Set once the first request's head is in and reaches the router.
                 let started = Arc::new(AtomicBool::new(false));
+                let cut = CancellationToken::new();
                 let service = {
                     let started = started.clone();
                     let router = router.clone();
+                    let cut = ConnectionCut(cut.clone());
                     tower::service_fn(move |request: Request<hyper::body::Incoming>| {
                         started.store(true, Ordering::Relaxed);
-                        router.clone().oneshot(request.map(axum::body::Body::new))
+                        let mut request = request.map(axum::body::Body::new);
+                        request.extensions_mut().insert(cut.clone());
+                        router.clone().oneshot(request)
                     })
                 };
                 let service = TowerToHyperService::new(service);
@@ -129,17 +163,24 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                 connections.spawn(async move {
                     let _slot = OpenConnection::new(slot, metrics.clone());
                     tokio::pin!(connection);
-                    let ended = tokio::select! {
-                        ended = &mut connection => Some(ended),
-                        () = tokio::time::sleep(first_request_within) => None,
-                    };
-                    let ended = match ended {
-                        Some(ended) => ended,
-                        None if started.load(Ordering::Relaxed) => connection.await,
-                        None => {
-                            metrics.connection_timed_out();
-                            tracing::debug!(%peer, "closed a connection that sent no request in time");
-                            return;
+                    let first_request = tokio::time::sleep(first_request_within);
+                    tokio::pin!(first_request);
+                    let mut awaiting_first = true;
+                    let ended = loop {
+                        tokio::select! {
+                            ended = &mut connection => break ended,
+                            () = &mut first_request, if awaiting_first => {
+                                if !started.load(Ordering::Relaxed) {
+                                    metrics.connection_timed_out();
+                                    tracing::debug!(%peer, "closed a connection that sent no request in time");
+                                    return;
+                                }
+                                awaiting_first = false;
+                            }
+                            () = cut.cancelled() => {
+                                tracing::info!(%peer, "closed a connection past its download deadline");
+                                return;
+                            }
                         }
                     };
                     if let Err(error) = ended {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_server::{AppState, ServerConfig};
+use sluice_store::ObjectStore;
 use sluice_testkit::MemoryStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -300,4 +301,42 @@ async fn an_upload_needing_parts_beyond_its_share_is_refused_at_once() {
     .await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert_eq!(gateway.store.object("hog"), None);
+}
+
+/// A reader that stops reading a GET body is cut off at the download deadline
+/// (the connection closes, though the gateway's writes are blocked), and a
+/// request beside it is served.
+#[tokio::test]
+async fn a_stalled_download_is_cut_at_the_deadline() {
+    let gateway = gateway(|c| c.limits.download_deadline = Some(Duration::from_secs(1))).await;
+    let size = 64 * 1024 * 1024;
+    gateway
+        .store
+        .put_object(sluice_store::PutRequest::new(
+            "big",
+            bytes::Bytes::from(vec![7u8; size]),
+        ))
+        .await
+        .unwrap();
+    let mut reader = TcpStream::connect(gateway.address).await.unwrap();
+    reader
+        .write_all(b"GET /v1/objects/big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 1024];
+    let _ = reader.read(&mut first).await.unwrap();
+    // The reader stalls past the deadline; a small upload is served meanwhile.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(exchange(gateway.address, &small_put("beside"))
+        .await
+        .starts_with("HTTP/1.1 201"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // What was in flight still arrives, then the connection ends short.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut rest)).await;
+    let received = match read.expect("the stalled download was not cut") {
+        Ok(_) => rest.len(),
+        Err(_) => rest.len(), // a reset is a cut too
+    };
+    assert!(received < size / 2, "{received} bytes arrived: not cut");
 }

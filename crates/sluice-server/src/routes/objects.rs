@@ -8,8 +8,9 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sluice_store::{ByteRange, Metadata, ObjectMeta, WriteCondition};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
@@ -19,6 +20,7 @@ use crate::body::limited_stream;
 use crate::completion::UploadKind;
 use crate::error::ApiError;
 use crate::keys::validate_client_key;
+use crate::server::ConnectionCut;
 use crate::AppState;
 use sluice_resumable::STATE_PREFIX;
 
@@ -181,6 +183,7 @@ fn parse_range(value: &str) -> Option<RangeSpec> {
 pub async fn get_object(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    cut: Option<Extension<ConnectionCut>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
@@ -212,7 +215,17 @@ pub async fn get_object(
     let (start, end) = output.range;
     // `bytes=0-` of an empty object reads nothing: sent as the whole (empty) object.
     let partial = range.is_some() && output.meta.size > 0;
-    let mut response = Response::new(Body::from_stream(output.body.map_err(io::Error::other)));
+    // Past the deadline the connection closes; the guard, kept by the body,
+    // calls that off once the body is sent or dropped.
+    let deadline = state.config.limits.download_deadline;
+    let guard = deadline
+        .zip(cut)
+        .map(|(deadline, Extension(cut))| cut.after(deadline, state.metrics.clone()));
+    let body = output.body.map_err(io::Error::other).map(move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
+    let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = if partial {
         StatusCode::PARTIAL_CONTENT
     } else {
