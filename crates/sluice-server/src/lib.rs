@@ -15,7 +15,7 @@ pub mod config;
 mod conversions;
 pub mod error;
 pub mod janitor;
-pub mod keys;
+pub use sluice_input::keys;
 pub mod metrics;
 pub mod routes;
 mod server;

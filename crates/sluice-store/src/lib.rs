@@ -11,6 +11,7 @@ pub mod checksum;
 mod error;
 pub mod fs;
 pub mod location;
+#[cfg(feature = "s3")]
 pub mod s3;
 mod types;
 

@@ -9,15 +9,11 @@
 //! ([`HeaderWindow`]) and a form that goes on past the limit is refused with 400.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
-use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sluice_upload::{UploadRequest, UploadSource};
@@ -29,6 +25,7 @@ use crate::error::ApiError;
 use crate::keys::KeyInputs;
 use crate::routes::UploadResponse;
 use crate::AppState;
+use sluice_input::form::HeaderWindow;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct FormResponse {
@@ -70,7 +67,9 @@ pub async fn post_form(
     );
     let limits = &state.config.form;
     let window = HeaderWindow::default();
-    let stream = window.watch(stream, limits.max_header_bytes);
+    let stream = window.watch(stream, limits.max_header_bytes, |limit| {
+        io::Error::other(BodyError::FormHeaderTooLarge { limit })
+    });
     let mut form = multer::Multipart::new(stream, boundary);
     let mut stored: Vec<(UploadResponse, Completion)> = Vec::new();
     let result = async {
@@ -145,50 +144,6 @@ pub async fn post_form(
             }
             Err(error)
         }
-    }
-}
-
-/// Counts the body bytes the form parser takes while it looks for the end of a
-/// part's headers (from [`HeaderWindow::open`] to [`HeaderWindow::close`]). When
-/// it asks for more after the limit was reached, the headers are longer than the
-/// limit and the body fails: the parser never buffers more than the limit and
-/// one chunk in search of them.
-#[derive(Debug, Clone, Default)]
-struct HeaderWindow {
-    /// Bytes taken since the window opened; `u64::MAX` while it is closed.
-    taken: Arc<AtomicU64>,
-}
-
-impl HeaderWindow {
-    const CLOSED: u64 = u64::MAX;
-
-    fn open(&self) {
-        self.taken.store(0, Ordering::SeqCst);
-    }
-
-    fn close(&self) {
-        self.taken.store(Self::CLOSED, Ordering::SeqCst);
-    }
-
-    fn watch(
-        &self,
-        body: BoxStream<'static, io::Result<Bytes>>,
-        limit: u64,
-    ) -> BoxStream<'static, io::Result<Bytes>> {
-        let taken = self.taken.clone();
-        let mut failed = false;
-        body.map(move |chunk| {
-            let so_far = taken.load(Ordering::SeqCst);
-            if failed || (so_far != Self::CLOSED && so_far >= limit) {
-                failed = true;
-                return Err(io::Error::other(BodyError::FormHeaderTooLarge { limit }));
-            }
-            if let (Ok(bytes), true) = (&chunk, so_far != Self::CLOSED) {
-                taken.store(so_far + bytes.len() as u64, Ordering::SeqCst);
-            }
-            chunk
-        })
-        .boxed()
     }
 }
 

@@ -44,7 +44,7 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
 pub const TENANT_HEADER: &str = "x-sluice-tenant";
 
 /// The tenant a request names (`default` when it names none).
-pub fn tenant(headers: &axum::http::HeaderMap) -> String {
+pub fn tenant(headers: &http::HeaderMap) -> String {
     headers
         .get(TENANT_HEADER)
         .and_then(|v| v.to_str().ok())
