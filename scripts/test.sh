@@ -69,4 +69,6 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "==> cargo test"
 cargo test --workspace
+echo "==> fuzzing (bounded: 20 s per target)"
+scripts/fuzz.sh 20
 echo "==> all tests passed"

@@ -40,6 +40,10 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest key a template may make from short names: half the key limit, so
+/// that the sample checked at parsing is never cut (and names have room).
+const MAX_TEMPLATE_KEY: usize = MAX_KEY_LEN / 2;
+
 /// Header naming the tenant for `{tenant}` in the key template.
 pub const TENANT_HEADER: &str = "x-sluice-tenant";
 
@@ -113,10 +117,34 @@ impl KeyTemplate {
         if !pieces.contains(&Piece::Uuid) {
             return Err("the template needs {uuid} so that keys are unique".into());
         }
-        Ok(KeyTemplate {
+        let template = KeyTemplate {
             pieces,
             shard_prefix: false,
-        })
+        };
+        // Placeholders never render empty, '/', '.' or '..', so the literal text
+        // decides whether keys are valid: one sample tells for all.
+        let sample = template.render(&KeyInputs {
+            tenant: "tenant",
+            filename: "file",
+            now: time::OffsetDateTime::UNIX_EPOCH,
+            uuid: uuid::Uuid::nil(),
+        });
+        if sample.len() > MAX_TEMPLATE_KEY {
+            return Err(format!(
+                "the template makes keys of {} bytes before any name is put in; at most {MAX_TEMPLATE_KEY} are allowed",
+                sample.len()
+            ));
+        }
+        validate_client_key(&sample)
+            .map_err(|reason| format!("the template makes invalid keys ({sample:?}): {reason}"))?;
+        if matches!(template.pieces.first(), Some(Piece::Text(text)) if sluice_store::is_reserved_key(text) && text.contains('/'))
+        {
+            return Err(format!(
+                "keys under {}/ are the gateway's own state",
+                sluice_store::RESERVED_SEGMENT
+            ));
+        }
+        Ok(template)
     }
 
     pub fn with_shard_prefix(mut self, on: bool) -> Self {
@@ -165,8 +193,16 @@ pub fn sanitize_segment(text: &str, fallback: &str) -> String {
     }
 }
 
+/// Cuts a key to the limit; what the cut leaves at the end (a '/', a '.'
+/// segment) goes too, so the key stays valid.
 fn truncate_to_key_limit(mut key: String) -> String {
+    if key.len() <= MAX_KEY_LEN {
+        return key;
+    }
     while key.len() > MAX_KEY_LEN {
+        key.pop();
+    }
+    while key.ends_with(['/', '.']) {
         key.pop();
     }
     key
@@ -238,11 +274,40 @@ mod tests {
         let key = t.render(&reserved_tenant);
         assert!(key.starts_with("__sluice/2026/"), "{key}");
         assert!(validate_client_key(&key).is_ok());
-        for bad in ["{tenant}/{filename}", "{uuid}/{nope}", "{uuid"] {
+        for bad in [
+            "{tenant}/{filename}",
+            "{uuid}/{nope}",
+            "{uuid",
+            "/{uuid}",
+            "{uuid}/",
+            "a//{uuid}",
+            "./{uuid}",
+            "{uuid}/../x",
+            "tab\t{uuid}",
+            "_sluice/{uuid}",
+        ] {
             assert!(KeyTemplate::parse(bad).is_err(), "{bad}");
         }
+        let too_long = KeyTemplate::parse(&format!("{}/{{uuid}}", "x".repeat(600)));
+        assert!(too_long.is_err());
         assert_eq!(sanitize_segment("..", "file"), "file");
         assert_eq!(sanitize_segment("a\nb.txt", "file"), "a_b.txt");
         assert_eq!(sanitize_segment("C:\\x\\y.png", "file"), "y.png");
+    }
+
+    /// A cut at the key limit never leaves a trailing '/' or a '.' segment.
+    #[test]
+    fn cuts_at_the_limit_stay_valid() {
+        let cases = [
+            format!("{}/b", "a".repeat(1023)),
+            format!("{}/..x", "a".repeat(1020)),
+            format!("{}/./x", "a".repeat(1021)),
+            format!("{}é", "a".repeat(1023)),
+        ];
+        for key in cases {
+            let cut = truncate_to_key_limit(key.clone());
+            assert!(cut.len() <= MAX_KEY_LEN);
+            assert!(validate_client_key(&cut).is_ok(), "{key:?} -> {cut:?}");
+        }
     }
 }
