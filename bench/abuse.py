@@ -8,7 +8,8 @@ Normal load, by `sluice bench load` (closed model): 1 KiB uploads (16 users) and
 Attacks, from a separate process (this script with `attack KIND PORT SECONDS`),
 each reconnecting whenever the gateway cuts it off:
 
-- trickle_put: 8 PUTs declaring 2.5 TB, one byte every 5 s
+- trickle_put: 8 PUTs declaring 2.5 TB (refused at once: 413), then 200 GiB,
+  one byte every 5 s; after an answer each waits 1 s before reconnecting
 - trickle_patch: 8 tus uploads of 100 GiB, PATCHed one byte every 5 s
 - slowloris: 200 connections sending a request head one header every 5 s
 - idle: 5,000 connections that send nothing
@@ -84,7 +85,8 @@ async def request(port, method, path, headers, body=b""):
 
 async def trickle(port, tally, head, until):
     """Sends `head`, then one byte every 5 s until the gateway answers or closes;
-    returns how it ended."""
+    returns the status it was answered (0: closed; None: still open at the end)."""
+    ended = None
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
@@ -107,17 +109,27 @@ async def trickle(port, tally, head, until):
         if answer.done():
             status, _ = answer.result()
             tally.add(f"answered_{status}" if status else "closed")
+            ended = status or 0
         else:
             answer.cancel()
             tally.add("still_open_at_end")
         writer.close()
+    return ended
 
 
 async def attack_trickle_put(port, until, tally, i):
+    # 2.5 TB first, as the issue's attacker did; the gateway refuses that at once
+    # (413: its parts could not fit one upload's memory share), so the attacker
+    # then declares 200 GiB, which is taken, and trickles that.
+    length = 2_500_000_000_000
     while time.monotonic() < until:
         head = (f"PUT /v1/objects/abuse/hog-{i}-{random.random()} HTTP/1.1\r\nHost: x\r\n"
-                f"Content-Length: 2500000000000\r\n\r\n").encode()
-        await trickle(port, tally, head, until)
+                f"Content-Length: {length}\r\n\r\n").encode()
+        ended = await trickle(port, tally, head, until)
+        if ended == 413:
+            length = 200 * 1024 ** 3
+        elif ended is not None:
+            await asyncio.sleep(1)  # reconnecting in a tight loop is another attack (a flood)
 
 
 async def attack_trickle_patch(port, until, tally, i):

@@ -3,63 +3,14 @@
 //! Each is cut off with an answer where one is possible, and a normal request
 //! next to it is still served.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::{Duration, Instant};
 
-use sluice_server::{AppState, ServerConfig};
 use sluice_store::ObjectStore;
-use sluice_testkit::MemoryStore;
+use support::{exchange, gateway, metric, read_to_close, small_put, trickle, tus_create};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-struct Gateway {
-    address: std::net::SocketAddr,
-    store: MemoryStore,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn gateway(tune: impl FnOnce(&mut ServerConfig)) -> Gateway {
-    let mut config = ServerConfig::default();
-    config.limits.header_read_timeout = Duration::from_secs(1);
-    config.janitor.interval = Duration::ZERO;
-    tune(&mut config);
-    let store = MemoryStore::new();
-    let state = AppState::new(config, Arc::new(store.clone())).unwrap();
-    let listener = sluice_server::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(sluice_server::serve(state, listener, async move {
-        let _ = stopped.await;
-    }));
-    Gateway {
-        address,
-        store,
-        _stop: stop,
-    }
-}
-
-/// Sends `request` whole and reads the answer until the server closes.
-async fn exchange(address: std::net::SocketAddr, request: &[u8]) -> String {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(request).await.unwrap();
-    read_to_close(&mut stream).await
-}
-
-async fn read_to_close(stream: &mut TcpStream) -> String {
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer));
-    match read.await {
-        Ok(_) => String::from_utf8_lossy(&answer).into_owned(),
-        Err(_) => panic!("the connection was not closed"),
-    }
-}
-
-fn small_put(key: &str) -> Vec<u8> {
-    format!("PUT /v1/objects/{key} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
-        .into_bytes()
-}
 
 #[tokio::test]
 async fn connections_without_a_request_are_closed_in_time() {
@@ -179,38 +130,6 @@ async fn a_trickled_body_is_cut_off_by_rate_and_others_go_on() {
     assert!(gateway.store.object("hog").is_none());
 }
 
-/// A connection that sends `head`, then `byte` every 200 ms until dropped.
-async fn trickle(
-    address: std::net::SocketAddr,
-    head: String,
-    byte: &'static [u8],
-) -> tokio::task::JoinHandle<()> {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    tokio::spawn(async move {
-        for _ in 0..100 {
-            if stream.write_all(byte).await.is_err() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-}
-
-/// The value of `metric` on the gateway's /metrics.
-async fn metric(address: std::net::SocketAddr, metric: &str) -> f64 {
-    let answer = exchange(
-        address,
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await;
-    answer
-        .lines()
-        .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {metric} in {answer}"))
-}
-
 /// Issue 13: a trickling client with a huge Content-Length reserved a whole part
 /// (the whole budget, at 2.5 TB) before its bytes arrived, and the budget served
 /// waiters in order, so a 1 KiB PUT beside it got no answer. Memory is now taken
@@ -223,21 +142,7 @@ async fn tricklers_hold_little_memory_and_a_small_put_beside_them_is_answered() 
     })
     .await;
     let length = 200u64 << 30; // parts of 21 MiB, within one upload's 32 MiB share
-    let created = exchange(
-        gateway.address,
-        format!("POST /v1/tus/ HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Length: {length}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
-    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
-    let location = created
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("location: ")
-                .or_else(|| l.strip_prefix("Location: "))
-        })
-        .expect("a Location")
-        .trim()
-        .to_owned();
+    let location = tus_create(gateway.address, length).await;
     let tricklers = [
         trickle(
             gateway.address,
