@@ -329,6 +329,13 @@ def load(sluice, port, users, size, seconds, work):
                 p99_s=row["latency_s"]["p99"], succeeded=row["succeeded"], failed=row.get("failed", 0))
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds a live process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def phase(sluice, minio_url, env, work, attack, seconds):
     proc, port = start_sluice(sluice, minio_url, env, work)
     sampler = Sampler(proc.pid)
@@ -352,9 +359,12 @@ def phase(sluice, minio_url, env, work, attack, seconds):
                 attacker.kill()
         sampler.running = False
         sampler.join()
+        gateway_cpu_s = cpu_seconds(proc.pid)
         stop(proc)
         clear_bucket("abuse", minio_url, env, work)
-    return dict(attack=attack, small=small, big=big, rss=sampler.rss, fds=sampler.fds, attack_outcomes=counts)
+    attacker_cpu_s = counts.pop("cpu_s", 0.0)
+    return dict(attack=attack, small=small, big=big, rss=sampler.rss, fds=sampler.fds, attack_outcomes=counts,
+                gateway_cpu_s=gateway_cpu_s, attacker_cpu_s=attacker_cpu_s)
 
 
 def main():
@@ -363,7 +373,9 @@ def main():
         import signal
 
         def report(*_):
-            print(json.dumps(TALLY.counts), flush=True)
+            import resource
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            print(json.dumps(dict(TALLY.counts, cpu_s=round(usage.ru_utime + usage.ru_stime, 1))), flush=True)
             os._exit(0)
         signal.signal(signal.SIGTERM, report)
         asyncio.run(run_attack(kind, port, seconds))
@@ -397,6 +409,7 @@ def main():
                 print(f"  run {run + 1} {attack:14} 1KiB {row['small']['uploads_per_s']:7.1f}/s "
                       f"p99 {row['small']['p99_s'] * 1000:6.1f} ms | 64MiB {row['big']['mib_s']:6.1f} MiB/s "
                       f"p99 {row['big']['p99_s']:5.2f} s | RSS {row['rss'] / MIB:6.1f} MiB fds {row['fds']:5} "
+                      f"| CPU s gateway {row['gateway_cpu_s']:5.1f} attacker {row['attacker_cpu_s']:5.1f} "
                       f"| {row['attack_outcomes']}", flush=True)
     finally:
         stop(minio)
@@ -422,10 +435,11 @@ def main():
              "",
              "ratios are medians over runs of (with the attack) / (mean of the clean phases at the start and the "
              "end of the same run); targets: throughput >= 0.80, p99 <= 2.00, RSS <= 320 MiB",
-             "the attacker (Python asyncio) runs on the same two cores as the gateway, MinIO and the load client",
+             "the attacker (Python asyncio) runs on the same two cores as the gateway, MinIO and the load client; "
+             "CPU s: seconds the gateway and the attacker used in the phase (medians)",
              "",
              f"{'phase':14} {'1KiB/s':>8} {'ratio':>6} {'p99 ms':>7} {'ratio':>6} {'64MiB MiB/s':>11} {'ratio':>6} "
-             f"{'p99 s':>6} {'ratio':>6} {'RSS MiB':>8} {'fds':>6}  verdict"]
+             f"{'p99 s':>6} {'ratio':>6} {'RSS MiB':>8} {'fds':>6} {'gw CPU s':>8} {'atk CPU s':>9}  verdict"]
     for attack in ["clean", "clean_end"] + attacks:
         mine = [r for r in rows if r["attack"] == attack]
         med = lambda size, key: statistics.median(r[size][key] for r in mine)  # noqa: E731
@@ -443,7 +457,9 @@ def main():
             verdict = "meets targets" if ok else "MISSES a target"
         lines.append(f"{attack:14} {med('small', 'uploads_per_s'):8.1f} {rs[0]:>6} "
                      f"{med('small', 'p99_s') * 1000:7.1f} {rs[1]:>6} {med('big', 'mib_s'):11.1f} {rs[2]:>6} "
-                     f"{med('big', 'p99_s'):6.2f} {rs[3]:>6} {rss:8.1f} {fds:6}  {verdict}")
+                     f"{med('big', 'p99_s'):6.2f} {rs[3]:>6} {rss:8.1f} {fds:6} "
+                     f"{statistics.median(r['gateway_cpu_s'] for r in mine):8.1f} "
+                     f"{statistics.median(r['attacker_cpu_s'] for r in mine):9.1f}  {verdict}")
     lines.append("")
     lines.append("attack outcomes (per phase, last run): " + json.dumps(
         {r["attack"]: r["attack_outcomes"] for r in rows
