@@ -1,5 +1,6 @@
 //! The gateway against a misbehaving store, end to end: the built binary behind
-//! the fault-injecting proxy in front of MinIO, a MinIO stopped mid-run, and a
+//! the fault-injecting proxy in front of MinIO, a store taken away mid-run (MinIO
+//! killed or frozen, or every request failed or stalled by the proxy), and a
 //! gateway killed mid-upload and cleaned up after by `sluice janitor`.
 
 mod common;
@@ -398,6 +399,104 @@ enum Outage {
     Killed,
     /// MinIO stopped with SIGSTOP, then SIGCONT: connections accepted, never answered.
     Frozen,
+    /// The chaos proxy in front of MinIO answers every request 500 InternalError.
+    FailingThroughProxy,
+    /// The chaos proxy lets MinIO handle every request and holds every answer back.
+    StalledThroughProxy,
+}
+
+/// The store as the gateway sees it: MinIO, straight or behind the chaos proxy,
+/// and the means to take it away and give it back.
+struct OutageStore {
+    outage: Outage,
+    minio: Option<OwnMinio>,
+    proxy: Option<ChaosProxy>,
+}
+
+impl OutageStore {
+    async fn start(outage: Outage) -> OutageStore {
+        let minio = OwnMinio::start();
+        let proxy = match outage {
+            Outage::Killed | Outage::Frozen => None,
+            Outage::FailingThroughProxy | Outage::StalledThroughProxy => Some(
+                ChaosProxy::start(
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    &minio.endpoint(),
+                    Self::healthy(),
+                )
+                .await
+                .unwrap(),
+            ),
+        };
+        OutageStore {
+            outage,
+            minio: Some(minio),
+            proxy,
+        }
+    }
+
+    /// The proxy passing everything through (no write cap either).
+    fn healthy() -> ChaosConfig {
+        ChaosConfig {
+            write_rate_per_prefix: None,
+            stall_for: Duration::from_secs(30),
+            ..ChaosConfig::default()
+        }
+    }
+
+    /// MinIO itself, for checking what was stored.
+    fn minio_endpoint(&self) -> String {
+        self.minio.as_ref().expect("running").endpoint()
+    }
+
+    /// Where the gateway sends its requests.
+    fn gateway_endpoint(&self) -> String {
+        match &self.proxy {
+            Some(proxy) => proxy.url(),
+            None => self.minio_endpoint(),
+        }
+    }
+
+    fn take_away(&mut self) {
+        let minio = self.minio.as_mut().expect("running");
+        let faults = match self.outage {
+            Outage::Killed => return minio.stop(),
+            Outage::Frozen => return minio.signal("STOP"),
+            Outage::FailingThroughProxy => FaultRates {
+                internal_error: 1.0,
+                ..FaultRates::default()
+            },
+            Outage::StalledThroughProxy => FaultRates {
+                stall: 1.0,
+                ..FaultRates::default()
+            },
+        };
+        let proxy = self.proxy.as_ref().expect("a proxy");
+        proxy
+            .set_config(ChaosConfig {
+                faults,
+                ..Self::healthy()
+            })
+            .unwrap();
+    }
+
+    /// Gives the store back (restarting MinIO blocks, so off the runtime).
+    async fn give_back(mut self) -> OutageStore {
+        if let Some(proxy) = &self.proxy {
+            proxy.set_config(Self::healthy()).unwrap();
+            return self;
+        }
+        tokio::task::spawn_blocking(move || {
+            let minio = self.minio.as_mut().expect("running");
+            match self.outage {
+                Outage::Killed => minio.resume(),
+                _ => minio.signal("CONT"),
+            }
+            self
+        })
+        .await
+        .unwrap()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,6 +507,16 @@ async fn a_store_outage_fails_uploads_cleanly_and_the_gateway_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_store_is_detected_and_the_gateway_recovers() {
     store_outage(Outage::Frozen).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_every_request_is_detected_and_the_gateway_recovers() {
+    store_outage(Outage::FailingThroughProxy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_answering_nothing_is_detected_and_the_gateway_recovers() {
+    store_outage(Outage::StalledThroughProxy).await;
 }
 
 /// Issue 13: with the store down, uploads hung for minutes (each store request
@@ -421,10 +530,10 @@ async fn store_outage(outage: Outage) {
     if common::minio_prefix("chaos-outage").await.is_none() {
         return;
     }
-    let mut minio = OwnMinio::start();
-    let endpoint = minio.endpoint();
+    let mut outage_store = OutageStore::start(outage).await;
+    let endpoint = outage_store.gateway_endpoint();
     let mut config = sluice_store::s3::S3Config::new("outage");
-    config.endpoint = Some(endpoint.clone());
+    config.endpoint = Some(outage_store.minio_endpoint());
     let store = S3Store::connect(config).await;
     // A MinIO just started may answer 503 for a moment while it initialises.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -469,23 +578,11 @@ async fn store_outage(outage: Outage) {
         started + Duration::from_secs(4),
     ))
     .await;
-    match outage {
-        Outage::Killed => minio.stop(),
-        Outage::Frozen => minio.signal("STOP"),
-    }
+    outage_store.take_away();
     let stopped = started.elapsed();
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let minio = tokio::task::spawn_blocking(move || {
-        match outage {
-            Outage::Killed => minio.resume(),
-            Outage::Frozen => minio.signal("CONT"),
-        }
-        minio
-    })
-    .await
-    .unwrap();
+    let _outage_store = outage_store.give_back().await;
     let resumed = started.elapsed();
-    let _minio = minio;
     let mut outcomes = Vec::new();
     for task in tasks {
         outcomes.push(task.await.unwrap());
@@ -514,7 +611,16 @@ async fn store_outage(outage: Outage) {
             502 | 503 => {
                 failed += 1;
                 assert!(code.starts_with("store_"), "{case}");
-                assert_eq!(stored, None, "{case}: a failed upload left an object");
+                if outage == Outage::StalledThroughProxy {
+                    // The store may have done what the gateway gave up waiting
+                    // for: whole, or not at all.
+                    assert!(
+                        stored.is_none() || stored == Some((*size, expected.clone())),
+                        "{case}: a failed upload left {stored:?}"
+                    );
+                } else {
+                    assert_eq!(stored, None, "{case}: a failed upload left an object");
+                }
             }
             _ => panic!("{case}: every upload gets an answer"),
         }
