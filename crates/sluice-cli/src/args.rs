@@ -352,6 +352,31 @@ pub struct ServeArgs {
     /// a fresh connection [default: 30s].
     #[arg(long, env = "SLUICE_STORE_STALL_TIMEOUT", value_parser = humantime::parse_duration)]
     pub store_stall_timeout: Option<std::time::Duration>,
+    /// Require bearer JWTs signed with the shared secret in FILE (HS256; at least
+    /// 32 bytes); see docs/AUTH.md [default: no auth].
+    #[arg(long, env = "SLUICE_JWT_SECRET_FILE", value_name = "FILE")]
+    pub jwt_secret_file: Option<std::path::PathBuf>,
+    /// Require bearer JWTs signed by the private half of the PEM public key in FILE
+    /// (RSA: RS256, EC: ES256, Ed25519: EdDSA) [default: no auth].
+    #[arg(long, env = "SLUICE_JWT_PUBLIC_KEY_FILE", value_name = "FILE")]
+    pub jwt_public_key_file: Option<std::path::PathBuf>,
+    /// JWT algorithms accepted (pinned: tokens naming any other are refused);
+    /// repeat or separate with commas [default: the one of the key's kind].
+    #[arg(long, env = "SLUICE_JWT_ALGORITHM", value_delimiter = ',')]
+    pub jwt_algorithm: Vec<String>,
+    /// Tokens must carry this `iss` claim.
+    #[arg(long, env = "SLUICE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// Tokens must carry this `aud` claim.
+    #[arg(long, env = "SLUICE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// Clock skew allowed on the `exp` and `nbf` claims [default: 30s].
+    #[arg(long, env = "SLUICE_JWT_LEEWAY", value_parser = humantime::parse_duration)]
+    pub jwt_leeway: Option<std::time::Duration>,
+    /// Serve without authentication on an address other than loopback (refused
+    /// otherwise: anyone could write, read and delete every key).
+    #[arg(long, env = "SLUICE_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
 }
 
 /// `sluice janitor`.

@@ -44,7 +44,18 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         janitor_interval => janitor.interval,
         janitor_older_than => janitor.older_than,
         store_stall_timeout => limits.store_stall_timeout,
+        jwt_secret_file => auth.jwt_secret_file,
+        jwt_public_key_file => auth.jwt_public_key_file,
+        jwt_issuer => auth.issuer,
+        jwt_audience => auth.audience,
+        jwt_leeway => auth.leeway,
     );
+    if !args.jwt_algorithm.is_empty() {
+        config.auth.algorithms = args.jwt_algorithm.clone();
+    }
+    if args.allow_anonymous {
+        config.auth.allow_anonymous = true;
+    }
     if !args.cors_origin.is_empty() {
         config.cors_origins = args.cors_origin.clone();
     }
@@ -65,6 +76,10 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         };
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;
+    // The key files are read now too, so a bad one stops the start before the
+    // store is opened (or, for a directory, created).
+    sluice_server::auth::Authenticator::new(&config.auth)
+        .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
     Ok(config)
 }
 
@@ -93,8 +108,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .context("the listener has no address")?;
     let state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
+    let access = match state.auth.enabled() {
+        true => "bearer JWT required",
+        false => "open: no authentication",
+    };
     say(&format!(
-        "sluice serve: listening on http://{address} (store: {description})\n  \
+        "sluice serve: listening on http://{address} (store: {description}; {access})\n  \
          upload:   curl -T FILE http://{address}/v1/objects/KEY\n  \
          download: curl http://{address}/v1/objects/KEY"
     ));
@@ -123,5 +142,25 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's example config file is one the gateway accepts.
+    #[test]
+    fn the_readme_config_example_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let example = readme
+            .split("A config file holds the same settings")
+            .nth(1)
+            .and_then(|rest| rest.split("```toml\n").nth(1))
+            .and_then(|block| block.split("```").next())
+            .expect("the README has its config example");
+        let config: ServerConfig = toml::from_str(example).unwrap();
+        config.validate().unwrap();
+        assert!(config.auth.enabled());
     }
 }

@@ -109,6 +109,24 @@ fn usage_errors_exit_with_2_and_store_nothing() {
         (vec!["put", "-", "s3://bucket/"], "names no key"),
         (vec!["put", src, "gs://bucket/key"], "unsupported scheme"),
         (vec!["get", "s3://bucket", "out"], "names no object"),
+        (
+            vec!["serve", "--listen", "0.0.0.0:0", "--store", dest],
+            "--allow-anonymous",
+        ),
+        (
+            vec!["serve", "--store", dest, "--jwt-secret-file", src],
+            "auth.jwt_secret_file",
+        ),
+        (
+            vec![
+                "serve",
+                "--store",
+                dest,
+                "--jwt-secret-file",
+                "/nonexistent",
+            ],
+            "cannot read /nonexistent",
+        ),
     ];
     for (args, message) in cases {
         let out = run(&args);
@@ -146,6 +164,24 @@ fn help_names_every_flag_and_its_variable() {
         "SLUICE_CHECKSUM",
     ] {
         assert!(help.contains(var), "{var} missing from --help");
+    }
+}
+
+#[test]
+fn serve_help_names_the_auth_settings() {
+    let out = run(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--jwt-secret-file",
+        "--jwt-public-key-file",
+        "--jwt-algorithm",
+        "--jwt-issuer",
+        "--jwt-audience",
+        "--jwt-leeway",
+        "--allow-anonymous",
+        "SLUICE_JWT_SECRET_FILE",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from serve --help");
     }
 }
 

@@ -36,6 +36,7 @@ pub struct ServerConfig {
     pub tus: TusSettings,
     pub form: FormSettings,
     pub janitor: JanitorSettings,
+    pub auth: crate::auth::AuthSettings,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -228,6 +229,7 @@ impl Default for ServerConfig {
             tus: TusSettings::default(),
             form: FormSettings::default(),
             janitor: JanitorSettings::default(),
+            auth: crate::auth::AuthSettings::default(),
         }
     }
 }
@@ -360,6 +362,17 @@ impl ServerConfig {
                 reason: reason.to_string(),
             })
         };
+        if !self.auth.enabled() && !self.listen.ip().is_loopback() && !self.auth.allow_anonymous {
+            return fail(
+                "auth",
+                &format!(
+                    "listening on {} with no authentication lets anyone write, read and delete; \
+                     configure a JWT key (auth.jwt_secret_file or auth.jwt_public_key_file) or \
+                     allow anonymous access explicitly (--allow-anonymous)",
+                    self.listen
+                ),
+            );
+        }
         if self.store.trim().is_empty() {
             return fail("store", "must name a directory or s3://bucket[/prefix]");
         }

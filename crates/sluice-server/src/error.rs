@@ -16,6 +16,12 @@ pub enum ApiError {
     BadRequest(String),
     #[error("no object at this key")]
     NotFound,
+    /// No token, or one that does not verify (the reason is safe to send).
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// The token does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("no such route (the API lives under /v1/objects)")]
     NoRoute,
     #[error("the object already exists or changed (precondition failed)")]
@@ -54,6 +60,8 @@ impl ApiError {
         match self {
             ApiError::InvalidKey(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -79,6 +87,8 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotFound => "not_found",
             ApiError::NoRoute => "no_route",
+            ApiError::Unauthenticated(_) => "unauthenticated",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
@@ -141,6 +151,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let ApiError::Unauthenticated(_) = self {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice\""),
+            );
         }
         if let ApiError::RangeNotSatisfiable { size } = self {
             if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {

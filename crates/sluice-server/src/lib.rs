@@ -9,6 +9,7 @@
 //! metered backend.
 
 pub mod admission;
+pub mod auth;
 pub mod body;
 pub mod completion;
 pub mod config;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     pub config: Arc<ServerConfig>,
     pub template: Arc<keys::KeyTemplate>,
+    /// Verifies callers' tokens (lets everyone in without `[auth]`).
+    pub auth: Arc<auth::Authenticator>,
 }
 
 impl AppState {
@@ -71,7 +74,12 @@ impl AppState {
         let admission = admission::Admission::new(limits.admission(), metrics.clone())
             .with_breaker(engine.breaker().cloned());
         let resumable = Resumable::new(engine.clone(), config.resumable_config());
+        let auth = auth::Authenticator::new(&config.auth).map_err(|e| ConfigError {
+            key: e.key,
+            reason: e.reason,
+        })?;
         Ok(AppState {
+            auth: Arc::new(auth),
             store: Arc::new(engine.retrying_store()),
             resumable,
             engine,

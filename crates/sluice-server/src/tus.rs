@@ -15,6 +15,7 @@ use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, Pat
 use sluice_tus::{Concat, TusError};
 
 use crate::admission::Party;
+use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
 use crate::completion::{self, Completion, UploadKind};
 use crate::error::ApiError;
@@ -53,14 +54,15 @@ async fn capabilities(State(state): State<AppState>) -> Response {
 async fn dispatch(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    grant: Grant,
     method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     match tus_headers::effective_method(&method, &headers)? {
-        Method::HEAD | Method::GET => head(state, id, headers).await,
-        Method::PATCH => patch(state, id, headers, body).await,
-        Method::DELETE => terminate(state, id, headers).await,
+        Method::HEAD | Method::GET => head(state, id, grant, headers).await,
+        Method::PATCH => patch(state, id, grant, headers, body).await,
+        Method::DELETE => terminate(state, id, grant, headers).await,
         Method::OPTIONS => Ok(capabilities(State(state)).await),
         _ => Ok((
             StatusCode::METHOD_NOT_ALLOWED,
@@ -93,6 +95,11 @@ fn with_key(
         headers.push((KEY_HEADER, key_header(&record.key)));
     }
     headers
+}
+
+/// The object an upload becomes; none for a partial upload.
+fn object_key(record: &UploadRecord) -> Option<&str> {
+    (record.upload.concat != Concat::Partial).then_some(record.key.as_str())
 }
 
 /// Hands an upload this request finished to the completion point.
@@ -130,24 +137,33 @@ fn chunk_of(
 
 async fn create(
     State(state): State<AppState>,
+    grant: Grant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let resumable = &state.resumable;
-    let request = CreateRequest::from_headers(&headers, resumable.config().max_size)?;
+    let max_size = resumable.config().max_size;
+    let request =
+        CreateRequest::from_headers(&headers, grant.max_size.unwrap_or(max_size).min(max_size))?;
+    if grant.max_size.is_some() && request.length.is_none() && request.concat.is_none() {
+        return Err(ApiError::Forbidden(
+            "a token with max_size needs the length up front (Upload-Length)".into(),
+        ));
+    }
     let content_type = request
         .metadata
         .text("filetype")
         .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
         .map(str::to_owned);
-    let tenant = crate::keys::tenant(&headers);
+    let tenant = grant.tenant.clone();
     let id = new_id();
-    let key = state.template.render(&KeyInputs {
+    let key = grant.generated_key(state.template.render(&KeyInputs {
         tenant: &tenant,
         filename: request.metadata.text("filename").unwrap_or(""),
         now: time::OffsetDateTime::now_utc(),
         uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
-    });
+    }));
+    grant.check(Op::Put, &key)?;
     let party = Party::for_key(tenant.clone(), &key);
     let new = NewUpload {
         id,
@@ -156,7 +172,7 @@ async fn create(
         metadata: request.metadata,
         partial: request.concat == Some(ConcatRequest::Partial),
         content_type,
-        owner: None,
+        owner: grant.owner(),
     };
     if let Some(ConcatRequest::Final(urls)) = &request.concat {
         let ids = urls
@@ -169,6 +185,16 @@ async fn create(
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if grant.owner().is_some() {
+            // Only the caller's own partials, and no more bytes than it may store.
+            let mut total = 0u64;
+            for id in &ids {
+                let partial = resumable.status(id).await?;
+                grant.check_owner(partial.owner.as_deref())?;
+                total = total.saturating_add(partial.upload.offset);
+            }
+            grant.check_size(total)?;
+        }
         // Joining partials moves bytes like an upload does: it waits its turn.
         let _slot = state.admission.admit(&party).await?;
         let written = resumable.concatenate(new, &ids).await?;
@@ -203,9 +229,15 @@ fn created(record: &UploadRecord, with_offset: bool) -> Response {
     response
 }
 
-async fn head(state: AppState, id: String, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn head(
+    state: AppState,
+    id: String,
+    grant: Grant,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     tus_headers::check_version(&headers)?;
     let record = state.resumable.status(&id).await?;
+    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
     let mut response = StatusCode::OK.into_response();
     response
         .headers_mut()
@@ -216,12 +248,18 @@ async fn head(state: AppState, id: String, headers: HeaderMap) -> Result<Respons
 async fn patch(
     state: AppState,
     id: String,
+    grant: Grant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = PatchRequest::from_headers(&headers)?;
+    if grant.owner().is_some() {
+        // The owner never changes, so it can be checked before the write.
+        let record = state.resumable.status(&id).await?;
+        grant.check_resume(record.owner.as_deref(), object_key(&record))?;
+    }
     // The upload's key is in its record, read only once the slot is held.
-    let party = Party::tenant_only(crate::keys::tenant(&headers));
+    let party = Party::tenant_only(grant.tenant.clone());
     let _slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
     let written = state.resumable.write(&id, &request, chunk).await?;
@@ -234,8 +272,15 @@ async fn patch(
     Ok(response)
 }
 
-async fn terminate(state: AppState, id: String, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn terminate(
+    state: AppState,
+    id: String,
+    grant: Grant,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     tus_headers::check_version(&headers)?;
+    let record = state.resumable.status(&id).await?;
+    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
     state.resumable.terminate(&id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

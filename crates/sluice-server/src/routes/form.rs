@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sluice_upload::{UploadRequest, UploadSource};
 
 use crate::admission::Party;
+use crate::auth::{Grant, Op};
 use crate::body::{limited_stream, BodyError};
 use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
@@ -34,9 +35,11 @@ pub struct FormResponse {
 
 pub async fn post_form(
     State(state): State<AppState>,
+    grant: Grant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<FormResponse>), ApiError> {
+    grant.check(Op::Put, &grant.generated_key(String::new()))?;
     let expected = "multipart/form-data with a boundary";
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -44,7 +47,7 @@ pub async fn post_form(
         .ok_or(ApiError::UnsupportedMediaType { expected })?;
     let boundary = multer::parse_boundary(content_type)
         .map_err(|_| ApiError::UnsupportedMediaType { expected })?;
-    let limit = state.config.max_upload_size;
+    let limit = grant.size_limit(state.config.max_upload_size);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -54,7 +57,7 @@ pub async fn post_form(
             return Err(ApiError::TooLarge { limit });
         }
     }
-    let tenant = crate::keys::tenant(&headers);
+    let tenant = grant.tenant.clone();
     let _slot = state
         .admission
         .admit(&Party::tenant_only(tenant.clone()))
@@ -103,12 +106,13 @@ pub async fn post_form(
                 continue;
             };
             let content_type = field.content_type().map(|m| m.to_string());
-            let key = state.template.render(&KeyInputs {
+            let key = grant.generated_key(state.template.render(&KeyInputs {
                 tenant: &tenant,
                 filename: &filename,
                 now: time::OffsetDateTime::now_utc(),
                 uuid: uuid::Uuid::new_v4(),
-            });
+            }));
+            grant.check(Op::Put, &key)?;
             let request = UploadRequest {
                 key,
                 content_type,

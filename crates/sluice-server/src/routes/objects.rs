@@ -16,6 +16,7 @@ use sluice_store::{Metadata, ObjectMeta, WriteCondition};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
 use crate::admission::Party;
+use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
 use crate::completion::UploadKind;
 use crate::error::ApiError;
@@ -56,12 +57,15 @@ const META_PREFIX: &str = "x-sluice-meta-";
 pub async fn put_object(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    grant: Grant,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    grant.check(Op::Put, &key)?;
     let length = crate::body::content_length(&headers)?;
-    if let (Some(length), Some(limit)) = (length, state.config.max_upload_size) {
+    let size_limit = grant.size_limit(state.config.max_upload_size);
+    if let (Some(length), Some(limit)) = (length, size_limit) {
         if length > limit {
             return Err(ApiError::TooLarge { limit });
         }
@@ -91,11 +95,11 @@ pub async fn put_object(
         progress: None,
         condition,
     };
-    let party = Party::for_key(crate::keys::tenant(&headers), &request.key);
+    let party = Party::for_key(grant.tenant, &request.key);
     let _slot = state.admission.admit(&party).await?;
     let stream = limited_stream(
         body,
-        state.config.max_upload_size,
+        size_limit,
         state.config.limits.body_pace(),
         state.metrics.clone(),
     );
@@ -136,10 +140,12 @@ fn metadata_from(headers: &HeaderMap) -> Result<Metadata, ApiError> {
 pub async fn get_object(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    grant: Grant,
     cut: Option<Extension<ConnectionCut>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    grant.check(Op::Get, &key)?;
     let spec = headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
@@ -201,8 +207,10 @@ pub async fn get_object(
 pub async fn head_object(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    grant: Grant,
 ) -> Result<Response, ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    grant.check(Op::Get, &key)?;
     let meta = state.store.head_object(&key).await?;
     let mut response = StatusCode::OK.into_response();
     object_headers(response.headers_mut(), &meta, meta.size);
@@ -212,8 +220,10 @@ pub async fn head_object(
 pub async fn delete_object(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    grant: Grant,
 ) -> Result<StatusCode, ApiError> {
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    grant.check(Op::Delete, &key)?;
     state.store.delete_object(&key).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -276,10 +286,12 @@ pub struct ListEntry {
 
 pub async fn list_objects(
     State(state): State<AppState>,
+    grant: Grant,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ListResponse>, ApiError> {
     let Query(query) =
         query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    let prefix = grant.list_prefix(&query.prefix)?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest("limit must be within 1..=1000".into()));
@@ -292,7 +304,7 @@ pub async fn list_objects(
     let next = loop {
         let page = state
             .store
-            .list_objects(&query.prefix, after.as_deref(), limit - objects.len())
+            .list_objects(&prefix, after.as_deref(), limit - objects.len())
             .await?;
         let truncated = page.next_cursor.is_some();
         let mut jumped = false;

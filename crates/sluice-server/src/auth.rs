@@ -1,0 +1,555 @@
+//! Who is calling and what they may do. With `[auth]` configured, every API
+//! request carries `Authorization: Bearer <JWT>`, verified against the configured
+//! key with the configured algorithms only (a token naming another algorithm, or
+//! `none`, is refused), and its claims become a [`Grant`]: the tenant (`sub`),
+//! the key prefix it may touch, the operations it may do, the largest upload and
+//! optionally the one key it is good for. With `[auth]` off, every caller gets an
+//! anonymous grant for everything, its tenant named by `x-sluice-tenant`.
+//!
+//! Handlers ask the grant before they touch the store; docs/AUTH.md is the
+//! client's view of the same rules.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use http::request::Parts;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// `[auth]`: how callers prove who they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// A file holding the shared secret of HS256/HS384/HS512 tokens (its bytes,
+    /// a trailing newline dropped).
+    pub jwt_secret_file: Option<PathBuf>,
+    /// A PEM file with the public key of RS*/PS*/ES*/EdDSA tokens.
+    pub jwt_public_key_file: Option<PathBuf>,
+    /// The algorithms accepted; empty: HS256 with a secret, RS256 with an RSA
+    /// key, ES256 with an EC key, EdDSA with an Ed25519 key.
+    pub algorithms: Vec<String>,
+    /// When set, tokens must carry this `iss`.
+    pub issuer: Option<String>,
+    /// When set, tokens must carry this `aud`.
+    pub audience: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[serde(with = "humantime_serde")]
+    pub leeway: Duration,
+    /// Serve without authentication on an address other than loopback.
+    pub allow_anonymous: bool,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        AuthSettings {
+            jwt_secret_file: None,
+            jwt_public_key_file: None,
+            algorithms: Vec::new(),
+            issuer: None,
+            audience: None,
+            leeway: Duration::from_secs(30),
+            allow_anonymous: false,
+        }
+    }
+}
+
+impl AuthSettings {
+    /// True when tokens are required.
+    pub fn enabled(&self) -> bool {
+        self.jwt_secret_file.is_some() || self.jwt_public_key_file.is_some()
+    }
+}
+
+/// Why `[auth]` cannot be used; names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct AuthConfigError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+fn config_error(key: &'static str, reason: impl Into<String>) -> AuthConfigError {
+    AuthConfigError {
+        key,
+        reason: reason.into(),
+    }
+}
+
+/// What a request may do: an operation on keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// PUT, form POST, tus creation.
+    Put,
+    /// GET and HEAD of objects.
+    Get,
+    /// Listing.
+    List,
+    /// DELETE of objects.
+    Delete,
+    /// tus HEAD, PATCH and DELETE of one's own resumable uploads.
+    Resume,
+}
+
+impl Op {
+    const ALL: [Op; 5] = [Op::Put, Op::Get, Op::List, Op::Delete, Op::Resume];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::List => "list",
+            Op::Delete => "delete",
+            Op::Resume => "resume",
+        }
+    }
+}
+
+/// The claims sluice reads; others are ignored.
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    prefix: Option<String>,
+    ops: Option<Vec<Op>>,
+    max_size: Option<u64>,
+    key: Option<String>,
+}
+
+/// What one caller may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grant {
+    /// The tenant: `{tenant}` in key templates, the owner of resumable uploads,
+    /// the party of fair admission.
+    pub tenant: String,
+    /// Keys the caller may touch start with this ("" for all).
+    prefix: String,
+    ops: HashSet<Op>,
+    /// Largest upload the caller may make.
+    pub max_size: Option<u64>,
+    /// The one key the caller may touch, when the token names one.
+    key: Option<String>,
+    /// False for the anonymous grant of a gateway without `[auth]`.
+    authenticated: bool,
+}
+
+impl Grant {
+    /// Everything, for a gateway without `[auth]`.
+    pub fn anonymous(tenant: String) -> Grant {
+        Grant {
+            tenant,
+            prefix: String::new(),
+            ops: Op::ALL.into_iter().collect(),
+            max_size: None,
+            key: None,
+            authenticated: false,
+        }
+    }
+
+    fn from_claims(claims: Claims) -> Result<Grant, ApiError> {
+        let tenant = claims.sub;
+        if tenant.is_empty()
+            || tenant.len() > 128
+            || tenant.contains('/')
+            || tenant.chars().any(char::is_control)
+        {
+            return Err(ApiError::Unauthenticated(
+                "the token's sub is not a tenant name (1 to 128 characters, no '/')",
+            ));
+        }
+        Ok(Grant {
+            prefix: claims.prefix.unwrap_or_else(|| format!("{tenant}/")),
+            ops: claims.ops.map_or_else(
+                || Op::ALL.into_iter().collect(),
+                |ops| ops.into_iter().collect(),
+            ),
+            max_size: claims.max_size,
+            key: claims.key,
+            tenant,
+            authenticated: true,
+        })
+    }
+
+    /// The owner recorded with resumable uploads (none without `[auth]`).
+    pub fn owner(&self) -> Option<String> {
+        self.authenticated.then(|| self.tenant.clone())
+    }
+
+    /// Whether the caller may see a resumable upload recorded with `owner`.
+    pub fn owns(&self, owner: Option<&str>) -> bool {
+        !self.authenticated || owner == Some(self.tenant.as_str())
+    }
+
+    fn allows(&self, op: Op) -> Result<(), ApiError> {
+        match self.ops.contains(&op) {
+            true => Ok(()),
+            false => Err(ApiError::Forbidden(format!(
+                "the token does not allow {}",
+                op.name()
+            ))),
+        }
+    }
+
+    /// May the caller do `op` on `key`?
+    pub fn check(&self, op: Op, key: &str) -> Result<(), ApiError> {
+        self.allows(op)?;
+        if let Some(only) = &self.key {
+            if key != only {
+                return Err(ApiError::Forbidden(
+                    "the token is good for another key".into(),
+                ));
+            }
+        }
+        if !key.starts_with(&self.prefix) {
+            return Err(ApiError::Forbidden(format!(
+                "the token allows keys under {:?} only",
+                self.prefix
+            )));
+        }
+        Ok(())
+    }
+
+    /// Another tenant's resumable upload does not exist for the caller.
+    pub fn check_owner(&self, owner: Option<&str>) -> Result<(), ApiError> {
+        match self.owns(owner) {
+            true => Ok(()),
+            false => Err(ApiError::Tus(sluice_tus::TusError::NotFound)),
+        }
+    }
+
+    /// May the caller resume (see, continue, cancel) an upload owned by `owner`
+    /// that becomes `key` (none for a partial upload, which becomes no object)?
+    /// Another tenant's upload is not found, never forbidden.
+    pub fn check_resume(&self, owner: Option<&str>, key: Option<&str>) -> Result<(), ApiError> {
+        self.check_owner(owner)?;
+        match key {
+            Some(key) => self.check(Op::Resume, key),
+            None => self.allows(Op::Resume),
+        }
+    }
+
+    /// The prefix to list for a requested `prefix`: the caller's own when the
+    /// request names none; one outside the caller's is forbidden.
+    pub fn list_prefix(&self, prefix: &str) -> Result<String, ApiError> {
+        self.allows(Op::List)?;
+        if prefix.is_empty() {
+            return Ok(self.prefix.clone());
+        }
+        match prefix.starts_with(&self.prefix) {
+            true => Ok(prefix.to_owned()),
+            false => Err(ApiError::Forbidden(format!(
+                "the token allows listing under {:?} only",
+                self.prefix
+            ))),
+        }
+    }
+
+    /// Refuses an upload of `length` bytes beyond the caller's `max_size`.
+    pub fn check_size(&self, length: u64) -> Result<(), ApiError> {
+        match self.max_size {
+            Some(limit) if length > limit => Err(ApiError::TooLarge { limit }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The smaller of the gateway's limit and the caller's.
+    pub fn size_limit(&self, gateway: Option<u64>) -> Option<u64> {
+        match (gateway, self.max_size) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Where an upload the caller did not name goes: the token's one key, or the
+    /// key the template made, under the caller's prefix (prefixed when the
+    /// template put it elsewhere).
+    pub fn generated_key(&self, rendered: String) -> String {
+        if let Some(key) = &self.key {
+            return key.clone();
+        }
+        match rendered.starts_with(&self.prefix) {
+            true => rendered,
+            false => format!("{}{rendered}", self.prefix),
+        }
+    }
+}
+
+/// Verifies tokens (or lets everyone in, without `[auth]`).
+pub struct Authenticator {
+    verifier: Option<(DecodingKey, Validation)>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("enabled", &self.verifier.is_some())
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// Reads the key files of `settings` and pins the algorithms; every mistake
+    /// is found here, at start-up.
+    pub fn new(settings: &AuthSettings) -> Result<Authenticator, AuthConfigError> {
+        let (key, family) = match (&settings.jwt_secret_file, &settings.jwt_public_key_file) {
+            (None, None) => return Ok(Authenticator { verifier: None }),
+            (Some(_), Some(_)) => {
+                return Err(config_error(
+                    "auth.jwt_secret_file",
+                    "give a secret or a public key, not both",
+                ))
+            }
+            (Some(path), None) => {
+                let mut secret = read_key_file("auth.jwt_secret_file", path)?;
+                while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    secret.pop();
+                }
+                if secret.len() < 32 {
+                    return Err(config_error(
+                        "auth.jwt_secret_file",
+                        format!("{}: a secret needs at least 32 bytes", path.display()),
+                    ));
+                }
+                (DecodingKey::from_secret(&secret), KeyFamily::Secret)
+            }
+            (None, Some(path)) => public_key(path)?,
+        };
+        let algorithms = match settings.algorithms.is_empty() {
+            true => vec![family.default_algorithm()],
+            false => settings
+                .algorithms
+                .iter()
+                .map(|name| {
+                    let algorithm: Algorithm = name.parse().map_err(|_| {
+                        config_error(
+                            "auth.algorithms",
+                            format!("{name:?} is not a JWT algorithm"),
+                        )
+                    })?;
+                    match family.accepts(algorithm) {
+                        true => Ok(algorithm),
+                        false => Err(config_error(
+                            "auth.algorithms",
+                            format!(
+                                "{name} does not go with the configured {} key",
+                                family.name()
+                            ),
+                        )),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        let mut validation = Validation::new(algorithms[0]);
+        validation.algorithms = algorithms;
+        validation.leeway = settings.leeway.as_secs();
+        validation.validate_nbf = true;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        match &settings.issuer {
+            Some(issuer) => validation.set_issuer(&[issuer]),
+            None => validation.iss = None,
+        }
+        match &settings.audience {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        Ok(Authenticator {
+            verifier: Some((key, validation)),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.verifier.is_some()
+    }
+
+    /// The grant of a request with these headers.
+    pub fn grant(&self, headers: &http::HeaderMap) -> Result<Grant, ApiError> {
+        let Some((key, validation)) = &self.verifier else {
+            return Ok(Grant::anonymous(crate::keys::tenant(headers)));
+        };
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or(ApiError::Unauthenticated(
+                "send Authorization: Bearer <token>",
+            ))?;
+        let claims = jsonwebtoken::decode::<Claims>(token, key, validation)
+            .map_err(|error| {
+                use jsonwebtoken::errors::ErrorKind;
+                ApiError::Unauthenticated(match error.kind() {
+                    ErrorKind::ExpiredSignature => "the token has expired",
+                    ErrorKind::ImmatureSignature => "the token is not valid yet",
+                    ErrorKind::InvalidAlgorithm => "the token's algorithm is not accepted",
+                    ErrorKind::InvalidIssuer => "the token's issuer is not accepted",
+                    ErrorKind::InvalidAudience => "the token's audience is not accepted",
+                    ErrorKind::MissingRequiredClaim(_) => "the token lacks exp or sub",
+                    ErrorKind::InvalidSignature => "the token's signature does not verify",
+                    ErrorKind::Json(_) => "the token's claims are not ones sluice reads",
+                    _ => "the token is not a valid JWT",
+                })
+            })?
+            .claims;
+        Grant::from_claims(claims)
+    }
+}
+
+/// Which kind of key verifies the tokens.
+#[derive(Debug, Clone, Copy)]
+enum KeyFamily {
+    Secret,
+    Rsa,
+    Ec,
+    Ed,
+}
+
+impl KeyFamily {
+    fn name(self) -> &'static str {
+        match self {
+            KeyFamily::Secret => "secret",
+            KeyFamily::Rsa => "RSA",
+            KeyFamily::Ec => "EC",
+            KeyFamily::Ed => "Ed25519",
+        }
+    }
+
+    fn default_algorithm(self) -> Algorithm {
+        match self {
+            KeyFamily::Secret => Algorithm::HS256,
+            KeyFamily::Rsa => Algorithm::RS256,
+            KeyFamily::Ec => Algorithm::ES256,
+            KeyFamily::Ed => Algorithm::EdDSA,
+        }
+    }
+
+    fn accepts(self, algorithm: Algorithm) -> bool {
+        use Algorithm::*;
+        match self {
+            KeyFamily::Secret => matches!(algorithm, HS256 | HS384 | HS512),
+            KeyFamily::Rsa => matches!(algorithm, RS256 | RS384 | RS512 | PS256 | PS384 | PS512),
+            KeyFamily::Ec => matches!(algorithm, ES256 | ES384),
+            KeyFamily::Ed => matches!(algorithm, EdDSA),
+        }
+    }
+}
+
+fn read_key_file(key: &'static str, path: &Path) -> Result<Vec<u8>, AuthConfigError> {
+    std::fs::read(path)
+        .map_err(|e| config_error(key, format!("cannot read {}: {e}", path.display())))
+}
+
+/// The public key in a PEM file, whichever kind it is.
+fn public_key(path: &Path) -> Result<(DecodingKey, KeyFamily), AuthConfigError> {
+    let pem = read_key_file("auth.jwt_public_key_file", path)?;
+    type Parse = fn(&[u8]) -> jsonwebtoken::errors::Result<DecodingKey>;
+    let attempts: [(KeyFamily, Parse); 3] = [
+        (KeyFamily::Rsa, DecodingKey::from_rsa_pem),
+        (KeyFamily::Ec, DecodingKey::from_ec_pem),
+        (KeyFamily::Ed, DecodingKey::from_ed_pem),
+    ];
+    attempts
+        .into_iter()
+        .find_map(|(family, parse)| parse(&pem).ok().map(|key| (key, family)))
+        .ok_or_else(|| {
+            config_error(
+                "auth.jwt_public_key_file",
+                format!(
+                    "{}: not a PEM RSA, EC or Ed25519 public key",
+                    path.display()
+                ),
+            )
+        })
+}
+
+impl FromRequestParts<AppState> for Grant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Grant, ApiError> {
+        state.auth.grant(&parts.headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(prefix: &str, ops: &[Op], key: Option<&str>) -> Grant {
+        Grant {
+            tenant: "acme".into(),
+            prefix: prefix.into(),
+            ops: ops.iter().copied().collect(),
+            max_size: Some(100),
+            key: key.map(str::to_owned),
+            authenticated: true,
+        }
+    }
+
+    #[test]
+    fn checks_read_like_the_docs() {
+        let acme = grant("acme/", &[Op::Put, Op::Get], None);
+        let one = grant("acme/", &Op::ALL, Some("acme/a"));
+        // (grant, op, key, allowed)
+        let cases: [(&Grant, Op, &str, bool); 8] = [
+            (&acme, Op::Put, "acme/x", true),
+            (&acme, Op::Get, "acme/x/y", true),
+            (&acme, Op::Put, "acmex", false),
+            (&acme, Op::Put, "other/x", false),
+            (&acme, Op::Delete, "acme/x", false),
+            (&one, Op::Delete, "acme/a", true),
+            (&one, Op::Get, "acme/b", false),
+            (&Grant::anonymous("t".into()), Op::Delete, "anything", true),
+        ];
+        for (grant, op, key, allowed) in cases {
+            assert_eq!(grant.check(op, key).is_ok(), allowed, "{op:?} {key}");
+        }
+    }
+
+    #[test]
+    fn sizes_listing_and_generated_keys() {
+        let acme = grant("acme/", &Op::ALL, None);
+        assert!(acme.check_size(100).is_ok());
+        assert!(matches!(
+            acme.check_size(101),
+            Err(ApiError::TooLarge { limit: 100 })
+        ));
+        assert_eq!(acme.size_limit(Some(50)), Some(50));
+        assert_eq!(acme.size_limit(None), Some(100));
+        assert_eq!(acme.list_prefix("").unwrap(), "acme/");
+        assert_eq!(acme.list_prefix("acme/2026/").unwrap(), "acme/2026/");
+        assert!(acme.list_prefix("other/").is_err());
+        assert_eq!(acme.generated_key("acme/f".into()), "acme/f");
+        assert_eq!(acme.generated_key("2026/f".into()), "acme/2026/f");
+        let one = grant("acme/", &Op::ALL, Some("acme/only"));
+        assert_eq!(one.generated_key("2026/f".into()), "acme/only");
+    }
+
+    #[test]
+    fn resumable_uploads_of_others_are_not_found() {
+        let acme = grant("acme/", &Op::ALL, None);
+        assert!(acme.check_resume(Some("acme"), Some("acme/k")).is_ok());
+        assert!(matches!(
+            acme.check_resume(Some("globex"), Some("acme/k")),
+            Err(ApiError::Tus(sluice_tus::TusError::NotFound))
+        ));
+        assert!(acme.check_resume(None, Some("acme/k")).is_err());
+        assert!(Grant::anonymous("x".into())
+            .check_resume(Some("acme"), Some("k"))
+            .is_ok());
+        let no_resume = grant("acme/", &[Op::Put], None);
+        assert!(matches!(
+            no_resume.check_resume(Some("acme"), Some("acme/k")),
+            Err(ApiError::Forbidden(_))
+        ));
+        let one = grant("acme/", &Op::ALL, Some("acme/one"));
+        assert!(matches!(
+            one.check_resume(Some("acme"), Some("acme/two")),
+            Err(ApiError::Forbidden(_))
+        ));
+    }
+}
