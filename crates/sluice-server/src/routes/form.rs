@@ -40,6 +40,7 @@ pub async fn post_form(
     body: Body,
 ) -> Result<(StatusCode, Json<FormResponse>), ApiError> {
     grant.check(Op::Put, &grant.generated_key(String::new()))?;
+    check_origin(&headers, &state.config.cors_origins)?;
     let expected = "multipart/form-data with a boundary";
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -156,4 +157,68 @@ fn form_error(error: multer::Error) -> ApiError {
         return body.into();
     }
     ApiError::BadRequest(format!("malformed multipart/form-data: {error}"))
+}
+
+/// Refuses a form posted by a page of another site (cross-site request
+/// forgery: a browser sends such a form without asking, with the user's
+/// cookies) unless its origin is one of `allowed` (the CORS origins, `*` for
+/// any). A form from the gateway's own origin, or from no browser (no
+/// `Origin`), passes.
+fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let same_origin = origin
+        .split_once("://")
+        .is_some_and(|(_, authority)| !host.is_empty() && authority.eq_ignore_ascii_case(host));
+    if same_origin
+        || allowed
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+    {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!(
+        "forms from {origin:?} are not accepted (cross-site); allow the origin with --cors-origin"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cross_site_forms_are_refused_unless_allowed() {
+        let allowed = ["https://app.example".to_string()];
+        // (Origin, Host, accepted)
+        let cases = [
+            (None, "gw.example", true),
+            (Some("https://gw.example"), "gw.example", true),
+            (Some("http://gw.example:8080"), "gw.example:8080", true),
+            (Some("https://app.example"), "gw.example", true),
+            (Some("https://evil.example"), "gw.example", false),
+            (Some("null"), "gw.example", false),
+            (Some("https://gw.example.evil"), "gw.example", false),
+        ];
+        for (origin, host, accepted) in cases {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, host.parse().unwrap());
+            if let Some(origin) = origin {
+                headers.insert(header::ORIGIN, origin.parse().unwrap());
+            }
+            assert_eq!(
+                check_origin(&headers, &allowed).is_ok(),
+                accepted,
+                "{origin:?} on {host}"
+            );
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(check_origin(&headers, &["*".to_string()]).is_ok());
+    }
 }
