@@ -373,6 +373,10 @@ pub struct ServeArgs {
     /// Clock skew allowed on the `exp` and `nbf` claims [default: 30s].
     #[arg(long, env = "SLUICE_JWT_LEEWAY", value_parser = humantime::parse_duration)]
     pub jwt_leeway: Option<std::time::Duration>,
+    /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
+    /// private one [default: /metrics on the main address].
+    #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<std::net::SocketAddr>,
     /// Serve without authentication on an address other than loopback (refused
     /// otherwise: anyone could write, read and delete every key).
     #[arg(long, env = "SLUICE_ALLOW_ANONYMOUS")]

@@ -53,6 +53,9 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();
     }
+    if args.admin_listen.is_some() {
+        config.admin_listen = args.admin_listen;
+    }
     if args.allow_anonymous {
         config.auth.allow_anonymous = true;
     }
@@ -107,6 +110,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("the listener has no address")?;
+    let admin = match config.admin_listen {
+        Some(address) => Some(
+            sluice_server::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (admin)"))?,
+        ),
+        None => None,
+    };
     let state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
     let access = match state.auth.enabled() {
         true => "bearer JWT required",
@@ -117,7 +128,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
          upload:   curl -T FILE http://{address}/v1/objects/KEY\n  \
          download: curl http://{address}/v1/objects/KEY"
     ));
+    let admin = match admin {
+        Some(listener) => {
+            let address = listener
+                .local_addr()
+                .context("the admin listener has no address")?;
+            say(&format!(
+                "sluice serve: metrics and health on http://{address}/metrics"
+            ));
+            Some(tokio::spawn(sluice_server::serve_admin(
+                state.clone(),
+                listener,
+                std::future::pending(),
+            )))
+        }
+        None => None,
+    };
     sluice_server::serve(state, listener, shutdown_signal()).await;
+    if let Some(admin) = admin {
+        admin.abort();
+    }
     say("sluice serve: stopped");
     Ok(())
 }

@@ -15,6 +15,9 @@ use sluice_upload::{parse_size, BreakerConfig, EngineConfig};
 pub struct ServerConfig {
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// A second address serving only `/metrics`, `/healthz` and `/readyz`; when
+    /// set, `/metrics` leaves the main address.
+    pub admin_listen: Option<SocketAddr>,
     /// `s3://bucket[/prefix]` or a local directory.
     pub store: String,
     /// S3 endpoint for S3-compatible servers (path-style addressing then).
@@ -217,6 +220,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: None,
             store: "./sluice-data".into(),
             endpoint: None,
             region: None,

@@ -32,7 +32,7 @@ use sluice_store::ObjectStore;
 use sluice_upload::Engine;
 
 pub use config::{ConfigError, ServerConfig};
-pub use server::{bind, serve};
+pub use server::{bind, serve, serve_admin};
 
 /// What every handler shares.
 #[derive(Clone)]

@@ -87,6 +87,18 @@ pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener>
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// Serves the admin routes (metrics, health) of `state` on `listener` until
+/// `shutdown` resolves. The admin address belongs on a private network.
+pub async fn serve_admin(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, crate::routes::admin_router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then drains. Accept
 /// errors (such as running out of file descriptors) are logged and retried, so
 /// serving itself never fails.

@@ -560,3 +560,26 @@ async fn tokens_signed_with_public_key_algorithms_verify() {
         );
     }
 }
+
+#[tokio::test]
+async fn metrics_move_to_the_admin_address_when_there_is_one() {
+    let get = |uri: &str| Request::builder().uri(uri).body(Body::empty()).unwrap();
+    let open = AppState::new(ServerConfig::default(), Arc::new(MemoryStore::new())).unwrap();
+    assert_eq!(send(&open, get("/metrics")).await.0, StatusCode::OK);
+    let config = ServerConfig {
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..ServerConfig::default()
+    };
+    let state = AppState::new(config, Arc::new(MemoryStore::new())).unwrap();
+    assert_eq!(send(&state, get("/metrics")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(send(&state, get("/healthz")).await.0, StatusCode::OK);
+    let admin = sluice_server::routes::admin_router(state.clone());
+    for (uri, status) in [
+        ("/metrics", StatusCode::OK),
+        ("/healthz", StatusCode::OK),
+        ("/v1/objects/acme/a", StatusCode::NOT_FOUND),
+    ] {
+        let answer = admin.clone().oneshot(get(uri)).await.unwrap();
+        assert_eq!(answer.status(), status, "{uri}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
 //! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/healthz`, `/readyz` and
-//! `/metrics`; CORS for the configured browser origins.
+//! `/metrics` (on the admin address instead when there is one); CORS for the
+//! configured browser origins.
 
 mod form;
 mod health;
@@ -14,6 +15,7 @@ use crate::AppState;
 pub use objects::{seconds_since, ListEntry, ListResponse, UploadResponse};
 
 pub fn router(state: AppState) -> Router {
+    let metrics_here = state.config.admin_listen.is_none();
     Router::new()
         .route(
             "/v1/objects/{*key}",
@@ -29,7 +31,11 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::tus::router())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .merge(
+            metrics_here
+                .then(|| Router::new().route("/metrics", get(health::metrics)))
+                .unwrap_or_default(),
+        )
         .fallback(health::not_found)
         .layer(axum::middleware::map_request(
             crate::unread::drain_unread_bodies,
@@ -39,6 +45,16 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// CORS for browser uploads from `origins` (none: no CORS headers at all).
+/// The admin address's routes: metrics and health, nothing else.
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(health::metrics))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(health::not_found)
+        .with_state(state)
+}
+
 fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     use axum::http::{HeaderName, HeaderValue, Method};
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer, ExposeHeaders};
