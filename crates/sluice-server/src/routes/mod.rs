@@ -31,11 +31,11 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::tus::router())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .merge(
-            metrics_here
-                .then(|| Router::new().route("/metrics", get(health::metrics)))
-                .unwrap_or_default(),
-        )
+        .merge(if metrics_here {
+            Router::new().route("/metrics", get(health::metrics))
+        } else {
+            Router::new()
+        })
         .fallback(health::not_found)
         .layer(axum::middleware::map_request(
             crate::unread::drain_unread_bodies,
