@@ -59,6 +59,40 @@ sluice chaos-proxy --upstream http://127.0.0.1:9000 --write-rate 500 --latency 2
     /// Generate load against an upload gateway or an S3 endpoint and report statuses, rates and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
+    /// for a gateway started with the same --url-secret-file.
+    #[command(
+        after_help = "The scheme is in docs/AUTH.md (any language can sign in a few lines).\nExamples:\n  \
+sluice sign --url-secret-file url.secret --method PUT --key acme/photo.jpg --expires 15m\n  \
+curl -T photo.jpg \"$(sluice sign --url-secret-file url.secret --key acme/photo.jpg --method PUT)\""
+    )]
+    Sign(SignArgs),
+}
+
+/// `sluice sign`.
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    /// The secret the gateway checks signatures with.
+    #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
+    pub url_secret_file: std::path::PathBuf,
+    /// The request the URL allows: PUT, GET (and HEAD) or DELETE.
+    #[arg(long, default_value = "PUT", value_parser = ["PUT", "GET", "DELETE"])]
+    pub method: String,
+    /// The object's key.
+    #[arg(long)]
+    pub key: String,
+    /// How long the URL stays good.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub expires: std::time::Duration,
+    /// The tenant the request acts as ({tenant}, fair admission) [default: default].
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// The largest body the URL may upload.
+    #[arg(long, value_parser = parse_size)]
+    pub max_size: Option<u64>,
+    /// The gateway's address.
+    #[arg(long, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
+    pub base_url: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -373,6 +407,10 @@ pub struct ServeArgs {
     /// Clock skew allowed on the `exp` and `nbf` claims [default: 30s].
     #[arg(long, env = "SLUICE_JWT_LEEWAY", value_parser = humantime::parse_duration)]
     pub jwt_leeway: Option<std::time::Duration>,
+    /// Also take signed URLs (`sluice sign`) whose signature is made with the
+    /// secret in FILE (at least 32 bytes) [default: none].
+    #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
+    pub url_secret_file: Option<std::path::PathBuf>,
     /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
     /// private one [default: /metrics on the main address].
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]

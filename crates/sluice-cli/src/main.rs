@@ -8,6 +8,7 @@ mod bench;
 mod chaos;
 mod janitor;
 mod serve;
+mod sign;
 mod target;
 mod ui;
 
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
             Command::Bench(command) => bench::run(command).await,
             Command::Janitor(args) => janitor::run(args).await,
             Command::ChaosProxy(args) => chaos::run(args).await,
+            Command::Sign(args) => sign::run(args),
         }
     });
     // A blocked read of standard input must not hold the process open.

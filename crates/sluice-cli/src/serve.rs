@@ -49,6 +49,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         jwt_issuer => auth.issuer,
         jwt_audience => auth.audience,
         jwt_leeway => auth.leeway,
+        url_secret_file => auth.url_secret_file,
     );
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();

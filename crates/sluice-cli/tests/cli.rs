@@ -10,6 +10,8 @@ use std::time::Duration;
 use sluice_store::ObjectStore;
 use sluice_testkit::{minio, test_data};
 
+mod common;
+
 fn sluice(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command.args(args).env_remove("SLUICE_LOG");
@@ -125,6 +127,14 @@ fn usage_errors_exit_with_2_and_store_nothing() {
                 "--jwt-secret-file",
                 "/nonexistent",
             ],
+            "cannot read /nonexistent",
+        ),
+        (
+            vec!["sign", "--url-secret-file", src, "--key", "k"],
+            "at least 32 bytes",
+        ),
+        (
+            vec!["sign", "--url-secret-file", "/nonexistent", "--key", "k"],
             "cannot read /nonexistent",
         ),
     ];
@@ -291,4 +301,59 @@ async fn list_uploads(endpoint: &str, key: &str) -> Vec<String> {
         .filter(|u| u.key == key)
         .map(|u| u.upload_id)
         .collect()
+}
+
+/// `sluice sign` makes URLs the gateway takes: a signed PUT stores the object, a
+/// signed GET reads it back, and the PUT URL with another key is refused.
+#[tokio::test]
+async fn urls_from_sluice_sign_work_against_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("url.secret");
+    write_file(&secret, b"a url secret of at least thirty-two bytes\n");
+    let secret = secret.to_str().unwrap();
+    let store = dir.path().join("store");
+    let gateway = common::serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        store.to_str().unwrap(),
+        "--url-secret-file",
+        secret,
+        "--janitor-interval",
+        "0s",
+    ]);
+    let sign = |method: &str| {
+        let out = run(&[
+            "sign",
+            "--url-secret-file",
+            secret,
+            "--method",
+            method,
+            "--key",
+            "acme/a b.txt",
+            "--tenant",
+            "acme",
+            "--base-url",
+            &gateway.url,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let client = reqwest::Client::new();
+    let put = sign("PUT");
+    let answer = client.put(&put).body("hello").send().await.unwrap();
+    assert_eq!(answer.status(), 201);
+    let moved = put.replace("a%20b.txt", "other.txt");
+    let answer = client.put(&moved).body("hello").send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+    let answer = client.get(sign("GET")).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.unwrap(), "hello");
+    let unsigned = format!("{}/v1/objects/acme/a%20b.txt", gateway.url);
+    assert_eq!(client.get(unsigned).send().await.unwrap().status(), 401);
+    assert!(!store.join("acme/other.txt").exists());
 }

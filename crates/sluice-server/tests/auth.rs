@@ -583,3 +583,106 @@ async fn metrics_move_to_the_admin_address_when_there_is_one() {
         assert_eq!(answer.status(), status, "{uri}");
     }
 }
+
+#[tokio::test]
+async fn signed_urls_allow_one_request_on_one_key() {
+    use sluice_server::auth::signed_url::SignedRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("url.secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let mut config = ServerConfig::default();
+    config.auth.url_secret_file = Some(secret_file);
+    let store = MemoryStore::new();
+    let state = AppState::new(config, Arc::new(store.clone())).unwrap();
+    let url = |method: &str, path: &str, expires: u64, max_size: Option<u64>| {
+        let query = SignedRequest {
+            method: method.into(),
+            path: path.into(),
+            expires,
+            tenant: Some("acme".into()),
+            max_size,
+        }
+        .query(SECRET);
+        format!("{path}?{query}")
+    };
+    let later = now() + 600;
+    let put = url("PUT", "/v1/objects/acme/a%20b", later, Some(10));
+    // (method, uri, body, status)
+    let cases: Vec<(&str, String, &'static str, StatusCode)> = vec![
+        ("PUT", put.clone(), "hello", StatusCode::CREATED),
+        (
+            "PUT",
+            put.clone(),
+            "more than ten bytes",
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        ("GET", put.clone(), "", StatusCode::UNAUTHORIZED),
+        ("DELETE", put.clone(), "", StatusCode::UNAUTHORIZED),
+        (
+            "PUT",
+            put.replace("acme/a%20b", "acme/other"),
+            "x",
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "PUT",
+            url("PUT", "/v1/objects/acme/old", now() - 1, None),
+            "x",
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "PUT",
+            "/v1/objects/acme/nosig".into(),
+            "x",
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "GET",
+            url("GET", "/v1/objects/acme/a%20b", later, None),
+            "",
+            StatusCode::OK,
+        ),
+        (
+            "HEAD",
+            url("GET", "/v1/objects/acme/a%20b", later, None),
+            "",
+            StatusCode::OK,
+        ),
+        (
+            "GET",
+            url("GET", "/v1/objects", later, None),
+            "",
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "DELETE",
+            url("DELETE", "/v1/objects/acme/a%20b", later, None),
+            "",
+            StatusCode::NO_CONTENT,
+        ),
+    ];
+    for (method, uri, body, status) in cases {
+        let request = Request::builder()
+            .method(method)
+            .uri(&uri)
+            .body(Body::from(body))
+            .unwrap();
+        let (got, _, answer) = send(&state, request).await;
+        assert_eq!(
+            got,
+            status,
+            "{method} {uri}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        if body == "hello" {
+            assert_eq!(store.object("acme/a b").as_deref(), Some(&b"hello"[..]));
+        }
+    }
+    assert_eq!(
+        store.object("acme/a b"),
+        None,
+        "the signed DELETE removed it"
+    );
+    assert_eq!(store.object("acme/other"), None);
+    assert_eq!(store.object("acme/old"), None);
+}

@@ -6,8 +6,13 @@
 //! optionally the one key it is good for. With `[auth]` off, every caller gets an
 //! anonymous grant for everything, its tenant named by `x-sluice-tenant`.
 //!
+//! A signed URL ([`signed_url`]) is the other way in: one request on one key
+//! until a time, for backends without a JWT library.
+//!
 //! Handlers ask the grant before they touch the store; docs/AUTH.md is the
 //! client's view of the same rules.
+
+pub mod signed_url;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -30,6 +35,9 @@ pub struct AuthSettings {
     pub jwt_secret_file: Option<PathBuf>,
     /// A PEM file with the public key of RS*/PS*/ES*/EdDSA tokens.
     pub jwt_public_key_file: Option<PathBuf>,
+    /// A file holding the secret of signed URLs (`sluice sign`); at least 32
+    /// bytes, a trailing newline dropped.
+    pub url_secret_file: Option<PathBuf>,
     /// The algorithms accepted; empty: HS256 with a secret, RS256 with an RSA
     /// key, ES256 with an EC key, EdDSA with an Ed25519 key.
     pub algorithms: Vec<String>,
@@ -49,6 +57,7 @@ impl Default for AuthSettings {
         AuthSettings {
             jwt_secret_file: None,
             jwt_public_key_file: None,
+            url_secret_file: None,
             algorithms: Vec::new(),
             issuer: None,
             audience: None,
@@ -61,7 +70,9 @@ impl Default for AuthSettings {
 impl AuthSettings {
     /// True when tokens are required.
     pub fn enabled(&self) -> bool {
-        self.jwt_secret_file.is_some() || self.jwt_public_key_file.is_some()
+        self.jwt_secret_file.is_some()
+            || self.jwt_public_key_file.is_some()
+            || self.url_secret_file.is_some()
     }
 }
 
@@ -278,15 +289,17 @@ impl Grant {
     }
 }
 
-/// Verifies tokens (or lets everyone in, without `[auth]`).
+/// Verifies tokens and signed URLs (or lets everyone in, without `[auth]`).
 pub struct Authenticator {
     verifier: Option<(DecodingKey, Validation)>,
+    url_secret: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Authenticator")
-            .field("enabled", &self.verifier.is_some())
+            .field("jwt", &self.verifier.is_some())
+            .field("signed_urls", &self.url_secret.is_some())
             .finish()
     }
 }
@@ -295,27 +308,33 @@ impl Authenticator {
     /// Reads the key files of `settings` and pins the algorithms; every mistake
     /// is found here, at start-up.
     pub fn new(settings: &AuthSettings) -> Result<Authenticator, AuthConfigError> {
+        let url_secret = settings
+            .url_secret_file
+            .as_deref()
+            .map(|path| read_secret("auth.url_secret_file", path))
+            .transpose()?;
+        let verifier = Self::jwt_verifier(settings)?;
+        Ok(Authenticator {
+            verifier,
+            url_secret,
+        })
+    }
+
+    fn jwt_verifier(
+        settings: &AuthSettings,
+    ) -> Result<Option<(DecodingKey, Validation)>, AuthConfigError> {
         let (key, family) = match (&settings.jwt_secret_file, &settings.jwt_public_key_file) {
-            (None, None) => return Ok(Authenticator { verifier: None }),
+            (None, None) => return Ok(None),
             (Some(_), Some(_)) => {
                 return Err(config_error(
                     "auth.jwt_secret_file",
                     "give a secret or a public key, not both",
                 ))
             }
-            (Some(path), None) => {
-                let mut secret = read_key_file("auth.jwt_secret_file", path)?;
-                while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                    secret.pop();
-                }
-                if secret.len() < 32 {
-                    return Err(config_error(
-                        "auth.jwt_secret_file",
-                        format!("{}: a secret needs at least 32 bytes", path.display()),
-                    ));
-                }
-                (DecodingKey::from_secret(&secret), KeyFamily::Secret)
-            }
+            (Some(path), None) => (
+                DecodingKey::from_secret(&read_secret("auth.jwt_secret_file", path)?),
+                KeyFamily::Secret,
+            ),
             (None, Some(path)) => public_key(path)?,
         };
         let algorithms = match settings.algorithms.is_empty() {
@@ -356,19 +375,31 @@ impl Authenticator {
             Some(audience) => validation.set_audience(&[audience]),
             None => validation.validate_aud = false,
         }
-        Ok(Authenticator {
-            verifier: Some((key, validation)),
-        })
+        Ok(Some((key, validation)))
     }
 
     pub fn enabled(&self) -> bool {
-        self.verifier.is_some()
+        self.verifier.is_some() || self.url_secret.is_some()
     }
 
-    /// The grant of a request with these headers.
-    pub fn grant(&self, headers: &http::HeaderMap) -> Result<Grant, ApiError> {
-        let Some((key, validation)) = &self.verifier else {
+    /// The grant of a request: from its signed URL, its bearer token, or (with
+    /// `[auth]` off) anonymous.
+    pub fn grant(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        headers: &http::HeaderMap,
+    ) -> Result<Grant, ApiError> {
+        if !self.enabled() {
             return Ok(Grant::anonymous(crate::keys::tenant(headers)));
+        }
+        if signed_url::is_signed(uri.query()) {
+            return self.signed_url_grant(method, uri);
+        }
+        let Some((key, validation)) = &self.verifier else {
+            return Err(ApiError::Unauthenticated(
+                "this gateway takes signed URLs only",
+            ));
         };
         let token = headers
             .get(http::header::AUTHORIZATION)
@@ -397,6 +428,49 @@ impl Authenticator {
             })?
             .claims;
         Grant::from_claims(claims)
+    }
+
+    /// What a signed URL allows: its method on its one key.
+    fn signed_url_grant(&self, method: &http::Method, uri: &http::Uri) -> Result<Grant, ApiError> {
+        let Some(secret) = &self.url_secret else {
+            return Err(ApiError::Unauthenticated(
+                "this gateway does not take signed URLs",
+            ));
+        };
+        let signed = signed_url::verify(
+            secret,
+            method.as_str(),
+            uri.path(),
+            uri.query().unwrap_or(""),
+        )
+        .map_err(|e| ApiError::Unauthenticated(e.reason()))?;
+        let op = match method.as_str() {
+            "PUT" => Op::Put,
+            "GET" | "HEAD" => Op::Get,
+            "DELETE" => Op::Delete,
+            _ => {
+                return Err(ApiError::Unauthenticated(
+                    "signed URLs are for PUT, GET, HEAD and DELETE",
+                ))
+            }
+        };
+        let key = uri
+            .path()
+            .strip_prefix("/v1/objects/")
+            .and_then(|key| percent_encoding::percent_decode_str(key).decode_utf8().ok())
+            .ok_or(ApiError::Unauthenticated(
+                "signed URLs are for /v1/objects/KEY",
+            ))?
+            .into_owned();
+        let mut grant = Grant::from_claims(Claims {
+            sub: signed.tenant.unwrap_or_else(|| "default".into()),
+            prefix: Some(String::new()),
+            ops: Some(vec![op]),
+            max_size: signed.max_size,
+            key: Some(key),
+        })?;
+        grant.authenticated = true;
+        Ok(grant)
     }
 }
 
@@ -439,6 +513,21 @@ impl KeyFamily {
     }
 }
 
+/// A shared secret from a file: its bytes, a trailing newline dropped, at least 32.
+pub fn read_secret(key: &'static str, path: &Path) -> Result<Vec<u8>, AuthConfigError> {
+    let mut secret = read_key_file(key, path)?;
+    while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        secret.pop();
+    }
+    if secret.len() < 32 {
+        return Err(config_error(
+            key,
+            format!("{}: a secret needs at least 32 bytes", path.display()),
+        ));
+    }
+    Ok(secret)
+}
+
 fn read_key_file(key: &'static str, path: &Path) -> Result<Vec<u8>, AuthConfigError> {
     std::fs::read(path)
         .map_err(|e| config_error(key, format!("cannot read {}: {e}", path.display())))
@@ -471,7 +560,7 @@ impl FromRequestParts<AppState> for Grant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Grant, ApiError> {
-        state.auth.grant(&parts.headers)
+        state.auth.grant(&parts.method, &parts.uri, &parts.headers)
     }
 }
 
