@@ -394,6 +394,10 @@ pub struct ServeArgs {
     /// (RSA: RS256, EC: ES256, Ed25519: EdDSA) [default: no auth].
     #[arg(long, env = "SLUICE_JWT_PUBLIC_KEY_FILE", value_name = "FILE")]
     pub jwt_public_key_file: Option<std::path::PathBuf>,
+    /// Require bearer JWTs verified by the key of the JWKS file FILE their `kid`
+    /// names; the file is read again when it changes [default: no auth].
+    #[arg(long, env = "SLUICE_JWKS_FILE", value_name = "FILE")]
+    pub jwks_file: Option<std::path::PathBuf>,
     /// JWT algorithms accepted (pinned: tokens naming any other are refused);
     /// repeat or separate with commas [default: the one of the key's kind].
     #[arg(long, env = "SLUICE_JWT_ALGORITHM", value_delimiter = ',')]

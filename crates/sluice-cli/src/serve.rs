@@ -50,6 +50,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         jwt_audience => auth.audience,
         jwt_leeway => auth.leeway,
         url_secret_file => auth.url_secret_file,
+        jwks_file => auth.jwks_file,
     );
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();

@@ -128,6 +128,7 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
             state.config.janitor.older_than,
         )
     });
+    let key_reloader = state.auth.spawn_key_reloader();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -207,6 +208,9 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     drop(listener);
     if let Some(janitor) = janitor {
         janitor.abort();
+    }
+    if let Some(reloader) = key_reloader {
+        reloader.abort();
     }
     state.admission.close();
     tracing::info!(

@@ -686,3 +686,110 @@ async fn signed_urls_allow_one_request_on_one_key() {
     assert_eq!(store.object("acme/other"), None);
     assert_eq!(store.object("acme/old"), None);
 }
+
+/// The public key of a PEM SubjectPublicKeyInfo as JWK coordinates: the last 32
+/// bytes for Ed25519 (`x`), the last 64 after 0x04 for P-256 (`x`, `y`).
+fn jwk(kind: &str, kid: &str) -> Value {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let pem = std::fs::read_to_string(fixtures.join(format!("jwt-{kind}-public.pem"))).unwrap();
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    match kind {
+        "ed25519" => {
+            json!({ "kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64(&der[der.len() - 32..]) })
+        }
+        _ => {
+            let point = &der[der.len() - 64..];
+            json!({ "kty": "EC", "crv": "P-256", "kid": kid, "x": b64(&point[..32]), "y": b64(&point[32..]) })
+        }
+    }
+}
+
+fn signed_with(kind: &str, kid: &str) -> String {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let pem = std::fs::read(fixtures.join(format!("jwt-{kind}-private.pem"))).unwrap();
+    let (algorithm, key) = match kind {
+        "ed25519" => (Algorithm::EdDSA, EncodingKey::from_ed_pem(&pem).unwrap()),
+        _ => (Algorithm::ES256, EncodingKey::from_ec_pem(&pem).unwrap()),
+    };
+    let mut header = Header::new(algorithm);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, &json!({ "sub": "acme", "exp": now() + 600 }), &key).unwrap()
+}
+
+#[tokio::test]
+async fn jwks_keys_are_chosen_by_kid_and_rotate_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, json!({ "keys": [jwk("ec", "ec-1")] }).to_string()).unwrap();
+    let mut config = ServerConfig::default();
+    config.auth.jwks_file = Some(jwks.clone());
+    // A set with no key for the pinned algorithms, or two sources of keys: no start.
+    for (tune, error) in [
+        (
+            (|c: &mut ServerConfig| c.auth.algorithms = vec!["RS256".into()])
+                as fn(&mut ServerConfig),
+            "auth.jwks_file: ",
+        ),
+        (
+            |c: &mut ServerConfig| c.auth.jwt_public_key_file = Some("x.pem".into()),
+            "auth: give one of",
+        ),
+    ] {
+        let mut odd = config.clone();
+        tune(&mut odd);
+        let Err(refused) = AppState::new(odd, Arc::new(MemoryStore::new())) else {
+            panic!("{error} expected");
+        };
+        assert!(refused.to_string().contains(error), "{refused}");
+    }
+    let state = AppState::new(config, Arc::new(MemoryStore::new())).unwrap();
+    let reloader = state.auth.spawn_key_reloader().expect("a JWKS is reloaded");
+    let put = |token: String| {
+        Request::builder()
+            .method("PUT")
+            .uri("/v1/objects/acme/k")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::from("hello"))
+            .unwrap()
+    };
+    // (token, status) before the rotation
+    for (token, status) in [
+        (signed_with("ec", "ec-1"), StatusCode::CREATED),
+        (signed_with("ec", "ec-2"), StatusCode::UNAUTHORIZED),
+        (signed_with("ed25519", "ed-1"), StatusCode::UNAUTHORIZED),
+        (signed_with("ed25519", "ec-1"), StatusCode::UNAUTHORIZED),
+    ] {
+        assert_eq!(send(&state, put(token)).await.0, status);
+    }
+    // Rotation: the Ed25519 key in, the EC key out.
+    std::fs::write(
+        &jwks,
+        json!({ "keys": [jwk("ed25519", "ed-1")] }).to_string(),
+    )
+    .unwrap();
+    let mut rotated = false;
+    for _ in 0..50 {
+        if send(&state, put(signed_with("ed25519", "ed-1"))).await.0 == StatusCode::CREATED {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(rotated, "the new key was not taken up");
+    assert_eq!(
+        send(&state, put(signed_with("ec", "ec-1"))).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    // A broken file leaves the keys in use.
+    std::fs::write(&jwks, "{ not json").unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        send(&state, put(signed_with("ed25519", "ed-1"))).await.0,
+        StatusCode::CREATED
+    );
+    reloader.abort();
+}

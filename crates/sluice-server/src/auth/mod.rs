@@ -12,10 +12,12 @@
 //! Handlers ask the grant before they touch the store; docs/AUTH.md is the
 //! client's view of the same rules.
 
+mod jwks;
 pub mod signed_url;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -35,6 +37,9 @@ pub struct AuthSettings {
     pub jwt_secret_file: Option<PathBuf>,
     /// A PEM file with the public key of RS*/PS*/ES*/EdDSA tokens.
     pub jwt_public_key_file: Option<PathBuf>,
+    /// A JWKS file (`{"keys": [...]}`) whose keys verify tokens by their `kid`;
+    /// read again when it changes.
+    pub jwks_file: Option<PathBuf>,
     /// A file holding the secret of signed URLs (`sluice sign`); at least 32
     /// bytes, a trailing newline dropped.
     pub url_secret_file: Option<PathBuf>,
@@ -58,6 +63,7 @@ impl Default for AuthSettings {
             jwt_secret_file: None,
             jwt_public_key_file: None,
             url_secret_file: None,
+            jwks_file: None,
             algorithms: Vec::new(),
             issuer: None,
             audience: None,
@@ -72,6 +78,7 @@ impl AuthSettings {
     pub fn enabled(&self) -> bool {
         self.jwt_secret_file.is_some()
             || self.jwt_public_key_file.is_some()
+            || self.jwks_file.is_some()
             || self.url_secret_file.is_some()
     }
 }
@@ -84,7 +91,7 @@ pub struct AuthConfigError {
     pub reason: String,
 }
 
-fn config_error(key: &'static str, reason: impl Into<String>) -> AuthConfigError {
+pub(crate) fn config_error(key: &'static str, reason: impl Into<String>) -> AuthConfigError {
     AuthConfigError {
         key,
         reason: reason.into(),
@@ -291,8 +298,16 @@ impl Grant {
 
 /// Verifies tokens and signed URLs (or lets everyone in, without `[auth]`).
 pub struct Authenticator {
-    verifier: Option<(DecodingKey, Validation)>,
+    verifier: Option<TokenKeys>,
     url_secret: Option<Vec<u8>>,
+}
+
+/// What verifies bearer tokens.
+enum TokenKeys {
+    /// One key (a secret or a PEM public key) with its algorithms.
+    Fixed(DecodingKey, Validation),
+    /// The keys of a JWKS file, chosen by `kid`.
+    Jwks(jwks::KeyRing),
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -320,62 +335,88 @@ impl Authenticator {
         })
     }
 
-    fn jwt_verifier(
-        settings: &AuthSettings,
-    ) -> Result<Option<(DecodingKey, Validation)>, AuthConfigError> {
-        let (key, family) = match (&settings.jwt_secret_file, &settings.jwt_public_key_file) {
-            (None, None) => return Ok(None),
-            (Some(_), Some(_)) => {
-                return Err(config_error(
-                    "auth.jwt_secret_file",
-                    "give a secret or a public key, not both",
-                ))
-            }
-            (Some(path), None) => (
+    fn jwt_verifier(settings: &AuthSettings) -> Result<Option<TokenKeys>, AuthConfigError> {
+        let configured = settings
+            .algorithms
+            .iter()
+            .map(|name| {
+                name.parse::<Algorithm>().map_err(|_| {
+                    config_error(
+                        "auth.algorithms",
+                        format!("{name:?} is not a JWT algorithm"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut base = Validation::new(Algorithm::HS256);
+        base.algorithms.clear();
+        base.leeway = settings.leeway.as_secs();
+        base.validate_nbf = true;
+        base.set_required_spec_claims(&["exp", "sub"]);
+        match &settings.issuer {
+            Some(issuer) => base.set_issuer(&[issuer]),
+            None => base.iss = None,
+        }
+        match &settings.audience {
+            Some(audience) => base.set_audience(&[audience]),
+            None => base.validate_aud = false,
+        }
+        let given = [
+            settings.jwt_secret_file.as_deref(),
+            settings.jwt_public_key_file.as_deref(),
+            settings.jwks_file.as_deref(),
+        ];
+        let (key, family) = match given {
+            [None, None, None] => return Ok(None),
+            [Some(path), None, None] => (
                 DecodingKey::from_secret(&read_secret("auth.jwt_secret_file", path)?),
                 KeyFamily::Secret,
             ),
-            (None, Some(path)) => public_key(path)?,
+            [None, Some(path), None] => public_key(path)?,
+            [None, None, Some(path)] => {
+                return Ok(Some(TokenKeys::Jwks(jwks::KeyRing::load(
+                    path, configured, base,
+                )?)))
+            }
+            _ => {
+                return Err(config_error(
+                    "auth",
+                    "give one of jwt_secret_file, jwt_public_key_file and jwks_file",
+                ))
+            }
         };
-        let algorithms = match settings.algorithms.is_empty() {
+        if let Some(odd) = configured.iter().find(|a| !family.accepts(**a)) {
+            return Err(config_error(
+                "auth.algorithms",
+                format!(
+                    "{odd:?} does not go with the configured {} key",
+                    family.name()
+                ),
+            ));
+        }
+        let mut validation = base;
+        validation.algorithms = match configured.is_empty() {
             true => vec![family.default_algorithm()],
-            false => settings
-                .algorithms
-                .iter()
-                .map(|name| {
-                    let algorithm: Algorithm = name.parse().map_err(|_| {
-                        config_error(
-                            "auth.algorithms",
-                            format!("{name:?} is not a JWT algorithm"),
-                        )
-                    })?;
-                    match family.accepts(algorithm) {
-                        true => Ok(algorithm),
-                        false => Err(config_error(
-                            "auth.algorithms",
-                            format!(
-                                "{name} does not go with the configured {} key",
-                                family.name()
-                            ),
-                        )),
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+            false => configured,
         };
-        let mut validation = Validation::new(algorithms[0]);
-        validation.algorithms = algorithms;
-        validation.leeway = settings.leeway.as_secs();
-        validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        match &settings.issuer {
-            Some(issuer) => validation.set_issuer(&[issuer]),
-            None => validation.iss = None,
-        }
-        match &settings.audience {
-            Some(audience) => validation.set_audience(&[audience]),
-            None => validation.validate_aud = false,
-        }
-        Ok(Some((key, validation)))
+        Ok(Some(TokenKeys::Fixed(key, validation)))
+    }
+
+    /// Reads a JWKS file again whenever it changes, while the gateway serves.
+    pub fn spawn_key_reloader(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let Some(TokenKeys::Jwks(_)) = &self.verifier else {
+            return None;
+        };
+        let auth = self.clone();
+        Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(2));
+            loop {
+                every.tick().await;
+                if let Some(TokenKeys::Jwks(ring)) = &auth.verifier {
+                    ring.refresh().await;
+                }
+            }
+        }))
     }
 
     pub fn enabled(&self) -> bool {
@@ -396,7 +437,7 @@ impl Authenticator {
         if signed_url::is_signed(uri.query()) {
             return self.signed_url_grant(method, uri);
         }
-        let Some((key, validation)) = &self.verifier else {
+        let Some(keys) = &self.verifier else {
             return Err(ApiError::Unauthenticated(
                 "this gateway takes signed URLs only",
             ));
@@ -411,22 +452,32 @@ impl Authenticator {
             .ok_or(ApiError::Unauthenticated(
                 "send Authorization: Bearer <token>",
             ))?;
-        let claims = jsonwebtoken::decode::<Claims>(token, key, validation)
-            .map_err(|error| {
-                use jsonwebtoken::errors::ErrorKind;
-                ApiError::Unauthenticated(match error.kind() {
-                    ErrorKind::ExpiredSignature => "the token has expired",
-                    ErrorKind::ImmatureSignature => "the token is not valid yet",
-                    ErrorKind::InvalidAlgorithm => "the token's algorithm is not accepted",
-                    ErrorKind::InvalidIssuer => "the token's issuer is not accepted",
-                    ErrorKind::InvalidAudience => "the token's audience is not accepted",
-                    ErrorKind::MissingRequiredClaim(_) => "the token lacks exp or sub",
-                    ErrorKind::InvalidSignature => "the token's signature does not verify",
-                    ErrorKind::Json(_) => "the token's claims are not ones sluice reads",
-                    _ => "the token is not a valid JWT",
-                })
-            })?
-            .claims;
+        let decoded = match keys {
+            TokenKeys::Fixed(key, validation) => {
+                jsonwebtoken::decode::<Claims>(token, key, validation).map(|data| data.claims)
+            }
+            TokenKeys::Jwks(ring) => {
+                let header = jsonwebtoken::decode_header(token)
+                    .map_err(|_| ApiError::Unauthenticated("the token is not a valid JWT"))?;
+                ring.decode::<Claims>(token, header.kid.as_deref()).ok_or(
+                    ApiError::Unauthenticated("the token's key id (kid) is not known"),
+                )?
+            }
+        };
+        let claims = decoded.map_err(|error| {
+            use jsonwebtoken::errors::ErrorKind;
+            ApiError::Unauthenticated(match error.kind() {
+                ErrorKind::ExpiredSignature => "the token has expired",
+                ErrorKind::ImmatureSignature => "the token is not valid yet",
+                ErrorKind::InvalidAlgorithm => "the token's algorithm is not accepted",
+                ErrorKind::InvalidIssuer => "the token's issuer is not accepted",
+                ErrorKind::InvalidAudience => "the token's audience is not accepted",
+                ErrorKind::MissingRequiredClaim(_) => "the token lacks exp or sub",
+                ErrorKind::InvalidSignature => "the token's signature does not verify",
+                ErrorKind::Json(_) => "the token's claims are not ones sluice reads",
+                _ => "the token is not a valid JWT",
+            })
+        })?;
         Grant::from_claims(claims)
     }
 
@@ -476,7 +527,7 @@ impl Authenticator {
 
 /// Which kind of key verifies the tokens.
 #[derive(Debug, Clone, Copy)]
-enum KeyFamily {
+pub(crate) enum KeyFamily {
     Secret,
     Rsa,
     Ec,
