@@ -415,6 +415,22 @@ pub struct ServeArgs {
     /// secret in FILE (at least 32 bytes) [default: none].
     #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
     pub url_secret_file: Option<std::path::PathBuf>,
+    /// POST signed upload events (upload.completed, upload.terminated) to URL;
+    /// repeat for several; see docs/EVENTS.md [default: no events].
+    #[arg(
+        long,
+        env = "SLUICE_EVENT_URL",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub event_url: Vec<String>,
+    /// The secret events are signed with (HMAC-SHA256; at least 32 bytes).
+    #[arg(long, env = "SLUICE_EVENT_SECRET_FILE", value_name = "FILE")]
+    pub event_secret_file: Option<std::path::PathBuf>,
+    /// How long an event is retried before it is given up on and kept under
+    /// _sluice/events/failed/ [default: 24h].
+    #[arg(long, env = "SLUICE_EVENT_RETRY_FOR", value_parser = humantime::parse_duration)]
+    pub event_retry_for: Option<std::time::Duration>,
     /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
     /// private one [default: /metrics on the main address].
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]

@@ -51,9 +51,14 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         jwt_leeway => auth.leeway,
         url_secret_file => auth.url_secret_file,
         jwks_file => auth.jwks_file,
+        event_secret_file => events.secret_file,
+        event_retry_for => events.retry_for,
     );
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();
+    }
+    if !args.event_url.is_empty() {
+        config.events.urls = args.event_url.clone();
     }
     if args.admin_listen.is_some() {
         config.admin_listen = args.admin_listen;
@@ -85,6 +90,12 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     // store is opened (or, for a directory, created).
     sluice_server::auth::Authenticator::new(&config.auth)
         .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
+    if !config.events.urls.is_empty() {
+        config
+            .events
+            .check()
+            .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
+    }
     Ok(config)
 }
 

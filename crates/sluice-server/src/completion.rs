@@ -1,15 +1,17 @@
 //! The one completion point. Every way an object comes into being at the gateway
 //! (PUT, form POST, tus PATCH, tus creation-with-upload, tus concatenation, and an
 //! upload the janitor finished) ends in [`complete`], which turns what was stored
-//! into one typed [`Completion`] record. Metrics hang off it (and events will);
-//! handlers never count completions themselves. Reads, HEAD included, never
-//! reach it.
+//! into one typed [`Completion`] record. Metrics, the log line and the
+//! `upload.completed` event hang off it (a tus termination is its one other
+//! entry: `upload.terminated`); handlers never count completions or write
+//! events themselves. Reads, HEAD included, never reach it.
 
 use std::collections::BTreeMap;
 
 use sluice_store::Checksum;
 use sluice_upload::UploadOutcome;
 
+use crate::events::{Event, Events};
 use crate::metrics::Metrics;
 
 /// How an object came into being.
@@ -100,14 +102,39 @@ impl Completion {
     }
 }
 
-/// Records that `completion` happened: the one function every upload ends in.
-pub fn complete(metrics: &Metrics, completion: &Completion) {
-    metrics.upload_completed(completion.kind.as_str(), completion.size);
-    tracing::info!(
-        kind = completion.kind.as_str(),
-        key = %completion.key,
-        size = completion.size,
-        upload_id = completion.upload_id.as_deref(),
-        "upload completed"
-    );
+/// The one completion point: what every upload ends in.
+#[derive(Debug, Clone)]
+pub struct CompletionPoint {
+    metrics: Metrics,
+    events: Events,
+}
+
+impl CompletionPoint {
+    pub fn new(metrics: Metrics, events: Events) -> CompletionPoint {
+        CompletionPoint { metrics, events }
+    }
+
+    /// Records that `completion` happened; returns once its event is in the
+    /// outbox (the client is answered only then, so an event is never lost).
+    pub async fn complete(&self, completion: &Completion) -> Result<(), sluice_store::StoreError> {
+        self.metrics
+            .upload_completed(completion.kind.as_str(), completion.size);
+        tracing::info!(
+            kind = completion.kind.as_str(),
+            key = %completion.key,
+            size = completion.size,
+            upload_id = completion.upload_id.as_deref(),
+            "upload completed"
+        );
+        self.events.record(&Event::completed(completion)).await
+    }
+
+    /// Records that a client cancelled its resumable upload before it finished.
+    pub async fn terminated(
+        &self,
+        record: &sluice_resumable::UploadRecord,
+    ) -> Result<(), sluice_store::StoreError> {
+        tracing::info!(upload_id = record.id(), key = %record.key, "upload terminated");
+        self.events.record(&Event::terminated(record)).await
+    }
 }

@@ -40,6 +40,7 @@ pub struct ServerConfig {
     pub form: FormSettings,
     pub janitor: JanitorSettings,
     pub auth: crate::auth::AuthSettings,
+    pub events: crate::events::EventSettings,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -234,6 +235,7 @@ impl Default for ServerConfig {
             form: FormSettings::default(),
             janitor: JanitorSettings::default(),
             auth: crate::auth::AuthSettings::default(),
+            events: crate::events::EventSettings::default(),
         }
     }
 }

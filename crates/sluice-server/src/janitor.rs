@@ -7,13 +7,12 @@ use std::time::{Duration, SystemTime};
 use sluice_resumable::janitor::run_once;
 use sluice_resumable::Resumable;
 
-use crate::completion::{self, Completion, UploadKind};
-use crate::metrics::Metrics;
+use crate::completion::{Completion, CompletionPoint, UploadKind};
 
 /// Runs a pass every `interval` until the task is aborted.
 pub fn spawn(
     resumable: Resumable,
-    metrics: Metrics,
+    completion: CompletionPoint,
     interval: Duration,
     older_than: Duration,
 ) -> tokio::task::JoinHandle<()> {
@@ -26,14 +25,14 @@ pub fn spawn(
                     let m = &report.multipart;
                     for written in &r.finished {
                         if let Some(outcome) = &written.finished {
-                            completion::complete(
-                                &metrics,
-                                &Completion::resumable(
-                                    UploadKind::TusRecovered,
-                                    outcome,
-                                    &written.record,
-                                ),
+                            let recovered = Completion::resumable(
+                                UploadKind::TusRecovered,
+                                outcome,
+                                &written.record,
                             );
+                            if let Err(error) = completion.complete(&recovered).await {
+                                tracing::warn!(key = %recovered.key, %error, "the event of a recovered upload is lost");
+                            }
                         }
                     }
                     if r.expired

@@ -15,6 +15,7 @@ pub mod completion;
 pub mod config;
 mod conversions;
 pub mod error;
+pub mod events;
 pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
@@ -48,6 +49,9 @@ pub struct AppState {
     pub template: Arc<keys::KeyTemplate>,
     /// Verifies callers' tokens (lets everyone in without `[auth]`).
     pub auth: Arc<auth::Authenticator>,
+    /// Where every upload ends: metrics, log, events.
+    pub completion: completion::CompletionPoint,
+    pub events: events::Events,
 }
 
 impl AppState {
@@ -78,9 +82,19 @@ impl AppState {
             key: e.key,
             reason: e.reason,
         })?;
+        let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
+        let events =
+            events::Events::new(&config.events, store.clone(), metrics.clone()).map_err(|e| {
+                ConfigError {
+                    key: e.key,
+                    reason: e.reason,
+                }
+            })?;
         Ok(AppState {
             auth: Arc::new(auth),
-            store: Arc::new(engine.retrying_store()),
+            completion: completion::CompletionPoint::new(metrics.clone(), events.clone()),
+            events,
+            store,
             resumable,
             engine,
             admission,

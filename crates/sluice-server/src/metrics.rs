@@ -79,6 +79,10 @@ struct Inner {
     connections_refused: Counter,
     connections_timed_out: Counter,
     downloads_cut: Counter,
+    events_recorded: Counter,
+    events_delivered: Counter,
+    event_delivery_failures: Counter,
+    events_failed: Counter,
     store_requests: Family<StoreLabels, Counter>,
     store_throttled: Counter,
     retries: Mirrored,
@@ -118,6 +122,10 @@ impl Metrics {
             connections_refused: Counter::default(),
             connections_timed_out: Counter::default(),
             downloads_cut: Counter::default(),
+            events_recorded: Counter::default(),
+            events_delivered: Counter::default(),
+            event_delivery_failures: Counter::default(),
+            events_failed: Counter::default(),
             store_requests: Family::default(),
             store_throttled: Counter::default(),
             retries: Mirrored::default(),
@@ -210,6 +218,26 @@ impl Metrics {
             "sluice_downloads_cut",
             "GET responses whose connection was closed at limits.download_deadline",
             inner.downloads_cut.clone(),
+        );
+        registry.register(
+            "sluice_events_recorded",
+            "Events written to the outbox (each once, whatever the number of endpoints)",
+            inner.events_recorded.clone(),
+        );
+        registry.register(
+            "sluice_events_delivered",
+            "Event deliveries an endpoint answered 2xx, by this gateway",
+            inner.events_delivered.clone(),
+        );
+        registry.register(
+            "sluice_event_delivery_failures",
+            "Event delivery attempts that failed and were rescheduled, by this gateway",
+            inner.event_delivery_failures.clone(),
+        );
+        registry.register(
+            "sluice_events_failed",
+            "Event deliveries given up on after events.retry_for (kept under _sluice/events/failed/)",
+            inner.events_failed.clone(),
         );
         registry.register(
             "sluice_store_requests",
@@ -324,6 +352,22 @@ impl Metrics {
 
     pub fn download_cut(&self) {
         self.inner.downloads_cut.inc();
+    }
+
+    pub fn event_recorded(&self) {
+        self.inner.events_recorded.inc();
+    }
+
+    pub fn event_delivered(&self) {
+        self.inner.events_delivered.inc();
+    }
+
+    pub fn event_delivery_failed(&self) {
+        self.inner.event_delivery_failures.inc();
+    }
+
+    pub fn event_given_up(&self) {
+        self.inner.events_failed.inc();
     }
 
     pub fn store_request(&self, operation: &'static str, status: &'static str, seconds: f64) {

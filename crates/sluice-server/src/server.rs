@@ -123,12 +123,13 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
         crate::janitor::spawn(
             state.resumable.clone(),
-            state.metrics.clone(),
+            state.completion.clone(),
             state.config.janitor.interval,
             state.config.janitor.older_than,
         )
     });
     let key_reloader = state.auth.spawn_key_reloader();
+    let delivery = state.events.spawn_delivery();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -211,6 +212,10 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     }
     if let Some(reloader) = key_reloader {
         reloader.abort();
+    }
+    if let Some(delivery) = delivery {
+        // What is not delivered stays in the outbox for the next gateway.
+        delivery.abort();
     }
     state.admission.close();
     tracing::info!(

@@ -17,7 +17,7 @@ use sluice_tus::{Concat, TusError};
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
-use crate::completion::{self, Completion, UploadKind};
+use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
 use crate::keys::KeyInputs;
 use crate::AppState;
@@ -103,18 +103,16 @@ fn object_key(record: &UploadRecord) -> Option<&str> {
 }
 
 /// Hands an upload this request finished to the completion point.
-fn completed(state: &AppState, kind: UploadKind, written: &Written) {
+async fn completed(state: &AppState, kind: UploadKind, written: &Written) -> Result<(), ApiError> {
     let Some(outcome) = &written.finished else {
-        return;
+        return Ok(());
     };
     // A partial upload's object is hidden state; its final upload is the completion.
     if written.record.upload.concat == Concat::Partial {
-        return;
+        return Ok(());
     }
-    completion::complete(
-        &state.metrics,
-        &Completion::resumable(kind, outcome, &written.record),
-    );
+    let completion = Completion::resumable(kind, outcome, &written.record);
+    Ok(state.completion.complete(&completion).await?)
 }
 
 fn chunk_of(
@@ -198,7 +196,7 @@ async fn create(
         // Joining partials moves bytes like an upload does: it waits its turn.
         let _slot = state.admission.admit(&party).await?;
         let written = resumable.concatenate(new, &ids).await?;
-        completed(&state, UploadKind::TusConcatenation, &written);
+        completed(&state, UploadKind::TusConcatenation, &written).await?;
         return Ok(created(&written.record, true));
     }
     let _slot = match request.has_body {
@@ -209,7 +207,7 @@ async fn create(
         .has_body
         .then(|| chunk_of(&state, body, request.body_length, request.checksum));
     let written = resumable.create(new, chunk).await?;
-    completed(&state, UploadKind::TusCreation, &written);
+    completed(&state, UploadKind::TusCreation, &written).await?;
     let with_offset = request.has_body || written.finished.is_some();
     Ok(created(&written.record, with_offset))
 }
@@ -263,7 +261,7 @@ async fn patch(
     let _slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
     let written = state.resumable.write(&id, &request, chunk).await?;
-    completed(&state, UploadKind::TusPatch, &written);
+    completed(&state, UploadKind::TusPatch, &written).await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend(with_key(
         written.record.upload.patch_headers(),
@@ -281,6 +279,9 @@ async fn terminate(
     tus_headers::check_version(&headers)?;
     let record = state.resumable.status(&id).await?;
     grant.check_resume(record.owner.as_deref(), object_key(&record))?;
-    state.resumable.terminate(&id).await?;
+    let terminated = state.resumable.terminate(&id).await?;
+    if !terminated.is_finished() && terminated.upload.concat != Concat::Partial {
+        state.completion.terminated(&terminated).await?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -135,8 +135,9 @@ pub async fn post_form(
         }
         Ok(()) => {
             let mut objects = Vec::with_capacity(stored.len());
-            for (response, completion) in stored {
-                crate::completion::complete(&state.metrics, &completion);
+            for (response, mut completion) in stored {
+                completion.owner = grant.owner();
+                state.completion.complete(&completion).await?;
                 objects.push(response);
             }
             Ok((StatusCode::CREATED, Json(FormResponse { objects })))

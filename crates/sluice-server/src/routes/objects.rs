@@ -24,7 +24,10 @@ use crate::keys::validate_client_key;
 use crate::server::ConnectionCut;
 use crate::AppState;
 use sluice_input::range::{parse_range, RangeSpec};
-use sluice_resumable::STATE_PREFIX;
+
+/// Where the gateway keeps its own state (resumable uploads, the event
+/// outbox): never listed, never a client's key.
+const GATEWAY_STATE: &str = "_sluice/";
 
 /// The answer to a completed upload.
 #[derive(Debug, Serialize, Deserialize)]
@@ -95,7 +98,7 @@ pub async fn put_object(
         progress: None,
         condition,
     };
-    let party = Party::for_key(grant.tenant, &request.key);
+    let party = Party::for_key(grant.tenant.clone(), &request.key);
     let _slot = state.admission.admit(&party).await?;
     let stream = limited_stream(
         body,
@@ -104,9 +107,10 @@ pub async fn put_object(
         state.metrics.clone(),
     );
     let source = UploadSource::Stream { stream, length };
-    let (response, completion) =
+    let (response, mut completion) =
         crate::upload::run(&state, UploadKind::Put, request, source).await?;
-    crate::completion::complete(&state.metrics, &completion);
+    completion.owner = grant.owner();
+    state.completion.complete(&completion).await?;
     Ok((StatusCode::CREATED, Json(response)))
 }
 
@@ -309,7 +313,7 @@ pub async fn list_objects(
         let truncated = page.next_cursor.is_some();
         let mut jumped = false;
         for object in page.objects {
-            if object.key.starts_with(STATE_PREFIX) {
+            if object.key.starts_with(GATEWAY_STATE) {
                 after = Some(cursor::past_state());
                 jumped = true;
                 break;
@@ -358,7 +362,7 @@ mod cursor {
 
     /// A key after every key of the gateway's own state.
     pub fn past_state() -> String {
-        format!("{}\u{10FFFF}", super::STATE_PREFIX)
+        format!("{}\u{10FFFF}", super::GATEWAY_STATE)
     }
 }
 

@@ -1,0 +1,268 @@
+//! Upload events: what the one completion point (and a tus termination) tells
+//! the application, durably and at least once.
+//!
+//! [`Events::record`] writes one outbox entry per configured endpoint into the
+//! store (under `_sluice/events/pending/`) before the client gets its answer; the
+//! [`delivery`] worker of every gateway on the bucket claims entries with
+//! conditional writes (like the tus lock), POSTs them signed ([`signature`]),
+//! retries with exponential backoff until `events.retry_for` has passed since
+//! the event, then moves the entry to `_sluice/events/failed/`. Every event has a
+//! unique id; a receiver de-duplicates by it. docs/EVENTS.md is the receiver's
+//! view.
+
+pub mod delivery;
+pub mod outbox;
+pub mod signature;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sluice_store::ObjectStore;
+
+use crate::completion::Completion;
+use crate::metrics::Metrics;
+
+/// `[events]`: where events go and how hard the gateway tries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventSettings {
+    /// Endpoints every event is POSTed to; empty: no events.
+    pub urls: Vec<String>,
+    /// The secret events are signed with (required with `urls`; at least 32 bytes).
+    pub secret_file: Option<PathBuf>,
+    /// How long an event is retried before it counts as failed for good.
+    #[serde(with = "humantime_serde")]
+    pub retry_for: Duration,
+    /// How long one delivery attempt may take.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// How often the outbox is scanned for entries that are due.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl EventSettings {
+    /// Checks the settings of a gateway with event URLs and reads the secret
+    /// (at start-up, before anything is opened).
+    pub fn check(&self) -> Result<Vec<u8>, EventConfigError> {
+        let fail = |key, reason: String| EventConfigError { key, reason };
+        for url in &self.urls {
+            let parsed: Result<http::Uri, _> = url.parse();
+            match parsed {
+                Ok(uri)
+                    if matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some() => {}
+                _ => {
+                    return Err(fail(
+                        "events.urls",
+                        format!("{url:?} is not an http(s) URL"),
+                    ))
+                }
+            }
+        }
+        if self.timeout.is_zero() || self.poll_interval.is_zero() {
+            return Err(fail(
+                "events.timeout",
+                "timeout and poll_interval must be above 0".into(),
+            ));
+        }
+        let path = self.secret_file.as_deref().ok_or_else(|| {
+            fail(
+                "events.secret_file",
+                "events are signed: give a secret file (--event-secret-file)".into(),
+            )
+        })?;
+        crate::auth::read_secret("events.secret_file", path)
+            .map_err(|e| fail("events.secret_file", e.reason))
+    }
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        EventSettings {
+            urls: Vec::new(),
+            secret_file: None,
+            retry_for: Duration::from_secs(24 * 3600),
+            timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    #[serde(rename = "upload.completed")]
+    UploadCompleted,
+    #[serde(rename = "upload.terminated")]
+    UploadTerminated,
+}
+
+/// One event, as POSTed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// `evt_` and 32 hex digits; the same on every delivery of this event.
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub data: EventData,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventData {
+    /// The object's key (for a terminated upload: the key it would have had).
+    pub key: String,
+    pub size: u64,
+    pub etag: Option<String>,
+    /// `algorithm:base64`, as in `x-sluice-checksum`.
+    pub checksum: Option<String>,
+    pub content_type: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// The uploader's tenant, when the gateway authenticates.
+    pub tenant: Option<String>,
+    /// `put`, `form`, `tus_patch`, `tus_creation`, `tus_concatenation`,
+    /// `tus_recovered`, or `tus_terminated`.
+    pub upload_kind: String,
+    /// The tus upload id, for resumable uploads.
+    pub upload_id: Option<String>,
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+impl Event {
+    fn new(kind: EventType, data: EventData) -> Event {
+        Event {
+            id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
+            kind,
+            created_at: now_rfc3339(),
+            data,
+        }
+    }
+
+    pub fn completed(completion: &Completion) -> Event {
+        Event::new(
+            EventType::UploadCompleted,
+            EventData {
+                key: completion.key.clone(),
+                size: completion.size,
+                etag: Some(completion.etag.clone()),
+                checksum: completion.checksum.map(|c| c.to_string()),
+                content_type: completion.content_type.clone(),
+                metadata: completion.metadata.clone(),
+                tenant: completion.owner.clone(),
+                upload_kind: completion.kind.as_str().to_owned(),
+                upload_id: completion.upload_id.clone(),
+            },
+        )
+    }
+
+    /// A resumable upload cancelled by its client before it finished.
+    pub fn terminated(record: &sluice_resumable::UploadRecord) -> Event {
+        Event::new(
+            EventType::UploadTerminated,
+            EventData {
+                key: record.key.clone(),
+                size: record.upload.offset,
+                etag: None,
+                checksum: None,
+                content_type: record.content_type.clone(),
+                metadata: BTreeMap::new(),
+                tenant: record.owner.clone(),
+                upload_kind: "tus_terminated".into(),
+                upload_id: Some(record.id().to_owned()),
+            },
+        )
+    }
+}
+
+/// Why events cannot be set up; names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct EventConfigError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+/// The gateway's events: the outbox and what delivery needs.
+#[derive(Clone)]
+pub struct Events {
+    inner: Option<Arc<EventsInner>>,
+}
+
+struct EventsInner {
+    outbox: outbox::Outbox,
+    settings: EventSettings,
+    secret: Vec<u8>,
+    metrics: Metrics,
+    /// Wakes the local worker when an entry is written.
+    written: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field(
+                "urls",
+                &self.inner.as_ref().map(|i| i.settings.urls.clone()),
+            )
+            .finish()
+    }
+}
+
+impl Events {
+    /// Events for `settings` on `store` (the gateway's one store handle); none
+    /// without URLs. Reads the secret file now.
+    pub fn new(
+        settings: &EventSettings,
+        store: Arc<dyn ObjectStore>,
+        metrics: Metrics,
+    ) -> Result<Events, EventConfigError> {
+        if settings.urls.is_empty() {
+            return Ok(Events { inner: None });
+        }
+        let secret = settings.check()?;
+        Ok(Events {
+            inner: Some(Arc::new(EventsInner {
+                outbox: outbox::Outbox::new(store),
+                settings: settings.clone(),
+                secret,
+                metrics,
+                written: tokio::sync::Notify::new(),
+            })),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Writes `event` into the outbox, one entry per endpoint; returns once every
+    /// entry is stored (the caller answers its client only then).
+    pub async fn record(&self, event: &Event) -> Result<(), sluice_store::StoreError> {
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        let give_up_at_ms = outbox::now_ms() + inner.settings.retry_for.as_millis() as u64;
+        for url in &inner.settings.urls {
+            inner.outbox.add(event, url, give_up_at_ms).await?;
+        }
+        inner.metrics.event_recorded();
+        inner.written.notify_one();
+        Ok(())
+    }
+
+    /// Starts this gateway's delivery worker (none without events).
+    pub fn spawn_delivery(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let inner = self.inner.clone()?;
+        Some(tokio::spawn(delivery::run(inner)))
+    }
+}
