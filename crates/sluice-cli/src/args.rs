@@ -431,6 +431,20 @@ pub struct ServeArgs {
     /// _sluice/events/failed/ [default: 24h].
     #[arg(long, env = "SLUICE_EVENT_RETRY_FOR", value_parser = humantime::parse_duration)]
     pub event_retry_for: Option<std::time::Duration>,
+    /// Ask URL before every object is created (PUT, form file, tus creation); it
+    /// may refuse (4xx) or change the key, metadata and content type; see
+    /// docs/EVENTS.md [default: no hook].
+    #[arg(long, env = "SLUICE_HOOK_URL", value_name = "URL")]
+    pub hook_url: Option<String>,
+    /// Longest wait for the hook [default: 5s].
+    #[arg(long, env = "SLUICE_HOOK_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub hook_timeout: Option<std::time::Duration>,
+    /// Let uploads through when the hook cannot answer (instead of 503).
+    #[arg(long, env = "SLUICE_HOOK_FAIL_OPEN")]
+    pub hook_fail_open: bool,
+    /// Sign hook requests (Sluice-Signature) with the secret in FILE.
+    #[arg(long, env = "SLUICE_HOOK_SECRET_FILE", value_name = "FILE")]
+    pub hook_secret_file: Option<std::path::PathBuf>,
     /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
     /// private one [default: /metrics on the main address].
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]

@@ -53,12 +53,18 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         jwks_file => auth.jwks_file,
         event_secret_file => events.secret_file,
         event_retry_for => events.retry_for,
+        hook_url => hooks.pre_create_url,
+        hook_timeout => hooks.timeout,
+        hook_secret_file => hooks.secret_file,
     );
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();
     }
     if !args.event_url.is_empty() {
         config.events.urls = args.event_url.clone();
+    }
+    if args.hook_fail_open {
+        config.hooks.fail_open = true;
     }
     if args.admin_listen.is_some() {
         config.admin_listen = args.admin_listen;
@@ -89,6 +95,8 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     // The key files are read now too, so a bad one stops the start before the
     // store is opened (or, for a directory, created).
     sluice_server::auth::Authenticator::new(&config.auth)
+        .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
+    sluice_server::hooks::Hooks::new(&config.hooks)
         .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
     if !config.events.urls.is_empty() {
         config

@@ -41,6 +41,7 @@ pub struct ServerConfig {
     pub janitor: JanitorSettings,
     pub auth: crate::auth::AuthSettings,
     pub events: crate::events::EventSettings,
+    pub hooks: crate::hooks::HookSettings,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -236,6 +237,7 @@ impl Default for ServerConfig {
             janitor: JanitorSettings::default(),
             auth: crate::auth::AuthSettings::default(),
             events: crate::events::EventSettings::default(),
+            hooks: crate::hooks::HookSettings::default(),
         }
     }
 }

@@ -22,6 +22,12 @@ pub enum ApiError {
     /// The token does not allow this.
     #[error("{0}")]
     Forbidden(String),
+    /// The pre-create hook refused the upload (its 4xx status and message).
+    #[error("{message}")]
+    HookRejected { status: StatusCode, message: String },
+    /// The pre-create hook could not answer.
+    #[error("the upload cannot be checked right now; retry later")]
+    HookUnavailable,
     #[error("no such route (the API lives under /v1/objects)")]
     NoRoute,
     #[error("the object already exists or changed (precondition failed)")]
@@ -62,6 +68,8 @@ impl ApiError {
             ApiError::NotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::HookRejected { status, .. } => *status,
+            ApiError::HookUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -89,6 +97,8 @@ impl ApiError {
             ApiError::NoRoute => "no_route",
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::HookRejected { .. } => "rejected_by_hook",
+            ApiError::HookUnavailable => "hook_unavailable",
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
@@ -116,6 +126,7 @@ impl ApiError {
                     .map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64),
             ),
             ApiError::Tus(e) => e.retry_after(),
+            ApiError::HookUnavailable => Some(1),
             _ => None,
         }
     }
@@ -128,7 +139,9 @@ impl IntoResponse for ApiError {
             let detail = error_chain(&self);
             match &self {
                 // Expected under load: worth a warning, not an error.
-                ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => {
+                ApiError::Overloaded { .. }
+                | ApiError::ShuttingDown { .. }
+                | ApiError::HookUnavailable => {
                     tracing::warn!(code = self.code(), %status, "request refused")
                 }
                 ApiError::Store(e) if e.is_transient() => {
@@ -139,7 +152,9 @@ impl IntoResponse for ApiError {
                 }
             }
             match &self {
-                ApiError::Overloaded { .. } | ApiError::ShuttingDown { .. } => self.to_string(),
+                ApiError::Overloaded { .. }
+                | ApiError::ShuttingDown { .. }
+                | ApiError::HookUnavailable => self.to_string(),
                 _ => "the request could not be completed; try again later".to_string(),
             }
         } else {

@@ -16,6 +16,7 @@ pub mod config;
 mod conversions;
 pub mod error;
 pub mod events;
+pub mod hooks;
 pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
@@ -52,6 +53,7 @@ pub struct AppState {
     /// Where every upload ends: metrics, log, events.
     pub completion: completion::CompletionPoint,
     pub events: events::Events,
+    pub hooks: Arc<hooks::Hooks>,
 }
 
 impl AppState {
@@ -90,7 +92,12 @@ impl AppState {
                     reason: e.reason,
                 }
             })?;
+        let hooks = hooks::Hooks::new(&config.hooks).map_err(|e| ConfigError {
+            key: e.key,
+            reason: e.reason,
+        })?;
         Ok(AppState {
+            hooks: Arc::new(hooks),
             auth: Arc::new(auth),
             completion: completion::CompletionPoint::new(metrics.clone(), events.clone()),
             events,

@@ -4,6 +4,8 @@
 //! [`crate::conversions`], and every upload that this request finished goes to
 //! the completion point. A HEAD only reads.
 
+use std::collections::BTreeMap;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -19,6 +21,7 @@ use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
 use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
+use crate::hooks::PreCreate;
 use crate::keys::KeyInputs;
 use crate::AppState;
 
@@ -162,13 +165,49 @@ async fn create(
         uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
     }));
     grant.check(Op::Put, &key)?;
+    let partial = request.concat == Some(ConcatRequest::Partial);
+    let mut metadata = request.metadata;
+    let (key, content_type) = match partial {
+        // A partial upload becomes no object: the final upload is asked about.
+        true => (key, content_type),
+        false => {
+            let text: BTreeMap<String, String> = metadata
+                .0
+                .keys()
+                .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
+                .collect();
+            let mut decision = state
+                .hooks
+                .pre_create(&PreCreate {
+                    kind: "upload.pre_create",
+                    upload_kind: "tus_creation",
+                    key: key.clone(),
+                    size: request.length,
+                    content_type: content_type.clone(),
+                    filename: text.get("filename").cloned(),
+                    metadata: text,
+                    tenant: grant.owner(),
+                })
+                .await?;
+            if let Some(replaced) = decision.metadata.take() {
+                metadata.0 = replaced
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v.into_bytes())))
+                    .collect();
+            }
+            (
+                decision.key(key, &grant)?,
+                decision.content_type.or(content_type),
+            )
+        }
+    };
     let party = Party::for_key(tenant.clone(), &key);
     let new = NewUpload {
         id,
         key,
         length: request.length,
-        metadata: request.metadata,
-        partial: request.concat == Some(ConcatRequest::Partial),
+        metadata,
+        partial,
         content_type,
         owner: grant.owner(),
     };

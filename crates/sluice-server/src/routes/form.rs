@@ -23,6 +23,7 @@ use crate::auth::{Grant, Op};
 use crate::body::{limited_stream, BodyError};
 use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
+use crate::hooks::PreCreate;
 use crate::keys::KeyInputs;
 use crate::routes::UploadResponse;
 use crate::AppState;
@@ -114,9 +115,23 @@ pub async fn post_form(
                 uuid: uuid::Uuid::new_v4(),
             }));
             grant.check(Op::Put, &key)?;
+            let mut decision = state
+                .hooks
+                .pre_create(&PreCreate {
+                    kind: "upload.pre_create",
+                    upload_kind: "form",
+                    key: key.clone(),
+                    size: None,
+                    content_type: content_type.clone(),
+                    metadata: Default::default(),
+                    filename: Some(filename.clone()),
+                    tenant: grant.owner(),
+                })
+                .await?;
             let request = UploadRequest {
-                key,
-                content_type,
+                key: decision.key(key, &grant)?,
+                content_type: decision.content_type.or(content_type),
+                metadata: decision.metadata.unwrap_or_default(),
                 ..UploadRequest::default()
             };
             let stream = field.map_err(std::io::Error::other).boxed();

@@ -20,6 +20,7 @@ use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
 use crate::completion::UploadKind;
 use crate::error::ApiError;
+use crate::hooks::PreCreate;
 use crate::keys::validate_client_key;
 use crate::server::ConnectionCut;
 use crate::AppState;
@@ -91,10 +92,23 @@ pub async fn put_object(
         ),
     };
     let metadata = metadata_from(&headers)?;
+    let mut decision = state
+        .hooks
+        .pre_create(&PreCreate {
+            kind: "upload.pre_create",
+            upload_kind: "put",
+            key: key.clone(),
+            size: length,
+            content_type: content_type.clone(),
+            metadata: metadata.clone(),
+            filename: None,
+            tenant: grant.owner(),
+        })
+        .await?;
     let request = UploadRequest {
-        key,
-        content_type,
-        metadata,
+        key: decision.key(key, &grant)?,
+        content_type: decision.content_type.or(content_type),
+        metadata: decision.metadata.unwrap_or(metadata),
         progress: None,
         condition,
     };
