@@ -59,6 +59,12 @@ sluice chaos-proxy --upstream http://127.0.0.1:9000 --write-rate 500 --latency 2
     /// Generate load against an upload gateway or an S3 endpoint and report statuses, rates and latency.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// List the upload events waiting in a store's outbox, or those given up on.
+    #[command(
+        after_help = "Examples:\n  sluice events --store s3://uploads --endpoint http://127.0.0.1:9000\n  \
+sluice events --store ./sluice-data --failed"
+    )]
+    Events(EventsArgs),
     /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
     /// for a gateway started with the same --url-secret-file.
     #[command(
@@ -67,6 +73,27 @@ sluice sign --url-secret-file url.secret --method PUT --key acme/photo.jpg --exp
 curl -T photo.jpg \"$(sluice sign --url-secret-file url.secret --key acme/photo.jpg --method PUT)\""
     )]
     Sign(SignArgs),
+}
+
+/// `sluice events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The store: s3://bucket[/prefix] or a local directory.
+    #[arg(long, env = "SLUICE_STORE")]
+    pub store: String,
+    /// S3 endpoint URL (path-style addressing then).
+    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+    /// The events given up on (kept under _sluice/events/failed/) instead of
+    /// those still being delivered.
+    #[arg(long)]
+    pub failed: bool,
+    /// Most events listed.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
 }
 
 /// `sluice sign`.

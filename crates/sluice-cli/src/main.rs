@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod chaos;
+mod events;
 mod janitor;
 mod serve;
 mod sign;
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
             Command::Janitor(args) => janitor::run(args).await,
             Command::ChaosProxy(args) => chaos::run(args).await,
             Command::Sign(args) => sign::run(args),
+            Command::Events(args) => events::run(args).await,
         }
     });
     // A blocked read of standard input must not hold the process open.

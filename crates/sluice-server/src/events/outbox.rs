@@ -165,9 +165,10 @@ impl Outbox {
         self.store.delete_object(key).await
     }
 
-    /// Entries given up on, oldest first (at most `limit`).
-    pub async fn failed(&self, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        let page = self.store.list_objects(FAILED, None, limit).await?;
+    /// Entries still to deliver (`failed`: given up on), oldest first, at most `limit`.
+    pub async fn entries(&self, failed: bool, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let prefix = if failed { FAILED } else { PENDING };
+        let page = self.store.list_objects(prefix, None, limit).await?;
         let mut entries = Vec::new();
         for object in page.objects {
             if let Some(read) = self.read(&object.key).await? {
