@@ -6,7 +6,8 @@
 //   node tus_js_upload.mjs ENDPOINT FILE CHUNK_BYTES|unbounded
 //
 // TUS_RETRY_DELAYS (a JSON array of milliseconds) replaces the retry delays, such
-// as Uppy's defaults [0, 1000, 3000, 5000].
+// as Uppy's defaults [0, 1000, 3000, 5000]; TUS_HEADERS (a JSON object) adds
+// headers to every request, such as {"Authorization": "Bearer ..."}.
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import * as tus from "tus-js-client";
@@ -23,6 +24,7 @@ const upload = new tus.Upload(data, {
   retryDelays: process.env.TUS_RETRY_DELAYS
     ? JSON.parse(process.env.TUS_RETRY_DELAYS)
     : [0, 250, 500, 1000, 1000, 2000, 2000, 3000, 3000, 5000, 5000, 5000],
+  headers: process.env.TUS_HEADERS ? JSON.parse(process.env.TUS_HEADERS) : {},
   metadata: { filename: basename(path), filetype: "application/octet-stream" },
   removeFingerprintOnSuccess: true,
   onUploadUrlAvailable() {

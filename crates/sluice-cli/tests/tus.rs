@@ -182,6 +182,72 @@ async fn real_clients_upload_64_mib_in_every_chunk_size() {
     no_multipart_left(&store).await;
 }
 
+/// tus-js-client behind a gateway that requires tokens (issue 14): with a token
+/// of tenant acme it uploads into acme's prefix; without one it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tus_js_client_uploads_with_a_token_into_its_tenant() {
+    let Some((endpoint, prefix, store)) = setup("tus_token").await else {
+        return;
+    };
+    if clients("tus_token").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let secret = b"the tus test's jwt secret, 32 bytes or more";
+    let secret_file = dir.path().join("jwt.secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--jwt-secret-file", secret_file.to_str().unwrap()],
+    );
+    let data = test_data(3 * MIB, 12);
+    let file = dir.path().join("tokened.bin");
+    std::fs::write(&file, &data).unwrap();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({ "sub": "acme", "exp": exp, "ops": ["put", "resume"] }),
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .unwrap();
+    // (headers, succeeds)
+    let cases = [
+        (format!(r#"{{"Authorization": "Bearer {token}"}}"#), true),
+        ("{}".to_owned(), false),
+    ];
+    for (headers, succeeds) in cases {
+        let mut child = client_command(Client::TusJs, &gateway.url, &file, &MIB.to_string())
+            .env("TUS_HEADERS", &headers)
+            .env("TUS_RETRY_DELAYS", "[]")
+            .spawn()
+            .unwrap();
+        let seen = events(&mut child, |_| false);
+        assert_eq!(
+            child.wait().unwrap().success(),
+            succeeds,
+            "{headers}: {seen:?}"
+        );
+        let last = seen.last().unwrap();
+        if !succeeds {
+            assert_eq!(last["event"], "error", "{seen:?}");
+            assert!(
+                last["message"].as_str().unwrap().contains("401"),
+                "{seen:?}"
+            );
+            continue;
+        }
+        let key = last["key"].as_str().unwrap().to_owned();
+        assert!(key.starts_with("acme/"), "{key}");
+        assert!(stored(&store, &key).await == data, "content differs");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_gateway_restarted_lets_the_client_resume() {
     let Some((endpoint, prefix, store)) = setup("tus_resume").await else {
