@@ -472,6 +472,19 @@ pub struct ServeArgs {
     /// Sign hook requests (Sluice-Signature) with the secret in FILE.
     #[arg(long, env = "SLUICE_HOOK_SECRET_FILE", value_name = "FILE")]
     pub hook_secret_file: Option<std::path::PathBuf>,
+    /// Sign direct-to-bucket uploads under /s3/ (the routes Uppy's Companion
+    /// serves for @uppy/aws-s3): browsers send bytes to the bucket itself.
+    /// Needs an s3:// store; see docs/DIRECT.md.
+    #[arg(long, env = "SLUICE_DIRECT")]
+    pub direct: bool,
+    /// How long a signed direct upload request stays good (at most 7d)
+    /// [default: 15m].
+    #[arg(long, env = "SLUICE_DIRECT_EXPIRES", value_parser = humantime::parse_duration)]
+    pub direct_expires: Option<std::time::Duration>,
+    /// The bucket's endpoint as browsers reach it, when not --endpoint
+    /// (signatures cover the host) [default: --endpoint].
+    #[arg(long, env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL")]
+    pub direct_endpoint: Option<String>,
     /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
     /// private one [default: /metrics on the main address].
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]

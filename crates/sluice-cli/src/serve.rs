@@ -3,6 +3,7 @@
 //! SIGTERM or Ctrl-C.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use sluice_server::config::ChecksumSetting;
@@ -56,7 +57,12 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         hook_url => hooks.pre_create_url,
         hook_timeout => hooks.timeout,
         hook_secret_file => hooks.secret_file,
+        direct_expires => direct.expires,
+        direct_endpoint => direct.public_endpoint,
     );
+    if args.direct {
+        config.direct.enabled = true;
+    }
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();
     }
@@ -117,13 +123,35 @@ fn read_file(path: &Path) -> anyhow::Result<ServerConfig> {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
     let location = StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))?;
-    let store = crate::target::open_store(
-        location,
-        config.endpoint.clone(),
-        config.region.clone(),
-        (!config.limits.store_stall_timeout.is_zero()).then_some(config.limits.store_stall_timeout),
-    )
-    .await?;
+    let stall_timeout =
+        (!config.limits.store_stall_timeout.is_zero()).then_some(config.limits.store_stall_timeout);
+    // Direct uploads sign for the bucket itself (validate() made sure it is one).
+    let mut direct_signer: Option<Arc<dyn sluice_store::DirectSigner>> = None;
+    let store: Arc<dyn sluice_store::ObjectStore> = match (&location, config.direct.enabled) {
+        (StoreLocation::S3 { bucket, rest }, true) => {
+            let bucket_store = crate::target::connect_s3(
+                bucket.clone(),
+                rest.clone(),
+                config.endpoint.clone(),
+                config.region.clone(),
+                stall_timeout,
+            )
+            .await;
+            direct_signer = Some(Arc::new(
+                bucket_store.direct_signer(config.direct.public_endpoint.as_deref()),
+            ));
+            Arc::new(bucket_store)
+        }
+        _ => {
+            crate::target::open_store(
+                location,
+                config.endpoint.clone(),
+                config.region.clone(),
+                stall_timeout,
+            )
+            .await?
+        }
+    };
     let description = store.describe();
     let listener = sluice_server::bind(config.listen)
         .await
@@ -139,7 +167,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
+    let mut state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(signer) = direct_signer {
+        state = state.with_direct_signer(signer);
+    }
     let access = match state.auth.enabled() {
         true => "bearer JWT required",
         false => "open: no authentication",

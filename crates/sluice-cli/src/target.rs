@@ -105,14 +105,9 @@ pub async fn open_store(
     stall_timeout: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
     match location {
-        StoreLocation::S3 { bucket, rest } => {
-            let mut config = S3Config::new(bucket);
-            config.prefix = rest;
-            config.endpoint = endpoint;
-            config.region = region;
-            config.stall_timeout = stall_timeout;
-            Ok(Arc::new(S3Store::connect(config).await))
-        }
+        StoreLocation::S3 { bucket, rest } => Ok(Arc::new(
+            connect_s3(bucket, rest, endpoint, region, stall_timeout).await,
+        )),
         StoreLocation::Local(root) => {
             let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
                 anyhow::anyhow!("cannot open the directory store at {}: {e}", root.display())
@@ -120,6 +115,22 @@ pub async fn open_store(
             Ok(Arc::new(store))
         }
     }
+}
+
+/// A bucket (with `prefix` before every key) through the AWS chain.
+pub async fn connect_s3(
+    bucket: String,
+    prefix: String,
+    endpoint: Option<String>,
+    region: Option<String>,
+    stall_timeout: Option<std::time::Duration>,
+) -> S3Store {
+    let mut config = S3Config::new(bucket);
+    config.prefix = prefix;
+    config.endpoint = endpoint;
+    config.region = region;
+    config.stall_timeout = stall_timeout;
+    S3Store::connect(config).await
 }
 
 async fn s3_target(

@@ -29,6 +29,10 @@ pub enum UploadKind {
     TusConcatenation,
     /// A tus upload whose bytes were all in, finished by the janitor.
     TusRecovered,
+    /// A browser's form POST straight to the bucket, seen there afterwards.
+    DirectPost,
+    /// A multipart upload straight to the bucket, completed through the gateway.
+    DirectMultipart,
 }
 
 impl UploadKind {
@@ -41,6 +45,8 @@ impl UploadKind {
             UploadKind::TusCreation => "tus_creation",
             UploadKind::TusConcatenation => "tus_concatenation",
             UploadKind::TusRecovered => "tus_recovered",
+            UploadKind::DirectPost => "direct_post",
+            UploadKind::DirectMultipart => "direct_multipart",
         }
     }
 }

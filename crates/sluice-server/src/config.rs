@@ -42,6 +42,7 @@ pub struct ServerConfig {
     pub auth: crate::auth::AuthSettings,
     pub events: crate::events::EventSettings,
     pub hooks: crate::hooks::HookSettings,
+    pub direct: crate::direct::DirectSettings,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -238,6 +239,7 @@ impl Default for ServerConfig {
             auth: crate::auth::AuthSettings::default(),
             events: crate::events::EventSettings::default(),
             hooks: crate::hooks::HookSettings::default(),
+            direct: crate::direct::DirectSettings::default(),
         }
     }
 }
@@ -433,6 +435,20 @@ impl ServerConfig {
             if axum::http::HeaderValue::from_str(origin).is_err() {
                 return fail("cors_origins", "an origin is not a valid header value");
             }
+        }
+        if let Err(reason) = self.direct.check() {
+            return fail("direct", &reason);
+        }
+        if self.direct.enabled
+            && !matches!(
+                sluice_store::StoreLocation::parse(&self.store),
+                Ok(sluice_store::StoreLocation::S3 { .. })
+            )
+        {
+            return fail(
+                "direct",
+                "direct uploads need a bucket store (s3://bucket): browsers send bytes to the bucket itself",
+            );
         }
         if self.tus.expiry < Duration::from_secs(60) {
             return fail("tus.expiry", "must be at least 1m");

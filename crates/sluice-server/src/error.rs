@@ -30,6 +30,8 @@ pub enum ApiError {
     HookUnavailable,
     #[error("no such route (the API lives under /v1/objects)")]
     NoRoute,
+    #[error("direct uploads are not enabled on this gateway (sluice serve --direct)")]
+    DirectUploadsOff,
     #[error("the object already exists or changed (precondition failed)")]
     PreconditionFailed,
     #[error("the upload is larger than the limit of {limit} bytes")]
@@ -65,7 +67,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidKey(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::NoRoute | ApiError::DirectUploadsOff => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::HookRejected { status, .. } => *status,
@@ -95,6 +99,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotFound => "not_found",
             ApiError::NoRoute => "no_route",
+            ApiError::DirectUploadsOff => "direct_uploads_off",
             ApiError::Unauthenticated(_) => "unauthenticated",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::HookRejected { .. } => "rejected_by_hook",
@@ -134,6 +139,31 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        self.respond(false)
+    }
+}
+
+/// An [`ApiError`] answered as `{"error": CODE, "message": TEXT}`, the shape
+/// Uppy's Companion client reads (the direct-upload routes).
+#[derive(Debug)]
+pub struct FlatApiError(pub ApiError);
+
+impl From<ApiError> for FlatApiError {
+    fn from(error: ApiError) -> Self {
+        FlatApiError(error)
+    }
+}
+
+impl IntoResponse for FlatApiError {
+    fn into_response(self) -> Response {
+        self.0.respond(true)
+    }
+}
+
+impl ApiError {
+    /// The answer: status, JSON body (nested or flat), and the headers the
+    /// error calls for.
+    fn respond(self, flat: bool) -> Response {
         let status = self.status();
         let message = if status.is_server_error() {
             let detail = error_chain(&self);
@@ -160,7 +190,10 @@ impl IntoResponse for ApiError {
         } else {
             self.to_string()
         };
-        let body = json!({ "error": { "code": self.code(), "message": message } });
+        let body = match flat {
+            true => json!({ "error": self.code(), "message": message }),
+            false => json!({ "error": { "code": self.code(), "message": message } }),
+        };
         let mut response = (status, axum::Json(body)).into_response();
         if let Some(seconds) = self.retry_after() {
             response

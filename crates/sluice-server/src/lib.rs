@@ -14,6 +14,7 @@ pub mod body;
 pub mod completion;
 pub mod config;
 mod conversions;
+pub mod direct;
 pub mod error;
 pub mod events;
 pub mod hooks;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub completion: completion::CompletionPoint,
     pub events: events::Events,
     pub hooks: Arc<hooks::Hooks>,
+    /// Signing of direct-to-bucket uploads (`/s3/`), when on.
+    pub direct: Option<direct::Direct>,
 }
 
 impl AppState {
@@ -98,6 +101,7 @@ impl AppState {
         })?;
         Ok(AppState {
             hooks: Arc::new(hooks),
+            direct: None,
             auth: Arc::new(auth),
             completion: completion::CompletionPoint::new(metrics.clone(), events.clone()),
             events,
@@ -109,6 +113,16 @@ impl AppState {
             template: Arc::new(template),
             config: Arc::new(config),
         })
+    }
+
+    /// Turns on direct-to-bucket uploads, signed by `signer` (the store's:
+    /// [`sluice_store::s3::S3Store::direct_signer`]).
+    pub fn with_direct_signer(mut self, signer: Arc<dyn sluice_store::DirectSigner>) -> AppState {
+        self.direct = Some(direct::Direct {
+            signer,
+            settings: self.config.direct.clone(),
+        });
+        self
     }
 
     /// The router, for tests (`oneshot`) and the listener.

@@ -130,6 +130,7 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     });
     let key_reloader = state.auth.spawn_key_reloader();
     let delivery = state.events.spawn_delivery();
+    let direct_confirm = crate::direct::confirm::spawn(state.clone());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -212,6 +213,9 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     }
     if let Some(reloader) = key_reloader {
         reloader.abort();
+    }
+    if let Some(confirm) = direct_confirm {
+        confirm.abort();
     }
     if let Some(delivery) = delivery {
         // What is not delivered stays in the outbox for the next gateway.

@@ -11,6 +11,7 @@ pub mod checksum;
 mod error;
 pub mod fs;
 pub mod location;
+pub mod presign;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod types;
@@ -20,6 +21,7 @@ use async_trait::async_trait;
 pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
 pub use error::{error_chain, StoreError};
 pub use location::StoreLocation;
+pub use presign::{DirectSigner, PostPolicy, PresignedPost};
 pub use types::*;
 
 /// The first key segment of sluice's own state in a store (resumable uploads

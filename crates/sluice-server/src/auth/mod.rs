@@ -202,7 +202,8 @@ impl Grant {
         !self.authenticated || owner == Some(self.tenant.as_str())
     }
 
-    fn allows(&self, op: Op) -> Result<(), ApiError> {
+    /// May the caller do `op` at all (on some key)?
+    pub fn allows(&self, op: Op) -> Result<(), ApiError> {
         match self.ops.contains(&op) {
             true => Ok(()),
             false => Err(ApiError::Forbidden(format!(

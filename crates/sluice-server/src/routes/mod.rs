@@ -29,6 +29,7 @@ pub fn router(state: AppState) -> Router {
             get(objects::list_objects).post(form::post_form),
         )
         .merge(crate::tus::router())
+        .merge(crate::direct::router())
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(if metrics_here {
@@ -74,6 +75,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
             "content-range",
             "accept-ranges",
             "retry-after",
+            "location",
         ])
         .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
         .collect();

@@ -8,6 +8,7 @@
 //! write carries protects the bytes, at a fraction of SHA-256's CPU cost).
 
 mod errors;
+mod presign;
 mod stall;
 mod trailer;
 
@@ -34,6 +35,8 @@ use crate::types::*;
 use crate::ObjectStore;
 use errors::Context;
 use stall::{Progress, StallGuard, WatchAnswer};
+
+pub use presign::S3DirectSigner;
 
 /// Buffer for streaming a file-backed body into a request.
 const FILE_BUFFER: usize = 256 * 1024;
@@ -84,6 +87,10 @@ pub struct S3Store {
     bucket: String,
     prefix: String,
     stall: StallGuard,
+    /// What direct-upload signing needs besides the client.
+    credentials: Option<aws_sdk_s3::config::SharedCredentialsProvider>,
+    endpoint: Option<String>,
+    path_style: bool,
 }
 
 impl S3Store {
@@ -125,7 +132,8 @@ impl S3Store {
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint);
         }
-        builder = builder.force_path_style(config.path_style.unwrap_or(config.endpoint.is_some()));
+        let path_style = config.path_style.unwrap_or(config.endpoint.is_some());
+        builder = builder.force_path_style(path_style);
         let mut prefix = config.prefix.trim_start_matches('/').to_string();
         if !prefix.is_empty() && !prefix.ends_with('/') {
             prefix.push('/');
@@ -137,7 +145,16 @@ impl S3Store {
             stall: StallGuard {
                 timeout: config.stall_timeout,
             },
+            credentials: shared.credentials_provider(),
+            endpoint: config.endpoint,
+            path_style,
         }
+    }
+
+    /// Signs direct uploads into this bucket (and prefix) for browsers that
+    /// reach it at `public_endpoint` (default: the endpoint the gateway uses).
+    pub fn direct_signer(&self, public_endpoint: Option<&str>) -> S3DirectSigner {
+        S3DirectSigner::new(self, public_endpoint)
     }
 
     /// Creates the bucket if it does not exist (for tests and first-time setups).

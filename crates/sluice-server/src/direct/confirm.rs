@@ -1,0 +1,176 @@
+//! Confirming single-request direct uploads. A browser's form POST goes to the
+//! bucket and never tells the gateway it finished, so `GET /s3/params` records
+//! what it signed under `_sluice/direct/pending/` (key, owner, size limit,
+//! expiry), and every `direct.confirm_interval` each gateway looks for those
+//! keys in the bucket. An object that showed up is claimed (a conditional
+//! write of the record, so of several gateways one goes on), checked against
+//! the size limit and put through the completion point (`upload.completed`,
+//! kind `direct_post`); then its record goes. A record whose policy expired an
+//! `expires` ago with no object is dropped: that upload never happened.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use sluice_store::{Metadata, ObjectStore, PutRequest, StoreError, WriteCondition};
+
+use crate::completion::{Completion, UploadKind};
+use crate::AppState;
+
+pub const PENDING: &str = "_sluice/direct/pending/";
+
+/// How long a gateway holds a record it is confirming.
+const CLAIM: Duration = Duration::from_secs(60);
+
+/// A single-request upload that was signed and not yet seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    pub key: String,
+    pub owner: Option<String>,
+    pub max_size: u64,
+    pub content_type: Option<String>,
+    pub metadata: Metadata,
+    /// When the signed policy stops working (seconds since the epoch).
+    pub expires_at: u64,
+    /// A gateway is confirming it until then (seconds since the epoch).
+    pub claimed_until: u64,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn encode(pending: &Pending) -> Bytes {
+    Bytes::from(serde_json::to_vec(pending).expect("records serialise"))
+}
+
+/// Records a signed upload before its signature is handed out.
+pub async fn record(store: &Arc<dyn ObjectStore>, pending: &Pending) -> Result<(), StoreError> {
+    let name = format!("{PENDING}{}", uuid::Uuid::new_v4());
+    let mut request = PutRequest::new(name, encode(pending));
+    request.content_type = Some("application/json".into());
+    request.condition = Some(WriteCondition::IfNoneMatch);
+    store.put_object(request).await.map(|_| ())
+}
+
+async fn read(store: &Arc<dyn ObjectStore>, name: &str) -> Result<Option<(Pending, String)>, StoreError> {
+    let output = match store.get_object(name, None).await {
+        Ok(output) => output,
+        Err(StoreError::NoSuchKey { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let etag = output.meta.etag.clone();
+    let bytes: BytesMut = output.body.try_collect().await?;
+    match serde_json::from_slice(&bytes) {
+        Ok(pending) => Ok(Some((pending, etag))),
+        Err(e) => {
+            tracing::warn!(name, error = %e, "dropping an unreadable direct-upload record");
+            store.delete_object(name).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// What one look at a record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Confirmed,
+    /// The object is larger than was allowed: removed, no event.
+    Oversized,
+    Expired,
+    /// Not there yet, or another gateway has it.
+    Waiting,
+}
+
+/// One pass over the pending records; what each came to.
+pub async fn pass(state: &AppState) -> Result<Vec<Outcome>, StoreError> {
+    let Some(direct) = &state.direct else {
+        return Ok(Vec::new());
+    };
+    let grace = direct.settings.expires.as_secs();
+    let page = state.store.list_objects(PENDING, None, 1000).await?;
+    let mut outcomes = Vec::with_capacity(page.objects.len());
+    for entry in page.objects {
+        let outcome = match look(state, &entry.key, grace).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(record = entry.key, error = %e, "could not confirm a direct upload");
+                Outcome::Waiting
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, StoreError> {
+    let store = &state.store;
+    let Some((mut pending, etag)) = read(store, name).await? else {
+        return Ok(Outcome::Waiting);
+    };
+    let now = now();
+    if pending.claimed_until > now {
+        return Ok(Outcome::Waiting);
+    }
+    let object = match store.head_object(&pending.key).await {
+        Ok(object) => object,
+        Err(StoreError::NoSuchKey { .. }) => {
+            if now > pending.expires_at + grace {
+                store.delete_object(name).await?;
+                return Ok(Outcome::Expired);
+            }
+            return Ok(Outcome::Waiting);
+        }
+        Err(e) => return Err(e),
+    };
+    pending.claimed_until = now + CLAIM.as_secs();
+    let mut claim = PutRequest::new(name, encode(&pending));
+    claim.condition = Some(WriteCondition::IfMatch(etag));
+    match store.put_object(claim).await {
+        Ok(_) => {}
+        Err(StoreError::PreconditionFailed) => return Ok(Outcome::Waiting),
+        Err(e) => return Err(e),
+    }
+    if object.size > pending.max_size {
+        tracing::warn!(key = pending.key, size = object.size, limit = pending.max_size, "a direct upload is larger than was allowed; removing it");
+        store.delete_object(&pending.key).await?;
+        store.delete_object(name).await?;
+        return Ok(Outcome::Oversized);
+    }
+    let completion = Completion {
+        kind: UploadKind::DirectPost,
+        key: pending.key.clone(),
+        size: object.size,
+        etag: object.etag,
+        checksum: object.checksum,
+        content_type: object.content_type.or(pending.content_type),
+        metadata: object.metadata,
+        upload_id: None,
+        owner: pending.owner,
+    };
+    if let Err(e) = state.completion.complete(&completion).await {
+        tracing::warn!(key = completion.key, error = %e, "could not record a direct upload's completion; will retry");
+        return Ok(Outcome::Waiting);
+    }
+    store.delete_object(name).await?;
+    Ok(Outcome::Confirmed)
+}
+
+/// Confirms pending direct uploads every `direct.confirm_interval`.
+pub fn spawn(state: AppState) -> Option<tokio::task::JoinHandle<()>> {
+    let interval = state.direct.as_ref()?.settings.confirm_interval;
+    Some(tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if let Err(e) = pass(&state).await {
+                tracing::warn!(error = %e, "could not list pending direct uploads");
+            }
+        }
+    }))
+}

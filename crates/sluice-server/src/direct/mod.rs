@@ -1,0 +1,517 @@
+//! Direct-to-bucket uploads: the `/s3/` routes Uppy's Companion serves for
+//! `@uppy/aws-s3`, with the same request and answer shapes, so the browser
+//! sends the bytes to the bucket and the gateway only signs. Callers are
+//! authorized as for every upload ([`Grant`]): keys come from the key template
+//! under the caller's prefix, the pre-create hook is asked, `max_size` is
+//! pinned in the POST policy and checked against part numbers and at
+//! completion. A multipart upload completed here goes through the completion
+//! point at once; a single-request upload is confirmed by [`confirm`] once the
+//! object shows up in the bucket. Errors are `{error, message}` JSON, as Uppy
+//! reads them.
+
+pub mod confirm;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sluice_store::limits::{MAX_PARTS, MAX_PUT_SIZE, MIN_PART_SIZE};
+use sluice_store::presign::MAX_PRESIGN_EXPIRY;
+use sluice_store::{
+    CompleteMultipartRequest, CreateMultipartRequest, DirectSigner, Metadata, PostPolicy,
+    StoreError, UploadedPart,
+};
+
+use crate::auth::{Grant, Op};
+use crate::completion::{Completion, UploadKind};
+use crate::error::{ApiError, FlatApiError};
+use crate::hooks::PreCreate;
+use crate::keys::KeyInputs;
+use crate::AppState;
+
+/// `[direct]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DirectSettings {
+    /// Serve the `/s3/` signing routes (needs a bucket store).
+    pub enabled: bool,
+    /// How long a signed request stays good (at most 7 days).
+    #[serde(with = "humantime_serde")]
+    pub expires: Duration,
+    /// The bucket's endpoint as browsers reach it, when it differs from the
+    /// gateway's `endpoint` (signatures cover the host).
+    pub public_endpoint: Option<String>,
+    /// How often pending single-request uploads are looked for in the bucket.
+    #[serde(with = "humantime_serde")]
+    pub confirm_interval: Duration,
+}
+
+impl Default for DirectSettings {
+    fn default() -> Self {
+        DirectSettings {
+            enabled: false,
+            expires: Duration::from_secs(15 * 60),
+            public_endpoint: None,
+            confirm_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+impl DirectSettings {
+    pub fn check(&self) -> Result<(), String> {
+        if self.expires < Duration::from_secs(1) || self.expires > MAX_PRESIGN_EXPIRY {
+            return Err("direct.expires must be between 1s and 7 days (S3's limit)".into());
+        }
+        if self.confirm_interval.is_zero() {
+            return Err("direct.confirm_interval must be above 0".into());
+        }
+        if let Some(endpoint) = &self.public_endpoint {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err("direct.public_endpoint must be an http:// or https:// URL".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The signer and settings, when direct uploads are on.
+#[derive(Debug, Clone)]
+pub struct Direct {
+    pub signer: Arc<dyn DirectSigner>,
+    pub settings: DirectSettings,
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/s3/params", get(params))
+        .route("/s3/multipart", post(create_multipart))
+        .route(
+            "/s3/multipart/{upload_id}",
+            get(list_parts).delete(abort_multipart),
+        )
+        .route("/s3/multipart/{upload_id}/{part}", get(sign_part))
+        .route(
+            "/s3/multipart/{upload_id}/complete",
+            post(complete_multipart),
+        )
+}
+
+type DirectResult<T> = Result<T, FlatApiError>;
+
+fn direct(state: &AppState) -> Result<&Direct, FlatApiError> {
+    state.direct.as_ref().ok_or_else(|| {
+        FlatApiError(ApiError::DirectUploadsOff)
+    })
+}
+
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The largest object the caller may make directly: the token's and the
+/// gateway's limits, and S3's for one request or for a whole object.
+fn size_limit(state: &AppState, grant: &Grant, ceiling: u64) -> u64 {
+    grant
+        .size_limit(state.config.max_upload_size)
+        .map_or(ceiling, |limit| limit.min(ceiling))
+}
+
+/// Metadata from Uppy (`metadata[NAME]=value` or a JSON object), as object
+/// metadata: names of letters, digits, `-` and `_`; values with anything
+/// outside visible ASCII percent-encoded; 2 KiB in all, like S3.
+fn object_metadata(pairs: impl IntoIterator<Item = (String, String)>) -> Result<Metadata, ApiError> {
+    let mut metadata = Metadata::new();
+    let mut total = 0;
+    for (name, value) in pairs {
+        let name = name.to_ascii_lowercase();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ApiError::BadRequest(format!(
+                "metadata name {name:?}: letters, digits, '-' and '_' only"
+            )));
+        }
+        let value: String =
+            percent_encoding::utf8_percent_encode(&value, &VISIBLE_ASCII).to_string();
+        total += name.len() + value.len();
+        metadata.insert(name, value);
+    }
+    if total > 2048 {
+        return Err(ApiError::BadRequest(format!(
+            "metadata is {total} bytes; at most 2048 are allowed"
+        )));
+    }
+    Ok(metadata)
+}
+
+/// Everything but visible ASCII and space is percent-encoded in metadata values.
+const VISIBLE_ASCII: percent_encoding::AsciiSet = percent_encoding::CONTROLS.add(b'%');
+
+/// A JSON metadata object's values as text (`null` dropped).
+fn json_metadata(object: BTreeMap<String, Value>) -> Vec<(String, String)> {
+    object
+        .into_iter()
+        .filter_map(|(name, value)| match value {
+            Value::Null => None,
+            Value::String(text) => Some((name, text)),
+            other => Some((name, other.to_string())),
+        })
+        .collect()
+}
+
+/// The key a new direct upload gets, after the hook had its say.
+async fn new_key(
+    state: &AppState,
+    grant: &Grant,
+    filename: &str,
+    content_type: &Option<String>,
+    metadata: &Metadata,
+    upload_kind: &'static str,
+) -> Result<(String, Option<String>, Metadata), ApiError> {
+    let key = grant.generated_key(state.template.render(&KeyInputs {
+        tenant: &grant.tenant,
+        filename,
+        now: time::OffsetDateTime::now_utc(),
+        uuid: uuid::Uuid::new_v4(),
+    }));
+    grant.check(Op::Put, &key)?;
+    let mut decision = state
+        .hooks
+        .pre_create(&PreCreate {
+            kind: "upload.pre_create",
+            upload_kind,
+            key: key.clone(),
+            size: None,
+            content_type: content_type.clone(),
+            metadata: metadata.clone(),
+            filename: Some(filename.to_string()),
+            tenant: grant.owner(),
+        })
+        .await?;
+    let key = decision.key(key, grant)?;
+    Ok((
+        key,
+        decision.content_type.take().or_else(|| content_type.clone()),
+        decision.metadata.take().unwrap_or_else(|| metadata.clone()),
+    ))
+}
+
+/// A key named by a request about an existing upload: the caller's, or not
+/// found (never confirming that another caller's upload exists).
+fn own_key(grant: &Grant, key: Option<String>) -> Result<String, ApiError> {
+    let key =
+        key.ok_or_else(|| ApiError::BadRequest("the key query parameter is missing".into()))?;
+    crate::keys::validate_client_key(&key).map_err(ApiError::InvalidKey)?;
+    match grant.check(Op::Resume, &key) {
+        Ok(()) => Ok(key),
+        // Allowed to resume, but not this key: it is not the caller's upload.
+        Err(ApiError::Forbidden(_)) if grant.allows(Op::Resume).is_ok() => {
+            Err(ApiError::Tus(sluice_tus::TusError::NotFound))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn upload_gone(error: StoreError) -> ApiError {
+    match error {
+        StoreError::NoSuchUpload { .. } | StoreError::NoSuchKey { .. } => {
+            ApiError::Tus(sluice_tus::TusError::NotFound)
+        }
+        other => ApiError::Store(other),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct KeyQuery {
+    key: Option<String>,
+}
+
+/// `GET /s3/params?filename=&type=&metadata[NAME]=value`: a form POST to the
+/// bucket for one small file.
+async fn params(
+    State(state): State<AppState>,
+    grant: Grant,
+    Query(query): Query<Vec<(String, String)>>,
+) -> DirectResult<Json<Value>> {
+    let direct = direct(&state)?;
+    let mut filename = None;
+    let mut content_type = None;
+    let mut pairs = Vec::new();
+    for (name, value) in query {
+        match name.as_str() {
+            "filename" => filename = Some(value),
+            "type" => content_type = Some(value).filter(|t| !t.is_empty()),
+            other => {
+                if let Some(field) = other
+                    .strip_prefix("metadata[")
+                    .and_then(|rest| rest.strip_suffix(']'))
+                {
+                    pairs.push((field.to_string(), value));
+                }
+            }
+        }
+    }
+    let filename =
+        filename.ok_or_else(|| ApiError::BadRequest("the filename query parameter is missing".into()))?;
+    let metadata = object_metadata(pairs)?;
+    let (key, content_type, metadata) =
+        new_key(&state, &grant, &filename, &content_type, &metadata, "direct_post").await?;
+    let max_size = size_limit(&state, &grant, MAX_PUT_SIZE);
+    let expires_at = SystemTime::now() + direct.settings.expires;
+    let pending = confirm::Pending {
+        key: key.clone(),
+        owner: grant.owner(),
+        max_size,
+        content_type: content_type.clone(),
+        metadata: metadata.clone(),
+        expires_at: unix_seconds(expires_at),
+        claimed_until: 0,
+    };
+    confirm::record(&state.store, &pending)
+        .await
+        .map_err(ApiError::Store)?;
+    let post = direct
+        .signer
+        .post(&PostPolicy {
+            key,
+            content_type,
+            metadata: metadata.into_iter().collect(),
+            max_size,
+            expires_at,
+        })
+        .await
+        .map_err(ApiError::Store)?;
+    let fields: serde_json::Map<String, Value> = post
+        .fields
+        .into_iter()
+        .map(|(name, value)| (name, Value::String(value)))
+        .collect();
+    Ok(Json(json!({
+        "method": "POST",
+        "url": post.url,
+        "fields": fields,
+        "expires": direct.settings.expires.as_secs(),
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CreateBody {
+    filename: String,
+    #[serde(rename = "type", default)]
+    content_type: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, Value>,
+}
+
+/// `POST /s3/multipart`: starts a multipart upload in the bucket.
+async fn create_multipart(
+    State(state): State<AppState>,
+    grant: Grant,
+    body: axum::body::Bytes,
+) -> DirectResult<Json<Value>> {
+    let direct = direct(&state)?;
+    let request: CreateBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("the body must be JSON {{filename, type, metadata}}: {e}"))
+    })?;
+    let content_type = request.content_type.filter(|t| !t.is_empty());
+    let metadata = object_metadata(json_metadata(request.metadata))?;
+    let (key, content_type, metadata) = new_key(
+        &state,
+        &grant,
+        &request.filename,
+        &content_type,
+        &metadata,
+        "direct_multipart",
+    )
+    .await?;
+    let upload_id = state
+        .store
+        .create_multipart_upload(CreateMultipartRequest {
+            key: key.clone(),
+            content_type,
+            metadata,
+            checksum_algorithm: None,
+        })
+        .await
+        .map_err(ApiError::Store)?;
+    tracing::info!(key, upload_id, tenant = %grant.tenant, "direct multipart upload started");
+    Ok(Json(json!({
+        "key": key,
+        "uploadId": upload_id,
+        "bucket": direct.signer.bucket(),
+    })))
+}
+
+/// `GET /s3/multipart/{uploadId}/{partNumber}?key=`: a URL to PUT one part to.
+async fn sign_part(
+    State(state): State<AppState>,
+    grant: Grant,
+    Path((upload_id, part)): Path<(String, String)>,
+    Query(query): Query<KeyQuery>,
+) -> DirectResult<Json<Value>> {
+    let direct = direct(&state)?;
+    let key = own_key(&grant, query.key)?;
+    let part: u32 = part
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_PARTS).contains(n))
+        .ok_or_else(|| ApiError::BadRequest(format!("part number {part:?} is not 1 to {MAX_PARTS}")))?;
+    // Every part but the last holds at least 5 MiB: beyond this many parts the
+    // object cannot fit the caller's limit.
+    let limit = size_limit(&state, &grant, sluice_store::limits::MAX_OBJECT_SIZE);
+    let most_parts = limit.div_ceil(MIN_PART_SIZE).max(1);
+    if u64::from(part) > most_parts {
+        return Err(ApiError::TooLarge { limit }.into());
+    }
+    let url = direct
+        .signer
+        .upload_part_url(&key, &upload_id, part, direct.settings.expires)
+        .await
+        .map_err(ApiError::Store)?;
+    Ok(Json(json!({ "url": url, "expires": direct.settings.expires.as_secs() })))
+}
+
+/// `GET /s3/multipart/{uploadId}?key=`: the parts in the bucket, every page.
+async fn list_parts(
+    State(state): State<AppState>,
+    grant: Grant,
+    Path(upload_id): Path<String>,
+    Query(query): Query<KeyQuery>,
+) -> DirectResult<Json<Value>> {
+    direct(&state)?;
+    let key = own_key(&grant, query.key)?;
+    let parts = state
+        .store
+        .list_parts(&key, &upload_id)
+        .await
+        .map_err(upload_gone)?;
+    Ok(Json(Value::Array(
+        parts
+            .into_iter()
+            .map(|p| json!({ "PartNumber": p.part_number, "ETag": p.etag, "Size": p.size }))
+            .collect(),
+    )))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompleteBody {
+    parts: Vec<ClientPart>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ClientPart {
+    #[serde(rename = "ETag")]
+    etag: String,
+    #[serde(rename = "PartNumber")]
+    part_number: u32,
+}
+
+/// `POST /s3/multipart/{uploadId}/complete?key=`: joins the parts the client
+/// names, once their sizes are checked against the caller's limit; the object
+/// then goes through the completion point (`upload.completed`).
+async fn complete_multipart(
+    State(state): State<AppState>,
+    grant: Grant,
+    Path(upload_id): Path<String>,
+    Query(query): Query<KeyQuery>,
+    body: axum::body::Bytes,
+) -> DirectResult<Json<Value>> {
+    let direct = direct(&state)?;
+    let key = own_key(&grant, query.key)?;
+    let request: CompleteBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!("the body must be JSON {{parts: [{{ETag, PartNumber}}]}}: {e}"))
+    })?;
+    if request.parts.is_empty() {
+        return Err(ApiError::BadRequest("the part list is empty".into()).into());
+    }
+    let stored = state
+        .store
+        .list_parts(&key, &upload_id)
+        .await
+        .map_err(upload_gone)?;
+    let mut parts = Vec::with_capacity(request.parts.len());
+    for named in &request.parts {
+        let found = stored.iter().find(|p| {
+            p.part_number == named.part_number
+                && p.etag.trim_matches('"') == named.etag.trim_matches('"')
+        });
+        let Some(found) = found else {
+            return Err(ApiError::BadRequest(format!(
+                "part {} with ETag {} is not in the upload",
+                named.part_number, named.etag
+            ))
+            .into());
+        };
+        parts.push(UploadedPart {
+            checksum: None,
+            ..found.clone()
+        });
+    }
+    parts.sort_by_key(|p| p.part_number);
+    parts.dedup_by_key(|p| p.part_number);
+    let size: u64 = parts.iter().map(|p| p.size).sum();
+    let limit = size_limit(&state, &grant, sluice_store::limits::MAX_OBJECT_SIZE);
+    if size > limit {
+        if let Err(e) = state.store.abort_multipart_upload(&key, &upload_id).await {
+            tracing::warn!(key, upload_id, error = %e, "could not abort an oversized direct upload");
+        }
+        return Err(ApiError::TooLarge { limit }.into());
+    }
+    state
+        .store
+        .complete_multipart_upload(CompleteMultipartRequest {
+            key: key.clone(),
+            upload_id: upload_id.clone(),
+            parts,
+            checksum: None,
+            condition: None,
+        })
+        .await
+        .map_err(upload_gone)?;
+    let object = state.store.head_object(&key).await.map_err(ApiError::Store)?;
+    let completion = Completion {
+        kind: UploadKind::DirectMultipart,
+        key: key.clone(),
+        size: object.size,
+        etag: object.etag,
+        checksum: object.checksum,
+        content_type: object.content_type,
+        metadata: object.metadata,
+        upload_id: Some(upload_id),
+        owner: grant.owner(),
+    };
+    state
+        .completion
+        .complete(&completion)
+        .await
+        .map_err(ApiError::Store)?;
+    Ok(Json(json!({
+        "location": direct.signer.object_url(&key),
+        "key": key,
+        "bucket": direct.signer.bucket(),
+    })))
+}
+
+/// `DELETE /s3/multipart/{uploadId}?key=`: aborts the upload (an upload
+/// already gone is not an error).
+async fn abort_multipart(
+    State(state): State<AppState>,
+    grant: Grant,
+    Path(upload_id): Path<String>,
+    Query(query): Query<KeyQuery>,
+) -> DirectResult<Json<Value>> {
+    direct(&state)?;
+    let key = own_key(&grant, query.key)?;
+    match state.store.abort_multipart_upload(&key, &upload_id).await {
+        Ok(()) | Err(StoreError::NoSuchUpload { .. }) => Ok(Json(json!({}))),
+        Err(e) => Err(ApiError::Store(e).into()),
+    }
+}
