@@ -57,7 +57,10 @@ pub async fn record(store: &Arc<dyn ObjectStore>, pending: &Pending) -> Result<(
     store.put_object(request).await.map(|_| ())
 }
 
-async fn read(store: &Arc<dyn ObjectStore>, name: &str) -> Result<Option<(Pending, String)>, StoreError> {
+async fn read(
+    store: &Arc<dyn ObjectStore>,
+    name: &str,
+) -> Result<Option<(Pending, String)>, StoreError> {
     let output = match store.get_object(name, None).await {
         Ok(output) => output,
         Err(StoreError::NoSuchKey { .. }) => return Ok(None),
@@ -136,7 +139,12 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         Err(e) => return Err(e),
     }
     if object.size > pending.max_size {
-        tracing::warn!(key = pending.key, size = object.size, limit = pending.max_size, "a direct upload is larger than was allowed; removing it");
+        tracing::warn!(
+            key = pending.key,
+            size = object.size,
+            limit = pending.max_size,
+            "a direct upload is larger than was allowed; removing it"
+        );
         store.delete_object(&pending.key).await?;
         store.delete_object(name).await?;
         return Ok(Outcome::Oversized);

@@ -103,10 +103,25 @@ pub fn router() -> Router<AppState> {
 
 type DirectResult<T> = Result<T, FlatApiError>;
 
+/// The caller's [`Grant`], refused in Uppy's error shape.
+pub struct CallerGrant(pub Grant);
+
+impl axum::extract::FromRequestParts<AppState> for CallerGrant {
+    type Rejection = FlatApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<CallerGrant, FlatApiError> {
+        Ok(CallerGrant(Grant::from_request_parts(parts, state).await?))
+    }
+}
+
 fn direct(state: &AppState) -> Result<&Direct, FlatApiError> {
-    state.direct.as_ref().ok_or_else(|| {
-        FlatApiError(ApiError::DirectUploadsOff)
-    })
+    state
+        .direct
+        .as_ref()
+        .ok_or(FlatApiError(ApiError::DirectUploadsOff))
 }
 
 fn unix_seconds(time: SystemTime) -> u64 {
@@ -125,7 +140,9 @@ fn size_limit(state: &AppState, grant: &Grant, ceiling: u64) -> u64 {
 /// Metadata from Uppy (`metadata[NAME]=value` or a JSON object), as object
 /// metadata: names of letters, digits, `-` and `_`; values with anything
 /// outside visible ASCII percent-encoded; 2 KiB in all, like S3.
-fn object_metadata(pairs: impl IntoIterator<Item = (String, String)>) -> Result<Metadata, ApiError> {
+fn object_metadata(
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> Result<Metadata, ApiError> {
     let mut metadata = Metadata::new();
     let mut total = 0;
     for (name, value) in pairs {
@@ -199,7 +216,10 @@ async fn new_key(
     let key = decision.key(key, grant)?;
     Ok((
         key,
-        decision.content_type.take().or_else(|| content_type.clone()),
+        decision
+            .content_type
+            .take()
+            .or_else(|| content_type.clone()),
         decision.metadata.take().unwrap_or_else(|| metadata.clone()),
     ))
 }
@@ -238,7 +258,7 @@ pub struct KeyQuery {
 /// bucket for one small file.
 async fn params(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     Query(query): Query<Vec<(String, String)>>,
 ) -> DirectResult<Json<Value>> {
     let direct = direct(&state)?;
@@ -259,11 +279,18 @@ async fn params(
             }
         }
     }
-    let filename =
-        filename.ok_or_else(|| ApiError::BadRequest("the filename query parameter is missing".into()))?;
+    let filename = filename
+        .ok_or_else(|| ApiError::BadRequest("the filename query parameter is missing".into()))?;
     let metadata = object_metadata(pairs)?;
-    let (key, content_type, metadata) =
-        new_key(&state, &grant, &filename, &content_type, &metadata, "direct_post").await?;
+    let (key, content_type, metadata) = new_key(
+        &state,
+        &grant,
+        &filename,
+        &content_type,
+        &metadata,
+        "direct_post",
+    )
+    .await?;
     let max_size = size_limit(&state, &grant, MAX_PUT_SIZE);
     let expires_at = SystemTime::now() + direct.settings.expires;
     let pending = confirm::Pending {
@@ -314,12 +341,14 @@ pub struct CreateBody {
 /// `POST /s3/multipart`: starts a multipart upload in the bucket.
 async fn create_multipart(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     body: axum::body::Bytes,
 ) -> DirectResult<Json<Value>> {
     let direct = direct(&state)?;
     let request: CreateBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("the body must be JSON {{filename, type, metadata}}: {e}"))
+        ApiError::BadRequest(format!(
+            "the body must be JSON {{filename, type, metadata}}: {e}"
+        ))
     })?;
     let content_type = request.content_type.filter(|t| !t.is_empty());
     let metadata = object_metadata(json_metadata(request.metadata))?;
@@ -353,7 +382,7 @@ async fn create_multipart(
 /// `GET /s3/multipart/{uploadId}/{partNumber}?key=`: a URL to PUT one part to.
 async fn sign_part(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     Path((upload_id, part)): Path<(String, String)>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {
@@ -363,7 +392,9 @@ async fn sign_part(
         .parse()
         .ok()
         .filter(|n| (1..=MAX_PARTS).contains(n))
-        .ok_or_else(|| ApiError::BadRequest(format!("part number {part:?} is not 1 to {MAX_PARTS}")))?;
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("part number {part:?} is not 1 to {MAX_PARTS}"))
+        })?;
     // Every part but the last holds at least 5 MiB: beyond this many parts the
     // object cannot fit the caller's limit.
     let limit = size_limit(&state, &grant, sluice_store::limits::MAX_OBJECT_SIZE);
@@ -376,13 +407,15 @@ async fn sign_part(
         .upload_part_url(&key, &upload_id, part, direct.settings.expires)
         .await
         .map_err(ApiError::Store)?;
-    Ok(Json(json!({ "url": url, "expires": direct.settings.expires.as_secs() })))
+    Ok(Json(
+        json!({ "url": url, "expires": direct.settings.expires.as_secs() }),
+    ))
 }
 
 /// `GET /s3/multipart/{uploadId}?key=`: the parts in the bucket, every page.
 async fn list_parts(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     Path(upload_id): Path<String>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {
@@ -419,7 +452,7 @@ pub struct ClientPart {
 /// then goes through the completion point (`upload.completed`).
 async fn complete_multipart(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     Path(upload_id): Path<String>,
     Query(query): Query<KeyQuery>,
     body: axum::body::Bytes,
@@ -427,7 +460,9 @@ async fn complete_multipart(
     let direct = direct(&state)?;
     let key = own_key(&grant, query.key)?;
     let request: CompleteBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!("the body must be JSON {{parts: [{{ETag, PartNumber}}]}}: {e}"))
+        ApiError::BadRequest(format!(
+            "the body must be JSON {{parts: [{{ETag, PartNumber}}]}}: {e}"
+        ))
     })?;
     if request.parts.is_empty() {
         return Err(ApiError::BadRequest("the part list is empty".into()).into());
@@ -476,7 +511,11 @@ async fn complete_multipart(
         })
         .await
         .map_err(upload_gone)?;
-    let object = state.store.head_object(&key).await.map_err(ApiError::Store)?;
+    let object = state
+        .store
+        .head_object(&key)
+        .await
+        .map_err(ApiError::Store)?;
     let completion = Completion {
         kind: UploadKind::DirectMultipart,
         key: key.clone(),
@@ -504,7 +543,7 @@ async fn complete_multipart(
 /// already gone is not an error).
 async fn abort_multipart(
     State(state): State<AppState>,
-    grant: Grant,
+    CallerGrant(grant): CallerGrant,
     Path(upload_id): Path<String>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {

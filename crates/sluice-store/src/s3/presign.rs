@@ -35,7 +35,12 @@ impl S3DirectSigner {
     pub(super) fn new(store: &S3Store, public_endpoint: Option<&str>) -> S3DirectSigner {
         let endpoint = public_endpoint
             .map(|e| e.trim_end_matches('/').to_string())
-            .or_else(|| store.endpoint.as_ref().map(|e| e.trim_end_matches('/').to_string()));
+            .or_else(|| {
+                store
+                    .endpoint
+                    .as_ref()
+                    .map(|e| e.trim_end_matches('/').to_string())
+            });
         let mut config = store.client.config().to_builder();
         if let Some(endpoint) = &endpoint {
             config = config.endpoint_url(endpoint);
@@ -48,7 +53,12 @@ impl S3DirectSigner {
         S3DirectSigner {
             client: Client::from_conf(config.build()),
             credentials: store.credentials.clone(),
-            bucket_url: bucket_url(endpoint.as_deref(), &store.bucket, &region, store.path_style),
+            bucket_url: bucket_url(
+                endpoint.as_deref(),
+                &store.bucket,
+                &region,
+                store.path_style,
+            ),
             bucket: store.bucket.clone(),
             prefix: store.prefix.clone(),
             region,
@@ -59,6 +69,13 @@ impl S3DirectSigner {
         format!("{}{key}", self.prefix)
     }
 }
+
+/// What a key segment keeps unencoded in a URL: RFC 3986's unreserved characters.
+const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// The URL of `bucket`: `ENDPOINT/BUCKET` path-style, `SCHEME://BUCKET.HOST`
 /// virtual-hosted, AWS's regional name without an endpoint.
@@ -91,10 +108,7 @@ impl DirectSigner for S3DirectSigner {
         let path: String = self
             .full_key(key)
             .split('/')
-            .map(|segment| {
-                percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC)
-                    .to_string()
-            })
+            .map(|segment| percent_encoding::utf8_percent_encode(segment, PATH_SEGMENT).to_string())
             .collect::<Vec<_>>()
             .join("/");
         format!("{}/{path}", self.bucket_url)
@@ -140,7 +154,9 @@ impl DirectSigner for S3DirectSigner {
             .provide_credentials()
             .await
             .map_err(|e| StoreError::NoCredentials(e.to_string()))?;
-        let now = SystemTime::now();
+        // Whole seconds: x-amz-date has no fraction.
+        let now = SystemTime::UNIX_EPOCH
+            + Duration::from_secs(DateTime::from(SystemTime::now()).secs().max(0) as u64);
         let stamp = DateTime::from(now)
             .fmt(Format::DateTime)
             .map_err(signing_error)?;
@@ -152,7 +168,7 @@ impl DirectSigner for S3DirectSigner {
             credentials.access_key_id(),
             self.region
         );
-        let expiration = DateTime::from(policy.expires_at)
+        let expiration = DateTime::from_secs(DateTime::from(policy.expires_at).secs())
             .fmt(Format::DateTime)
             .map_err(signing_error)?;
         let mut fields = vec![("key".to_string(), self.full_key(&policy.key))];
@@ -196,8 +212,16 @@ mod tests {
     #[test]
     fn bucket_urls() {
         let cases = [
-            (Some("http://127.0.0.1:9000"), true, "http://127.0.0.1:9000/b"),
-            (Some("https://s3.example.com"), false, "https://b.s3.example.com"),
+            (
+                Some("http://127.0.0.1:9000"),
+                true,
+                "http://127.0.0.1:9000/b",
+            ),
+            (
+                Some("https://s3.example.com"),
+                false,
+                "https://b.s3.example.com",
+            ),
             (None, false, "https://b.s3.eu-west-1.amazonaws.com"),
         ];
         for (endpoint, path_style, want) in cases {
