@@ -119,6 +119,18 @@ fn usage_errors_exit_with_2_and_store_nothing() {
             vec!["serve", "--store", dest, "--jwt-secret-file", src],
             "auth.jwt_secret_file",
         ),
+        (vec!["serve", "--store", dest, "--direct"], "bucket store"),
+        (
+            vec![
+                "serve",
+                "--store",
+                "s3://bucket-b",
+                "--direct",
+                "--direct-expires",
+                "8d",
+            ],
+            "7 days",
+        ),
         (
             vec![
                 "serve",
@@ -190,6 +202,9 @@ fn serve_help_names_the_auth_settings() {
         "--jwt-leeway",
         "--allow-anonymous",
         "SLUICE_JWT_SECRET_FILE",
+        "--direct",
+        "--direct-expires",
+        "--direct-endpoint",
     ] {
         assert!(help.contains(flag), "{flag} missing from serve --help");
     }

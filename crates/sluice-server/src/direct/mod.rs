@@ -554,3 +554,52 @@ async fn abort_multipart(
         Err(e) => Err(ApiError::Store(e).into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_from_uppy() {
+        // (pairs, stored or the error's words)
+        let long = "x".repeat(2100);
+        let cases: [(Vec<(&str, &str)>, Result<Vec<(&str, &str)>, &str>); 6] = [
+            (vec![("name", "a.txt")], Ok(vec![("name", "a.txt")])),
+            (vec![("Name", "café")], Ok(vec![("name", "caf%C3%A9")])),
+            (vec![("note", "50% off")], Ok(vec![("note", "50%25 off")])),
+            (vec![("a b", "x")], Err("letters, digits")),
+            (vec![("", "x")], Err("letters, digits")),
+            (vec![("big", long.as_str())], Err("at most 2048")),
+        ];
+        for (pairs, want) in cases {
+            let got = object_metadata(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+            match (got, want) {
+                (Ok(got), Ok(want)) => {
+                    let want: Metadata = want
+                        .into_iter()
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect();
+                    assert_eq!(got, want, "{pairs:?}");
+                }
+                (Err(e), Err(words)) => assert!(e.to_string().contains(words), "{pairs:?}: {e}"),
+                (got, want) => panic!("{pairs:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn json_metadata_drops_nulls_and_keeps_text() {
+        let object: BTreeMap<String, Value> = serde_json::from_value(json!({
+            "name": "a", "relativePath": null, "size": 12, "tags": ["x"]
+        }))
+        .unwrap();
+        assert_eq!(
+            json_metadata(object),
+            vec![
+                ("name".to_string(), "a".to_string()),
+                ("size".to_string(), "12".to_string()),
+                ("tags".to_string(), "[\"x\"]".to_string()),
+            ]
+        );
+    }
+}
