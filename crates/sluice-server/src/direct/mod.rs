@@ -561,9 +561,10 @@ mod tests {
 
     #[test]
     fn metadata_from_uppy() {
+        type Pairs<'a> = Vec<(&'a str, &'a str)>;
         // (pairs, stored or the error's words)
         let long = "x".repeat(2100);
-        let cases: [(Vec<(&str, &str)>, Result<Vec<(&str, &str)>, &str>); 6] = [
+        let cases: [(Pairs, Result<Pairs, &str>); 6] = [
             (vec![("name", "a.txt")], Ok(vec![("name", "a.txt")])),
             (vec![("Name", "café")], Ok(vec![("name", "caf%C3%A9")])),
             (vec![("note", "50% off")], Ok(vec![("note", "50%25 off")])),
