@@ -485,8 +485,11 @@ pub struct ServeArgs {
     /// (signatures cover the host) [default: --endpoint].
     #[arg(long, env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL")]
     pub direct_endpoint: Option<String>,
-    /// Serve /metrics (and /healthz, /readyz) on this address only, e.g. a
-    /// private one [default: /metrics on the main address].
+    /// Do not serve the upload page (Uppy's Dashboard, at / or ui.upload_page_path).
+    #[arg(long, env = "SLUICE_NO_UPLOAD_PAGE")]
+    pub no_upload_page: bool,
+    /// Serve /metrics, the dashboard (/ui/dashboard) and /healthz, /readyz on
+    /// this address only, e.g. a private one [default: on the main address].
     #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<std::net::SocketAddr>,
     /// Serve without authentication on an address other than loopback (refused

@@ -63,6 +63,9 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     if args.direct {
         config.direct.enabled = true;
     }
+    if args.no_upload_page {
+        config.ui.upload_page = false;
+    }
     if !args.jwt_algorithm.is_empty() {
         config.auth.algorithms = args.jwt_algorithm.clone();
     }

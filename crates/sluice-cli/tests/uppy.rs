@@ -31,19 +31,6 @@ fn token(tenant: &str, max_size: u64) -> String {
     .unwrap()
 }
 
-fn clients(test: &str) -> Option<String> {
-    match std::env::var("SLUICE_TEST_CLIENTS") {
-        Ok(dir) if !dir.is_empty() => Some(dir),
-        _ => {
-            if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") {
-                panic!("{test}: the browser clients are not installed (SLUICE_TEST_CLIENTS)");
-            }
-            eprintln!("SKIPPED {test}: no browser clients (run scripts/test.sh)");
-            None
-        }
-    }
-}
-
 /// Runs one case of uppy_direct.mjs and returns its report.
 fn uppy(dir: &str, gateway: &str, bucket: &str, token: &str, case: &str, size: u64) -> Value {
     let output = Command::new("node")
@@ -91,7 +78,7 @@ async fn metric(gateway: &str, line_start: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uppy_uploads_straight_to_the_bucket_signed_by_the_gateway() {
-    let Some(dir) = clients("uppy_direct") else {
+    let Some(dir) = common::npm_clients("uppy_direct") else {
         return;
     };
     let Some((endpoint, prefix, store)) = common::minio_prefix("uppy-direct").await else {

@@ -43,6 +43,7 @@ pub struct ServerConfig {
     pub events: crate::events::EventSettings,
     pub hooks: crate::hooks::HookSettings,
     pub direct: crate::direct::DirectSettings,
+    pub ui: crate::ui::UiSettings,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -240,6 +241,7 @@ impl Default for ServerConfig {
             events: crate::events::EventSettings::default(),
             hooks: crate::hooks::HookSettings::default(),
             direct: crate::direct::DirectSettings::default(),
+            ui: crate::ui::UiSettings::default(),
         }
     }
 }
@@ -435,6 +437,9 @@ impl ServerConfig {
             if axum::http::HeaderValue::from_str(origin).is_err() {
                 return fail("cors_origins", "an origin is not a valid header value");
             }
+        }
+        if let Err(reason) = self.ui.check() {
+            return fail("ui", &reason);
         }
         if let Err(reason) = self.direct.check() {
             return fail("direct", &reason);

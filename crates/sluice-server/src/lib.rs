@@ -25,6 +25,7 @@ pub mod routes;
 mod server;
 pub mod store;
 pub mod tus;
+pub mod ui;
 pub mod unread;
 mod upload;
 

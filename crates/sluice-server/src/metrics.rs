@@ -68,6 +68,8 @@ struct Inner {
     uploads_completed: Family<KindLabels, Counter>,
     completed_bytes: Counter,
     bytes_received: Counter,
+    bytes_sent: Counter,
+    store_seconds: Histogram,
     upload_seconds: Histogram,
     uploads_in_flight: Gauge,
     memory_in_use: Gauge,
@@ -111,6 +113,8 @@ impl Metrics {
             uploads_completed: Family::default(),
             completed_bytes: Counter::default(),
             bytes_received: Counter::default(),
+            bytes_sent: Counter::default(),
+            store_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
             upload_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 18)),
             uploads_in_flight: Gauge::default(),
             memory_in_use: Gauge::default(),
@@ -163,6 +167,16 @@ impl Metrics {
             "sluice_received_bytes",
             "Request body bytes received for uploads",
             inner.bytes_received.clone(),
+        );
+        registry.register(
+            "sluice_sent_bytes",
+            "Object body bytes sent to readers (GET)",
+            inner.bytes_sent.clone(),
+        );
+        registry.register(
+            "sluice_store_request_duration_seconds",
+            "Time each store request took, whatever its outcome",
+            inner.store_seconds.clone(),
         );
         registry.register(
             "sluice_upload_duration_seconds",
@@ -326,6 +340,10 @@ impl Metrics {
         }
     }
 
+    pub fn bytes_sent(&self, bytes: u64) {
+        self.inner.bytes_sent.inc_by(bytes);
+    }
+
     pub fn bytes_received(&self, bytes: u64) {
         self.inner.bytes_received.inc_by(bytes);
     }
@@ -375,6 +393,7 @@ impl Metrics {
             .store_requests
             .get_or_create(&StoreLabels { operation, status })
             .inc();
+        self.inner.store_seconds.observe(seconds);
         if status == "throttled" {
             self.inner.store_throttled.inc();
         }

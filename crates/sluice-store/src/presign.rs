@@ -40,6 +40,10 @@ pub trait DirectSigner: Send + Sync + std::fmt::Debug + 'static {
     /// The bucket's name, as clients see it in answers.
     fn bucket(&self) -> &str;
 
+    /// What the bucket's keys start with before the gateway's keys (the store's
+    /// prefix): a form POST's `key` field, which Uppy reports, carries it.
+    fn key_prefix(&self) -> &str;
+
     /// Where the object at `key` can be found (for answers; not signed).
     fn object_url(&self, key: &str) -> String;
 

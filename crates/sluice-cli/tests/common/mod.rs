@@ -74,3 +74,18 @@ pub async fn minio_prefix(test: &str) -> Option<(String, String, sluice_store::s
     store.ensure_bucket().await.unwrap();
     Some((endpoint, prefix, store))
 }
+
+/// Where scripts/test.sh installed the npm clients (tests/clients), or None
+/// (after saying so) when they are not installed and S3 tests may skip.
+pub fn npm_clients(test: &str) -> Option<String> {
+    match std::env::var("SLUICE_TEST_CLIENTS") {
+        Ok(dir) if !dir.is_empty() => Some(dir),
+        _ => {
+            if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") {
+                panic!("{test}: the npm clients are not installed (SLUICE_TEST_CLIENTS)");
+            }
+            eprintln!("SKIPPED {test}: no npm clients (run scripts/test.sh)");
+            None
+        }
+    }
+}

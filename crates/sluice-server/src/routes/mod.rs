@@ -1,7 +1,8 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
-//! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/healthz`, `/readyz` and
-//! `/metrics` (on the admin address instead when there is one); CORS for the
-//! configured browser origins.
+//! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/s3/` (direct uploads,
+//! [`crate::direct`]), the upload page and `/ui/assets/` ([`crate::ui`]),
+//! `/healthz`, `/readyz`, and `/metrics` with the dashboard (on the admin
+//! address instead when there is one); CORS for the configured browser origins.
 
 mod form;
 mod health;
@@ -30,10 +31,13 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(crate::tus::router())
         .merge(crate::direct::router())
+        .merge(crate::ui::router(&state))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(if metrics_here {
-            Router::new().route("/metrics", get(health::metrics))
+            Router::new()
+                .route("/metrics", get(health::metrics))
+                .merge(crate::ui::dashboard_router(&state, false))
         } else {
             Router::new()
         })
@@ -52,6 +56,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .merge(crate::ui::dashboard_router(&state, true))
         .fallback(health::not_found)
         .with_state(state)
 }
@@ -76,6 +81,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
             "accept-ranges",
             "retry-after",
             "location",
+            "x-sluice-checksum",
         ])
         .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
         .collect();

@@ -198,8 +198,12 @@ pub async fn get_object(
     let guard = deadline
         .zip(cut)
         .map(|(deadline, Extension(cut))| cut.after(deadline, state.metrics.clone()));
+    let metrics = state.metrics.clone();
     let body = output.body.map_err(io::Error::other).map(move |chunk| {
         let _keep = &guard;
+        if let Ok(bytes) = &chunk {
+            metrics.bytes_sent(bytes.len() as u64);
+        }
         chunk
     });
     let mut response = Response::new(Body::from_stream(body));

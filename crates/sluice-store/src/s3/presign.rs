@@ -104,6 +104,10 @@ impl DirectSigner for S3DirectSigner {
         &self.bucket
     }
 
+    fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn object_url(&self, key: &str) -> String {
         let path: String = self
             .full_key(key)
