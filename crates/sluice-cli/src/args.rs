@@ -485,6 +485,10 @@ pub struct ServeArgs {
     /// (signatures cover the host) [default: --endpoint].
     #[arg(long, env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL")]
     pub direct_endpoint: Option<String>,
+    /// Require the token in FILE (at least 32 bytes; Authorization: Bearer) for
+    /// /metrics and the dashboard's data [default: open, or on --admin-listen].
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<std::path::PathBuf>,
     /// Do not serve the upload page (Uppy's Dashboard, at / or ui.upload_page_path).
     #[arg(long, env = "SLUICE_NO_UPLOAD_PAGE")]
     pub no_upload_page: bool,

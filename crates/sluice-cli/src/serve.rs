@@ -52,6 +52,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         jwt_leeway => auth.leeway,
         url_secret_file => auth.url_secret_file,
         jwks_file => auth.jwks_file,
+        admin_token_file => auth.admin_token_file,
         event_secret_file => events.secret_file,
         event_retry_for => events.retry_for,
         hook_url => hooks.pre_create_url,

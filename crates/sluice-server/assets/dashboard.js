@@ -4,6 +4,14 @@
 (function () {
   "use strict";
   const KEEP = 60;
+  // The admin token, when the gateway wants one: /ui/dashboard#token=...
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token") || sessionStorage.getItem("sluice-admin-token");
+  if (fragment.get("token")) {
+    sessionStorage.setItem("sluice-admin-token", token);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const headers = token ? { authorization: "Bearer " + token } : {};
   const MiB = 1024 * 1024;
   let previous = null;
 
@@ -96,7 +104,8 @@
 
   async function tick() {
     try {
-      const answer = await fetch("/ui/status", { cache: "no-store" });
+      const answer = await fetch("/ui/status", { cache: "no-store", headers });
+      if (answer.status === 401) throw new Error("this gateway wants its admin token: open /ui/dashboard#token=TOKEN");
       if (!answer.ok) throw new Error("status " + answer.status);
       const now = await answer.json();
       if (previous) {

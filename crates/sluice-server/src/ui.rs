@@ -3,7 +3,8 @@
 //! Dashboard uploading with tus, or straight to the bucket when direct uploads
 //! are on), the live dashboard (`/ui/dashboard`, wherever `/metrics` is served)
 //! and `/ui/status`, the samples of `/metrics` as JSON, which the dashboard
-//! polls. The Uppy bundle in `assets/` is built by `scripts/build-ui.sh` from
+//! polls (with the admin token, when one is configured: the page takes it from
+//! its URL fragment, `/ui/dashboard#token=...`). The Uppy bundle in `assets/` is built by `scripts/build-ui.sh` from
 //! pinned npm versions (`assets/UPPY-BUNDLE.md` lists them and their licenses).
 
 use axum::extract::{Path, State};
@@ -179,7 +180,11 @@ async fn dashboard() -> Html<&'static str> {
 
 /// `/ui/status`: `{time_ms, samples: [{name, labels, value}]}`, every sample
 /// of the `/metrics` exposition at this moment.
-async fn status(State(state): State<AppState>) -> Response {
+async fn status(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    state.auth.check_admin(&headers)?;
     let text = state.metrics.render(&state.engine);
     let time_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -190,7 +195,7 @@ async fn status(State(state): State<AppState>) -> Response {
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     *response.status_mut() = StatusCode::OK;
-    response
+    Ok(response)
 }
 
 /// The samples of a Prometheus text exposition (comments skipped).

@@ -793,3 +793,61 @@ async fn jwks_keys_are_chosen_by_kid_and_rotate_without_a_restart() {
     );
     reloader.abort();
 }
+
+#[tokio::test]
+async fn the_admin_token_guards_metrics_and_the_dashboards_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = dir.path().join("admin");
+    std::fs::write(&admin, "an admin token of at least thirty-two bytes\n").unwrap();
+    let mut config = ServerConfig::default();
+    config.auth.admin_token_file = Some(admin);
+    let state = AppState::new(config, Arc::new(MemoryStore::new())).unwrap();
+    let good = "Bearer an admin token of at least thirty-two bytes";
+    // (path, authorization, status)
+    let cases = [
+        ("/metrics", None, 401),
+        (
+            "/metrics",
+            Some("Bearer an admin token of at least thirty-two byteS"),
+            401,
+        ),
+        (
+            "/metrics",
+            Some("an admin token of at least thirty-two bytes"),
+            401,
+        ),
+        ("/metrics", Some(good), 200),
+        ("/ui/status", None, 401),
+        ("/ui/status", Some(good), 200),
+        // The page itself holds no figures; health stays open for probes.
+        ("/ui/dashboard", None, 200),
+        ("/healthz", None, 200),
+    ];
+    for (path, authorization, want) in cases {
+        let mut request = Request::builder().uri(path);
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        let (status, headers, body) = send(&state, request.body(Body::empty()).unwrap()).await;
+        assert_eq!(status.as_u16(), want, "{path} {authorization:?}");
+        if want == 401 {
+            assert!(headers.contains_key(header::WWW_AUTHENTICATE), "{path}");
+            assert!(
+                !String::from_utf8_lossy(&body).contains("sluice_"),
+                "{path}: no figures"
+            );
+        }
+    }
+    // A short token file stops the start.
+    let short = dir.path().join("short");
+    std::fs::write(&short, "short").unwrap();
+    let mut config = ServerConfig::default();
+    config.auth.admin_token_file = Some(short);
+    let error = AppState::new(config, Arc::new(MemoryStore::new()))
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("auth.admin_token_file"),
+        "{error}"
+    );
+}

@@ -55,6 +55,9 @@ pub struct AuthSettings {
     pub leeway: Duration,
     /// Serve without authentication on an address other than loopback.
     pub allow_anonymous: bool,
+    /// A file holding the token `/metrics` and `/ui/status` (the dashboard's
+    /// data) then require (`Authorization: Bearer TOKEN`); at least 32 bytes.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for AuthSettings {
@@ -69,6 +72,7 @@ impl Default for AuthSettings {
             audience: None,
             leeway: Duration::from_secs(30),
             allow_anonymous: false,
+            admin_token_file: None,
         }
     }
 }
@@ -301,6 +305,8 @@ impl Grant {
 pub struct Authenticator {
     verifier: Option<TokenKeys>,
     url_secret: Option<Vec<u8>>,
+    /// SHA-256 of the admin token, compared in constant time.
+    admin_token: Option<[u8; 32]>,
 }
 
 /// What verifies bearer tokens.
@@ -316,6 +322,7 @@ impl std::fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("jwt", &self.verifier.is_some())
             .field("signed_urls", &self.url_secret.is_some())
+            .field("admin_token", &self.admin_token.is_some())
             .finish()
     }
 }
@@ -330,10 +337,46 @@ impl Authenticator {
             .map(|path| read_secret("auth.url_secret_file", path))
             .transpose()?;
         let verifier = Self::jwt_verifier(settings)?;
+        let admin_token = settings
+            .admin_token_file
+            .as_deref()
+            .map(|path| read_secret("auth.admin_token_file", path).map(|t| digest(&t)))
+            .transpose()?;
         Ok(Authenticator {
             verifier,
             url_secret,
+            admin_token,
         })
+    }
+
+    /// Whether `/metrics` and the dashboard's data need the admin token.
+    pub fn admin_token_required(&self) -> bool {
+        self.admin_token.is_some()
+    }
+
+    /// Lets a request for the gateway's own figures through: anyone without an
+    /// admin token configured, else a caller sending it as a bearer token.
+    pub fn check_admin(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        let Some(expected) = &self.admin_token else {
+            return Ok(());
+        };
+        let sent = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| digest(t.trim().as_bytes()));
+        let matches = sent.is_some_and(|sent| {
+            sent.iter()
+                .zip(expected.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+        });
+        match matches {
+            true => Ok(()),
+            false => Err(ApiError::Unauthenticated(
+                "send the admin token: Authorization: Bearer <token>",
+            )),
+        }
     }
 
     fn jwt_verifier(settings: &AuthSettings) -> Result<Option<TokenKeys>, AuthConfigError> {
@@ -563,6 +606,11 @@ impl KeyFamily {
             KeyFamily::Ed => matches!(algorithm, EdDSA),
         }
     }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
 }
 
 /// A shared secret from a file: its bytes, a trailing newline dropped, at least 32.

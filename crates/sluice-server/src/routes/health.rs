@@ -30,15 +30,19 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiEr
     }
 }
 
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    state.auth.check_admin(&headers)?;
+    Ok((
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         state.metrics.render(&state.engine),
-    )
+    ))
 }
 
 pub async fn not_found() -> ApiError {
