@@ -667,3 +667,36 @@ async fn direct_routes_are_off_unless_configured() {
     }
     let _ = Bytes::new();
 }
+
+#[tokio::test]
+async fn abandoned_direct_multipart_uploads_are_aborted_by_the_janitor() {
+    let Some(world) = world("direct-janitor", Duration::from_secs(900)).await else {
+        return;
+    };
+    let acme = token("acme", json!({}));
+    let (_, created) = call(
+        &world.state,
+        "POST",
+        "/s3/multipart",
+        Some(&acme),
+        Some(json!({ "filename": "left.bin" })),
+    )
+    .await;
+    let key = created["key"].as_str().unwrap();
+    let upload = created["uploadId"].as_str().unwrap();
+    // A day later (the default janitor.older_than), the pass finds it stale.
+    let later = SystemTime::now() + Duration::from_secs(25 * 3600);
+    let report = sluice_resumable::janitor::run_once(
+        &world.state.resumable,
+        Duration::from_secs(24 * 3600),
+        false,
+        later,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.multipart.aborted.len(), 1, "{report:?}");
+    assert!(matches!(
+        world.store.list_parts(key, upload).await,
+        Err(StoreError::NoSuchUpload { .. })
+    ));
+}
