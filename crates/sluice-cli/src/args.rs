@@ -485,6 +485,11 @@ pub struct ServeArgs {
     /// (signatures cover the host) [default: --endpoint].
     #[arg(long, env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL")]
     pub direct_endpoint: Option<String>,
+    /// Also take the bearer token from the cookie NAME when a request has no
+    /// Authorization header (Uppy's cookiesRule), from the gateway's own pages
+    /// and --cors-origin pages only [default: no cookie].
+    #[arg(long, env = "SLUICE_TOKEN_COOKIE", value_name = "NAME")]
+    pub token_cookie: Option<String>,
     /// Require the token in FILE (at least 32 bytes; Authorization: Bearer) for
     /// /metrics and the dashboard's data [default: open, or on --admin-listen].
     #[arg(long, env = "SLUICE_ADMIN_TOKEN_FILE", value_name = "FILE")]

@@ -53,6 +53,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         url_secret_file => auth.url_secret_file,
         jwks_file => auth.jwks_file,
         admin_token_file => auth.admin_token_file,
+        token_cookie => auth.token_cookie,
         event_secret_file => events.secret_file,
         event_retry_for => events.retry_for,
         hook_url => hooks.pre_create_url,

@@ -438,6 +438,13 @@ impl ServerConfig {
                 return fail("cors_origins", "an origin is not a valid header value");
             }
         }
+        if self.auth.token_cookie.is_some() && self.cors_origins.iter().any(|o| o == "*") {
+            return fail(
+                "auth.token_cookie",
+                "a token cookie cannot go with cors_origins = [\"*\"]: any site's page could then \
+                 act with a user's cookie; list the origins",
+            );
+        }
         if let Err(reason) = self.ui.check() {
             return fail("ui", &reason);
         }

@@ -851,3 +851,102 @@ async fn the_admin_token_guards_metrics_and_the_dashboards_data() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_token_cookie_counts_only_on_requests_from_allowed_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let store = MemoryStore::new();
+    store
+        .put_object(PutRequest::new("acme/a", Bytes::from_static(SECRET_TEXT)))
+        .await
+        .unwrap();
+    let gateway = |cookie: Option<&str>| {
+        let mut config = ServerConfig {
+            cors_origins: vec!["https://app.example".into()],
+            ..ServerConfig::default()
+        };
+        config.auth.jwt_secret_file = Some(secret.clone());
+        config.auth.token_cookie = cookie.map(str::to_owned);
+        AppState::new(config, Arc::new(store.clone())).unwrap()
+    };
+    let with_cookie = gateway(Some("sluice_token"));
+    let without = gateway(None);
+    let good = token("acme", json!({}));
+    let bad = format!("{good}x");
+    let cookie = |t: &str| format!("theme=dark; sluice_token={t}");
+    // (gateway, cookie, authorization, origin, status)
+    let cases = [
+        (&with_cookie, Some(cookie(&good)), None, None, 200),
+        (
+            &with_cookie,
+            Some(cookie(&good)),
+            None,
+            Some("https://app.example"),
+            200,
+        ),
+        (
+            &with_cookie,
+            Some(cookie(&good)),
+            None,
+            Some("http://localhost"),
+            200,
+        ),
+        (
+            &with_cookie,
+            Some(cookie(&good)),
+            None,
+            Some("https://evil.example"),
+            403,
+        ),
+        (&with_cookie, Some(cookie(&bad)), None, None, 401),
+        (
+            &with_cookie,
+            Some(cookie(&bad)),
+            Some(good.clone()),
+            Some("https://evil.example"),
+            200,
+        ),
+        (
+            &with_cookie,
+            Some("theme=dark".to_string()),
+            None,
+            None,
+            401,
+        ),
+        (&without, Some(cookie(&good)), None, None, 401),
+    ];
+    for (i, (state, cookie, authorization, origin, want)) in cases.into_iter().enumerate() {
+        let mut request = Request::builder()
+            .uri("/v1/objects/acme/a")
+            .header(header::HOST, "localhost");
+        if let Some(cookie) = cookie {
+            request = request.header(header::COOKIE, cookie);
+        }
+        if let Some(token) = authorization {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if let Some(origin) = origin {
+            request = request.header(header::ORIGIN, origin);
+        }
+        let (status, _, body) = send(state, request.body(Body::empty()).unwrap()).await;
+        assert_eq!(
+            status.as_u16(),
+            want,
+            "case {i}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // Cookies with CORS for any origin: refused at start-up.
+    let mut config = ServerConfig {
+        cors_origins: vec!["*".into()],
+        ..ServerConfig::default()
+    };
+    config.auth.jwt_secret_file = Some(secret.clone());
+    config.auth.token_cookie = Some("sluice_token".into());
+    let error = AppState::new(config, Arc::new(store.clone()))
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("auth.token_cookie"), "{error}");
+}

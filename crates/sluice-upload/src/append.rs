@@ -157,6 +157,10 @@ impl Appended {
     }
 }
 
+/// After the store is back, how long until a lost creation is looked for again
+/// (and five times that, a last time).
+const LOST_CREATION_RECHECK: Duration = Duration::from_secs(5);
+
 impl EngineInner {
     /// CreateMultipartUpload, retried. When an attempt may have reached the store
     /// but its answer was lost (a reset or a stall), that attempt may have created
@@ -224,14 +228,23 @@ impl EngineInner {
         let key = key.to_owned();
         let cleanup = async move {
             tokio::select! {
-                _ = async {
-                    breaker.wait_closed().await;
-                    // Requests the store held while it was down run first.
-                    tokio::time::sleep(breaker.retry_after()).await;
-                } => {}
+                _ = breaker.wait_closed() => {}
                 _ = inner.stopping.cancelled() => return,
             }
-            inner.abort_lost_creations(&key, "", since).await;
+            // A store that held requests while it was down (a frozen server)
+            // carries them out once it runs again, the creation among them,
+            // perhaps only after a backlog: look a few times.
+            for wait in [
+                breaker.retry_after(),
+                LOST_CREATION_RECHECK,
+                5 * LOST_CREATION_RECHECK,
+            ] {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = inner.stopping.cancelled() => return,
+                }
+                inner.abort_lost_creations(&key, "", since).await;
+            }
         };
         self.aborts.spawn_on(cleanup, &handle);
     }

@@ -58,6 +58,11 @@ pub struct AuthSettings {
     /// A file holding the token `/metrics` and `/ui/status` (the dashboard's
     /// data) then require (`Authorization: Bearer TOKEN`); at least 32 bytes.
     pub admin_token_file: Option<PathBuf>,
+    /// Also take the bearer token from this cookie when a request has no
+    /// `Authorization` header (Uppy's `cookiesRule`), but only from the
+    /// gateway's own pages or a `cors_origins` page (cross-site request
+    /// forgery: a browser sends cookies with any site's request).
+    pub token_cookie: Option<String>,
 }
 
 impl Default for AuthSettings {
@@ -73,6 +78,7 @@ impl Default for AuthSettings {
             leeway: Duration::from_secs(30),
             allow_anonymous: false,
             admin_token_file: None,
+            token_cookie: None,
         }
     }
 }
@@ -304,6 +310,7 @@ impl Grant {
 /// Verifies tokens and signed URLs (or lets everyone in, without `[auth]`).
 pub struct Authenticator {
     verifier: Option<TokenKeys>,
+    token_cookie: Option<String>,
     url_secret: Option<Vec<u8>>,
     /// SHA-256 of the admin token, compared in constant time.
     admin_token: Option<[u8; 32]>,
@@ -342,8 +349,21 @@ impl Authenticator {
             .as_deref()
             .map(|path| read_secret("auth.admin_token_file", path).map(|t| digest(&t)))
             .transpose()?;
+        if let Some(name) = &settings.token_cookie {
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            if !valid {
+                return Err(config_error(
+                    "auth.token_cookie",
+                    "a cookie name of letters, digits, '-', '_' and '.'",
+                ));
+            }
+        }
         Ok(Authenticator {
             verifier,
+            token_cookie: settings.token_cookie.clone(),
             url_secret,
             admin_token,
         })
@@ -467,13 +487,16 @@ impl Authenticator {
         self.verifier.is_some() || self.url_secret.is_some()
     }
 
-    /// The grant of a request: from its signed URL, its bearer token, or (with
-    /// `[auth]` off) anonymous.
+    /// The grant of a request: from its signed URL, its bearer token (the
+    /// `Authorization` header, or the token cookie on a request from the
+    /// gateway's own pages or one of `allowed_origins`), or (with `[auth]` off)
+    /// anonymous.
     pub fn grant(
         &self,
         method: &http::Method,
         uri: &http::Uri,
         headers: &http::HeaderMap,
+        allowed_origins: &[String],
     ) -> Result<Grant, ApiError> {
         if !self.enabled() {
             return Ok(Grant::anonymous(crate::keys::tenant(headers)));
@@ -486,16 +509,29 @@ impl Authenticator {
                 "this gateway takes signed URLs only",
             ));
         };
-        let token = headers
+        let bearer = headers
             .get(http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| {
                 let (scheme, token) = value.split_once(' ')?;
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .ok_or(ApiError::Unauthenticated(
-                "send Authorization: Bearer <token>",
-            ))?;
+            });
+        let token = match (bearer, self.cookie_token(headers)) {
+            (Some(token), _) => token,
+            (None, Some(token)) => {
+                if !origin_allowed(headers, allowed_origins) {
+                    return Err(ApiError::Forbidden(
+                        "a token cookie is not taken from another site's page".into(),
+                    ));
+                }
+                token
+            }
+            (None, None) => {
+                return Err(ApiError::Unauthenticated(
+                    "send Authorization: Bearer <token>",
+                ))
+            }
+        };
         let decoded = match keys {
             TokenKeys::Fixed(key, validation) => {
                 jsonwebtoken::decode::<Claims>(token, key, validation).map(|data| data.claims)
@@ -523,6 +559,20 @@ impl Authenticator {
             })
         })?;
         Grant::from_claims(claims)
+    }
+
+    /// The token in the configured cookie, if any.
+    fn cookie_token<'a>(&self, headers: &'a http::HeaderMap) -> Option<&'a str> {
+        let name = self.token_cookie.as_deref()?;
+        headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, token)| token.trim_matches('"'))
+            .filter(|token| !token.is_empty())
     }
 
     /// What a signed URL allows: its method on its one key.
@@ -608,6 +658,27 @@ impl KeyFamily {
     }
 }
 
+/// Whether a browser request comes from the gateway's own origin, from one of
+/// `allowed` (`*`: any), or from no browser page at all (no `Origin`): what
+/// a request riding on cookies must show (cross-site request forgery).
+pub fn origin_allowed(headers: &http::HeaderMap, allowed: &[String]) -> bool {
+    let Some(origin) = headers.get(http::header::ORIGIN) else {
+        return true;
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let same_origin = origin
+        .split_once("://")
+        .is_some_and(|(_, authority)| !host.is_empty() && authority.eq_ignore_ascii_case(host));
+    same_origin
+        || allowed
+            .iter()
+            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+}
+
 fn digest(bytes: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(bytes).into()
@@ -660,7 +731,12 @@ impl FromRequestParts<AppState> for Grant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Grant, ApiError> {
-        state.auth.grant(&parts.method, &parts.uri, &parts.headers)
+        state.auth.grant(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &state.config.cors_origins,
+        )
     }
 }
 

@@ -181,24 +181,13 @@ fn form_error(error: multer::Error) -> ApiError {
 /// any). A form from the gateway's own origin, or from no browser (no
 /// `Origin`), passes.
 fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("");
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let same_origin = origin
-        .split_once("://")
-        .is_some_and(|(_, authority)| !host.is_empty() && authority.eq_ignore_ascii_case(host));
-    if same_origin
-        || allowed
-            .iter()
-            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
-    {
+    if crate::auth::origin_allowed(headers, allowed) {
         return Ok(());
     }
+    let origin = headers
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .unwrap_or("");
     Err(ApiError::Forbidden(format!(
         "forms from {origin:?} are not accepted (cross-site); allow the origin with --cors-origin"
     )))

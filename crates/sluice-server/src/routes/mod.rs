@@ -45,11 +45,13 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::map_request(
             crate::unread::drain_unread_bodies,
         ))
-        .layer(tower::util::option_layer(cors(&state.config.cors_origins)))
+        .layer(tower::util::option_layer(cors(
+            &state.config.cors_origins,
+            state.config.auth.token_cookie.is_some(),
+        )))
         .with_state(state)
 }
 
-/// CORS for browser uploads from `origins` (none: no CORS headers at all).
 /// The admin address's routes: metrics and health, nothing else.
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
@@ -61,7 +63,10 @@ pub fn admin_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+/// CORS for browser uploads from `origins` (none: no CORS headers at all).
+/// With `credentials` (a token cookie), pages of those origins may send
+/// cookies (`origins` is then never `*`: the configuration refuses it).
+fn cors(origins: &[String], credentials: bool) -> Option<tower_http::cors::CorsLayer> {
     use axum::http::{HeaderName, HeaderValue, Method};
     use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer, ExposeHeaders};
     if origins.is_empty() {
@@ -98,6 +103,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
         ])
         .allow_headers(AllowHeaders::mirror_request())
         .expose_headers(ExposeHeaders::list(exposed))
-        .max_age(std::time::Duration::from_secs(3600));
+        .max_age(std::time::Duration::from_secs(3600))
+        .allow_credentials(credentials);
     Some(layer)
 }
