@@ -143,7 +143,11 @@ try {
     if (message.type() === "error") report.consoleErrors.push(message.text());
   });
   page.on("pageerror", (error) => report.consoleErrors.push(String(error)));
+  let inFlight = 0;
+  page.on("requestfinished", () => (inFlight -= 1));
+  page.on("requestfailed", () => (inFlight -= 1));
   page.on("request", (request) => {
+    inFlight += 1;
     const url = request.url();
     if (url.startsWith(bucketOrigin)) {
       report.bucketRequests += 1;
@@ -159,6 +163,14 @@ try {
   await page.goto(origin + "/");
   if (kind === "upload") {
     Object.assign(report, await page.evaluate((n) => window.run(n), size));
+    // A refused upload is aborted by Uppy after it reports the error: let that
+    // request finish before the browser closes (no request open for 500 ms).
+    const until = Date.now() + 5000;
+    let quietSince = Date.now();
+    while (Date.now() < until && Date.now() - quietSince < 500) {
+      if (inFlight > 0) quietSince = Date.now();
+      await new Promise((r) => setTimeout(r, 50));
+    }
   } else if (kind === "reload") {
     // Start, and reload once 5 parts are in (GoldenRetriever saves its state as it goes).
     page.evaluate((n) => window.run(n), size).catch(() => {});
