@@ -73,6 +73,18 @@ sluice sign --url-secret-file url.secret --method PUT --key acme/photo.jpg --exp
 curl -T photo.jpg \"$(sluice sign --url-secret-file url.secret --key acme/photo.jpg --method PUT)\""
     )]
     Sign(SignArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  sluice completions bash > /etc/bash_completion.d/sluice\n  \
+sluice completions zsh > \"${fpath[1]}/_sluice\"\n  sluice completions fish > ~/.config/fish/completions/sluice.fish"
+    )]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), made from the same definitions as --help.
+    #[command(after_help = "Example:\n  sluice man > /usr/local/share/man/man1/sluice.1")]
+    Man,
 }
 
 /// `sluice events`.

@@ -8,6 +8,7 @@ mod bench;
 mod chaos;
 mod events;
 mod janitor;
+mod packaging;
 mod serve;
 mod sign;
 mod target;
@@ -66,6 +67,8 @@ fn main() -> ExitCode {
             Command::ChaosProxy(args) => chaos::run(args).await,
             Command::Sign(args) => sign::run(args),
             Command::Events(args) => events::run(args).await,
+            Command::Completions { shell } => packaging::completions(shell),
+            Command::Man => packaging::man(),
         }
     });
     // A blocked read of standard input must not hold the process open.

@@ -372,3 +372,46 @@ async fn urls_from_sluice_sign_work_against_the_gateway() {
     assert_eq!(client.get(unsigned).send().await.unwrap().status(), 401);
     assert!(!store.join("acme/other.txt").exists());
 }
+
+#[test]
+fn completions_and_the_man_page_say_what_help_says() {
+    // (args, what the output holds)
+    let cases: [(&[&str], &[&str]); 4] = [
+        (
+            &["completions", "bash"],
+            &["_sluice()", "serve", "--direct", "--jwt-secret-file"],
+        ),
+        (
+            &["completions", "zsh"],
+            &["#compdef sluice", "serve", "--direct"],
+        ),
+        (
+            &["completions", "fish"],
+            &["complete -c sluice", "-l direct"],
+        ),
+        (
+            &["man"],
+            &[
+                ".TH sluice 1",
+                "SLUICE SERVE",
+                "\\-\\-jwt\\-secret\\-file",
+                "SLUICE PUT",
+            ],
+        ),
+    ];
+    for (args, holds) in cases {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        for wanted in holds {
+            assert!(text.contains(wanted), "{args:?} lacks {wanted:?}");
+        }
+    }
+    let out = run(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+}

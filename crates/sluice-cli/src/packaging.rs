@@ -1,0 +1,45 @@
+//! What a packager installs besides the binary: shell completion scripts
+//! (clap_complete) and the man page (clap_mangen), both made from the clap
+//! definitions in [`crate::args`], so they say what `--help` says.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::CommandFactory;
+
+use crate::args::Cli;
+
+/// `sluice completions SHELL`: the script on standard output.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut command = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut command, "sluice", &mut out);
+    write_out(&out)
+}
+
+/// `sluice man`: the man page of `sluice` and, after it, one section per
+/// subcommand, in roff on standard output.
+pub fn man() -> anyhow::Result<()> {
+    let command = Cli::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(command.clone())
+        .render(&mut out)
+        .context("cannot render the man page")?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        writeln!(out, ".SH \"SLUICE {}\"", sub.get_name().to_uppercase())?;
+        let page = clap_mangen::Man::new(sub.clone());
+        page.render_description_section(&mut out)
+            .and_then(|_| page.render_options_section(&mut out))
+            .context("cannot render the man page")?;
+    }
+    write_out(&out)
+}
+
+fn write_out(bytes: &[u8]) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|_| stdout.flush()) {
+        // `sluice man | head` closes the pipe early: not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
+    }
+}
