@@ -199,6 +199,7 @@ async fn new_key(
         now: time::OffsetDateTime::now_utc(),
         uuid: uuid::Uuid::new_v4(),
     }));
+    crate::keys::validate_client_key(&key).map_err(ApiError::InvalidKey)?;
     grant.check(Op::Put, &key)?;
     let mut decision = state
         .hooks
