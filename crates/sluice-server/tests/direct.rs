@@ -700,3 +700,40 @@ async fn abandoned_direct_multipart_uploads_are_aborted_by_the_janitor() {
         Err(StoreError::NoSuchUpload { .. })
     ));
 }
+
+#[tokio::test]
+async fn an_object_older_than_the_signature_is_not_taken_for_the_upload() {
+    let Some(world) = world("direct-older", Duration::from_secs(900)).await else {
+        return;
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    world
+        .store
+        .put_object(sluice_store::PutRequest::new(
+            "acme/taken",
+            Bytes::from_static(b"old"),
+        ))
+        .await
+        .unwrap();
+    // Signed for a key that held an object before (a hook may choose one):
+    // that object, an hour older than the signature, is not the upload.
+    let pending = confirm::Pending {
+        key: "acme/taken".into(),
+        owner: Some("acme".into()),
+        max_size: 1024,
+        content_type: None,
+        metadata: Default::default(),
+        signed_at: now + 3600,
+        expires_at: now + 4500,
+        claimed_until: 0,
+    };
+    confirm::record(&world.store, &pending).await.unwrap();
+    assert_eq!(
+        confirm::pass(&world.state).await.unwrap(),
+        vec![Outcome::Waiting]
+    );
+    assert_eq!(completed(&world.state, "direct_post"), 0);
+}

@@ -21,6 +21,9 @@ use crate::AppState;
 
 pub const PENDING: &str = "_sluice/direct/pending/";
 
+/// How far the store's clock may be behind the gateway's.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
 /// How long a gateway holds a record it is confirming.
 const CLAIM: Duration = Duration::from_secs(60);
 
@@ -32,6 +35,10 @@ pub struct Pending {
     pub max_size: u64,
     pub content_type: Option<String>,
     pub metadata: Metadata,
+    /// When the policy was signed (seconds since the epoch): an object older
+    /// than that (a key the hook chose that was already taken) is not the upload.
+    #[serde(default)]
+    pub signed_at: u64,
     /// When the signed policy stops working (seconds since the epoch).
     pub expires_at: u64,
     /// A gateway is confirming it until then (seconds since the epoch).
@@ -130,6 +137,18 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         }
         Err(e) => return Err(e),
     };
+    // Clocks of store and gateway may differ a little.
+    let modified = object
+        .last_modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if modified + CLOCK_SKEW.as_secs() < pending.signed_at {
+        if now > pending.expires_at + grace {
+            store.delete_object(name).await?;
+            return Ok(Outcome::Expired);
+        }
+        return Ok(Outcome::Waiting);
+    }
     pending.claimed_until = now + CLAIM.as_secs();
     let mut claim = PutRequest::new(name, encode(&pending));
     claim.condition = Some(WriteCondition::IfMatch(etag));

@@ -300,6 +300,7 @@ async fn params(
         max_size,
         content_type: content_type.clone(),
         metadata: metadata.clone(),
+        signed_at: unix_seconds(SystemTime::now()),
         expires_at: unix_seconds(expires_at),
         claimed_until: 0,
     };
