@@ -30,17 +30,46 @@ pub enum Command {
 sluice serve --config /etc/sluice.toml"
     )]
     Serve(Box<ServeArgs>),
-    /// Upload a file, or standard input, to s3://bucket/key or a local directory store.
+    /// Upload a file, a directory, or standard input to s3://bucket/key or a local directory store.
     #[command(
         after_help = "Examples:\n  sluice put big.iso s3://media/isos/big.iso --endpoint http://127.0.0.1:9000\n  \
-tar c dir | sluice put - s3://backups/dir.tar\n  sluice put report.pdf ./store/reports/report.pdf"
+tar c dir | sluice put - s3://backups/dir.tar\n  sluice put report.pdf ./store/reports/report.pdf\n  \
+sluice put ./photos s3://media/photos/ --exclude '*.tmp' --jobs 128"
     )]
     Put(PutArgs),
-    /// Download an object to a file, or to standard output with `-`.
+    /// Download an object to a file or standard output, or a prefix to a directory.
     #[command(
-        after_help = "Examples:\n  sluice get s3://media/isos/big.iso ./big.iso\n  sluice get s3://backups/dir.tar - | tar x"
+        after_help = "Examples:\n  sluice get s3://media/isos/big.iso ./big.iso\n  sluice get s3://backups/dir.tar - | tar x\n  sluice get s3://media/photos/ ./photos --include '*.jpg'"
     )]
     Get(GetArgs),
+    /// List objects under a prefix of a bucket or a directory store.
+    #[command(
+        after_help = "Examples:\n  sluice ls s3://media/\n  sluice ls s3://media/photos/ --recursive --exact\n  \
+sluice ls s3://media/photos/2026 --json"
+    )]
+    Ls(LsArgs),
+    /// Remove an object, or the objects under a prefix (batched, with filters and --dry-run).
+    #[command(
+        after_help = "Examples:\n  sluice rm s3://media/old.iso\n  sluice rm s3://media/tmp/ --dry-run\n  \
+sluice rm s3://logs/2025/ --include '*.gz' --exclude 'keep/**'"
+    )]
+    Rm(RmArgs),
+    /// Copy between locations: a file or directory to s3://, s3:// to a file or
+    /// directory, or bucket to bucket by server-side copy.
+    #[command(
+        after_help = "A location ending in / (or a local directory) is a prefix: every object under it is copied, \
+keeping the rest of each key.\nExamples:\n  sluice cp ./site s3://www/\n  sluice cp s3://www/ ./backup\n  \
+sluice cp s3://media/raw/ s3://archive/raw/ --include '*.mov'"
+    )]
+    Cp(CopyArgs),
+    /// Make DEST hold what SRC holds, moving only what differs (directory to s3://,
+    /// s3:// to directory, or prefix to prefix).
+    #[command(
+        after_help = "Files are compared by size and modification time (kept in the object's mtime metadata), \
+or with --checksum by the stored CRC.\nExamples:\n  sluice sync ./site s3://www/\n  \
+sluice sync s3://www/ ./mirror --delete --dry-run\n  sluice sync ./data s3://backup/data --checksum"
+    )]
+    Sync(SyncArgs),
     /// Abort stale multipart uploads and remove expired resumable-upload state.
     #[command(
         after_help = "Live resumable uploads (unexpired tus state) keep their multipart uploads.\nExamples:\n  \
@@ -274,26 +303,147 @@ pub enum BenchApi {
 
 #[derive(Debug, Args)]
 pub struct PutArgs {
-    /// File to upload, or `-` for standard input.
+    /// File or directory to upload, or `-` for standard input.
     pub src: PathBuf,
     /// `s3://bucket/key` (a key ending in `/` takes the file's name), or a path in a
     /// local directory store (the directory is the store, the file name the key).
+    /// For a directory: the prefix its files go under (`DIR/a/b.txt` becomes
+    /// `PREFIX/a/b.txt`).
     pub dest: String,
-    /// Content-Type stored with the object.
+    /// Content-Type stored with the object (with a directory: with every object).
     #[arg(long, env = "SLUICE_CONTENT_TYPE")]
     pub content_type: Option<String>,
+    #[command(flatten)]
+    pub many: ManyArgs,
     #[command(flatten)]
     pub transfer: TransferArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// `s3://bucket/key`, or a file in a local directory store.
+    /// `s3://bucket/key`, or a file in a local directory store; a location
+    /// ending in `/` downloads every object under that prefix.
     pub src: String,
-    /// File to write (replaced only when complete), a directory, or `-` for standard output.
+    /// File to write (replaced only when complete), a directory, or `-` for
+    /// standard output. For a prefix: the directory the objects go into
+    /// (`PREFIX/a/b.txt` becomes `DIR/a/b.txt`), created if missing.
     pub dest: PathBuf,
     #[command(flatten)]
+    pub many: ManyArgs,
+    #[command(flatten)]
     pub transfer: TransferArgs,
+}
+
+/// `sluice ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// `s3://bucket[/prefix]` or a local directory store. A prefix not ending in
+    /// `/` lists the objects and sub-prefixes starting with it.
+    pub location: String,
+    /// Every object under the prefix, not one level.
+    #[arg(long, short)]
+    pub recursive: bool,
+    /// Sizes in bytes rather than KiB/MiB/GiB.
+    #[arg(long)]
+    pub exact: bool,
+    /// One JSON object per line: {"key", "size", "etag", "last_modified"} or {"prefix"}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `sluice rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// `s3://bucket/key` removes one object; `s3://bucket/prefix/` (ending in
+    /// `/`) every object under the prefix that the filters select.
+    pub location: String,
+    /// Only keys (relative to the prefix) matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Not keys (relative to the prefix) matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Print what would be removed and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// One JSON line per key removed (or that would be).
+    #[arg(long)]
+    pub json: bool,
+    /// A line per key removed.
+    #[arg(long, short)]
+    pub verbose: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `sluice cp` and `sluice sync`.
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`.
+    pub src: String,
+    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`.
+    pub dest: String,
+    #[command(flatten)]
+    pub many: ManyArgs,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// `sluice sync`.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    pub copy: CopyArgs,
+    /// Compare by checksum (the object's stored full-object CRC against the
+    /// file's) instead of size and modification time; objects without a stored
+    /// CRC are compared by size and time.
+    #[arg(long = "checksum")]
+    pub checksum_compare: bool,
+    /// Remove what the destination holds and the source does not (within the filters).
+    #[arg(long)]
+    pub delete: bool,
+    /// Print what would be copied or removed and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Where to find a bucket (for commands that only list or remove).
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
+    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region [default: from the AWS configuration, else us-east-1].
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+}
+
+/// Flags of transfers of many files.
+#[derive(Debug, Args)]
+pub struct ManyArgs {
+    /// Only files (paths relative to the directory or prefix, with `/`) matching
+    /// this glob; a glob without `/` matches the file name. Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Not files matching this glob (as --include); repeatable, wins over --include.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Files in flight at once.
+    #[arg(long, env = "SLUICE_JOBS", default_value_t = 64)]
+    pub jobs: usize,
+    /// Stop at the first failed file (files in flight are abandoned, their
+    /// multipart uploads aborted) instead of going on with the others.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// A line per file as it finishes.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// One JSON line per file on standard output ({"op", "source", "target",
+    /// "size", "ok", "error"}), then a summary line ({"summary": …}).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags shared by every transfer.
@@ -322,8 +472,13 @@ pub struct TransferArgs {
     /// Objects up to this size go up in a single PUT; larger ones in parts.
     #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size, default_value = "16MiB")]
     pub threshold: u64,
-    /// Checksum each part carries and the store verifies.
-    #[arg(long, env = "SLUICE_CHECKSUM", value_enum, default_value = "crc32c")]
+    /// Checksum each part carries and the store verifies (aws cli's name for it).
+    #[arg(
+        long = "checksum-algorithm",
+        env = "SLUICE_CHECKSUM_ALGORITHM",
+        value_enum,
+        default_value = "crc32c"
+    )]
     pub checksum: ChecksumChoice,
     /// No progress bar (the final summary line is still printed).
     #[arg(long, short, env = "SLUICE_QUIET")]

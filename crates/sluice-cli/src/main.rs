@@ -1,4 +1,5 @@
-//! The `sluice` binary (`serve`, `put`, `get`, `bench`, `janitor`, `chaos-proxy`): parses and validates the command line (usage errors exit
+//! The `sluice` binary (`serve`, `put`, `get`, `ls`, `rm`, `cp`, `sync`, `bench`,
+//! `janitor`, `chaos-proxy`, ...): parses and validates the command line (usage errors exit
 //! with 2), builds the store and the engine, runs the transfer with a progress bar,
 //! and turns the outcome into a summary line and an exit code (0 success, 1 failure).
 //! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
@@ -8,7 +9,10 @@ mod bench;
 mod chaos;
 mod events;
 mod janitor;
+mod ls;
+mod many;
 mod packaging;
+mod rm;
 mod serve;
 mod sign;
 mod target;
@@ -24,7 +28,7 @@ use anyhow::{anyhow, Context};
 use clap::Parser;
 use sluice_upload::{validate_key, ConfigError, Engine, EngineConfig, UploadRequest, UploadSource};
 
-use args::{ChecksumChoice, Cli, Command, GetArgs, PutArgs, TransferArgs};
+use args::{ChecksumChoice, Cli, Command, CopyArgs, GetArgs, PutArgs, TransferArgs};
 
 /// A mistake on the command line: reported with exit code 2.
 #[derive(Debug)]
@@ -62,6 +66,10 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(*args).await,
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
+            Command::Ls(args) => ls::run(args).await,
+            Command::Rm(args) => rm::run(args).await,
+            Command::Cp(args) => cp(args).await,
+            Command::Sync(args) => many::sync::run(args).await,
             Command::Bench(command) => bench::run(command).await,
             Command::Janitor(args) => janitor::run(args).await,
             Command::ChaosProxy(args) => chaos::run(args).await,
@@ -137,7 +145,14 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         let meta = std::fs::metadata(&args.src)
             .with_context(|| format!("cannot read {}", args.src.display()))?;
         if meta.is_dir() {
-            return Err(UsageError(format!("{} is a directory", args.src.display())).into());
+            return many::put_directory(
+                &args.src,
+                &args.dest,
+                args.content_type.clone(),
+                &args.many,
+                &args.transfer,
+            )
+            .await;
         }
         // Pipes, FIFOs and devices are read as streams of unknown length.
         meta.is_file().then_some(meta.len())
@@ -190,6 +205,16 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
 }
 
 async fn get(args: GetArgs) -> anyhow::Result<()> {
+    if names_prefix(&args.src) {
+        if args.dest.as_os_str() == "-" {
+            return Err(UsageError(format!(
+                "{} is a prefix: give a directory to download it into, not -",
+                args.src
+            ))
+            .into());
+        }
+        return many::get_prefix(&args.src, &args.dest, &args.many, &args.transfer).await;
+    }
     let config = engine_config(&args.transfer)?;
     let target = target::for_get(&args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
@@ -235,6 +260,126 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
     } else {
         println!("{line}");
     }
+    Ok(())
+}
+
+/// Whether a location names a prefix rather than one object: it ends in `/`,
+/// or is a bucket alone.
+fn names_prefix(location: &str) -> bool {
+    location.ends_with('/')
+        || matches!(
+            sluice_store::StoreLocation::parse(location),
+            Ok(sluice_store::StoreLocation::S3 { ref rest, .. }) if rest.is_empty()
+        )
+}
+
+/// `sluice cp`: uploads and downloads as `put` and `get` do; bucket to bucket
+/// by server-side copy.
+async fn cp(args: CopyArgs) -> anyhow::Result<()> {
+    let is_s3 = |location: &str| location.starts_with("s3://");
+    match (is_s3(&args.src), is_s3(&args.dest)) {
+        (false, true) => {
+            put(PutArgs {
+                src: PathBuf::from(&args.src),
+                dest: args.dest,
+                content_type: None,
+                many: args.many,
+                transfer: args.transfer,
+            })
+            .await
+        }
+        (true, false) => {
+            get(GetArgs {
+                src: args.src,
+                dest: PathBuf::from(&args.dest),
+                many: args.many,
+                transfer: args.transfer,
+            })
+            .await
+        }
+        (true, true) if names_prefix(&args.src) => {
+            many::copy_prefix(&args.src, &args.dest, &args.many, &args.transfer).await
+        }
+        (true, true) => copy_object(args).await,
+        (false, false) => Err(UsageError(format!(
+            "{} and {} are both local: one side of cp must be s3:// (use cp(1) between local paths)",
+            args.src, args.dest
+        ))
+        .into()),
+    }
+}
+
+/// One object copied bucket to bucket; a destination ending in `/` takes the
+/// source's last key segment.
+async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
+    use sluice_store::StoreLocation;
+    let parse = |location: &str| match StoreLocation::parse(location) {
+        Ok(StoreLocation::S3 { bucket, rest }) => Ok((bucket, rest)),
+        _ => Err(UsageError(format!("{location} is not an s3:// location"))),
+    };
+    let ((source_bucket, source_key), (bucket, rest)) = (parse(&args.src)?, parse(&args.dest)?);
+    let key = if rest.is_empty() || rest.ends_with('/') {
+        format!(
+            "{rest}{}",
+            source_key.rsplit('/').next().unwrap_or(&source_key)
+        )
+    } else {
+        rest
+    };
+    validate_key(&key).map_err(|e| UsageError(format!("key {key:?}: {e}")))?;
+    let target = target::connect_s3(
+        bucket.clone(),
+        String::new(),
+        args.transfer.endpoint.clone(),
+        args.transfer.region.clone(),
+        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await;
+    let source = target::connect_s3(
+        source_bucket.clone(),
+        String::new(),
+        args.transfer.endpoint.clone(),
+        args.transfer.region.clone(),
+        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await;
+    let engine = Engine::new(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
+    let source_engine = Engine::new(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
+    let size = sluice_store::ObjectStore::head_object(&source_engine.retrying_store(), &source_key)
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "s3://{source_bucket}/{source_key}: {}",
+                sluice_store::error_chain(&e)
+            )
+        })?
+        .size;
+    let started = Instant::now();
+    let request = sluice_upload::CopyRequest {
+        source_bucket: (source_bucket != bucket).then(|| source_bucket.clone()),
+        source_key: source_key.clone(),
+        size,
+        key: key.clone(),
+    };
+    let outcome = interruptible(&engine, engine.copy(request))
+        .await?
+        .with_context(|| format!("copy of s3://{source_bucket}/{source_key} failed"))?;
+    engine.finish_aborts().await;
+    let detail = match outcome.parts {
+        0 => "server-side copy".to_string(),
+        n => format!("server-side copy in {n} parts"),
+    };
+    println!(
+        "{}",
+        ui::summary(
+            &format!("copied s3://{source_bucket}/{source_key} ->"),
+            outcome.size,
+            &format!("s3://{bucket}/{key}"),
+            started.elapsed(),
+            &detail,
+            outcome.checksum
+        )
+    );
     Ok(())
 }
 

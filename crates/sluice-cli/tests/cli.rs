@@ -107,7 +107,10 @@ fn usage_errors_exit_with_2_and_store_nothing() {
             vec!["put", src, dest, "--memory-limit", "8MiB"],
             "memory limit",
         ),
-        (vec!["put", src, dest, "--checksum", "md5"], "invalid value"),
+        (
+            vec!["put", src, dest, "--checksum-algorithm", "md5"],
+            "invalid value",
+        ),
         (vec!["put", "-", "s3://bucket/"], "names no key"),
         (vec!["put", src, "gs://bucket/key"], "unsupported scheme"),
         (vec!["get", "s3://bucket", "out"], "names no object"),
@@ -174,7 +177,7 @@ fn help_names_every_flag_and_its_variable() {
         "--concurrency",
         "--memory-limit",
         "--threshold",
-        "--checksum",
+        "--checksum-algorithm",
         "--quiet",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
@@ -228,7 +231,7 @@ async fn put_and_get_through_minio() {
     let url = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
     let mut args = vec!["put".to_string(), src.to_str().unwrap().into(), url.clone()];
     args.extend(s3_args(&endpoint));
-    args.extend(["--checksum".into(), "crc64nvme".into()]);
+    args.extend(["--checksum-algorithm".into(), "crc64nvme".into()]);
     let out = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         out.status.success(),

@@ -127,6 +127,8 @@ impl Resumable {
                         upload_id: upload_id.clone(),
                         part_number: i as u32 + 1,
                         source_key: partial.key.clone(),
+                        source_bucket: None,
+                        source_range: None,
                     })
                     .await?;
                 // The copy's own checksum may be missing; the partials were verified on the way in.

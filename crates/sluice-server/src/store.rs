@@ -67,6 +67,26 @@ impl ObjectStore for MeteredStore {
         self.call("delete_object", self.inner.delete_object(key))
             .await
     }
+    async fn list_directory(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<DirectoryPage, StoreError> {
+        self.call(
+            "list_directory",
+            self.inner.list_directory(prefix, cursor, limit),
+        )
+        .await
+    }
+    async fn delete_objects(&self, keys: &[String]) -> Result<Vec<DeleteFailure>, StoreError> {
+        self.call("delete_objects", self.inner.delete_objects(keys))
+            .await
+    }
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        self.call("copy_object", self.inner.copy_object(request))
+            .await
+    }
     async fn list_objects(
         &self,
         prefix: &str,

@@ -84,6 +84,82 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<ListPage, StoreError>;
 
+    /// Lists one level under `prefix` (which ends in `/` or is empty): the
+    /// objects directly under it and the sub-prefixes holding the rest, in key
+    /// order, about `limit` entries per page, after `cursor` (a previous page's
+    /// `next_cursor`).
+    ///
+    /// The default walks [`ObjectStore::list_objects`] and skips each
+    /// sub-prefix's keys with one request per sub-prefix; S3 asks the server
+    /// to group them (`delimiter=/`).
+    async fn list_directory(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<DirectoryPage, StoreError> {
+        let limit = limit.max(1);
+        let mut entries: Vec<DirectoryEntry> = Vec::new();
+        let mut after = cursor.map(str::to_string);
+        loop {
+            let page = self.list_objects(prefix, after.as_deref(), limit).await?;
+            let mut skipped_to = None;
+            for object in page.objects {
+                let rest = &object.key[prefix.len().min(object.key.len())..];
+                match rest.find('/') {
+                    Some(slash) => {
+                        let sub = object.key[..prefix.len() + slash + 1].to_string();
+                        // Every key under `sub` sorts before `sub` + U+10FFFF.
+                        skipped_to = Some(format!("{sub}{}", char::MAX));
+                        entries.push(DirectoryEntry::Prefix(sub));
+                        break;
+                    }
+                    None => entries.push(DirectoryEntry::Object(object)),
+                }
+            }
+            let next = match skipped_to {
+                Some(skip) => Some(skip),
+                None => page.next_cursor,
+            };
+            match next {
+                Some(next) if entries.len() < limit => after = Some(next),
+                Some(_) => {
+                    let next_cursor = entries.last().map(|e| match e {
+                        DirectoryEntry::Prefix(p) => format!("{p}{}", char::MAX),
+                        DirectoryEntry::Object(o) => o.key.clone(),
+                    });
+                    return Ok(DirectoryPage {
+                        entries,
+                        next_cursor,
+                    });
+                }
+                None => {
+                    return Ok(DirectoryPage {
+                        entries,
+                        next_cursor: None,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Deletes many keys; deleting a missing key succeeds. Answers the keys
+    /// that could not be deleted. The default deletes one key per request; S3
+    /// sends up to 1,000 keys per DeleteObjects request.
+    async fn delete_objects(&self, keys: &[String]) -> Result<Vec<DeleteFailure>, StoreError> {
+        for key in keys {
+            self.delete_object(key).await?;
+        }
+        Ok(Vec::new())
+    }
+
+    /// Copies a whole object (at most 5 GiB) without passing its bytes through
+    /// the caller. Stores that cannot answer [`StoreError::Unsupported`].
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        let _ = request;
+        Err(StoreError::Unsupported("server-side copy"))
+    }
+
     /// Starts a multipart upload and returns its upload id.
     async fn create_multipart_upload(
         &self,

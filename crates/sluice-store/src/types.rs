@@ -263,8 +263,60 @@ pub struct CopyPartRequest {
     pub upload_id: String,
     /// 1..=10,000.
     pub part_number: u32,
-    /// The object whose bytes become the part (at most 5 GiB).
+    /// The object whose bytes become the part (at most 5 GiB of them).
     pub source_key: String,
+    /// The source's bucket when it is not the store's own (S3 copies between
+    /// buckets of one service); the key is then taken as is, without the
+    /// store's prefix. Stores without buckets answer [`StoreError::Unsupported`].
+    pub source_bucket: Option<String>,
+    /// The bytes of the source to copy; `None`: all of it.
+    pub source_range: Option<ByteRange>,
+}
+
+/// A whole object copied inside the store (S3's CopyObject, at most 5 GiB):
+/// the bytes do not pass through the caller. Content type, metadata and the
+/// full-object checksum are copied with it.
+#[derive(Debug, Clone)]
+pub struct CopyObjectRequest {
+    pub key: String,
+    pub source_key: String,
+    /// As in [`CopyPartRequest::source_bucket`].
+    pub source_bucket: Option<String>,
+}
+
+/// A listing that stops at the next `/`: the objects directly under a prefix
+/// and the sub-prefixes (ending in `/`) that hold the rest, merged in key order.
+#[derive(Debug, Clone, Default)]
+pub struct DirectoryPage {
+    pub entries: Vec<DirectoryEntry>,
+    /// The last entry's key or prefix, to pass as the next page's cursor.
+    pub next_cursor: Option<String>,
+}
+
+/// One entry of a [`DirectoryPage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirectoryEntry {
+    Object(ObjectSummary),
+    /// A prefix ending in `/` with at least one object under it.
+    Prefix(String),
+}
+
+impl DirectoryEntry {
+    /// The object's key, or the prefix.
+    pub fn name(&self) -> &str {
+        match self {
+            DirectoryEntry::Object(o) => &o.key,
+            DirectoryEntry::Prefix(p) => p,
+        }
+    }
+}
+
+/// A key a batched delete could not remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteFailure {
+    pub key: String,
+    /// The store's reason, for messages.
+    pub reason: String,
 }
 
 /// A part the store holds.

@@ -339,6 +339,8 @@ async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
                 upload_id: upload_id.clone(),
                 part_number: number,
                 source_key: source.into(),
+                source_bucket: None,
+                source_range: None,
             })
             .await
             .unwrap();
@@ -364,6 +366,8 @@ async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
             upload_id: "nope".into(),
             part_number: 1,
             source_key: "copy/missing".into(),
+            source_bucket: None,
+            source_range: None,
         })
         .await;
     assert!(missing.is_err());

@@ -172,6 +172,8 @@ async fn symbolic_links_under_the_root_are_never_followed() {
             upload_id: upload.clone(),
             part_number: 1,
             source_key: "linked-file".into(),
+            source_bucket: None,
+            source_range: None,
         })
         .await
         .unwrap_err();

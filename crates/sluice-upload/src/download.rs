@@ -34,6 +34,9 @@ pub struct DownloadOutcome {
     pub verified: bool,
     /// Ranged requests made (1 for a plain GET).
     pub ranges: u32,
+    pub last_modified: std::time::SystemTime,
+    /// The object's user metadata (`x-amz-meta-*`).
+    pub metadata: Metadata,
 }
 
 /// Where received bytes go.
@@ -86,6 +89,8 @@ impl Engine {
             checksum,
             verified,
             ranges: ranges.len() as u32,
+            last_modified: meta.last_modified,
+            metadata: meta.metadata,
         })
     }
 
@@ -153,6 +158,8 @@ impl Engine {
             checksum,
             verified,
             ranges: ranges.len() as u32,
+            last_modified: meta.last_modified,
+            metadata: meta.metadata.clone(),
         })
     }
 

@@ -18,6 +18,7 @@ mod breaker;
 mod budget;
 mod buffers;
 mod config;
+mod copy;
 mod download;
 mod error;
 mod filling;
@@ -42,6 +43,7 @@ pub use append::{
 pub use breaker::{Breaker, BreakerConfig};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
+pub use copy::CopyRequest;
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
 pub use janitor::{StaleUpload, StaleUploadFilter, StaleUploadReport};

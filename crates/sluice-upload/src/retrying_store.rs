@@ -167,6 +167,33 @@ impl ObjectStore for RetryingStore {
         .await
     }
 
+    async fn list_directory(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<DirectoryPage, StoreError> {
+        self.call(Kind::Transfer, "ListObjectsV2", prefix, || {
+            self.inner.store.list_directory(prefix, cursor, limit)
+        })
+        .await
+    }
+
+    async fn delete_objects(&self, keys: &[String]) -> Result<Vec<DeleteFailure>, StoreError> {
+        let first = keys.first().map(String::as_str).unwrap_or_default();
+        self.call(Kind::Transfer, "DeleteObjects", first, || {
+            self.inner.store.delete_objects(keys)
+        })
+        .await
+    }
+
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        self.call(Kind::Transfer, "CopyObject", &request.key, || {
+            self.inner.store.copy_object(request.clone())
+        })
+        .await
+    }
+
     async fn create_multipart_upload(
         &self,
         request: CreateMultipartRequest,

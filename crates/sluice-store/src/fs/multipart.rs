@@ -155,14 +155,30 @@ impl Inner {
         })
     }
 
-    /// A part copied file to file from a whole object: streamed through a small
+    /// A part copied file to file from an object or a range of it: streamed through a small
     /// buffer, never held in memory.
     pub(super) fn copy_part_blocking(
         &self,
         request: CopyPartRequest,
     ) -> Result<UploadedPart, StoreError> {
-        let source = self.tree.open_object(&request.source_key)?;
-        let size = source.metadata()?.len();
+        if request.source_bucket.is_some() {
+            return Err(StoreError::Unsupported("copies from another bucket"));
+        }
+        let mut source = self.tree.open_object(&request.source_key)?;
+        let whole = source.metadata()?.len();
+        let size = match request.source_range {
+            None => whole,
+            Some(range) => {
+                let (start, end) = range.resolve(whole).ok_or_else(|| {
+                    StoreError::InvalidPart(format!(
+                        "copy range {range:?} is outside {} ({whole} bytes)",
+                        request.source_key
+                    ))
+                })?;
+                std::io::Seek::seek(&mut source, std::io::SeekFrom::Start(start))?;
+                end - start
+            }
+        };
         if size > limits::MAX_PART_SIZE {
             return Err(StoreError::InvalidPart(format!(
                 "{} is {size} bytes, over the 5 GiB part limit",

@@ -185,6 +185,29 @@ impl S3Store {
         }
     }
 
+    /// A listed object, its key without the store's prefix.
+    fn summary(&self, o: &aws_sdk_s3::types::Object) -> Option<ObjectSummary> {
+        let key = o.key()?.strip_prefix(self.prefix.as_str())?.to_string();
+        Some(ObjectSummary {
+            key,
+            size: o.size().unwrap_or(0).max(0) as u64,
+            etag: o.e_tag().unwrap_or_default().to_string(),
+            last_modified: to_system_time(o.last_modified()),
+        })
+    }
+
+    /// `x-amz-copy-source` for a key of this store or of another bucket.
+    fn copy_source(&self, bucket: Option<&str>, key: &str) -> String {
+        match bucket {
+            Some(bucket) => format!("{bucket}/{}", encode_copy_source(key)),
+            None => format!(
+                "{}/{}",
+                self.bucket,
+                encode_copy_source(&self.full_key(key))
+            ),
+        }
+    }
+
     fn full_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
@@ -453,15 +476,7 @@ impl ObjectStore for S3Store {
         let objects: Vec<ObjectSummary> = output
             .contents()
             .iter()
-            .filter_map(|o| {
-                let key = o.key()?.strip_prefix(self.prefix.as_str())?.to_string();
-                Some(ObjectSummary {
-                    key,
-                    size: o.size().unwrap_or(0).max(0) as u64,
-                    etag: o.e_tag().unwrap_or_default().to_string(),
-                    last_modified: to_system_time(o.last_modified()),
-                })
-            })
+            .filter_map(|o| self.summary(o))
             .collect();
         // The cursor is the last key (StartAfter), the same on every backend.
         let next_cursor = if output.is_truncated() == Some(true) {
@@ -472,6 +487,125 @@ impl ObjectStore for S3Store {
         Ok(ListPage {
             objects,
             next_cursor,
+        })
+    }
+
+    async fn list_directory(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<DirectoryPage, StoreError> {
+        let output = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(self.full_key(prefix))
+            .delimiter("/")
+            .set_start_after(cursor.map(|after| self.full_key(after)))
+            .max_keys(limit.clamp(1, 1000) as i32)
+            .send()
+            .watched(self.stall)
+            .await
+            .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(prefix))))?;
+        let mut entries: Vec<DirectoryEntry> = output
+            .contents()
+            .iter()
+            .filter_map(|o| self.summary(o))
+            .map(DirectoryEntry::Object)
+            .collect();
+        entries.extend(output.common_prefixes().iter().filter_map(|p| {
+            let prefix = p.prefix()?.strip_prefix(self.prefix.as_str())?;
+            Some(DirectoryEntry::Prefix(prefix.to_string()))
+        }));
+        entries.sort_by(|a, b| a.name().cmp(b.name()));
+        // StartAfter a prefix would list it again: continue after every key under it.
+        let next_cursor = if output.is_truncated() == Some(true) {
+            entries.last().map(|e| match e {
+                DirectoryEntry::Prefix(p) => format!("{p}{}", char::MAX),
+                DirectoryEntry::Object(o) => o.key.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(DirectoryPage {
+            entries,
+            next_cursor,
+        })
+    }
+
+    async fn delete_objects(&self, keys: &[String]) -> Result<Vec<DeleteFailure>, StoreError> {
+        use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+        let mut failures = Vec::new();
+        for batch in keys.chunks(1000) {
+            let first = batch.first().map(String::as_str).unwrap_or_default();
+            let unbuildable = |_| StoreError::InvalidKey {
+                key: first.to_string(),
+                reason: "cannot be put in a DeleteObjects request",
+            };
+            let objects = batch
+                .iter()
+                .map(|key| ObjectIdentifier::builder().key(self.full_key(key)).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(unbuildable)?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(unbuildable)?;
+            let output = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .watched(self.stall)
+                .await
+                .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(first))))?;
+            failures.extend(output.errors().iter().map(|e| {
+                DeleteFailure {
+                    key: e
+                        .key()
+                        .map(|k| {
+                            k.strip_prefix(self.prefix.as_str())
+                                .unwrap_or(k)
+                                .to_string()
+                        })
+                        .unwrap_or_default(),
+                    reason: format!(
+                        "{}: {}",
+                        e.code().unwrap_or("Error"),
+                        e.message().unwrap_or("no message")
+                    ),
+                }
+            }));
+        }
+        Ok(failures)
+    }
+
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        let source = self.copy_source(request.source_bucket.as_deref(), &request.source_key);
+        let output = self
+            .client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(&request.key))
+            .copy_source(source)
+            .send()
+            .watched(self.stall)
+            .await
+            .map_err(|e| {
+                e.into_store_error(|e| errors::map(e, self.context(&request.source_key)))
+            })?;
+        let result = output.copy_object_result;
+        Ok(PutOutput {
+            etag: result
+                .as_ref()
+                .and_then(|r| r.e_tag.clone())
+                .unwrap_or_default(),
+            checksum: result
+                .as_ref()
+                .and_then(|r| reported_checksum(r.checksum_crc32_c(), r.checksum_crc64_nvme())),
         })
     }
 
@@ -562,12 +696,26 @@ impl ObjectStore for S3Store {
     }
 
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
-        let size = self.head_object(&request.source_key).await?.size;
-        let source = format!(
-            "{}/{}",
-            self.bucket,
-            encode_copy_source(&self.full_key(&request.source_key))
-        );
+        let source = self.copy_source(request.source_bucket.as_deref(), &request.source_key);
+        let (size, range) = match request.source_range {
+            Some(ByteRange {
+                start,
+                end: Some(end),
+            }) if end > start => (end - start, Some(format!("bytes={start}-{}", end - 1))),
+            Some(range) => {
+                return Err(StoreError::InvalidPart(format!(
+                    "copy range {range:?} is empty or open-ended"
+                )))
+            }
+            None if request.source_bucket.is_none() => {
+                (self.head_object(&request.source_key).await?.size, None)
+            }
+            None => {
+                return Err(StoreError::InvalidPart(
+                    "a copy from another bucket needs its range".into(),
+                ))
+            }
+        };
         let output = self
             .client
             .upload_part_copy()
@@ -576,6 +724,7 @@ impl ObjectStore for S3Store {
             .upload_id(&request.upload_id)
             .part_number(request.part_number as i32)
             .copy_source(source)
+            .set_copy_source_range(range)
             .send()
             .await
             .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;

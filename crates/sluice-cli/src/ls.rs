@@ -1,0 +1,155 @@
+//! `sluice ls`: the objects under a prefix of a bucket or a directory store, one
+//! level (sub-prefixes shown as `DIR`) or all of them with `--recursive`; sizes
+//! human-readable or exact, or one JSON object per line.
+
+use std::time::SystemTime;
+
+use anyhow::Context;
+use sluice_store::{is_reserved_key, DirectoryEntry, ObjectStore, ObjectSummary, StoreLocation};
+use sluice_upload::format_size;
+
+use crate::args::LsArgs;
+use crate::UsageError;
+
+/// Entries per listing request.
+const PAGE: usize = 1000;
+
+pub async fn run(args: LsArgs) -> anyhow::Result<()> {
+    let (store, prefix, display) =
+        match StoreLocation::parse(&args.location).map_err(|e| UsageError(e.to_string()))? {
+            StoreLocation::S3 { bucket, rest } => {
+                let store = crate::target::open_store(
+                    StoreLocation::S3 {
+                        bucket: bucket.clone(),
+                        rest: String::new(),
+                    },
+                    args.store.endpoint.clone(),
+                    args.store.region.clone(),
+                    Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+                )
+                .await?;
+                (store, rest, format!("s3://{bucket}/"))
+            }
+            StoreLocation::Local(path) => {
+                if !path.is_dir() {
+                    return Err(
+                        UsageError(format!("{} is not a directory store", path.display())).into(),
+                    );
+                }
+                let store =
+                    crate::target::open_store(StoreLocation::Local(path.clone()), None, None, None)
+                        .await?;
+                (store, String::new(), format!("{}/", path.display()))
+            }
+        };
+    let lister = Lister {
+        store: store.as_ref(),
+        exact: args.exact,
+        json: args.json,
+    };
+    let shown = if args.recursive {
+        lister.recursive(&prefix).await
+    } else {
+        lister.one_level(&prefix).await
+    }
+    .with_context(|| format!("cannot list {display}{prefix}"))?;
+    if shown == 0 && !args.json {
+        eprintln!("sluice: nothing under {display}{prefix}");
+    }
+    Ok(())
+}
+
+struct Lister<'a> {
+    store: &'a dyn ObjectStore,
+    exact: bool,
+    json: bool,
+}
+
+impl Lister<'_> {
+    async fn recursive(&self, prefix: &str) -> Result<u64, sluice_store::StoreError> {
+        let mut cursor: Option<String> = None;
+        let mut shown = 0;
+        loop {
+            let page = self
+                .store
+                .list_objects(prefix, cursor.as_deref(), PAGE)
+                .await?;
+            for object in &page.objects {
+                if !hidden(prefix, &object.key) {
+                    self.object(object);
+                    shown += 1;
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(shown),
+            }
+        }
+    }
+
+    async fn one_level(&self, prefix: &str) -> Result<u64, sluice_store::StoreError> {
+        let mut cursor: Option<String> = None;
+        let mut shown = 0;
+        loop {
+            let page = self
+                .store
+                .list_directory(prefix, cursor.as_deref(), PAGE)
+                .await?;
+            for entry in &page.entries {
+                if hidden(prefix, entry.name()) {
+                    continue;
+                }
+                match entry {
+                    DirectoryEntry::Object(object) => self.object(object),
+                    DirectoryEntry::Prefix(sub) => self.prefix(sub),
+                }
+                shown += 1;
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(shown),
+            }
+        }
+    }
+
+    fn object(&self, object: &ObjectSummary) {
+        if self.json {
+            let line = serde_json::json!({
+                "key": object.key,
+                "size": object.size,
+                "etag": object.etag,
+                "last_modified": rfc3339(object.last_modified),
+            });
+            println!("{line}");
+            return;
+        }
+        let size = if self.exact {
+            object.size.to_string()
+        } else {
+            format_size(object.size)
+        };
+        println!(
+            "{}  {size:>12}  {}",
+            rfc3339(object.last_modified),
+            object.key
+        );
+    }
+
+    fn prefix(&self, prefix: &str) {
+        if self.json {
+            println!("{}", serde_json::json!({ "prefix": prefix }));
+        } else {
+            println!("{:20}  {:>12}  {prefix}", "", "DIR");
+        }
+    }
+}
+
+/// sluice's own state (`_sluice/`) is left out of a listing of a whole bucket.
+fn hidden(prefix: &str, name: &str) -> bool {
+    prefix.is_empty() && is_reserved_key(name)
+}
+
+/// `2026-11-25T07:00:00Z`.
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}

@@ -1,0 +1,429 @@
+//! Transfers of many files: `put DIR`, `get PREFIX/`, `cp` between prefixes and
+//! `sync`. Both sides are listed first (a directory walk, a store listing),
+//! the jobs follow from them (for `sync`, from comparing them), and
+//! [`run::run`] carries them out through one engine.
+//!
+//! A local side is a directory of plain files. A store side is a prefix of a
+//! bucket, or of a directory store for `put DIR ./store/` and `get ./store/`.
+
+pub mod filter;
+pub mod local;
+pub mod mtime;
+pub mod remote;
+pub mod run;
+pub mod sync;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use sluice_store::{ObjectStore, StoreLocation};
+use sluice_upload::{Engine, EngineConfig};
+
+use crate::args::{ManyArgs, TransferArgs};
+use crate::UsageError;
+use filter::Filter;
+use remote::Prefix;
+use run::{Action, Job, Options, Output, Report};
+
+/// Keys per batched delete.
+const DELETE_BATCH: usize = 1000;
+/// Batched deletes in flight.
+const DELETES_IN_FLIGHT: usize = 4;
+
+/// One side of a transfer of many files.
+pub enum Side {
+    Directory(PathBuf),
+    Store(Prefix),
+}
+
+impl Side {
+    /// A command-line location as a directory or a prefix: `s3://bucket/p`
+    /// is the prefix `p/`; a local path is a directory, or with `as_store` a
+    /// directory store.
+    pub async fn open(
+        location: &str,
+        as_store: bool,
+        endpoint: Option<String>,
+        region: Option<String>,
+    ) -> anyhow::Result<Side> {
+        match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
+            StoreLocation::S3 { bucket, rest } => {
+                let prefix = as_prefix(&rest);
+                let store = crate::target::connect_s3(
+                    bucket.clone(),
+                    String::new(),
+                    endpoint,
+                    region,
+                    Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+                )
+                .await;
+                Ok(Side::Store(Prefix {
+                    store: Arc::new(store),
+                    display: format!("s3://{bucket}/{prefix}"),
+                    bucket: Some(bucket),
+                    prefix,
+                }))
+            }
+            StoreLocation::Local(path) if as_store => {
+                let store =
+                    crate::target::open_store(StoreLocation::Local(path.clone()), None, None, None)
+                        .await?;
+                Ok(Side::Store(Prefix {
+                    store,
+                    bucket: None,
+                    prefix: String::new(),
+                    display: format!("{}/", path.display()),
+                }))
+            }
+            StoreLocation::Local(path) => Ok(Side::Directory(path)),
+        }
+    }
+}
+
+impl Side {
+    /// A location as [`Side::open`] sees it without `as_store`, with the
+    /// transfer flags' endpoint and region.
+    pub async fn open_plain(location: &str, transfer: &TransferArgs) -> anyhow::Result<Side> {
+        Side::open(
+            location,
+            false,
+            transfer.endpoint.clone(),
+            transfer.region.clone(),
+        )
+        .await
+    }
+}
+
+/// `rest` as a prefix: empty, or ending in `/`.
+pub fn as_prefix(rest: &str) -> String {
+    if rest.is_empty() || rest.ends_with('/') {
+        rest.to_string()
+    } else {
+        format!("{rest}/")
+    }
+}
+
+/// The engine for many files: the flags' settings, with store requests in
+/// flight capped at the larger of `--jobs` and `--concurrency`.
+pub fn engine(
+    store: Arc<dyn ObjectStore>,
+    transfer: &TransferArgs,
+    many: &ManyArgs,
+) -> anyhow::Result<Engine> {
+    if many.jobs == 0 || many.jobs > 4096 {
+        return Err(UsageError(format!("--jobs {} is outside 1..=4096", many.jobs)).into());
+    }
+    let config = EngineConfig {
+        store_concurrency: Some(many.jobs.max(transfer.concurrency)),
+        ..crate::engine_config(transfer)?
+    };
+    Ok(Engine::new(store, config)?)
+}
+
+pub fn options(many: &ManyArgs, transfer: &TransferArgs, content_type: Option<String>) -> Options {
+    Options {
+        jobs: many.jobs,
+        fail_fast: many.fail_fast,
+        verbose: many.verbose,
+        json: many.json,
+        quiet: transfer.quiet,
+        content_type,
+    }
+}
+
+/// The file a key relative to a prefix becomes under `root`. Keys that would
+/// leave `root` or name no file (`..`, `.`, empty segments) are refused.
+pub fn local_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
+    let mut path = root.to_path_buf();
+    for segment in relative.split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." || segment.contains('\0') {
+            return Err(format!(
+                "the key cannot be a file name under {}",
+                root.display()
+            ));
+        }
+        path.push(segment);
+    }
+    Ok(path)
+}
+
+/// `sluice put DIR DEST`.
+pub async fn put_directory(
+    dir: &Path,
+    dest: &str,
+    content_type: Option<String>,
+    many: &ManyArgs,
+    transfer: &TransferArgs,
+) -> anyhow::Result<()> {
+    let filter = Filter::new(&many.include, &many.exclude)?;
+    let Side::Store(prefix) = Side::open(
+        dest,
+        true,
+        transfer.endpoint.clone(),
+        transfer.region.clone(),
+    )
+    .await?
+    else {
+        unreachable!("a store side was asked for");
+    };
+    let walk = walk(dir, filter).await?;
+    let jobs = upload_jobs(&walk.files, &prefix);
+    let engine = engine(prefix.store.clone(), transfer, many)?;
+    let options = options(many, transfer, content_type);
+    finish(&engine, "uploaded", jobs, Vec::new(), &options, None).await
+}
+
+/// `sluice get PREFIX/ DIR`.
+pub async fn get_prefix(
+    src: &str,
+    dir: &Path,
+    many: &ManyArgs,
+    transfer: &TransferArgs,
+) -> anyhow::Result<()> {
+    let filter = Filter::new(&many.include, &many.exclude)?;
+    let Side::Store(prefix) = Side::open(
+        src,
+        true,
+        transfer.endpoint.clone(),
+        transfer.region.clone(),
+    )
+    .await?
+    else {
+        unreachable!("a store side was asked for");
+    };
+    let engine = engine(prefix.store.clone(), transfer, many)?;
+    let objects = prefix
+        .list(&engine.retrying_store(), &filter)
+        .await
+        .with_context(|| format!("cannot list {}", prefix.display))?;
+    let (jobs, refused) = download_jobs(&objects, &prefix, dir);
+    let options = options(many, transfer, None);
+    finish(&engine, "downloaded", jobs, refused, &options, None).await
+}
+
+/// `sluice cp s3://a/p/ s3://b/q/`: every object under one prefix copied under
+/// another by the service itself.
+pub async fn copy_prefix(
+    src: &str,
+    dest: &str,
+    many: &ManyArgs,
+    transfer: &TransferArgs,
+) -> anyhow::Result<()> {
+    let filter = Filter::new(&many.include, &many.exclude)?;
+    let (source, target) = store_pair(src, dest, transfer).await?;
+    let engine = engine(target.store.clone(), transfer, many)?;
+    let source_engine = self::engine(source.store.clone(), transfer, many)?;
+    let objects = source
+        .list(&source_engine.retrying_store(), &filter)
+        .await
+        .with_context(|| format!("cannot list {}", source.display))?;
+    let jobs = copy_jobs(&objects, &source, &target);
+    let options = options(many, transfer, None);
+    finish(&engine, "copied", jobs, Vec::new(), &options, None).await
+}
+
+/// Both sides of a bucket-to-bucket command.
+pub async fn store_pair(
+    src: &str,
+    dest: &str,
+    transfer: &TransferArgs,
+) -> anyhow::Result<(Prefix, Prefix)> {
+    let (source, target) = (
+        Side::open_plain(src, transfer).await?,
+        Side::open_plain(dest, transfer).await?,
+    );
+    match (source, target) {
+        (Side::Store(source), Side::Store(target)) => Ok((source, target)),
+        _ => Err(UsageError(format!(
+            "{src} and {dest} must both be s3:// locations here"
+        ))
+        .into()),
+    }
+}
+
+async fn walk(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
+    let root = dir.to_path_buf();
+    let walk = tokio::task::spawn_blocking(move || local::walk(&root, &filter))
+        .await?
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    for skipped in &walk.skipped {
+        eprintln!(
+            "sluice: skipped {}: {}",
+            skipped.path.display(),
+            skipped.reason
+        );
+    }
+    Ok(walk)
+}
+
+pub fn upload_jobs(files: &[local::LocalFile], prefix: &Prefix) -> Vec<Job> {
+    files
+        .iter()
+        .map(|file| Job {
+            action: Action::Upload {
+                path: file.path.clone(),
+                key: prefix.key(&file.relative),
+                modified: file.modified,
+            },
+            source: file.path.display().to_string(),
+            target: prefix.show(&file.relative),
+            size: file.size,
+        })
+        .collect()
+}
+
+/// Download jobs, and the objects whose keys cannot be files under `dir`
+/// (reported as failures).
+pub fn download_jobs(
+    objects: &[remote::RemoteObject],
+    prefix: &Prefix,
+    dir: &Path,
+) -> (Vec<Job>, Vec<(String, String)>) {
+    let mut jobs = Vec::with_capacity(objects.len());
+    let mut refused = Vec::new();
+    for object in objects {
+        match local_path(dir, &object.relative) {
+            Ok(path) => jobs.push(Job {
+                source: prefix.show(&object.relative),
+                target: path.display().to_string(),
+                action: Action::Download {
+                    key: object.key.clone(),
+                    path,
+                },
+                size: object.size,
+            }),
+            Err(reason) => refused.push((prefix.show(&object.relative), reason)),
+        }
+    }
+    (jobs, refused)
+}
+
+pub fn copy_jobs(objects: &[remote::RemoteObject], source: &Prefix, target: &Prefix) -> Vec<Job> {
+    let source_bucket = (source.bucket != target.bucket)
+        .then(|| source.bucket.clone())
+        .flatten();
+    objects
+        .iter()
+        .map(|object| Job {
+            action: Action::Copy {
+                source_bucket: source_bucket.clone(),
+                source_key: object.key.clone(),
+                key: target.key(&object.relative),
+            },
+            source: source.show(&object.relative),
+            target: target.show(&object.relative),
+            size: object.size,
+        })
+        .collect()
+}
+
+/// Runs `jobs`, prints the summary and the failures (with `refused`, files
+/// refused before any request), and fails when any file failed.
+pub async fn finish(
+    engine: &Engine,
+    verb: &str,
+    jobs: Vec<Job>,
+    refused: Vec<(String, String)>,
+    options: &Options,
+    unchanged: Option<u64>,
+) -> anyhow::Result<()> {
+    let (removals, transfers): (Vec<Job>, Vec<Job>) = jobs
+        .into_iter()
+        .partition(|job| matches!(job.action, Action::RemoveKey { .. }));
+    let files = (transfers.len() + removals.len()) as u64;
+    let bytes = transfers.iter().map(|j| j.size).sum();
+    let output = Output::new(options, files, bytes);
+    for (file, reason) in &refused {
+        output.finished(
+            &Job {
+                action: Action::RemoveFile {
+                    path: PathBuf::new(),
+                },
+                source: file.clone(),
+                target: String::new(),
+                size: 0,
+            },
+            Some(reason),
+            false,
+        );
+    }
+    let mut report = crate::interruptible(engine, async {
+        let mut report = run::run(engine, transfers, options, &output).await;
+        let deleted = delete_keys(engine, removals, &output).await;
+        report.files += deleted.files;
+        report.failures.extend(deleted.failures);
+        report
+    })
+    .await?;
+    output.finish();
+    report.failures.splice(0..0, refused);
+    output.summary(verb, &report, unchanged);
+    engine.finish_aborts().await;
+    failures(&report)
+}
+
+/// An error listing the failed files, when there are any.
+pub fn failures(report: &Report) -> anyhow::Result<()> {
+    if report.failures.is_empty() {
+        return Ok(());
+    }
+    let shown = 20;
+    let mut message = format!(
+        "{} file{} failed:",
+        report.failures.len(),
+        if report.failures.len() == 1 { "" } else { "s" }
+    );
+    for (file, reason) in report.failures.iter().take(shown) {
+        message += &format!("\n  {file}: {reason}");
+    }
+    if report.failures.len() > shown {
+        message += &format!("\n  … and {} more", report.failures.len() - shown);
+    }
+    Err(anyhow::anyhow!(message))
+}
+
+/// Removes the keys of [`Action::RemoveKey`] jobs in batches (DeleteObjects on
+/// S3), reporting each key.
+pub async fn delete_keys(engine: &Engine, jobs: Vec<Job>, output: &Output) -> Report {
+    use futures::StreamExt;
+    let started = std::time::Instant::now();
+    let store = engine.retrying_store();
+    let batches: Vec<Vec<Job>> = jobs.chunks(DELETE_BATCH).map(<[Job]>::to_vec).collect();
+    let mut report = Report::default();
+    let results = futures::stream::iter(batches)
+        .map(|batch| {
+            let store = &store;
+            async move {
+                let keys: Vec<String> = batch
+                    .iter()
+                    .filter_map(|job| match &job.action {
+                        Action::RemoveKey { key } => Some(key.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let result = store.delete_objects(&keys).await;
+                (batch, keys, result)
+            }
+        })
+        .buffer_unordered(DELETES_IN_FLIGHT);
+    futures::pin_mut!(results);
+    while let Some((batch, keys, result)) = results.next().await {
+        for (job, key) in batch.iter().zip(&keys) {
+            let error = match &result {
+                Err(error) => Some(sluice_store::error_chain(error)),
+                Ok(failed) => failed
+                    .iter()
+                    .find(|f| &f.key == key)
+                    .map(|f| f.reason.clone()),
+            };
+            output.finished(job, error.as_deref(), false);
+            match error {
+                Some(error) => report.failures.push((job.target.clone(), error)),
+                None => report.files += 1,
+            }
+        }
+    }
+    report.elapsed = started.elapsed();
+    report
+}

@@ -1,0 +1,405 @@
+//! Runs the jobs of a transfer of many files: up to `--jobs` files in flight
+//! through one engine (one memory budget, one cap on store requests), a
+//! progress line of totals, a line per file with `--verbose` or a JSON line per
+//! file with `--json`, and the summary. A failed file does not stop the others
+//! unless `--fail-fast`; then the files in flight are dropped (their multipart
+//! uploads aborted) and no new one starts.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sluice_store::Metadata;
+use sluice_upload::{
+    format_size, CopyRequest, Engine, Progress, ProgressFn, UploadRequest, UploadSource,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::mtime;
+
+/// What to do with one file or object.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// A local file to a key, its modification time kept as metadata.
+    Upload {
+        path: PathBuf,
+        key: String,
+        modified: SystemTime,
+    },
+    /// An object to a local file, its modification time restored.
+    Download { key: String, path: PathBuf },
+    /// An object copied inside the service, without its bytes passing here.
+    Copy {
+        source_bucket: Option<String>,
+        source_key: String,
+        key: String,
+    },
+    /// A local file removed (`sync --delete` into a directory).
+    RemoveFile { path: PathBuf },
+    /// A key removed; run in batches by [`super::delete_keys`], not here.
+    RemoveKey { key: String },
+}
+
+impl Action {
+    /// The past tense, for lines and the summary.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Upload { .. } => "uploaded",
+            Action::Download { .. } => "downloaded",
+            Action::Copy { .. } => "copied",
+            Action::RemoveFile { .. } | Action::RemoveKey { .. } => "deleted",
+        }
+    }
+
+    /// The name in `--json` lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Upload { .. } => "upload",
+            Action::Download { .. } => "download",
+            Action::Copy { .. } => "copy",
+            Action::RemoveFile { .. } | Action::RemoveKey { .. } => "delete",
+        }
+    }
+}
+
+/// One file's work, with how to name it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub action: Action,
+    pub source: String,
+    pub target: String,
+    pub size: u64,
+}
+
+/// How the jobs are run and shown.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub jobs: usize,
+    pub fail_fast: bool,
+    pub verbose: bool,
+    pub json: bool,
+    pub quiet: bool,
+    /// Content-Type of every uploaded object.
+    pub content_type: Option<String>,
+}
+
+/// What a run did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub files: u64,
+    pub bytes: u64,
+    /// (file, reason) of each failure, in the order they happened.
+    pub failures: Vec<(String, String)>,
+    /// Files not started or dropped after a failure with `--fail-fast`.
+    pub cancelled: u64,
+    pub elapsed: Duration,
+}
+
+/// What one job ended with.
+enum Ended {
+    Done,
+    Failed(String),
+    Cancelled,
+}
+
+/// The lines a run writes: per file, then the summary.
+pub struct Output {
+    options: Options,
+    bar: Option<ProgressBar>,
+    files_total: u64,
+    files_done: AtomicU64,
+}
+
+impl Output {
+    pub fn new(options: &Options, files_total: u64, bytes_total: u64) -> Output {
+        let bar = (!options.quiet && !options.json && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new(bytes_total);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                )
+                .expect("valid template"),
+            );
+            bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        let output = Output {
+            options: options.clone(),
+            bar,
+            files_total,
+            files_done: AtomicU64::new(0),
+        };
+        output.show_count();
+        output
+    }
+
+    fn show_count(&self) {
+        if let Some(bar) = &self.bar {
+            let done = self.files_done.load(Ordering::Relaxed);
+            bar.set_message(format!("files {done}/{}", self.files_total));
+        }
+    }
+
+    /// Advances the byte total by `bytes`.
+    fn advance(&self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+
+    /// A line above the progress bar.
+    fn line(&self, text: &str, to_stderr: bool) {
+        let print = || {
+            if to_stderr {
+                eprintln!("{text}");
+            } else {
+                println!("{text}");
+            }
+        };
+        match &self.bar {
+            Some(bar) => bar.suspend(print),
+            None => print(),
+        }
+    }
+
+    /// Records a finished file: its line (`--verbose`, `--json`, or a failure).
+    pub fn finished(&self, job: &Job, error: Option<&str>, dry_run: bool) {
+        self.files_done.fetch_add(1, Ordering::Relaxed);
+        self.show_count();
+        if self.options.json {
+            let mut line = serde_json::json!({
+                "op": job.action.name(),
+                "source": job.source,
+                "target": job.target,
+                "size": job.size,
+                "ok": error.is_none(),
+            });
+            if let Some(error) = error {
+                line["error"] = error.into();
+            }
+            if dry_run {
+                line["dry_run"] = true.into();
+            }
+            self.line(&line.to_string(), false);
+            return;
+        }
+        let what = if job.source.is_empty() {
+            job.target.clone()
+        } else {
+            format!("{} -> {}", job.source, job.target)
+        };
+        match error {
+            Some(error) => self.line(&format!("failed: {what}: {error}"), true),
+            None if dry_run => self.line(
+                &format!(
+                    "would be {}: {what} ({})",
+                    job.action.verb(),
+                    format_size(job.size)
+                ),
+                false,
+            ),
+            None if self.options.verbose => self.line(
+                &format!("{} {what} ({})", job.action.verb(), format_size(job.size)),
+                false,
+            ),
+            None => {}
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// The summary: a line of text, or a `{"summary": …}` line with `--json`.
+    pub fn summary(&self, verb: &str, report: &Report, unchanged: Option<u64>) {
+        let seconds = report.elapsed.as_secs_f64().max(1e-9);
+        let failed = report.failures.len();
+        if self.options.json {
+            let mut line = serde_json::json!({"summary": {
+                "op": verb,
+                "files": report.files,
+                "bytes": report.bytes,
+                "seconds": (seconds * 1000.0).round() / 1000.0,
+                "failed": failed,
+                "cancelled": report.cancelled,
+            }});
+            if let Some(unchanged) = unchanged {
+                line["summary"]["unchanged"] = unchanged.into();
+            }
+            println!("{line}");
+            return;
+        }
+        let mut text = format!(
+            "{verb} {} file{}, {} in {seconds:.2} s ({:.1} files/s, {:.1} MiB/s)",
+            report.files,
+            if report.files == 1 { "" } else { "s" },
+            format_size(report.bytes),
+            report.files as f64 / seconds,
+            report.bytes as f64 / (1024.0 * 1024.0) / seconds,
+        );
+        if let Some(unchanged) = unchanged {
+            text += &format!(", {unchanged} unchanged");
+        }
+        if failed > 0 {
+            text += &format!(", {failed} failed");
+        }
+        if report.cancelled > 0 {
+            text += &format!(", {} not done", report.cancelled);
+        }
+        println!("{text}");
+    }
+}
+
+/// Runs `jobs` (none of them [`Action::RemoveKey`]) and reports on each.
+pub async fn run(engine: &Engine, jobs: Vec<Job>, options: &Options, output: &Output) -> Report {
+    let started = Instant::now();
+    let stop = CancellationToken::new();
+    let report = Mutex::new(Report::default());
+    let results = futures::stream::iter(jobs)
+        .map(|job| {
+            let stop = stop.clone();
+            async move {
+                if stop.is_cancelled() {
+                    return (job, Ended::Cancelled);
+                }
+                let ended = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => Ended::Cancelled,
+                    result = execute(engine, &job, options, output) => match result {
+                        Ok(()) => Ended::Done,
+                        Err(error) => Ended::Failed(error),
+                    },
+                };
+                (job, ended)
+            }
+        })
+        .buffer_unordered(options.jobs.max(1));
+    futures::pin_mut!(results);
+    while let Some((job, ended)) = results.next().await {
+        let mut report = report.lock().expect("report lock");
+        match ended {
+            Ended::Done => {
+                report.files += 1;
+                report.bytes += job.size;
+                output.finished(&job, None, false);
+            }
+            Ended::Failed(error) => {
+                output.finished(&job, Some(&error), false);
+                report.failures.push((job.source.clone(), error));
+                if options.fail_fast {
+                    stop.cancel();
+                }
+            }
+            Ended::Cancelled => report.cancelled += 1,
+        }
+    }
+    let mut report = report.into_inner().expect("report lock");
+    report.elapsed = started.elapsed();
+    report
+}
+
+/// One job; the error is worded for the person who ran the command.
+async fn execute(
+    engine: &Engine,
+    job: &Job,
+    options: &Options,
+    output: &Output,
+) -> Result<(), String> {
+    let sent = Arc::new(AtomicU64::new(0));
+    let result = match &job.action {
+        Action::Upload {
+            path,
+            key,
+            modified,
+        } => {
+            let mut metadata = Metadata::new();
+            metadata.insert(mtime::KEY.to_string(), mtime::encode(*modified));
+            let request = UploadRequest {
+                key: key.clone(),
+                content_type: options.content_type.clone(),
+                metadata,
+                progress: progress(output, &sent),
+                ..UploadRequest::default()
+            };
+            engine
+                .upload(request, UploadSource::File(path.clone()))
+                .await
+                .map(drop)
+                .map_err(|e| sluice_store::error_chain(&e))
+        }
+        Action::Download { key, path } => {
+            download(engine, key, path, progress(output, &sent)).await
+        }
+        Action::Copy {
+            source_bucket,
+            source_key,
+            key,
+        } => engine
+            .copy(CopyRequest {
+                source_bucket: source_bucket.clone(),
+                source_key: source_key.clone(),
+                size: job.size,
+                key: key.clone(),
+            })
+            .await
+            .map(drop)
+            .map_err(|e| sluice_store::error_chain(&e)),
+        Action::RemoveFile { path } => tokio::fs::remove_file(path)
+            .await
+            .map_err(|e| format!("cannot remove it: {e}")),
+        Action::RemoveKey { .. } => Err("a key removal is run in batches".to_string()),
+    };
+    if result.is_ok() {
+        output.advance(job.size.saturating_sub(sent.load(Ordering::Relaxed)));
+    }
+    result
+}
+
+async fn download(
+    engine: &Engine,
+    key: &str,
+    path: &std::path::Path,
+    progress: Option<ProgressFn>,
+) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let outcome = engine
+        .download_to_path(key, path, progress)
+        .await
+        .map_err(|e| sluice_store::error_chain(&e))?;
+    let modified = outcome
+        .metadata
+        .get(mtime::KEY)
+        .and_then(|m| mtime::decode(m))
+        .unwrap_or(outcome.last_modified);
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|file| file.set_modified(modified))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("cannot set its modification time: {e}"))
+}
+
+/// The engine's progress reports of one file, as increments of the bar.
+fn progress(output: &Output, sent: &Arc<AtomicU64>) -> Option<ProgressFn> {
+    let bar = output.bar.clone()?;
+    let sent = sent.clone();
+    Some(Arc::new(move |p: Progress| {
+        let before = sent.swap(p.bytes_done, Ordering::Relaxed);
+        bar.inc(p.bytes_done.saturating_sub(before));
+    }))
+}

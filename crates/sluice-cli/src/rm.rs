@@ -1,0 +1,103 @@
+//! `sluice rm`: removes one object, or every object under a prefix that the
+//! filters select, in batches (DeleteObjects on S3, 1,000 keys a request);
+//! `--dry-run` lists them and removes nothing.
+
+use sluice_store::{error_chain, ObjectStore, StoreLocation};
+use sluice_upload::{Engine, EngineConfig};
+
+use crate::args::RmArgs;
+use crate::many::filter::Filter;
+use crate::many::run::{Action, Job, Options, Output};
+use crate::many::{self, Side};
+use crate::UsageError;
+
+pub async fn run(args: RmArgs) -> anyhow::Result<()> {
+    let location = StoreLocation::parse(&args.location).map_err(|e| UsageError(e.to_string()))?;
+    let single_key = match &location {
+        StoreLocation::S3 { rest, .. } if !rest.is_empty() && !rest.ends_with('/') => {
+            Some(rest.clone())
+        }
+        StoreLocation::S3 { .. } => None,
+        StoreLocation::Local(_) if args.location.ends_with('/') => None,
+        StoreLocation::Local(path) => return Err(UsageError(format!(
+            "{}: a local location is a directory store and must end with / (use rm(1) for a file)",
+            path.display()
+        ))
+        .into()),
+    };
+    if single_key.is_some() && (!args.include.is_empty() || !args.exclude.is_empty()) {
+        return Err(UsageError(
+            "--include and --exclude select under a prefix: end the location with /".into(),
+        )
+        .into());
+    }
+    // For one key, the side is the bucket and the key is taken whole.
+    let side_location = match (&location, &single_key) {
+        (StoreLocation::S3 { bucket, .. }, Some(_)) => format!("s3://{bucket}/"),
+        _ => args.location.clone(),
+    };
+    let Side::Store(prefix) = Side::open(
+        &side_location,
+        true,
+        args.store.endpoint.clone(),
+        args.store.region.clone(),
+    )
+    .await?
+    else {
+        unreachable!("a store side was asked for");
+    };
+    let engine = Engine::new(prefix.store.clone(), EngineConfig::default())?;
+    let store = engine.retrying_store();
+    let jobs: Vec<Job> = match single_key {
+        None => {
+            let filter = Filter::new(&args.include, &args.exclude)?;
+            let objects = prefix.list(&store, &filter).await.map_err(|e| {
+                anyhow::anyhow!("cannot list {}: {}", prefix.display, error_chain(&e))
+            })?;
+            objects
+                .into_iter()
+                .map(|object| Job {
+                    target: prefix.show(&object.relative),
+                    action: Action::RemoveKey { key: object.key },
+                    source: String::new(),
+                    size: object.size,
+                })
+                .collect()
+        }
+        Some(key) => {
+            let shown = prefix.show(&key);
+            let meta = store
+                .head_object(&key)
+                .await
+                .map_err(|e| anyhow::anyhow!("{shown}: {}", error_chain(&e)))?;
+            vec![Job {
+                target: shown,
+                action: Action::RemoveKey { key },
+                source: String::new(),
+                size: meta.size,
+            }]
+        }
+    };
+    let options = Options {
+        jobs: 1,
+        fail_fast: false,
+        verbose: args.verbose,
+        json: args.json,
+        quiet: true,
+        content_type: None,
+    };
+    if args.dry_run {
+        let output = Output::new(&options, 0, 0);
+        for job in &jobs {
+            output.finished(job, None, true);
+        }
+        if !args.json {
+            println!(
+                "dry run: {} object(s) would be deleted; nothing changed",
+                jobs.len()
+            );
+        }
+        return Ok(());
+    }
+    many::finish(&engine, "deleted", jobs, Vec::new(), &options, None).await
+}
