@@ -19,11 +19,13 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         }
         StoreLocation::S3 { .. } => None,
         StoreLocation::Local(_) if args.location.ends_with('/') => None,
-        StoreLocation::Local(path) => return Err(UsageError(format!(
+        StoreLocation::Local(path) => {
+            return Err(UsageError(format!(
             "{}: a local location is a directory store and must end with / (use rm(1) for a file)",
             path.display()
         ))
-        .into()),
+            .into())
+        }
     };
     if single_key.is_some() && (!args.include.is_empty() || !args.exclude.is_empty()) {
         return Err(UsageError(

@@ -509,6 +509,143 @@ async fn streamed_part_checksum(store: Arc<dyn ObjectStore>) {
     }
 }
 
+async fn directory_listing(store: Arc<dyn ObjectStore>) {
+    for key in ["a", "b/1", "b/2", "c/d/e", "ca", "z"] {
+        put_bytes(&*store, key, key.as_bytes()).await;
+    }
+    let names = |entries: &[DirectoryEntry]| -> Vec<String> {
+        entries
+            .iter()
+            .map(|e| match e {
+                DirectoryEntry::Object(o) => format!("{} ({})", o.key, o.size),
+                DirectoryEntry::Prefix(p) => p.clone(),
+            })
+            .collect()
+    };
+    // (prefix, page size, entries over every page)
+    let cases: &[(&str, usize, &[&str])] = &[
+        ("", 1000, &["a (1)", "b/", "c/", "ca (2)", "z (1)"]),
+        ("", 2, &["a (1)", "b/", "c/", "ca (2)", "z (1)"]),
+        ("", 1, &["a (1)", "b/", "c/", "ca (2)", "z (1)"]),
+        ("b/", 1, &["b/1 (3)", "b/2 (3)"]),
+        ("c", 1000, &["c/", "ca (2)"]),
+        ("c/", 1000, &["c/d/"]),
+        ("nothing/", 1000, &[]),
+    ];
+    for (prefix, limit, expected) in cases {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..20 {
+            let page = store
+                .list_directory(prefix, cursor.as_deref(), *limit)
+                .await
+                .unwrap();
+            all.extend(names(&page.entries));
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert!(
+            cursor.is_none(),
+            "{prefix:?} by {limit}: listing does not end"
+        );
+        assert_eq!(all, *expected, "{prefix:?} by {limit}");
+    }
+}
+
+async fn batched_delete(store: Arc<dyn ObjectStore>) {
+    let keys: Vec<String> = (0..5).map(|i| format!("batch/{i}")).collect();
+    for key in &keys {
+        put_bytes(&*store, key, b"x").await;
+    }
+    let mut doomed = keys[..3].to_vec();
+    doomed.push("batch/missing".into());
+    let failures = store.delete_objects(&doomed).await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    let left: Vec<String> = store
+        .list_objects("batch/", None, 100)
+        .await
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(left, ["batch/3", "batch/4"]);
+}
+
+async fn server_side_copy(store: Arc<dyn ObjectStore>) {
+    let data = test_data(70_000, 31);
+    let mut request = PutRequest::new("copy-src/a", Bytes::from(data.clone()));
+    request
+        .metadata
+        .insert("mtime".into(), "1700000000.5".into());
+    request.content_type = Some("text/x-copied".into());
+    store.put_object(request).await.unwrap();
+    let copied = store
+        .copy_object(CopyObjectRequest {
+            key: "copy-dst/a".into(),
+            source_key: "copy-src/a".into(),
+            source_bucket: None,
+        })
+        .await;
+    match copied {
+        Err(StoreError::Unsupported(_)) if !store.describe().starts_with("s3://") => {}
+        Err(error) => panic!("copy: {error}"),
+        Ok(_) => {
+            assert_eq!(read_all(&*store, "copy-dst/a", None).await.unwrap(), data);
+            let head = store.head_object("copy-dst/a").await.unwrap();
+            assert_eq!(
+                head.metadata.get("mtime").map(String::as_str),
+                Some("1700000000.5")
+            );
+            assert_eq!(head.content_type.as_deref(), Some("text/x-copied"));
+        }
+    }
+    // Ranges of one object as parts (how objects over 5 GiB are copied).
+    let big = test_data(5 * MIB + 100, 32);
+    put_bytes(&*store, "copy-src/big", &big).await;
+    let upload_id = store
+        .create_multipart_upload(CreateMultipartRequest::new("copy-dst/big"))
+        .await
+        .unwrap();
+    let split = 5 * MIB as u64;
+    let mut parts = Vec::new();
+    for (number, range) in [
+        (1, ByteRange::new(0, split)),
+        (2, ByteRange::new(split, big.len() as u64)),
+    ] {
+        parts.push(
+            store
+                .upload_part_copy(CopyPartRequest {
+                    key: "copy-dst/big".into(),
+                    upload_id: upload_id.clone(),
+                    part_number: number,
+                    source_key: "copy-src/big".into(),
+                    source_bucket: None,
+                    source_range: Some(range),
+                })
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(parts[1].size, 100);
+    store
+        .complete_multipart_upload(CompleteMultipartRequest {
+            key: "copy-dst/big".into(),
+            upload_id,
+            parts,
+            checksum: None,
+            condition: None,
+        })
+        .await
+        .unwrap();
+    assert!(
+        read_all(&*store, "copy-dst/big", None).await.unwrap() == big,
+        "ranged copy differs"
+    );
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod fs_backend {
@@ -557,4 +694,7 @@ conformance!(
     checksum_mismatch_rejected,
     file_body,
     streamed_part_checksum,
+    directory_listing,
+    batched_delete,
+    server_side_copy,
 );

@@ -288,11 +288,20 @@ impl ObjectStore for MemoryStore {
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         *self.lock().calls.entry("upload_part_copy").or_insert(0) += 1;
         // In memory a copy shares the source's bytes: nothing is buffered anew.
-        let data = self
+        if request.source_bucket.is_some() {
+            return Err(StoreError::Unsupported("copies from another bucket"));
+        }
+        let mut data = self
             .object(&request.source_key)
             .ok_or_else(|| StoreError::NoSuchKey {
                 key: request.source_key.clone(),
             })?;
+        if let Some(range) = request.source_range {
+            let (start, end) = range.resolve(data.len() as u64).ok_or_else(|| {
+                StoreError::InvalidPart(format!("copy range {range:?} is outside the source"))
+            })?;
+            data = data.slice(start as usize..end as usize);
+        }
         self.upload_part(UploadPartRequest {
             key: request.key,
             upload_id: request.upload_id,

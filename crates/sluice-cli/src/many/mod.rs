@@ -427,3 +427,37 @@ pub async fn delete_keys(engine: &Engine, jobs: Vec<Job>, output: &Output) -> Re
     report.elapsed = started.elapsed();
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_become_paths_under_the_root_only() {
+        let root = Path::new("/dest");
+        let cases = [
+            ("a.txt", Ok("/dest/a.txt")),
+            ("a/b/c.txt", Ok("/dest/a/b/c.txt")),
+            ("x y+z", Ok("/dest/x y+z")),
+            ("../evil", Err(())),
+            ("a/../../evil", Err(())),
+            ("a//b", Err(())),
+            ("/abs", Err(())),
+            ("./a", Err(())),
+            ("a/", Err(())),
+        ];
+        for (relative, expected) in cases {
+            let got = local_path(root, relative)
+                .map(|p| p.display().to_string())
+                .map_err(drop);
+            assert_eq!(got, expected.map(str::to_string), "{relative}");
+        }
+    }
+
+    #[test]
+    fn locations_become_prefixes() {
+        for (rest, prefix) in [("", ""), ("p", "p/"), ("p/", "p/"), ("a/b", "a/b/")] {
+            assert_eq!(as_prefix(rest), prefix);
+        }
+    }
+}
