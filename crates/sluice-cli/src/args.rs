@@ -313,6 +313,12 @@ pub struct PutArgs {
     /// Content-Type stored with the object (with a directory: with every object).
     #[arg(long, env = "SLUICE_CONTENT_TYPE")]
     pub content_type: Option<String>,
+    /// Continue the multipart upload an earlier, interrupted run of this command
+    /// left in the store: parts whose checksum matches the file are not sent
+    /// again. With --resume a failed or interrupted upload keeps its parts for
+    /// the next run (the janitor removes them when it is never continued).
+    #[arg(long)]
+    pub resume: bool,
     #[command(flatten)]
     pub many: ManyArgs,
     #[command(flatten)]

@@ -145,6 +145,9 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         let meta = std::fs::metadata(&args.src)
             .with_context(|| format!("cannot read {}", args.src.display()))?;
         if meta.is_dir() {
+            if args.resume {
+                return Err(UsageError("--resume takes one file, not a directory".into()).into());
+            }
             return many::put_directory(
                 &args.src,
                 &args.dest,
@@ -183,12 +186,40 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         ..UploadRequest::default()
     };
     let started = Instant::now();
-    let result = interruptible(&engine, engine.upload(request, source)).await;
-    bar.finish();
-    let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
+    let (outcome, kept) = if args.resume {
+        let UploadSource::File(path) = source else {
+            return Err(UsageError(
+                "--resume needs a regular file (not standard input or a pipe)".into(),
+            )
+            .into());
+        };
+        let result = interruptible(&engine, engine.upload_file_resuming(request, path)).await;
+        bar.finish();
+        let resumed = result
+            .map_err(|_| anyhow!("interrupted: the parts sent so far are kept; run the same command again to continue"))?
+            .with_context(|| {
+                format!(
+                    "upload to {} failed; the parts sent so far are kept: run the same command again to continue",
+                    target.display
+                )
+            })?;
+        let kept = (resumed.parts_kept > 0).then(|| {
+            format!(
+                ", {} of them ({}) kept from an earlier run",
+                resumed.parts_kept,
+                sluice_upload::format_size(resumed.bytes_kept)
+            )
+        });
+        (resumed.outcome, kept)
+    } else {
+        let result = interruptible(&engine, engine.upload(request, source)).await;
+        bar.finish();
+        let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
+        (outcome, None)
+    };
     let detail = match outcome.parts {
         0 => "1 request".to_string(),
-        n => format!("{n} parts"),
+        n => format!("{n} parts{}", kept.unwrap_or_default()),
     };
     println!(
         "{}",
@@ -283,6 +314,7 @@ async fn cp(args: CopyArgs) -> anyhow::Result<()> {
                 src: PathBuf::from(&args.src),
                 dest: args.dest,
                 content_type: None,
+                resume: false,
                 many: args.many,
                 transfer: args.transfer,
             })

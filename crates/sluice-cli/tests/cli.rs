@@ -306,6 +306,106 @@ async fn ctrl_c_aborts_the_multipart_upload() {
     assert!(store.head_object("streamed").await.is_err());
 }
 
+/// `put --resume` continues the multipart upload an earlier run left: parts
+/// whose CRC matches the file stay, a part holding other bytes is sent again,
+/// and the object is the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_resume_continues_an_earlier_upload() {
+    use sluice_store::{
+        Body, ChecksumAlgorithm, CreateMultipartRequest, PartChecksum, UploadPartRequest,
+    };
+    let Some(endpoint) = minio::endpoint("cli_resume") else {
+        return;
+    };
+    minio::store("cli_resume").await.unwrap();
+    let key = format!("{}big.bin", minio::unique_prefix("resume"));
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.clone());
+    let store = sluice_store::s3::S3Store::connect(config).await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = test_data(40 * 1024 * 1024 + 7, 41);
+    let src = dir.path().join("big.bin");
+    write_file(&src, &data);
+    // What an interrupted run left: parts 1 and 3 of the file (8 MiB parts,
+    // the default), and a part 2 of the right size with other bytes.
+    let mut create = CreateMultipartRequest::new(key.clone());
+    create.checksum_algorithm = Some(ChecksumAlgorithm::Crc32c);
+    let upload_id = store.create_multipart_upload(create).await.unwrap();
+    let part = 8 * 1024 * 1024;
+    let wrong = test_data(part, 42);
+    for (number, bytes) in [
+        (1, &data[..part]),
+        (2, &wrong[..]),
+        (3, &data[2 * part..3 * part]),
+    ] {
+        store
+            .upload_part(UploadPartRequest {
+                key: key.clone(),
+                upload_id: upload_id.clone(),
+                part_number: number,
+                body: Body::Bytes(bytes::Bytes::copy_from_slice(bytes)),
+                checksum: PartChecksum::Known(ChecksumAlgorithm::Crc32c.checksum(bytes)),
+            })
+            .await
+            .unwrap();
+    }
+    let url = format!("s3://{}/{key}", minio::TEST_BUCKET);
+    let out = run(&[
+        "put",
+        "--resume",
+        src.to_str().unwrap(),
+        &url,
+        "--endpoint",
+        &endpoint,
+        "--quiet",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("6 parts, 2 of them (16.00 MiB) kept from an earlier run"),
+        "{stdout}"
+    );
+    let back = dir.path().join("back.bin");
+    let out = run(&[
+        "get",
+        &url,
+        back.to_str().unwrap(),
+        "--endpoint",
+        &endpoint,
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "the object is not the file"
+    );
+    assert!(list_uploads(&endpoint, &key).await.is_empty());
+
+    // Nothing to continue: an ordinary upload. A pipe cannot resume.
+    let out = run(&[
+        "put",
+        "--resume",
+        src.to_str().unwrap(),
+        &url,
+        "--endpoint",
+        &endpoint,
+        "--quiet",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !stdout.contains("kept"), "{stdout}");
+    let out = run(&["put", "--resume", "-", &url, "--endpoint", &endpoint]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--resume needs a regular file"));
+}
+
 /// Open multipart uploads for an exact key of the test bucket.
 async fn list_uploads(endpoint: &str, key: &str) -> Vec<String> {
     let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);

@@ -89,6 +89,16 @@ impl PartPipeline {
         self.failed.is_none()
     }
 
+    /// Counts a part the store already holds (an earlier run's, checked by the
+    /// caller) as stored.
+    pub(crate) fn adopt(&mut self, part: UploadedPart) {
+        self.first = Some(
+            self.first
+                .map_or(part.part_number, |first| first.min(part.part_number)),
+        );
+        self.stored.push(part);
+    }
+
     /// Starts storing part `number`; `reservation` is held until it is stored.
     pub(crate) fn submit(&mut self, number: u32, body: Body, reservation: Reservation) {
         self.first = Some(self.first.map_or(number, |first| first.min(number)));
