@@ -113,7 +113,7 @@ fn usage_errors_exit_with_2_and_store_nothing() {
         ),
         (vec!["put", "-", "s3://bucket/"], "names no key"),
         (vec!["put", src, "gs://bucket/key"], "unsupported scheme"),
-        (vec!["get", "s3://bucket", "out"], "names no object"),
+        (vec!["get", "s3://bucket", "-"], "is a prefix"),
         (
             vec!["serve", "--listen", "0.0.0.0:0", "--store", dest],
             "--allow-anonymous",

@@ -120,12 +120,24 @@ impl Engine {
         let config = &self.inner.config;
         let tracker = Tracker::new(Some(length), request.progress.clone());
         if length <= config.threshold {
-            let body = Body::File {
-                path: path.clone(),
-                offset: 0,
-                len: length,
-            };
-            return self.single_put(&request, body, tracker).await;
+            // Read once into memory (checksummed there, then sent), rather than
+            // read for the checksum and again for the request.
+            let reservation = self.inner.budget.reserve(length).await;
+            let bytes = tokio::task::spawn_blocking(move || std::fs::read(&path))
+                .await
+                .map_err(|e| TransferError::Source(io::Error::other(e)))?
+                .map_err(TransferError::Source)?;
+            if bytes.len() as u64 != length {
+                return Err(TransferError::Source(io::Error::other(format!(
+                    "the file changed size while it was read ({length} bytes, then {})",
+                    bytes.len()
+                ))));
+            }
+            let outcome = self
+                .single_put(&request, Body::Bytes(Bytes::from(bytes)), tracker)
+                .await;
+            drop(reservation);
+            return outcome;
         }
         let plan = PartPlan::for_length(config, length)?;
         let mut upload = Multipart::start(&self.inner, &request, tracker).await?;

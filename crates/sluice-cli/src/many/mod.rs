@@ -288,7 +288,7 @@ pub fn download_jobs(
                 source: prefix.show(&object.relative),
                 target: path.display().to_string(),
                 action: Action::Download {
-                    key: object.key.clone(),
+                    listed: object.summary(),
                     path,
                 },
                 size: object.size,

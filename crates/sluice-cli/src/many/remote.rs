@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sluice_store::{is_reserved_key, ObjectStore, StoreError};
+use sluice_store::{is_reserved_key, ObjectStore, ObjectSummary, StoreError};
 
 use super::filter::Filter;
 
@@ -31,7 +31,20 @@ pub struct RemoteObject {
     pub relative: String,
     pub key: String,
     pub size: u64,
+    pub etag: String,
     pub last_modified: SystemTime,
+}
+
+impl RemoteObject {
+    /// The listing entry it came from.
+    pub fn summary(&self) -> ObjectSummary {
+        ObjectSummary {
+            key: self.key.clone(),
+            size: self.size,
+            etag: self.etag.clone(),
+            last_modified: self.last_modified,
+        }
+    }
 }
 
 impl Prefix {
@@ -74,6 +87,7 @@ impl Prefix {
                     relative: relative.to_string(),
                     key: object.key.clone(),
                     size: object.size,
+                    etag: object.etag.clone(),
                     last_modified: object.last_modified,
                 });
             }

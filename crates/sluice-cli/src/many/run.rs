@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluice_store::Metadata;
+use sluice_store::{Metadata, ObjectSummary};
 use sluice_upload::{
     format_size, CopyRequest, Engine, Progress, ProgressFn, UploadRequest, UploadSource,
 };
@@ -30,8 +30,12 @@ pub enum Action {
         key: String,
         modified: SystemTime,
     },
-    /// An object to a local file, its modification time restored.
-    Download { key: String, path: PathBuf },
+    /// An object to a local file, its modification time restored; the
+    /// listing's entry spares small objects a HEAD.
+    Download {
+        listed: ObjectSummary,
+        path: PathBuf,
+    },
     /// An object copied inside the service, without its bytes passing here.
     Copy {
         source_bucket: Option<String>,
@@ -334,8 +338,8 @@ async fn execute(
                 .map(drop)
                 .map_err(|e| sluice_store::error_chain(&e))
         }
-        Action::Download { key, path } => {
-            download(engine, key, path, progress(output, &sent)).await
+        Action::Download { listed, path } => {
+            download(engine, listed, path, progress(output, &sent)).await
         }
         Action::Copy {
             source_bucket,
@@ -364,7 +368,7 @@ async fn execute(
 
 async fn download(
     engine: &Engine,
-    key: &str,
+    listed: &ObjectSummary,
     path: &std::path::Path,
     progress: Option<ProgressFn>,
 ) -> Result<(), String> {
@@ -374,7 +378,7 @@ async fn download(
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     let outcome = engine
-        .download_to_path(key, path, progress)
+        .download_listed_to_path(listed, path, progress)
         .await
         .map_err(|e| sluice_store::error_chain(&e))?;
     let modified = outcome

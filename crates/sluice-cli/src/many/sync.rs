@@ -42,6 +42,8 @@ struct Entry {
     path: Option<PathBuf>,
     /// The key, on a store side.
     key: Option<String>,
+    /// The listing's ETag, on a store side.
+    etag: String,
 }
 
 /// What a comparison needs from the sides.
@@ -197,6 +199,7 @@ async fn list(
                     changed: f.modified,
                     path: Some(f.path),
                     key: None,
+                    etag: String::new(),
                 })
                 .collect())
         }
@@ -219,6 +222,7 @@ async fn list(
                     changed: o.last_modified,
                     path: None,
                     key: Some(o.key),
+                    etag: o.etag,
                 })
                 .collect())
         }
@@ -343,7 +347,12 @@ fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String
             modified: entry.changed,
         },
         (Side::Store(_), Side::Directory(dir)) => Action::Download {
-            key: entry.key.clone().expect("an object entry"),
+            listed: sluice_store::ObjectSummary {
+                key: entry.key.clone().expect("an object entry"),
+                size: entry.size,
+                etag: entry.etag.clone(),
+                last_modified: entry.changed,
+            },
             path: super::local_path(dir, &entry.relative)?,
         },
         (Side::Store(from), Side::Store(to)) => Action::Copy {
