@@ -12,7 +12,7 @@ build_module() { # module@version binary [package]
   (cd "/tmp/$binary-src" && go build -mod=mod -o "$(go env GOPATH)/bin/$binary" "$package")
 }
 
-ensure_peers() { # any of: minio s5cmd aws tusd warp
+ensure_peers() { # any of: minio s5cmd aws rclone tusd warp
   local peer
   for peer in "$@"; do
     case $peer in
@@ -20,6 +20,7 @@ ensure_peers() { # any of: minio s5cmd aws tusd warp
       s5cmd) command -v s5cmd >/dev/null || build_module github.com/peak/s5cmd/v2@v2.3.0 s5cmd ;;
       tusd) command -v tusd >/dev/null || build_module github.com/tus/tusd/v2@v2.10.1 tusd ./cmd/tusd ;;
       warp) command -v warp >/dev/null || GONOSUMDB=github.com/minio/warp build_module github.com/minio/warp@v1.0.0 warp ;;
+      rclone) command -v rclone >/dev/null || go install github.com/rclone/rclone@latest ;;
       aws) { command -v aws >/dev/null && aws --version >/dev/null 2>&1; } || pip install --quiet awscli ;;
     esac
   done

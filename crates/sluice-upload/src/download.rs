@@ -97,22 +97,53 @@ impl Engine {
         })
     }
 
-    /// Downloads a listed object into the file at `path`. An object no larger
-    /// than one part is fetched with one GET and no HEAD before it: the
-    /// listing's ETag guards against a change, the answer carries the
-    /// checksum and metadata. Larger objects go as [`Engine::download_to_path`].
-    /// The small file is renamed into place without an fsync of its own (as
-    /// cp, rsync and the S3 tools do): a tree of many files is not flushed file
-    /// by file.
+    /// Downloads a listed object into the file at `path`, creating missing
+    /// parent directories, and sets the file's modification time to what
+    /// `modified` reads from the object's answer (when it says one).
+    ///
+    /// An object no larger than one part is fetched with one GET and no HEAD
+    /// (the listing's ETag guards against a change; the answer carries the
+    /// checksum and metadata) into memory, then written, stamped and renamed
+    /// into place in one blocking call, without an fsync of its own (as cp,
+    /// rsync and the S3 tools do: a tree of many files is not flushed file by
+    /// file). Larger objects go as [`Engine::download_to_path`].
     pub async fn download_listed_to_path(
         &self,
         listed: &ObjectSummary,
         path: &Path,
         progress: Option<ProgressFn>,
+        modified: &(dyn Fn(&ObjectMeta) -> Option<std::time::SystemTime> + Sync),
     ) -> Result<DownloadOutcome, TransferError> {
         let inner = &self.inner;
         if listed.size > inner.config.part_size || listed.etag.is_empty() {
-            return self.download_to_path(&listed.key, path, progress).await;
+            if let Some(parent) = path.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(TransferError::Destination)?;
+            }
+            let outcome = self.download_to_path(&listed.key, path, progress).await?;
+            let stamp = modified(&ObjectMeta {
+                key: outcome.key.clone(),
+                size: outcome.size,
+                etag: outcome.etag.clone(),
+                last_modified: outcome.last_modified,
+                content_type: None,
+                metadata: outcome.metadata.clone(),
+                checksum: None,
+            });
+            if let Some(time) = stamp {
+                let path = path.to_path_buf();
+                tokio::task::spawn_blocking(move || {
+                    std::fs::File::options()
+                        .write(true)
+                        .open(&path)?
+                        .set_modified(time)
+                })
+                .await
+                .map_err(|e| TransferError::Destination(io::Error::other(e)))?
+                .map_err(TransferError::Destination)?;
+            }
+            return Ok(outcome);
         }
         crate::config::validate_key(&listed.key)?;
         let listed_meta = ObjectMeta {
@@ -124,25 +155,19 @@ impl Engine {
             metadata: Metadata::new(),
             checksum: None,
         };
-        let staging = TempFile::beside(path)?;
-        let file = std::fs::File::create(&staging.path).map_err(TransferError::Destination)?;
-        let file = Arc::new(file);
         let tracker = Tracker::new(Some(listed.size), progress);
-        let _reservation = inner
-            .budget
-            .reserve(listed.size.min(WRITE_BATCH as u64))
-            .await;
+        let _reservation = inner.budget.reserve(listed.size).await;
         let answered = std::sync::Mutex::new(None);
-        // The algorithm is known only from the answer: hash with the engine's,
-        // and compare when the store's is the same.
-        let (checksum, _) = fetch_range(
+        // The store's algorithm is known only from the answer: hash with the
+        // engine's, and compare when the store's is the same.
+        let (checksum, sink) = fetch_range(
             inner,
             &listed_meta,
             0,
             listed.size,
             false,
             inner.config.checksum,
-            Sink::File(file.clone()),
+            Sink::Memory(Vec::new()),
             &tracker,
             Some(&answered),
         )
@@ -152,7 +177,29 @@ impl Engine {
             .expect("meta lock")
             .unwrap_or(listed_meta);
         let verified = verify(&meta, checksum)?;
-        staging.persist(path)?;
+        let Sink::Memory(chunks) = sink else {
+            unreachable!("a memory sink was given")
+        };
+        let (dest, stamp) = (path.to_path_buf(), modified(&meta));
+        tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(TransferError::Destination)?;
+            }
+            let staging = TempFile::beside(&dest)?;
+            let mut file =
+                std::fs::File::create(&staging.path).map_err(TransferError::Destination)?;
+            for chunk in &chunks {
+                io::Write::write_all(&mut file, chunk).map_err(TransferError::Destination)?;
+            }
+            if let Some(time) = stamp {
+                file.set_modified(time)
+                    .map_err(TransferError::Destination)?;
+            }
+            drop(file);
+            staging.persist(&dest)
+        })
+        .await
+        .map_err(|e| TransferError::Destination(io::Error::other(e)))??;
         Ok(DownloadOutcome {
             key: listed.key.clone(),
             size: listed.size,

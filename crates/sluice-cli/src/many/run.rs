@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluice_store::{Metadata, ObjectSummary};
+use sluice_store::{Metadata, ObjectMeta, ObjectSummary};
 use sluice_upload::{
     format_size, CopyRequest, Engine, Progress, ProgressFn, UploadRequest, UploadSource,
 };
@@ -372,30 +372,16 @@ async fn download(
     path: &std::path::Path,
     progress: Option<ProgressFn>,
 ) -> Result<(), String> {
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
-    let outcome = engine
-        .download_listed_to_path(listed, path, progress)
+    // The time the object records, else its Last-Modified.
+    let modified = |meta: &ObjectMeta| {
+        let recorded = meta.metadata.get(mtime::KEY).and_then(|m| mtime::decode(m));
+        Some(recorded.unwrap_or(meta.last_modified))
+    };
+    engine
+        .download_listed_to_path(listed, path, progress, &modified)
         .await
-        .map_err(|e| sluice_store::error_chain(&e))?;
-    let modified = outcome
-        .metadata
-        .get(mtime::KEY)
-        .and_then(|m| mtime::decode(m))
-        .unwrap_or(outcome.last_modified);
-    let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|file| file.set_modified(modified))
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("cannot set its modification time: {e}"))
+        .map(drop)
+        .map_err(|e| sluice_store::error_chain(&e))
 }
 
 /// The engine's progress reports of one file, as increments of the bar.

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Many files up and down: `sluice put DIR` / `sluice get PREFIX/ DIR` against
+`s5cmd cp`, `aws s3 cp --recursive` and `rclone copy`, all at their defaults,
+against one MinIO on loopback, in one run, tools alternated, N runs each.
+Prints files/s, MiB/s, client CPU-seconds, peak RSS and ratios to s5cmd (median
+of the per-run ratios). Then a second `sync` of an unchanged tree: sluice
+against `aws s3 sync` (and s5cmd's and rclone's).
+
+Client costs come from GNU time around the client process alone. Every prefix
+is deleted after its run so the disk does not fill up."""
+
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, client_env, driver_args, emit_report, empty_trash, make_file, \
+    start_minio, version
+
+TOOLS = ["sluice", "s5cmd", "aws", "rclone"]
+
+
+def run_measured(argv, env):
+    """(wall seconds, user+sys CPU seconds, peak RSS bytes) of argv alone, under GNU time."""
+    with tempfile.NamedTemporaryFile("r") as report:
+        proc = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%e %U %S %M"] + argv, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if proc.returncode != 0:
+            sys.exit(f"{argv[:3]} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
+        wall, user, system, rss_kib = report.read().split()[-4:]
+    return float(wall), float(user) + float(system), int(rss_kib) * 1024
+
+
+def make_tree(root, count, size):
+    """`count` random files of `size` bytes, 100 to a directory."""
+    os.makedirs(root)
+    chunk = os.urandom(min(size, 4 * MIB))
+    for i in range(count):
+        d = os.path.join(root, f"d{i // 100:03}")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"f{i:05}.bin")
+        if size > len(chunk):
+            make_file(path, size)
+        else:
+            with open(path, "wb") as f:
+                # Distinct content per file without the cost of urandom for each.
+                f.write(i.to_bytes(8, "little") + chunk[8:size])
+
+
+def main():
+    ap = driver_args()
+    ap.add_argument("--cases", default="10000x10KiB,1000x1MiB,20x256MiB",
+                    help="COUNTxSIZE, comma-separated (sizes in KiB or MiB)")
+    ap.add_argument("--sync-files", type=int, default=10000, help="files in the unchanged-sync tree (0: skip)")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    tools = args.tools.split(",")
+
+    work = tempfile.mkdtemp(prefix="sluice-many-")
+    minio, url = start_minio(work)
+    env = client_env(work)
+    # rclone: an S3 remote named by environment variables only.
+    env.update(RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Minio",
+               RCLONE_CONFIG_BENCH_ENDPOINT=url, RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=MINIO_USER,
+               RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=MINIO_SECRET, RCLONE_CONFIG=os.path.join(work, "none"))
+    env.pop("AWS_CA_BUNDLE", None)
+    sluice = os.path.abspath(args.sluice)
+    bucket = "bench"
+    subprocess.run(["s5cmd", "--endpoint-url", url, "mb", f"s3://{bucket}"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+    def up(tool, src, prefix):
+        dest = f"s3://{bucket}/{prefix}/"
+        return {
+            "sluice": [sluice, "put", src, dest, "--endpoint", url, "--quiet"],
+            "s5cmd": ["s5cmd", "--endpoint-url", url, "cp", f"{src}/*", dest],
+            "aws": ["aws", "--endpoint-url", url, "s3", "cp", "--recursive", "--only-show-errors", src, dest],
+            "rclone": ["rclone", "copy", src, f"bench:{bucket}/{prefix}"],
+        }[tool]
+
+    def down(tool, prefix, dest):
+        src = f"s3://{bucket}/{prefix}/"
+        return {
+            "sluice": [sluice, "get", src, dest, "--endpoint", url, "--quiet"],
+            "s5cmd": ["s5cmd", "--endpoint-url", url, "cp", f"{src}*", dest + "/"],
+            "aws": ["aws", "--endpoint-url", url, "s3", "cp", "--recursive", "--only-show-errors", src, dest],
+            "rclone": ["rclone", "copy", f"bench:{bucket}/{prefix}", dest],
+        }[tool]
+
+    def sync(tool, src, prefix):
+        dest = f"s3://{bucket}/{prefix}/"
+        return {
+            "sluice": [sluice, "sync", src, dest, "--endpoint", url, "--quiet"],
+            "s5cmd": ["s5cmd", "--endpoint-url", url, "sync", f"{src}/", dest],
+            "aws": ["aws", "--endpoint-url", url, "s3", "sync", "--only-show-errors", src, dest],
+            "rclone": ["rclone", "sync", src, f"bench:{bucket}/{prefix}"],
+        }[tool]
+
+    def remove(prefix):
+        subprocess.run(["s5cmd", "--endpoint-url", url, "rm", f"s3://{bucket}/{prefix}/*"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        empty_trash(work)
+
+    cases = []
+    for spec in args.cases.split(","):
+        count, size = spec.split("x")
+        unit = MIB if size.endswith("MiB") else 1024
+        size_bytes = int(size[:-3]) * unit
+        root = os.path.join(work, f"tree-{spec}")
+        make_tree(root, int(count), size_bytes)
+        cases.append((spec, root, int(count), size_bytes))
+
+    raw = []
+    try:
+        for run in range(args.runs):
+            for label, root, count, size in cases:
+                order = tools if run % 2 == 0 else list(reversed(tools))
+                for tool in order:
+                    prefix = f"{tool}-{run}-{label}"
+                    for direction in ("upload", "download"):
+                        if direction == "upload":
+                            argv = up(tool, root, prefix)
+                        else:
+                            dest = os.path.join(work, "down")
+                            shutil.rmtree(dest, ignore_errors=True)
+                            os.makedirs(dest)
+                            argv = down(tool, prefix, dest)
+                        wall, cpu, rss = run_measured(argv, env)
+                        if direction == "download":
+                            got = sum(len(f) for _, _, f in os.walk(dest))
+                            if got != count:
+                                sys.exit(f"{tool} downloaded {got} of {count} files")
+                            shutil.rmtree(dest, ignore_errors=True)
+                        raw.append(dict(case=label, direction=direction, tool=tool, run=run, files=count,
+                                        bytes=count * size, wall=wall, cpu=cpu, rss=rss))
+                        print(f"  run {run + 1} {label:12} {direction:8} {tool:6} {count / wall:9.1f} files/s "
+                              f"{count * size / MIB / wall:8.1f} MiB/s {cpu:7.2f} CPU-s {rss / MIB:7.1f} MiB RSS",
+                              flush=True)
+                    remove(prefix)
+        sync_rows = []
+        if args.sync_files:
+            root = os.path.join(work, "sync-tree")
+            make_tree(root, args.sync_files, 10 * 1024)
+            for tool in tools:
+                prefix = f"sync-{tool}"
+                subprocess.run(sync(tool, root, prefix), env=env, check=True, stdout=subprocess.DEVNULL)
+            for run in range(args.runs):
+                order = tools if run % 2 == 0 else list(reversed(tools))
+                for tool in order:
+                    wall, cpu, rss = run_measured(sync(tool, root, f"sync-{tool}"), env)
+                    sync_rows.append(dict(tool=tool, run=run, wall=wall, cpu=cpu, rss=rss))
+                    print(f"  run {run + 1} unchanged sync {tool:6} {wall:7.2f} s {cpu:7.2f} CPU-s "
+                          f"{rss / MIB:7.1f} MiB RSS", flush=True)
+    finally:
+        minio.terminate()
+        minio.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    lines = [f"# many files benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"]
+    lines.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+                 f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM, Linux {platform.release()}")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults (64 files in flight, "
+                 "8 parts in flight, 256 MiB budget, crc32c)")
+    lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0), defaults (256 workers)")
+    lines.append(f"aws: {version(['aws', '--version'])}, defaults (10 threads)")
+    lines.append(f"rclone: {version(['rclone', 'version'])}, defaults (4 transfers, 8 checkers)")
+    lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")
+    lines.append(f"{args.runs} runs per tool, case and direction, tools alternated; medians; CPU = client user+sys "
+                 "seconds for the whole transfer; RSS = client peak; ratios = median of per-run ratios to s5cmd")
+    lines.append("")
+    header = (f"{'case':12} {'dir':8} {'tool':6} {'files/s':>9} {'MiB/s':>8} {'CPU-s':>7} {'peak RSS':>10} "
+              f"{'rate vs s5cmd':>14} {'CPU vs s5cmd':>13}")
+    lines.append(header)
+    lines.append("-" * len(header))
+    for label, _, count, size in cases:
+        for direction in ("upload", "download"):
+            for tool in tools:
+                rows = [r for r in raw if (r["case"], r["direction"], r["tool"]) == (label, direction, tool)]
+                base = {r["run"]: r for r in raw if (r["case"], r["direction"], r["tool"]) == (label, direction, "s5cmd")}
+                wall = statistics.median(r["wall"] for r in rows)
+                cpu = statistics.median(r["cpu"] for r in rows)
+                rss = max(r["rss"] for r in rows)
+                rate_ratio = statistics.median(base[r["run"]]["wall"] / r["wall"] for r in rows) if base else 0
+                cpu_ratio = statistics.median(r["cpu"] / base[r["run"]]["cpu"] for r in rows) if base else 0
+                lines.append(f"{label:12} {direction:8} {tool:6} {count / wall:9.1f} {count * size / MIB / wall:8.1f} "
+                             f"{cpu:7.2f} {rss / MIB:7.1f} MiB {rate_ratio:13.2f}x {cpu_ratio:12.2f}x")
+    if sync_rows:
+        lines.append("")
+        lines.append(f"second sync of an unchanged tree of {args.sync_files} files of 10 KiB (nothing to move)")
+        header = f"{'tool':6} {'seconds':>8} {'CPU-s':>7} {'peak RSS':>10} {'time vs aws':>12}"
+        lines.append(header)
+        lines.append("-" * len(header))
+        aws = {r["run"]: r for r in sync_rows if r["tool"] == "aws"}
+        for tool in tools:
+            rows = [r for r in sync_rows if r["tool"] == tool]
+            ratio = statistics.median(r["wall"] / aws[r["run"]]["wall"] for r in rows) if aws else 0
+            lines.append(f"{tool:6} {statistics.median(r['wall'] for r in rows):8.2f} "
+                         f"{statistics.median(r['cpu'] for r in rows):7.2f} {max(r['rss'] for r in rows) / MIB:7.1f} MiB "
+                         f"{ratio:11.2f}x")
+    emit_report(lines, raw + [dict(sync=True, **r) for r in sync_rows], args.out)
+
+
+if __name__ == "__main__":
+    main()
