@@ -30,12 +30,6 @@ use sluice_upload::{validate_key, ConfigError, Engine, EngineConfig, UploadReque
 
 use args::{ChecksumChoice, Cli, Command, CopyArgs, GetArgs, PutArgs, TransferArgs};
 
-/// mimalloc rather than the system allocator: many small transfers allocate
-/// from several threads at once, where glibc's malloc spent a tenth of the CPU
-/// (bench/results, issue 17).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A mistake on the command line: reported with exit code 2.
 #[derive(Debug)]
 pub struct UsageError(pub String);

@@ -369,18 +369,28 @@ async fn fetch_range(
                 *answered.lock().expect("meta lock") = Some(output.meta.clone());
             }
             let mut body = output.body;
-            let mut batch = BytesMut::new();
+            // Sized once per batch: growing it by doubling copied every byte again.
+            let batch_size = |pos: u64| WRITE_BATCH.min((end - pos) as usize);
+            let mut batch = BytesMut::with_capacity(batch_size(pos));
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
                 if pos + (batch.len() + chunk.len()) as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
-                batch.extend_from_slice(&chunk);
-                if batch.len() >= WRITE_BATCH {
+                if !batch.is_empty() && batch.len() + chunk.len() > WRITE_BATCH {
                     pos = write_batch(&mut sink, &mut hasher, batch.split().freeze(), pos, tracker)
                         .await
                         .map_err(Attempt::Other)?;
+                    batch.reserve(batch_size(pos));
                 }
+                if batch.is_empty() && chunk.len() >= WRITE_BATCH {
+                    // A whole batch already: written as it came, without a copy.
+                    pos = write_batch(&mut sink, &mut hasher, chunk, pos, tracker)
+                        .await
+                        .map_err(Attempt::Other)?;
+                    continue;
+                }
+                batch.extend_from_slice(&chunk);
             }
             if !batch.is_empty() {
                 pos = write_batch(&mut sink, &mut hasher, batch.freeze(), pos, tracker)
