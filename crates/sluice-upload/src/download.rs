@@ -371,11 +371,21 @@ async fn fetch_range(
             let mut body = output.body;
             // Sized once per batch: growing it by doubling copied every byte again.
             let batch_size = |pos: u64| WRITE_BATCH.min((end - pos) as usize);
-            let mut batch = BytesMut::with_capacity(batch_size(pos));
+            let mut batch = match sink {
+                Sink::File(_) => BytesMut::with_capacity(batch_size(pos)),
+                Sink::Memory(_) => BytesMut::new(),
+            };
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
                 if pos + (batch.len() + chunk.len()) as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
+                }
+                if let Sink::Memory(_) = sink {
+                    // Kept as the chunks came: no batch to copy them into.
+                    pos = write_batch(&mut sink, &mut hasher, chunk, pos, tracker)
+                        .await
+                        .map_err(Attempt::Other)?;
+                    continue;
                 }
                 if !batch.is_empty() && batch.len() + chunk.len() > WRITE_BATCH {
                     pos = write_batch(&mut sink, &mut hasher, batch.split().freeze(), pos, tracker)
