@@ -51,6 +51,12 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    if std::env::var_os("SLUICE_CHECKSUM").is_some() {
+        eprintln!(
+            "sluice: warning: SLUICE_CHECKSUM is no longer read; the part checksum is set by \
+             --checksum-algorithm / SLUICE_CHECKSUM_ALGORITHM"
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +130,15 @@ fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
 /// Runs `transfer` until it ends or Ctrl-C; on Ctrl-C the transfer is dropped
 /// (which aborts a multipart upload) and the aborts are awaited.
 async fn interruptible<T>(engine: &Engine, transfer: impl Future<Output = T>) -> anyhow::Result<T> {
+    interruptible_saying(engine, transfer, "interrupted: nothing was stored").await
+}
+
+/// [`interruptible`], failing with `message` on Ctrl-C.
+async fn interruptible_saying<T>(
+    engine: &Engine,
+    transfer: impl Future<Output = T>,
+    message: &'static str,
+) -> anyhow::Result<T> {
     let mut transfer = Box::pin(transfer);
     tokio::select! {
         result = &mut transfer => Ok(result),
@@ -131,7 +146,7 @@ async fn interruptible<T>(engine: &Engine, transfer: impl Future<Output = T>) ->
             drop(transfer);
             eprintln!("sluice: interrupted, cleaning up");
             let _ = tokio::time::timeout(Duration::from_secs(30), engine.finish_aborts()).await;
-            Err(anyhow!("interrupted: nothing was stored"))
+            Err(anyhow!(message))
         }
     }
 }

@@ -17,6 +17,13 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         StoreLocation::S3 { rest, .. } if !rest.is_empty() && !rest.ends_with('/') => {
             Some(rest.clone())
         }
+        StoreLocation::S3 { bucket, .. } if !args.location.ends_with('/') => {
+            return Err(UsageError(format!(
+                "{}: to remove every object in the bucket, write s3://{bucket}/",
+                args.location
+            ))
+            .into())
+        }
         StoreLocation::S3 { .. } => None,
         StoreLocation::Local(_) if args.location.ends_with('/') => None,
         StoreLocation::Local(path) => {

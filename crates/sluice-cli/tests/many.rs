@@ -218,6 +218,9 @@ fn sync_moves_only_what_differs() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     make_tree(&src);
+    // A skipped entry stops --delete (tried below); the rest runs without it.
+    let link = src.join("a/b/loop");
+    std::fs::remove_file(&link).unwrap();
     let url = format!(
         "s3://{}/{}",
         minio::TEST_BUCKET,
@@ -272,8 +275,18 @@ fn sync_moves_only_what_differs() {
         .ends_with("a/b/deep.bin"));
     assert_eq!(summary["unchanged"], 7);
 
-    // --delete, first as a dry run.
+    // --delete, first as a dry run; a source the walk could not read whole
+    // (here a link to a directory, not followed) deletes nothing.
     std::fs::remove_file(src.join("c/x y+z.txt")).unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(src.join("a"), &link).unwrap();
+        let out = sluice(&["sync", source, &url, "--delete", "--endpoint", &endpoint]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("nothing is deleted"));
+        assert!(ok(&endpoint, &["ls", &format!("{url}c/")]).contains("x y+z.txt"));
+        std::fs::remove_file(&link).unwrap();
+    }
     let out = ok(&endpoint, &["sync", source, &url, "--delete", "--dry-run"]);
     assert!(
         out.contains("would be deleted") && out.contains("x y+z.txt"),
@@ -466,6 +479,29 @@ fn a_failed_file_does_not_stop_the_others_unless_fail_fast() {
         "{stdout}"
     );
     assert_eq!(ok(&endpoint, &["ls", &url]).lines().count(), 3);
+
+    // A key under _sluice/ at the bucket's root is refused before any request.
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("_sluice")).unwrap();
+    std::fs::write(state.join("_sluice/forged.json"), b"{}").unwrap();
+    let bucket = format!("s3://{}/", minio::TEST_BUCKET);
+    let out = sluice(&[
+        "put",
+        state.to_str().unwrap(),
+        &bucket,
+        "--endpoint",
+        &endpoint,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let (files, summary) = json_lines(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0]["op"], "refused");
+    assert_eq!(files[0]["ok"], false);
+    assert_eq!(
+        (&summary["files"], &summary["failed"]),
+        (&Value::from(0), &Value::from(1))
+    );
 }
 
 #[test]
@@ -486,6 +522,7 @@ fn usage_errors_exit_2() {
             "end the location with /",
         ),
         (&["rm", d], "must end with /"),
+        (&["rm", "s3://bucket"], "write s3://bucket/"),
         (&["ls", "s3://BAD/"], "bucket name"),
     ];
     for (args, message) in cases {

@@ -1,7 +1,10 @@
 //! Server-side copies: an object copied inside a store, or between buckets of
 //! one S3 service, without its bytes passing through the engine. Up to 5 GiB
 //! it is one CopyObject; above, a multipart upload of UploadPartCopy ranges
-//! sent concurrently, aborted on any failure or when the copy is dropped.
+//! sent concurrently, aborted on any failure or when the copy is dropped. A
+//! multipart copy inside one bucket takes the source's content type and
+//! metadata (S3 copies none across UploadPartCopy); from another bucket it
+//! takes none.
 //!
 //! Stores that cannot copy answer [`StoreError::Unsupported`]; the caller then
 //! streams the object through (a download written into an upload's reader).
@@ -61,16 +64,24 @@ impl Engine {
     async fn copy_multipart(&self, request: CopyRequest) -> Result<UploadOutcome, TransferError> {
         let inner = &self.inner;
         let part_size = copy_part_size(request.size);
+        // Copied parts carry no metadata: the new upload takes the source's
+        // content type and metadata (readable only in the store's own bucket).
+        let mut create = CreateMultipartRequest::new(request.key.clone());
+        if request.source_bucket.is_none() {
+            let source = inner
+                .with_retries(Kind::Transfer, "HeadObject", &request.source_key, || {
+                    inner.store.head_object(&request.source_key)
+                })
+                .await?;
+            create.content_type = source.content_type;
+            create.metadata = source.metadata;
+        }
         let upload_id = inner
             .with_retries(
                 Kind::Transfer,
                 "CreateMultipartUpload",
                 &request.key,
-                || {
-                    inner
-                        .store
-                        .create_multipart_upload(CreateMultipartRequest::new(request.key.clone()))
-                },
+                || inner.store.create_multipart_upload(create.clone()),
             )
             .await?;
         let mut guard = AbortGuard::new(inner.clone(), request.key.clone(), upload_id.clone());

@@ -167,7 +167,8 @@ impl Engine {
         }
         let mut kept = BTreeMap::new();
         for part in stored {
-            let Some(&(offset, len)) = ranges.get(part.part_number as usize - 1) else {
+            let index = (part.part_number as usize).checked_sub(1);
+            let Some(&(offset, len)) = index.and_then(|i| ranges.get(i)) else {
                 continue;
             };
             let Some(stored_sum) = part.checksum else {

@@ -168,10 +168,10 @@ pub async fn put_directory(
         unreachable!("a store side was asked for");
     };
     let walk = walk(dir, filter).await?;
-    let jobs = upload_jobs(&walk.files, &prefix);
+    let (jobs, refused) = upload_jobs(&walk.files, &prefix);
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let options = options(many, transfer, content_type);
-    finish(&engine, "uploaded", jobs, Vec::new(), &options, None).await
+    finish(&engine, "uploaded", jobs, refused, &options, None).await
 }
 
 /// `sluice get PREFIX/ DIR`.
@@ -257,9 +257,24 @@ async fn walk(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
     Ok(walk)
 }
 
-pub fn upload_jobs(files: &[local::LocalFile], prefix: &Prefix) -> Vec<Job> {
-    files
+/// Upload jobs. A file whose key would fall under sluice's own state
+/// (`_sluice/` at the bucket's root) is refused, as the gateway refuses it.
+pub fn upload_jobs(
+    files: &[local::LocalFile],
+    prefix: &Prefix,
+) -> (Vec<Job>, Vec<(String, String)>) {
+    let (allowed, reserved): (Vec<_>, Vec<_>) = files
         .iter()
+        .partition(|file| !sluice_store::is_reserved_key(&prefix.key(&file.relative)));
+    let refused = reserved
+        .into_iter()
+        .map(|file| {
+            let reason = "the key is under _sluice/, which holds sluice's own state".to_string();
+            (file.path.display().to_string(), reason)
+        })
+        .collect();
+    let jobs = allowed
+        .into_iter()
         .map(|file| Job {
             action: Action::Upload {
                 path: file.path.clone(),
@@ -270,7 +285,8 @@ pub fn upload_jobs(files: &[local::LocalFile], prefix: &Prefix) -> Vec<Job> {
             target: prefix.show(&file.relative),
             size: file.size,
         })
-        .collect()
+        .collect();
+    (jobs, refused)
 }
 
 /// Download jobs, and the objects whose keys cannot be files under `dir`
@@ -331,31 +347,27 @@ pub async fn finish(
     let (removals, transfers): (Vec<Job>, Vec<Job>) = jobs
         .into_iter()
         .partition(|job| matches!(job.action, Action::RemoveKey { .. }));
-    let files = (transfers.len() + removals.len()) as u64;
+    let files = (transfers.len() + removals.len() + refused.len()) as u64;
     let bytes = transfers.iter().map(|j| j.size).sum();
     let output = Output::new(options, files, bytes);
     for (file, reason) in &refused {
-        output.finished(
-            &Job {
-                action: Action::RemoveFile {
-                    path: PathBuf::new(),
-                },
-                source: file.clone(),
-                target: String::new(),
-                size: 0,
-            },
-            Some(reason),
-            false,
-        );
+        output.refused(file, reason);
     }
-    let mut report = crate::interruptible(engine, async {
+    let work = async {
         let mut report = run::run(engine, transfers, options, &output).await;
+        if options.fail_fast && !report.failures.is_empty() {
+            // Nothing more after a failure, deletions included.
+            report.cancelled += removals.len() as u64;
+            return report;
+        }
         let deleted = delete_keys(engine, removals, &output).await;
         report.files += deleted.files;
         report.failures.extend(deleted.failures);
         report
-    })
-    .await?;
+    };
+    let interrupted = "interrupted: the files finished before are stored; \
+        those in flight were abandoned (their multipart uploads aborted)";
+    let mut report = crate::interruptible_saying(engine, work, interrupted).await?;
     output.finish();
     report.failures.splice(0..0, refused);
     output.summary(verb, &report, unchanged);

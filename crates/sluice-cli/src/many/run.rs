@@ -215,6 +215,20 @@ impl Output {
         }
     }
 
+    /// Records a file refused before any request (`op` "refused" in JSON).
+    pub fn refused(&self, file: &str, reason: &str) {
+        self.files_done.fetch_add(1, Ordering::Relaxed);
+        self.show_count();
+        if self.options.json {
+            let line = serde_json::json!({
+                "op": "refused", "source": file, "ok": false, "error": reason,
+            });
+            self.line(&line.to_string(), false);
+        } else {
+            self.line(&format!("failed: {file}: {reason}"), true);
+        }
+    }
+
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();

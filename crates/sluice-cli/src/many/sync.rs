@@ -90,8 +90,9 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         .expect("one side is a store");
     let source_store = source_engine.as_ref().map(Engine::retrying_store);
     let dest_store = dest_engine.as_ref().map(Engine::retrying_store);
-    let source_entries = list(&source, source_store.as_ref(), &filter, true).await?;
-    let dest_entries = list(&dest, dest_store.as_ref(), &filter, false).await?;
+    let (source_entries, source_complete) =
+        list(&source, source_store.as_ref(), &filter, true).await?;
+    let (dest_entries, _) = list(&dest, dest_store.as_ref(), &filter, false).await?;
     let sides = Sides {
         source: source_store.as_ref(),
         dest: dest_store.as_ref(),
@@ -136,7 +137,12 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
             Err(reason) => refused.push((show(&source, entry), reason)),
         }
     }
-    if args.delete {
+    if args.delete && !source_complete {
+        // As rsync does: a source that could not be read whole must not make
+        // the destination lose what the skipped files hold.
+        eprintln!("sluice: some source files were skipped (above): nothing is deleted");
+    }
+    if args.delete && source_complete {
         let mut extra: Vec<&Entry> = by_path.into_values().collect();
         extra.sort_by(|a, b| a.relative.cmp(&b.relative));
         jobs.extend(extra.into_iter().map(|entry| removal_job(&dest, entry)));
@@ -177,20 +183,23 @@ fn is_removal(job: &Job) -> bool {
     )
 }
 
-/// A side's entries. A destination directory that does not exist yet is empty.
+/// A side's entries, and whether they are all it holds (false when a walk
+/// skipped a file or directory). A destination directory that does not exist
+/// yet is empty.
 async fn list(
     side: &Side,
     store: Option<&RetryingStore>,
     filter: &Filter,
     is_source: bool,
-) -> anyhow::Result<Vec<Entry>> {
+) -> anyhow::Result<(Vec<Entry>, bool)> {
     match side {
         Side::Directory(dir) => {
             if !is_source && !dir.exists() {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), true));
             }
             let walk = super::walk(dir, filter.clone()).await?;
-            Ok(walk
+            let complete = walk.skipped.is_empty();
+            let entries = walk
                 .files
                 .into_iter()
                 .map(|f| Entry {
@@ -201,7 +210,8 @@ async fn list(
                     key: None,
                     etag: String::new(),
                 })
-                .collect())
+                .collect();
+            Ok((entries, complete))
         }
         Side::Store(prefix) => {
             let objects = prefix
@@ -214,7 +224,7 @@ async fn list(
                         sluice_store::error_chain(&e)
                     )
                 })?;
-            Ok(objects
+            let entries = objects
                 .into_iter()
                 .map(|o| Entry {
                     relative: o.relative,
@@ -224,7 +234,8 @@ async fn list(
                     key: Some(o.key),
                     etag: o.etag,
                 })
-                .collect())
+                .collect();
+            Ok((entries, true))
         }
     }
 }
@@ -341,6 +352,11 @@ fn show(side: &Side, entry: &Entry) -> String {
 
 fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String> {
     let action = match (source, dest) {
+        (Side::Directory(_), Side::Store(target))
+            if sluice_store::is_reserved_key(&target.key(&entry.relative)) =>
+        {
+            return Err("the key is under _sluice/, which holds sluice's own state".into())
+        }
         (Side::Directory(_), Side::Store(target)) => Action::Upload {
             path: entry.path.clone().expect("a file entry"),
             key: target.key(&entry.relative),
