@@ -151,6 +151,16 @@ async fn interruptible_saying<T>(
     }
 }
 
+/// --include and --exclude select files of a directory or prefix: refused with one file.
+fn no_filters(many: &args::ManyArgs) -> Result<(), UsageError> {
+    match many.include.is_empty() && many.exclude.is_empty() {
+        true => Ok(()),
+        false => Err(UsageError(
+            "--include and --exclude select files of a directory or prefix, not of one file".into(),
+        )),
+    }
+}
+
 async fn put(args: PutArgs) -> anyhow::Result<()> {
     let config = engine_config(&args.transfer)?;
     let from_stdin = args.src.as_os_str() == "-";
@@ -175,6 +185,7 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         // Pipes, FIFOs and devices are read as streams of unknown length.
         meta.is_file().then_some(meta.len())
     };
+    no_filters(&args.many)?;
     let target = target::for_put(&args.dest, &args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
     let engine = Engine::new(target.store.clone(), config)?;
@@ -261,6 +272,7 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
         }
         return many::get_prefix(&args.src, &args.dest, &args.many, &args.transfer).await;
     }
+    no_filters(&args.many)?;
     let config = engine_config(&args.transfer)?;
     let target = target::for_get(&args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
@@ -347,7 +359,10 @@ async fn cp(args: CopyArgs) -> anyhow::Result<()> {
         (true, true) if names_prefix(&args.src) => {
             many::copy_prefix(&args.src, &args.dest, &args.many, &args.transfer).await
         }
-        (true, true) => copy_object(args).await,
+        (true, true) => {
+            no_filters(&args.many)?;
+            copy_object(args).await
+        }
         (false, false) => Err(UsageError(format!(
             "{} and {} are both local: one side of cp must be s3:// (use cp(1) between local paths)",
             args.src, args.dest

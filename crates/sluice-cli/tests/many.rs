@@ -523,6 +523,10 @@ fn usage_errors_exit_2() {
         ),
         (&["rm", d], "must end with /"),
         (&["rm", "s3://bucket"], "write s3://bucket/"),
+        (
+            &["get", "s3://bucket/key", "out", "--include", "*.txt"],
+            "not of one file",
+        ),
         (&["ls", "s3://BAD/"], "bucket name"),
     ];
     for (args, message) in cases {

@@ -34,6 +34,18 @@ pub fn is_reserved_key(key: &str) -> bool {
     key.split('/').next() == Some(RESERVED_SEGMENT)
 }
 
+/// A listing cursor after every key under `prefix` (which ends in `/`): the
+/// prefix and U+10FFFF, which sorts after every other character, with more of
+/// them while that is not past `after` (keys may hold U+10FFFF themselves), so
+/// that a listing always moves forward.
+pub fn cursor_past(prefix: &str, after: Option<&str>) -> String {
+    let mut cursor = format!("{prefix}{}", char::MAX);
+    while after.is_some_and(|a| a >= cursor.as_str()) {
+        cursor.push(char::MAX);
+    }
+    cursor
+}
+
 /// S3's limits, which every backend enforces so that what works locally works on S3.
 pub mod limits {
     /// Smallest part other than the last: 5 MiB.
@@ -109,9 +121,12 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
                 match rest.find('/') {
                     Some(slash) => {
                         let sub = object.key[..prefix.len() + slash + 1].to_string();
-                        // Every key under `sub` sorts before `sub` + U+10FFFF.
-                        skipped_to = Some(format!("{sub}{}", char::MAX));
-                        entries.push(DirectoryEntry::Prefix(sub));
+                        // A cursor inside `sub` continues a prefix already listed.
+                        let listed = after.as_deref().is_some_and(|a| a.starts_with(&sub));
+                        skipped_to = Some(cursor_past(&sub, after.as_deref()));
+                        if !listed {
+                            entries.push(DirectoryEntry::Prefix(sub));
+                        }
                         break;
                     }
                     None => entries.push(DirectoryEntry::Object(object)),
@@ -123,9 +138,9 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
             };
             match next {
                 Some(next) if entries.len() < limit => after = Some(next),
-                Some(_) => {
+                Some(next) => {
                     let next_cursor = entries.last().map(|e| match e {
-                        DirectoryEntry::Prefix(p) => format!("{p}{}", char::MAX),
+                        DirectoryEntry::Prefix(p) => cursor_past(p, Some(&next)),
                         DirectoryEntry::Object(o) => o.key.clone(),
                     });
                     return Ok(DirectoryPage {

@@ -515,16 +515,31 @@ impl ObjectStore for S3Store {
             .map(DirectoryEntry::Object)
             .collect();
         entries.extend(output.common_prefixes().iter().filter_map(|p| {
-            let prefix = p.prefix()?.strip_prefix(self.prefix.as_str())?;
-            Some(DirectoryEntry::Prefix(prefix.to_string()))
+            let sub = p.prefix()?.strip_prefix(self.prefix.as_str())?;
+            // A cursor inside it: the prefix was listed on an earlier page.
+            let listed = cursor.is_some_and(|c| c.starts_with(sub));
+            (!listed).then(|| DirectoryEntry::Prefix(sub.to_string()))
         }));
         entries.sort_by(|a, b| a.name().cmp(b.name()));
         // StartAfter a prefix would list it again: continue after every key under it.
         let next_cursor = if output.is_truncated() == Some(true) {
-            entries.last().map(|e| match e {
-                DirectoryEntry::Prefix(p) => format!("{p}{}", char::MAX),
-                DirectoryEntry::Object(o) => o.key.clone(),
-            })
+            let last = output
+                .contents()
+                .iter()
+                .filter_map(|o| o.key()?.strip_prefix(self.prefix.as_str()))
+                .chain(
+                    output
+                        .common_prefixes()
+                        .iter()
+                        .filter_map(|p| p.prefix()?.strip_prefix(self.prefix.as_str())),
+                )
+                .max();
+            last.map(
+                |last| match last.ends_with('/') && last.len() > prefix.len() {
+                    true => crate::cursor_past(last, cursor),
+                    false => last.to_string(),
+                },
+            )
         } else {
             None
         };
