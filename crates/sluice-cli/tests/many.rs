@@ -523,6 +523,8 @@ fn usage_errors_exit_2() {
         ),
         (&["rm", d], "must end with /"),
         (&["rm", "s3://bucket"], "write s3://bucket/"),
+        (&["cp", "s3://bucket/a/", "s3://bucket/a/b/"], "overlap"),
+        (&["sync", "s3://bucket/a/b/", "s3://bucket/a/"], "overlap"),
         (
             &["get", "s3://bucket/key", "out", "--include", "*.txt"],
             "not of one file",

@@ -486,9 +486,16 @@ impl TempFile {
                 "the destination has no file name",
             ))
         })?;
+        // Unique within the process too (two downloads of names equal on a
+        // case-insensitive filesystem), and short enough for any name.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let suffix = format!(".sluice-{}-{n}.tmp", std::process::id());
         let mut temp_name = std::ffi::OsString::from(".");
-        temp_name.push(name);
-        temp_name.push(format!(".sluice-{}.tmp", std::process::id()));
+        if name.len() + suffix.len() < 255 {
+            temp_name.push(name);
+        }
+        temp_name.push(suffix);
         Ok(TempFile {
             path: dest.with_file_name(temp_name),
             persisted: false,

@@ -234,11 +234,28 @@ pub async fn store_pair(
         Side::open_plain(dest, transfer).await?,
     );
     match (source, target) {
-        (Side::Store(source), Side::Store(target)) => Ok((source, target)),
+        (Side::Store(source), Side::Store(target)) => {
+            refuse_nested(&source, &target)?;
+            Ok((source, target))
+        }
         _ => Err(UsageError(format!(
             "{src} and {dest} must both be s3:// locations here"
         ))
         .into()),
+    }
+}
+
+/// Refuses a copy between prefixes of one bucket where one holds the other:
+/// every run would copy the copies again, one level deeper.
+pub fn refuse_nested(source: &Prefix, target: &Prefix) -> Result<(), UsageError> {
+    let nested = source.bucket == target.bucket
+        && (target.prefix.starts_with(&source.prefix) || source.prefix.starts_with(&target.prefix));
+    match nested {
+        true => Err(UsageError(format!(
+            "{} and {} overlap: one is inside the other",
+            source.display, target.display
+        ))),
+        false => Ok(()),
     }
 }
 

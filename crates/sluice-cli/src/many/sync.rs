@@ -75,6 +75,9 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    if let (Side::Store(from), Side::Store(to)) = (&source, &dest) {
+        super::refuse_nested(from, to)?;
+    }
     // An engine per store side; the copies run on the destination's, or on
     // the source's when the destination is a directory.
     let side_engine = |side: &Side| match side {
