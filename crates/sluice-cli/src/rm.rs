@@ -45,16 +45,12 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         (StoreLocation::S3 { bucket, .. }, Some(_)) => format!("s3://{bucket}/"),
         _ => args.location.clone(),
     };
-    let Side::Store(prefix) = Side::open(
+    let prefix = Side::open_store(
         &side_location,
-        true,
         args.store.endpoint.clone(),
         args.store.region.clone(),
     )
-    .await?
-    else {
-        unreachable!("a store side was asked for");
-    };
+    .await?;
     let engine = Engine::new(prefix.store.clone(), EngineConfig::default())?;
     let store = engine.retrying_store();
     let jobs: Vec<Job> = match single_key {

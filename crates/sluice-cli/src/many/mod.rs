@@ -95,6 +95,20 @@ impl Side {
     }
 }
 
+impl Side {
+    /// A location as a prefix of a store: a bucket's, or a directory store's.
+    pub async fn open_store(
+        location: &str,
+        endpoint: Option<String>,
+        region: Option<String>,
+    ) -> anyhow::Result<Prefix> {
+        match Side::open(location, true, endpoint, region).await? {
+            Side::Store(prefix) => Ok(prefix),
+            Side::Directory(_) => unreachable!("as_store opens every location as a store"),
+        }
+    }
+}
+
 /// `rest` as a prefix: empty, or ending in `/`.
 pub fn as_prefix(rest: &str) -> String {
     if rest.is_empty() || rest.ends_with('/') {
@@ -157,16 +171,7 @@ pub async fn put_directory(
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
-    let Side::Store(prefix) = Side::open(
-        dest,
-        true,
-        transfer.endpoint.clone(),
-        transfer.region.clone(),
-    )
-    .await?
-    else {
-        unreachable!("a store side was asked for");
-    };
+    let prefix = Side::open_store(dest, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let walk = walk(dir, filter).await?;
     let (jobs, refused) = upload_jobs(&walk.files, &prefix);
     let engine = engine(prefix.store.clone(), transfer, many)?;
@@ -182,16 +187,7 @@ pub async fn get_prefix(
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
-    let Side::Store(prefix) = Side::open(
-        src,
-        true,
-        transfer.endpoint.clone(),
-        transfer.region.clone(),
-    )
-    .await?
-    else {
-        unreachable!("a store side was asked for");
-    };
+    let prefix = Side::open_store(src, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let objects = prefix
         .list(&engine.retrying_store(), &filter)

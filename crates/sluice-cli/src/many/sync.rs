@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use futures::StreamExt;
-use sluice_store::{Checksum, ChecksumAlgorithm, Hasher, ObjectStore};
+use sluice_store::{Checksum, ChecksumAlgorithm, Hasher, ObjectMeta, ObjectStore};
 use sluice_upload::{Engine, RetryingStore};
 
 use super::filter::Filter;
@@ -248,10 +248,20 @@ impl Sides<'_> {
         if source.size != dest.size {
             return Ok(Verdict::Differs);
         }
+        // Each object side is read with HEAD at most once, and only when needed.
+        let mut heads = (Looked::NotYet, Looked::NotYet);
         if self.checksum {
             let (a, b) = (
-                stored_checksum(self.source, source).await?,
-                stored_checksum(self.dest, dest).await?,
+                heads
+                    .0
+                    .meta(self.source, source)
+                    .await?
+                    .and_then(|m| m.checksum),
+                heads
+                    .1
+                    .meta(self.dest, dest)
+                    .await?
+                    .and_then(|m| m.checksum),
             );
             // The CRC of the file side, in the algorithm the object side has.
             let algorithm = a.or(b).map(|c| c.algorithm);
@@ -274,13 +284,13 @@ impl Sides<'_> {
         if dest.changed >= source.changed {
             return Ok(Verdict::Same);
         }
-        // The object's recorded mtime against the other side's time.
-        let (a, b) = (
-            recorded_mtime(self.source, source).await?,
-            recorded_mtime(self.dest, dest).await?,
-        );
-        let a = a.or(source.path.as_ref().map(|_| source.changed));
-        let b = b.or(dest.path.as_ref().map(|_| dest.changed));
+        // An object's recorded mtime (a file's own time) on each side.
+        let recorded = |meta: Option<&ObjectMeta>, entry: &Entry| match meta {
+            Some(meta) => meta.metadata.get(mtime::KEY).and_then(|m| mtime::decode(m)),
+            None => entry.path.as_ref().map(|_| entry.changed),
+        };
+        let a = recorded(heads.0.meta(self.source, source).await?, source);
+        let b = recorded(heads.1.meta(self.dest, dest).await?, dest);
         Ok(match (a, b) {
             (Some(a), Some(b)) if mtime::same(a, b) => Verdict::Same,
             _ => Verdict::Differs,
@@ -288,35 +298,36 @@ impl Sides<'_> {
     }
 }
 
-/// The `mtime` an object entry records (HEAD), or `None` for a file entry or
-/// an object without one.
-async fn recorded_mtime(
-    store: Option<&RetryingStore>,
-    entry: &Entry,
-) -> Result<Option<SystemTime>, String> {
-    let (Some(store), Some(key)) = (store, &entry.key) else {
-        return Ok(None);
-    };
-    let meta = store
-        .head_object(key)
-        .await
-        .map_err(|e| sluice_store::error_chain(&e))?;
-    Ok(meta.metadata.get(mtime::KEY).and_then(|m| mtime::decode(m)))
+/// An entry's object as HEAD answered it, read on first use.
+enum Looked {
+    NotYet,
+    /// `None` for a file entry.
+    Done(Option<ObjectMeta>),
 }
 
-/// The stored full-object checksum of an object entry (HEAD).
-async fn stored_checksum(
-    store: Option<&RetryingStore>,
-    entry: &Entry,
-) -> Result<Option<Checksum>, String> {
-    let (Some(store), Some(key)) = (store, &entry.key) else {
-        return Ok(None);
-    };
-    let meta = store
-        .head_object(key)
-        .await
-        .map_err(|e| sluice_store::error_chain(&e))?;
-    Ok(meta.checksum)
+impl Looked {
+    async fn meta(
+        &mut self,
+        store: Option<&RetryingStore>,
+        entry: &Entry,
+    ) -> Result<Option<&ObjectMeta>, String> {
+        if let Looked::NotYet = self {
+            let meta = match (store, &entry.key) {
+                (Some(store), Some(key)) => Some(
+                    store
+                        .head_object(key)
+                        .await
+                        .map_err(|e| sluice_store::error_chain(&e))?,
+                ),
+                _ => None,
+            };
+            *self = Looked::Done(meta);
+        }
+        match self {
+            Looked::Done(meta) => Ok(meta.as_ref()),
+            Looked::NotYet => unreachable!("looked at just above"),
+        }
+    }
 }
 
 /// A file's full CRC, read off the async runtime.
