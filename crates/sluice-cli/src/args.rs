@@ -284,6 +284,33 @@ pub struct LoadArgs {
     pub quiet: bool,
 }
 
+/// How many transfers run at once: a number, or found as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    Auto,
+    Fixed(usize),
+}
+
+impl Concurrency {
+    /// The engine's limit on transfers in flight.
+    pub fn tuning(self) -> sluice_upload::TuningConfig {
+        match self {
+            Concurrency::Auto => sluice_upload::TuningConfig::adaptive(),
+            Concurrency::Fixed(limit) => sluice_upload::TuningConfig::fixed(limit),
+        }
+    }
+}
+
+fn parse_concurrency(text: &str) -> Result<Concurrency, String> {
+    if text == "auto" {
+        return Ok(Concurrency::Auto);
+    }
+    match text.parse::<usize>() {
+        Ok(limit @ 1..=1024) => Ok(Concurrency::Fixed(limit)),
+        _ => Err("expected `auto` or a number in 1..=1024".into()),
+    }
+}
+
 /// `SIZE` or `MIN..MAX`.
 fn parse_size_range(text: &str) -> Result<(Option<u64>, u64), String> {
     match text.split_once("..") {
@@ -436,7 +463,7 @@ pub struct ManyArgs {
     /// Not files matching this glob (as --include); repeatable, wins over --include.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Files in flight at once.
+    /// Files in flight at most; their transfers share --concurrency.
     #[arg(long, env = "SLUICE_JOBS", default_value_t = 64)]
     pub jobs: usize,
     /// Stop at the first failed file (files in flight are abandoned, their
@@ -467,9 +494,11 @@ pub struct TransferArgs {
     /// Keep every part the same size (Cloudflare R2 requires it).
     #[arg(long, env = "SLUICE_FIXED_PART_SIZE")]
     pub fixed_part_size: bool,
-    /// Parts (or ranges) in flight at once.
-    #[arg(long, env = "SLUICE_CONCURRENCY", default_value_t = 8)]
-    pub concurrency: usize,
+    /// Transfers in flight at once: parts, ranges and whole small files
+    /// together. `auto` starts at 8 and raises it (up to 64) while the measured
+    /// throughput grows, halving it when the store throttles or fails.
+    #[arg(long, env = "SLUICE_CONCURRENCY", value_name = "N|auto", value_parser = parse_concurrency, default_value = "auto")]
+    pub concurrency: Concurrency,
     /// Most bytes buffered in memory at once; one upload holds at most a quarter
     /// of it, which bounds the part size (a stream of unknown length can reach
     /// about 490 GiB with the default).

@@ -114,7 +114,9 @@ fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
         threshold: transfer.threshold,
         part_size: transfer.part_size,
         fixed_part_size: transfer.fixed_part_size,
-        concurrency: transfer.concurrency,
+        // The engine-wide limit governs; one upload may use all of it.
+        concurrency: transfer.concurrency.tuning().max,
+        tuning: Some(transfer.concurrency.tuning()),
         memory_limit: transfer.memory_limit,
         checksum: match transfer.checksum {
             ChecksumChoice::Crc32c => Some(sluice_store::ChecksumAlgorithm::Crc32c),

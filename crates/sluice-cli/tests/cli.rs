@@ -101,7 +101,11 @@ fn usage_errors_exit_with_2_and_store_nothing() {
         (vec!["put", src, dest, "--part-size", "lots"], "not a size"),
         (
             vec!["put", src, dest, "--concurrency", "0"],
-            "concurrency 0",
+            "expected `auto` or a number in 1..=1024",
+        ),
+        (
+            vec!["put", src, dest, "--concurrency", "fast"],
+            "expected `auto` or a number in 1..=1024",
         ),
         (
             vec!["put", src, dest, "--memory-limit", "8MiB"],

@@ -12,6 +12,7 @@ use crate::adaptive::AdaptiveConfig;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::retry::RetryBudgetConfig;
+use crate::tuning::TuningConfig;
 
 pub const MIB: u64 = 1024 * 1024;
 
@@ -25,8 +26,13 @@ pub struct EngineConfig {
     /// Keep every part the same size (Cloudflare R2 requires it). For streams of
     /// unknown length this caps the object at `part_size` × 10,000.
     pub fixed_part_size: bool,
-    /// Parts in flight per upload (and ranges per download). Default 8.
+    /// Parts in flight per upload (and ranges per download), at most. Default 8.
     pub concurrency: usize,
+    /// A limit on transfers in flight (parts, single PUTs, ranged GETs) across
+    /// every upload and download of the engine, fixed or adaptive
+    /// ([`crate::TuningConfig`]). `None` (the default): none beyond
+    /// `concurrency` per upload.
+    pub tuning: Option<TuningConfig>,
     /// Process-wide bytes of buffered data. Default 256 MiB.
     pub memory_limit: u64,
     /// The most one upload holds in memory at once. `None`: a quarter of
@@ -57,6 +63,7 @@ impl Default for EngineConfig {
             part_size: 8 * MIB,
             fixed_part_size: false,
             concurrency: 8,
+            tuning: None,
             memory_limit: 256 * MIB,
             upload_memory_share: None,
             checksum: Some(ChecksumAlgorithm::Crc32c),
@@ -117,6 +124,9 @@ impl EngineConfig {
                 });
             }
         }
+        if let Some(tuning) = &self.tuning {
+            tuning.validate().map_err(ConfigError::Tuning)?;
+        }
         if self.store_concurrency == Some(0) {
             return Err(ConfigError::Concurrency(0));
         }
@@ -148,7 +158,11 @@ impl EngineConfig {
     /// The most one upload holds at once; see [`EngineConfig::upload_memory_share`].
     pub fn memory_share(&self) -> u64 {
         let needed = self.threshold / self.part_size * self.part_size + self.part_size;
-        let in_flight = (self.concurrency as u64 + 1).saturating_mul(self.part_size);
+        // Sized for where an adaptive limit starts: the budget bounds the rest.
+        let parts = self
+            .tuning
+            .map_or(self.concurrency, |t| t.initial.min(self.concurrency));
+        let in_flight = (parts as u64 + 1).saturating_mul(self.part_size);
         self.upload_memory_share
             .unwrap_or_else(|| (self.memory_limit / 4).max(in_flight).max(needed))
             .min(self.memory_limit)
@@ -277,6 +291,24 @@ mod tests {
         for (i, (change, valid)) in adaptive.into_iter().enumerate() {
             let result = with(change);
             assert_eq!(result.is_ok(), valid, "case {i}: {result:?}");
+        }
+        // The limit on transfers in flight: (initial, min, max, valid)
+        let tuning = [
+            (8, 2, 64, true),
+            (1, 1, 1, true),
+            (1024, 1024, 1024, true),
+            (0, 0, 0, false),
+            (2, 4, 64, false),
+            (65, 2, 64, false),
+            (8, 2, 1025, false),
+        ];
+        for (initial, min, max, valid) in tuning {
+            let result = EngineConfig {
+                tuning: Some(TuningConfig { initial, min, max }),
+                ..EngineConfig::default()
+            }
+            .validate();
+            assert_eq!(result.is_ok(), valid, "{initial}/{min}/{max}: {result:?}");
         }
     }
 

@@ -106,7 +106,15 @@ impl Engine {
                         .await
                 }
             })
-            .buffer_unordered(inner.config.concurrency)
+            .buffer_unordered(
+                // No bytes pass here to measure: as many as the limit allows now.
+                inner
+                    .tuner
+                    .limit()
+                    .map_or(inner.config.concurrency, |limit| {
+                        limit.min(inner.config.concurrency)
+                    }),
+            )
             .try_collect()
             .await;
         let mut parts = match copied {

@@ -17,6 +17,7 @@ use crate::config::MIB;
 use crate::error::TransferError;
 use crate::progress::{ProgressFn, Tracker};
 use crate::retry::Kind;
+use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
 /// Bytes gathered before one positioned write to the destination file.
@@ -70,9 +71,10 @@ impl Engine {
             let sink = Sink::File(file.clone());
             let (tracker, meta) = (tracker.clone(), &meta);
             async move {
+                let slot = inner.tuner.slot().await;
                 let _reservation = inner.budget.reserve(WRITE_BATCH as u64).await;
                 fetch_range(
-                    inner, meta, start, end, multi, algorithm, sink, &tracker, None,
+                    inner, meta, start, end, multi, algorithm, sink, &tracker, None, slot,
                 )
                 .await
             }
@@ -156,6 +158,7 @@ impl Engine {
             checksum: None,
         };
         let tracker = Tracker::new(Some(listed.size), progress);
+        let slot = inner.tuner.slot().await;
         let _reservation = inner.budget.reserve(listed.size).await;
         let answered = std::sync::Mutex::new(None);
         // The store's algorithm is known only from the answer: hash with the
@@ -170,6 +173,7 @@ impl Engine {
             Sink::Memory(Vec::new()),
             &tracker,
             Some(&answered),
+            slot,
         )
         .await?;
         let meta = answered
@@ -237,6 +241,7 @@ impl Engine {
             .map(|(start, end, reservation)| {
                 let (tracker, meta) = (tracker.clone(), &meta);
                 async move {
+                    let slot = inner.tuner.slot().await;
                     let result = fetch_range(
                         inner,
                         meta,
@@ -247,6 +252,7 @@ impl Engine {
                         Sink::Memory(Vec::new()),
                         &tracker,
                         None,
+                        slot,
                     )
                     .await;
                     result.map(|r| (r, reservation))
@@ -330,7 +336,8 @@ fn verify(meta: &ObjectMeta, actual: Option<Checksum>) -> Result<bool, TransferE
 }
 
 /// Fetches `[start, end)` into `sink`, resuming after transient failures from
-/// where the data stopped. Returns the range's checksum.
+/// where the data stopped, holding `slot` among the transfers in flight until
+/// every byte is in. Returns the range's checksum.
 #[allow(clippy::too_many_arguments)]
 async fn fetch_range(
     inner: &EngineInner,
@@ -342,6 +349,7 @@ async fn fetch_range(
     mut sink: Sink,
     tracker: &Tracker,
     answered: Option<&std::sync::Mutex<Option<ObjectMeta>>>,
+    slot: TransferSlot,
 ) -> Result<(Option<Checksum>, Sink), TransferError> {
     let mut hasher = algorithm.map(Hasher::new);
     let mut pos = start;
@@ -427,6 +435,7 @@ async fn fetch_range(
             Err(Attempt::Other(error)) => return Err(error),
         }
     }
+    slot.finish(end - start);
     tracker.advance(0, true);
     Ok((hasher.map(|h| h.finish()), sink))
 }

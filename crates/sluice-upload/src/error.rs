@@ -18,6 +18,8 @@ pub enum ConfigError {
     MemoryLimit { limit: u64, needed: u64 },
     #[error("retry attempts {0} is outside 1..=100")]
     RetryAttempts(u32),
+    #[error("transfers in flight: {0}")]
+    Tuning(&'static str),
     #[error("adaptive concurrency: {0}")]
     Adaptive(&'static str),
     #[error("the key is empty")]

@@ -29,6 +29,7 @@ mod resume;
 mod retry;
 mod retrying_store;
 mod source;
+mod tuning;
 mod units;
 mod upload;
 
@@ -53,6 +54,7 @@ pub use resume::ResumeOutcome;
 pub use retry::{RetryBudgetConfig, RetryStats};
 pub use retrying_store::RetryingStore;
 pub use source::UploadSource;
+pub use tuning::TuningConfig;
 pub use units::{format_size, parse_size};
 pub use upload::{UploadOutcome, UploadRequest};
 
@@ -69,6 +71,8 @@ pub(crate) struct EngineInner {
     stats: RetryStats,
     retry_budget: retry::RetryBudget,
     limits: adaptive::AdaptiveLimits,
+    /// The limit on transfers in flight (`EngineConfig::tuning`).
+    tuner: Arc<tuning::Tuner>,
     /// The cap on store requests in flight in all (`EngineConfig::store_concurrency`).
     store_slots: Option<tokio::sync::Semaphore>,
     /// Aborts started by dropped uploads.
@@ -104,6 +108,7 @@ impl Engine {
         Ok(Engine {
             inner: Arc::new_cyclic(|myself| EngineInner {
                 myself: myself.clone(),
+                tuner: tuning::Tuner::new(config.tuning),
                 store_slots,
                 store,
                 config,
@@ -148,6 +153,12 @@ impl Engine {
     /// (those with requests in flight or a limit below the maximum).
     pub fn prefix_limits(&self) -> Vec<PrefixLimit> {
         self.inner.limits.snapshot()
+    }
+
+    /// Transfers (parts, single PUTs, ranged GETs) allowed in flight now;
+    /// `None` when `EngineConfig::tuning` sets no limit.
+    pub fn transfer_limit(&self) -> Option<usize> {
+        self.inner.tuner.limit()
     }
 
     /// Waits for the aborts of dropped uploads to finish (call before exiting).

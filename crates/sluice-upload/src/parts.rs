@@ -2,7 +2,8 @@
 //! whether the upload runs within one call (a file, a stream of known or unknown
 //! length) or across requests (a resumable upload's appends): each part is a task
 //! that holds its memory reservation until the store has the part, at most
-//! `concurrency` run at once, and a failed part tells the reader to stop. At the
+//! `concurrency` run at once (each also holding a slot of the engine's limit on
+//! transfers in flight, [`crate::tuning`]), and a failed part tells the reader to stop. At the
 //! end the pipeline hands back the parts stored without a gap from the first, in
 //! order, and the first failure: the caller completes, keeps or aborts.
 
@@ -15,6 +16,7 @@ use tracing::Instrument;
 use crate::budget::Reservation;
 use crate::error::TransferError;
 use crate::progress::Tracker;
+use crate::tuning::TransferSlot;
 use crate::EngineInner;
 
 type PartResult = (u32, Result<UploadedPart, TransferError>);
@@ -30,6 +32,8 @@ pub(crate) struct PartPipeline {
     first: Option<u32>,
     /// The lowest-numbered failed part and its error.
     failed: Option<(u32, TransferError)>,
+    /// The transfer slot [`PartPipeline::wait_for_slot`] took for the next part.
+    slot: Option<TransferSlot>,
 }
 
 impl PartPipeline {
@@ -48,6 +52,7 @@ impl PartPipeline {
             stored: Vec::new(),
             first: None,
             failed: None,
+            slot: None,
         }
     }
 
@@ -74,7 +79,8 @@ impl PartPipeline {
         }
     }
 
-    /// Waits until fewer than `concurrency` parts are in flight; false once a
+    /// Waits until fewer than `concurrency` parts are in flight and a transfer
+    /// slot is free (kept for the next [`PartPipeline::submit`]); false once a
     /// part failed (read no further: `finish` says why).
     pub(crate) async fn wait_for_slot(&mut self) -> bool {
         while let Some(joined) = self.tasks.try_join_next() {
@@ -84,6 +90,26 @@ impl PartPipeline {
             match self.tasks.join_next().await {
                 Some(joined) => self.collect(joined),
                 None => break,
+            }
+        }
+        if self.failed.is_none() && self.slot.is_none() {
+            let tuner = self.inner.tuner.clone();
+            let slot = tuner.slot();
+            tokio::pin!(slot);
+            // A part of this upload failing while we wait stops the reading.
+            loop {
+                tokio::select! {
+                    slot = &mut slot => {
+                        self.slot = Some(slot);
+                        break;
+                    }
+                    Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                        self.collect(joined);
+                        if self.failed.is_some() {
+                            break;
+                        }
+                    }
+                }
             }
         }
         self.failed.is_none()
@@ -103,6 +129,13 @@ impl PartPipeline {
     pub(crate) fn submit(&mut self, number: u32, body: Body, reservation: Reservation) {
         self.first = Some(self.first.map_or(number, |first| first.min(number)));
         let inner = self.inner.clone();
+        let slot = self.slot.take().unwrap_or_else(|| {
+            debug_assert!(
+                inner.config.tuning.is_none(),
+                "a part submitted without waiting for a slot"
+            );
+            TransferSlot::unlimited()
+        });
         let (key, upload_id, tracker) = (
             self.key.clone(),
             self.upload_id.clone(),
@@ -114,6 +147,7 @@ impl PartPipeline {
                 let result = inner.store_part(&key, &upload_id, number, body).await;
                 drop(reservation);
                 if let Ok(part) = &result {
+                    slot.finish(part.size);
                     tracker.advance(part.size, true);
                 }
                 (number, result)

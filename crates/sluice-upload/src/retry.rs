@@ -246,6 +246,9 @@ impl<'a> Attempts<'a> {
                 return Err(fail(error)); // no retries into a store that is down
             }
         }
+        if self.kind == Kind::Transfer && error.is_transient() {
+            inner.tuner.back_off();
+        }
         if !error.is_transient() || attempt >= policy.max_attempts {
             return Err(fail(error));
         }

@@ -20,6 +20,7 @@ use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
 use crate::retry::Kind;
 use crate::source::{PartReader, UploadSource};
+use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
 /// Budget held per in-flight part of a file upload: the part streams from disk, so
@@ -121,7 +122,9 @@ impl Engine {
         let tracker = Tracker::new(Some(length), request.progress.clone());
         if length <= config.threshold {
             // Read once into memory (checksummed there, then sent), rather than
-            // read for the checksum and again for the request.
+            // read for the checksum and again for the request; read only once
+            // its turn among the transfers in flight has come.
+            let slot = self.inner.tuner.slot().await;
             let reservation = self.inner.budget.reserve(length).await;
             let bytes = tokio::task::spawn_blocking(move || std::fs::read(&path))
                 .await
@@ -134,7 +137,7 @@ impl Engine {
                 ))));
             }
             let outcome = self
-                .single_put(&request, Body::Bytes(Bytes::from(bytes)), tracker)
+                .single_put(&request, Body::Bytes(Bytes::from(bytes)), tracker, slot)
                 .await;
             drop(reservation);
             return outcome;
@@ -249,7 +252,8 @@ impl Engine {
                     _ => Body::Chunks(chunks.into()),
                 };
                 tracker.set_total(total);
-                let outcome = self.single_put(&request, body, tracker).await;
+                let slot = inner.tuner.slot().await;
+                let outcome = self.single_put(&request, body, tracker, slot).await;
                 drop(held);
                 return outcome;
             }
@@ -323,6 +327,7 @@ impl Engine {
         request: &UploadRequest,
         body: Body,
         tracker: Tracker,
+        slot: TransferSlot,
     ) -> Result<UploadOutcome, TransferError> {
         let inner = &self.inner;
         let size = body.len();
@@ -346,6 +351,7 @@ impl Engine {
                 })
             })
             .await?;
+        slot.finish(size);
         tracker.advance(size, false);
         Ok(UploadOutcome {
             key: request.key.clone(),

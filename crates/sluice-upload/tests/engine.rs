@@ -316,6 +316,140 @@ async fn memory_budget_is_never_exceeded() {
     assert_eq!(engine.budget().in_use(), 0);
 }
 
+/// One limit on transfers in flight holds across uploads of every kind
+/// (multipart from files and streams, single PUTs) and the downloads running
+/// beside them; without one, each upload has its own `concurrency`.
+#[tokio::test(start_paused = true)]
+async fn the_transfer_limit_holds_across_uploads_and_downloads() {
+    struct Case {
+        tuning: Option<TuningConfig>,
+        /// Most parts' worth of bytes inside write requests at once.
+        at_most: u64,
+        at_least: u64,
+    }
+    let cases = [
+        Case {
+            tuning: Some(TuningConfig::fixed(2)),
+            at_most: 2,
+            at_least: 2,
+        },
+        Case {
+            tuning: Some(TuningConfig::fixed(5)),
+            at_most: 5,
+            at_least: 3,
+        },
+        // Each of the three multipart uploads alone may have 4 parts in flight.
+        Case {
+            tuning: None,
+            at_most: 12,
+            at_least: 6,
+        },
+    ];
+    for case in cases {
+        let memory = MemoryStore::new().with_latency(Duration::from_millis(50));
+        let engine = Engine::new(
+            Arc::new(memory.clone()),
+            EngineConfig {
+                tuning: case.tuning,
+                memory_limit: 256 * MB,
+                ..config()
+            },
+        )
+        .unwrap();
+        // Two ranges; smaller than two parts, as this request counts in the peak too.
+        memory
+            .put_object(sluice_store::PutRequest::new(
+                "down",
+                Bytes::from(test_data(9 * MB as usize, 9)),
+            ))
+            .await
+            .unwrap();
+        let kinds = [
+            Kind::File,
+            Kind::StreamKnown,
+            Kind::StreamUnknown,
+            Kind::File,
+        ];
+        let sizes = [20 * MB, 20 * MB, 20 * MB, MB];
+        let uploads = kinds
+            .iter()
+            .zip(sizes)
+            .enumerate()
+            .map(|(i, (&kind, size))| {
+                let engine = engine.clone();
+                async move {
+                    let (data, dir) = (
+                        test_data(size as usize, i as u64),
+                        tempfile::tempdir().unwrap(),
+                    );
+                    engine
+                        .upload(
+                            UploadRequest::new(format!("k{i}")),
+                            source(kind, &data, &dir),
+                        )
+                        .await
+                        .unwrap();
+                }
+            });
+        let download = async {
+            let mut sink = Vec::new();
+            engine
+                .download_to_writer("down", &mut sink, None)
+                .await
+                .unwrap();
+            assert_eq!(sink.len() as u64, 9 * MB);
+        };
+        futures::future::join(futures::future::join_all(uploads), download).await;
+        let peak = memory.peak_in_flight_bytes();
+        let (at_most, at_least) = (case.at_most * 5 * MB, case.at_least * 5 * MB);
+        assert!(
+            (at_least..=at_most).contains(&peak),
+            "{:?}: peak {peak} bytes in flight, expected {at_least}..={at_most}",
+            case.tuning
+        );
+        assert_eq!(engine.transfer_limit(), case.tuning.map(|t| t.initial));
+        assert_eq!(engine.budget().in_use(), 0);
+    }
+}
+
+/// Round trips of a fixed time: every transfer more in flight is more
+/// throughput, so the adaptive limit climbs from 8 to what the files wanted
+/// (48 at once), for small files as for parts.
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_climbs_while_throughput_grows() {
+    let memory = MemoryStore::new().with_latency(Duration::from_millis(50));
+    let engine = Engine::new(
+        Arc::new(memory.clone()),
+        EngineConfig {
+            tuning: Some(TuningConfig::adaptive()),
+            ..config()
+        },
+    )
+    .unwrap();
+    let data = test_data(4096, 1);
+    let uploads = futures::stream::iter(0..3000)
+        .map(|i| {
+            let (engine, data) = (engine.clone(), data.clone());
+            async move {
+                let dir = tempfile::tempdir().unwrap();
+                engine
+                    .upload(
+                        UploadRequest::new(format!("small/{i}")),
+                        source(Kind::StreamKnown, &data, &dir),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(48);
+    uploads.collect::<Vec<()>>().await;
+    let limit = engine.transfer_limit().unwrap();
+    assert!(
+        (36..=64).contains(&limit),
+        "limit {limit} after 3000 small files"
+    );
+}
+
 fn memory_object(store: &MemoryStore, i: u64) -> Vec<u8> {
     store.object(&format!("k{i}")).unwrap().to_vec()
 }

@@ -119,7 +119,8 @@ pub fn as_prefix(rest: &str) -> String {
 }
 
 /// The engine for many files: the flags' settings, with store requests in
-/// flight capped at the larger of `--jobs` and `--concurrency`.
+/// flight (listings and HEADs included) capped at the larger of `--jobs` and
+/// the most transfers `--concurrency` allows.
 pub fn engine(
     store: Arc<dyn ObjectStore>,
     transfer: &TransferArgs,
@@ -129,7 +130,7 @@ pub fn engine(
         return Err(UsageError(format!("--jobs {} is outside 1..=4096", many.jobs)).into());
     }
     let config = EngineConfig {
-        store_concurrency: Some(many.jobs.max(transfer.concurrency)),
+        store_concurrency: Some(many.jobs.max(transfer.concurrency.tuning().max)),
         ..crate::engine_config(transfer)?
     };
     Ok(Engine::new(store, config)?)
