@@ -44,5 +44,5 @@ ip netns exec "$ns" ip link set lo up
 tc qdisc add dev "$host_if" root tbf rate "$rate" burst 256kb latency 20ms
 ip netns exec "$ns" tc qdisc add dev "$ns_if" root tbf rate "$rate" burst 256kb latency 20ms
 
-exec python3 bench/link.py --sluice target/release/sluice --netns "$ns" \
+python3 bench/link.py --sluice target/release/sluice --netns "$ns" \
     --address "$ns_ip" --rate "$rate" "${args[@]}"

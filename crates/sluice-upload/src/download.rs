@@ -232,16 +232,18 @@ impl Engine {
         let ranges = plan_ranges(meta.size, inner.config.part_size);
         let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
         let multi = ranges.len() > 1;
-        // Memory is reserved in range order before each fetch starts, so the range
-        // the writer waits for never waits for memory held by ranges behind it.
+        // A transfer slot, then memory, are taken in range order before each
+        // fetch starts, so the range the writer waits for never waits for
+        // memory held by ranges behind it (and, as everywhere in the engine,
+        // nothing holding memory waits for a slot).
         let fetches = futures::stream::iter(ranges.clone())
-            .then(
-                |(start, end)| async move { (start, end, inner.budget.reserve(end - start).await) },
-            )
-            .map(|(start, end, reservation)| {
+            .then(|(start, end)| async move {
+                let slot = inner.tuner.slot().await;
+                (start, end, slot, inner.budget.reserve(end - start).await)
+            })
+            .map(|(start, end, slot, reservation)| {
                 let (tracker, meta) = (tracker.clone(), &meta);
                 async move {
-                    let slot = inner.tuner.slot().await;
                     let result = fetch_range(
                         inner,
                         meta,

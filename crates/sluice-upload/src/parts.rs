@@ -115,6 +115,14 @@ impl PartPipeline {
         self.failed.is_none()
     }
 
+    /// A slot the caller took before reading the next part (the engine's
+    /// order: a slot before memory).
+    pub(crate) fn give_slot(&mut self, slot: Option<TransferSlot>) {
+        if self.slot.is_none() {
+            self.slot = slot;
+        }
+    }
+
     /// Counts a part the store already holds (an earlier run's, checked by the
     /// caller) as stored.
     pub(crate) fn adopt(&mut self, part: UploadedPart) {

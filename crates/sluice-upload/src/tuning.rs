@@ -1,7 +1,11 @@
 //! The engine-wide limit on transfers in flight: parts, single PUTs and
 //! ranged GETs, whichever upload, download or file they belong to. A
 //! transfer takes a [`TransferSlot`] before its bytes are read and gives it
-//! back once the store has them (or once they are all received).
+//! back once the store has them (or once they are all received). A slot is
+//! taken before the memory the bytes need, never while memory is held (the
+//! one exception: a stream turning multipart already holds its first pieces,
+//! its own memory, when it asks for their slots), so transfers waiting for
+//! slots and for memory cannot wait on each other in a circle.
 //!
 //! The limit is fixed, or found by hill climbing on the measured throughput
 //! (the AWS CRT's target-throughput idea, without asking the user for a

@@ -201,6 +201,9 @@ impl Engine {
         let mut total = 0u64;
         let mut ended = false;
         let mut first: Vec<Piece> = Vec::new();
+        // Taken before any memory (the engine's order: a slot, then memory):
+        // the single PUT's, or the first part's.
+        let mut first_slot = Some(inner.tuner.slot().await);
         if length.is_none_or(|length| length <= config.threshold) {
             while total <= config.threshold {
                 let want = match length {
@@ -252,7 +255,7 @@ impl Engine {
                     _ => Body::Chunks(chunks.into()),
                 };
                 tracker.set_total(total);
-                let slot = inner.tuner.slot().await;
+                let slot = first_slot.take().expect("the first slot");
                 let outcome = self.single_put(&request, body, tracker, slot).await;
                 drop(held);
                 return outcome;
@@ -260,6 +263,7 @@ impl Engine {
         }
 
         let mut upload = Multipart::start(inner, &request, tracker).await?;
+        upload.parts.give_slot(first_slot.take());
         let sent = async {
             let mut number = 1u32;
             for piece in first {
