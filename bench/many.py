@@ -165,8 +165,8 @@ def main():
     lines.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
                  f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM, Linux {platform.release()}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults (64 files in flight, "
-                 "8 parts in flight, 256 MiB budget, crc32c)")
+    lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults (--concurrency auto, "
+                 "at most 64 files in flight, 256 MiB budget, crc32c)")
     lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0), defaults (256 workers)")
     lines.append(f"aws: {version(['aws', '--version'])}, defaults (10 threads)")
     lines.append(f"rclone: {version(['rclone', 'version'])}, defaults (4 transfers, 8 checkers)")
