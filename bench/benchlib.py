@@ -36,16 +36,18 @@ def wait_for_port(port, timeout=30):
     sys.exit(f"nothing listens on port {port}")
 
 
-def start_minio(work):
-    """Starts MinIO with its data under `work`; returns (process, url)."""
-    port, console = free_port(), free_port()
+def start_minio(work, address="127.0.0.1", netns=None):
+    """Starts MinIO with its data under `work` on `address` (inside network
+    namespace `netns`, ports 9000/9001 there, when given); returns (process, url)."""
+    port, console = (9000, 9001) if netns else (free_port(), free_port())
     env = dict(os.environ, MINIO_ROOT_USER=MINIO_USER, MINIO_ROOT_PASSWORD=MINIO_SECRET)
     log = open(os.path.join(work, "minio.log"), "w")
+    wrap = ["ip", "netns", "exec", netns] if netns else []
     proc = subprocess.Popen(
-        ["minio", "server", os.path.join(work, "data"), "--address", f"127.0.0.1:{port}",
-         "--console-address", f"127.0.0.1:{console}", "--quiet"],
+        wrap + ["minio", "server", os.path.join(work, "data"), "--address", f"{address}:{port}",
+                "--console-address", f"{address}:{console}", "--quiet"],
         env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{address}:{port}"
     for _ in range(120):
         try:
             urllib.request.urlopen(url + "/minio/health/live", timeout=1)

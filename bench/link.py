@@ -18,31 +18,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, client_env, driver_args, emit_report, empty_trash, \
-    make_file, version
+from benchlib import GIB, MIB, client_env, driver_args, emit_report, empty_trash, make_file, start_minio, version
 
 LIMIT_MOVE = re.compile(r"transfers in flight from=(\d+) to=(\d+)")
-
-
-def start_minio_in(netns, address, work):
-    env = dict(os.environ, MINIO_ROOT_USER=MINIO_USER, MINIO_ROOT_PASSWORD=MINIO_SECRET)
-    log = open(os.path.join(work, "minio.log"), "w")
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", netns, "minio", "server", os.path.join(work, "data"),
-         "--address", f"{address}:9000", "--console-address", f"{address}:9001", "--quiet"],
-        env=env, stdout=log, stderr=log)
-    url = f"http://{address}:9000"
-    for _ in range(120):
-        try:
-            urllib.request.urlopen(url + "/minio/health/live", timeout=1)
-            return proc, url
-        except Exception:  # noqa: BLE001
-            time.sleep(0.5)
-    proc.kill()
-    sys.exit("MinIO did not start in the namespace")
 
 
 def remove(path):
@@ -79,7 +58,7 @@ def main():
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="sluice-link-")
-    minio, url = start_minio_in(args.netns, args.address, work)
+    minio, url = start_minio(work, args.address, args.netns)
     env = client_env(work)
     env.update(NO_COLOR="1", SLUICE_LOG="warn,sluice_upload=debug")
     bucket = "link"
