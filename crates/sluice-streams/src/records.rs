@@ -1,0 +1,560 @@
+//! Request bodies and input blocks as records: NDJSON (one JSON value per line,
+//! blank lines skipped, `\r\n` accepted) or one JSON array, each record checked
+//! to be JSON, placed in its partition, and cut into runs of consecutive records
+//! of one partition. A run of clean NDJSON lines is a slice of the body itself:
+//! records are not copied on their way to compression.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+use crate::error::{BadRecord, StreamError};
+use crate::template::{PartitionKey, StreamKeyTemplate};
+
+/// How a body holds its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// One JSON value per line.
+    Ndjson,
+    /// One JSON array whose elements are the records.
+    JsonArray,
+}
+
+/// What decides whether a record is taken, and where it goes.
+#[derive(Debug, Clone)]
+pub struct RecordRules<'a> {
+    pub template: &'a StreamKeyTemplate,
+    pub time_field: Option<&'a str>,
+    pub max_record_bytes: u64,
+    /// When the records came in (their time without `time_field`).
+    pub arrival: OffsetDateTime,
+    /// The source's partition (Kafka), if any.
+    pub source_partition: Option<i32>,
+    /// Lines before this block (numbers in errors continue from it).
+    pub first_line: u64,
+}
+
+/// Consecutive records of one partition, each followed by `\n`.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub partition: PartitionKey,
+    pub data: Bytes,
+    pub records: u64,
+}
+
+/// An invalid record and its bytes as they came (for a dead letter).
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    pub why: BadRecord,
+    pub raw: Bytes,
+}
+
+/// A parsed body.
+#[derive(Debug, Default)]
+pub struct ParsedRecords {
+    pub runs: Vec<Run>,
+    pub records: u64,
+    /// Bytes of valid records, newlines included.
+    pub bytes: u64,
+    pub rejected: Vec<Rejected>,
+    /// Lines (or elements) seen, blank ones included.
+    pub lines: u64,
+}
+
+/// Parses `body` as records under `rules`.
+pub fn parse_records(
+    body: Bytes,
+    format: BodyFormat,
+    rules: &RecordRules<'_>,
+) -> Result<ParsedRecords, StreamError> {
+    let picker = Picker::new(rules);
+    match format {
+        BodyFormat::Ndjson => Ok(parse_lines(body, rules, &picker)),
+        BodyFormat::JsonArray => parse_array(&body, rules, &picker),
+    }
+}
+
+fn parse_lines(body: Bytes, rules: &RecordRules<'_>, picker: &Picker<'_>) -> ParsedRecords {
+    let mut parsed = ParsedRecords::default();
+    let mut runs = RunBuilder::default();
+    let mut pos = 0;
+    let mut number = rules.first_line;
+    while pos < body.len() {
+        let end = body[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(body.len(), |i| pos + i);
+        let next = (end + 1).min(body.len());
+        let has_newline = end < body.len();
+        number += 1;
+        let line = &body[pos..end];
+        let trimmed = line.trim_ascii();
+        if trimmed.is_empty() {
+            pos = next;
+            continue;
+        }
+        let checked = check_record(trimmed, rules, picker);
+        match checked {
+            Err(reason) => parsed.rejected.push(Rejected {
+                why: BadRecord {
+                    place: "line",
+                    number,
+                    reason,
+                },
+                raw: body.slice(pos..end),
+            }),
+            Ok(partition) => {
+                parsed.records += 1;
+                parsed.bytes += trimmed.len() as u64 + 1;
+                if has_newline && trimmed.len() == line.len() {
+                    runs.push_slice(&body, pos, next, partition);
+                } else {
+                    let mut copy = BytesMut::with_capacity(trimmed.len() + 1);
+                    copy.extend_from_slice(trimmed);
+                    copy.extend_from_slice(b"\n");
+                    runs.push_owned(copy.freeze(), partition);
+                }
+            }
+        }
+        pos = next;
+    }
+    parsed.lines = number - rules.first_line;
+    parsed.runs = runs.finish(&body);
+    parsed
+}
+
+fn parse_array(
+    body: &[u8],
+    rules: &RecordRules<'_>,
+    picker: &Picker<'_>,
+) -> Result<ParsedRecords, StreamError> {
+    let elements: Vec<&RawValue> = serde_json::from_slice(body)
+        .map_err(|e| StreamError::BadInput(format!("the body is not a JSON array: {e}")))?;
+    let mut parsed = ParsedRecords::default();
+    let mut out = BytesMut::with_capacity(body.len());
+    let mut bounds: Vec<(usize, usize, PartitionKey)> = Vec::new();
+    for (index, element) in elements.iter().enumerate() {
+        let text = element.get().as_bytes();
+        let number = rules.first_line + index as u64 + 1;
+        let compact: Cow<'_, [u8]> = if text.iter().any(|&b| b == b'\n' || b == b'\r') {
+            let value: serde_json::Value = serde_json::from_slice(text)
+                .map_err(|e| StreamError::BadInput(format!("element {number}: {e}")))?;
+            Cow::Owned(serde_json::to_vec(&value).unwrap_or_default())
+        } else {
+            Cow::Borrowed(text)
+        };
+        match check_record(&compact, rules, picker) {
+            Err(reason) => parsed.rejected.push(Rejected {
+                why: BadRecord {
+                    place: "element",
+                    number,
+                    reason,
+                },
+                raw: Bytes::copy_from_slice(text),
+            }),
+            Ok(partition) => {
+                let start = out.len();
+                out.extend_from_slice(&compact);
+                out.extend_from_slice(b"\n");
+                parsed.records += 1;
+                bounds.push((start, out.len(), partition));
+            }
+        }
+    }
+    parsed.lines = elements.len() as u64;
+    parsed.bytes = out.len() as u64;
+    let data = out.freeze();
+    let mut runs = RunBuilder::default();
+    for (start, end, partition) in bounds {
+        runs.push_slice(&data, start, end, partition);
+    }
+    parsed.runs = runs.finish(&data);
+    Ok(parsed)
+}
+
+/// Checks one record (no surrounding whitespace) and finds its partition.
+fn check_record(
+    record: &[u8],
+    rules: &RecordRules<'_>,
+    picker: &Picker<'_>,
+) -> Result<PartitionKey, String> {
+    if record.len() as u64 > rules.max_record_bytes {
+        return Err(format!(
+            "the record is {} bytes; at most {} are allowed",
+            record.len(),
+            rules.max_record_bytes
+        ));
+    }
+    let picked = picker.pick(record).map_err(|e| format!("not JSON: {e}"))?;
+    let mut time = rules.arrival;
+    let mut fields = Vec::with_capacity(picker.fields);
+    for (i, value) in picked.into_iter().enumerate() {
+        if i < picker.fields {
+            fields.push(value.map(Scalar::into_text).unwrap_or_default());
+        } else if let Some(at) = value.and_then(Scalar::into_time) {
+            time = at;
+        }
+    }
+    Ok(rules
+        .template
+        .partition_of(time, fields, rules.source_partition))
+}
+
+/// Builds runs: slices of one buffer while records follow each other in the
+/// same partition, owned copies otherwise.
+#[derive(Default)]
+struct RunBuilder {
+    runs: Vec<Run>,
+    /// The open run as a range of the buffer.
+    open: Option<(usize, usize, PartitionKey, u64)>,
+}
+
+impl RunBuilder {
+    fn push_slice(&mut self, buffer: &Bytes, start: usize, end: usize, partition: PartitionKey) {
+        if let Some((_, open_end, open_partition, records)) = &mut self.open {
+            if *open_end == start && *open_partition == partition {
+                *open_end = end;
+                *records += 1;
+                return;
+            }
+        }
+        self.close(buffer);
+        self.open = Some((start, end, partition, 1));
+    }
+
+    fn push_owned(&mut self, data: Bytes, partition: PartitionKey) {
+        // The owned copy sits between slices: it ends the open run.
+        self.runs.push(Run {
+            partition,
+            data,
+            records: 1,
+        });
+    }
+
+    fn close(&mut self, buffer: &Bytes) {
+        if let Some((start, end, partition, records)) = self.open.take() {
+            self.runs.push(Run {
+                partition,
+                data: buffer.slice(start..end),
+                records,
+            });
+        }
+    }
+
+    fn finish(mut self, buffer: &Bytes) -> Vec<Run> {
+        self.close(buffer);
+        self.runs
+    }
+}
+
+/// Reads the top-level fields the template and the time field need, checking
+/// that the whole record is JSON on the way.
+struct Picker<'a> {
+    names: Vec<&'a str>,
+    /// How many of `names` are template fields (the time field comes last).
+    fields: usize,
+}
+
+impl<'a> Picker<'a> {
+    fn new(rules: &RecordRules<'a>) -> Picker<'a> {
+        let mut names: Vec<&str> = rules.template.fields().iter().map(String::as_str).collect();
+        let fields = names.len();
+        names.extend(rules.time_field);
+        Picker { names, fields }
+    }
+
+    fn pick(&self, record: &[u8]) -> Result<Vec<Option<Scalar>>, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(record);
+        if self.names.is_empty() {
+            de::Deserialize::deserialize(&mut de).map(|_: IgnoredAny| ())?;
+            de.end()?;
+            return Ok(Vec::new());
+        }
+        let picked = PickSeed { names: &self.names }.deserialize(&mut de)?;
+        de.end()?;
+        Ok(picked)
+    }
+}
+
+/// A picked field's value, when it is a scalar.
+#[derive(Debug, Clone, PartialEq)]
+enum Scalar {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl Scalar {
+    fn into_text(self) -> String {
+        match self {
+            Scalar::Text(text) => text,
+            Scalar::Integer(n) => n.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }
+    }
+
+    /// RFC 3339 text, or seconds (milliseconds from 10^11 on) since 1970.
+    fn into_time(self) -> Option<OffsetDateTime> {
+        const MILLIS_FROM: i64 = 100_000_000_000;
+        match self {
+            Scalar::Text(text) => {
+                OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).ok()
+            }
+            Scalar::Integer(n) if n.abs() >= MILLIS_FROM => {
+                OffsetDateTime::from_unix_timestamp_nanos(n as i128 * 1_000_000).ok()
+            }
+            Scalar::Integer(n) => OffsetDateTime::from_unix_timestamp(n).ok(),
+            Scalar::Float(f) if f.is_finite() => {
+                OffsetDateTime::from_unix_timestamp_nanos((f * 1e9) as i128).ok()
+            }
+            _ => None,
+        }
+    }
+}
+
+struct PickSeed<'n> {
+    names: &'n [&'n str],
+}
+
+impl<'de> DeserializeSeed<'de> for PickSeed<'_> {
+    type Value = Vec<Option<Scalar>>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PickSeed<'_> {
+    type Value = Vec<Option<Scalar>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut picked = vec![None; self.names.len()];
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match self.names.iter().position(|n| *n == key) {
+                Some(i) => picked[i] = map.next_value::<MaybeScalar>()?.0,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(picked)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(vec![None; self.names.len()])
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(vec![None; self.names.len()])
+    }
+}
+
+/// A value that is kept when it is a scalar and skipped otherwise.
+struct MaybeScalar(Option<Scalar>);
+
+impl<'de> de::Deserialize<'de> for MaybeScalar {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MaybeScalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(Some(Scalar::Bool(v))))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(Some(Scalar::Integer(v))))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(Some(match i64::try_from(v) {
+                    Ok(v) => Scalar::Integer(v),
+                    Err(_) => Scalar::Float(v as f64),
+                })))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(Some(Scalar::Float(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(Some(Scalar::Text(v.to_string()))))
+            }
+            fn visit_unit<E>(self) -> Result<MaybeScalar, E> {
+                Ok(MaybeScalar(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MaybeScalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MaybeScalar(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MaybeScalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(MaybeScalar(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Compression;
+
+    fn rules(template: &StreamKeyTemplate) -> RecordRules<'_> {
+        RecordRules {
+            template,
+            time_field: Some("ts"),
+            max_record_bytes: 64,
+            arrival: time::macros::datetime!(2026-11-25 10:30 UTC),
+            source_partition: None,
+            first_line: 0,
+        }
+    }
+
+    /// (name, body, records taken, runs, rejected line numbers, stored bytes)
+    type LineCase<'a> = (&'a str, &'a str, u64, usize, Vec<u64>, &'a str);
+
+    #[test]
+    fn ndjson_bodies() {
+        let template =
+            StreamKeyTemplate::parse("{hh}/{field:t}/{uuid}", Compression::None).unwrap();
+        let long = format!("{{\"x\":\"{}\"}}\n", "a".repeat(80));
+        let cases: Vec<LineCase> = vec![
+            ("empty", "", 0, 0, vec![], ""),
+            ("one line", "{\"a\":1}\n", 1, 1, vec![], "{\"a\":1}\n"),
+            ("no final newline", "{\"a\":1}", 1, 1, vec![], "{\"a\":1}\n"),
+            ("crlf", "1\r\n2\r\n", 2, 2, vec![], "1\n2\n"),
+            ("blank lines", "\n1\n\n  \n2\n", 2, 2, vec![], "1\n2\n"),
+            (
+                "one partition, one run",
+                "1\n2\n3\n",
+                3,
+                1,
+                vec![],
+                "1\n2\n3\n",
+            ),
+            (
+                "fields split runs",
+                "{\"t\":\"a\"}\n{\"t\":\"a\"}\n{\"t\":\"b\"}\n{\"t\":\"a\"}\n",
+                4,
+                3,
+                vec![],
+                "{\"t\":\"a\"}\n{\"t\":\"a\"}\n{\"t\":\"b\"}\n{\"t\":\"a\"}\n",
+            ),
+            ("bad json", "1\n{nope\n3\n", 2, 2, vec![2], "1\n3\n"),
+            ("two values on a line", "1 2\n", 0, 0, vec![1], ""),
+            ("too long", long.as_str(), 0, 0, vec![1], ""),
+            (
+                "nested field ignored",
+                "{\"t\":{\"x\":1}}\n",
+                1,
+                1,
+                vec![],
+                "{\"t\":{\"x\":1}}\n",
+            ),
+        ];
+        for (name, body, records, runs, bad, stored) in cases {
+            let parsed = parse_records(
+                Bytes::copy_from_slice(body.as_bytes()),
+                BodyFormat::Ndjson,
+                &rules(&template),
+            )
+            .unwrap();
+            assert_eq!(parsed.records, records, "{name}");
+            assert_eq!(parsed.runs.len(), runs, "{name}");
+            let lines: Vec<u64> = parsed.rejected.iter().map(|r| r.why.number).collect();
+            assert_eq!(lines, bad, "{name}");
+            let all: Vec<u8> = parsed.runs.iter().flat_map(|r| r.data.to_vec()).collect();
+            assert_eq!(String::from_utf8(all).unwrap(), stored, "{name}");
+            assert_eq!(parsed.bytes, stored.len() as u64, "{name}");
+        }
+    }
+
+    #[test]
+    fn partitions_by_field_and_record_time() {
+        let template =
+            StreamKeyTemplate::parse("{hh}/{field:t}/{uuid}", Compression::None).unwrap();
+        let body = concat!(
+            "{\"t\":\"a\",\"ts\":\"2026-11-25T08:15:00Z\"}\n",
+            "{\"t\":7,\"ts\":1795600000}\n",
+            "{\"ts\":1795600000000}\n",
+            "{\"t\":\"a\",\"ts\":\"yesterday\"}\n",
+            "[1,2]\n",
+        );
+        let parsed =
+            parse_records(Bytes::from(body), BodyFormat::Ndjson, &rules(&template)).unwrap();
+        let got: Vec<(Option<i64>, Vec<String>)> = parsed
+            .runs
+            .iter()
+            .map(|r| (r.partition.hour.map(|h| h % 24), r.partition.fields.clone()))
+            .collect();
+        // 1795600000 s is 2026-11-25 09:26:40 UTC; arrival is 10:30.
+        assert_eq!(
+            got,
+            vec![
+                (Some(8), vec!["a".to_string()]),
+                (Some(9), vec!["7".to_string()]),
+                (Some(9), vec![String::new()]),
+                (Some(10), vec!["a".to_string()]),
+                (Some(10), vec![String::new()]),
+            ]
+        );
+    }
+
+    /// (body, Ok((stored, rejected element numbers)) or Err(()) for a refused body)
+    type ArrayCase<'a> = (&'a str, Result<(&'a str, Vec<u64>), ()>);
+
+    #[test]
+    fn json_arrays() {
+        let template = StreamKeyTemplate::parse("{uuid}", Compression::None).unwrap();
+        let cases: Vec<ArrayCase> = vec![
+            ("[]", Ok(("", vec![]))),
+            ("[1, \"two\", {\"a\": [1, 2]}]", Ok(("1\n\"two\"\n{\"a\": [1, 2]}\n", vec![]))),
+            ("[{\n  \"a\": 1\n}]", Ok(("{\"a\":1}\n", vec![]))),
+            (
+                "[{\"x\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}, 2]",
+                Ok(("2\n", vec![1])),
+            ),
+            ("{\"a\":1}", Err(())),
+            ("[1,", Err(())),
+        ];
+        for (body, want) in cases {
+            let got = parse_records(Bytes::from(body), BodyFormat::JsonArray, &rules(&template));
+            match (got, want) {
+                (Ok(parsed), Ok((stored, bad))) => {
+                    let all: Vec<u8> = parsed.runs.iter().flat_map(|r| r.data.to_vec()).collect();
+                    assert_eq!(String::from_utf8(all).unwrap(), stored, "{body}");
+                    let numbers: Vec<u64> = parsed.rejected.iter().map(|r| r.why.number).collect();
+                    assert_eq!(numbers, bad, "{body}");
+                }
+                (Err(StreamError::BadInput(_)), Err(())) => {}
+                (got, _) => panic!("{body}: {got:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! One named record stream: its open batches (one per partition), their flush
+//! rules, and group commit. Records are appended in runs; each run lands in the
+//! open batch of its partition, and the caller gets a [`Ticket`] per batch it
+//! touched. A batch is one object, written while it grows: its records are
+//! compressed frame by frame on the CPU pool and streamed, in order, into an
+//! engine upload (a multipart upload once it passes the engine's threshold). A
+//! batch is flushed when it reaches its size or record count, when its first
+//! record is `flush_age` old, when a new partition needs its place, or when the
+//! stream closes; every ticket of the batch then resolves together (one flush
+//! for every request that shared the batch).
+//!
+//! Memory: the bytes of records not yet compressed are held as reservations of
+//! the engine's budget (the caller reserved them when it read them), passed
+//! from the caller's reservation to the frame, then to the compressed frame,
+//! and given back when the engine takes the frame (it reserves its part
+//! buffers itself).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use sluice_store::{Metadata, WriteCondition};
+use sluice_upload::{Engine, Reservation, UploadOutcome, UploadRequest, UploadSource};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::compress::{compress_frame, CpuPool, FRAME_BYTES};
+use crate::config::{Compression, StreamConfig};
+use crate::error::{StreamConfigError, StreamError};
+use crate::records::{Rejected, Run};
+use crate::stats::StreamStats;
+use crate::template::{PartitionKey, StreamKeyTemplate};
+
+/// A batch that was stored.
+#[derive(Debug, Clone)]
+pub struct StoredBatch {
+    pub stream: String,
+    pub key: String,
+    pub records: u64,
+    /// Bytes of records, before compression.
+    pub record_bytes: u64,
+    /// The object as stored.
+    pub outcome: UploadOutcome,
+    pub compression: Compression,
+    /// Offsets of the first and last record (Kafka offsets; otherwise the
+    /// records' positions in this stream since the process started).
+    pub first_offset: u64,
+    pub last_offset: u64,
+    pub partition: PartitionKey,
+    /// Invalid records kept as they came.
+    pub dead_letter: bool,
+    /// From the batch's flush to the object being stored.
+    pub flush_time: Duration,
+}
+
+/// How a batch ended, for every ticket of it.
+pub type BatchResult = Result<Arc<StoredBatch>, StreamError>;
+
+/// Called once per stored batch, before its tickets resolve (the gateway's
+/// completion point: metrics, events).
+pub type OnStored = Arc<dyn Fn(Arc<StoredBatch>) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The acknowledgement of records appended to one batch.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    batch: u64,
+    done: watch::Receiver<Option<BatchResult>>,
+}
+
+impl Ticket {
+    /// The batch this ticket waits for (tickets of one batch resolve together).
+    pub fn batch(&self) -> u64 {
+        self.batch
+    }
+
+    /// Waits until the batch is stored, or failed.
+    pub async fn stored(mut self) -> BatchResult {
+        match self.done.wait_for(Option::is_some).await {
+            Ok(result) => result.clone().unwrap_or(Err(StreamError::Closed)),
+            Err(_) => Err(StreamError::Closed),
+        }
+    }
+
+    /// The result, if the batch has ended.
+    pub fn peek(&self) -> Option<BatchResult> {
+        self.done.borrow().clone()
+    }
+}
+
+/// A batch's place: its partition, or the dead letter of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Slot {
+    partition: PartitionKey,
+    dead_letter: bool,
+}
+
+/// What flows to a batch's writer.
+enum Frame {
+    /// A frame being compressed; it resolves with the bytes and their memory.
+    Bytes(oneshot::Receiver<io::Result<(Bytes, Reservation)>>),
+    /// The batch is flushed: no more frames, and these were its totals.
+    End(BatchTotals),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BatchTotals {
+    records: u64,
+    record_bytes: u64,
+    last_offset: u64,
+    flushed: Instant,
+}
+
+struct OpenBatch {
+    id: u64,
+    opened: Instant,
+    records: u64,
+    record_bytes: u64,
+    first_offset: u64,
+    last_offset: u64,
+    frame: Vec<Bytes>,
+    frame_bytes: usize,
+    frame_memory: Reservation,
+    frames: mpsc::UnboundedSender<Frame>,
+    done: watch::Receiver<Option<BatchResult>>,
+}
+
+struct Open {
+    batches: HashMap<Slot, OpenBatch>,
+    next_id: u64,
+    /// Offset of the next record appended without one of its own.
+    next_offset: u64,
+    closed: bool,
+}
+
+struct Inner {
+    name: String,
+    config: StreamConfig,
+    template: StreamKeyTemplate,
+    dead_letter: Option<StreamKeyTemplate>,
+    engine: Engine,
+    pool: CpuPool,
+    on_stored: Option<OnStored>,
+    open: Mutex<Open>,
+    writers: TaskTracker,
+    stats: Arc<StreamStats>,
+    myself: Weak<Inner>,
+}
+
+/// One named stream. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct RecordStream {
+    inner: Arc<Inner>,
+}
+
+impl RecordStream {
+    /// A stream named `name` storing through `engine`, compressing on `pool`.
+    pub fn new(
+        name: &str,
+        config: StreamConfig,
+        engine: Engine,
+        pool: CpuPool,
+        on_stored: Option<OnStored>,
+    ) -> Result<RecordStream, StreamConfigError> {
+        config.validate()?;
+        sluice_input::keys::validate_client_key(name)
+            .ok()
+            .filter(|()| !name.contains('/'))
+            .ok_or_else(|| StreamConfigError {
+                key: "name",
+                reason: format!("{name:?} is not a valid stream name (one key segment)"),
+            })?;
+        let parse = |text: &str, key| {
+            StreamKeyTemplate::parse(text, config.compression)
+                .map(|t| t.with_shard_prefix(config.shard_prefix))
+                .map_err(|reason| StreamConfigError { key, reason })
+        };
+        let template = parse(&config.key_template, "key_template")?;
+        let dead_letter = match &config.dead_letter_template {
+            Some(text) => Some(parse(text, "dead_letter_template")?),
+            None => None,
+        };
+        Ok(RecordStream {
+            inner: Arc::new_cyclic(|myself| Inner {
+                name: name.to_string(),
+                stats: Arc::new(StreamStats::default()),
+                template,
+                dead_letter,
+                engine,
+                pool,
+                on_stored,
+                open: Mutex::new(Open {
+                    batches: HashMap::new(),
+                    next_id: 0,
+                    next_offset: 0,
+                    closed: false,
+                }),
+                writers: TaskTracker::new(),
+                config,
+                myself: myself.clone(),
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.inner.config
+    }
+
+    pub fn template(&self) -> &StreamKeyTemplate {
+        &self.inner.template
+    }
+
+    pub fn pool(&self) -> &CpuPool {
+        &self.inner.pool
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub fn stats(&self) -> &Arc<StreamStats> {
+        &self.inner.stats
+    }
+
+    /// Whether invalid records go to a dead letter instead of refusing input.
+    pub fn has_dead_letter(&self) -> bool {
+        self.inner.dead_letter.is_some()
+    }
+
+    /// Batches open now.
+    pub fn open_partitions(&self) -> usize {
+        self.inner.lock().batches.len()
+    }
+
+    /// Appends `runs` to their partitions' batches, taking their bytes' share
+    /// of `memory`; one ticket per batch touched, in no particular order.
+    pub fn append(&self, runs: Vec<Run>, memory: Reservation) -> Result<Vec<Ticket>, StreamError> {
+        self.inner.append(runs, memory, false)
+    }
+
+    /// Appends invalid records to the dead letter, as they came.
+    pub fn append_rejected(
+        &self,
+        rejected: Vec<Rejected>,
+        arrival: time::OffsetDateTime,
+        memory: Reservation,
+    ) -> Result<Vec<Ticket>, StreamError> {
+        if rejected.is_empty() {
+            return Ok(Vec::new());
+        }
+        let template = self.inner.dead_letter.as_ref().ok_or(StreamError::Closed)?;
+        let partition = template.partition_of(arrival, Vec::new(), None);
+        let runs = rejected
+            .into_iter()
+            .map(|r| {
+                let mut line = Vec::with_capacity(r.raw.len() + 1);
+                line.extend_from_slice(&r.raw);
+                line.push(b'\n');
+                Run {
+                    partition: partition.clone(),
+                    data: line.into(),
+                    records: 1,
+                }
+            })
+            .collect();
+        self.inner.append(runs, memory, true)
+    }
+
+    /// Flushes every open batch now (their tickets resolve once stored).
+    pub fn flush(&self) {
+        let mut open = self.inner.lock();
+        let slots: Vec<Slot> = open.batches.keys().cloned().collect();
+        for slot in slots {
+            if let Some(batch) = open.batches.remove(&slot) {
+                self.inner.finish(batch);
+            }
+        }
+    }
+
+    /// Flushes everything, takes no more records, and waits until every batch
+    /// is stored or failed.
+    pub async fn close(&self) {
+        self.inner.lock().closed = true;
+        self.flush();
+        self.inner.writers.close();
+        self.inner.writers.wait().await;
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn append(
+        &self,
+        runs: Vec<Run>,
+        mut memory: Reservation,
+        dead_letter: bool,
+    ) -> Result<Vec<Ticket>, StreamError> {
+        let mut tickets: HashMap<u64, Ticket> = HashMap::new();
+        let mut open = self.lock();
+        if open.closed {
+            return Err(StreamError::Closed);
+        }
+        let (records, bytes) = runs.iter().fold((0, 0), |(r, b), run| {
+            (r + run.records, b + run.data.len() as u64)
+        });
+        for mut run in runs {
+            while run.records > 0 {
+                let slot = Slot {
+                    partition: run.partition.clone(),
+                    dead_letter,
+                };
+                let usable = open
+                    .batches
+                    .get(&slot)
+                    .is_some_and(|b| b.done.borrow().is_none());
+                if !usable {
+                    if let Some(failed) = open.batches.remove(&slot) {
+                        self.finish(failed);
+                    }
+                    self.make_room(&mut open);
+                    let batch = self.open_batch(&mut open, &slot);
+                    open.batches.insert(slot.clone(), batch);
+                }
+                let batch = open.batches.get_mut(&slot).expect("opened above");
+                let head = cut_run(
+                    &mut run,
+                    self.config.flush_records - batch.records,
+                    self.config.flush_bytes.saturating_sub(batch.record_bytes),
+                );
+                let head_memory = memory.split(head.data.len() as u64);
+                let first_offset = open.next_offset;
+                open.next_offset += head.records;
+                let batch = open.batches.get_mut(&slot).expect("opened above");
+                if batch.records == 0 {
+                    batch.first_offset = first_offset;
+                }
+                batch.last_offset = first_offset + head.records - 1;
+                batch.records += head.records;
+                batch.record_bytes += head.data.len() as u64;
+                batch.frame_bytes += head.data.len();
+                batch.frame.push(head.data);
+                batch.frame_memory.absorb(head_memory);
+                if batch.frame_bytes >= FRAME_BYTES {
+                    self.send_frame(batch);
+                }
+                tickets.entry(batch.id).or_insert_with(|| Ticket {
+                    batch: batch.id,
+                    done: batch.done.clone(),
+                });
+                if batch.records >= self.config.flush_records
+                    || batch.record_bytes >= self.config.flush_bytes
+                {
+                    let full = open.batches.remove(&slot).expect("present");
+                    self.finish(full);
+                }
+            }
+        }
+        self.stats.accepted(records, bytes, dead_letter);
+        self.stats.set_open_partitions(open.batches.len());
+        Ok(tickets.into_values().collect())
+    }
+
+    /// Flushes the batch opened longest ago while the stream is at its cap.
+    fn make_room(&self, open: &mut Open) {
+        while open.batches.len() >= self.config.max_open_partitions {
+            let oldest = open
+                .batches
+                .iter()
+                .min_by_key(|(_, b)| (b.opened, b.id))
+                .map(|(slot, _)| slot.clone());
+            let Some(slot) = oldest else { return };
+            let batch = open.batches.remove(&slot).expect("present");
+            self.stats.evicted();
+            self.finish(batch);
+        }
+    }
+
+    fn open_batch(&self, open: &mut Open, slot: &Slot) -> OpenBatch {
+        let id = open.next_id;
+        open.next_id += 1;
+        let template = if slot.dead_letter {
+            self.dead_letter.as_ref().expect("dead letter template")
+        } else {
+            &self.template
+        };
+        let first_offset = open.next_offset;
+        let key = template.render(
+            &self.name,
+            &slot.partition,
+            first_offset,
+            uuid::Uuid::new_v4(),
+        );
+        let (frames, frames_rx) = mpsc::unbounded_channel();
+        let (done_tx, done) = watch::channel(None);
+        let opened = Instant::now();
+        let writer = BatchWriter {
+            stream: self
+                .myself
+                .upgrade()
+                .expect("the stream is alive while appending"),
+            key: key.clone(),
+            partition: slot.partition.clone(),
+            dead_letter: slot.dead_letter,
+            first_offset,
+            deterministic: !template.uses_uuid(),
+        };
+        let span = tracing::info_span!("batch", stream = %self.name, key = %key, batch = id);
+        self.writers
+            .spawn(writer.run(frames_rx, done_tx).instrument(span));
+        // The age flush.
+        let stream = self.myself.clone();
+        let deadline = opened + self.config.flush_age;
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            if let Some(inner) = stream.upgrade() {
+                let mut open = inner.lock();
+                if open.batches.get(&slot).is_some_and(|b| b.id == id) {
+                    let batch = open.batches.remove(&slot).expect("present");
+                    inner.finish(batch);
+                    inner.stats.set_open_partitions(open.batches.len());
+                }
+            }
+        });
+        OpenBatch {
+            id,
+            opened,
+            records: 0,
+            record_bytes: 0,
+            first_offset,
+            last_offset: first_offset,
+            frame: Vec::new(),
+            frame_bytes: 0,
+            frame_memory: self.engine.budget().nothing(),
+            frames,
+            done,
+        }
+    }
+
+    /// Sends the batch's gathered records off to be compressed.
+    fn send_frame(&self, batch: &mut OpenBatch) {
+        if batch.frame.is_empty() {
+            return;
+        }
+        let pieces = std::mem::take(&mut batch.frame);
+        let memory = std::mem::replace(&mut batch.frame_memory, self.engine.budget().nothing());
+        batch.frame_bytes = 0;
+        let (tx, rx) = oneshot::channel();
+        let (compression, level) = (self.config.compression, self.config.level());
+        if compression == Compression::None && pieces.len() == 1 {
+            let _ = tx.send(Ok((pieces[0].clone(), memory)));
+        } else {
+            let pool = self.pool.clone();
+            let stats = self.stats.clone();
+            tokio::spawn(async move {
+                let compressed = pool
+                    .run(move || {
+                        let started = std::time::Instant::now();
+                        let out = compress_frame(compression, level, &pieces);
+                        (out, started.elapsed())
+                    })
+                    .await;
+                stats.compressed(compressed.1);
+                let _ = tx.send(compressed.0.map(|bytes| (bytes, memory)));
+            });
+        }
+        // A writer that failed has dropped its receiver: the batch's tickets
+        // already say so.
+        let _ = batch.frames.send(Frame::Bytes(rx));
+    }
+
+    /// Flushes `batch`: its last frame, then the end of its object.
+    fn finish(&self, mut batch: OpenBatch) {
+        self.send_frame(&mut batch);
+        let _ = batch.frames.send(Frame::End(BatchTotals {
+            records: batch.records,
+            record_bytes: batch.record_bytes,
+            last_offset: batch.last_offset,
+            flushed: Instant::now(),
+        }));
+    }
+}
+
+/// Cuts from `run` the records that fit a batch with room for `records` more
+/// records and `bytes` more bytes (at least one record), leaving the rest.
+fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
+    if run.records <= records && run.data.len() as u64 <= bytes {
+        return std::mem::replace(
+            run,
+            Run {
+                partition: run.partition.clone(),
+                data: Bytes::new(),
+                records: 0,
+            },
+        );
+    }
+    let mut taken = 0;
+    let mut end = 0;
+    for (i, byte) in run.data.iter().enumerate() {
+        if *byte == b'\n' {
+            taken += 1;
+            end = i + 1;
+            if taken >= records || end as u64 >= bytes {
+                break;
+            }
+        }
+    }
+    let head = Run {
+        partition: run.partition.clone(),
+        data: run.data.split_to(end),
+        records: taken,
+    };
+    run.records -= taken;
+    head
+}
+
+/// The task that streams one batch's frames into its object.
+struct BatchWriter {
+    stream: Arc<Inner>,
+    key: String,
+    partition: PartitionKey,
+    dead_letter: bool,
+    first_offset: u64,
+    /// Keys without a uuid are written only if absent: a replay finds its
+    /// batch stored and does not write it twice.
+    deterministic: bool,
+}
+
+impl BatchWriter {
+    async fn run(
+        self,
+        frames: mpsc::UnboundedReceiver<Frame>,
+        done: watch::Sender<Option<BatchResult>>,
+    ) {
+        let inner = self.stream.clone();
+        let totals: Arc<Mutex<Option<BatchTotals>>> = Arc::default();
+        let seen_totals = totals.clone();
+        let body = futures::stream::unfold(frames, move |mut frames| {
+            let seen_totals = seen_totals.clone();
+            async move {
+                match frames.recv().await? {
+                    Frame::End(end) => {
+                        *seen_totals.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
+                        None
+                    }
+                    Frame::Bytes(compressing) => {
+                        let item = match compressing.await {
+                            Ok(Ok((bytes, _memory))) => Ok(bytes),
+                            Ok(Err(e)) => Err(e),
+                            Err(_) => Err(io::Error::other("a frame's compression was lost")),
+                        };
+                        Some((item, frames))
+                    }
+                }
+            }
+        });
+        let mut metadata = Metadata::new();
+        metadata.insert("sluice-stream".into(), inner.name.clone());
+        metadata.insert("sluice-first-offset".into(), self.first_offset.to_string());
+        let request = UploadRequest {
+            key: self.key.clone(),
+            content_type: Some(content_type(inner.config.compression, self.dead_letter).into()),
+            metadata,
+            progress: None,
+            condition: self.deterministic.then_some(WriteCondition::IfNoneMatch),
+        };
+        let source = UploadSource::Stream {
+            stream: body.boxed(),
+            length: None,
+        };
+        let uploaded = inner.engine.upload(request, source).await;
+        let totals = *totals.lock().unwrap_or_else(|e| e.into_inner());
+        let result = match (uploaded, totals) {
+            (Ok(outcome), Some(totals)) => {
+                let stored = Arc::new(StoredBatch {
+                    stream: inner.name.clone(),
+                    key: self.key,
+                    records: totals.records,
+                    record_bytes: totals.record_bytes,
+                    outcome,
+                    compression: inner.config.compression,
+                    first_offset: self.first_offset,
+                    last_offset: totals.last_offset,
+                    partition: self.partition,
+                    dead_letter: self.dead_letter,
+                    flush_time: totals.flushed.elapsed(),
+                });
+                inner.stats.stored(&stored);
+                if let Some(on_stored) = &inner.on_stored {
+                    on_stored(stored.clone()).await;
+                }
+                Ok(stored)
+            }
+            (Ok(_), None) => {
+                // The stream ended without its totals: the stream itself went
+                // away mid-batch.
+                inner.stats.failed();
+                Err(StreamError::Closed)
+            }
+            (Err(e), _) => {
+                tracing::warn!(error = %sluice_store::error_chain(&e), "batch not stored");
+                inner.stats.failed();
+                Err(StreamError::NotStored(Arc::new(e)))
+            }
+        };
+        let _ = done.send(Some(result));
+    }
+}
+
+/// The stored object's type: the compressed file's, or NDJSON.
+fn content_type(compression: Compression, dead_letter: bool) -> &'static str {
+    match compression {
+        Compression::Zstd => "application/zstd",
+        Compression::Gzip => "application/gzip",
+        Compression::None if dead_letter => "application/octet-stream",
+        Compression::None => "application/x-ndjson",
+    }
+}

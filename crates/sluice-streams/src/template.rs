@@ -1,0 +1,321 @@
+//! Object keys of record batches, such as `{stream}/{yyyy}/{mm}/{dd}/{field:tenant}/{uuid}`.
+//! A template splits records into partitions: records whose time placeholders,
+//! fields and source partition render the same go into the same batch; the
+//! batch's key adds `{offset}` (its first record's) and `{uuid}` when it opens.
+
+use sluice_input::keys::validate_client_key;
+use sluice_store::limits::MAX_KEY_LEN;
+use time::OffsetDateTime;
+
+use crate::config::Compression;
+
+/// Longest value of one `{field:…}` in a key.
+const MAX_FIELD_VALUE: usize = 128;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Stream,
+    Year,
+    Month,
+    Day,
+    Hour,
+    /// Index into [`StreamKeyTemplate::fields`].
+    Field(usize),
+    Partition,
+    Offset,
+    Uuid,
+}
+
+/// A parsed stream key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamKeyTemplate {
+    pieces: Vec<Piece>,
+    fields: Vec<String>,
+    extension: &'static str,
+    shard_prefix: bool,
+}
+
+/// What decides a record's batch: the values of the template's partitioning
+/// placeholders (those it does not use stay empty).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct PartitionKey {
+    /// Hours since 1970 (UTC), when the template has a time placeholder.
+    pub hour: Option<i64>,
+    /// The template's fields, in order, as they appear in keys.
+    pub fields: Vec<String>,
+    /// The source's partition (Kafka), when it has one.
+    pub source_partition: Option<i32>,
+}
+
+impl StreamKeyTemplate {
+    /// Parses `text`; keys end with `compression`'s extension.
+    pub fn parse(text: &str, compression: Compression) -> Result<StreamKeyTemplate, String> {
+        let mut pieces = Vec::new();
+        let mut fields: Vec<String> = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                pieces.push(Piece::Text(rest[..open].to_string()));
+            }
+            let close = rest[open..].find('}').ok_or("an unclosed '{'")? + open;
+            let name = &rest[open + 1..close];
+            pieces.push(match name {
+                "stream" => Piece::Stream,
+                "yyyy" => Piece::Year,
+                "mm" => Piece::Month,
+                "dd" => Piece::Day,
+                "hh" => Piece::Hour,
+                "partition" => Piece::Partition,
+                "offset" => Piece::Offset,
+                "uuid" => Piece::Uuid,
+                other => match other.strip_prefix("field:") {
+                    Some(field) if !field.is_empty() => {
+                        let index = match fields.iter().position(|f| f == field) {
+                            Some(index) => index,
+                            None => {
+                                fields.push(field.to_string());
+                                fields.len() - 1
+                            }
+                        };
+                        Piece::Field(index)
+                    }
+                    _ => {
+                        return Err(format!(
+                            "unknown placeholder {{{other}}} (known: stream, yyyy, mm, dd, hh, field:NAME, partition, offset, uuid)"
+                        ))
+                    }
+                },
+            });
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_string()));
+        }
+        if !pieces.contains(&Piece::Uuid) && !pieces.contains(&Piece::Offset) {
+            return Err("the template needs {uuid} or {offset} so that keys are unique".into());
+        }
+        let template = StreamKeyTemplate {
+            pieces,
+            fields,
+            extension: compression.extension(),
+            shard_prefix: false,
+        };
+        // Placeholders never render empty, '/', '.' or '..', so the literal
+        // text decides whether keys are valid: one sample tells for all.
+        let sample = template.render("s", &PartitionKey::default(), 0, uuid::Uuid::nil());
+        if sample.len() > MAX_KEY_LEN / 2 {
+            return Err(format!(
+                "the template makes keys of {} bytes before any value is put in; at most {} are allowed",
+                sample.len(),
+                MAX_KEY_LEN / 2
+            ));
+        }
+        validate_client_key(&sample)
+            .map_err(|reason| format!("the template makes invalid keys ({sample:?}): {reason}"))?;
+        Ok(template)
+    }
+
+    pub fn with_shard_prefix(mut self, on: bool) -> Self {
+        self.shard_prefix = on;
+        self
+    }
+
+    /// The record fields the template names, in order.
+    pub fn fields(&self) -> &[String] {
+        &self.fields
+    }
+
+    /// Whether records are split by time.
+    pub fn uses_time(&self) -> bool {
+        self.pieces
+            .iter()
+            .any(|p| matches!(p, Piece::Year | Piece::Month | Piece::Day | Piece::Hour))
+    }
+
+    /// Whether keys name a batch's first offset.
+    pub fn uses_offset(&self) -> bool {
+        self.pieces.contains(&Piece::Offset)
+    }
+
+    /// Whether keys carry a fresh uuid.
+    pub fn uses_uuid(&self) -> bool {
+        self.pieces.contains(&Piece::Uuid)
+    }
+
+    /// The partition of a record that came (or claims to come) at `time`, with
+    /// these field values (`None`: missing) from source partition `source`.
+    pub fn partition_of(
+        &self,
+        time: OffsetDateTime,
+        fields: Vec<String>,
+        source: Option<i32>,
+    ) -> PartitionKey {
+        PartitionKey {
+            hour: self
+                .uses_time()
+                .then(|| time.unix_timestamp().div_euclid(3600)),
+            fields,
+            source_partition: source,
+        }
+    }
+
+    /// The key of a batch of `partition` whose first record is at `offset`.
+    pub fn render(
+        &self,
+        stream: &str,
+        partition: &PartitionKey,
+        offset: u64,
+        uuid: uuid::Uuid,
+    ) -> String {
+        let time = OffsetDateTime::from_unix_timestamp(partition.hour.unwrap_or(0) * 3600)
+            .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+        let mut key = String::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => key.push_str(text),
+                Piece::Stream => key.push_str(stream),
+                Piece::Year => key.push_str(&format!("{:04}", time.year())),
+                Piece::Month => key.push_str(&format!("{:02}", u8::from(time.month()))),
+                Piece::Day => key.push_str(&format!("{:02}", time.day())),
+                Piece::Hour => key.push_str(&format!("{:02}", time.hour())),
+                Piece::Field(index) => {
+                    key.push_str(&segment(partition.fields.get(*index).map(String::as_str)))
+                }
+                Piece::Partition => match partition.source_partition {
+                    Some(p) => key.push_str(&p.to_string()),
+                    None => key.push('_'),
+                },
+                // Zero-padded so that keys sort in offset order.
+                Piece::Offset => key.push_str(&format!("{offset:020}")),
+                Piece::Uuid => key.push_str(&uuid.simple().to_string()),
+            }
+        }
+        if self.shard_prefix {
+            key = format!("{:04x}/{key}", fnv1a(key.as_bytes()) & 0xffff);
+        }
+        key.push_str(self.extension);
+        key
+    }
+}
+
+/// A field value as one safe key segment: control characters and separators
+/// replaced, at most 128 bytes, never empty, `.` or `..` (those become `_`).
+fn segment(value: Option<&str>) -> String {
+    let mut out = String::new();
+    for c in value.unwrap_or("").chars() {
+        if out.len() + c.len_utf8() > MAX_FIELD_VALUE {
+            break;
+        }
+        out.push(if c.is_control() || c == '/' || c == '\\' {
+            '_'
+        } else {
+            c
+        });
+    }
+    match out.as_str() {
+        "" | "." | ".." => "_".into(),
+        _ => out,
+    }
+}
+
+/// FNV-1a: stable across releases, for shard prefixes.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(template: &str, partition: &PartitionKey, offset: u64) -> String {
+        StreamKeyTemplate::parse(template, Compression::Zstd)
+            .unwrap()
+            .render("clicks", partition, offset, uuid::Uuid::from_u128(0xab))
+    }
+
+    #[test]
+    fn renders_keys() {
+        let t = StreamKeyTemplate::parse(
+            "{stream}/{yyyy}/{mm}/{dd}/{hh}/{field:tenant}/{uuid}",
+            Compression::Zstd,
+        )
+        .unwrap();
+        let time = time::macros::datetime!(2026-11-25 13:59:59 UTC);
+        let p = t.partition_of(time, vec!["acme".into()], None);
+        let cases: Vec<(&str, PartitionKey, &str)> = vec![
+            (
+                "{stream}/{yyyy}/{mm}/{dd}/{hh}/{field:tenant}/{uuid}",
+                p.clone(),
+                "clicks/2026/11/25/13/acme/000000000000000000000000000000ab.ndjson.zst",
+            ),
+            (
+                "{stream}/{partition}/{offset}",
+                PartitionKey {
+                    source_partition: Some(7),
+                    ..Default::default()
+                },
+                "clicks/7/00000000000000000042.ndjson.zst",
+            ),
+            (
+                "{field:tenant}/{uuid}",
+                PartitionKey {
+                    fields: vec!["../x/y\n".into()],
+                    ..Default::default()
+                },
+                ".._x_y_/000000000000000000000000000000ab.ndjson.zst",
+            ),
+            (
+                "{field:tenant}/{uuid}",
+                PartitionKey {
+                    fields: vec!["..".into()],
+                    ..Default::default()
+                },
+                "_/000000000000000000000000000000ab.ndjson.zst",
+            ),
+        ];
+        for (template, partition, want) in cases {
+            assert_eq!(key(template, &partition, 42), want, "{template}");
+        }
+        let other_hour = t.partition_of(time + time::Duration::SECOND, vec!["acme".into()], None);
+        assert_ne!(p, other_hour);
+        let untimed = StreamKeyTemplate::parse("{stream}/{uuid}", Compression::None).unwrap();
+        assert_eq!(untimed.partition_of(time, vec![], None).hour, None);
+    }
+
+    #[test]
+    fn refuses_bad_templates() {
+        for bad in [
+            "{stream}/{yyyy}",
+            "{stream}/{field:}/{uuid}",
+            "{nope}/{uuid}",
+            "{uuid",
+            "/{uuid}",
+            "a//{uuid}",
+            "_sluice/{uuid}",
+        ] {
+            assert!(
+                StreamKeyTemplate::parse(bad, Compression::Zstd).is_err(),
+                "{bad}"
+            );
+        }
+        let long = format!("{}/{{uuid}}", "x".repeat(600));
+        assert!(StreamKeyTemplate::parse(&long, Compression::Zstd).is_err());
+    }
+
+    #[test]
+    fn shard_prefix_is_stable() {
+        let t = StreamKeyTemplate::parse("{stream}/{offset}", Compression::Gzip)
+            .unwrap()
+            .with_shard_prefix(true);
+        let a = t.render("s", &PartitionKey::default(), 1, uuid::Uuid::nil());
+        assert_eq!(
+            a,
+            t.render("s", &PartitionKey::default(), 1, uuid::Uuid::nil())
+        );
+        assert!(a.ends_with("/s/00000000000000000001.ndjson.gz"), "{a}");
+        assert_eq!(a.find('/'), Some(4));
+    }
+}
