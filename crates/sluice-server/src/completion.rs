@@ -33,6 +33,8 @@ pub enum UploadKind {
     DirectPost,
     /// A multipart upload straight to the bucket, completed through the gateway.
     DirectMultipart,
+    /// A batch of records of a stream (`POST /v1/streams/NAME`).
+    StreamBatch,
 }
 
 impl UploadKind {
@@ -47,6 +49,7 @@ impl UploadKind {
             UploadKind::TusRecovered => "tus_recovered",
             UploadKind::DirectPost => "direct_post",
             UploadKind::DirectMultipart => "direct_multipart",
+            UploadKind::StreamBatch => "stream_batch",
         }
     }
 }

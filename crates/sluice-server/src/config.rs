@@ -44,6 +44,8 @@ pub struct ServerConfig {
     pub hooks: crate::hooks::HookSettings,
     pub direct: crate::direct::DirectSettings,
     pub ui: crate::ui::UiSettings,
+    /// Record streams (`POST /v1/streams/NAME`), one `[streams.NAME]` table each.
+    pub streams: std::collections::BTreeMap<String, sluice_streams::StreamConfig>,
 }
 
 /// Limits on `multipart/form-data` uploads (busboy's and multer's constraints):
@@ -242,6 +244,7 @@ impl Default for ServerConfig {
             hooks: crate::hooks::HookSettings::default(),
             direct: crate::direct::DirectSettings::default(),
             ui: crate::ui::UiSettings::default(),
+            streams: Default::default(),
         }
     }
 }
@@ -399,6 +402,14 @@ impl ServerConfig {
             key: "key_template",
             reason,
         })?;
+        for (name, stream) in &self.streams {
+            sluice_streams::validate_stream_name(name)
+                .and_then(|()| stream.validate())
+                .map_err(|e| ConfigError {
+                    key: "streams",
+                    reason: format!("[streams.{name}]: {e}"),
+                })?;
+        }
         let limits = &self.limits;
         if limits.max_concurrent_uploads == 0 {
             return fail("limits.max_concurrent_uploads", "must be at least 1");

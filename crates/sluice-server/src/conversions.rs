@@ -38,7 +38,7 @@ impl From<BodyError> for ApiError {
 
 /// A request body that failed, as the engine or the state layer saw it (an
 /// `io::Error` that may carry the [`BodyError`] saying why).
-fn body_failed(error: &std::io::Error) -> ApiError {
+pub(crate) fn body_failed(error: &std::io::Error) -> ApiError {
     BodyError::find(error).map_or_else(
         || ApiError::BadRequest("the request body could not be read".into()),
         ApiError::from,
@@ -67,6 +67,18 @@ impl From<TransferError> for ApiError {
             )),
             TransferError::StreamTooLarge(limit) => ApiError::TooLarge { limit },
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<sluice_streams::StreamError> for ApiError {
+    fn from(error: sluice_streams::StreamError) -> Self {
+        use sluice_streams::StreamError;
+        match error {
+            StreamError::BadInput(reason) => ApiError::BadRequest(reason),
+            StreamError::BadRecords { .. } => ApiError::InvalidRecords(error.to_string()),
+            StreamError::NotStored(_) => ApiError::RecordsNotStored,
+            StreamError::Closed => ApiError::ShuttingDown { retry_after: 1 },
         }
     }
 }

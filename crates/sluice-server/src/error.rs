@@ -53,6 +53,15 @@ pub enum ApiError {
     Tus(#[from] sluice_tus::TusError),
     #[error("{0}")]
     Conflict(String),
+    /// Records that are not JSON (or too large); nothing of the request was taken.
+    #[error("{0}")]
+    InvalidRecords(String),
+    /// The batch holding a request's records was not stored; none of them is
+    /// acknowledged.
+    #[error("the records were not stored; nothing of this request is acknowledged, retry later")]
+    RecordsNotStored,
+    #[error("no stream named {0:?} (streams are configured as [streams.NAME])")]
+    NoStream(String),
     /// The key cannot be stored next to what the store holds already.
     #[error("the key conflicts with stored objects: {0}")]
     KeyConflict(String),
@@ -66,7 +75,11 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::InvalidKey(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidKey(_) | ApiError::BadRequest(_) | ApiError::InvalidRecords(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::NoStream(_) => StatusCode::NOT_FOUND,
+            ApiError::RecordsNotStored => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound | ApiError::NoRoute | ApiError::DirectUploadsOff => {
                 StatusCode::NOT_FOUND
             }
@@ -114,6 +127,9 @@ impl ApiError {
             ApiError::ShuttingDown { .. } => "shutting_down",
             ApiError::Tus(e) => e.code(),
             ApiError::Conflict(_) => "conflict",
+            ApiError::InvalidRecords(_) => "invalid_records",
+            ApiError::RecordsNotStored => "not_stored",
+            ApiError::NoStream(_) => "no_such_stream",
             ApiError::KeyConflict(_) => "key_conflict",
             ApiError::Store(e) if e.is_transient() => "store_unavailable",
             ApiError::Store(_) => "store_error",
@@ -131,7 +147,7 @@ impl ApiError {
                     .map_or(1, |d| d.as_secs_f64().ceil().max(1.0) as u64),
             ),
             ApiError::Tus(e) => e.retry_after(),
-            ApiError::HookUnavailable => Some(1),
+            ApiError::HookUnavailable | ApiError::RecordsNotStored => Some(1),
             _ => None,
         }
     }

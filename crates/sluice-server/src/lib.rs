@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod routes;
 mod server;
 pub mod store;
+pub mod streams;
 pub mod tus;
 pub mod ui;
 pub mod unread;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub hooks: Arc<hooks::Hooks>,
     /// Signing of direct-to-bucket uploads (`/s3/`), when on.
     pub direct: Option<direct::Direct>,
+    /// Record streams (`/v1/streams/`).
+    pub streams: streams::Streams,
 }
 
 impl AppState {
@@ -100,11 +103,15 @@ impl AppState {
             key: e.key,
             reason: e.reason,
         })?;
+        let completion = completion::CompletionPoint::new(metrics.clone(), events.clone());
+        let streams = streams::Streams::new(&config.streams, &engine, &completion)?;
+        metrics.watch_streams(&streams);
         Ok(AppState {
+            streams,
             hooks: Arc::new(hooks),
             direct: None,
             auth: Arc::new(auth),
-            completion: completion::CompletionPoint::new(metrics.clone(), events.clone()),
+            completion,
             events,
             store,
             resumable,

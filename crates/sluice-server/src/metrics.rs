@@ -11,6 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use sluice_streams::{StatsSnapshot, StreamStats};
 use sluice_upload::Engine;
 
 /// Labels of store request metrics.
@@ -41,6 +42,102 @@ impl Mirrored {
         self.counter.inc_by(total.saturating_sub(seen));
     }
 }
+
+/// Labels of record stream metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamLabels {
+    pub stream: String,
+}
+
+/// The stream counters rendered at scrape time: (metric, type, help, value).
+type StreamLine = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&StatsSnapshot) -> f64,
+);
+
+/// Every per-stream figure read from the streams' own counters.
+const STREAM_LINES: &[StreamLine] = &[
+    (
+        "sluice_stream_records_total",
+        "counter",
+        "Records taken into batches",
+        |s| s.records_in as f64,
+    ),
+    (
+        "sluice_stream_record_bytes_total",
+        "counter",
+        "Bytes of records taken, before compression",
+        |s| s.bytes_in as f64,
+    ),
+    (
+        "sluice_stream_rejected_records_total",
+        "counter",
+        "Invalid records (refused with their request, or dead-lettered)",
+        |s| s.rejected as f64,
+    ),
+    (
+        "sluice_stream_parse_seconds_total",
+        "counter",
+        "CPU time spent decoding and checking records",
+        |s| s.parse_seconds,
+    ),
+    (
+        "sluice_stream_compress_seconds_total",
+        "counter",
+        "CPU time spent compressing batches",
+        |s| s.compress_seconds,
+    ),
+    (
+        "sluice_stream_batches_total",
+        "counter",
+        "Batches stored as objects",
+        |s| s.batches as f64,
+    ),
+    (
+        "sluice_stream_batch_records_total",
+        "counter",
+        "Records in stored batches (divide by batches for the mean fill)",
+        |s| s.batch_records as f64,
+    ),
+    (
+        "sluice_stream_batch_record_bytes_total",
+        "counter",
+        "Record bytes in stored batches, before compression",
+        |s| s.batch_record_bytes as f64,
+    ),
+    (
+        "sluice_stream_stored_bytes_total",
+        "counter",
+        "Bytes of stored batch objects, after compression",
+        |s| s.batch_stored_bytes as f64,
+    ),
+    (
+        "sluice_stream_flush_seconds_total",
+        "counter",
+        "Sum over stored batches of the time from flush to stored object",
+        |s| s.flush_seconds,
+    ),
+    (
+        "sluice_stream_failed_batches_total",
+        "counter",
+        "Batches the store did not take (their requests got 503)",
+        |s| s.failed as f64,
+    ),
+    (
+        "sluice_stream_evicted_batches_total",
+        "counter",
+        "Batches flushed early to make room under max_open_partitions",
+        |s| s.evicted as f64,
+    ),
+    (
+        "sluice_stream_open_partitions",
+        "gauge",
+        "Batches open now",
+        |s| s.open_partitions as f64,
+    ),
+];
 
 /// How an upload ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,6 +193,9 @@ struct Inner {
     concurrency_limits: Family<PrefixLabels, Gauge>,
     rate_limits: Family<PrefixLabels, Gauge>,
     part_seconds: Histogram,
+    stream_ack_seconds: Family<StreamLabels, Histogram>,
+    /// The streams' own counters, read at scrape time.
+    streams: std::sync::OnceLock<Vec<(String, Arc<StreamStats>)>>,
 }
 
 impl Default for Metrics {
@@ -141,6 +241,10 @@ impl Metrics {
             concurrency_limits: Family::default(),
             rate_limits: Family::default(),
             part_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            stream_ack_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 18))
+            }),
+            streams: std::sync::OnceLock::new(),
             registry: Registry::default(),
         };
         registry.register(
@@ -308,6 +412,11 @@ impl Metrics {
             "Latency of UploadPart requests",
             inner.part_seconds.clone(),
         );
+        registry.register(
+            "sluice_stream_ack_seconds",
+            "Record requests from admission to acknowledgement (every batch holding them stored)",
+            inner.stream_ack_seconds.clone(),
+        );
         let inner = Inner { registry, ..inner };
         Metrics {
             inner: Arc::new(inner),
@@ -404,6 +513,42 @@ impl Metrics {
 
     /// The text exposition of every metric, with the engine's figures (memory
     /// budget, retries, adaptive limits) read now.
+    /// Reads these streams' counters at every scrape.
+    pub fn watch_streams(&self, streams: &crate::streams::Streams) {
+        let _ = self.inner.streams.set(streams.stats());
+    }
+
+    pub fn stream_acknowledged(&self, stream: &str, seconds: f64) {
+        self.inner
+            .stream_ack_seconds
+            .get_or_create(&StreamLabels {
+                stream: stream.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    /// The per-stream lines, in the text format, before the closing `# EOF`.
+    fn render_streams(&self, text: &mut String) {
+        use std::fmt::Write;
+        let Some(streams) = self.inner.streams.get().filter(|s| !s.is_empty()) else {
+            return;
+        };
+        let snapshots: Vec<(&str, StatsSnapshot)> = streams
+            .iter()
+            .map(|(name, stats)| (name.as_str(), stats.snapshot()))
+            .collect();
+        let end = text.rfind("# EOF").unwrap_or(text.len());
+        let mut lines = String::new();
+        for (name, kind, help, value) in STREAM_LINES {
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            let _ = writeln!(lines, "# HELP {family} {help}.\n# TYPE {family} {kind}");
+            for (stream, snapshot) in &snapshots {
+                let _ = writeln!(lines, "{name}{{stream=\"{stream}\"}} {}", value(snapshot));
+            }
+        }
+        text.insert_str(end, &lines);
+    }
+
     pub fn render(&self, engine: &Engine) -> String {
         let inner = &self.inner;
         inner.memory_limit.set(engine.budget().capacity() as i64);
@@ -443,6 +588,7 @@ impl Metrics {
         }
         let mut text = String::new();
         encode(&mut text, &self.inner.registry).expect("writing to a String cannot fail");
+        self.render_streams(&mut text);
         text
     }
 }

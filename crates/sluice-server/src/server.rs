@@ -222,6 +222,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         delivery.abort();
     }
     state.admission.close();
+    // Requests waiting for their batch are answered now, not at its age.
+    state.streams.flush_all();
     tracing::info!(
         in_flight = connections.len(),
         grace_s = limits.shutdown_grace.as_secs(),
@@ -234,6 +236,7 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         tracing::warn!("shutdown grace expired; aborting the uploads still running");
     }
     connections.shutdown().await;
+    state.streams.close_all().await;
     state.engine.finish_aborts().await;
 }
 

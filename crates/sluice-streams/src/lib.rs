@@ -22,5 +22,5 @@ pub use compress::CpuPool;
 pub use config::{Compression, StreamConfig};
 pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{StatsSnapshot, StreamStats};
-pub use stream::{BatchResult, OnStored, RecordStream, StoredBatch, Ticket};
+pub use stream::{validate_stream_name, BatchResult, OnStored, RecordStream, StoredBatch, Ticket};
 pub use template::{PartitionKey, StreamKeyTemplate};

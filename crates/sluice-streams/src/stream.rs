@@ -168,13 +168,7 @@ impl RecordStream {
         on_stored: Option<OnStored>,
     ) -> Result<RecordStream, StreamConfigError> {
         config.validate()?;
-        sluice_input::keys::validate_client_key(name)
-            .ok()
-            .filter(|()| !name.contains('/'))
-            .ok_or_else(|| StreamConfigError {
-                key: "name",
-                reason: format!("{name:?} is not a valid stream name (one key segment)"),
-            })?;
+        validate_stream_name(name)?;
         let parse = |text: &str, key| {
             StreamKeyTemplate::parse(text, config.compression)
                 .map(|t| t.with_shard_prefix(config.shard_prefix))
@@ -293,6 +287,26 @@ impl RecordStream {
         self.flush();
         self.inner.writers.close();
         self.inner.writers.wait().await;
+    }
+}
+
+/// A stream's name is one key segment: it appears in keys and URLs.
+pub fn validate_stream_name(name: &str) -> Result<(), StreamConfigError> {
+    let fine = name.len() <= 128
+        && !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.starts_with('.')
+        && !sluice_store::is_reserved_key(name);
+    match fine {
+        true => Ok(()),
+        false => Err(StreamConfigError {
+            key: "name",
+            reason: format!(
+                "{name:?} is not a stream name (1-128 of A-Z a-z 0-9 - _ ., not starting with '.')"
+            ),
+        }),
     }
 }
 

@@ -1,4 +1,5 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
+//! `/v1/streams/{stream}` (records, see [`crate::streams`]),
 //! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/s3/` (direct uploads,
 //! [`crate::direct`]), the upload page and `/ui/assets/` ([`crate::ui`]),
 //! `/healthz`, `/readyz`, and `/metrics` with the dashboard (on the admin
@@ -7,6 +8,7 @@
 mod form;
 mod health;
 mod objects;
+mod streams;
 
 use axum::routing::get;
 use axum::Router;
@@ -14,6 +16,7 @@ use axum::Router;
 use crate::AppState;
 
 pub use objects::{seconds_since, ListEntry, ListResponse, UploadResponse};
+pub use streams::StreamAck;
 
 pub fn router(state: AppState) -> Router {
     let metrics_here = state.config.admin_listen.is_none();
@@ -28,6 +31,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/objects",
             get(objects::list_objects).post(form::post_form),
+        )
+        .route(
+            "/v1/streams/{stream}",
+            axum::routing::post(streams::post_records),
         )
         .merge(crate::tus::router())
         .merge(crate::direct::router())

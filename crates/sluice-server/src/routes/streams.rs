@@ -1,0 +1,145 @@
+//! `POST /v1/streams/{stream}`: records in, acknowledged once stored. The body
+//! is NDJSON (or a JSON array with `Content-Type: application/json`), optionally
+//! gzip or zstd (`Content-Encoding`). It is read under the memory budget and
+//! the body limits of uploads, checked whole (an invalid record refuses the
+//! request with 400 naming its line, unless the stream has a dead letter), and
+//! answered 200 only when every batch holding its records is stored, with their
+//! keys; when a batch fails, 503 + Retry-After and nothing is acknowledged.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::Json;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use serde::Serialize;
+use sluice_streams::ingest::{acknowledge, submit_body, BodyEncoding};
+use sluice_streams::records::BodyFormat;
+
+use crate::admission::Party;
+use crate::auth::{Grant, Op};
+use crate::body::{content_length, limited_stream};
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The answer to an acknowledged request.
+#[derive(Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct StreamAck {
+    /// Records taken.
+    pub records: u64,
+    /// Invalid records put in the stream's dead letter.
+    pub dead_lettered: u64,
+    /// Keys of the objects holding this request's records (dead letter included).
+    pub objects: Vec<String>,
+}
+
+pub async fn post_records(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    grant: Grant,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<StreamAck>, ApiError> {
+    let stream = state
+        .streams
+        .get(&name)
+        .ok_or_else(|| ApiError::NoStream(name.clone()))?
+        .clone();
+    grant.check(Op::Put, &format!("{name}/"))?;
+    let format = body_format(&headers)?;
+    let encoding = BodyEncoding::from_header(
+        headers
+            .get(header::CONTENT_ENCODING)
+            .map(|v| v.to_str().unwrap_or("?")),
+    )?;
+    let limit = stream.config().max_request_bytes;
+    if content_length(&headers)?.is_some_and(|length| length > limit) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let started = std::time::Instant::now();
+    let _slot = state
+        .admission
+        .admit(&Party {
+            tenant: grant.tenant.clone(),
+            prefix: Some(name.clone()),
+        })
+        .await?;
+    let (body, memory) = read_body(&state, body, limit).await?;
+    let submitted = submit_body(&stream, body, encoding, format, memory).await?;
+    let (records, dead_lettered) = (submitted.records, submitted.dead_lettered);
+    let stored = acknowledge(submitted.tickets).await?;
+    state
+        .metrics
+        .stream_acknowledged(&name, started.elapsed().as_secs_f64());
+    let mut objects: Vec<String> = stored.iter().map(|b| b.key.clone()).collect();
+    objects.sort();
+    objects.dedup();
+    Ok(Json(StreamAck {
+        records,
+        dead_lettered,
+        objects,
+    }))
+}
+
+/// NDJSON unless the body says it is one JSON document.
+fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(BodyFormat::Ndjson);
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" => Ok(BodyFormat::JsonArray),
+        "application/x-ndjson"
+        | "application/ndjson"
+        | "application/jsonl"
+        | "application/x-jsonlines"
+        | "text/plain"
+        | "application/octet-stream" => Ok(BodyFormat::Ndjson),
+        _ => Err(ApiError::UnsupportedMediaType {
+            expected:
+                "application/x-ndjson (one JSON value per line) or application/json (an array)",
+        }),
+    }
+}
+
+/// The whole body, each chunk reserved from the memory budget as it arrives.
+async fn read_body(
+    state: &AppState,
+    body: Body,
+    limit: u64,
+) -> Result<(Bytes, sluice_upload::Reservation), ApiError> {
+    let budget = state.engine.budget();
+    let mut memory = budget.nothing();
+    let mut chunks = Vec::new();
+    let mut total = 0usize;
+    let mut body = limited_stream(
+        body,
+        Some(limit),
+        state.config.limits.body_pace(),
+        state.metrics.clone(),
+    );
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| crate::conversions::body_failed(&e))?;
+        memory.absorb(budget.reserve(chunk.len() as u64).await);
+        total += chunk.len();
+        chunks.push(chunk);
+    }
+    if chunks.len() <= 1 {
+        return Ok((chunks.pop().unwrap_or_default(), memory));
+    }
+    // One contiguous buffer, so that records are slices of it.
+    memory.absorb(budget.reserve(total as u64).await);
+    let mut joined = BytesMut::with_capacity(total);
+    for chunk in chunks {
+        joined.extend_from_slice(&chunk);
+    }
+    memory.shrink_to(total as u64);
+    Ok((joined.freeze(), memory))
+}
