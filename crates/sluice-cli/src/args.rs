@@ -94,6 +94,17 @@ sluice chaos-proxy --upstream http://127.0.0.1:9000 --write-rate 500 --latency 2
 sluice events --store ./sluice-data --failed"
     )]
     Events(EventsArgs),
+    /// Turn records (one JSON value per line) from standard input into batched,
+    /// compressed objects of a stream, as `POST /v1/streams/NAME` does.
+    #[command(
+        after_help = "Batches are flushed on --flush-bytes, --flush-records or --flush-age, and at the end of \
+the input; the summary is printed once every batch is stored. An invalid line stops the run (the records \
+of earlier blocks stay stored) unless --dead-letter-template keeps it aside.\nExamples:\n  \
+app | sluice ingest --stream clicks --store s3://events --endpoint http://127.0.0.1:9000\n  \
+zcat logs.ndjson.gz | sluice ingest --stream logs --store ./sluice-data --key-template '{stream}/{field:service}/{offset}'\n  \
+sluice ingest --stream clicks --store s3://events --config clicks.toml < records.ndjson"
+    )]
+    Ingest(Box<IngestArgs>),
     /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
     /// for a gateway started with the same --url-secret-file.
     #[command(
@@ -363,6 +374,52 @@ pub struct GetArgs {
     pub dest: PathBuf,
     #[command(flatten)]
     pub many: ManyArgs,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// `sluice ingest`.
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// The stream's name: `{stream}` in its key template.
+    #[arg(long)]
+    pub stream: String,
+    /// The store: s3://bucket[/prefix] or a local directory.
+    #[arg(long, env = "SLUICE_STORE")]
+    pub store: String,
+    /// A TOML file with the stream's settings (the keys of a gateway's
+    /// `[streams.NAME]` table); the flags below override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Object keys: {stream}, {yyyy} {mm} {dd} {hh}, {field:NAME}, {offset} (the
+    /// batch's first record's position in the input), {uuid}
+    /// [default: {stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}].
+    #[arg(long)]
+    pub key_template: Option<String>,
+    /// Flush a batch at this many bytes of records (before compression) [default: 64MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub flush_bytes: Option<u64>,
+    /// Flush a batch at this many records [default: 1000000].
+    #[arg(long)]
+    pub flush_records: Option<u64>,
+    /// Flush a batch this long after its first record [default: 1s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub flush_age: Option<std::time::Duration>,
+    /// zstd, gzip or none [default: zstd].
+    #[arg(long, value_parser = ["zstd", "gzip", "none"])]
+    pub compression: Option<String>,
+    /// Compression level (zstd 1-19, gzip 1-9) [default: 3 for zstd, 6 for gzip].
+    #[arg(long)]
+    pub level: Option<i32>,
+    /// A top-level field with each record's time, for the time placeholders.
+    #[arg(long, value_name = "FIELD")]
+    pub time_field: Option<String>,
+    /// Keep invalid lines, as they came, in objects under this template.
+    #[arg(long)]
+    pub dead_letter_template: Option<String>,
+    /// The summary as one JSON line.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub transfer: TransferArgs,
 }

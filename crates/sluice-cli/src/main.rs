@@ -8,6 +8,7 @@ mod args;
 mod bench;
 mod chaos;
 mod events;
+mod ingest;
 mod janitor;
 mod ls;
 mod many;
@@ -81,6 +82,7 @@ fn main() -> ExitCode {
             Command::ChaosProxy(args) => chaos::run(args).await,
             Command::Sign(args) => sign::run(args),
             Command::Events(args) => events::run(args).await,
+            Command::Ingest(args) => ingest::run(*args).await,
             Command::Completions { shell } => packaging::completions(shell),
             Command::Man => packaging::man(),
         }

@@ -1,0 +1,296 @@
+//! `sluice ingest`: records from standard input into a stream's objects. Input
+//! is read in blocks of about 1 MiB (cut at the last newline, each reserved from
+//! the memory budget first), parsed on the CPU pool several blocks at a time,
+//! and appended in input order, so that `{offset}` is a record's position in the
+//! input. The summary comes once every batch is stored.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_store::StoreLocation;
+use sluice_streams::ingest::{append_parsed, parse_on_pool};
+use sluice_streams::records::BodyFormat;
+use sluice_streams::{Compression, CpuPool, RecordStream, StreamConfig, StreamError, Ticket};
+use sluice_upload::{Engine, Reservation};
+
+use crate::args::IngestArgs;
+use crate::UsageError;
+
+/// Bytes read from the input per block.
+const BLOCK: usize = 1 << 20;
+
+pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
+    let config = stream_config(&args)?;
+    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
+    let store = crate::target::open_store(
+        location,
+        args.transfer.endpoint.clone(),
+        args.transfer.region.clone(),
+        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+    )
+    .await?;
+    let description = store.describe();
+    let engine = Engine::new(store, crate::engine_config(&args.transfer)?)?;
+    let stream = RecordStream::new(
+        &args.stream,
+        config,
+        engine.clone(),
+        CpuPool::per_core(),
+        None,
+    )
+    .map_err(|e| UsageError(e.to_string()))?;
+    let started = Instant::now();
+    let outcome = crate::interruptible_saying(
+        &engine,
+        ingest(&stream, Box::new(std::io::stdin())),
+        "interrupted: the batches stored before stay; the records after them were not stored",
+    )
+    .await?;
+    let summary = outcome.with_context(|| format!("ingesting into {description}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = stream.stats().snapshot();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "stream": args.stream,
+                "records": summary.records,
+                "dead_lettered": summary.dead_lettered,
+                "objects": summary.objects,
+                "record_bytes": stats.bytes_in,
+                "stored_bytes": stats.batch_stored_bytes,
+                "seconds": seconds,
+            })
+        );
+    } else if !args.transfer.quiet {
+        eprintln!(
+            "sluice ingest: {} records ({}) in {} objects ({}) on {description} in {seconds:.1} s{}",
+            summary.records,
+            sluice_upload::format_size(stats.bytes_in),
+            summary.objects,
+            sluice_upload::format_size(stats.batch_stored_bytes),
+            match summary.dead_lettered {
+                0 => String::new(),
+                n => format!("; {n} invalid lines in the dead letter"),
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The file's settings, then the flags.
+fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text).map_err(|e| UsageError(format!("{}: {e}", path.display())))?
+        }
+        None => StreamConfig::default(),
+    };
+    if let Some(template) = &args.key_template {
+        config.key_template = template.clone();
+    }
+    if let Some(bytes) = args.flush_bytes {
+        config.flush_bytes = bytes;
+    }
+    if let Some(records) = args.flush_records {
+        config.flush_records = records;
+    }
+    if let Some(age) = args.flush_age {
+        config.flush_age = age;
+    }
+    if let Some(compression) = &args.compression {
+        config.compression = match compression.as_str() {
+            "gzip" => Compression::Gzip,
+            "none" => Compression::None,
+            _ => Compression::Zstd,
+        };
+    }
+    if args.level.is_some() {
+        config.level = args.level;
+    }
+    if args.time_field.is_some() {
+        config.time_field = args.time_field.clone();
+    }
+    if args.dead_letter_template.is_some() {
+        config.dead_letter_template = args.dead_letter_template.clone();
+    }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(config)
+}
+
+/// What a whole input became.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub records: u64,
+    pub dead_lettered: u64,
+    pub objects: u64,
+}
+
+/// Ingests every line of `input`, then closes the stream and waits for its
+/// batches.
+pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyhow::Result<Summary> {
+    let width = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
+    let blocks = blocks(
+        stream.engine().clone(),
+        input,
+        stream.config().max_record_bytes,
+    );
+    let mut parsed = blocks
+        .map(|block| async move {
+            let (data, memory, first_line) = block?;
+            let arrival = time::OffsetDateTime::now_utc();
+            let parsed = parse_on_pool(stream, data, BodyFormat::Ndjson, arrival, first_line).await;
+            Ok::<_, anyhow::Error>((parsed, arrival, memory, first_line))
+        })
+        .buffered(width);
+    let mut summary = Summary::default();
+    let mut waiting: HashMap<u64, Ticket> = HashMap::new();
+    let result = async {
+        while let Some(block) = parsed.next().await {
+            let (parsed, arrival, memory, first_line) = block?;
+            let submitted = match append_parsed(stream, parsed?, arrival, memory) {
+                Err(StreamError::BadRecords { first, count }) => {
+                    let kept = match first_line {
+                        0 => "nothing was stored".to_string(),
+                        n => format!("the {n} lines before its block are stored"),
+                    };
+                    return Err(anyhow!(
+                        "{first} ({count} invalid in its block); {kept} \
+                         (--dead-letter-template keeps invalid lines aside instead)"
+                    ));
+                }
+                other => other?,
+            };
+            summary.records += submitted.records;
+            summary.dead_lettered += submitted.dead_lettered;
+            for ticket in submitted.tickets {
+                waiting.entry(ticket.batch()).or_insert(ticket);
+            }
+            // Batches already stored need no waiting; a failed one ends the run.
+            let mut failed = None;
+            waiting.retain(|_, ticket| match ticket.peek() {
+                None => true,
+                Some(Ok(_)) => {
+                    summary.objects += 1;
+                    false
+                }
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    false
+                }
+            });
+            if let Some(e) = failed {
+                return Err(anyhow::Error::new(e));
+            }
+        }
+        Ok(())
+    }
+    .await;
+    drop(parsed);
+    stream.close().await;
+    result?;
+    for ticket in waiting.into_values() {
+        ticket.stored().await?;
+        summary.objects += 1;
+    }
+    Ok(summary)
+}
+
+/// The input as blocks of whole lines, each with its memory and the number
+/// of lines before it.
+fn blocks(
+    engine: Engine,
+    input: Box<dyn Read + Send>,
+    max_line: u64,
+) -> futures::stream::BoxStream<'static, anyhow::Result<(Bytes, Reservation, u64)>> {
+    struct State {
+        engine: Engine,
+        input: Option<Box<dyn Read + Send>>,
+        carry: Vec<u8>,
+        lines: u64,
+        done: bool,
+    }
+    let state = State {
+        engine,
+        input: Some(input),
+        carry: Vec::new(),
+        lines: 0,
+        done: false,
+    };
+    futures::stream::unfold(state, move |mut state| async move {
+        if state.done {
+            return None;
+        }
+        let mut memory = state
+            .engine
+            .budget()
+            .reserve((state.carry.len() + BLOCK) as u64)
+            .await;
+        let mut input = state.input.take()?;
+        let mut buffer = std::mem::take(&mut state.carry);
+        let read = tokio::task::spawn_blocking(move || {
+            let start = buffer.len();
+            buffer.resize(start + BLOCK, 0);
+            let mut filled = start;
+            let result = loop {
+                match input.read(&mut buffer[filled..]) {
+                    Ok(0) => break Ok(true),
+                    Ok(n) => {
+                        filled += n;
+                        if filled == buffer.len() {
+                            break Ok(false);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            buffer.truncate(filled);
+            (input, buffer, result)
+        })
+        .await;
+        let (input, mut buffer, ended) = match read {
+            Ok(read) => read,
+            Err(e) => return Some((Err(anyhow!("reading standard input: {e}")), state)),
+        };
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(e) => {
+                state.done = true;
+                return Some((Err(anyhow!("reading standard input: {e}")), state));
+            }
+        };
+        state.input = Some(input);
+        if ended {
+            state.done = true;
+        } else {
+            // Whole lines only: the tail goes with the next block.
+            let cut = buffer
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            state.carry = buffer.split_off(cut);
+            if state.carry.len() as u64 > max_line + 2 {
+                state.done = true;
+                return Some((
+                    Err(anyhow!(
+                        "line {} is longer than the largest record ({max_line} bytes)",
+                        state.lines + buffer.iter().filter(|&&b| b == b'\n').count() as u64 + 1
+                    )),
+                    state,
+                ));
+            }
+        }
+        let first_line = state.lines;
+        state.lines += buffer.iter().filter(|&&b| b == b'\n').count() as u64;
+        memory.shrink_to(buffer.len() as u64);
+        Some((Ok((Bytes::from(buffer), memory, first_line)), state))
+    })
+    .boxed()
+}

@@ -1,0 +1,235 @@
+//! Record streams end to end with the built binary and MinIO: a gateway killed
+//! with SIGKILL while clients post records (every acknowledged record is in a
+//! stored object, once; every stored object is whole), and `sluice ingest`
+//! from standard input.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use sluice_store::s3::S3Store;
+use sluice_store::ObjectStore;
+
+use common::{minio_prefix, serve_on_minio};
+
+/// Every record stored under `prefix`, with the number of objects; panics
+/// on an object that does not decompress whole.
+async fn stored(store: &S3Store, prefix: &str) -> (Vec<serde_json::Value>, usize) {
+    let mut records = Vec::new();
+    let mut objects = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store
+            .list_objects(prefix, cursor.as_deref(), 1000)
+            .await
+            .unwrap();
+        for object in &page.objects {
+            let mut body = store.get_object(&object.key, None).await.unwrap().body;
+            let mut data = Vec::new();
+            while let Some(chunk) = body.try_next().await.unwrap() {
+                data.extend_from_slice(&chunk);
+            }
+            let plain =
+                sluice_streams::compress::decompress(sluice_streams::Compression::Zstd, &data)
+                    .unwrap_or_else(|e| panic!("{} is not whole: {e}", object.key));
+            for line in String::from_utf8(plain).unwrap().lines() {
+                records.push(serde_json::from_str(line).unwrap());
+            }
+            objects += 1;
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    (records, objects)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_records_survive_a_sigkill_of_the_gateway() {
+    let Some((endpoint, prefix, store)) = minio_prefix("streams-kill").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.clicks]\nflush_age = \"150ms\"\nflush_records = 2000\n",
+    )
+    .unwrap();
+    let mut gateway = serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap()],
+    );
+    let url = format!("{}/v1/streams/clicks", gateway.url);
+    let acknowledged: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let clients: Vec<_> = (0..8u64)
+        .map(|c| {
+            let (client, url) = (client.clone(), url.clone());
+            let (acknowledged, sent) = (acknowledged.clone(), sent.clone());
+            tokio::spawn(async move {
+                for request in 0u64.. {
+                    let ids: Vec<(u64, u64)> = (0..100).map(|r| (c, request * 100 + r)).collect();
+                    let body: String = ids
+                        .iter()
+                        .map(|(c, n)| {
+                            format!(
+                                "{{\"client\":{c},\"n\":{n},\"pad\":\"{}\"}}\n",
+                                "p".repeat(200)
+                            )
+                        })
+                        .collect();
+                    sent.lock().unwrap().extend(&ids);
+                    match client.post(&url).body(body).send().await {
+                        Ok(answer) if answer.status() == 200 => {
+                            acknowledged.lock().unwrap().extend(ids)
+                        }
+                        // The gateway is gone: stop.
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let batches be stored and others be in flight, then kill it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gateway.child.kill().unwrap();
+    gateway.child.wait().unwrap();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let sent: HashSet<(u64, u64)> = sent.lock().unwrap().iter().copied().collect();
+    assert!(
+        acknowledged.len() >= 1000,
+        "only {} acknowledged",
+        acknowledged.len()
+    );
+    let (records, objects) = stored(&store, "clicks/").await;
+    let ids: Vec<(u64, u64)> = records
+        .iter()
+        .map(|r| (r["client"].as_u64().unwrap(), r["n"].as_u64().unwrap()))
+        .collect();
+    let unique: HashSet<(u64, u64)> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "a record stored twice");
+    for id in &acknowledged {
+        assert!(
+            unique.contains(id),
+            "acknowledged record {id:?} is not stored"
+        );
+    }
+    assert!(unique.is_subset(&sent), "a stored record nobody sent");
+    eprintln!(
+        "{} records acknowledged, {} stored in {objects} objects, {} sent",
+        acknowledged.len(),
+        unique.len(),
+        sent.len()
+    );
+}
+
+#[tokio::test]
+async fn ingest_from_standard_input_into_minio() {
+    let Some((endpoint, prefix, store)) = minio_prefix("streams-ingest").await else {
+        return;
+    };
+    let input: String = (0..50_000)
+        .map(|n| format!("{{\"n\":{n},\"svc\":\"s{}\"}}\n", n % 4))
+        .collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "ingest",
+            "--stream",
+            "logs",
+            "--store",
+            &format!("s3://{}/{prefix}", sluice_testkit::minio::TEST_BUCKET),
+            "--endpoint",
+            &endpoint,
+            "--key-template",
+            "{stream}/{field:svc}/{offset}",
+            "--flush-records",
+            "5000",
+            "--json",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["records"], 50_000);
+    let (records, objects) = stored(&store, "logs/").await;
+    assert_eq!(summary["objects"], objects as u64);
+    assert!(objects >= 12, "5,000 records per object at most: {objects}");
+    let mut numbers: Vec<u64> = records.iter().map(|r| r["n"].as_u64().unwrap()).collect();
+    numbers.sort();
+    assert_eq!(numbers, (0..50_000).collect::<Vec<u64>>());
+}
+
+/// (arguments after `ingest --stream s --store DIR`, input, exit code, stderr holds)
+type UsageCase = (Vec<&'static str>, &'static str, i32, &'static str);
+
+#[test]
+fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
+    let cases: Vec<UsageCase> = vec![
+        (
+            vec!["--key-template", "{stream}"],
+            "",
+            2,
+            "{uuid} or {offset}",
+        ),
+        (vec!["--level", "40"], "", 2, "level"),
+        (vec!["--flush-records", "0"], "", 2, "flush_records"),
+        (vec![], "{\"a\":1}\n{oops\n", 1, "line 2: not JSON"),
+        (
+            vec!["--dead-letter-template", "dead/{uuid}"],
+            "{\"a\":1}\n{oops\n",
+            0,
+            "",
+        ),
+    ];
+    for (extra, input, code, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["ingest", "--stream", "s", "--store"])
+            .arg(dir.path())
+            .args(&extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        if code != 0 {
+            let stored = std::fs::read_dir(dir.path().join("s")).map_or(0, |d| d.count());
+            assert_eq!(stored, 0, "{extra:?}: nothing stored");
+        }
+    }
+}
