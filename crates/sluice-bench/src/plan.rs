@@ -26,6 +26,10 @@ pub enum Api {
     /// tus 1.0 creation-with-upload: `POST {url}` carrying the whole body, then
     /// `PATCH` for whatever the server did not take in the creation request.
     Tus,
+    /// A record stream: `POST {url}` with NDJSON records of about 1 KiB each,
+    /// the object size's worth of them (distinct records; the same body for a
+    /// given upload number).
+    Records,
     /// Straight to an S3 endpoint, one PutObject per object (no retries).
     S3Put,
     /// Straight to an S3 endpoint, a multipart upload per object (engine defaults:

@@ -69,7 +69,10 @@ impl Uploader {
     pub fn new(plan: LoadPlan, run_id: String, store: Option<StoreSender>) -> Uploader {
         Uploader {
             pool: Pool::new(plan.target.addr),
-            payload: payload(plan.object_size as usize),
+            payload: match plan.target.api {
+                Api::Records => records(RECORD_POOL),
+                _ => payload(plan.object_size as usize),
+            },
             plan,
             run_id,
             store,
@@ -120,6 +123,7 @@ impl Uploader {
                 Api::Put => self.put(seq, &body).await,
                 Api::Form => self.form(seq, &body).await,
                 Api::Tus => self.tus(seq, &body).await,
+                Api::Records => self.records(&body).await,
                 Api::S3Put | Api::S3Multipart => unreachable!("handled above"),
             };
             let ending = match ending {
@@ -147,8 +151,18 @@ impl Uploader {
     }
 
     /// The body of upload `seq`: the object size, or one drawn log-uniformly from
-    /// the plan's range (the same for a given number, so runs repeat).
+    /// the plan's range (the same for a given number, so runs repeat). Records:
+    /// whole records from the pool, starting at a record chosen by `seq`.
     fn body_for(&self, seq: u64) -> Bytes {
+        if self.plan.target.api == Api::Records {
+            let want = (self.plan.object_size as usize).min(self.payload.len() / 2);
+            let records = self.payload.len() / RECORD_BYTES;
+            let start = (shard(seq, records as u32) as usize) * RECORD_BYTES;
+            let start = start.min(self.payload.len() - want);
+            let start = start - start % RECORD_BYTES;
+            let end = start + want.div_ceil(RECORD_BYTES).max(1) * RECORD_BYTES;
+            return self.payload.slice(start..end.min(self.payload.len()));
+        }
         let max = self.plan.object_size;
         let size = match self.plan.min_object_size {
             Some(min) if min < max => {
@@ -185,6 +199,17 @@ impl Uploader {
         let build = || {
             self.request(Method::PUT, &uri)
                 .header(header::CONTENT_TYPE, "application/octet-stream")
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(ChunkBody::new([body.clone()]))
+                .expect("valid request")
+        };
+        self.pool.exchange(build, self.plan.request_timeout).await
+    }
+
+    async fn records(&self, body: &Bytes) -> Result<Answer, ExchangeError> {
+        let build = || {
+            self.request(Method::POST, &self.plan.target.path)
+                .header(header::CONTENT_TYPE, "application/x-ndjson")
                 .header(header::CONTENT_LENGTH, body.len())
                 .body(ChunkBody::new([body.clone()]))
                 .expect("valid request")
@@ -319,6 +344,51 @@ fn shard(seq: u64, n: u32) -> u64 {
 }
 
 /// A payload of `size` bytes that does not compress (xorshift output).
+/// Bytes of one generated record, its newline included.
+const RECORD_BYTES: usize = 1024;
+/// Bytes of distinct records request bodies are cut from.
+const RECORD_POOL: usize = 64 << 20;
+
+/// `pool` bytes of NDJSON records of exactly [`RECORD_BYTES`] each: a sequence
+/// number, a user, an event name and words drawn from a small vocabulary
+/// (text that compresses about as well as application logs).
+pub(crate) fn records(pool: usize) -> Bytes {
+    const WORDS: [&str; 32] = [
+        "click", "view", "scroll", "cart", "checkout", "search", "login", "logout", "error",
+        "retry", "timeout", "mobile", "desktop", "tablet", "home", "product", "category", "banner",
+        "video", "play", "pause", "share", "like", "comment", "follow", "signup", "promo",
+        "coupon", "region", "europe", "america", "asia",
+    ];
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut out = Vec::with_capacity(pool);
+    let mut seq = 0u64;
+    while out.len() + RECORD_BYTES <= pool {
+        let mut record = format!(
+            "{{\"seq\":{seq},\"user\":\"u{:06}\",\"event\":\"{}\",\"ts\":{},\"text\":\"",
+            next() % 1_000_000,
+            WORDS[(next() % 32) as usize],
+            1_795_000_000_000u64 + seq * 7
+        );
+        while record.len() < RECORD_BYTES - 24 {
+            record.push_str(WORDS[(next() % 32) as usize]);
+            record.push(' ');
+        }
+        let fill = RECORD_BYTES - 3 - record.len();
+        record.push_str(&"x".repeat(fill));
+        record.push_str("\"}\n");
+        debug_assert_eq!(record.len(), RECORD_BYTES);
+        out.extend_from_slice(record.as_bytes());
+        seq += 1;
+    }
+    Bytes::from(out)
+}
+
 pub(crate) fn payload(size: usize) -> Bytes {
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut bytes = Vec::with_capacity(size + 8);
@@ -375,6 +445,16 @@ fn location_path(location: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_are_json_lines_of_one_kib() {
+        let pool = records(1 << 20);
+        assert_eq!(pool.len(), 1 << 20);
+        for line in pool.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            assert_eq!(line.len() + 1, RECORD_BYTES);
+            serde_json::from_slice::<serde_json::Value>(line).unwrap();
+        }
+    }
 
     #[test]
     fn payload_has_the_size_and_does_not_repeat() {

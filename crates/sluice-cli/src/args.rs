@@ -232,8 +232,10 @@ pub struct LoadArgs {
     /// S3 APIs.
     pub url: String,
     /// How each object is sent: put (PUT URL/KEY), form (multipart/form-data POST to URL),
-    /// tus (creation-with-upload POST to URL, then PATCH if needed), s3-put (one
-    /// PutObject) or s3-multipart (a multipart upload) straight to the S3 endpoint.
+    /// tus (creation-with-upload POST to URL, then PATCH if needed), records (POST of
+    /// NDJSON records of about 1 KiB, --size bytes of them, to a stream URL such as
+    /// http://HOST:PORT/v1/streams/NAME), s3-put (one PutObject) or s3-multipart (a
+    /// multipart upload) straight to the S3 endpoint.
     #[arg(long, value_enum, default_value = "put")]
     pub api: BenchApi,
     /// S3 APIs: the endpoint (MinIO and friends; path-style addressing); without it, AWS.
@@ -335,6 +337,7 @@ pub enum BenchApi {
     Put,
     Form,
     Tus,
+    Records,
     S3Put,
     S3Multipart,
 }

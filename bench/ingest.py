@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Record-stream benchmark (bench/ingest.sh): HTTP group commit under 32 closed-loop
+clients, and `sluice ingest` from standard input against `sluice put` of the same
+bytes, all into one MinIO on loopback, in one run; medians over --runs."""
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+from benchlib import (MIB, ProcStats, client_env, driver_args, emit_report, free_port, start_minio, stop,
+                      version, wait_for_port)
+
+STREAM_CONFIG = """[streams.bench]
+flush_age = "50ms"
+compression = "zstd"
+"""
+
+
+def metrics(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("sluice_stream_") and '{stream="bench"}' in line:
+            name, value = line.split('{stream="bench"}')
+            values[name] = float(value)
+    return values
+
+
+def http_run(sluice, minio_url, env, work, seconds, run):
+    config = os.path.join(work, "streams.toml")
+    with open(config, "w") as f:
+        f.write(STREAM_CONFIG)
+    port = free_port()
+    log = open(os.path.join(work, "serve.log"), "a")
+    gateway = subprocess.Popen([sluice, "serve", "--config", config, "--listen", f"127.0.0.1:{port}",
+                                "--store", "s3://ingest-http", "--endpoint", minio_url],
+                               env=env, stdout=log, stderr=log, cwd=work)
+    try:
+        wait_for_port(port)
+        stats = ProcStats(gateway.pid)
+        cpu0 = stats.cpu()
+        out_json = os.path.join(work, f"load-{run}.json")
+        subprocess.run([sluice, "bench", "load", "--api", "records", f"http://127.0.0.1:{port}/v1/streams/bench",
+                        "--users", "32", "--size", "500KiB", "--duration", f"{seconds}s", "--quiet",
+                        "--json", out_json], env=env, check=True, stdout=subprocess.DEVNULL)
+        cpu = stats.cpu() - cpu0
+        rss = stats.peak_rss()
+        m = metrics(port)
+    finally:
+        stop(gateway)
+    load = json.load(open(out_json))
+    wall = load["wall_s"]
+    records = m["sluice_stream_records_total"]
+    return {
+        "case": "http", "run": run, "records": records, "records_per_s": records / wall,
+        "mib_per_s": m["sluice_stream_record_bytes_total"] / MIB / wall,
+        "ack_p50_ms": load["latency_s"]["p50"] * 1000, "ack_p99_ms": load["latency_s"]["p99"] * 1000,
+        "failed": load.get("failed", 0), "cpu_s_per_m_records": cpu / (records / 1e6),
+        "gateway_peak_rss_mib": rss / MIB, "objects": m["sluice_stream_batches_total"],
+        "mean_object_mib": m["sluice_stream_stored_bytes_total"] / max(1, m["sluice_stream_batches_total"]) / MIB,
+        "compression_ratio": m["sluice_stream_record_bytes_total"] / max(1, m["sluice_stream_stored_bytes_total"]),
+    }
+
+
+def make_records(path, mib):
+    """`mib` MiB of 1 KiB NDJSON records (sluice bench's generator, through Python here)."""
+    words = ["click", "view", "scroll", "cart", "checkout", "search", "login", "logout", "error", "retry",
+             "timeout", "mobile", "desktop", "tablet", "home", "product"]
+    import random
+    rnd = random.Random(7)
+    with open(path, "w") as f:
+        for seq in range(mib * 1024):
+            head = f'{{"seq":{seq},"user":"u{rnd.randrange(10**6):06}","event":"{rnd.choice(words)}","text":"'
+            body = " ".join(rnd.choice(words) for _ in range(200))
+            line = (head + body)[:1021] + '"}'
+            f.write(line + "\n")
+
+
+def timed(argv, env, stdin_path, work):
+    """Runs `argv` with `stdin_path` as its input; (wall s, CPU s, peak RSS bytes) of
+    that process alone (wait4's own rusage)."""
+    err_path = os.path.join(work, "stderr.txt")
+    with open(stdin_path, "rb") as stdin, open(err_path, "wb") as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:2]} failed: {open(err_path).read()}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def stdin_run(sluice, minio_url, env, work, path, run):
+    size = os.path.getsize(path)
+    rows = []
+    for tool, argv in [
+        ("ingest", [sluice, "ingest", "--stream", "bench", "--store", "s3://ingest-stdin", "--endpoint", minio_url,
+                    "--quiet"]),
+        ("put", [sluice, "put", "-", f"s3://ingest-stdin/put/{run}.ndjson", "--endpoint", minio_url, "--quiet"]),
+    ]:
+        wall, cpu, rss = timed(argv, env, path, work)
+        rows.append({"case": "stdin", "tool": tool, "run": run, "mib_per_s": size / MIB / wall,
+                     "cpu_s_per_gib": cpu / (size / 1024 ** 3), "peak_rss_mib": rss / MIB})
+    return rows
+
+
+def main():
+    ap = driver_args()
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--stdin-mib", type=int, default=1024)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    args.sluice = os.path.abspath(args.sluice)
+    work = tempfile.mkdtemp(prefix="sluice-ingest-bench-")
+    minio = None
+    try:
+        minio, minio_url = start_minio(work)
+        env = client_env(work)
+        for bucket in ["ingest-http", "ingest-stdin"]:
+            os.makedirs(os.path.join(work, "data", bucket), exist_ok=True)
+        records_path = os.path.join(work, "records.ndjson")
+        make_records(records_path, args.stdin_mib)
+        rows = []
+        for run in range(args.runs):
+            rows.append(http_run(args.sluice, minio_url, env, work, args.seconds, run))
+            print(json.dumps(rows[-1]), flush=True)
+            for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        http = [r for r in rows if r["case"] == "http"]
+        med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
+        ingest = [r for r in rows if r.get("tool") == "ingest"]
+        put = [r for r in rows if r.get("tool") == "put"]
+        ratios = [i["mib_per_s"] / p["mib_per_s"] for i, p in zip(ingest, put)]
+        lines = [
+            f"# bench/ingest.sh, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            f"# machine: {platform.node()}, {os.cpu_count()} cores; sluice {version([args.sluice, '--version'])}; "
+            f"{version(['minio', '--version'])}",
+            f"# runs: {args.runs}; medians. HTTP: 32 users, 500 records of 1 KiB per request, {args.seconds} s, "
+            "flush_age 50ms, zstd level 3; MinIO on the same 2 cores.",
+            "",
+            "HTTP POST /v1/streams/bench (group commit)",
+            f"  records/s acknowledged   {med('records_per_s', http):>12,.0f}   (target >= 200,000)",
+            f"  MiB/s of records         {med('mib_per_s', http):>12.1f}",
+            f"  ack p50 / p99 ms         {med('ack_p50_ms', http):>8.1f} / {med('ack_p99_ms', http):.1f}",
+            f"  CPU-s per M records      {med('cpu_s_per_m_records', http):>12.2f}   (gateway only)",
+            f"  gateway peak RSS MiB     {med('gateway_peak_rss_mib', http):>12.0f}",
+            f"  objects, mean MiB        {med('objects', http):>8.0f}, {med('mean_object_mib', http):.2f}"
+            f"   (compression {med('compression_ratio', http):.1f}:1)",
+            f"  failed requests          {sum(r['failed'] for r in http):>12}",
+            "",
+            f"standard input, {args.stdin_mib} MiB of 1 KiB records",
+            f"  sluice ingest MiB/s      {med('mib_per_s', ingest):>12.1f}   CPU-s/GiB {med('cpu_s_per_gib', ingest):.2f}"
+            f"   peak RSS {med('peak_rss_mib', ingest):.0f} MiB",
+            f"  sluice put MiB/s         {med('mib_per_s', put):>12.1f}   CPU-s/GiB {med('cpu_s_per_gib', put):.2f}"
+            f"   peak RSS {med('peak_rss_mib', put):.0f} MiB",
+            f"  ingest/put rate          {statistics.median(ratios):>12.2f}   per run: "
+            + ", ".join(f"{r:.2f}" for r in ratios),
+            "",
+            "Kafka: not measured (no Kafka source yet).",
+        ]
+        emit_report(lines, rows, args.out)
+    finally:
+        if minio:
+            stop(minio)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
