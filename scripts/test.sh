@@ -3,7 +3,9 @@
 # it on a free loopback port with a temporary directory, runs cargo fmt --check,
 # clippy with warnings denied and every test of the workspace with the S3 tests
 # enabled (they fail rather than skip when MinIO is not there), then stops MinIO.
-# It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run.
+# It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run,
+# and starts an Apache Kafka broker (KRaft, jars from Maven Central, scripts/kafka.sh)
+# for the record-stream tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,12 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq chromium >/dev/null
 fi
 export SLUICE_TEST_CHROMIUM="$(command -v chromium)"
+if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+  echo "==> installing Java and Maven (apt-get) for the Kafka broker"
+  sudo_if_needed=""; [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
+  $sudo_if_needed apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq default-jre-headless maven >/dev/null
+fi
 echo "==> installing the test clients (npm, pip)"
 npm install --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
 if [ ! -x target/test-clients/venv/bin/python ]; then
@@ -41,7 +49,9 @@ export MINIO_ROOT_USER=sluice-test MINIO_ROOT_PASSWORD=sluice-test-secret
 minio server "$work/data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" --quiet \
   >"$work/minio.log" 2>&1 &
 minio_pid=$!
+source scripts/kafka.sh
 cleanup() {
+  kafka_stop
   kill "$minio_pid" 2>/dev/null || true
   wait "$minio_pid" 2>/dev/null || true
   rm -rf "$work"
@@ -55,6 +65,7 @@ for _ in $(seq 1 120); do
 done
 curl -fsS "http://127.0.0.1:$port/minio/health/live" >/dev/null || { cat "$work/minio.log"; exit 1; }
 echo "==> MinIO on 127.0.0.1:$port"
+kafka_start "$work"
 
 # Tests use exactly this MinIO and nothing of the machine's AWS setup.
 export SLUICE_TEST_S3_ENDPOINT="http://127.0.0.1:$port"

@@ -94,15 +94,20 @@ sluice chaos-proxy --upstream http://127.0.0.1:9000 --write-rate 500 --latency 2
 sluice events --store ./sluice-data --failed"
     )]
     Events(EventsArgs),
-    /// Turn records (one JSON value per line) from standard input into batched,
-    /// compressed objects of a stream, as `POST /v1/streams/NAME` does.
+    /// Turn records (one JSON value per line on standard input, or the messages of
+    /// a Kafka topic) into batched, compressed objects of a stream, as
+    /// `POST /v1/streams/NAME` does.
     #[command(
         after_help = "Batches are flushed on --flush-bytes, --flush-records or --flush-age, and at the end of \
 the input; the summary is printed once every batch is stored. An invalid line stops the run (the records \
-of earlier blocks stay stored) unless --dead-letter-template keeps it aside.\nExamples:\n  \
+of earlier blocks stay stored) unless --dead-letter-template keeps it aside.\nFrom Kafka, sluice joins the \
+consumer group, commits a partition's offset once the batches holding its records are stored, and names \
+batches {stream}/{partition}/{offset} (written only if absent), so a restart neither loses nor repeats a \
+record.\nExamples:\n  \
 app | sluice ingest --stream clicks --store s3://events --endpoint http://127.0.0.1:9000\n  \
 zcat logs.ndjson.gz | sluice ingest --stream logs --store ./sluice-data --key-template '{stream}/{field:service}/{offset}'\n  \
-sluice ingest --stream clicks --store s3://events --config clicks.toml < records.ndjson"
+sluice ingest --stream clicks --store s3://events --config clicks.toml < records.ndjson\n  \
+sluice ingest --stream clicks --from kafka://127.0.0.1:9092/clicks --group sluice --store s3://events"
     )]
     Ingest(Box<IngestArgs>),
     /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
@@ -387,6 +392,17 @@ pub struct IngestArgs {
     /// The stream's name: `{stream}` in its key template.
     #[arg(long)]
     pub stream: String,
+    /// Where records come from: `-` (standard input) or kafka://BROKERS/TOPIC
+    /// (BROKERS is host:port[,host:port…]).
+    #[arg(long, default_value = "-", value_name = "SOURCE")]
+    pub from: String,
+    /// Kafka: the consumer group; instances in one group split the topic's partitions.
+    #[arg(long, default_value = "sluice")]
+    pub group: String,
+    /// Kafka: stop once no message came for this long and everything read is
+    /// stored and committed (default: run until stopped).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub idle_exit: Option<std::time::Duration>,
     /// The store: s3://bucket[/prefix] or a local directory.
     #[arg(long, env = "SLUICE_STORE")]
     pub store: String,
@@ -394,9 +410,10 @@ pub struct IngestArgs {
     /// `[streams.NAME]` table); the flags below override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Object keys: {stream}, {yyyy} {mm} {dd} {hh}, {field:NAME}, {offset} (the
-    /// batch's first record's position in the input), {uuid}
-    /// [default: {stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}].
+    /// Object keys: {stream}, {yyyy} {mm} {dd} {hh}, {field:NAME}, {partition},
+    /// {offset} (the batch's first record's position in the input, or its Kafka
+    /// offset), {uuid} [default: {stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}; from
+    /// Kafka {stream}/{partition}/{offset}, the only shape Kafka allows].
     #[arg(long)]
     pub key_template: Option<String>,
     /// Flush a batch at this many bytes of records (before compression) [default: 64MiB].

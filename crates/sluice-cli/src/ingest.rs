@@ -24,7 +24,21 @@ use crate::UsageError;
 const BLOCK: usize = 1 << 20;
 
 pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
-    let config = stream_config(&args)?;
+    let kafka = match args.from.as_str() {
+        "-" => None,
+        url => Some(
+            sluice_streams::kafka::KafkaSource::parse(url, &args.group)
+                .map(|source| sluice_streams::kafka::KafkaSource {
+                    idle_exit: args.idle_exit,
+                    ..source
+                })
+                .map_err(|e| UsageError(format!("--from: {e}")))?,
+        ),
+    };
+    let mut config = stream_config(&args)?;
+    if kafka.is_some() && config.key_template == StreamConfig::default().key_template {
+        config.key_template = "{stream}/{partition}/{offset}".into();
+    }
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,
@@ -44,6 +58,42 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     )
     .map_err(|e| UsageError(e.to_string()))?;
     let started = Instant::now();
+    if let Some(source) = kafka {
+        stream
+            .template()
+            .check_offset_layout()
+            .map_err(|e| UsageError(format!("--key-template: {e}")))?;
+        let summary = crate::interruptible_saying(
+            &engine,
+            sluice_streams::kafka::run(&stream, &source),
+            "interrupted: offsets are committed up to the last stored batch; a restart continues from there",
+        )
+        .await?
+        .with_context(|| format!("ingesting {} into {description}", args.from))?;
+        let seconds = started.elapsed().as_secs_f64();
+        let stats = stream.stats().snapshot();
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "stream": args.stream,
+                    "records": summary.records,
+                    "dead_lettered": summary.dead_lettered,
+                    "replayed_skipped": summary.replayed_skipped,
+                    "objects": summary.objects,
+                    "record_bytes": stats.bytes_in,
+                    "stored_bytes": stats.batch_stored_bytes,
+                    "seconds": seconds,
+                })
+            );
+        } else if !args.transfer.quiet {
+            eprintln!(
+                "sluice ingest: {} records from {} in {} objects on {description} in {seconds:.1} s ({} already stored, skipped)",
+                summary.records, args.from, summary.objects, summary.replayed_skipped
+            );
+        }
+        return Ok(());
+    }
     let outcome = crate::interruptible_saying(
         &engine,
         ingest(&stream, Box::new(std::io::stdin())),

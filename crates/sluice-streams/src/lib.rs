@@ -13,6 +13,8 @@ pub mod compress;
 mod config;
 mod error;
 pub mod ingest;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod records;
 mod stats;
 mod stream;

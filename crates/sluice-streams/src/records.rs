@@ -44,6 +44,9 @@ pub struct Run {
     pub partition: PartitionKey,
     pub data: Bytes,
     pub records: u64,
+    /// The source's offset of a one-record run (Kafka); `None`: the stream
+    /// numbers records itself, in the order they are appended.
+    pub offset: Option<u64>,
 }
 
 /// An invalid record and its bytes as they came (for a dead letter).
@@ -176,6 +179,37 @@ fn parse_array(
     Ok(parsed)
 }
 
+/// Checks single records (such as Kafka message values) under one set of rules.
+pub struct RecordChecker<'a> {
+    rules: &'a RecordRules<'a>,
+    picker: Picker<'a>,
+}
+
+impl<'a> RecordChecker<'a> {
+    pub fn new(rules: &'a RecordRules<'a>) -> RecordChecker<'a> {
+        RecordChecker {
+            rules,
+            picker: Picker::new(rules),
+        }
+    }
+
+    /// The record's partition, or why it is not taken. `record` must be one
+    /// line: JSON spread over lines is compacted first ([`compact_json`]).
+    pub fn check(&self, record: &[u8]) -> Result<PartitionKey, String> {
+        check_record(record.trim_ascii(), self.rules, &self.picker)
+    }
+}
+
+/// JSON text on one line: as it is when it has no line break, else
+/// re-serialized (None when it is not JSON).
+pub fn compact_json(text: &[u8]) -> Option<Cow<'_, [u8]>> {
+    if !text.iter().any(|&b| b == b'\n' || b == b'\r') {
+        return Some(Cow::Borrowed(text));
+    }
+    let value: serde_json::Value = serde_json::from_slice(text).ok()?;
+    serde_json::to_vec(&value).ok().map(Cow::Owned)
+}
+
 /// Checks one record (no surrounding whitespace) and finds its partition.
 fn check_record(
     record: &[u8],
@@ -232,6 +266,7 @@ impl RunBuilder {
             partition,
             data,
             records: 1,
+            offset: None,
         });
     }
 
@@ -241,6 +276,7 @@ impl RunBuilder {
                 partition,
                 data: buffer.slice(start..end),
                 records,
+                offset: None,
             });
         }
     }

@@ -121,7 +121,6 @@ struct OpenBatch {
     opened: Instant,
     records: u64,
     record_bytes: u64,
-    first_offset: u64,
     last_offset: u64,
     frame: Vec<Bytes>,
     frame_bytes: usize,
@@ -263,10 +262,24 @@ impl RecordStream {
                     partition: partition.clone(),
                     data: line.into(),
                     records: 1,
+                    offset: None,
                 }
             })
             .collect();
         self.inner.append(runs, memory, true)
+    }
+
+    /// Flushes the open batch of `partition`, if any.
+    pub fn flush_partition(&self, partition: &PartitionKey) {
+        let mut open = self.inner.lock();
+        let slot = Slot {
+            partition: partition.clone(),
+            dead_letter: false,
+        };
+        if let Some(batch) = open.batches.remove(&slot) {
+            self.inner.finish(batch);
+        }
+        self.inner.stats.set_open_partitions(open.batches.len());
     }
 
     /// Flushes every open batch now (their tickets resolve once stored).
@@ -339,12 +352,13 @@ impl Inner {
                     .batches
                     .get(&slot)
                     .is_some_and(|b| b.done.borrow().is_none());
+                let next_offset = run.offset.unwrap_or(open.next_offset);
                 if !usable {
                     if let Some(failed) = open.batches.remove(&slot) {
                         self.finish(failed);
                     }
                     self.make_room(&mut open);
-                    let batch = self.open_batch(&mut open, &slot);
+                    let batch = self.open_batch(&mut open, &slot, next_offset);
                     open.batches.insert(slot.clone(), batch);
                 }
                 let batch = open.batches.get_mut(&slot).expect("opened above");
@@ -354,12 +368,15 @@ impl Inner {
                     self.config.flush_bytes.saturating_sub(batch.record_bytes),
                 );
                 let head_memory = memory.split(head.data.len() as u64);
-                let first_offset = open.next_offset;
-                open.next_offset += head.records;
+                let first_offset = match head.offset {
+                    Some(offset) => offset,
+                    None => {
+                        let offset = open.next_offset;
+                        open.next_offset += head.records;
+                        offset
+                    }
+                };
                 let batch = open.batches.get_mut(&slot).expect("opened above");
-                if batch.records == 0 {
-                    batch.first_offset = first_offset;
-                }
                 batch.last_offset = first_offset + head.records - 1;
                 batch.records += head.records;
                 batch.record_bytes += head.data.len() as u64;
@@ -401,7 +418,8 @@ impl Inner {
         }
     }
 
-    fn open_batch(&self, open: &mut Open, slot: &Slot) -> OpenBatch {
+    /// Opens the batch of `slot` whose first record is at `first_offset`.
+    fn open_batch(&self, open: &mut Open, slot: &Slot, first_offset: u64) -> OpenBatch {
         let id = open.next_id;
         open.next_id += 1;
         let template = if slot.dead_letter {
@@ -409,7 +427,6 @@ impl Inner {
         } else {
             &self.template
         };
-        let first_offset = open.next_offset;
         let key = template.render(
             &self.name,
             &slot.partition,
@@ -453,7 +470,6 @@ impl Inner {
             opened,
             records: 0,
             record_bytes: 0,
-            first_offset,
             last_offset: first_offset,
             frame: Vec::new(),
             frame_bytes: 0,
@@ -517,6 +533,7 @@ fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
                 partition: run.partition.clone(),
                 data: Bytes::new(),
                 records: 0,
+                offset: None,
             },
         );
     }
@@ -535,8 +552,10 @@ fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
         partition: run.partition.clone(),
         data: run.data.split_to(end),
         records: taken,
+        offset: run.offset,
     };
     run.records -= taken;
+    run.offset = run.offset.map(|o| o + taken);
     head
 }
 

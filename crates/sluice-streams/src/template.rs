@@ -143,6 +143,58 @@ impl StreamKeyTemplate {
         self.pieces.contains(&Piece::Uuid)
     }
 
+    /// Checks that keys are `…{partition}…{offset}…` and nothing else varies
+    /// (no time, field or uuid, no shard prefix): what a Kafka stream needs so
+    /// that a partition's stored batches can be found by listing, in offset order.
+    pub fn check_offset_layout(&self) -> Result<(), String> {
+        let varying_ok = self.pieces.iter().all(|p| {
+            matches!(
+                p,
+                Piece::Text(_) | Piece::Stream | Piece::Partition | Piece::Offset
+            )
+        });
+        let partition = self.pieces.iter().position(|p| *p == Piece::Partition);
+        let offset = self.pieces.iter().position(|p| *p == Piece::Offset);
+        let after_offset_is_text = offset.is_some_and(|o| {
+            self.pieces[o + 1..]
+                .iter()
+                .all(|p| matches!(p, Piece::Text(_)))
+        });
+        match (varying_ok, partition, offset) {
+            (true, Some(p), Some(o)) if p < o && after_offset_is_text && !self.shard_prefix => Ok(()),
+            _ => Err(
+                "a Kafka stream's keys must be made of {stream}, {partition} and then {offset} only \
+                 (no time, field or uuid placeholder, no shard prefix): replays find stored batches by listing them"
+                    .into(),
+            ),
+        }
+    }
+
+    /// What every key of `partition`'s batches starts with, up to the offset
+    /// (for templates that pass [`Self::check_offset_layout`]).
+    pub fn offset_prefix(&self, stream: &str, partition: &PartitionKey) -> String {
+        let key = self.render(stream, partition, 0, uuid::Uuid::nil());
+        let tail: usize = self.pieces[self
+            .pieces
+            .iter()
+            .position(|p| *p == Piece::Offset)
+            .unwrap_or(self.pieces.len())..]
+            .iter()
+            .map(|p| match p {
+                Piece::Text(text) => text.len(),
+                Piece::Offset => 20,
+                _ => 0,
+            })
+            .sum::<usize>()
+            + self.extension.len();
+        key[..key.len() - tail].to_string()
+    }
+
+    /// The first offset of a batch key that starts with [`Self::offset_prefix`].
+    pub fn offset_of(&self, key_after_prefix: &str) -> Option<u64> {
+        key_after_prefix.get(..20)?.parse().ok()
+    }
+
     /// The partition of a record that came (or claims to come) at `time`, with
     /// these field values (`None`: missing) from source partition `source`.
     pub fn partition_of(
