@@ -63,6 +63,14 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
             .template()
             .check_offset_layout()
             .map_err(|e| UsageError(format!("--key-template: {e}")))?;
+        if stream.has_dead_letter() {
+            return Err(UsageError(
+                "--dead-letter-template does not work with Kafka: an invalid message stops the run \
+                 (recovery counts a batch's messages, so batches hold consecutive ones)"
+                    .into(),
+            )
+            .into());
+        }
         let summary = crate::interruptible_saying(
             &engine,
             sluice_streams::kafka::run(&stream, &source),
@@ -78,7 +86,6 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "stream": args.stream,
                     "records": summary.records,
-                    "dead_lettered": summary.dead_lettered,
                     "replayed_skipped": summary.replayed_skipped,
                     "objects": summary.objects,
                     "record_bytes": stats.bytes_in,

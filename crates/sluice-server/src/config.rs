@@ -409,6 +409,16 @@ impl ServerConfig {
                     key: "streams",
                     reason: format!("[streams.{name}]: {e}"),
                 })?;
+            let template =
+                sluice_streams::StreamKeyTemplate::parse(&stream.key_template, stream.compression);
+            if !template.is_ok_and(|t| t.uses_uuid()) {
+                return Err(ConfigError {
+                    key: "streams",
+                    reason: format!(
+                        "[streams.{name}]: key_template needs {{uuid}}: HTTP offsets start again with every gateway"
+                    ),
+                });
+            }
         }
         let limits = &self.limits;
         if limits.max_concurrent_uploads == 0 {

@@ -79,6 +79,7 @@ impl From<sluice_streams::StreamError> for ApiError {
             StreamError::BadRecords { .. } => ApiError::InvalidRecords(error.to_string()),
             StreamError::NotStored(_) => ApiError::RecordsNotStored,
             StreamError::Closed => ApiError::ShuttingDown { retry_after: 1 },
+            StreamError::Busy => ApiError::Overloaded { retry_after: 1 },
         }
     }
 }

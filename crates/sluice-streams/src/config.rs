@@ -187,6 +187,12 @@ impl StreamConfig {
                     "cannot use {field:…}: invalid records have no fields".into(),
                 );
             }
+            if !parsed.uses_uuid() {
+                return fail(
+                    "dead_letter_template",
+                    "needs {uuid}: dead letters have no offsets of their own".into(),
+                );
+            }
         }
         Ok(())
     }

@@ -41,4 +41,7 @@ pub enum StreamError {
     /// The stream is closing and takes no more records.
     #[error("the stream is closing")]
     Closed,
+    /// No memory to decode the body now; retry later.
+    #[error("the memory budget is full; retry later")]
+    Busy,
 }

@@ -159,7 +159,12 @@ async fn decode(
     let mut out = BytesMut::new();
     let mut reader = Some(reader);
     loop {
-        memory.absorb(budget.reserve(DECODE_STEP as u64).await);
+        // Never wait for memory while holding the compressed body: a full
+        // budget refuses the decoding (503) rather than deadlock.
+        let step = budget
+            .try_reserve(DECODE_STEP as u64)
+            .ok_or(StreamError::Busy)?;
+        memory.absorb(step);
         let mut job_reader = reader.take().expect("returned by every step");
         let (back, chunk) = stream
             .pool()

@@ -71,7 +71,6 @@ impl KafkaSource {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct KafkaSummary {
     pub records: u64,
-    pub dead_lettered: u64,
     /// Messages skipped because a stored batch already held them.
     pub replayed_skipped: u64,
     pub objects: u64,
@@ -200,20 +199,39 @@ async fn take(
 ) -> Result<(), KafkaError> {
     let mut fresh = Vec::with_capacity(messages.len());
     for message in messages {
+        let pending = partitions
+            .get(&message.partition)
+            .is_some_and(|state| state.batches.iter().any(|(ticket, _)| ticket.is_some()));
+        let taken_up = partitions
+            .get(&message.partition)
+            .is_none_or(|state| state.next != Some(message.offset));
+        if taken_up && !pending && !fresh.is_empty() {
+            // What came before is appended (and queued) before recovery looks.
+            append_fresh(stream, partitions, std::mem::take(&mut fresh), summary).await?;
+        }
         let state = partitions.entry(message.partition).or_default();
-        let pending = state.batches.iter().any(|(ticket, _)| ticket.is_some());
-        if state.next != Some(message.offset) && !pending {
+        if taken_up && !pending {
             // Taken up here (start, restart, rebalance): find what is stored.
             state.stored = stored_from(stream, message.partition, message.offset).await?;
             state.skip = 0;
         }
         state.next = Some(message.offset + 1);
         let offset = message.offset as u64;
-        while state.skip == 0 {
+        loop {
+            let state = partitions.entry(message.partition).or_default();
+            if state.skip > 0 {
+                break;
+            }
             match state.stored.front() {
                 Some(&(first, records)) if first == offset => {
-                    // A stored batch starts here: the open batch ends before
-                    // it, so that every batch holds consecutive messages.
+                    // A stored batch starts here: the fresh messages before it
+                    // are appended and their open batch ends, so that every
+                    // batch holds consecutive messages and commits stay in order.
+                    let before = std::mem::take(&mut fresh);
+                    if !before.is_empty() {
+                        append_fresh(stream, partitions, before, summary).await?;
+                    }
+                    let state = partitions.entry(message.partition).or_default();
                     state.stored.pop_front();
                     state.skip = records;
                     stream.flush_partition(&PartitionKey {
@@ -227,6 +245,7 @@ async fn take(
                 _ => break,
             }
         }
+        let state = partitions.entry(message.partition).or_default();
         if state.skip > 0 {
             state.skip -= 1;
             summary.replayed_skipped += 1;
@@ -239,6 +258,16 @@ async fn take(
         }
         fresh.push(message);
     }
+    append_fresh(stream, partitions, fresh, summary).await
+}
+
+/// Checks `fresh` messages on the CPU pool and appends them.
+async fn append_fresh(
+    stream: &RecordStream,
+    partitions: &mut HashMap<i32, PartitionState>,
+    fresh: Vec<Owned>,
+    summary: &mut KafkaSummary,
+) -> Result<(), KafkaError> {
     if fresh.is_empty() {
         return Ok(());
     }
@@ -251,16 +280,16 @@ async fn take(
         .await;
     stream.stats().parsed(took);
     if let Some(first) = rejected.first() {
+        // No dead letter for Kafka: a batch must hold consecutive messages for
+        // recovery to count them, so an invalid one stops the run.
         stream.stats().rejected(rejected.len() as u64);
-        if !stream.has_dead_letter() {
-            return Err(StreamError::BadRecords {
-                first: first.why.clone(),
-                count: rejected.len() as u64,
-            }
-            .into());
+        return Err(StreamError::BadRecords {
+            first: first.why.clone(),
+            count: rejected.len() as u64,
         }
+        .into());
     }
-    append(stream, partitions, runs, rejected, memory, summary)
+    append(stream, partitions, runs, memory, summary)
 }
 
 /// One-record runs (offsets kept) and the invalid messages, off the I/O tasks.
@@ -330,13 +359,10 @@ fn append(
     stream: &RecordStream,
     partitions: &mut HashMap<i32, PartitionState>,
     runs: Vec<(i32, i64, Run)>,
-    rejected: Vec<Rejected>,
-    memory: Reservation,
+    mut memory: Reservation,
     summary: &mut KafkaSummary,
 ) -> Result<(), KafkaError> {
-    let mut memory = memory;
     summary.records += runs.len() as u64;
-    summary.dead_lettered += rejected.len() as u64;
     // Per partition, in offset order, so each ticket's last offset is known.
     let mut by_partition: HashMap<i32, Vec<(i64, Run)>> = HashMap::new();
     for (partition, offset, run) in runs {
@@ -347,25 +373,19 @@ fn append(
     }
     for (partition, runs) in by_partition {
         let state = partitions.entry(partition).or_default();
+        let group: u64 = runs.iter().map(|(_, run)| run.data.len() as u64).sum();
+        let mut share = Some(memory.split(group));
         for (offset, run) in runs {
-            let share = memory.split(run.data.len() as u64);
+            // The group's reservation goes with its first record (splitting it
+            // per record would round every one up to the budget's unit).
+            let share = share
+                .take()
+                .unwrap_or_else(|| stream.engine().budget().nothing());
             for ticket in stream.append(vec![run], share)? {
                 match state.batches.back_mut() {
                     Some((Some(last), at)) if last.batch() == ticket.batch() => *at = offset,
                     _ => state.batches.push_back((Some(ticket), offset)),
                 }
-            }
-        }
-    }
-    if !rejected.is_empty() {
-        let arrival = time::OffsetDateTime::now_utc();
-        // Dead letters are stored before later offsets are committed: they go
-        // with the partition of their own records' batches' order only loosely,
-        // so they hold back every partition until stored.
-        for ticket in stream.append_rejected(rejected, arrival, memory)? {
-            for state in partitions.values_mut() {
-                let at = state.next.unwrap_or(0) - 1;
-                state.batches.push_back((Some(ticket.clone()), at));
             }
         }
     }

@@ -255,8 +255,13 @@ impl RecordStream {
         let runs = rejected
             .into_iter()
             .map(|r| {
-                let mut line = Vec::with_capacity(r.raw.len() + 1);
-                line.extend_from_slice(&r.raw);
+                // One line per record: line breaks inside (a pretty-printed
+                // array element) become spaces, JSON whitespace.
+                let mut line: Vec<u8> = r
+                    .raw
+                    .iter()
+                    .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b })
+                    .collect();
                 line.push(b'\n');
                 Run {
                     partition: partition.clone(),
@@ -548,6 +553,7 @@ fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
             }
         }
     }
+    let taken = taken.min(run.records);
     let head = Run {
         partition: run.partition.clone(),
         data: run.data.split_to(end),

@@ -155,15 +155,23 @@ impl StreamKeyTemplate {
         });
         let partition = self.pieces.iter().position(|p| *p == Piece::Partition);
         let offset = self.pieces.iter().position(|p| *p == Piece::Offset);
+        // A '/' between them, so that partition 1's prefix is not partition 10's.
+        let separated = matches!((partition, offset), (Some(p), Some(o)) if p < o && self.pieces[p + 1..o]
+            .iter()
+            .any(|piece| matches!(piece, Piece::Text(text) if text.contains('/'))));
         let after_offset_is_text = offset.is_some_and(|o| {
             self.pieces[o + 1..]
                 .iter()
                 .all(|p| matches!(p, Piece::Text(_)))
         });
         match (varying_ok, partition, offset) {
-            (true, Some(p), Some(o)) if p < o && after_offset_is_text && !self.shard_prefix => Ok(()),
+            (true, Some(p), Some(o))
+                if p < o && separated && after_offset_is_text && !self.shard_prefix =>
+            {
+                Ok(())
+            }
             _ => Err(
-                "a Kafka stream's keys must be made of {stream}, {partition} and then {offset} only \
+                "a Kafka stream's keys must be made of {stream}, {partition}, a '/' and then {offset} only \
                  (no time, field or uuid placeholder, no shard prefix): replays find stored batches by listing them"
                     .into(),
             ),
@@ -192,7 +200,21 @@ impl StreamKeyTemplate {
 
     /// The first offset of a batch key that starts with [`Self::offset_prefix`].
     pub fn offset_of(&self, key_after_prefix: &str) -> Option<u64> {
-        key_after_prefix.get(..20)?.parse().ok()
+        let digits = key_after_prefix.get(..20)?;
+        let rest = &key_after_prefix[20..];
+        let tail: String = self.pieces[self.pieces.iter().position(|p| *p == Piece::Offset)? + 1..]
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if rest != format!("{tail}{}", self.extension)
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        digits.parse().ok()
     }
 
     /// The partition of a record that came (or claims to come) at `time`, with
@@ -355,6 +377,40 @@ mod tests {
         }
         let long = format!("{}/{{uuid}}", "x".repeat(600));
         assert!(StreamKeyTemplate::parse(&long, Compression::Zstd).is_err());
+    }
+
+    #[test]
+    fn kafka_layouts() {
+        let cases = [
+            ("{stream}/{partition}/{offset}", true),
+            ("kafka/{stream}/p{partition}/o{offset}.batch", true),
+            ("{stream}/{partition}{offset}", false),
+            ("{stream}/{offset}/{partition}", false),
+            ("{stream}/{partition}/{uuid}/{offset}", false),
+            ("{stream}/{yyyy}/{partition}/{offset}", false),
+            ("{stream}/{offset}", false),
+        ];
+        for (text, ok) in cases {
+            let t = StreamKeyTemplate::parse(text, Compression::Zstd).unwrap();
+            assert_eq!(t.check_offset_layout().is_ok(), ok, "{text}");
+        }
+        let t =
+            StreamKeyTemplate::parse("{stream}/{partition}/{offset}", Compression::Zstd).unwrap();
+        let p = PartitionKey {
+            source_partition: Some(1),
+            ..Default::default()
+        };
+        let prefix = t.offset_prefix("s", &p);
+        assert_eq!(prefix, "s/1/");
+        let key = t.render("s", &p, 42, uuid::Uuid::nil());
+        assert_eq!(t.offset_of(&key[prefix.len()..]), Some(42));
+        for other in [
+            "00000000000000000042.ndjson.gz",
+            "0000000000000000004x.ndjson.zst",
+            "42.ndjson.zst",
+        ] {
+            assert_eq!(t.offset_of(other), None, "{other}");
+        }
     }
 
     #[test]

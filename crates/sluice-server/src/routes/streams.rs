@@ -53,7 +53,8 @@ pub async fn post_records(
             .map(|v| v.to_str().unwrap_or("?")),
     )?;
     let limit = stream.config().max_request_bytes;
-    if content_length(&headers)?.is_some_and(|length| length > limit) {
+    let length = content_length(&headers)?;
+    if length.is_some_and(|length| length > limit) {
         return Err(ApiError::TooLarge { limit });
     }
     let started = std::time::Instant::now();
@@ -64,7 +65,7 @@ pub async fn post_records(
             prefix: Some(name.clone()),
         })
         .await?;
-    let (body, memory) = read_body(&state, body, limit).await?;
+    let (body, memory) = read_body(&state, body, length, limit).await?;
     let submitted = submit_body(&stream, body, encoding, format, memory).await?;
     let (records, dead_lettered) = (submitted.records, submitted.dead_lettered);
     let stored = acknowledge(submitted.tickets).await?;
@@ -109,16 +110,19 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     }
 }
 
-/// The whole body, each chunk reserved from the memory budget as it arrives.
+/// The whole body in one buffer (records are slices of it), each chunk
+/// reserved from the memory budget as it arrives and nothing reserved twice:
+/// a request waiting for memory holds only what it has received.
 async fn read_body(
     state: &AppState,
     body: Body,
+    length: Option<u64>,
     limit: u64,
 ) -> Result<(Bytes, sluice_upload::Reservation), ApiError> {
     let budget = state.engine.budget();
     let mut memory = budget.nothing();
-    let mut chunks = Vec::new();
-    let mut total = 0usize;
+    // Pages of the buffer are touched only as bytes are written into it.
+    let mut joined = BytesMut::with_capacity(length.unwrap_or(0).min(limit) as usize);
     let mut body = limited_stream(
         body,
         Some(limit),
@@ -128,18 +132,7 @@ async fn read_body(
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| crate::conversions::body_failed(&e))?;
         memory.absorb(budget.reserve(chunk.len() as u64).await);
-        total += chunk.len();
-        chunks.push(chunk);
-    }
-    if chunks.len() <= 1 {
-        return Ok((chunks.pop().unwrap_or_default(), memory));
-    }
-    // One contiguous buffer, so that records are slices of it.
-    memory.absorb(budget.reserve(total as u64).await);
-    let mut joined = BytesMut::with_capacity(total);
-    for chunk in chunks {
         joined.extend_from_slice(&chunk);
     }
-    memory.shrink_to(total as u64);
     Ok((joined.freeze(), memory))
 }
