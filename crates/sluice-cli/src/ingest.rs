@@ -71,34 +71,20 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
             )
             .into());
         }
-        let summary = crate::interruptible_saying(
+        let kafka = crate::interruptible_saying(
             &engine,
             sluice_streams::kafka::run(&stream, &source),
             "interrupted: offsets are committed up to the last stored batch; a restart continues from there",
         )
         .await?
         .with_context(|| format!("ingesting {} into {description}", args.from))?;
-        let seconds = started.elapsed().as_secs_f64();
-        let stats = stream.stats().snapshot();
-        if args.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "stream": args.stream,
-                    "records": summary.records,
-                    "replayed_skipped": summary.replayed_skipped,
-                    "objects": summary.objects,
-                    "record_bytes": stats.bytes_in,
-                    "stored_bytes": stats.batch_stored_bytes,
-                    "seconds": seconds,
-                })
-            );
-        } else if !args.transfer.quiet {
-            eprintln!(
-                "sluice ingest: {} records from {} in {} objects on {description} in {seconds:.1} s ({} already stored, skipped)",
-                summary.records, args.from, summary.objects, summary.replayed_skipped
-            );
-        }
+        let summary = Summary {
+            records: kafka.records,
+            dead_lettered: 0,
+            replayed_skipped: Some(kafka.replayed_skipped),
+            objects: kafka.objects,
+        };
+        report(&args, &stream, &summary, &description, started);
         return Ok(());
     }
     let outcome = crate::interruptible_saying(
@@ -108,35 +94,55 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     )
     .await?;
     let summary = outcome.with_context(|| format!("ingesting into {description}"))?;
+    report(&args, &stream, &summary, &description, started);
+    Ok(())
+}
+
+/// The summary line (or JSON line) once every batch is stored.
+fn report(
+    args: &IngestArgs,
+    stream: &RecordStream,
+    summary: &Summary,
+    description: &str,
+    started: Instant,
+) {
     let seconds = started.elapsed().as_secs_f64();
     let stats = stream.stats().snapshot();
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "stream": args.stream,
-                "records": summary.records,
-                "dead_lettered": summary.dead_lettered,
-                "objects": summary.objects,
-                "record_bytes": stats.bytes_in,
-                "stored_bytes": stats.batch_stored_bytes,
-                "seconds": seconds,
-            })
-        );
+        let mut line = serde_json::json!({
+            "stream": args.stream,
+            "records": summary.records,
+            "dead_lettered": summary.dead_lettered,
+            "objects": summary.objects,
+            "record_bytes": stats.bytes_in,
+            "stored_bytes": stats.batch_stored_bytes,
+            "seconds": seconds,
+        });
+        if let Some(skipped) = summary.replayed_skipped {
+            line["replayed_skipped"] = skipped.into();
+        }
+        println!("{line}");
     } else if !args.transfer.quiet {
+        let mut notes = Vec::new();
+        if summary.dead_lettered > 0 {
+            notes.push(format!(
+                "{} invalid lines in the dead letter",
+                summary.dead_lettered
+            ));
+        }
+        if let Some(skipped) = summary.replayed_skipped.filter(|&n| n > 0) {
+            notes.push(format!("{skipped} messages already stored, skipped"));
+        }
         eprintln!(
-            "sluice ingest: {} records ({}) in {} objects ({}) on {description} in {seconds:.1} s{}",
+            "sluice ingest: {} records ({}) from {} in {} objects ({}) on {description} in {seconds:.1} s{}",
             summary.records,
             sluice_upload::format_size(stats.bytes_in),
+            if args.from == "-" { "standard input" } else { &args.from },
             summary.objects,
             sluice_upload::format_size(stats.batch_stored_bytes),
-            match summary.dead_lettered {
-                0 => String::new(),
-                n => format!("; {n} invalid lines in the dead letter"),
-            }
+            notes.iter().map(|n| format!("; {n}")).collect::<String>(),
         );
     }
-    Ok(())
 }
 
 /// The file's settings, then the flags.
@@ -186,6 +192,8 @@ fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
 pub struct Summary {
     pub records: u64,
     pub dead_lettered: u64,
+    /// Kafka: messages an earlier run had stored.
+    pub replayed_skipped: Option<u64>,
     pub objects: u64,
 }
 

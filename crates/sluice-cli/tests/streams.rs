@@ -11,44 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use sluice_store::s3::S3Store;
-use sluice_store::ObjectStore;
-
-use common::{minio_prefix, serve_on_minio};
-
-/// Every record stored under `prefix`, with the number of objects; panics
-/// on an object that does not decompress whole.
-async fn stored(store: &S3Store, prefix: &str) -> (Vec<serde_json::Value>, usize) {
-    let mut records = Vec::new();
-    let mut objects = 0;
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store
-            .list_objects(prefix, cursor.as_deref(), 1000)
-            .await
-            .unwrap();
-        for object in &page.objects {
-            let mut body = store.get_object(&object.key, None).await.unwrap().body;
-            let mut data = Vec::new();
-            while let Some(chunk) = body.try_next().await.unwrap() {
-                data.extend_from_slice(&chunk);
-            }
-            let plain =
-                sluice_streams::compress::decompress(sluice_streams::Compression::Zstd, &data)
-                    .unwrap_or_else(|e| panic!("{} is not whole: {e}", object.key));
-            for line in String::from_utf8(plain).unwrap().lines() {
-                records.push(serde_json::from_str(line).unwrap());
-            }
-            objects += 1;
-        }
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
-    (records, objects)
-}
+use common::{minio_prefix, serve_on_minio, stored_records as stored};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_records_survive_a_sigkill_of_the_gateway() {

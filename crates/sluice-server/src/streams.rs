@@ -91,14 +91,7 @@ impl Streams {
 /// A stored batch as a completion.
 fn completed(batch: &StoredBatch) -> Completion {
     let mut completion = Completion::new(UploadKind::StreamBatch, &batch.outcome);
-    completion.content_type = Some(
-        match batch.compression {
-            sluice_streams::Compression::Zstd => "application/zstd",
-            sluice_streams::Compression::Gzip => "application/gzip",
-            sluice_streams::Compression::None => "application/x-ndjson",
-        }
-        .into(),
-    );
+    completion.content_type = Some(batch.compression.content_type(batch.dead_letter).into());
     let metadata = &mut completion.metadata;
     metadata.insert("stream".into(), batch.stream.clone());
     metadata.insert("records".into(), batch.records.to_string());

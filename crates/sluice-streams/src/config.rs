@@ -30,12 +30,14 @@ impl Compression {
         }
     }
 
-    /// The object's Content-Encoding (none: stored as plain NDJSON).
-    pub fn content_encoding(self) -> Option<&'static str> {
+    /// The stored object's type: the compressed file's, or NDJSON (a dead
+    /// letter's uncompressed lines are not NDJSON).
+    pub fn content_type(self, dead_letter: bool) -> &'static str {
         match self {
-            Compression::Zstd => Some("zstd"),
-            Compression::Gzip => Some("gzip"),
-            Compression::None => None,
+            Compression::Zstd => "application/zstd",
+            Compression::Gzip => "application/gzip",
+            Compression::None if dead_letter => "application/octet-stream",
+            Compression::None => "application/x-ndjson",
         }
     }
 

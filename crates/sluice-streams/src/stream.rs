@@ -610,7 +610,13 @@ impl BatchWriter {
         metadata.insert("sluice-first-offset".into(), self.first_offset.to_string());
         let request = UploadRequest {
             key: self.key.clone(),
-            content_type: Some(content_type(inner.config.compression, self.dead_letter).into()),
+            content_type: Some(
+                inner
+                    .config
+                    .compression
+                    .content_type(self.dead_letter)
+                    .into(),
+            ),
             metadata,
             progress: None,
             condition: self.deterministic.then_some(WriteCondition::IfNoneMatch),
@@ -655,15 +661,5 @@ impl BatchWriter {
             }
         };
         let _ = done.send(Some(result));
-    }
-}
-
-/// The stored object's type: the compressed file's, or NDJSON.
-fn content_type(compression: Compression, dead_letter: bool) -> &'static str {
-    match compression {
-        Compression::Zstd => "application/zstd",
-        Compression::Gzip => "application/gzip",
-        Compression::None if dead_letter => "application/octet-stream",
-        Compression::None => "application/x-ndjson",
     }
 }
