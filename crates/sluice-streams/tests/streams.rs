@@ -377,3 +377,41 @@ async fn keys_without_uuid_are_written_once() {
     assert_eq!(kept.len(), 1);
     assert!(kept[0].1.starts_with("{\"n\":0,"), "{}", kept[0].1);
 }
+
+/// A rejected pretty-printed array element is one line in the dead letter, even
+/// when the dead letter's batch is cut by size (it once counted its inner line
+/// breaks as records and underflowed).
+#[tokio::test]
+async fn dead_lettered_elements_stay_one_line() {
+    let store = Arc::new(MemoryStore::new());
+    let stream = stream(
+        store.clone(),
+        StreamConfig {
+            dead_letter_template: Some("dead/{uuid}".into()),
+            max_record_bytes: 40,
+            flush_bytes: 16,
+            ..Default::default()
+        },
+    );
+    let body = format!("[{{\"ok\":1}}, {{\n  \"pad\": \"{}\"\n}}]", "x".repeat(60));
+    let memory = stream.engine().budget().reserve(body.len() as u64).await;
+    let submitted = submit_body(
+        &stream,
+        Bytes::from(body),
+        BodyEncoding::Identity,
+        BodyFormat::JsonArray,
+        memory,
+    )
+    .await
+    .unwrap();
+    assert_eq!((submitted.records, submitted.dead_lettered), (1, 1));
+    stream.close().await;
+    acknowledge(submitted.tickets).await.unwrap();
+    let dead: Vec<_> = objects(&store, Compression::Zstd)
+        .await
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("dead/"))
+        .collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].1.lines().count(), 1, "{:?}", dead[0].1);
+}
