@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Record-stream benchmark (bench/ingest.sh): HTTP group commit under 32 closed-loop
-clients, and `sluice ingest` from standard input against `sluice put` of the same
-bytes, all into one MinIO on loopback, in one run; medians over --runs."""
+clients, `sluice ingest` from standard input against `sluice put` of the same bytes,
+and `sluice ingest --from kafka://…` against Kafka's ConsumerPerformance on the same
+topic, all into one MinIO on loopback, in one run; medians over --runs."""
 
 import datetime
 import json
@@ -112,10 +113,79 @@ def stdin_run(sluice, minio_url, env, work, path, run):
     return rows
 
 
+def kafka_setup(records_path, count, work):
+    """Topic `bench` (8 partitions) filled with `count` records drawn from the
+    first 10,000 lines of the records file by Kafka's ProducerPerformance."""
+    bootstrap, cp = os.environ["KAFKA_BOOTSTRAP"], os.environ["KAFKA_CP"]
+    payloads = os.path.join(work, "payloads.ndjson")
+    with open(records_path) as src, open(payloads, "w") as dst:
+        for _, line in zip(range(10_000), src):
+            dst.write(line)
+    subprocess.run(["java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server",
+                    bootstrap, "--create", "--topic", "bench", "--partitions", "8"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(["java", "-Xmx1g", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "bench",
+                    "--num-records", str(count), "--throughput", "-1", "--payload-file", payloads,
+                    "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=20",
+                    "batch.size=1048576"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kafka_run(sluice, minio_url, env, work, count, run, idle=3):
+    bootstrap, cp = os.environ["KAFKA_BOOTSTRAP"], os.environ["KAFKA_CP"]
+    rows = []
+    start = time.monotonic()
+    out = subprocess.run(["java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ConsumerPerformance",
+                          "--bootstrap-server", bootstrap, "--topic", "bench", "--messages", str(count),
+                          "--group", f"perf-{run}", "--timeout", "120000"],
+                         check=True, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    line = [l for l in out.stdout.splitlines() if l and l[0].isdigit()][-1].split(",")
+    rows.append({"case": "kafka", "tool": "ConsumerPerformance", "run": run,
+                 "records": float(line[4]), "records_per_s": float(line[5]), "process_wall_s": wall})
+    # A stream of its own per run: the same stream would find the batches of
+    # the run before stored and skip every message (exactly-once at work).
+    argv = [sluice, "ingest", "--stream", f"kbench{run}", "--from", f"kafka://{bootstrap}/bench", "--group",
+            f"sluice-{run}", "--store", "s3://ingest-kafka", "--endpoint", minio_url, "--idle-exit", f"{idle}s",
+            "--json"]
+    out_path = os.path.join(work, "kafka-ingest.json")
+    with open(out_path, "wb") as out_file, open(os.path.join(work, "stderr.txt"), "wb") as err:
+        proc = subprocess.Popen(argv, env=env, stdout=out_file, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit("sluice ingest from Kafka failed: " + open(os.path.join(work, "stderr.txt")).read())
+    summary = json.load(open(out_path))
+    busy = summary["seconds"] - idle
+    rows.append({"case": "kafka", "tool": "sluice", "run": run, "records": summary["records"],
+                 "records_per_s": summary["records"] / busy, "objects": summary["objects"],
+                 "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
+                 "stored_mib": summary["stored_bytes"] / MIB})
+    return rows
+
+
+def kafka_lines(rows, count):
+    perf = [r for r in rows if r.get("tool") == "ConsumerPerformance"]
+    ours = [r for r in rows if r.get("case") == "kafka" and r.get("tool") == "sluice"]
+    if not perf or not ours:
+        return ["Kafka: not measured (no broker)."]
+    ratios = [o["records_per_s"] / p["records_per_s"] for o, p in zip(ours, perf)]
+    med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
+    return [
+        f"Kafka topic of {count:,} records of 1 KiB in 8 partitions (fresh consumer group per run)",
+        f"  ConsumerPerformance rec/s {med('records_per_s', perf):>12,.0f}   (reads only)",
+        f"  sluice ingest rec/s       {med('records_per_s', ours):>12,.0f}   (reads, checks, compresses, stores,"
+        " commits; idle wait excluded)",
+        f"  sluice/ConsumerPerf       {statistics.median(ratios):>12.2f}   per run: "
+        + ", ".join(f"{r:.2f}" for r in ratios) + "   (target >= 0.5)",
+        f"  sluice CPU-s, peak RSS    {med('cpu_s', ours):>8.1f} s, {med('peak_rss_mib', ours):.0f} MiB;"
+        f" {med('objects', ours):.0f} objects, {med('stored_mib', ours):.0f} MiB stored",
+    ]
+
+
 def main():
     ap = driver_args()
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--stdin-mib", type=int, default=1024)
+    ap.add_argument("--kafka-records", type=int, default=2_000_000)
     ap.add_argument("--out")
     args = ap.parse_args()
     args.sluice = os.path.abspath(args.sluice)
@@ -124,10 +194,13 @@ def main():
     try:
         minio, minio_url = start_minio(work)
         env = client_env(work)
-        for bucket in ["ingest-http", "ingest-stdin"]:
+        for bucket in ["ingest-http", "ingest-stdin", "ingest-kafka"]:
             os.makedirs(os.path.join(work, "data", bucket), exist_ok=True)
         records_path = os.path.join(work, "records.ndjson")
         make_records(records_path, args.stdin_mib)
+        kafka = "KAFKA_BOOTSTRAP" in os.environ and args.kafka_records > 0
+        if kafka:
+            kafka_setup(records_path, args.kafka_records, work)
         rows = []
         for run in range(args.runs):
             rows.append(http_run(args.sluice, minio_url, env, work, args.seconds, run))
@@ -135,6 +208,10 @@ def main():
             for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+            if kafka:
+                for row in kafka_run(args.sluice, minio_url, env, work, args.kafka_records, run):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
         http = [r for r in rows if r["case"] == "http"]
         med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
         ingest = [r for r in rows if r.get("tool") == "ingest"]
@@ -165,8 +242,8 @@ def main():
             f"  ingest/put rate          {statistics.median(ratios):>12.2f}   per run: "
             + ", ".join(f"{r:.2f}" for r in ratios),
             "",
-            "Kafka: not measured (no Kafka source yet).",
-        ]
+        ] + kafka_lines(rows, args.kafka_records)
+        lines.append("")
         emit_report(lines, rows, args.out)
     finally:
         if minio:

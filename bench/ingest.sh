@@ -6,13 +6,20 @@
 #      million records and peak RSS, objects written and their mean size.
 #   2. Standard input: `sluice ingest` of a file of 1 KiB records against
 #      `sluice put` of the same bytes as one object: MiB/s ratio and CPU-seconds.
-# The Kafka comparison of issue 16 is not here yet: there is no Kafka source.
+#   3. Kafka (3.9.1, KRaft, started by scripts/kafka.sh): a topic of 1 KiB records
+#      in 8 partitions, read whole by Kafka's own ConsumerPerformance and by
+#      `sluice ingest --from kafka://…` (which also compresses and stores), each
+#      run with fresh consumer groups: records/s and their ratio.
 #
-#   bench/ingest.sh [--runs N] [--seconds S] [--stdin-mib M] [--out FILE]
+#   bench/ingest.sh [--runs N] [--seconds S] [--stdin-mib M] [--kafka-records N] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh
 ensure_peers minio
 cargo build --release -p sluice-cli --quiet
+source scripts/kafka.sh
+kafka_work=$(mktemp -d -t sluice-ingest-kafka.XXXXXX)
+trap 'kafka_stop; rm -rf "$kafka_work"' EXIT
+kafka_start "$kafka_work"
 
-exec python3 bench/ingest.py --sluice target/release/sluice "$@"
+python3 bench/ingest.py --sluice target/release/sluice "$@"

@@ -413,7 +413,8 @@ pub struct IngestArgs {
     /// Object keys: {stream}, {yyyy} {mm} {dd} {hh}, {field:NAME}, {partition},
     /// {offset} (the batch's first record's position in the input, or its Kafka
     /// offset), {uuid} [default: {stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}; from
-    /// Kafka {stream}/{partition}/{offset}, the only shape Kafka allows].
+    /// Kafka {stream}/{partition}/{offset}: Kafka keys may hold only {stream},
+    /// {partition}, a '/', {offset} and fixed text].
     #[arg(long)]
     pub key_template: Option<String>,
     /// Flush a batch at this many bytes of records (before compression) [default: 64MiB].
@@ -434,7 +435,8 @@ pub struct IngestArgs {
     /// A top-level field with each record's time, for the time placeholders.
     #[arg(long, value_name = "FIELD")]
     pub time_field: Option<String>,
-    /// Keep invalid lines, as they came, in objects under this template.
+    /// Keep invalid lines, as they came, in objects under this template (needs
+    /// {uuid}; not with Kafka, where an invalid message stops the run).
     #[arg(long)]
     pub dead_letter_template: Option<String>,
     /// The summary as one JSON line.

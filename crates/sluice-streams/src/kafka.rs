@@ -303,21 +303,24 @@ fn check(
     let mut rejected = Vec::new();
     let mut buffer = BytesMut::new();
     let mut places = Vec::with_capacity(messages.len());
+    // Kafka templates have no time or field placeholders (checked at start):
+    // one checker serves every message, and the partition is the message's.
+    let rules = RecordRules {
+        template: stream.template(),
+        time_field: config.time_field.as_deref(),
+        max_record_bytes: config.max_record_bytes,
+        arrival: time::OffsetDateTime::now_utc(),
+        source_partition: None,
+        first_line: 0,
+    };
+    let checker = RecordChecker::new(&rules);
     for message in &messages {
-        let rules = RecordRules {
-            template: stream.template(),
-            time_field: config.time_field.as_deref(),
-            max_record_bytes: config.max_record_bytes,
-            arrival: time::OffsetDateTime::now_utc(),
-            source_partition: Some(message.partition),
-            first_line: 0,
-        };
-        let checker = RecordChecker::new(&rules);
         let checked = compact_json(message.value.trim_ascii())
             .ok_or_else(|| "not JSON".to_string())
             .and_then(|line| checker.check(&line).map(|partition| (line, partition)));
         match checked {
-            Ok((line, partition)) => {
+            Ok((line, mut partition)) => {
+                partition.source_partition = Some(message.partition);
                 let start = buffer.len();
                 buffer.extend_from_slice(&line);
                 buffer.extend_from_slice(b"\n");
@@ -363,29 +366,20 @@ fn append(
     summary: &mut KafkaSummary,
 ) -> Result<(), KafkaError> {
     summary.records += runs.len() as u64;
-    // Per partition, in offset order, so each ticket's last offset is known.
-    let mut by_partition: HashMap<i32, Vec<(i64, Run)>> = HashMap::new();
-    for (partition, offset, run) in runs {
-        by_partition
-            .entry(partition)
-            .or_default()
-            .push((offset, run));
+    // Per partition, in offset order: one append each, whose batches come
+    // back in order with their last offsets.
+    let mut by_partition: HashMap<i32, Vec<Run>> = HashMap::new();
+    for (partition, _, run) in runs {
+        by_partition.entry(partition).or_default().push(run);
     }
     for (partition, runs) in by_partition {
+        let group: u64 = runs.iter().map(|run| run.data.len() as u64).sum();
+        let share = memory.split(group);
         let state = partitions.entry(partition).or_default();
-        let group: u64 = runs.iter().map(|(_, run)| run.data.len() as u64).sum();
-        let mut share = Some(memory.split(group));
-        for (offset, run) in runs {
-            // The group's reservation goes with its first record (splitting it
-            // per record would round every one up to the budget's unit).
-            let share = share
-                .take()
-                .unwrap_or_else(|| stream.engine().budget().nothing());
-            for ticket in stream.append(vec![run], share)? {
-                match state.batches.back_mut() {
-                    Some((Some(last), at)) if last.batch() == ticket.batch() => *at = offset,
-                    _ => state.batches.push_back((Some(ticket), offset)),
-                }
+        for (ticket, last) in stream.append_tracked(runs, share)? {
+            match state.batches.back_mut() {
+                Some((Some(back), at)) if back.batch() == ticket.batch() => *at = last as i64,
+                _ => state.batches.push_back((Some(ticket), last as i64)),
             }
         }
     }

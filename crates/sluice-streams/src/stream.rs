@@ -237,6 +237,18 @@ impl RecordStream {
     /// Appends `runs` to their partitions' batches, taking their bytes' share
     /// of `memory`; one ticket per batch touched, in no particular order.
     pub fn append(&self, runs: Vec<Run>, memory: Reservation) -> Result<Vec<Ticket>, StreamError> {
+        let touched = self.inner.append(runs, memory, false)?;
+        Ok(touched.into_iter().map(|(ticket, _)| ticket).collect())
+    }
+
+    /// [`Self::append`], with each batch's last offset among these runs, in
+    /// the order the batches were first touched (a source committing offsets
+    /// per batch needs both).
+    pub fn append_tracked(
+        &self,
+        runs: Vec<Run>,
+        memory: Reservation,
+    ) -> Result<Vec<(Ticket, u64)>, StreamError> {
         self.inner.append(runs, memory, false)
     }
 
@@ -271,7 +283,8 @@ impl RecordStream {
                 }
             })
             .collect();
-        self.inner.append(runs, memory, true)
+        let touched = self.inner.append(runs, memory, true)?;
+        Ok(touched.into_iter().map(|(ticket, _)| ticket).collect())
     }
 
     /// Flushes the open batch of `partition`, if any.
@@ -338,8 +351,9 @@ impl Inner {
         runs: Vec<Run>,
         mut memory: Reservation,
         dead_letter: bool,
-    ) -> Result<Vec<Ticket>, StreamError> {
-        let mut tickets: HashMap<u64, Ticket> = HashMap::new();
+    ) -> Result<Vec<(Ticket, u64)>, StreamError> {
+        // Batches touched, in first-touch order, with the last offset put in each.
+        let mut touched: Vec<(Ticket, u64)> = Vec::new();
         let mut open = self.lock();
         if open.closed {
             return Err(StreamError::Closed);
@@ -391,10 +405,16 @@ impl Inner {
                 if batch.frame_bytes >= FRAME_BYTES {
                     self.send_frame(batch);
                 }
-                tickets.entry(batch.id).or_insert_with(|| Ticket {
-                    batch: batch.id,
-                    done: batch.done.clone(),
-                });
+                match touched.iter_mut().rev().find(|(t, _)| t.batch == batch.id) {
+                    Some((_, last)) => *last = batch.last_offset,
+                    None => touched.push((
+                        Ticket {
+                            batch: batch.id,
+                            done: batch.done.clone(),
+                        },
+                        batch.last_offset,
+                    )),
+                }
                 if batch.records >= self.config.flush_records
                     || batch.record_bytes >= self.config.flush_bytes
                 {
@@ -405,7 +425,7 @@ impl Inner {
         }
         self.stats.accepted(records, bytes, dead_letter);
         self.stats.set_open_partitions(open.batches.len());
-        Ok(tickets.into_values().collect())
+        Ok(touched)
     }
 
     /// Flushes the batch opened longest ago while the stream is at its cap.
