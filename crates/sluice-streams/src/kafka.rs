@@ -13,12 +13,14 @@
 //! what was stored, whatever flushed it.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::{FutureExt, TryStreamExt};
+use futures::TryStreamExt;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_upload::Reservation;
@@ -30,6 +32,9 @@ use crate::template::PartitionKey;
 
 /// Messages gathered before they are checked together on the CPU pool.
 const GATHER_MESSAGES: usize = 2000;
+/// How long the poller waits for a gathering's first message (then it looks
+/// whether it should stop).
+const POLL_WAIT: Duration = Duration::from_millis(100);
 /// How often stored batches are committed and idleness checked.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -110,40 +115,49 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
         .template()
         .check_offset_layout()
         .map_err(KafkaError::Template)?;
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &source.brokers)
-        .set("group.id", &source.group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        .set("session.timeout.ms", "6000")
-        .set("max.poll.interval.ms", "600000")
-        .create()?;
+    let consumer: Arc<BaseConsumer> = Arc::new(
+        ClientConfig::new()
+            .set("bootstrap.servers", &source.brokers)
+            .set("group.id", &source.group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("session.timeout.ms", "6000")
+            .set("max.poll.interval.ms", "600000")
+            .create()?,
+    );
     consumer.subscribe(&[&source.topic])?;
+    // Messages are polled on a thread of their own, a gathering at a time
+    // (polling one by one through an async stream capped a run at about
+    // 100,000 messages/s); the channel's bound is the backpressure.
+    let (gatherings, mut gathered_rx) = tokio::sync::mpsc::channel::<KafkaResult<Vec<Owned>>>(4);
+    let polling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let (consumer, polling) = (consumer.clone(), polling.clone());
+        tokio::task::spawn_blocking(move || poll_messages(&consumer, &polling, &gatherings))
+    };
     let mut partitions: HashMap<i32, PartitionState> = HashMap::new();
     let mut summary = KafkaSummary::default();
     let mut last_message = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(TICK);
-    loop {
+    let result = loop {
         tokio::select! {
-            first = consumer.recv() => {
-                let first = first?;
+            gathered = gathered_rx.recv() => {
+                let gathered = match gathered {
+                    Some(Ok(gathered)) => gathered,
+                    Some(Err(e)) => break Err(e.into()),
+                    None => break Ok(()),
+                };
                 last_message = tokio::time::Instant::now();
-                // Whatever else is ready now goes with it.
-                let mut gathered = vec![owned(&first)];
-                drop(first);
-                while gathered.len() < GATHER_MESSAGES {
-                    match consumer.recv().now_or_never() {
-                        Some(Ok(message)) => gathered.push(owned(&message)),
-                        Some(Err(e)) => return Err(e.into()),
-                        None => break,
-                    }
+                if let Err(e) = take(stream, &mut partitions, gathered, &mut summary).await {
+                    break Err(e);
                 }
-                take(stream, &mut partitions, gathered, &mut summary).await?;
             }
             _ = tick.tick() => {
-                commit_stored(&consumer, &source.topic, &mut partitions, &mut summary, CommitMode::Async)?;
+                if let Err(e) = commit_stored(&consumer, &source.topic, &mut partitions, &mut summary, CommitMode::Async) {
+                    break Err(e);
+                }
                 // Idle counts from the assignment on: a group still waiting for a
                 // dead member's session to lapse has given us nothing to read yet.
                 if consumer.assignment().map_or(true, |a| a.count() == 0) {
@@ -157,14 +171,18 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                         if waiting {
                             stream.flush();
                         } else {
-                            break;
+                            break Ok(());
                         }
                     }
                 }
             }
         }
-    }
+    };
+    polling.store(false, std::sync::atomic::Ordering::Relaxed);
+    drop(gathered_rx);
+    let _ = poller.await;
     stream.close().await;
+    result?;
     commit_stored(
         &consumer,
         &source.topic,
@@ -173,6 +191,33 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
         CommitMode::Sync,
     )?;
     Ok(summary)
+}
+
+/// Polls gatherings of messages (up to [`GATHER_MESSAGES`], as many as are
+/// ready after the first) until `polling` goes false or the receiver is gone.
+fn poll_messages(
+    consumer: &BaseConsumer,
+    polling: &std::sync::atomic::AtomicBool,
+    gatherings: &tokio::sync::mpsc::Sender<KafkaResult<Vec<Owned>>>,
+) {
+    while polling.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut gathered = Vec::new();
+        let mut wait = POLL_WAIT;
+        while gathered.len() < GATHER_MESSAGES {
+            match consumer.poll(wait) {
+                Some(Ok(message)) => gathered.push(owned(&message)),
+                Some(Err(e)) => {
+                    let _ = gatherings.blocking_send(Err(e));
+                    return;
+                }
+                None => break,
+            }
+            wait = Duration::ZERO;
+        }
+        if !gathered.is_empty() && gatherings.blocking_send(Ok(gathered)).is_err() {
+            return;
+        }
+    }
 }
 
 /// A message taken out of the consumer's buffer.
@@ -389,7 +434,7 @@ fn append(
 /// Commits, per partition, the offset after the last batch stored in order;
 /// a failed batch ends the run (nothing after it is committed).
 fn commit_stored(
-    consumer: &StreamConsumer,
+    consumer: &BaseConsumer,
     topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     summary: &mut KafkaSummary,
