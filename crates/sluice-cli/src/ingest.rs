@@ -15,7 +15,7 @@ use sluice_store::StoreLocation;
 use sluice_streams::ingest::{append_parsed, parse_on_pool};
 use sluice_streams::records::BodyFormat;
 use sluice_streams::{Compression, CpuPool, RecordStream, StreamConfig, StreamError, Ticket};
-use sluice_upload::{Engine, Reservation};
+use sluice_upload::{Engine, MemoryShare, Reservation};
 
 use crate::args::IngestArgs;
 use crate::UsageError;
@@ -81,8 +81,8 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         let summary = Summary {
             records: kafka.records,
             dead_lettered: 0,
-            replayed_skipped: Some(kafka.replayed_skipped),
             objects: kafka.objects,
+            kafka: Some(kafka),
         };
         report(&args, &stream, &summary, &description, started);
         return Ok(());
@@ -118,8 +118,10 @@ fn report(
             "stored_bytes": stats.batch_stored_bytes,
             "seconds": seconds,
         });
-        if let Some(skipped) = summary.replayed_skipped {
-            line["replayed_skipped"] = skipped.into();
+        if let Some(kafka) = &summary.kafka {
+            line["replayed_skipped"] = kafka.replayed_skipped.into();
+            line["pauses"] = kafka.pauses.into();
+            line["revoked"] = kafka.revoked.into();
         }
         println!("{line}");
     } else if !args.transfer.quiet {
@@ -130,8 +132,25 @@ fn report(
                 summary.dead_lettered
             ));
         }
-        if let Some(skipped) = summary.replayed_skipped.filter(|&n| n > 0) {
-            notes.push(format!("{skipped} messages already stored, skipped"));
+        if let Some(kafka) = &summary.kafka {
+            if kafka.replayed_skipped > 0 {
+                notes.push(format!(
+                    "{} messages already stored, skipped",
+                    kafka.replayed_skipped
+                ));
+            }
+            if kafka.pauses > 0 {
+                notes.push(format!(
+                    "partitions paused {} times while the store caught up",
+                    kafka.pauses
+                ));
+            }
+            if kafka.revoked > 0 {
+                notes.push(format!(
+                    "{} partitions handed to other members",
+                    kafka.revoked
+                ));
+            }
         }
         eprintln!(
             "sluice ingest: {} records ({}) from {} in {} objects ({}) on {description} in {seconds:.1} s{}",
@@ -192,9 +211,9 @@ fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
 pub struct Summary {
     pub records: u64,
     pub dead_lettered: u64,
-    /// Kafka: messages an earlier run had stored.
-    pub replayed_skipped: Option<u64>,
     pub objects: u64,
+    /// What only a Kafka source counts.
+    pub kafka: Option<sluice_streams::kafka::KafkaSummary>,
 }
 
 /// Ingests every line of `input`, then closes the stream and waits for its
@@ -202,7 +221,7 @@ pub struct Summary {
 pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyhow::Result<Summary> {
     let width = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
     let blocks = blocks(
-        stream.engine().clone(),
+        stream.memory().clone(),
         input,
         stream.config().max_record_bytes,
     );
@@ -270,19 +289,19 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
 /// The input as blocks of whole lines, each with its memory and the number
 /// of lines before it.
 fn blocks(
-    engine: Engine,
+    memory: MemoryShare,
     input: Box<dyn Read + Send>,
     max_line: u64,
 ) -> futures::stream::BoxStream<'static, anyhow::Result<(Bytes, Reservation, u64)>> {
     struct State {
-        engine: Engine,
+        memory: MemoryShare,
         input: Option<Box<dyn Read + Send>>,
         carry: Vec<u8>,
         lines: u64,
         done: bool,
     }
     let state = State {
-        engine,
+        memory,
         input: Some(input),
         carry: Vec::new(),
         lines: 0,
@@ -293,8 +312,7 @@ fn blocks(
             return None;
         }
         let mut memory = state
-            .engine
-            .budget()
+            .memory
             .reserve((state.carry.len() + BLOCK) as u64)
             .await;
         let mut input = state.input.take()?;

@@ -419,6 +419,19 @@ impl ServerConfig {
                     ),
                 });
             }
+            // A request is held whole while it is read, in the stream's half
+            // of the budget (RecordStream::memory): it must fit there, or it
+            // would wait for memory it holds itself.
+            if stream.max_request_bytes > self.engine.memory_limit / 2 {
+                return Err(ConfigError {
+                    key: "streams",
+                    reason: format!(
+                        "[streams.{name}]: max_request_bytes ({}) is more than half of engine.memory_limit ({}), \
+                         the most a stream's records may hold: lower it or raise memory_limit",
+                        stream.max_request_bytes, self.engine.memory_limit
+                    ),
+                });
+            }
         }
         let limits = &self.limits;
         if limits.max_concurrent_uploads == 0 {
@@ -593,6 +606,17 @@ mod tests {
             (|c| c.form.max_parts = 0, "form.max_parts"),
             (|c| c.engine.part_size = MIB, "engine.part_size"),
             (|c| c.engine.memory_limit = MIB, "engine.memory_limit"),
+            (
+                |c| {
+                    let stream = sluice_streams::StreamConfig {
+                        key_template: "{stream}/{uuid}".into(),
+                        max_request_bytes: c.engine.memory_limit / 2 + 1,
+                        ..Default::default()
+                    };
+                    c.streams.insert("big".into(), stream);
+                },
+                "streams",
+            ),
         ];
         for (change, key) in cases {
             let mut config = ServerConfig::default();

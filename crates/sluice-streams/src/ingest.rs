@@ -154,7 +154,7 @@ async fn decode(
         ),
         BodyEncoding::Identity => unreachable!("identity bodies are not decoded"),
     };
-    let budget = stream.engine().budget().clone();
+    let budget = stream.memory().clone();
     let mut memory = budget.nothing();
     let mut out = BytesMut::new();
     let mut reader = Some(reader);

@@ -1,7 +1,8 @@
 //! Per-stage counters of one stream, read by the gateway's `/metrics` and by
 //! `sluice ingest`'s summary: records and bytes in, parse and compression time,
 //! batches stored (their records and bytes, so the mean fill), flush time,
-//! failed batches, partitions open and flushed early for room.
+//! failed batches, partitions open and flushed early for room, and (for a
+//! Kafka source) the consumer lag.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -23,6 +24,7 @@ pub struct StreamStats {
     failed: AtomicU64,
     evicted: AtomicU64,
     open_partitions: AtomicU64,
+    consumer_lag: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -44,6 +46,9 @@ pub struct StatsSnapshot {
     /// Batches flushed early to make room for another partition.
     pub evicted: u64,
     pub open_partitions: u64,
+    /// Kafka source: messages in its partitions not yet stored and committed
+    /// (high watermark less committed offset, summed); 0 for other sources.
+    pub consumer_lag: u64,
 }
 
 impl StreamStats {
@@ -92,6 +97,11 @@ impl StreamStats {
         self.open_partitions.store(open as u64, Relaxed);
     }
 
+    /// Sets the consumer lag (the Kafka source, from librdkafka's statistics).
+    pub fn set_consumer_lag(&self, lag: u64) {
+        self.consumer_lag.store(lag, Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         let seconds = |n: &AtomicU64| n.load(Relaxed) as f64 / 1e9;
         StatsSnapshot {
@@ -108,6 +118,7 @@ impl StreamStats {
             failed: self.failed.load(Relaxed),
             evicted: self.evicted.load(Relaxed),
             open_partitions: self.open_partitions.load(Relaxed),
+            consumer_lag: self.consumer_lag.load(Relaxed),
         }
     }
 }

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use sluice_store::{Metadata, WriteCondition};
-use sluice_upload::{Engine, Reservation, UploadOutcome, UploadRequest, UploadSource};
+use sluice_upload::{Engine, MemoryShare, Reservation, UploadOutcome, UploadRequest, UploadSource};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -143,6 +143,9 @@ struct Inner {
     template: StreamKeyTemplate,
     dead_letter: Option<StreamKeyTemplate>,
     engine: Engine,
+    /// What the stream's records draw on, from request to upload (see
+    /// [`RecordStream::memory`]).
+    memory: MemoryShare,
     pool: CpuPool,
     on_stored: Option<OnStored>,
     open: Mutex<Open>,
@@ -184,6 +187,7 @@ impl RecordStream {
                 stats: Arc::new(StreamStats::default()),
                 template,
                 dead_letter,
+                memory: engine.budget().share(engine.budget().capacity() / 2),
                 engine,
                 pool,
                 on_stored,
@@ -214,6 +218,16 @@ impl RecordStream {
 
     pub fn pool(&self) -> &CpuPool {
         &self.inner.pool
+    }
+
+    /// The share of the engine's memory budget that this stream's records
+    /// draw on: requests being read, records waiting in open batches, frames
+    /// waiting for their upload. It is half the budget, so that the uploads
+    /// that drain those records always find the other half: were records to
+    /// take the whole budget, the uploads would wait for memory that only
+    /// they can free.
+    pub fn memory(&self) -> &MemoryShare {
+        &self.inner.memory
     }
 
     pub fn engine(&self) -> &Engine {
@@ -498,7 +512,7 @@ impl Inner {
             last_offset: first_offset,
             frame: Vec::new(),
             frame_bytes: 0,
-            frame_memory: self.engine.budget().nothing(),
+            frame_memory: self.memory.nothing(),
             frames,
             done,
         }
@@ -510,7 +524,7 @@ impl Inner {
             return;
         }
         let pieces = std::mem::take(&mut batch.frame);
-        let memory = std::mem::replace(&mut batch.frame_memory, self.engine.budget().nothing());
+        let memory = std::mem::replace(&mut batch.frame_memory, self.memory.nothing());
         batch.frame_bytes = 0;
         let (tx, rx) = oneshot::channel();
         let (compression, level) = (self.config.compression, self.config.level());

@@ -55,7 +55,7 @@ async fn submit(stream: &RecordStream, body: &str) -> Result<Submitted, StreamEr
         Bytes::from(body.to_string()),
         BodyEncoding::Identity,
         BodyFormat::Ndjson,
-        stream.engine().budget().reserve(body.len() as u64).await,
+        stream.memory().reserve(body.len() as u64).await,
     )
     .await
 }
@@ -282,7 +282,7 @@ async fn encoded_bodies_decode_within_the_limit() {
                 ..Default::default()
             },
         );
-        let memory = stream.engine().budget().reserve(body.len() as u64).await;
+        let memory = stream.memory().reserve(body.len() as u64).await;
         let got = submit_body(&stream, body.into(), encoding, BodyFormat::Ndjson, memory).await;
         match (got, want) {
             (Ok(submitted), Some(records)) => assert_eq!(submitted.records, records, "{name}"),
@@ -394,7 +394,7 @@ async fn dead_lettered_elements_stay_one_line() {
         },
     );
     let body = format!("[{{\"ok\":1}}, {{\n  \"pad\": \"{}\"\n}}]", "x".repeat(60));
-    let memory = stream.engine().budget().reserve(body.len() as u64).await;
+    let memory = stream.memory().reserve(body.len() as u64).await;
     let submitted = submit_body(
         &stream,
         Bytes::from(body),

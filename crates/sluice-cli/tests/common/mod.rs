@@ -98,8 +98,24 @@ pub async fn stored_records(
     store: &sluice_store::s3::S3Store,
     prefix: &str,
 ) -> (Vec<serde_json::Value>, usize) {
-    let mut records = Vec::new();
-    let mut objects = 0;
+    let batches = stored_batches(store, prefix).await;
+    let objects = batches.len();
+    (
+        batches
+            .into_iter()
+            .flat_map(|(_, records)| records)
+            .collect(),
+        objects,
+    )
+}
+
+/// The zstd stream batches stored under `prefix`, in key order: each key with
+/// its records; panics on an object that does not decompress whole.
+pub async fn stored_batches(
+    store: &sluice_store::s3::S3Store,
+    prefix: &str,
+) -> Vec<(String, Vec<serde_json::Value>)> {
+    let mut batches = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let page = store
@@ -115,15 +131,17 @@ pub async fn stored_records(
             let plain =
                 sluice_streams::compress::decompress(sluice_streams::Compression::Zstd, &data)
                     .unwrap_or_else(|e| panic!("{} is not whole: {e}", object.key));
-            for line in String::from_utf8(plain).unwrap().lines() {
-                records.push(serde_json::from_str(line).unwrap());
-            }
-            objects += 1;
+            let records = String::from_utf8(plain)
+                .unwrap()
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect();
+            batches.push((object.key.clone(), records));
         }
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => break,
         }
     }
-    (records, objects)
+    batches
 }

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use sluice_streams::ingest::{acknowledge, submit_body, BodyEncoding};
 use sluice_streams::records::BodyFormat;
+use sluice_streams::RecordStream;
 
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
@@ -65,7 +66,7 @@ pub async fn post_records(
             prefix: Some(name.clone()),
         })
         .await?;
-    let (body, memory) = read_body(&state, body, length, limit).await?;
+    let (body, memory) = read_body(&state, &stream, body, length, limit).await?;
     let submitted = submit_body(&stream, body, encoding, format, memory).await?;
     let (records, dead_lettered) = (submitted.records, submitted.dead_lettered);
     let stored = acknowledge(submitted.tickets).await?;
@@ -111,15 +112,16 @@ fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
 }
 
 /// The whole body in one buffer (records are slices of it), each chunk
-/// reserved from the memory budget as it arrives and nothing reserved twice:
+/// reserved from the stream's memory as it arrives and nothing reserved twice:
 /// a request waiting for memory holds only what it has received.
 async fn read_body(
     state: &AppState,
+    stream: &RecordStream,
     body: Body,
     length: Option<u64>,
     limit: u64,
 ) -> Result<(Bytes, sluice_upload::Reservation), ApiError> {
-    let budget = state.engine.budget();
+    let budget = stream.memory();
     let mut memory = budget.nothing();
     // Pages of the buffer are touched only as bytes are written into it.
     let mut joined = BytesMut::with_capacity(length.unwrap_or(0).min(limit) as usize);

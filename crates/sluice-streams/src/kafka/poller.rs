@@ -1,0 +1,270 @@
+//! The Kafka consumer's own thread: it polls messages into gatherings and hands
+//! them to the ingest task in consumption order, together with the group's
+//! revocations, and it pauses the partitions when the ingest task falls behind.
+//!
+//! - A gathering is up to [`GATHER_MESSAGES`] messages or a set number of bytes,
+//!   as many as are ready after the first. Handing over waits on a bounded
+//!   channel; polling one message at a time through an async stream capped a
+//!   run at about 100,000 messages/s.
+//! - Backpressure: when the ingest task has not taken a gathering for
+//!   [`PAUSE_AFTER`] (the store is slow or down, and the memory budget is
+//!   full), every assigned partition is paused and the consumer goes on polling
+//!   (so that it stays in the group and serves rebalances, however long the
+//!   outage) without fetching. Resuming fetches from the position after the
+//!   last message polled, so nothing is skipped.
+//! - Revocation (a rebalance takes partitions away): the rebalance callback,
+//!   which runs inside `poll` on this thread, hands over what was gathered, then
+//!   the revoked partitions, and waits until the ingest task has stored and
+//!   committed their batches. The next owner starts where this one stopped, so
+//!   two owners never write batches with different boundaries.
+//! - Consumer lag comes from librdkafka's statistics, every second.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use rdkafka::Statistics;
+use tokio::sync::mpsc;
+
+use crate::stats::StreamStats;
+
+/// Most messages in one gathering.
+const GATHER_MESSAGES: usize = 2000;
+/// Most bytes in one gathering (smaller with a small memory budget; one
+/// message may go past it).
+pub(super) const GATHER_BYTES_MAX: usize = 2 << 20;
+/// Gatherings waiting for the ingest task.
+const GATHERINGS_QUEUED: usize = 4;
+/// Gatherings held at once: those queued, the one being filled and the one
+/// the ingest task is checking.
+pub(super) const GATHERINGS_HELD: usize = GATHERINGS_QUEUED + 2;
+/// How long the poller waits for a gathering's first message, and between
+/// polls while paused.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+/// How long a gathering may wait for the ingest task before the partitions
+/// are paused.
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
+
+/// A message taken out of the consumer's buffer.
+pub(super) struct Owned {
+    pub partition: i32,
+    pub offset: i64,
+    pub value: Bytes,
+}
+
+/// What the poller hands the ingest task, in consumption order.
+pub(super) enum Polled {
+    Messages(Vec<Owned>),
+    /// These partitions are being revoked; answer on the sender once their
+    /// batches are stored and committed (dropping it lets the rebalance go on
+    /// regardless).
+    Revoked(Vec<i32>, std::sync::mpsc::SyncSender<()>),
+}
+
+/// The poller's side of the hand-over, shared with the rebalance callback.
+pub(super) struct Handover {
+    topic: String,
+    /// Messages polled and not handed over yet.
+    gathering: Mutex<Gathering>,
+    gather_bytes: usize,
+    sender: mpsc::Sender<KafkaResult<Polled>>,
+    /// False once the run ends: a revocation while the consumer closes has
+    /// nothing left to store and must not block.
+    live: AtomicBool,
+    /// Times the partitions were paused for backpressure.
+    pauses: AtomicU64,
+    stats: Arc<StreamStats>,
+}
+
+#[derive(Default)]
+struct Gathering {
+    messages: Vec<Owned>,
+    bytes: usize,
+}
+
+impl Gathering {
+    fn full(&self, most_bytes: usize) -> bool {
+        self.messages.len() >= GATHER_MESSAGES || self.bytes >= most_bytes
+    }
+
+    fn push(&mut self, message: Owned) {
+        self.bytes += message.value.len();
+        self.messages.push(message);
+    }
+
+    fn take(&mut self) -> Vec<Owned> {
+        self.bytes = 0;
+        std::mem::take(&mut self.messages)
+    }
+}
+
+impl Handover {
+    pub(super) fn new(
+        topic: &str,
+        gather_bytes: usize,
+        stats: Arc<StreamStats>,
+    ) -> (Arc<Handover>, mpsc::Receiver<KafkaResult<Polled>>) {
+        let (sender, receiver) = mpsc::channel(GATHERINGS_QUEUED);
+        let handover = Handover {
+            topic: topic.to_string(),
+            gathering: Mutex::default(),
+            gather_bytes,
+            sender,
+            live: AtomicBool::new(true),
+            pauses: AtomicU64::new(0),
+            stats,
+        };
+        (Arc::new(handover), receiver)
+    }
+
+    /// Stops polling and turns the rebalance callback off.
+    pub(super) fn stop(&self) {
+        self.live.store(false, Ordering::Relaxed);
+    }
+
+    pub(super) fn pauses(&self) -> u64 {
+        self.pauses.load(Ordering::Relaxed)
+    }
+
+    fn gathering(&self) -> std::sync::MutexGuard<'_, Gathering> {
+        self.gathering.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The consumer's context: rebalance and statistics callbacks.
+pub(super) struct SourceContext {
+    pub handover: Arc<Handover>,
+}
+
+impl ClientContext for SourceContext {
+    fn stats(&self, statistics: Statistics) {
+        let lag: i64 = statistics
+            .topics
+            .get(&self.handover.topic)
+            .map(|topic| {
+                topic
+                    .partitions
+                    .values()
+                    .filter(|p| p.partition >= 0 && p.consumer_lag > 0)
+                    .map(|p| p.consumer_lag)
+                    .sum()
+            })
+            .unwrap_or(0);
+        self.handover.stats.set_consumer_lag(lag as u64);
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else {
+            return;
+        };
+        let handover = &self.handover;
+        if !handover.live.load(Ordering::Relaxed) {
+            return;
+        }
+        let revoked: Vec<i32> = list
+            .elements_for_topic(&handover.topic)
+            .iter()
+            .map(|element| element.partition())
+            .collect();
+        if revoked.is_empty() {
+            return;
+        }
+        tracing::info!(partitions = ?revoked, "partitions revoked: storing and committing their batches first");
+        let gathered = handover.gathering().take();
+        if !gathered.is_empty()
+            && handover
+                .sender
+                .blocking_send(Ok(Polled::Messages(gathered)))
+                .is_err()
+        {
+            return;
+        }
+        let (done, stored) = std::sync::mpsc::sync_channel(1);
+        if handover
+            .sender
+            .blocking_send(Ok(Polled::Revoked(revoked, done)))
+            .is_ok()
+        {
+            let _ = stored.recv();
+        }
+    }
+}
+
+pub(super) type SourceConsumer = BaseConsumer<SourceContext>;
+
+/// Polls until the handover is stopped or its receiver is gone. Runs on a
+/// blocking thread of the runtime behind `runtime`.
+pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime::Handle) {
+    let handover = consumer.context().handover.clone();
+    let mut paused = false;
+    while handover.live.load(Ordering::Relaxed) {
+        // Gather: wait for a first message, then take what is ready.
+        let mut wait = POLL_WAIT;
+        loop {
+            match consumer.poll(if paused { POLL_WAIT } else { wait }) {
+                Some(Ok(message)) => handover.gathering().push(owned(&message)),
+                Some(Err(e)) => {
+                    let _ = handover.sender.blocking_send(Err(e));
+                    return;
+                }
+                None => break,
+            }
+            if handover.gathering().full(handover.gather_bytes) {
+                break;
+            }
+            wait = Duration::ZERO;
+        }
+        if handover.gathering().messages.is_empty() {
+            continue;
+        }
+        // Hand over, pausing the partitions while the ingest task is behind.
+        let wait = if paused { POLL_WAIT } else { PAUSE_AFTER };
+        let permit =
+            runtime.block_on(async { tokio::time::timeout(wait, handover.sender.reserve()).await });
+        match permit {
+            Ok(Ok(permit)) => {
+                let gathered = handover.gathering().take();
+                permit.send(Ok(Polled::Messages(gathered)));
+                if paused {
+                    paused = false;
+                    if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
+                        let _ = handover.sender.blocking_send(Err(e));
+                        return;
+                    }
+                    tracing::info!("the ingest task caught up: partitions resumed");
+                }
+            }
+            Ok(Err(_)) => return,
+            Err(_) => {
+                // Paused again each time: a rebalance may have assigned more.
+                if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
+                    let _ = handover.sender.blocking_send(Err(e));
+                    return;
+                }
+                if !paused {
+                    paused = true;
+                    handover.pauses.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        after = ?PAUSE_AFTER,
+                        "the store is not keeping up: partitions paused (the consumer keeps polling to stay in the group)"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn owned(message: &impl Message) -> Owned {
+    Owned {
+        partition: message.partition(),
+        offset: message.offset(),
+        value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+    }
+}
