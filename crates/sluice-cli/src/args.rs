@@ -442,6 +442,11 @@ pub struct IngestArgs {
     /// The summary as one JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Serve the stream's figures (records, batches, flush time, consumer lag…;
+    /// docs/METRICS.md) for Prometheus at http://ADDR/metrics while the run
+    /// lasts, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub transfer: TransferArgs,
 }

@@ -57,6 +57,9 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         None,
     )
     .map_err(|e| UsageError(e.to_string()))?;
+    if let Some(address) = args.metrics_listen {
+        serve_metrics(address, &stream, &engine).await?;
+    }
     let started = Instant::now();
     if let Some(source) = kafka {
         stream
@@ -95,6 +98,60 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     .await?;
     let summary = outcome.with_context(|| format!("ingesting into {description}"))?;
     report(&args, &stream, &summary, &description, started);
+    Ok(())
+}
+
+/// Serves the stream's figures and the memory budget's at `address`/metrics
+/// until the process ends.
+async fn serve_metrics(
+    address: std::net::SocketAddr,
+    stream: &RecordStream,
+    engine: &Engine,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("--metrics-listen {address}"))?;
+    let (stream, engine) = (stream.clone(), engine.clone());
+    let render = move || {
+        let budget = engine.budget();
+        let mut text = format!(
+            "# HELP sluice_memory_budget_in_use_bytes Bytes of the memory budget reserved.\n\
+             # TYPE sluice_memory_budget_in_use_bytes gauge\n\
+             sluice_memory_budget_in_use_bytes {}\n\
+             # HELP sluice_memory_budget_bytes Size of the memory budget.\n\
+             # TYPE sluice_memory_budget_bytes gauge\n\
+             sluice_memory_budget_bytes {}\n",
+            budget.in_use(),
+            budget.capacity()
+        );
+        text.push_str(&sluice_streams::prometheus_lines(&[(
+            stream.name(),
+            stream.stats().snapshot(),
+        )]));
+        text.push_str("# EOF\n");
+        text
+    };
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let text = render();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
+    tracing::info!(%address, "metrics at http://{address}/metrics");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "the metrics listener stopped");
+        }
+    });
     Ok(())
 }
 

@@ -273,13 +273,36 @@ async fn kafka_partitions_pause_while_the_store_lags_and_nothing_is_lost() {
     let proxy = ChaosProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), &endpoint, lagging)
         .await
         .unwrap();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let run = ingest(&bootstrap, &topic, &proxy.url(), &prefix)
-        .args(["--memory-limit", "48MiB"])
+        .args([
+            "--memory-limit",
+            "48MiB",
+            "--metrics-listen",
+            &metrics.to_string(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
+    // Meanwhile the consumer lag shows what is read and not yet stored.
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lag: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("sluice_stream_consumer_lag{stream=\"events\"} "))
+        .unwrap_or_else(|| panic!("no consumer lag in {text}"))
+        .parse()
+        .unwrap();
+    assert!(lag > 0, "{text}");
     proxy
         .set_config(ChaosConfig {
             write_rate_per_prefix: None,
@@ -306,34 +329,34 @@ async fn kafka_partitions_revoked_mid_run_are_stored_once() {
         return;
     };
     let topic = prefix.replace('/', "-");
-    const RECORDS: u64 = 300_000;
-    topic_of(&cp, &bootstrap, &topic, 4, RECORDS, 100);
-    // A slow store and little memory keep the first member busy for several
-    // seconds after the second joins.
-    let slow = ChaosConfig {
-        latency: Duration::from_millis(300),
+    const RECORDS: u64 = 40_000;
+    topic_of(&cp, &bootstrap, &topic, 4, RECORDS, 1000);
+    // The store holds every request 2 s while the second member joins: the
+    // first, in 32 MiB, has read at most 16 MiB of the topic's 40 MB by then,
+    // and must store and commit that before its partitions change hands.
+    let lagging = |latency| ChaosConfig {
+        latency,
         write_rate_per_prefix: None,
         ..ChaosConfig::default()
     };
-    let proxy = ChaosProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), &endpoint, slow)
-        .await
-        .unwrap();
+    let proxy = ChaosProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &endpoint,
+        lagging(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
     let member = || {
         let mut command = ingest(&bootstrap, &topic, &proxy.url(), &prefix);
-        command.args(["--memory-limit", "32MiB", "--concurrency", "4"]);
+        command.args(["--memory-limit", "32MiB"]);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     };
-    let first = member()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    objects_stored(&store, "events/", 2).await;
-    let second = member()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let first = member().spawn().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = member().spawn().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.set_config(lagging(Duration::ZERO)).unwrap();
     let (first, second) = (finished(first).await, finished(second).await);
     let (first, second) = (summary_of(&first), summary_of(&second));
     assert!(

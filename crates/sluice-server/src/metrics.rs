@@ -49,96 +49,6 @@ pub struct StreamLabels {
     pub stream: String,
 }
 
-/// The stream counters rendered at scrape time: (metric, type, help, value).
-type StreamLine = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&StatsSnapshot) -> f64,
-);
-
-/// Every per-stream figure read from the streams' own counters.
-const STREAM_LINES: &[StreamLine] = &[
-    (
-        "sluice_stream_records_total",
-        "counter",
-        "Records taken into batches",
-        |s| s.records_in as f64,
-    ),
-    (
-        "sluice_stream_record_bytes_total",
-        "counter",
-        "Bytes of records taken, before compression",
-        |s| s.bytes_in as f64,
-    ),
-    (
-        "sluice_stream_rejected_records_total",
-        "counter",
-        "Invalid records (refused with their request, or dead-lettered)",
-        |s| s.rejected as f64,
-    ),
-    (
-        "sluice_stream_parse_seconds_total",
-        "counter",
-        "CPU time spent decoding and checking records",
-        |s| s.parse_seconds,
-    ),
-    (
-        "sluice_stream_compress_seconds_total",
-        "counter",
-        "CPU time spent compressing batches",
-        |s| s.compress_seconds,
-    ),
-    (
-        "sluice_stream_batches_total",
-        "counter",
-        "Batches stored as objects",
-        |s| s.batches as f64,
-    ),
-    (
-        "sluice_stream_batch_records_total",
-        "counter",
-        "Records in stored batches (divide by batches for the mean fill)",
-        |s| s.batch_records as f64,
-    ),
-    (
-        "sluice_stream_batch_record_bytes_total",
-        "counter",
-        "Record bytes in stored batches, before compression",
-        |s| s.batch_record_bytes as f64,
-    ),
-    (
-        "sluice_stream_stored_bytes_total",
-        "counter",
-        "Bytes of stored batch objects, after compression",
-        |s| s.batch_stored_bytes as f64,
-    ),
-    (
-        "sluice_stream_flush_seconds_total",
-        "counter",
-        "Sum over stored batches of the time from flush to stored object",
-        |s| s.flush_seconds,
-    ),
-    (
-        "sluice_stream_failed_batches_total",
-        "counter",
-        "Batches the store did not take (their requests got 503)",
-        |s| s.failed as f64,
-    ),
-    (
-        "sluice_stream_evicted_batches_total",
-        "counter",
-        "Batches flushed early to make room under max_open_partitions",
-        |s| s.evicted as f64,
-    ),
-    (
-        "sluice_stream_open_partitions",
-        "gauge",
-        "Batches open now",
-        |s| s.open_partitions as f64,
-    ),
-];
-
 /// How an upload ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -529,7 +439,6 @@ impl Metrics {
 
     /// The per-stream lines, in the text format, before the closing `# EOF`.
     fn render_streams(&self, text: &mut String) {
-        use std::fmt::Write;
         let Some(streams) = self.inner.streams.get().filter(|s| !s.is_empty()) else {
             return;
         };
@@ -538,14 +447,7 @@ impl Metrics {
             .map(|(name, stats)| (name.as_str(), stats.snapshot()))
             .collect();
         let end = text.rfind("# EOF").unwrap_or(text.len());
-        let mut lines = String::new();
-        for (name, kind, help, value) in STREAM_LINES {
-            let family = name.strip_suffix("_total").unwrap_or(name);
-            let _ = writeln!(lines, "# HELP {family} {help}.\n# TYPE {family} {kind}");
-            for (stream, snapshot) in &snapshots {
-                let _ = writeln!(lines, "{name}{{stream=\"{stream}\"}} {}", value(snapshot));
-            }
-        }
+        let lines = sluice_streams::prometheus_lines(&snapshots);
         text.insert_str(end, &lines);
     }
 

@@ -23,6 +23,6 @@ mod template;
 pub use compress::CpuPool;
 pub use config::{Compression, StreamConfig};
 pub use error::{BadRecord, StreamConfigError, StreamError};
-pub use stats::{StatsSnapshot, StreamStats};
+pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
 pub use stream::{validate_stream_name, BatchResult, OnStored, RecordStream, StoredBatch, Ticket};
 pub use template::{PartitionKey, StreamKeyTemplate};

@@ -9,7 +9,126 @@ use std::time::Duration;
 
 use crate::stream::StoredBatch;
 
-#[derive(Debug, Default)]
+/// The stream counters rendered at scrape time: (metric, type, help, value).
+type StreamLine = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&StatsSnapshot) -> Option<f64>,
+);
+
+/// Every per-stream figure, as Prometheus metrics (docs/METRICS.md).
+const STREAM_LINES: &[StreamLine] = &[
+    (
+        "sluice_stream_records_total",
+        "counter",
+        "Records taken into batches",
+        |s| Some(s.records_in as f64),
+    ),
+    (
+        "sluice_stream_record_bytes_total",
+        "counter",
+        "Bytes of records taken, before compression",
+        |s| Some(s.bytes_in as f64),
+    ),
+    (
+        "sluice_stream_rejected_records_total",
+        "counter",
+        "Invalid records (refused with their request, or dead-lettered)",
+        |s| Some(s.rejected as f64),
+    ),
+    (
+        "sluice_stream_parse_seconds_total",
+        "counter",
+        "CPU time spent decoding and checking records",
+        |s| Some(s.parse_seconds),
+    ),
+    (
+        "sluice_stream_compress_seconds_total",
+        "counter",
+        "CPU time spent compressing batches",
+        |s| Some(s.compress_seconds),
+    ),
+    (
+        "sluice_stream_batches_total",
+        "counter",
+        "Batches stored as objects",
+        |s| Some(s.batches as f64),
+    ),
+    (
+        "sluice_stream_batch_records_total",
+        "counter",
+        "Records in stored batches (divide by batches for the mean fill)",
+        |s| Some(s.batch_records as f64),
+    ),
+    (
+        "sluice_stream_batch_record_bytes_total",
+        "counter",
+        "Record bytes in stored batches, before compression",
+        |s| Some(s.batch_record_bytes as f64),
+    ),
+    (
+        "sluice_stream_stored_bytes_total",
+        "counter",
+        "Bytes of stored batch objects, after compression",
+        |s| Some(s.batch_stored_bytes as f64),
+    ),
+    (
+        "sluice_stream_flush_seconds_total",
+        "counter",
+        "Sum over stored batches of the time from flush to stored object",
+        |s| Some(s.flush_seconds),
+    ),
+    (
+        "sluice_stream_failed_batches_total",
+        "counter",
+        "Batches the store did not take (their requests got 503)",
+        |s| Some(s.failed as f64),
+    ),
+    (
+        "sluice_stream_evicted_batches_total",
+        "counter",
+        "Batches flushed early to make room under max_open_partitions",
+        |s| Some(s.evicted as f64),
+    ),
+    (
+        "sluice_stream_open_partitions",
+        "gauge",
+        "Batches open now",
+        |s| Some(s.open_partitions as f64),
+    ),
+    (
+        "sluice_stream_consumer_lag",
+        "gauge",
+        "Kafka source: messages in its partitions not yet stored and committed",
+        |s| s.consumer_lag.map(|lag| lag as f64),
+    ),
+];
+
+/// The Prometheus text-format lines (HELP, TYPE and one sample per stream)
+/// of every stream figure; a figure no stream has (consumer lag without a
+/// Kafka source) is left out.
+pub fn prometheus_lines(snapshots: &[(&str, StatsSnapshot)]) -> String {
+    use std::fmt::Write;
+    let mut lines = String::new();
+    for (name, kind, help, value) in STREAM_LINES {
+        let samples: Vec<(&str, f64)> = snapshots
+            .iter()
+            .filter_map(|(stream, snapshot)| value(snapshot).map(|v| (*stream, v)))
+            .collect();
+        if samples.is_empty() {
+            continue;
+        }
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        let _ = writeln!(lines, "# HELP {family} {help}.\n# TYPE {family} {kind}");
+        for (stream, value) in samples {
+            let _ = writeln!(lines, "{name}{{stream=\"{stream}\"}} {value}");
+        }
+    }
+    lines
+}
+
+#[derive(Debug)]
 pub struct StreamStats {
     records_in: AtomicU64,
     bytes_in: AtomicU64,
@@ -24,7 +143,29 @@ pub struct StreamStats {
     failed: AtomicU64,
     evicted: AtomicU64,
     open_partitions: AtomicU64,
+    /// `u64::MAX` until a Kafka source sets it.
     consumer_lag: AtomicU64,
+}
+
+impl Default for StreamStats {
+    fn default() -> Self {
+        StreamStats {
+            records_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            parse_nanos: AtomicU64::new(0),
+            compress_nanos: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batch_records: AtomicU64::new(0),
+            batch_record_bytes: AtomicU64::new(0),
+            batch_stored_bytes: AtomicU64::new(0),
+            flush_nanos: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            open_partitions: AtomicU64::new(0),
+            consumer_lag: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 /// A copy of the counters at one moment.
@@ -47,8 +188,8 @@ pub struct StatsSnapshot {
     pub evicted: u64,
     pub open_partitions: u64,
     /// Kafka source: messages in its partitions not yet stored and committed
-    /// (high watermark less committed offset, summed); 0 for other sources.
-    pub consumer_lag: u64,
+    /// (high watermark less committed offset, summed); None for other sources.
+    pub consumer_lag: Option<u64>,
 }
 
 impl StreamStats {
@@ -99,7 +240,7 @@ impl StreamStats {
 
     /// Sets the consumer lag (the Kafka source, from librdkafka's statistics).
     pub fn set_consumer_lag(&self, lag: u64) {
-        self.consumer_lag.store(lag, Relaxed);
+        self.consumer_lag.store(lag.min(u64::MAX - 1), Relaxed);
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -118,7 +259,7 @@ impl StreamStats {
             failed: self.failed.load(Relaxed),
             evicted: self.evicted.load(Relaxed),
             open_partitions: self.open_partitions.load(Relaxed),
-            consumer_lag: self.consumer_lag.load(Relaxed),
+            consumer_lag: Some(self.consumer_lag.load(Relaxed)).filter(|&lag| lag != u64::MAX),
         }
     }
 }

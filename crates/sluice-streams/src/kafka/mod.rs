@@ -177,6 +177,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                         take(stream, &mut partitions, gathered, &mut summary).await
                     }
                     Some(Ok(Polled::Revoked(revoked, done))) => {
+                        last_message = tokio::time::Instant::now();
                         let outcome = give_up(stream, &consumer, &source.topic, &mut partitions, &revoked, &mut summary).await;
                         drop(done);
                         outcome
@@ -192,9 +193,10 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 if let Err(e) = commit_stored(&consumer, &source.topic, &mut partitions, &mut summary, CommitMode::Async) {
                     break Err(e);
                 }
-                // Idle counts from the assignment on: a group still waiting for a
-                // dead member's session to lapse has given us nothing to read yet.
-                if consumer.assignment().map_or(true, |a| a.count() == 0) {
+                // Idle counts from the assignment on (a group still waiting for a
+                // dead member's session to lapse has given us nothing to read
+                // yet), and never while paused (behind is not idle).
+                if handover.paused() || consumer.assignment().map_or(true, |a| a.count() == 0) {
                     last_message = tokio::time::Instant::now();
                 }
                 if let Some(idle) = source.idle_exit {

@@ -17,7 +17,8 @@
 //!   the revoked partitions, and waits until the ingest task has stored and
 //!   committed their batches. The next owner starts where this one stopped, so
 //!   two owners never write batches with different boundaries.
-//! - Consumer lag comes from librdkafka's statistics, every second.
+//! - Consumer lag (high watermark less committed offset, per partition) comes
+//!   from librdkafka's statistics, every second.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,8 @@ pub(super) struct Handover {
     live: AtomicBool,
     /// Times the partitions were paused for backpressure.
     pauses: AtomicU64,
+    /// Whether they are paused now.
+    paused: AtomicBool,
     stats: Arc<StreamStats>,
 }
 
@@ -117,6 +120,7 @@ impl Handover {
             sender,
             live: AtomicBool::new(true),
             pauses: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
             stats,
         };
         (Arc::new(handover), receiver)
@@ -129,6 +133,11 @@ impl Handover {
 
     pub(super) fn pauses(&self) -> u64 {
         self.pauses.load(Ordering::Relaxed)
+    }
+
+    /// Whether the partitions are paused now (the source is behind, not idle).
+    pub(super) fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     fn gathering(&self) -> std::sync::MutexGuard<'_, Gathering> {
@@ -150,8 +159,17 @@ impl ClientContext for SourceContext {
                 topic
                     .partitions
                     .values()
-                    .filter(|p| p.partition >= 0 && p.consumer_lag > 0)
-                    .map(|p| p.consumer_lag)
+                    .filter(|p| p.partition >= 0 && p.desired && p.hi_offset >= 0)
+                    .map(|p| {
+                        // Before the first commit, librdkafka says -1: the
+                        // whole partition is still to be stored.
+                        let done = if p.committed_offset >= 0 {
+                            p.committed_offset
+                        } else {
+                            p.lo_offset.max(0)
+                        };
+                        (p.hi_offset - done).max(0)
+                    })
                     .sum()
             })
             .unwrap_or(0);
@@ -234,6 +252,7 @@ pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime:
                 permit.send(Ok(Polled::Messages(gathered)));
                 if paused {
                     paused = false;
+                    handover.paused.store(false, Ordering::Relaxed);
                     if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
                         let _ = handover.sender.blocking_send(Err(e));
                         return;
@@ -250,6 +269,7 @@ pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime:
                 }
                 if !paused {
                     paused = true;
+                    handover.paused.store(true, Ordering::Relaxed);
                     handover.pauses.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         after = ?PAUSE_AFTER,
