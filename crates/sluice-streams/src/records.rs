@@ -143,7 +143,7 @@ fn parse_array(
     for (index, element) in elements.iter().enumerate() {
         let text = element.get().as_bytes();
         let number = rules.first_line + index as u64 + 1;
-        let compact: Cow<'_, [u8]> = if text.iter().any(|&b| b == b'\n' || b == b'\r') {
+        let compact: Cow<'_, [u8]> = if memchr::memchr2(b'\n', b'\r', text).is_some() {
             let value: serde_json::Value = serde_json::from_slice(text)
                 .map_err(|e| StreamError::BadInput(format!("element {number}: {e}")))?;
             Cow::Owned(serde_json::to_vec(&value).unwrap_or_default())
@@ -203,7 +203,8 @@ impl<'a> RecordChecker<'a> {
 /// JSON text on one line: as it is when it has no line break, else
 /// re-serialized (None when it is not JSON).
 pub fn compact_json(text: &[u8]) -> Option<Cow<'_, [u8]>> {
-    if !text.iter().any(|&b| b == b'\n' || b == b'\r') {
+    // memchr: a byte-at-a-time scan was a tenth of the Kafka source's CPU.
+    if memchr::memchr2(b'\n', b'\r', text).is_none() {
         return Some(Cow::Borrowed(text));
     }
     let value: serde_json::Value = serde_json::from_slice(text).ok()?;
