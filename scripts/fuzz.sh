@@ -30,10 +30,14 @@ trap 'rm -rf "$work"' EXIT
 for target in $(cargo +nightly fuzz list); do
   echo "==> fuzzing $target for ${seconds}s"
   mkdir -p "$work/$target" "fuzz/corpus/$target"
+  # The fuzzer's status, not grep's: `|| true` after the pipeline used to
+  # reset PIPESTATUS, so crashes were printed and passed.
+  status=0
   cargo +nightly fuzz run "${flags[@]}" "$target" "$work/$target" "fuzz/corpus/$target" -- \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 |
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==|thread|SUMMARY|Done)' || true
-  if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+    { grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==|thread|SUMMARY|Done)' || true; } ||
+    status=$?
+  if [ "$status" -ne 0 ]; then
     echo "fuzz target $target failed; the input is under fuzz/artifacts/$target/" >&2
     exit 1
   fi

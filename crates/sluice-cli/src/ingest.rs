@@ -53,6 +53,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         &args.stream,
         config,
         engine.clone(),
+        sluice_streams::records_memory(engine.budget()),
         CpuPool::per_core(),
         None,
     )

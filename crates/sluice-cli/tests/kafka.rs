@@ -122,8 +122,27 @@ fn summary_of(output: &Output) -> serde_json::Value {
     summary
 }
 
+/// A spawned run, killed if the test fails before it ends.
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn spawn(command: &mut Command) -> Running {
+        Running(Some(command.spawn().unwrap()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Waits (off the runtime) for a spawned run to end.
-async fn finished(child: std::process::Child) -> Output {
+async fn finished(mut run: Running) -> Output {
+    let child = run.0.take().expect("running");
     tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap()
@@ -277,17 +296,17 @@ async fn kafka_partitions_pause_while_the_store_lags_and_nothing_is_lost() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let run = ingest(&bootstrap, &topic, &proxy.url(), &prefix)
-        .args([
-            "--memory-limit",
-            "48MiB",
-            "--metrics-listen",
-            &metrics.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = Running::spawn(
+        ingest(&bootstrap, &topic, &proxy.url(), &prefix)
+            .args([
+                "--memory-limit",
+                "48MiB",
+                "--metrics-listen",
+                &metrics.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     tokio::time::sleep(Duration::from_secs(6)).await;
     // Meanwhile the consumer lag shows what is read and not yet stored.
     let text = reqwest::get(format!("http://{metrics}/metrics"))
@@ -352,9 +371,9 @@ async fn kafka_partitions_revoked_mid_run_are_stored_once() {
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     };
-    let first = member().spawn().unwrap();
+    let first = Running::spawn(&mut member());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let second = member().spawn().unwrap();
+    let second = Running::spawn(&mut member());
     tokio::time::sleep(Duration::from_secs(3)).await;
     proxy.set_config(lagging(Duration::ZERO)).unwrap();
     let (first, second) = (finished(first).await, finished(second).await);

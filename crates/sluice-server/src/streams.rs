@@ -37,12 +37,15 @@ impl Streams {
                 }
             })
         });
+        // One share for every stream's records: half the budget together.
+        let memory = sluice_streams::records_memory(engine.budget());
         let mut by_name = BTreeMap::new();
         for (name, config) in configs {
             let stream = RecordStream::new(
                 name,
                 config.clone(),
                 engine.clone(),
+                memory.clone(),
                 pool.clone(),
                 Some(on_stored.clone()),
             )

@@ -24,5 +24,7 @@ pub use compress::CpuPool;
 pub use config::{Compression, StreamConfig};
 pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
-pub use stream::{validate_stream_name, BatchResult, OnStored, RecordStream, StoredBatch, Ticket};
+pub use stream::{
+    records_memory, validate_stream_name, BatchResult, OnStored, RecordStream, StoredBatch, Ticket,
+};
 pub use template::{PartitionKey, StreamKeyTemplate};

@@ -24,7 +24,9 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use sluice_store::{Metadata, WriteCondition};
-use sluice_upload::{Engine, MemoryShare, Reservation, UploadOutcome, UploadRequest, UploadSource};
+use sluice_upload::{
+    Engine, MemoryBudget, MemoryShare, Reservation, UploadOutcome, UploadRequest, UploadSource,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -161,11 +163,14 @@ pub struct RecordStream {
 }
 
 impl RecordStream {
-    /// A stream named `name` storing through `engine`, compressing on `pool`.
+    /// A stream named `name` storing through `engine`, compressing on `pool`,
+    /// its records drawing on `memory` (the process's [`records_memory`],
+    /// shared by all its streams).
     pub fn new(
         name: &str,
         config: StreamConfig,
         engine: Engine,
+        memory: MemoryShare,
         pool: CpuPool,
         on_stored: Option<OnStored>,
     ) -> Result<RecordStream, StreamConfigError> {
@@ -187,7 +192,7 @@ impl RecordStream {
                 stats: Arc::new(StreamStats::default()),
                 template,
                 dead_letter,
-                memory: engine.budget().share(engine.budget().capacity() / 2),
+                memory,
                 engine,
                 pool,
                 on_stored,
@@ -221,11 +226,7 @@ impl RecordStream {
     }
 
     /// The share of the engine's memory budget that this stream's records
-    /// draw on: requests being read, records waiting in open batches, frames
-    /// waiting for their upload. It is half the budget, so that the uploads
-    /// that drain those records always find the other half: were records to
-    /// take the whole budget, the uploads would wait for memory that only
-    /// they can free.
+    /// draw on (see [`records_memory`]).
     pub fn memory(&self) -> &MemoryShare {
         &self.inner.memory
     }
@@ -336,6 +337,15 @@ impl RecordStream {
 }
 
 /// A stream's name is one key segment: it appears in keys and URLs.
+/// The share of `budget` that the records of all of a process's streams draw
+/// on together: requests being read, records waiting in open batches, frames
+/// waiting for their upload. It is half the budget, so that the uploads that
+/// drain those records always find the other half: were records to take the
+/// whole budget, the uploads would wait for memory only they can free.
+pub fn records_memory(budget: &MemoryBudget) -> MemoryShare {
+    budget.share(budget.capacity() / 2)
+}
+
 pub fn validate_stream_name(name: &str) -> Result<(), StreamConfigError> {
     let fine = name.len() <= 128
         && !name.is_empty()

@@ -9,7 +9,9 @@ use bytes::Bytes;
 use sluice_store::ObjectStore;
 use sluice_streams::ingest::{acknowledge, submit_body, BodyEncoding, Submitted};
 use sluice_streams::records::BodyFormat;
-use sluice_streams::{Compression, CpuPool, RecordStream, StreamConfig, StreamError};
+use sluice_streams::{
+    records_memory, Compression, CpuPool, RecordStream, StreamConfig, StreamError,
+};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 use sluice_upload::{Engine, EngineConfig, RetryPolicy, MIB};
 
@@ -33,14 +35,9 @@ fn engine(store: Arc<dyn ObjectStore>, memory: u64) -> Engine {
 }
 
 fn stream(store: Arc<dyn ObjectStore>, config: StreamConfig) -> RecordStream {
-    RecordStream::new(
-        "events",
-        config,
-        engine(store, 64 * MIB),
-        CpuPool::new(2),
-        None,
-    )
-    .unwrap()
+    let engine = engine(store, 64 * MIB);
+    let memory = records_memory(engine.budget());
+    RecordStream::new("events", config, engine, memory, CpuPool::new(2), None).unwrap()
 }
 
 fn lines(from: usize, to: usize) -> String {
@@ -301,6 +298,7 @@ async fn encoded_bodies_decode_within_the_limit() {
 #[tokio::test]
 async fn large_batches_stream_as_multipart_within_the_budget() {
     let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), 24 * MIB);
     let stream = RecordStream::new(
         "big",
         StreamConfig {
@@ -309,7 +307,8 @@ async fn large_batches_stream_as_multipart_within_the_budget() {
             flush_bytes: 1 << 30,
             ..Default::default()
         },
-        engine(store.clone(), 24 * MIB),
+        engine.clone(),
+        records_memory(engine.budget()),
         CpuPool::new(2),
         None,
     )

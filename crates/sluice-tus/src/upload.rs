@@ -121,7 +121,7 @@ impl Upload {
             }
             (None, new) => new,
         };
-        let max_body = length.unwrap_or(max_size) - self.offset;
+        let max_body = length.unwrap_or(max_size).saturating_sub(self.offset);
         Ok(PatchPlan { length, max_body })
     }
 
@@ -228,6 +228,9 @@ mod tests {
                 now,
                 Ok((Some(100), 100)),
             ),
+            // A deferred length at an offset past the largest upload (found by
+            // fuzzing: the room left overflowed): no room, no panic.
+            (upload(None, 1500), patch(1500, None), now, Ok((None, 0))),
             (
                 upload(Some(100), 40),
                 patch(40, None),

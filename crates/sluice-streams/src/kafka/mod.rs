@@ -481,6 +481,13 @@ fn commit_stored(
         let mut done = None;
         while let Some((ticket, last)) = state.batches.front() {
             let Some(ticket) = ticket else {
+                if state.skip > 0 && state.batches.len() == 1 {
+                    // Part-way through a batch an earlier run stored: a commit
+                    // here would make the next owner miss that batch (it lists
+                    // batches from the committed offset on) and write the rest
+                    // of its records again.
+                    break;
+                }
                 done = Some(*last);
                 state.batches.pop_front();
                 continue;

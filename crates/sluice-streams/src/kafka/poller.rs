@@ -81,6 +81,10 @@ pub(super) struct Handover {
     pauses: AtomicU64,
     /// Whether they are paused now.
     paused: AtomicBool,
+    /// Set by the rebalance callback once partitions are assigned: librdkafka
+    /// keeps an application's pause on a partition across assignments, so the
+    /// poller resumes what it is given unless it is paused itself.
+    assigned: AtomicBool,
     stats: Arc<StreamStats>,
 }
 
@@ -121,6 +125,7 @@ impl Handover {
             live: AtomicBool::new(true),
             pauses: AtomicU64::new(0),
             paused: AtomicBool::new(false),
+            assigned: AtomicBool::new(false),
             stats,
         };
         (Arc::new(handover), receiver)
@@ -178,6 +183,12 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    fn post_rebalance(&self, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(_) = rebalance {
+            self.handover.assigned.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn pre_rebalance(&self, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(list) = rebalance else {
             return;
@@ -239,7 +250,24 @@ pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime:
             }
             wait = Duration::ZERO;
         }
+        if handover.assigned.swap(false, Ordering::Relaxed) && !paused {
+            if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
+                let _ = handover.sender.blocking_send(Err(e));
+                return;
+            }
+        }
         if handover.gathering().messages.is_empty() {
+            if paused {
+                // A revocation took the gathering: nothing waits any more.
+                // librdkafka keeps the application's pause across a new
+                // assignment, so resume whatever is assigned now.
+                paused = false;
+                handover.paused.store(false, Ordering::Relaxed);
+                if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
+                    let _ = handover.sender.blocking_send(Err(e));
+                    return;
+                }
+            }
             continue;
         }
         // Hand over, pausing the partitions while the ingest task is behind.
