@@ -4,7 +4,7 @@
 //! failed batches, partitions open and flushed early for room, and (for a
 //! Kafka source) the consumer lag.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::stream::StoredBatch;
@@ -128,7 +128,7 @@ pub fn prometheus_lines(snapshots: &[(&str, StatsSnapshot)]) -> String {
     lines
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct StreamStats {
     records_in: AtomicU64,
     bytes_in: AtomicU64,
@@ -143,29 +143,9 @@ pub struct StreamStats {
     failed: AtomicU64,
     evicted: AtomicU64,
     open_partitions: AtomicU64,
-    /// `u64::MAX` until a Kafka source sets it.
     consumer_lag: AtomicU64,
-}
-
-impl Default for StreamStats {
-    fn default() -> Self {
-        StreamStats {
-            records_in: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
-            parse_nanos: AtomicU64::new(0),
-            compress_nanos: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
-            batch_records: AtomicU64::new(0),
-            batch_record_bytes: AtomicU64::new(0),
-            batch_stored_bytes: AtomicU64::new(0),
-            flush_nanos: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
-            open_partitions: AtomicU64::new(0),
-            consumer_lag: AtomicU64::new(u64::MAX),
-        }
-    }
+    /// Whether a Kafka source has set the lag (other sources have none).
+    has_consumer_lag: AtomicBool,
 }
 
 /// A copy of the counters at one moment.
@@ -240,7 +220,8 @@ impl StreamStats {
 
     /// Sets the consumer lag (the Kafka source, from librdkafka's statistics).
     pub fn set_consumer_lag(&self, lag: u64) {
-        self.consumer_lag.store(lag.min(u64::MAX - 1), Relaxed);
+        self.consumer_lag.store(lag, Relaxed);
+        self.has_consumer_lag.store(true, Relaxed);
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -259,7 +240,10 @@ impl StreamStats {
             failed: self.failed.load(Relaxed),
             evicted: self.evicted.load(Relaxed),
             open_partitions: self.open_partitions.load(Relaxed),
-            consumer_lag: Some(self.consumer_lag.load(Relaxed)).filter(|&lag| lag != u64::MAX),
+            consumer_lag: self
+                .has_consumer_lag
+                .load(Relaxed)
+                .then(|| self.consumer_lag.load(Relaxed)),
         }
     }
 }

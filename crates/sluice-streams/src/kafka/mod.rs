@@ -13,8 +13,8 @@
 //! what was stored, whatever flushed it.
 //!
 //! Memory: librdkafka's prefetch queue and the gatherings on their way to the
-//! ingest task (an eighth of the stream's memory each) are reserved from the
-//! stream's memory when the run starts; records in open batches are reserved
+//! ingest task (an eighth of the record memory each) are reserved from the
+//! streams' record memory when the run starts; records in open batches are reserved
 //! as they are appended. When the store falls behind, the budget fills, the
 //! ingest task waits, and the poller pauses the partitions. The consumer's
 //! polling, pausing and rebalance handling are in [`poller`]; recovery in
@@ -130,7 +130,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
         .check_offset_layout()
         .map_err(KafkaError::Template)?;
     // What waits before the ingest task takes it: librdkafka's prefetch queue
-    // and the gatherings on their way, each an eighth of the stream's memory
+    // and the gatherings on their way, each an eighth of the record memory
     // at most (16 MiB each with the default budget).
     let memory = stream.memory();
     let prefetch = (memory.capacity() / 8).clamp(1 << 20, 64 << 20);

@@ -229,20 +229,27 @@ impl ConsumerContext for SourceContext {
 pub(super) type SourceConsumer = BaseConsumer<SourceContext>;
 
 /// Polls until the handover is stopped or its receiver is gone. Runs on a
-/// blocking thread of the runtime behind `runtime`.
+/// blocking thread of the runtime behind `runtime`; an error goes to the
+/// ingest task.
 pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime::Handle) {
     let handover = consumer.context().handover.clone();
-    let mut paused = false;
+    if let Err(e) = poll_until_stopped(consumer, &handover, runtime) {
+        let _ = handover.sender.blocking_send(Err(e));
+    }
+}
+
+fn poll_until_stopped(
+    consumer: &SourceConsumer,
+    handover: &Handover,
+    runtime: &tokio::runtime::Handle,
+) -> KafkaResult<()> {
     while handover.live.load(Ordering::Relaxed) {
+        let paused = handover.paused();
         // Gather: wait for a first message, then take what is ready.
         let mut wait = POLL_WAIT;
         loop {
             match consumer.poll(if paused { POLL_WAIT } else { wait }) {
-                Some(Ok(message)) => handover.gathering().push(owned(&message)),
-                Some(Err(e)) => {
-                    let _ = handover.sender.blocking_send(Err(e));
-                    return;
-                }
+                Some(message) => handover.gathering().push(owned(&message?)),
                 None => break,
             }
             if handover.gathering().full(handover.gather_bytes) {
@@ -250,24 +257,15 @@ pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime:
             }
             wait = Duration::ZERO;
         }
-        if handover.assigned.swap(false, Ordering::Relaxed) && !paused {
-            if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
-                let _ = handover.sender.blocking_send(Err(e));
-                return;
-            }
+        let waiting = !handover.gathering().messages.is_empty();
+        // librdkafka keeps an application's pause across assignments, and a
+        // revocation may have taken the gathering a pause was holding back:
+        // either way, what is assigned now runs unless something waits.
+        let assigned = handover.assigned.swap(false, Ordering::Relaxed);
+        if (assigned && !paused) || (paused && !waiting) {
+            set_paused(consumer, handover, false)?;
         }
-        if handover.gathering().messages.is_empty() {
-            if paused {
-                // A revocation took the gathering: nothing waits any more.
-                // librdkafka keeps the application's pause across a new
-                // assignment, so resume whatever is assigned now.
-                paused = false;
-                handover.paused.store(false, Ordering::Relaxed);
-                if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
-                    let _ = handover.sender.blocking_send(Err(e));
-                    return;
-                }
-            }
+        if !waiting {
             continue;
         }
         // Hand over, pausing the partitions while the ingest task is behind.
@@ -276,37 +274,37 @@ pub(super) fn poll_messages(consumer: &SourceConsumer, runtime: &tokio::runtime:
             runtime.block_on(async { tokio::time::timeout(wait, handover.sender.reserve()).await });
         match permit {
             Ok(Ok(permit)) => {
-                let gathered = handover.gathering().take();
-                permit.send(Ok(Polled::Messages(gathered)));
+                permit.send(Ok(Polled::Messages(handover.gathering().take())));
                 if paused {
-                    paused = false;
-                    handover.paused.store(false, Ordering::Relaxed);
-                    if let Err(e) = consumer.assignment().and_then(|a| consumer.resume(&a)) {
-                        let _ = handover.sender.blocking_send(Err(e));
-                        return;
-                    }
+                    set_paused(consumer, handover, false)?;
                     tracing::info!("the ingest task caught up: partitions resumed");
                 }
             }
-            Ok(Err(_)) => return,
-            Err(_) => {
-                // Paused again each time: a rebalance may have assigned more.
-                if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
-                    let _ = handover.sender.blocking_send(Err(e));
-                    return;
-                }
-                if !paused {
-                    paused = true;
-                    handover.paused.store(true, Ordering::Relaxed);
-                    handover.pauses.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        after = ?PAUSE_AFTER,
-                        "the store is not keeping up: partitions paused (the consumer keeps polling to stay in the group)"
-                    );
-                }
-            }
+            Ok(Err(_)) => return Ok(()),
+            // Paused again each time: a rebalance may have assigned more.
+            Err(_) => set_paused(consumer, handover, true)?,
         }
     }
+    Ok(())
+}
+
+/// Pauses or resumes every assigned partition; [`Handover::paused`] says which.
+fn set_paused(consumer: &SourceConsumer, handover: &Handover, paused: bool) -> KafkaResult<()> {
+    let assignment = consumer.assignment()?;
+    if paused {
+        consumer.pause(&assignment)?;
+        if !handover.paused.swap(true, Ordering::Relaxed) {
+            handover.pauses.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                after = ?PAUSE_AFTER,
+                "the store is not keeping up: partitions paused (the consumer keeps polling to stay in the group)"
+            );
+        }
+    } else {
+        consumer.resume(&assignment)?;
+        handover.paused.store(false, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 fn owned(message: &impl Message) -> Owned {
