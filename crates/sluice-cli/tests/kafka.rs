@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use sluice_chaos::{ChaosConfig, ChaosProxy};
 use sluice_store::s3::S3Store;
 use sluice_store::{ObjectStore, PutRequest};
@@ -234,7 +233,7 @@ async fn kafka_batches_hold_consecutive_messages_around_one_stored_out_of_order(
     let frame = sluice_streams::compress::compress_frame(
         sluice_streams::Compression::Zstd,
         3,
-        &[Bytes::from(lines)],
+        lines.as_bytes(),
     )
     .unwrap();
     store

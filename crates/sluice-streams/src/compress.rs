@@ -14,6 +14,10 @@ use crate::config::Compression;
 /// Records gathered before a frame is compressed.
 pub const FRAME_BYTES: usize = 1 << 20;
 
+/// Room past [`FRAME_BYTES`] a frame buffer starts with, for the record that
+/// ends the frame (a larger one makes the buffer grow).
+pub const FRAME_SLACK: usize = 64 << 10;
+
 /// A pool of CPU work: at most `width` jobs run at once, on blocking threads, so
 /// that parsing and compression never stall the I/O tasks.
 #[derive(Clone)]
@@ -47,35 +51,49 @@ impl CpuPool {
     }
 }
 
-/// Compresses one frame made of `pieces`.
-pub fn compress_frame(compression: Compression, level: i32, pieces: &[Bytes]) -> io::Result<Bytes> {
-    let size: usize = pieces.iter().map(Bytes::len).sum();
+/// Compresses one frame. zstd compresses it in one call with a context kept
+/// per thread: the streaming encoder copied every byte into its own window
+/// first and set up a fresh context (tables and all) for every frame.
+pub fn compress_frame(compression: Compression, level: i32, frame: &[u8]) -> io::Result<Bytes> {
     match compression {
-        Compression::None => {
-            let mut out = Vec::with_capacity(size);
-            pieces.iter().for_each(|p| out.extend_from_slice(p));
-            Ok(out.into())
-        }
-        Compression::Zstd => {
-            let mut encoder = zstd::stream::Encoder::new(Vec::with_capacity(size / 4), level)?;
-            encoder.include_checksum(true)?;
-            encoder.set_pledged_src_size(Some(size as u64))?;
-            for piece in pieces {
-                encoder.write_all(piece)?;
+        Compression::None => Ok(Bytes::copy_from_slice(frame)),
+        Compression::Zstd => ZSTD_CONTEXT.with(|context| {
+            let mut context = context.borrow_mut();
+            let (compressor, scratch) = match &mut *context {
+                Some((at, compressor, scratch)) if *at == level => (compressor, scratch),
+                slot => {
+                    let mut compressor = zstd::bulk::Compressor::new(level)?;
+                    compressor.include_checksum(true)?;
+                    let (_, compressor, scratch) = slot.insert((level, compressor, Vec::new()));
+                    (compressor, scratch)
+                }
+            };
+            scratch.clear();
+            scratch.reserve(zstd::zstd_safe::compress_bound(frame.len()));
+            compressor.compress_to_buffer(frame, scratch)?;
+            // Copied out at its size: the scratch is as large as the input.
+            let compressed = Bytes::copy_from_slice(scratch);
+            if scratch.capacity() > 2 * FRAME_BYTES {
+                // A frame of one huge record: its scratch is not kept.
+                *scratch = Vec::new();
             }
-            Ok(encoder.finish()?.into())
-        }
+            Ok(compressed)
+        }),
         Compression::Gzip => {
             let mut encoder = flate2::write::GzEncoder::new(
-                Vec::with_capacity(size / 4),
+                Vec::with_capacity(frame.len() / 4),
                 flate2::Compression::new(level as u32),
             );
-            for piece in pieces {
-                encoder.write_all(piece)?;
-            }
+            encoder.write_all(frame)?;
             Ok(encoder.finish()?.into())
         }
     }
+}
+
+thread_local! {
+    /// A compression thread's zstd context, its level and its output scratch.
+    static ZSTD_CONTEXT: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Decompresses a whole object (every frame or member), for tests and tools.
@@ -100,18 +118,15 @@ mod tests {
 
     #[test]
     fn frames_concatenate_into_one_file() {
-        let frames: Vec<Vec<Bytes>> = vec![
-            vec![
-                Bytes::from_static(b"{\"a\":1}\n"),
-                Bytes::from_static(b"2\n"),
-            ],
-            vec![],
-            vec![Bytes::from(vec![b'7'; 100_000]), Bytes::from_static(b"\n")],
-        ];
-        let plain: Vec<u8> = frames.iter().flatten().flat_map(|b| b.to_vec()).collect();
+        let mut long = vec![b'7'; 100_000];
+        long.push(b'\n');
+        let frames: Vec<Vec<u8>> = vec![b"{\"a\":1}\n2\n".to_vec(), Vec::new(), long];
+        let plain: Vec<u8> = frames.concat();
+        // Level 3 again after 19: a thread's context follows the level asked for.
         for (compression, level) in [
             (Compression::Zstd, 3),
             (Compression::Zstd, 19),
+            (Compression::Zstd, 3),
             (Compression::Gzip, 1),
             (Compression::None, 0),
         ] {

@@ -44,8 +44,9 @@ pub struct Run {
     pub partition: PartitionKey,
     pub data: Bytes,
     pub records: u64,
-    /// The source's offset of a one-record run (Kafka); `None`: the stream
-    /// numbers records itself, in the order they are appended.
+    /// The source's offset of the run's first record (Kafka; its records are
+    /// at consecutive offsets); `None`: the stream numbers records itself, in
+    /// the order they are appended.
     pub offset: Option<u64>,
 }
 
@@ -87,10 +88,7 @@ fn parse_lines(body: Bytes, rules: &RecordRules<'_>, picker: &Picker<'_>) -> Par
     let mut pos = 0;
     let mut number = rules.first_line;
     while pos < body.len() {
-        let end = body[pos..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(body.len(), |i| pos + i);
+        let end = memchr::memchr(b'\n', &body[pos..]).map_or(body.len(), |i| pos + i);
         let next = (end + 1).min(body.len());
         let has_newline = end < body.len();
         number += 1;
@@ -114,12 +112,9 @@ fn parse_lines(body: Bytes, rules: &RecordRules<'_>, picker: &Picker<'_>) -> Par
                 parsed.records += 1;
                 parsed.bytes += trimmed.len() as u64 + 1;
                 if has_newline && trimmed.len() == line.len() {
-                    runs.push_slice(&body, pos, next, partition);
+                    runs.push_slice(&body, pos, next, partition, None);
                 } else {
-                    let mut copy = BytesMut::with_capacity(trimmed.len() + 1);
-                    copy.extend_from_slice(trimmed);
-                    copy.extend_from_slice(b"\n");
-                    runs.push_owned(copy.freeze(), partition);
+                    runs.push_owned(&body, line_copy(trimmed), partition, None);
                 }
             }
         }
@@ -173,7 +168,7 @@ fn parse_array(
     let data = out.freeze();
     let mut runs = RunBuilder::default();
     for (start, end, partition) in bounds {
-        runs.push_slice(&data, start, end, partition);
+        runs.push_slice(&data, start, end, partition, None);
     }
     parsed.runs = runs.finish(&data);
     Ok(parsed)
@@ -240,52 +235,95 @@ fn check_record(
 }
 
 /// Builds runs: slices of one buffer while records follow each other in the
-/// same partition, owned copies otherwise.
+/// same partition (and, with source offsets, at consecutive offsets), owned
+/// copies otherwise; runs come out in the order their records went in.
 #[derive(Default)]
-struct RunBuilder {
+pub(crate) struct RunBuilder {
     runs: Vec<Run>,
     /// The open run as a range of the buffer.
-    open: Option<(usize, usize, PartitionKey, u64)>,
+    open: Option<OpenRun>,
+}
+
+struct OpenRun {
+    start: usize,
+    end: usize,
+    partition: PartitionKey,
+    records: u64,
+    offset: Option<u64>,
 }
 
 impl RunBuilder {
-    fn push_slice(&mut self, buffer: &Bytes, start: usize, end: usize, partition: PartitionKey) {
-        if let Some((_, open_end, open_partition, records)) = &mut self.open {
-            if *open_end == start && *open_partition == partition {
-                *open_end = end;
-                *records += 1;
+    /// Adds the record `buffer[start..end]` (its `\n` included).
+    pub(crate) fn push_slice(
+        &mut self,
+        buffer: &Bytes,
+        start: usize,
+        end: usize,
+        partition: PartitionKey,
+        offset: Option<u64>,
+    ) {
+        if let Some(open) = &mut self.open {
+            let follows = match (open.offset, offset) {
+                (None, None) => true,
+                (Some(first), Some(next)) => first + open.records == next,
+                _ => false,
+            };
+            if open.end == start && follows && open.partition == partition {
+                open.end = end;
+                open.records += 1;
                 return;
             }
         }
         self.close(buffer);
-        self.open = Some((start, end, partition, 1));
+        self.open = Some(OpenRun {
+            start,
+            end,
+            partition,
+            records: 1,
+            offset,
+        });
     }
 
-    fn push_owned(&mut self, data: Bytes, partition: PartitionKey) {
-        // The owned copy sits between slices: it ends the open run.
+    /// Adds a record copied out of the buffer (its `\n` included).
+    pub(crate) fn push_owned(
+        &mut self,
+        buffer: &Bytes,
+        data: Bytes,
+        partition: PartitionKey,
+        offset: Option<u64>,
+    ) {
+        self.close(buffer);
         self.runs.push(Run {
             partition,
             data,
             records: 1,
-            offset: None,
+            offset,
         });
     }
 
     fn close(&mut self, buffer: &Bytes) {
-        if let Some((start, end, partition, records)) = self.open.take() {
+        if let Some(open) = self.open.take() {
             self.runs.push(Run {
-                partition,
-                data: buffer.slice(start..end),
-                records,
-                offset: None,
+                partition: open.partition,
+                data: buffer.slice(open.start..open.end),
+                records: open.records,
+                offset: open.offset,
             });
         }
     }
 
-    fn finish(mut self, buffer: &Bytes) -> Vec<Run> {
+    pub(crate) fn finish(mut self, buffer: &Bytes) -> Vec<Run> {
         self.close(buffer);
         self.runs
     }
+}
+
+/// `record` and its `\n`, copied.
+pub(crate) fn line_copy(record: &[u8]) -> Bytes {
+    let mut copy = BytesMut::with_capacity(record.len() + 1);
+    copy.extend_from_slice(record);
+    copy.extend_from_slice(b"\n");
+    copy.freeze()
 }
 
 /// Reads the top-level fields the template and the time field need, checking
@@ -473,6 +511,76 @@ mod tests {
         }
     }
 
+    /// (name, records as (source partition, offset, sliced), runs as
+    /// (source partition, first offset, records, data))
+    type RunCase<'a> = (
+        &'a str,
+        Vec<(i32, u64, bool)>,
+        Vec<(i32, u64, u64, &'a str)>,
+    );
+
+    #[test]
+    fn runs_of_source_records() {
+        // Record i is the buffer's line i ("a\n", "b\n", …); an owned record
+        // is an upper-case copy, so the data says which way it went.
+        let buffer = Bytes::from_static(b"a\nb\nc\nd\ne\n");
+        let cases: Vec<RunCase> = vec![
+            (
+                "consecutive offsets, one run",
+                vec![(0, 5, true), (0, 6, true), (0, 7, true)],
+                vec![(0, 5, 3, "a\nb\nc\n")],
+            ),
+            (
+                "a gap in offsets (compaction) starts a run",
+                vec![(0, 5, true), (0, 6, true), (0, 9, true)],
+                vec![(0, 5, 2, "a\nb\n"), (0, 9, 1, "c\n")],
+            ),
+            (
+                "another partition starts a run",
+                vec![(0, 5, true), (1, 6, true), (0, 6, true)],
+                vec![(0, 5, 1, "a\n"), (1, 6, 1, "b\n"), (0, 6, 1, "c\n")],
+            ),
+            (
+                "a copy keeps its place between slices",
+                vec![(0, 5, true), (0, 6, false), (0, 7, true), (0, 8, true)],
+                vec![(0, 5, 1, "a\n"), (0, 6, 1, "B\n"), (0, 7, 2, "c\nd\n")],
+            ),
+        ];
+        for (name, records, want) in cases {
+            let mut builder = RunBuilder::default();
+            for (i, (source, offset, sliced)) in records.into_iter().enumerate() {
+                let partition = PartitionKey {
+                    source_partition: Some(source),
+                    ..PartitionKey::default()
+                };
+                let (start, end) = (2 * i, 2 * i + 2);
+                if sliced {
+                    builder.push_slice(&buffer, start, end, partition, Some(offset));
+                } else {
+                    let copy = line_copy(&buffer[start..end - 1].to_ascii_uppercase());
+                    builder.push_owned(&buffer, copy, partition, Some(offset));
+                }
+            }
+            let got: Vec<(i32, u64, u64, String)> = builder
+                .finish(&buffer)
+                .into_iter()
+                .map(|run| {
+                    (
+                        run.partition.source_partition.unwrap(),
+                        run.offset.unwrap(),
+                        run.records,
+                        String::from_utf8(run.data.to_vec()).unwrap(),
+                    )
+                })
+                .collect();
+            let want: Vec<(i32, u64, u64, String)> = want
+                .into_iter()
+                .map(|(p, o, r, d)| (p, o, r, d.to_string()))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
     /// (name, body, records taken, runs, rejected line numbers, stored bytes)
     type LineCase<'a> = (&'a str, &'a str, u64, usize, Vec<u64>, &'a str);
 
@@ -487,6 +595,14 @@ mod tests {
             ("no final newline", "{\"a\":1}", 1, 1, vec![], "{\"a\":1}\n"),
             ("crlf", "1\r\n2\r\n", 2, 2, vec![], "1\n2\n"),
             ("blank lines", "\n1\n\n  \n2\n", 2, 2, vec![], "1\n2\n"),
+            (
+                "a copied line between clean ones keeps its place",
+                "1\n 2\n3\n",
+                3,
+                3,
+                vec![],
+                "1\n2\n3\n",
+            ),
             (
                 "one partition, one run",
                 "1\n2\n3\n",

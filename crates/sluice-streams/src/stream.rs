@@ -9,6 +9,10 @@
 //! stream closes; every ticket of the batch then resolves together (one flush
 //! for every request that shared the batch).
 //!
+//! A frame is one buffer the records are copied into as they are appended (cut
+//! at the frame's size), so that it compresses in one call and no caller's
+//! buffer (a request body, a Kafka gathering) is held beyond the append.
+//!
 //! Memory: the bytes of records not yet compressed are held as reservations of
 //! the engine's budget (the caller reserved them when it read them), passed
 //! from the caller's reservation to the frame, then to the compressed frame,
@@ -20,7 +24,7 @@ use std::io;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use sluice_store::{Metadata, WriteCondition};
@@ -32,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::compress::{compress_frame, CpuPool, FRAME_BYTES};
+use crate::compress::{compress_frame, CpuPool, FRAME_BYTES, FRAME_SLACK};
 use crate::config::{Compression, StreamConfig};
 use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
@@ -124,8 +128,8 @@ struct OpenBatch {
     records: u64,
     record_bytes: u64,
     last_offset: u64,
-    frame: Vec<Bytes>,
-    frame_bytes: usize,
+    /// Records since the last frame was sent, each followed by `\n`.
+    frame: BytesMut,
     frame_memory: Reservation,
     frames: mpsc::UnboundedSender<Frame>,
     done: watch::Receiver<Option<BatchResult>>,
@@ -408,7 +412,10 @@ impl Inner {
                 let head = cut_run(
                     &mut run,
                     self.config.flush_records - batch.records,
-                    self.config.flush_bytes.saturating_sub(batch.record_bytes),
+                    self.config
+                        .flush_bytes
+                        .saturating_sub(batch.record_bytes)
+                        .min((FRAME_BYTES - batch.frame.len()) as u64),
                 );
                 let head_memory = memory.split(head.data.len() as u64);
                 let first_offset = match head.offset {
@@ -423,10 +430,13 @@ impl Inner {
                 batch.last_offset = first_offset + head.records - 1;
                 batch.records += head.records;
                 batch.record_bytes += head.data.len() as u64;
-                batch.frame_bytes += head.data.len();
-                batch.frame.push(head.data);
+                if batch.frame.capacity() == 0 {
+                    // Room for a whole frame and the record that ends it.
+                    batch.frame = BytesMut::with_capacity(FRAME_BYTES + FRAME_SLACK);
+                }
+                batch.frame.extend_from_slice(&head.data);
                 batch.frame_memory.absorb(head_memory);
-                if batch.frame_bytes >= FRAME_BYTES {
+                if batch.frame.len() >= FRAME_BYTES {
                     self.send_frame(batch);
                 }
                 match touched.iter_mut().rev().find(|(t, _)| t.batch == batch.id) {
@@ -520,8 +530,7 @@ impl Inner {
             records: 0,
             record_bytes: 0,
             last_offset: first_offset,
-            frame: Vec::new(),
-            frame_bytes: 0,
+            frame: BytesMut::new(),
             frame_memory: self.memory.nothing(),
             frames,
             done,
@@ -533,13 +542,12 @@ impl Inner {
         if batch.frame.is_empty() {
             return;
         }
-        let pieces = std::mem::take(&mut batch.frame);
+        let frame = std::mem::take(&mut batch.frame).freeze();
         let memory = std::mem::replace(&mut batch.frame_memory, self.memory.nothing());
-        batch.frame_bytes = 0;
         let (tx, rx) = oneshot::channel();
         let (compression, level) = (self.config.compression, self.config.level());
-        if compression == Compression::None && pieces.len() == 1 {
-            let _ = tx.send(Ok((pieces[0].clone(), memory)));
+        if compression == Compression::None {
+            let _ = tx.send(Ok((frame, memory)));
         } else {
             let pool = self.pool.clone();
             let stats = self.stats.clone();
@@ -547,7 +555,7 @@ impl Inner {
                 let compressed = pool
                     .run(move || {
                         let started = std::time::Instant::now();
-                        let out = compress_frame(compression, level, &pieces);
+                        let out = compress_frame(compression, level, &frame);
                         (out, started.elapsed())
                     })
                     .await;
@@ -572,8 +580,9 @@ impl Inner {
     }
 }
 
-/// Cuts from `run` the records that fit a batch with room for `records` more
-/// records and `bytes` more bytes (at least one record), leaving the rest.
+/// Cuts from `run` the records that fit a batch (or frame) with room for
+/// `records` more records and `bytes` more bytes (at least one record, and
+/// the one that crosses `bytes`), leaving the rest.
 fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
     if run.records <= records && run.data.len() as u64 <= bytes {
         return std::mem::replace(
@@ -588,13 +597,11 @@ fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
     }
     let mut taken = 0;
     let mut end = 0;
-    for (i, byte) in run.data.iter().enumerate() {
-        if *byte == b'\n' {
-            taken += 1;
-            end = i + 1;
-            if taken >= records || end as u64 >= bytes {
-                break;
-            }
+    for i in memchr::memchr_iter(b'\n', &run.data) {
+        taken += 1;
+        end = i + 1;
+        if taken >= records || end as u64 >= bytes {
+            break;
         }
     }
     let taken = taken.min(run.records);

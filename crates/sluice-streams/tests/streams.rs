@@ -414,3 +414,44 @@ async fn dead_lettered_elements_stay_one_line() {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].1.lines().count(), 1, "{:?}", dead[0].1);
 }
+
+#[tokio::test]
+async fn frames_are_cut_at_their_size_with_records_whole_and_in_order() {
+    // Bodies of 700 records of about 1 KiB: runs cross the 1 MiB frame
+    // boundary, and one record is longer than the room a frame starts with.
+    let pad = "y".repeat(1000);
+    let body = |from: usize| -> String {
+        (from..from + 700)
+            .map(|n| format!("{{\"n\":{n},\"pad\":\"{pad}\"}}\n"))
+            .collect()
+    };
+    let huge = format!("{{\"n\":-1,\"pad\":\"{}\"}}\n", "z".repeat(100 << 10));
+    for compression in [Compression::Zstd, Compression::Gzip, Compression::None] {
+        let store = Arc::new(MemoryStore::new());
+        let stream = stream(
+            store.clone(),
+            StreamConfig {
+                compression,
+                flush_age: Duration::from_secs(600),
+                flush_bytes: 1 << 30,
+                max_record_bytes: 1 << 20,
+                ..Default::default()
+            },
+        );
+        let mut sent = String::new();
+        let mut tickets = Vec::new();
+        for n in 0..6 {
+            let mut text = body(n * 700);
+            if n == 3 {
+                text.push_str(&huge);
+            }
+            tickets.extend(submit(&stream, &text).await.unwrap().tickets);
+            sent.push_str(&text);
+        }
+        stream.close().await;
+        acknowledge(tickets).await.unwrap();
+        let stored = objects(&store, compression).await;
+        assert_eq!(stored.len(), 1, "{compression:?}");
+        assert!(stored[0].1 == sent, "{compression:?}: records differ");
+    }
+}

@@ -20,25 +20,28 @@
 //! polling, pausing and rebalance handling are in [`poller`]; recovery in
 //! [`recovery`].
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_upload::Reservation;
 
 use crate::error::{BadRecord, StreamError};
-use crate::records::{compact_json, RecordChecker, RecordRules, Rejected, Run};
+use crate::records::{
+    compact_json, line_copy, RecordChecker, RecordRules, Rejected, Run, RunBuilder,
+};
 use crate::stream::{RecordStream, Ticket};
 use crate::template::PartitionKey;
 
 mod poller;
 mod recovery;
 
-use poller::{Handover, Owned, Polled, SourceConsumer, SourceContext};
+use poller::{Gathered, Handover, Placed, Polled, SourceConsumer, SourceContext};
 use recovery::stored_from;
 
 /// How often stored batches are committed and idleness checked.
@@ -136,8 +139,9 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     let prefetch = (memory.capacity() / 8).clamp(1 << 20, 64 << 20);
     let gather_bytes = (memory.capacity() / 8 / poller::GATHERINGS_HELD as u64)
         .clamp(64 << 10, poller::GATHER_BYTES_MAX as u64);
+    let gathering_buffer = gather_bytes + poller::GATHER_SLACK as u64;
     let _waiting = memory
-        .reserve(prefetch + gather_bytes * poller::GATHERINGS_HELD as u64)
+        .reserve(prefetch + gathering_buffer * poller::GATHERINGS_HELD as u64)
         .await;
     let (handover, mut polled) =
         Handover::new(&source.topic, gather_bytes as usize, stream.stats().clone());
@@ -274,9 +278,10 @@ async fn give_up(
 async fn take(
     stream: &RecordStream,
     partitions: &mut HashMap<i32, PartitionState>,
-    messages: Vec<Owned>,
+    gathered: Gathered,
     summary: &mut KafkaSummary,
 ) -> Result<(), KafkaError> {
+    let Gathered { data, messages } = gathered;
     let mut fresh = Vec::with_capacity(messages.len());
     for message in messages {
         let pending = partitions
@@ -287,7 +292,14 @@ async fn take(
             .is_none_or(|state| state.next != Some(message.offset));
         if taken_up && !pending && !fresh.is_empty() {
             // What came before is appended (and queued) before recovery looks.
-            append_fresh(stream, partitions, std::mem::take(&mut fresh), summary).await?;
+            append_fresh(
+                stream,
+                partitions,
+                &data,
+                std::mem::take(&mut fresh),
+                summary,
+            )
+            .await?;
         }
         let state = partitions.entry(message.partition).or_default();
         if taken_up && !pending {
@@ -309,7 +321,7 @@ async fn take(
                     // batch holds consecutive messages and commits stay in order.
                     let before = std::mem::take(&mut fresh);
                     if !before.is_empty() {
-                        append_fresh(stream, partitions, before, summary).await?;
+                        append_fresh(stream, partitions, &data, before, summary).await?;
                     }
                     let state = partitions.entry(message.partition).or_default();
                     state.stored.pop_front();
@@ -338,25 +350,26 @@ async fn take(
         }
         fresh.push(message);
     }
-    append_fresh(stream, partitions, fresh, summary).await
+    append_fresh(stream, partitions, &data, fresh, summary).await
 }
 
 /// Checks `fresh` messages on the CPU pool and appends them.
 async fn append_fresh(
     stream: &RecordStream,
     partitions: &mut HashMap<i32, PartitionState>,
-    fresh: Vec<Owned>,
+    data: &Bytes,
+    fresh: Vec<Placed>,
     summary: &mut KafkaSummary,
 ) -> Result<(), KafkaError> {
     if fresh.is_empty() {
         return Ok(());
     }
-    let bytes: u64 = fresh.iter().map(|m| m.value.len() as u64 + 1).sum();
+    let bytes: u64 = fresh.iter().map(|m| (m.end - m.start) as u64 + 1).sum();
     let memory = stream.memory().reserve(bytes).await;
-    let checker_stream = stream.clone();
+    let (checker_stream, data) = (stream.clone(), data.clone());
     let (runs, rejected, took) = stream
         .pool()
-        .run(move || check(&checker_stream, fresh))
+        .run(move || check(&checker_stream, &data, &fresh))
         .await;
     stream.stats().parsed(took);
     if let Some(first) = rejected.first() {
@@ -372,17 +385,18 @@ async fn append_fresh(
     append(stream, partitions, runs, memory, summary)
 }
 
-/// One-record runs (offsets kept) and the invalid messages, off the I/O tasks.
+/// Runs of consecutive messages of a partition (slices of the gathering when
+/// their values are clean one-line JSON, offsets kept) and the invalid
+/// messages, off the I/O tasks.
 fn check(
     stream: &RecordStream,
-    messages: Vec<Owned>,
-) -> (Vec<(i32, i64, Run)>, Vec<Rejected>, Duration) {
+    data: &Bytes,
+    messages: &[Placed],
+) -> (Vec<Run>, Vec<Rejected>, Duration) {
     let started = std::time::Instant::now();
     let config = stream.config();
-    let mut runs = Vec::with_capacity(messages.len());
+    let mut runs = RunBuilder::default();
     let mut rejected = Vec::new();
-    let mut buffer = BytesMut::new();
-    let mut places = Vec::with_capacity(messages.len());
     // Kafka templates have no time or field placeholders (checked at start):
     // one checker serves every message, and the partition is the message's.
     let rules = RecordRules {
@@ -394,23 +408,22 @@ fn check(
         first_line: 0,
     };
     let checker = RecordChecker::new(&rules);
-    for message in &messages {
-        let checked = compact_json(message.value.trim_ascii())
+    for message in messages {
+        let value = &data[message.start..message.end];
+        let trimmed = value.trim_ascii();
+        let checked = compact_json(trimmed)
             .ok_or_else(|| "not JSON".to_string())
             .and_then(|line| checker.check(&line).map(|partition| (line, partition)));
         match checked {
             Ok((line, mut partition)) => {
                 partition.source_partition = Some(message.partition);
-                let start = buffer.len();
-                buffer.extend_from_slice(&line);
-                buffer.extend_from_slice(b"\n");
-                places.push((
-                    message.partition,
-                    message.offset,
-                    start,
-                    buffer.len(),
-                    partition,
-                ));
+                let offset = Some(message.offset as u64);
+                if matches!(line, Cow::Borrowed(_)) && trimmed.len() == value.len() {
+                    // The value and the `\n` the poller put after it.
+                    runs.push_slice(data, message.start, message.end + 1, partition, offset);
+                } else {
+                    runs.push_owned(data, line_copy(&line), partition, offset);
+                }
             }
             Err(reason) => rejected.push(Rejected {
                 why: BadRecord {
@@ -418,38 +431,26 @@ fn check(
                     number: message.offset as u64,
                     reason: format!("partition {}: {reason}", message.partition),
                 },
-                raw: message.value.clone(),
+                raw: data.slice(message.start..message.end),
             }),
         }
     }
-    let data = buffer.freeze();
-    for (partition_id, offset, start, end, partition) in places {
-        runs.push((
-            partition_id,
-            offset,
-            Run {
-                partition,
-                data: data.slice(start..end),
-                records: 1,
-                offset: Some(offset as u64),
-            },
-        ));
-    }
-    (runs, rejected, started.elapsed())
+    (runs.finish(data), rejected, started.elapsed())
 }
 
 fn append(
     stream: &RecordStream,
     partitions: &mut HashMap<i32, PartitionState>,
-    runs: Vec<(i32, i64, Run)>,
+    runs: Vec<Run>,
     mut memory: Reservation,
     summary: &mut KafkaSummary,
 ) -> Result<(), KafkaError> {
-    summary.records += runs.len() as u64;
+    summary.records += runs.iter().map(|run| run.records).sum::<u64>();
     // Per partition, in offset order: one append each, whose batches come
     // back in order with their last offsets.
     let mut by_partition: HashMap<i32, Vec<Run>> = HashMap::new();
-    for (partition, _, run) in runs {
+    for run in runs {
+        let partition = run.partition.source_partition.expect("set by check");
         by_partition.entry(partition).or_default().push(run);
     }
     for (partition, runs) in by_partition {

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
@@ -39,6 +39,9 @@ const GATHER_MESSAGES: usize = 2000;
 /// Most bytes in one gathering (smaller with a small memory budget; one
 /// message may go past it).
 pub(super) const GATHER_BYTES_MAX: usize = 2 << 20;
+/// Room past the gathering's bytes its buffer starts with (for the message
+/// that fills it; a larger one makes the buffer grow).
+pub(super) const GATHER_SLACK: usize = 64 << 10;
 /// Gatherings waiting for the ingest task.
 const GATHERINGS_QUEUED: usize = 4;
 /// Gatherings held at once: those queued, the one being filled and the one
@@ -51,16 +54,26 @@ const POLL_WAIT: Duration = Duration::from_millis(100);
 /// are paused.
 const PAUSE_AFTER: Duration = Duration::from_secs(1);
 
-/// A message taken out of the consumer's buffer.
-pub(super) struct Owned {
+/// Messages taken out of the consumer's buffer: their values copied one
+/// after another into one buffer, each followed by `\n` (so that a run of
+/// clean records is a slice of it, as in a request body).
+pub(super) struct Gathered {
+    pub data: Bytes,
+    pub messages: Vec<Placed>,
+}
+
+/// One message of a gathering: its value is `data[start..end]`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Placed {
     pub partition: i32,
     pub offset: i64,
-    pub value: Bytes,
+    pub start: usize,
+    pub end: usize,
 }
 
 /// What the poller hands the ingest task, in consumption order.
 pub(super) enum Polled {
-    Messages(Vec<Owned>),
+    Messages(Gathered),
     /// These partitions are being revoked; answer on the sender once their
     /// batches are stored and committed (dropping it lets the rebalance go on
     /// regardless).
@@ -90,23 +103,37 @@ pub(super) struct Handover {
 
 #[derive(Default)]
 struct Gathering {
-    messages: Vec<Owned>,
-    bytes: usize,
+    data: BytesMut,
+    messages: Vec<Placed>,
 }
 
 impl Gathering {
     fn full(&self, most_bytes: usize) -> bool {
-        self.messages.len() >= GATHER_MESSAGES || self.bytes >= most_bytes
+        self.messages.len() >= GATHER_MESSAGES || self.data.len() >= most_bytes
     }
 
-    fn push(&mut self, message: Owned) {
-        self.bytes += message.value.len();
-        self.messages.push(message);
+    fn push(&mut self, message: &impl Message, most_bytes: usize) {
+        let value = message.payload().unwrap_or_default();
+        if self.data.capacity() == 0 {
+            // Room for the gathering and the message that fills it.
+            self.data = BytesMut::with_capacity(most_bytes + GATHER_SLACK);
+        }
+        let start = self.data.len();
+        self.data.extend_from_slice(value);
+        self.data.extend_from_slice(b"\n");
+        self.messages.push(Placed {
+            partition: message.partition(),
+            offset: message.offset(),
+            start,
+            end: start + value.len(),
+        });
     }
 
-    fn take(&mut self) -> Vec<Owned> {
-        self.bytes = 0;
-        std::mem::take(&mut self.messages)
+    fn take(&mut self) -> Gathered {
+        Gathered {
+            data: std::mem::take(&mut self.data).freeze(),
+            messages: std::mem::take(&mut self.messages),
+        }
     }
 }
 
@@ -207,7 +234,7 @@ impl ConsumerContext for SourceContext {
         }
         tracing::info!(partitions = ?revoked, "partitions revoked: storing and committing their batches first");
         let gathered = handover.gathering().take();
-        if !gathered.is_empty()
+        if !gathered.messages.is_empty()
             && handover
                 .sender
                 .blocking_send(Ok(Polled::Messages(gathered)))
@@ -249,7 +276,7 @@ fn poll_until_stopped(
         let mut wait = POLL_WAIT;
         loop {
             match consumer.poll(if paused { POLL_WAIT } else { wait }) {
-                Some(message) => handover.gathering().push(owned(&message?)),
+                Some(message) => handover.gathering().push(&message?, handover.gather_bytes),
                 None => break,
             }
             if handover.gathering().full(handover.gather_bytes) {
@@ -305,12 +332,4 @@ fn set_paused(consumer: &SourceConsumer, handover: &Handover, paused: bool) -> K
         handover.paused.store(false, Ordering::Relaxed);
     }
     Ok(())
-}
-
-fn owned(message: &impl Message) -> Owned {
-    Owned {
-        partition: message.partition(),
-        offset: message.offset(),
-        value: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-    }
 }
