@@ -194,7 +194,9 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 }
             }
             _ = tick.tick() => {
-                if let Err(e) = commit_stored(&consumer, &source.topic, &mut partitions, &mut summary, CommitMode::Async) {
+                let committed = stored_offsets(&source.topic, &mut partitions, &mut summary)
+                    .and_then(|offsets| commit(&consumer, offsets, CommitMode::Async));
+                if let Err(e) = committed {
                     break Err(e);
                 }
                 // Idle counts from the assignment on (a group still waiting for a
@@ -224,13 +226,10 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     summary.pauses = handover.pauses();
     stream.close().await;
     result?;
-    commit_stored(
-        &consumer,
-        &source.topic,
-        &mut partitions,
-        &mut summary,
-        CommitMode::Sync,
-    )?;
+    let offsets = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
+    commit_sync(&consumer, offsets).await?;
+    // Closing the consumer leaves the group: a round trip to the broker.
+    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     Ok(summary)
 }
 
@@ -239,7 +238,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
 /// (taken up again later, they are recovered like any other).
 async fn give_up(
     stream: &RecordStream,
-    consumer: &SourceConsumer,
+    consumer: &Arc<SourceConsumer>,
     topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     revoked: &[i32],
@@ -266,7 +265,8 @@ async fn give_up(
             ticket.stored().await?;
         }
     }
-    commit_stored(consumer, topic, partitions, summary, CommitMode::Sync)?;
+    let offsets = stored_offsets(topic, partitions, summary)?;
+    commit_sync(consumer, offsets).await?;
     for partition in revoked {
         partitions.remove(partition);
     }
@@ -467,15 +467,14 @@ fn append(
     Ok(())
 }
 
-/// Commits, per partition, the offset after the last batch stored in order;
-/// a failed batch ends the run (nothing after it is committed).
-fn commit_stored(
-    consumer: &SourceConsumer,
+/// Per partition, the offset after the last batch stored in order (taken off
+/// the partition's queue: the caller commits them); a failed batch ends the
+/// run (nothing after it is committed).
+fn stored_offsets(
     topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     summary: &mut KafkaSummary,
-    mode: CommitMode,
-) -> Result<(), KafkaError> {
+) -> Result<TopicPartitionList, KafkaError> {
     let mut commits = TopicPartitionList::new();
     let mut seen = std::collections::HashSet::new();
     for (partition, state) in partitions.iter_mut() {
@@ -509,10 +508,30 @@ fn commit_stored(
             commits.add_partition_offset(topic, *partition, Offset::Offset(last + 1))?;
         }
     }
-    if commits.count() > 0 {
-        consumer.commit(&commits, mode)?;
+    Ok(commits)
+}
+
+/// Commits `offsets` (nothing when empty); `Async` does not block.
+fn commit(
+    consumer: &SourceConsumer,
+    offsets: TopicPartitionList,
+    mode: CommitMode,
+) -> Result<(), KafkaError> {
+    if offsets.count() > 0 {
+        consumer.commit(&offsets, mode)?;
     }
     Ok(())
+}
+
+/// Commits `offsets` and waits for the broker's answer, off the I/O tasks.
+async fn commit_sync(
+    consumer: &Arc<SourceConsumer>,
+    offsets: TopicPartitionList,
+) -> Result<(), KafkaError> {
+    let consumer = consumer.clone();
+    tokio::task::spawn_blocking(move || commit(&consumer, offsets, CommitMode::Sync))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 #[cfg(test)]
