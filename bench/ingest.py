@@ -186,8 +186,13 @@ def main():
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--stdin-mib", type=int, default=1024)
     ap.add_argument("--kafka-records", type=int, default=2_000_000)
+    ap.add_argument("--cases", default="http,stdin,kafka",
+                    help="which of http, stdin and kafka to run (comma-separated)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    cases = set(args.cases.split(","))
+    if not cases or not cases <= {"http", "stdin", "kafka"}:
+        ap.error("--cases takes http, stdin and kafka")
     args.sluice = os.path.abspath(args.sluice)
     work = tempfile.mkdtemp(prefix="sluice-ingest-bench-")
     minio = None
@@ -197,17 +202,20 @@ def main():
         for bucket in ["ingest-http", "ingest-stdin", "ingest-kafka"]:
             os.makedirs(os.path.join(work, "data", bucket), exist_ok=True)
         records_path = os.path.join(work, "records.ndjson")
-        make_records(records_path, args.stdin_mib)
-        kafka = "KAFKA_BOOTSTRAP" in os.environ and args.kafka_records > 0
+        # Kafka alone draws on the first 10,000 records only.
+        make_records(records_path, args.stdin_mib if "stdin" in cases else 10)
+        kafka = "kafka" in cases and "KAFKA_BOOTSTRAP" in os.environ and args.kafka_records > 0
         if kafka:
             kafka_setup(records_path, args.kafka_records, work)
         rows = []
         for run in range(args.runs):
-            rows.append(http_run(args.sluice, minio_url, env, work, args.seconds, run))
-            print(json.dumps(rows[-1]), flush=True)
-            for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            if "http" in cases:
+                rows.append(http_run(args.sluice, minio_url, env, work, args.seconds, run))
+                print(json.dumps(rows[-1]), flush=True)
+            if "stdin" in cases:
+                for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
             if kafka:
                 for row in kafka_run(args.sluice, minio_url, env, work, args.kafka_records, run):
                     rows.append(row)
@@ -221,28 +229,36 @@ def main():
             f"# bench/ingest.sh, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
             f"# machine: {platform.node()}, {os.cpu_count()} cores; sluice {version([args.sluice, '--version'])}; "
             f"{version(['minio', '--version'])}",
-            f"# runs: {args.runs}; medians. HTTP: 32 users, 500 records of 1 KiB per request, {args.seconds} s, "
-            "flush_age 50ms, zstd level 3; MinIO on the same 2 cores.",
+            f"# runs: {args.runs}; medians; cases: {args.cases}. HTTP: 32 users, 500 records of 1 KiB per request, "
+            f"{args.seconds} s, flush_age 50ms, zstd level 3; MinIO on the same 2 cores.",
             "",
-            "HTTP POST /v1/streams/bench (group commit)",
-            f"  records/s acknowledged   {med('records_per_s', http):>12,.0f}   (target >= 200,000)",
-            f"  MiB/s of records         {med('mib_per_s', http):>12.1f}",
-            f"  ack p50 / p99 ms         {med('ack_p50_ms', http):>8.1f} / {med('ack_p99_ms', http):.1f}",
-            f"  CPU-s per M records      {med('cpu_s_per_m_records', http):>12.2f}   (gateway only)",
-            f"  gateway peak RSS MiB     {med('gateway_peak_rss_mib', http):>12.0f}",
-            f"  objects, mean MiB        {med('objects', http):>8.0f}, {med('mean_object_mib', http):.2f}"
-            f"   (compression {med('compression_ratio', http):.1f}:1)",
-            f"  failed requests          {sum(r['failed'] for r in http):>12}",
-            "",
-            f"standard input, {args.stdin_mib} MiB of 1 KiB records",
-            f"  sluice ingest MiB/s      {med('mib_per_s', ingest):>12.1f}   CPU-s/GiB {med('cpu_s_per_gib', ingest):.2f}"
-            f"   peak RSS {med('peak_rss_mib', ingest):.0f} MiB",
-            f"  sluice put MiB/s         {med('mib_per_s', put):>12.1f}   CPU-s/GiB {med('cpu_s_per_gib', put):.2f}"
-            f"   peak RSS {med('peak_rss_mib', put):.0f} MiB",
-            f"  ingest/put rate          {statistics.median(ratios):>12.2f}   per run: "
-            + ", ".join(f"{r:.2f}" for r in ratios),
-            "",
-        ] + kafka_lines(rows, args.kafka_records)
+        ]
+        if http:
+            lines += [
+                "HTTP POST /v1/streams/bench (group commit)",
+                f"  records/s acknowledged   {med('records_per_s', http):>12,.0f}   (target >= 200,000)",
+                f"  MiB/s of records         {med('mib_per_s', http):>12.1f}",
+                f"  ack p50 / p99 ms         {med('ack_p50_ms', http):>8.1f} / {med('ack_p99_ms', http):.1f}",
+                f"  CPU-s per M records      {med('cpu_s_per_m_records', http):>12.2f}   (gateway only)",
+                f"  gateway peak RSS MiB     {med('gateway_peak_rss_mib', http):>12.0f}",
+                f"  objects, mean MiB        {med('objects', http):>8.0f}, {med('mean_object_mib', http):.2f}"
+                f"   (compression {med('compression_ratio', http):.1f}:1)",
+                f"  failed requests          {sum(r['failed'] for r in http):>12}",
+                "",
+            ]
+        if ingest:
+            lines += [
+                f"standard input, {args.stdin_mib} MiB of 1 KiB records",
+                f"  sluice ingest MiB/s      {med('mib_per_s', ingest):>12.1f}   "
+                f"CPU-s/GiB {med('cpu_s_per_gib', ingest):.2f}   peak RSS {med('peak_rss_mib', ingest):.0f} MiB",
+                f"  sluice put MiB/s         {med('mib_per_s', put):>12.1f}   "
+                f"CPU-s/GiB {med('cpu_s_per_gib', put):.2f}   peak RSS {med('peak_rss_mib', put):.0f} MiB",
+                f"  ingest/put rate          {statistics.median(ratios):>12.2f}   per run: "
+                + ", ".join(f"{r:.2f}" for r in ratios),
+                "",
+            ]
+        if "kafka" in cases:
+            lines += kafka_lines(rows, args.kafka_records)
         lines.append("")
         emit_report(lines, rows, args.out)
     finally:

@@ -11,7 +11,8 @@
 #      `sluice ingest --from kafka://…` (which also compresses and stores), each
 #      run with fresh consumer groups: records/s and their ratio.
 #
-#   bench/ingest.sh [--runs N] [--seconds S] [--stdin-mib M] [--kafka-records N] [--out FILE]
+#   bench/ingest.sh [--runs N] [--cases http,stdin,kafka] [--seconds S] [--stdin-mib M]
+#                   [--kafka-records N] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh

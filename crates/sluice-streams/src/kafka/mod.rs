@@ -284,6 +284,14 @@ async fn take(
     let Gathered { data, messages } = gathered;
     let mut fresh = Vec::with_capacity(messages.len());
     for message in messages {
+        let state = partitions.entry(message.partition).or_default();
+        if state.next == Some(message.offset) && state.skip == 0 && state.stored.is_empty() {
+            // The common case: the next message of a partition with nothing
+            // stored ahead of it.
+            state.next = Some(message.offset + 1);
+            fresh.push(message);
+            continue;
+        }
         let pending = partitions
             .get(&message.partition)
             .is_some_and(|state| state.batches.iter().any(|(ticket, _)| ticket.is_some()));
