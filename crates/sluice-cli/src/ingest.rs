@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_store::StoreLocation;
-use sluice_streams::ingest::{append_parsed, parse_on_pool};
+use sluice_streams::ingest::{append_on_pool, parse_on_pool};
 use sluice_streams::records::BodyFormat;
 use sluice_streams::{Compression, CpuPool, RecordStream, StreamConfig, StreamError, Ticket};
 use sluice_upload::{Engine, MemoryShare, Reservation};
@@ -296,7 +296,7 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
     let result = async {
         while let Some(block) = parsed.next().await {
             let (parsed, arrival, memory, first_line) = block?;
-            let submitted = match append_parsed(stream, parsed?, arrival, memory) {
+            let submitted = match append_on_pool(stream, parsed?, arrival, memory).await {
                 Err(StreamError::BadRecords { first, count }) => {
                     let kept = match first_line {
                         0 => "nothing was stored".to_string(),

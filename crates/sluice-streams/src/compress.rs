@@ -4,7 +4,7 @@
 //! batch compress in parallel and are written in order.
 
 use std::io::{self, Write};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::Semaphore;
@@ -19,16 +19,20 @@ pub const FRAME_BYTES: usize = 1 << 20;
 pub const FRAME_SLACK: usize = 64 << 10;
 
 /// A pool of CPU work: at most `width` jobs run at once, on blocking threads, so
-/// that parsing and compression never stall the I/O tasks.
+/// that parsing and compression never stall the I/O tasks. It keeps the zstd
+/// contexts of finished compressions for the next ones (at most one per job
+/// that can run at once).
 #[derive(Clone)]
 pub struct CpuPool {
     slots: Arc<Semaphore>,
+    contexts: Arc<Mutex<Vec<ZstdContext>>>,
 }
 
 impl CpuPool {
     pub fn new(width: usize) -> CpuPool {
         CpuPool {
             slots: Arc::new(Semaphore::new(width.max(1))),
+            contexts: Arc::default(),
         }
     }
 
@@ -46,39 +50,53 @@ impl CpuPool {
         let _slot = self.slots.acquire().await;
         match tokio::task::spawn_blocking(job).await {
             Ok(value) => value,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a blocking task.
+                Err(e) => panic!("a CPU pool job was cancelled: {e}"),
+            },
         }
+    }
+
+    /// Compresses one frame as a job, and how long the compression took.
+    pub async fn compress(
+        &self,
+        compression: Compression,
+        level: i32,
+        frame: Bytes,
+    ) -> (io::Result<Bytes>, std::time::Duration) {
+        let contexts = self.contexts.clone();
+        self.run(move || {
+            let started = std::time::Instant::now();
+            let out = match compression {
+                Compression::Zstd => {
+                    let kept = contexts.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                    match kept.map_or_else(|| ZstdContext::new(level), Ok) {
+                        Ok(mut context) => {
+                            let out = context.compress(level, &frame);
+                            contexts
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(context);
+                            out
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                compression => compress_frame(compression, level, &frame),
+            };
+            (out, started.elapsed())
+        })
+        .await
     }
 }
 
-/// Compresses one frame. zstd compresses it in one call with a context kept
-/// per thread: the streaming encoder copied every byte into its own window
-/// first and set up a fresh context (tables and all) for every frame.
+/// Compresses one frame with a context of its own (tests and tools; a stream
+/// compresses through its pool, whose contexts are reused).
 pub fn compress_frame(compression: Compression, level: i32, frame: &[u8]) -> io::Result<Bytes> {
     match compression {
         Compression::None => Ok(Bytes::copy_from_slice(frame)),
-        Compression::Zstd => ZSTD_CONTEXT.with(|context| {
-            let mut context = context.borrow_mut();
-            let (compressor, scratch) = match &mut *context {
-                Some((at, compressor, scratch)) if *at == level => (compressor, scratch),
-                slot => {
-                    let mut compressor = zstd::bulk::Compressor::new(level)?;
-                    compressor.include_checksum(true)?;
-                    let (_, compressor, scratch) = slot.insert((level, compressor, Vec::new()));
-                    (compressor, scratch)
-                }
-            };
-            scratch.clear();
-            scratch.reserve(zstd::zstd_safe::compress_bound(frame.len()));
-            compressor.compress_to_buffer(frame, scratch)?;
-            // Copied out at its size: the scratch is as large as the input.
-            let compressed = Bytes::copy_from_slice(scratch);
-            if scratch.capacity() > 2 * FRAME_BYTES {
-                // A frame of one huge record: its scratch is not kept.
-                *scratch = Vec::new();
-            }
-            Ok(compressed)
-        }),
+        Compression::Zstd => ZstdContext::new(level)?.compress(level, frame),
         Compression::Gzip => {
             let mut encoder = flate2::write::GzEncoder::new(
                 Vec::with_capacity(frame.len() / 4),
@@ -90,10 +108,44 @@ pub fn compress_frame(compression: Compression, level: i32, frame: &[u8]) -> io:
     }
 }
 
-thread_local! {
-    /// A compression thread's zstd context, its level and its output scratch.
-    static ZSTD_CONTEXT: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>, Vec<u8>)>> =
-        const { std::cell::RefCell::new(None) };
+/// A zstd compression context and its output scratch. A frame is compressed in
+/// one call: the streaming encoder copied every byte into its own window
+/// first, and a context made per frame set up its tables every time.
+struct ZstdContext {
+    level: i32,
+    compressor: zstd::bulk::Compressor<'static>,
+    scratch: Vec<u8>,
+}
+
+impl ZstdContext {
+    fn new(level: i32) -> io::Result<ZstdContext> {
+        let mut compressor = zstd::bulk::Compressor::new(level)?;
+        compressor.include_checksum(true)?;
+        Ok(ZstdContext {
+            level,
+            compressor,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn compress(&mut self, level: i32, frame: &[u8]) -> io::Result<Bytes> {
+        if level != self.level {
+            self.compressor.set_compression_level(level)?;
+            self.level = level;
+        }
+        self.scratch.clear();
+        self.scratch
+            .reserve(zstd::zstd_safe::compress_bound(frame.len()));
+        // Each call starts a new frame (its session is reset first).
+        let written = self.compressor.compress_to_buffer(frame, &mut self.scratch);
+        // Copied out at its size: the scratch is as large as the input.
+        let compressed = written.map(|_| Bytes::copy_from_slice(&self.scratch));
+        if self.scratch.capacity() > zstd::zstd_safe::compress_bound(FRAME_BYTES + FRAME_SLACK) {
+            // A frame of one huge record: its scratch is not kept.
+            self.scratch = Vec::new();
+        }
+        compressed
+    }
 }
 
 /// Decompresses a whole object (every frame or member), for tests and tools.
@@ -143,6 +195,37 @@ mod tests {
                 assert!(file.len() < plain.len() / 10, "{compression:?}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn pooled_contexts_follow_the_level_and_keep_checksums() {
+        let pool = CpuPool::new(1);
+        let huge: Vec<u8> = (0..3 << 20).map(|i| b'a' + (i % 23) as u8).collect();
+        let small = b"{\"a\":1}\n".to_vec();
+        // One context serves every job: levels change under it, and a huge
+        // frame's scratch does not stay.
+        for (level, frame) in [
+            (3, &huge),
+            (19, &small),
+            (3, &small),
+            (1, &huge),
+            (3, &small),
+        ] {
+            let (out, _) = pool
+                .compress(Compression::Zstd, level, Bytes::from(frame.clone()))
+                .await;
+            let out = out.unwrap();
+            assert_eq!(&decompress(Compression::Zstd, &out).unwrap(), frame);
+            // Frame header descriptor (after the 4-byte magic): bit 2 is the
+            // content checksum flag.
+            assert_ne!(out[4] & 0x04, 0, "level {level}: no checksum");
+        }
+        let contexts = pool.contexts.lock().unwrap();
+        assert_eq!(contexts.len(), 1);
+        assert!(
+            contexts[0].scratch.capacity()
+                <= zstd::zstd_safe::compress_bound(FRAME_BYTES + FRAME_SLACK)
+        );
     }
 
     #[tokio::test]

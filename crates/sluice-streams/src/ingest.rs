@@ -68,7 +68,7 @@ pub async fn submit_body(
     }
     let arrival = time::OffsetDateTime::now_utc();
     let parsed = parse_on_pool(stream, body, format, arrival, 0).await?;
-    append_parsed(stream, parsed, arrival, memory)
+    append_on_pool(stream, parsed, arrival, memory).await
 }
 
 /// Parses a block of records on the stream's CPU pool; `first_line` numbers
@@ -99,6 +99,21 @@ pub async fn parse_on_pool(
         .await;
     stream.stats().parsed(took);
     parsed
+}
+
+/// [`append_parsed`] as a job of the stream's CPU pool: appending copies the
+/// records into their batches' frames, which is not for an I/O task.
+pub async fn append_on_pool(
+    stream: &RecordStream,
+    parsed: ParsedRecords,
+    arrival: time::OffsetDateTime,
+    memory: Reservation,
+) -> Result<Submitted, StreamError> {
+    let job_stream = stream.clone();
+    stream
+        .pool()
+        .run(move || append_parsed(&job_stream, parsed, arrival, memory))
+        .await
 }
 
 /// Appends parsed records: refused whole when some are invalid and the stream

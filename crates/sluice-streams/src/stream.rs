@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::compress::{compress_frame, CpuPool, FRAME_BYTES, FRAME_SLACK};
+use crate::compress::{CpuPool, FRAME_BYTES, FRAME_SLACK};
 use crate::config::{Compression, StreamConfig};
 use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
@@ -427,14 +427,16 @@ impl Inner {
                     }
                 };
                 let batch = open.batches.get_mut(&slot).expect("opened above");
+                // A batch that has filled a frame is busy: its frames start whole.
+                let busy = batch.record_bytes >= FRAME_BYTES as u64;
+                let whole = (FRAME_BYTES as u64)
+                    .min(self.config.flush_bytes.saturating_sub(batch.record_bytes))
+                    as usize;
+                grow_frame(&mut batch.frame, head.data.len(), whole, busy);
+                batch.frame.extend_from_slice(&head.data);
                 batch.last_offset = first_offset + head.records - 1;
                 batch.records += head.records;
                 batch.record_bytes += head.data.len() as u64;
-                if batch.frame.capacity() == 0 {
-                    // Room for a whole frame and the record that ends it.
-                    batch.frame = BytesMut::with_capacity(FRAME_BYTES + FRAME_SLACK);
-                }
-                batch.frame.extend_from_slice(&head.data);
                 batch.frame_memory.absorb(head_memory);
                 if batch.frame.len() >= FRAME_BYTES {
                     self.send_frame(batch);
@@ -552,15 +554,9 @@ impl Inner {
             let pool = self.pool.clone();
             let stats = self.stats.clone();
             tokio::spawn(async move {
-                let compressed = pool
-                    .run(move || {
-                        let started = std::time::Instant::now();
-                        let out = compress_frame(compression, level, &frame);
-                        (out, started.elapsed())
-                    })
-                    .await;
-                stats.compressed(compressed.1);
-                let _ = tx.send(compressed.0.map(|bytes| (bytes, memory)));
+                let (compressed, took) = pool.compress(compression, level, frame).await;
+                stats.compressed(took);
+                let _ = tx.send(compressed.map(|bytes| (bytes, memory)));
             });
         }
         // A writer that failed has dropped its receiver: the batch's tickets
@@ -579,6 +575,30 @@ impl Inner {
         }));
     }
 }
+
+/// Makes room in `frame` for `more` bytes. A busy batch's frame starts whole
+/// (`whole` bytes and the slack for the record that ends it); any other starts
+/// at [`FRAME_START`] and doubles up to whole, so that a quiet partition's
+/// frame stays small. A piece larger than that gets exactly its room (no
+/// doubling past what the budget reserved).
+fn grow_frame(frame: &mut BytesMut, more: usize, whole: usize, busy: bool) {
+    let needed = frame.len() + more;
+    if needed <= frame.capacity() {
+        return;
+    }
+    let whole = whole + FRAME_SLACK;
+    let target = if busy {
+        whole
+    } else {
+        (frame.capacity() * 2).max(FRAME_START).min(whole)
+    };
+    let mut grown = BytesMut::with_capacity(target.max(needed));
+    grown.extend_from_slice(frame);
+    *frame = grown;
+}
+
+/// Where a quiet batch's frame buffer starts.
+const FRAME_START: usize = 64 << 10;
 
 /// Cuts from `run` the records that fit a batch (or frame) with room for
 /// `records` more records and `bytes` more bytes (at least one record, and

@@ -453,5 +453,21 @@ async fn frames_are_cut_at_their_size_with_records_whole_and_in_order() {
         let stored = objects(&store, compression).await;
         assert_eq!(stored.len(), 1, "{compression:?}");
         assert!(stored[0].1 == sent, "{compression:?}: records differ");
+        if compression == Compression::Zstd {
+            // Frame by frame: each holds whole records and about 1 MiB.
+            let listed = store.list_objects("", None, 10).await.unwrap();
+            let data = store.object(&listed.objects[0].key).unwrap();
+            let mut rest = &data[..];
+            let mut frames = 0;
+            while !rest.is_empty() {
+                let size = zstd::zstd_safe::find_frame_compressed_size(rest).unwrap();
+                let plain = zstd::decode_all(&rest[..size]).unwrap();
+                assert!(plain.ends_with(b"\n"), "frame {frames} cuts a record");
+                assert!(plain.len() <= (1 << 20) + huge.len(), "frame {frames}");
+                rest = &rest[size..];
+                frames += 1;
+            }
+            assert!(frames >= 4, "frames: {frames}");
+        }
     }
 }

@@ -225,12 +225,16 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     let _ = poller.await;
     summary.pauses = handover.pauses();
     stream.close().await;
-    result?;
-    let offsets = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
-    commit_sync(&consumer, offsets).await?;
-    // Closing the consumer leaves the group: a round trip to the broker.
+    let finished = async {
+        result?;
+        let offsets = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
+        commit_sync(&consumer, offsets).await
+    }
+    .await;
+    // Closing the consumer leaves the group (a round trip to the broker): off
+    // the I/O tasks, however the run ended.
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
-    Ok(summary)
+    finished.map(|()| summary)
 }
 
 /// Partitions taken away by a rebalance: their open batches are flushed,
@@ -374,11 +378,41 @@ async fn append_fresh(
     }
     let bytes: u64 = fresh.iter().map(|m| (m.end - m.start) as u64 + 1).sum();
     let memory = stream.memory().reserve(bytes).await;
-    let (checker_stream, data) = (stream.clone(), data.clone());
-    let (runs, rejected, took) = stream
+    let (job_stream, data) = (stream.clone(), data.clone());
+    let appended = stream
         .pool()
-        .run(move || check(&checker_stream, &data, &fresh))
-        .await;
+        .run(move || check_and_append(&job_stream, &data, &fresh, memory))
+        .await?;
+    summary.records += appended.records;
+    for (partition, touched) in appended.batches {
+        let state = partitions.entry(partition).or_default();
+        for (ticket, last) in touched {
+            match state.batches.back_mut() {
+                Some((Some(back), at)) if back.batch() == ticket.batch() => *at = last as i64,
+                _ => state.batches.push_back((Some(ticket), last as i64)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What fresh messages became: per Kafka partition, the batches they went
+/// into, in order, with the last offset each holds so far.
+struct Appended {
+    records: u64,
+    batches: Vec<(i32, Vec<(Ticket, u64)>)>,
+}
+
+/// Checks fresh messages and appends them (a CPU pool job: appending copies
+/// the records into their batches' frames); nothing is appended when one is
+/// invalid.
+fn check_and_append(
+    stream: &RecordStream,
+    data: &Bytes,
+    messages: &[Placed],
+    mut memory: Reservation,
+) -> Result<Appended, KafkaError> {
+    let (runs, rejected, took) = check(stream, data, messages);
     stream.stats().parsed(took);
     if let Some(first) = rejected.first() {
         // No dead letter for Kafka: a batch must hold consecutive messages for
@@ -390,7 +424,21 @@ async fn append_fresh(
         }
         .into());
     }
-    append(stream, partitions, runs, memory, summary)
+    let records = runs.iter().map(|run| run.records).sum();
+    // Per partition, in offset order: one append each, whose batches come
+    // back in order with their last offsets.
+    let mut by_partition: HashMap<i32, Vec<Run>> = HashMap::new();
+    for run in runs {
+        let partition = run.partition.source_partition.expect("set by check");
+        by_partition.entry(partition).or_default().push(run);
+    }
+    let mut batches = Vec::with_capacity(by_partition.len());
+    for (partition, runs) in by_partition {
+        let group: u64 = runs.iter().map(|run| run.data.len() as u64).sum();
+        let share = memory.split(group);
+        batches.push((partition, stream.append_tracked(runs, share)?));
+    }
+    Ok(Appended { records, batches })
 }
 
 /// Runs of consecutive messages of a partition (slices of the gathering when
@@ -444,35 +492,6 @@ fn check(
         }
     }
     (runs.finish(data), rejected, started.elapsed())
-}
-
-fn append(
-    stream: &RecordStream,
-    partitions: &mut HashMap<i32, PartitionState>,
-    runs: Vec<Run>,
-    mut memory: Reservation,
-    summary: &mut KafkaSummary,
-) -> Result<(), KafkaError> {
-    summary.records += runs.iter().map(|run| run.records).sum::<u64>();
-    // Per partition, in offset order: one append each, whose batches come
-    // back in order with their last offsets.
-    let mut by_partition: HashMap<i32, Vec<Run>> = HashMap::new();
-    for run in runs {
-        let partition = run.partition.source_partition.expect("set by check");
-        by_partition.entry(partition).or_default().push(run);
-    }
-    for (partition, runs) in by_partition {
-        let group: u64 = runs.iter().map(|run| run.data.len() as u64).sum();
-        let share = memory.split(group);
-        let state = partitions.entry(partition).or_default();
-        for (ticket, last) in stream.append_tracked(runs, share)? {
-            match state.batches.back_mut() {
-                Some((Some(back), at)) if back.batch() == ticket.batch() => *at = last as i64,
-                _ => state.batches.push_back((Some(ticket), last as i64)),
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Per partition, the offset after the last batch stored in order (taken off
@@ -537,9 +556,13 @@ async fn commit_sync(
     offsets: TopicPartitionList,
 ) -> Result<(), KafkaError> {
     let consumer = consumer.clone();
-    tokio::task::spawn_blocking(move || commit(&consumer, offsets, CommitMode::Sync))
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    match tokio::task::spawn_blocking(move || commit(&consumer, offsets, CommitMode::Sync)).await {
+        Ok(committed) => committed,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("a commit was cancelled: {e}"),
+        },
+    }
 }
 
 #[cfg(test)]

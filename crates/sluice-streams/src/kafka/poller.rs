@@ -114,9 +114,13 @@ impl Gathering {
 
     fn push(&mut self, message: &impl Message, most_bytes: usize) {
         let value = message.payload().unwrap_or_default();
-        if self.data.capacity() == 0 {
-            // Room for the gathering and the message that fills it.
-            self.data = BytesMut::with_capacity(most_bytes + GATHER_SLACK);
+        let needed = self.data.len() + value.len() + 1;
+        if needed > self.data.capacity() {
+            // Room for the gathering and the message that fills it; a larger
+            // message gets exactly its room (no doubling).
+            let mut grown = BytesMut::with_capacity(needed.max(most_bytes + GATHER_SLACK));
+            grown.extend_from_slice(&self.data);
+            self.data = grown;
         }
         let start = self.data.len();
         self.data.extend_from_slice(value);
