@@ -22,6 +22,32 @@ use sluice_store::{ObjectStore, PutRequest};
 
 use common::{minio_prefix, stored_batches, stored_records};
 
+/// What a Kafka test works on: the broker, and a MinIO prefix and a topic of
+/// its own.
+struct Fixture {
+    bootstrap: String,
+    cp: String,
+    endpoint: String,
+    prefix: String,
+    store: S3Store,
+    topic: String,
+}
+
+/// The fixture of `test`, or None when the test may skip.
+async fn fixture(test: &str) -> Option<Fixture> {
+    let (bootstrap, cp) = kafka()?;
+    let (endpoint, prefix, store) = minio_prefix(test).await?;
+    let topic = prefix.replace('/', "-");
+    Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    })
+}
+
 /// The broker's address and the Kafka classpath, or None when Kafka tests may skip.
 fn kafka() -> Option<(String, String)> {
     match (std::env::var("KAFKA_BOOTSTRAP"), std::env::var("KAFKA_CP")) {
@@ -182,13 +208,17 @@ async fn assert_exactly_once(store: &S3Store, records: u64) {
 
 #[tokio::test]
 async fn kafka_records_are_stored_exactly_once_across_a_sigkill() {
-    let Some((bootstrap, cp)) = kafka() else {
+    let Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    }) = fixture("kafka-once").await
+    else {
         return;
     };
-    let Some((endpoint, prefix, store)) = minio_prefix("kafka-once").await else {
-        return;
-    };
-    let topic = prefix.replace('/', "-");
     const RECORDS: u64 = 100_000;
     topic_of(&cp, &bootstrap, &topic, 4, RECORDS, 100);
     // First run: killed once some batches are stored.
@@ -218,13 +248,17 @@ async fn kafka_records_are_stored_exactly_once_across_a_sigkill() {
 
 #[tokio::test]
 async fn kafka_batches_hold_consecutive_messages_around_one_stored_out_of_order() {
-    let Some((bootstrap, cp)) = kafka() else {
+    let Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    }) = fixture("kafka-gap").await
+    else {
         return;
     };
-    let Some((endpoint, prefix, store)) = minio_prefix("kafka-gap").await else {
-        return;
-    };
-    let topic = prefix.replace('/', "-");
     // One partition: a record's offset is its n.
     topic_of(&cp, &bootstrap, &topic, 1, 1000, 20);
     // An earlier run stored the batch of offsets 300..400 and died before the
@@ -273,13 +307,17 @@ async fn kafka_batches_hold_consecutive_messages_around_one_stored_out_of_order(
 
 #[tokio::test]
 async fn kafka_partitions_pause_while_the_store_lags_and_nothing_is_lost() {
-    let Some((bootstrap, cp)) = kafka() else {
+    let Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    }) = fixture("kafka-pause").await
+    else {
         return;
     };
-    let Some((endpoint, prefix, store)) = minio_prefix("kafka-pause").await else {
-        return;
-    };
-    let topic = prefix.replace('/', "-");
     const RECORDS: u64 = 40_000;
     topic_of(&cp, &bootstrap, &topic, 2, RECORDS, 1000);
     // Every store request held 2 s: 40 MB of records cannot wait in 48 MiB.
@@ -340,13 +378,17 @@ async fn kafka_partitions_pause_while_the_store_lags_and_nothing_is_lost() {
 
 #[tokio::test]
 async fn kafka_partitions_revoked_mid_run_are_stored_once() {
-    let Some((bootstrap, cp)) = kafka() else {
+    let Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    }) = fixture("kafka-rebalance").await
+    else {
         return;
     };
-    let Some((endpoint, prefix, store)) = minio_prefix("kafka-rebalance").await else {
-        return;
-    };
-    let topic = prefix.replace('/', "-");
     const RECORDS: u64 = 40_000;
     topic_of(&cp, &bootstrap, &topic, 4, RECORDS, 1000);
     // The store holds every request 2 s while the second member joins: the

@@ -592,9 +592,15 @@ fn grow_frame(frame: &mut BytesMut, more: usize, whole: usize, busy: bool) {
     } else {
         (frame.capacity() * 2).max(FRAME_START).min(whole)
     };
-    let mut grown = BytesMut::with_capacity(target.max(needed));
-    grown.extend_from_slice(frame);
-    *frame = grown;
+    move_to_capacity(frame, target.max(needed));
+}
+
+/// Moves `buffer` into a new one of exactly `capacity` bytes (BytesMut's own
+/// growth doubles, past what the budget reserved).
+pub(crate) fn move_to_capacity(buffer: &mut BytesMut, capacity: usize) {
+    let mut grown = BytesMut::with_capacity(capacity);
+    grown.extend_from_slice(buffer);
+    *buffer = grown;
 }
 
 /// Where a quiet batch's frame buffer starts.

@@ -33,6 +33,7 @@ use rdkafka::Statistics;
 use tokio::sync::mpsc;
 
 use crate::stats::StreamStats;
+use crate::stream::move_to_capacity;
 
 /// Most messages in one gathering.
 const GATHER_MESSAGES: usize = 2000;
@@ -118,9 +119,7 @@ impl Gathering {
         if needed > self.data.capacity() {
             // Room for the gathering and the message that fills it; a larger
             // message gets exactly its room (no doubling).
-            let mut grown = BytesMut::with_capacity(needed.max(most_bytes + GATHER_SLACK));
-            grown.extend_from_slice(&self.data);
-            self.data = grown;
+            move_to_capacity(&mut self.data, needed.max(most_bytes + GATHER_SLACK));
         }
         let start = self.data.len();
         self.data.extend_from_slice(value);
