@@ -49,7 +49,7 @@ pub fn router(state: AppState) -> Router {
             Router::new()
         })
         .fallback(health::not_found)
-        .layer(axum::middleware::map_request(
+        .layer(axum::middleware::from_fn(
             crate::unread::drain_unread_bodies,
         ))
         .layer(tower::util::option_layer(cors(
