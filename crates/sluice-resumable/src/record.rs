@@ -1,7 +1,8 @@
 //! What is kept about a resumable upload, all of it in the store under
 //! `_sluice/tus/{id}/`: the record (`state`, JSON, written with If-Match so that
 //! no two writers interleave), the lock (`lock`, see [`crate::lock`]) and the
-//! carried bytes that were too few for a part (`seg-N`, written once each). Any
+//! carried bytes that were too few for a part (`seg-N`, written once each; the
+//! newest few kilobytes ride in the record itself, see [`Receiving::tail`]). Any
 //! gateway instance can therefore serve any request of any upload.
 //!
 //! An upload is in exactly one [`Phase`]: created (no bytes yet), receiving (a
@@ -12,6 +13,8 @@
 
 use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
@@ -107,9 +110,12 @@ impl Segment {
     }
 }
 
+/// Most carried bytes kept in the record itself ([`Receiving::tail`]).
+pub const TAIL_BYTES: usize = 8 << 10;
+
 /// An upload receiving bytes: its multipart upload (started when the first part
 /// is cut), the parts stored in it, and the bytes after the last part (fewer than
-/// a part) in segment objects.
+/// a part): in segment objects, then the newest few in the record itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Receiving {
     pub multipart_id: Option<String>,
@@ -117,12 +123,16 @@ pub struct Receiving {
     pub segments: Vec<Segment>,
     /// The number the next segment object gets.
     pub next_segment: u32,
+    /// The carried bytes after the segments, while they are at most
+    /// [`TAIL_BYTES`]: a small PATCH then writes no segment object (nor, later,
+    /// merges and deletes one), only the record it has to write anyway.
+    pub tail: Bytes,
 }
 
 impl Receiving {
-    /// Bytes held in segments.
+    /// Bytes carried: in segments and in the tail.
     pub fn carried(&self) -> u64 {
-        self.segments.iter().map(|s| s.len).sum()
+        self.segments.iter().map(|s| s.len).sum::<u64>() + self.tail.len() as u64
     }
 }
 
@@ -193,6 +203,9 @@ struct StoredRecord {
     segments: Vec<Segment>,
     #[serde(default)]
     next_segment: u32,
+    /// [`Receiving::tail`], base64.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    tail: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finished_etag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,7 +226,8 @@ impl TryFrom<StoredRecord> for UploadRecord {
     fn try_from(stored: StoredRecord) -> Result<Self, String> {
         let holds_bytes = stored.multipart_id.is_some()
             || !stored.parts.is_empty()
-            || !stored.segments.is_empty();
+            || !stored.segments.is_empty()
+            || !stored.tail.is_empty();
         let legacy = match (&stored.finished_etag, holds_bytes) {
             (Some(_), _) => PhaseName::Finished,
             (None, true) => PhaseName::Receiving,
@@ -227,6 +241,10 @@ impl TryFrom<StoredRecord> for UploadRecord {
                 parts: stored.parts,
                 segments: stored.segments,
                 next_segment: stored.next_segment,
+                tail: BASE64
+                    .decode(&stored.tail)
+                    .map_err(|e| format!("the record's tail: {e}"))?
+                    .into(),
             }),
             PhaseName::Finished => Phase::Finished(Finished {
                 etag: stored
@@ -257,6 +275,7 @@ impl From<UploadRecord> for StoredRecord {
             parts: Vec::new(),
             segments: Vec::new(),
             next_segment: 0,
+            tail: String::new(),
             finished_etag: None,
             checksum: None,
         };
@@ -267,6 +286,7 @@ impl From<UploadRecord> for StoredRecord {
                 stored.parts = r.parts;
                 stored.segments = r.segments;
                 stored.next_segment = r.next_segment;
+                stored.tail = BASE64.encode(&r.tail);
                 PhaseName::Receiving
             }
             Phase::Finished(f) => {
@@ -478,6 +498,12 @@ mod tests {
                 }],
                 segments: vec![Segment::new(2, 3)],
                 next_segment: 3,
+                tail: Bytes::from_static(b"tail \x00\xff"),
+            }),
+            // Carried bytes in the tail alone: no multipart upload yet.
+            Phase::Receiving(Receiving {
+                tail: Bytes::from_static(b"x"),
+                ..Receiving::default()
             }),
             Phase::Finished(Finished {
                 etag: "e".into(),

@@ -7,8 +7,9 @@
 //! body fills it, or when the carried bytes and the body reach S3's 5 MiB
 //! minimum (so a client sending 5 MiB chunks costs one part per PATCH), while
 //! the parts left still fit in S3's 10,000. Otherwise the body's bytes are
-//! carried in a new segment object and nothing else is read: a
-//! client sending tiny PATCHes costs a bounded number of store requests each
+//! carried and nothing else is read: appended to the record's tail while it
+//! stays within [`TAIL_BYTES`] (a tiny PATCH then costs the lock and the record,
+//! four store requests), else written with the tail as a new segment object
 //! (segments are merged into one once there are [`MAX_SEGMENTS`]). When a part
 //! can be cut, the carried segments are read (within the memory budget) and the
 //! engine stores parts from "carried + body"; the multipart upload is started
@@ -21,7 +22,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
 use sluice_store::{limits, UploadedPart};
 use sluice_tus::checksum::ChunkHasher;
@@ -33,7 +34,9 @@ use sluice_upload::{
 };
 
 use crate::error::ResumableError;
-use crate::record::{upload_prefix, Finished, Loaded, Phase, Receiving, Segment, StoredPart};
+use crate::record::{
+    upload_prefix, Finished, Loaded, Phase, Receiving, Segment, StoredPart, TAIL_BYTES,
+};
 use crate::{Resumable, UploadRecord};
 
 /// Segment objects an upload may have before they are merged into one.
@@ -365,7 +368,7 @@ impl Resumable {
                     upload_id
                 }
             };
-            let mut front = self.read_carried(&id, &receiving.segments).await?;
+            let mut front = self.read_carried(&id, &receiving).await?;
             front.extend(head.chunks);
             let rest = body;
             let request = AppendRequest {
@@ -461,6 +464,7 @@ impl Resumable {
 
         // Commit: the new carried bytes first, then the record that names them.
         let mut retired = if consumed_carried {
+            receiving.tail = Bytes::new();
             std::mem::take(&mut receiving.segments)
         } else {
             Vec::new()
@@ -468,13 +472,23 @@ impl Resumable {
         receiving
             .parts
             .extend(stored.iter().map(StoredPart::from_uploaded));
-        if !leftover.is_empty() {
+        let leftover_len = leftover.iter().map(|b| b.len()).sum::<usize>();
+        if receiving.tail.len() + leftover_len <= TAIL_BYTES {
+            let mut tail = BytesMut::with_capacity(receiving.tail.len() + leftover_len);
+            tail.extend_from_slice(&receiving.tail);
+            leftover.iter().for_each(|b| tail.extend_from_slice(b));
+            receiving.tail = tail.freeze();
+        } else {
+            // The tail goes first into the segment: carried bytes stay in order.
+            let mut bytes = Vec::with_capacity(leftover.len() + 1);
+            bytes.extend((!receiving.tail.is_empty()).then(|| std::mem::take(&mut receiving.tail)));
+            bytes.extend(leftover);
             let segment = Segment::new(
                 receiving.next_segment,
-                leftover.iter().map(|b| b.len() as u64).sum(),
+                (bytes.iter().map(|b| b.len()).sum::<usize>()) as u64,
             );
             // On failure the parts stored stay valid but unrecorded; the client resends.
-            self.records.write_segment(&id, &segment, leftover).await?;
+            self.records.write_segment(&id, &segment, bytes).await?;
             receiving.segments.push(segment);
             receiving.next_segment += 1;
         }
@@ -558,9 +572,21 @@ impl Resumable {
         }))
     }
 
-    /// The carried bytes of an upload, in order, each segment read into a buffer of
-    /// the memory budget's pool (the caller holds the reservation).
+    /// The carried bytes of an upload, in order: each segment read into a buffer
+    /// of the memory budget's pool (the caller holds the reservation), then the
+    /// record's tail.
     async fn read_carried(
+        &self,
+        id: &str,
+        receiving: &Receiving,
+    ) -> Result<Vec<Bytes>, ResumableError> {
+        let mut out = self.read_segments(id, &receiving.segments).await?;
+        out.extend((!receiving.tail.is_empty()).then(|| receiving.tail.clone()));
+        Ok(out)
+    }
+
+    /// The bytes of `segments`, in order (see [`Self::read_carried`]).
+    async fn read_segments(
         &self,
         id: &str,
         segments: &[Segment],
@@ -622,15 +648,17 @@ impl Resumable {
         }
     }
 
-    /// Merges every segment into one; returns the segments it replaced.
+    /// Merges every segment into one (the tail stays in the record); returns the
+    /// segments it replaced.
     async fn merge_segments(
         &self,
         id: &str,
         receiving: &mut Receiving,
     ) -> Result<Vec<Segment>, ResumableError> {
-        let _reservation = self.engine.budget().reserve(receiving.carried()).await;
-        let bytes = self.read_carried(id, &receiving.segments).await?;
-        let merged = Segment::new(receiving.next_segment, receiving.carried());
+        let in_segments = receiving.segments.iter().map(|s| s.len).sum();
+        let _reservation = self.engine.budget().reserve(in_segments).await;
+        let bytes = self.read_segments(id, &receiving.segments).await?;
+        let merged = Segment::new(receiving.next_segment, in_segments);
         self.records.write_segment(id, &merged, bytes).await?;
         receiving.next_segment += 1;
         Ok(std::mem::replace(&mut receiving.segments, vec![merged]))
@@ -663,7 +691,7 @@ impl Resumable {
         } else {
             // Counted while read; the engine reserves the part they go into.
             let _reservation = self.engine.budget().reserve(receiving.carried()).await;
-            self.read_carried(&id, &receiving.segments).await?
+            self.read_carried(&id, &receiving).await?
         };
         tail.extend(leftover);
         let outcome = match &receiving.multipart_id {
