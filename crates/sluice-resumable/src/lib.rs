@@ -28,6 +28,8 @@ use sluice_upload::Engine;
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
+
+use record::Loaded;
 pub use write::{Chunk, NewUpload, Written};
 
 /// How resumable uploads behave.
@@ -136,6 +138,19 @@ impl Resumable {
         id: &str,
         work: impl Future<Output = Result<T, ResumableError>>,
     ) -> Result<T, ResumableError> {
+        self.locked_with(id, |_| work).await
+    }
+
+    /// [`Self::locked`], handing `work` the record as this process last wrote
+    /// it when the lock proves nobody wrote it since (see [`Held`]).
+    pub(crate) async fn locked_with<T, F>(
+        &self,
+        id: &str,
+        work: impl FnOnce(Held) -> F,
+    ) -> Result<T, ResumableError>
+    where
+        F: Future<Output = Result<T, ResumableError>>,
+    {
         if !valid_id(id) {
             return Err(ResumableError::not_found());
         }
@@ -147,8 +162,13 @@ impl Resumable {
         )
         .await
         .map_err(lock_error)?;
+        // Taken out whatever happens: this tenure may change the record.
+        let written = self.records.written_here(id);
+        let held = Held {
+            record: written.filter(|_| lock.hinted()),
+        };
         let result = tokio::select! {
-            result = work => result,
+            result = work(held) => result,
             lost = lock.keep_alive() => {
                 tracing::warn!(upload_id = id, error = %lost, "upload lock lost mid-request; the request was stopped");
                 return Err(lock_error(lost));
@@ -186,6 +206,16 @@ impl Resumable {
         self.records.delete_all(record.id()).await?;
         Ok(())
     }
+}
+
+/// What a lock holder knows on taking the lock.
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// The record (with its ETag) as this process last wrote it, when the lock
+    /// was taken with this process's own hint: then nobody has held the lock,
+    /// and so nobody has written the record, since. Reading it again would
+    /// cost a store request per PATCH for nothing.
+    pub record: Option<Loaded>,
 }
 
 fn lock_error(error: LockError) -> ResumableError {

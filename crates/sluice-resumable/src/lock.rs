@@ -103,6 +103,8 @@ pub struct UploadLock {
     etag: String,
     lease: Duration,
     released: bool,
+    /// Taken with this process's hint (see [`UploadLock::hinted`]).
+    hinted: bool,
 }
 
 impl UploadLock {
@@ -116,16 +118,20 @@ impl UploadLock {
     ) -> Result<UploadLock, LockError> {
         let key = lock_key(id);
         let holder = uuid::Uuid::new_v4().simple().to_string();
-        let taken =
-            |etag: String, store: Arc<dyn ObjectStore>, key: String, holder: String| UploadLock {
-                store,
-                hints: hints.clone(),
-                key,
-                holder,
-                etag,
-                lease,
-                released: false,
-            };
+        let taken = |etag: String,
+                     store: Arc<dyn ObjectStore>,
+                     key: String,
+                     holder: String,
+                     hinted: bool| UploadLock {
+            store,
+            hints: hints.clone(),
+            key,
+            holder,
+            etag,
+            lease,
+            released: false,
+            hinted,
+        };
         if let Some(known) = hints.take(&key) {
             let condition = match known {
                 Known::Absent => WriteCondition::IfNoneMatch,
@@ -134,7 +140,7 @@ impl UploadLock {
             match put(&store, &key, &holder, lease, condition).await {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, hinted = true, "upload lock taken");
-                    return Ok(taken(etag, store, key, holder));
+                    return Ok(taken(etag, store, key, holder, true));
                 }
                 // The hint was stale: read the lock as without one.
                 Err(StoreError::PreconditionFailed) => {}
@@ -162,7 +168,7 @@ impl UploadLock {
             match put(&store, &key, &holder, lease, condition).await {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, took_over, "upload lock taken");
-                    return Ok(taken(etag, store, key, holder));
+                    return Ok(taken(etag, store, key, holder, false));
                 }
                 Err(StoreError::PreconditionFailed) => continue,
                 Err(e) => return Err(e.into()),
@@ -171,6 +177,13 @@ impl UploadLock {
         Err(LockError::Held {
             retry_after: Duration::from_secs(1),
         })
+    }
+
+    /// Whether the lock was taken with this process's hint: the lock object was
+    /// still what this process left (absent after creating the upload, or the
+    /// ended lease it wrote), so nobody has held the lock since.
+    pub fn hinted(&self) -> bool {
+        self.hinted
     }
 
     /// Keeps the lease renewed; returns only when a renewal fails, or is not

@@ -11,7 +11,8 @@
 //! bytes completes the object before it records anything, so a record never
 //! says "all bytes in" without the object existing.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -306,15 +307,67 @@ pub struct Loaded {
     pub etag: String,
 }
 
-/// Reads and writes records and segments.
+/// Reads and writes records and segments, and remembers the records this
+/// process wrote last (see [`crate::Held`]).
 #[derive(Clone, Debug)]
 pub struct RecordStore {
     store: Arc<dyn ObjectStore>,
+    written: Arc<Mutex<WrittenHere>>,
+}
+
+/// The records this process wrote last, by upload id, with about how many
+/// bytes they hold; when that passes [`WrittenHere::MAX_BYTES`] everything is
+/// forgotten (a forgotten record costs one read).
+#[derive(Debug, Default)]
+struct WrittenHere {
+    records: HashMap<String, Loaded>,
+    bytes: usize,
+}
+
+impl WrittenHere {
+    const MAX_BYTES: usize = 16 << 20;
+
+    fn size(loaded: &Loaded) -> usize {
+        let carried = match &loaded.record.phase {
+            Phase::Receiving(r) => r.parts.len() * 128 + r.segments.len() * 64 + r.tail.len(),
+            _ => 0,
+        };
+        512 + loaded.record.key.len() + carried
+    }
 }
 
 impl RecordStore {
     pub fn new(store: Arc<dyn ObjectStore>) -> RecordStore {
-        RecordStore { store }
+        RecordStore {
+            store,
+            written: Arc::default(),
+        }
+    }
+
+    /// Upload `id`'s record as this process last wrote it, forgotten as it is
+    /// taken: whoever takes it may change the record.
+    pub fn written_here(&self, id: &str) -> Option<Loaded> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let loaded = written.records.remove(id)?;
+        written.bytes -= WrittenHere::size(&loaded);
+        Some(loaded)
+    }
+
+    /// `loaded` is the record this process just wrote, under the upload's lock.
+    pub fn remember_written(&self, loaded: &Loaded) {
+        let size = WrittenHere::size(loaded);
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.bytes + size > WrittenHere::MAX_BYTES {
+            written.records.clear();
+            written.bytes = 0;
+        }
+        if let Some(old) = written
+            .records
+            .insert(loaded.record.id().to_owned(), loaded.clone())
+        {
+            written.bytes -= WrittenHere::size(&old);
+        }
+        written.bytes += size;
     }
 
     pub async fn load(&self, id: &str) -> Result<Loaded, ResumableError> {

@@ -257,8 +257,11 @@ impl Resumable {
         patch: &PatchRequest,
         chunk: Chunk,
     ) -> Result<Written, ResumableError> {
-        self.locked(id, async {
-            let loaded = self.records.load(id).await?;
+        self.locked_with(id, |held| async move {
+            let loaded = match held.record {
+                Some(loaded) => loaded,
+                None => self.records.load(id).await?,
+            };
             let plan =
                 loaded
                     .record
@@ -501,6 +504,7 @@ impl Resumable {
         record.upload.extend(SystemTime::now(), self.config.expiry);
         record.phase = Phase::Receiving(receiving);
         loaded.etag = self.records.replace(record, &loaded.etag).await?;
+        self.records.remember_written(&loaded);
         self.records.delete_segments(&id, &retired).await;
         tracing::debug!(upload_id = %id, offset = new_offset, "chunk committed");
         match error {
