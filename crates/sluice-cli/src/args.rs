@@ -687,6 +687,11 @@ pub struct ServeArgs {
     /// Most partial uploads one tus concatenation may join [default: 1000].
     #[arg(long, env = "SLUICE_TUS_MAX_PARTIALS")]
     pub tus_max_partials: Option<usize>,
+    /// PATCHes storing under 64 KiB (`tus.small_patch_bytes`) that one upload may
+    /// send per second, twice as many in a burst, before their answers wait;
+    /// each costs the store three requests. 0 turns the pacing off [default: 4].
+    #[arg(long, env = "SLUICE_TUS_SMALL_PATCHES_PER_SECOND")]
+    pub tus_small_patches_per_second: Option<f64>,
     /// Time between janitor passes (expired resumable uploads, stale multipart
     /// uploads); 0s turns the janitor off [default: 5m].
     #[arg(long, env = "SLUICE_JANITOR_INTERVAL", value_parser = humantime::parse_duration)]

@@ -42,6 +42,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         tus_expiry => tus.expiry,
         tus_lock_timeout => tus.lock_timeout,
         tus_max_partials => tus.max_partials,
+        tus_small_patches_per_second => tus.small_patches_per_second,
         janitor_interval => janitor.interval,
         janitor_older_than => janitor.older_than,
         store_stall_timeout => limits.store_stall_timeout,

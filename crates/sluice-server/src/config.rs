@@ -89,6 +89,13 @@ pub struct TusSettings {
     pub lock_timeout: Duration,
     /// Most partial uploads one concatenation may join.
     pub max_partials: usize,
+    /// A PATCH storing fewer bytes than this without finishing its upload is
+    /// small (see [`crate::small_patches`]).
+    #[serde(deserialize_with = "size")]
+    pub small_patch_bytes: u64,
+    /// Small PATCHes one upload may make per second (twice as many in a burst)
+    /// before their answers wait; 0 turns the pacing off.
+    pub small_patches_per_second: f64,
 }
 
 /// The janitor that runs inside the gateway (see `sluice janitor`).
@@ -119,6 +126,8 @@ impl Default for TusSettings {
             expiry: Duration::from_secs(24 * 3600),
             lock_timeout: Duration::from_secs(6),
             max_partials: 1000,
+            small_patch_bytes: 64 << 10,
+            small_patches_per_second: 4.0,
         }
     }
 }
@@ -507,6 +516,13 @@ impl ServerConfig {
         if !(1..=sluice_store::limits::MAX_PARTS as usize).contains(&self.tus.max_partials) {
             return fail("tus.max_partials", "must be between 1 and 10000");
         }
+        let rate = self.tus.small_patches_per_second;
+        if !(rate.is_finite() && rate >= 0.0) {
+            return fail(
+                "tus.small_patches_per_second",
+                "must be 0 (off) or a positive number",
+            );
+        }
         if self.form.max_header_bytes < 1024 {
             return fail("form.max_header_bytes", "must be at least 1KiB");
         }
@@ -604,6 +620,14 @@ mod tests {
             ),
             (|c| c.form.max_header_bytes = 100, "form.max_header_bytes"),
             (|c| c.form.max_parts = 0, "form.max_parts"),
+            (
+                |c| c.tus.small_patches_per_second = -1.0,
+                "tus.small_patches_per_second",
+            ),
+            (
+                |c| c.tus.small_patches_per_second = f64::NAN,
+                "tus.small_patches_per_second",
+            ),
             (|c| c.engine.part_size = MIB, "engine.part_size"),
             (|c| c.engine.memory_limit = MIB, "engine.memory_limit"),
             (

@@ -23,6 +23,7 @@ pub use sluice_input::keys;
 pub mod metrics;
 pub mod routes;
 mod server;
+pub mod small_patches;
 pub mod store;
 pub mod streams;
 pub mod tus;
@@ -61,6 +62,8 @@ pub struct AppState {
     pub direct: Option<direct::Direct>,
     /// Record streams (`/v1/streams/`).
     pub streams: streams::Streams,
+    /// Waits before answering small tus PATCHes.
+    pub small_patches: Arc<small_patches::SmallPatchPace>,
 }
 
 impl AppState {
@@ -106,7 +109,12 @@ impl AppState {
         let completion = completion::CompletionPoint::new(metrics.clone(), events.clone());
         let streams = streams::Streams::new(&config.streams, &engine, &completion)?;
         metrics.watch_streams(&streams);
+        let small_patches = small_patches::SmallPatchPace::new(
+            config.tus.small_patches_per_second,
+            config.tus.small_patch_bytes,
+        );
         Ok(AppState {
+            small_patches: Arc::new(small_patches),
             streams,
             hooks: Arc::new(hooks),
             direct: None,

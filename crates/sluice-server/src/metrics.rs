@@ -88,6 +88,8 @@ struct Inner {
     connections_refused: Counter,
     connections_timed_out: Counter,
     downloads_cut: Counter,
+    small_patches_waited: Counter,
+    small_patch_wait_seconds: Counter<f64, AtomicU64>,
     events_recorded: Counter,
     events_delivered: Counter,
     event_delivery_failures: Counter,
@@ -136,6 +138,8 @@ impl Metrics {
             connections_refused: Counter::default(),
             connections_timed_out: Counter::default(),
             downloads_cut: Counter::default(),
+            small_patches_waited: Counter::default(),
+            small_patch_wait_seconds: Counter::default(),
             events_recorded: Counter::default(),
             events_delivered: Counter::default(),
             event_delivery_failures: Counter::default(),
@@ -246,6 +250,16 @@ impl Metrics {
             "sluice_downloads_cut",
             "GET responses whose connection was closed at limits.download_deadline",
             inner.downloads_cut.clone(),
+        );
+        registry.register(
+            "sluice_tus_small_patches_waited",
+            "tus PATCHes answered late because their upload sent small ones faster than tus.small_patches_per_second",
+            inner.small_patches_waited.clone(),
+        );
+        registry.register(
+            "sluice_tus_small_patch_wait_seconds",
+            "Time answers to small tus PATCHes waited, summed",
+            inner.small_patch_wait_seconds.clone(),
         );
         registry.register(
             "sluice_events_recorded",
@@ -389,6 +403,13 @@ impl Metrics {
 
     pub fn download_cut(&self) {
         self.inner.downloads_cut.inc();
+    }
+
+    pub fn small_patch_waited(&self, wait: std::time::Duration) {
+        self.inner.small_patches_waited.inc();
+        self.inner
+            .small_patch_wait_seconds
+            .inc_by(wait.as_secs_f64());
     }
 
     pub fn event_recorded(&self) {

@@ -297,10 +297,21 @@ async fn patch(
     }
     // The upload's key is in its record, read only once the slot is held.
     let party = Party::tenant_only(grant.tenant.clone());
-    let _slot = state.admission.admit(&party).await?;
+    let slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
     let written = state.resumable.write(&id, &request, chunk).await?;
     completed(&state, UploadKind::TusPatch, &written).await?;
+    drop(slot);
+    let stored = written.record.upload.offset.saturating_sub(request.offset);
+    let finished = written.record.is_finished();
+    let wait = state.small_patches.wait(&id, stored, finished);
+    if finished {
+        state.small_patches.forget(&id);
+    }
+    if !wait.is_zero() {
+        state.metrics.small_patch_waited(wait);
+        tokio::time::sleep(wait).await;
+    }
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend(with_key(
         written.record.upload.patch_headers(),

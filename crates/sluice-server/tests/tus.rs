@@ -26,6 +26,8 @@ fn config() -> ServerConfig {
     };
     config.engine.part_size = 5 * MIB as u64;
     config.engine.threshold = 5 * MIB as u64;
+    // Many cases send tiny chunks; the pacing has its own test.
+    config.tus.small_patches_per_second = 0.0;
     config
 }
 
@@ -1426,5 +1428,54 @@ async fn an_object_completed_by_an_interrupted_request_is_found_again() {
     assert!(
         metrics.contains("sluice_uploads_completed_total{kind=\"tus_patch\"} 1"),
         "{metrics}"
+    );
+}
+
+/// A client PATCHing 1 byte at a time costs the store three requests per byte:
+/// past a burst of 8, its answers wait so that it makes 4 such PATCHes a second.
+/// A chunk of 64 KiB, the last one, and another upload never wait.
+#[tokio::test(start_paused = true)]
+async fn small_patches_are_paced_per_upload() {
+    let store = MemoryStore::new();
+    let state = gateway_with(&store, |config| {
+        config.tus.small_patches_per_second = 4.0;
+    });
+    let data = test_data(64 * 1024 + 21, 5);
+    let location = create(&state, data.len() as u64).await;
+    let started = tokio::time::Instant::now();
+    for offset in 0..20 {
+        let answer = patch(&state, &location, offset, &data[offset as usize..][..1]).await;
+        assert_eq!(answer.status, StatusCode::NO_CONTENT, "{offset}");
+    }
+    let took = started.elapsed();
+    // 12 PATCHes past the burst of 8, a quarter of a second each.
+    assert!(
+        (Duration::from_millis(2950)..Duration::from_millis(3100)).contains(&took),
+        "20 1-byte PATCHes took {took:?}"
+    );
+
+    let other = create(&state, 10).await;
+    let started = tokio::time::Instant::now();
+    let answer = patch(&state, &other, 0, b"x").await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    assert!(started.elapsed() < Duration::from_millis(10));
+
+    let started = tokio::time::Instant::now();
+    let big = patch(&state, &location, 20, &data[20..20 + 64 * 1024]).await;
+    assert_eq!(big.status, StatusCode::NO_CONTENT);
+    let last = patch(&state, &location, 20 + 64 * 1024, &data[20 + 64 * 1024..]).await;
+    assert_eq!(last.status, StatusCode::NO_CONTENT);
+    assert!(started.elapsed() < Duration::from_millis(10));
+    let key = last.header("x-sluice-key").unwrap().to_owned();
+    assert_eq!(object(&state, &key).await, data);
+    let metrics = send(
+        &state,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(
+        text.contains("sluice_tus_small_patches_waited_total 12\n"),
+        "{text}"
     );
 }
