@@ -185,8 +185,11 @@ impl UploadRecord {
 }
 
 /// The record as JSON: flat, with the phase named. Records written before phases
-/// existed (no `phase`) are read by what they hold.
+/// existed (no `phase`) are read by what they hold. A field this build does not
+/// know makes the record unreadable rather than silently dropped by the next
+/// write (a newer gateway's `tail` of carried bytes, say).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StoredRecord {
     upload: Upload,
     key: String,
@@ -601,5 +604,7 @@ mod tests {
         }
         let contradictory = serde_json::json!({"upload": upload, "key": "k", "phase": "finished"});
         assert!(serde_json::from_value::<UploadRecord>(contradictory).is_err());
+        let from_a_newer_build = serde_json::json!({"upload": upload, "key": "k", "phase": "receiving", "carried_elsewhere": "?"});
+        assert!(serde_json::from_value::<UploadRecord>(from_a_newer_build).is_err());
     }
 }

@@ -5,8 +5,9 @@
 //! stored fewer than `tus.small_patch_bytes` without finishing its upload spends
 //! a token of its upload's bucket (`tus.small_patches_per_second`, with a burst
 //! of twice that); once the bucket is empty its answer waits until the next
-//! token is due, so the client's next PATCH comes no sooner. The wait holds no
-//! lock, admission slot or memory.
+//! token is due, so the client's next PATCH comes no sooner. A PATCH answered
+//! with an error counts as small (a body cut off midway keeps what arrived). The
+//! wait holds no lock, admission slot or memory.
 //!
 //! Real tus clients send chunks of megabytes (tus-js-client and Uppy send the
 //! whole file unless told otherwise) and never wait. The buckets live in each

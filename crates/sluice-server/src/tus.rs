@@ -299,11 +299,18 @@ async fn patch(
     let party = Party::tenant_only(grant.tenant.clone());
     let slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
-    let written = state.resumable.write(&id, &request, chunk).await?;
-    completed(&state, UploadKind::TusPatch, &written).await?;
+    let written = state.resumable.write(&id, &request, chunk).await;
     drop(slot);
-    let stored = written.record.upload.offset.saturating_sub(request.offset);
-    let finished = written.record.is_finished();
+    // A PATCH that failed may still have stored what arrived (a body cut off
+    // midway keeps its bytes): it counts as small, or a client could send one
+    // byte and hang up, again and again, without ever waiting.
+    let (stored, finished) = match &written {
+        Ok(w) => (
+            w.record.upload.offset.saturating_sub(request.offset),
+            w.record.is_finished(),
+        ),
+        Err(_) => (0, false),
+    };
     let wait = state.small_patches.wait(&id, stored, finished);
     if finished {
         state.small_patches.forget(&id);
@@ -312,6 +319,8 @@ async fn patch(
         state.metrics.small_patch_waited(wait);
         tokio::time::sleep(wait).await;
     }
+    let written = written?;
+    completed(&state, UploadKind::TusPatch, &written).await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend(with_key(
         written.record.upload.patch_headers(),

@@ -1468,6 +1468,35 @@ async fn small_patches_are_paced_per_upload() {
     assert!(started.elapsed() < Duration::from_millis(10));
     let key = last.header("x-sluice-key").unwrap().to_owned();
     assert_eq!(object(&state, &key).await, data);
+
+    // The same trickle as bodies cut off after their first byte: each byte is
+    // kept and answered with an error, and paced all the same.
+    let cut = create(&state, 100).await;
+    let started = tokio::time::Instant::now();
+    for offset in 0..20u64 {
+        let chunks = vec![
+            Ok(Bytes::from_static(b"c")),
+            Err(std::io::Error::other("connection reset")),
+        ];
+        let request = tus("PATCH", &cut)
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", offset)
+            .body(Body::from_stream(futures::stream::iter(chunks)))
+            .unwrap();
+        let answer = send(&state, request).await;
+        assert!(
+            answer.status.is_client_error(),
+            "{offset}: {}",
+            answer.status
+        );
+    }
+    let took = started.elapsed();
+    assert_eq!(head(&state, &cut).await.header("upload-offset"), Some("20"));
+    assert!(
+        took >= Duration::from_millis(2950),
+        "20 cut-off 1-byte PATCHes took {took:?}"
+    );
+
     let metrics = send(
         &state,
         Request::get("/metrics").body(Body::empty()).unwrap(),
@@ -1475,7 +1504,7 @@ async fn small_patches_are_paced_per_upload() {
     .await;
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(
-        text.contains("sluice_tus_small_patches_waited_total 12\n"),
+        text.contains("sluice_tus_small_patches_waited_total 24\n"),
         "{text}"
     );
 }
