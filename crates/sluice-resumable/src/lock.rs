@@ -32,6 +32,12 @@ struct LockBody {
     holder: String,
     /// When the lease ends, in milliseconds since the Unix epoch (0: released).
     until_ms: u64,
+    /// On an ended lease, the holder that ended it. Stores whose ETag is the
+    /// MD5 of the content (S3, MinIO) would otherwise give every ended lease
+    /// the same ETag, and a hint would match after other gateways had held
+    /// and released the lock in between.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    ended_by: String,
 }
 
 fn now_ms() -> u64 {
@@ -269,6 +275,7 @@ async fn release(
     let ended = LockBody {
         holder: String::new(),
         until_ms: 0,
+        ended_by: holder.clone(),
     };
     let json: bytes::Bytes = serde_json::to_vec(&ended)
         .expect("a lock body serialises")
@@ -307,6 +314,7 @@ async fn put(
     let body = LockBody {
         holder: holder.to_owned(),
         until_ms: now_ms() + lease.as_millis() as u64,
+        ended_by: String::new(),
     };
     let json = serde_json::to_vec(&body).expect("a lock body serialises");
     let mut request = PutRequest::new(key, Body::Bytes(json.into()));
@@ -349,6 +357,26 @@ mod tests {
         match result {
             Err(LockError::Held { retry_after }) => retry_after,
             other => panic!("expected Held, got {other:?}"),
+        }
+    }
+
+    /// CI finding: on stores whose ETag is the MD5 of the content (MinIO, S3)
+    /// every ended lease had the same ETag, so gateway B's hint still matched
+    /// after gateway A had held and released the lock, and B took A's record
+    /// for its own last one (PATCH answered 409). Ended leases now differ.
+    #[tokio::test]
+    async fn each_ended_lease_is_unlike_every_other() {
+        let store = store();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..3 {
+            let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+                .await
+                .unwrap();
+            lock.release().await;
+            let (body, _) = read(&store, &lock_key(ID)).await.unwrap();
+            let body = body.expect("an ended lease");
+            assert_eq!(body.until_ms, 0);
+            assert!(seen.insert(body.ended_by), "an ended lease repeated");
         }
     }
 
