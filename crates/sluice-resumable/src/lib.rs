@@ -28,9 +28,9 @@ use sluice_upload::Engine;
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
+pub use write::{Chunk, NewUpload, Written};
 
 use record::Loaded;
-pub use write::{Chunk, NewUpload, Written};
 
 /// How resumable uploads behave.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -311,7 +311,7 @@ pub struct Loaded {
 }
 
 /// Reads and writes records and segments, and remembers the records this
-/// process wrote last (see [`crate::Held`]).
+/// process wrote last (see `Held` in lib.rs).
 #[derive(Clone, Debug)]
 pub struct RecordStore {
     store: Arc<dyn ObjectStore>,

@@ -8,8 +8,9 @@
 //! minimum (so a client sending 5 MiB chunks costs one part per PATCH), while
 //! the parts left still fit in S3's 10,000. Otherwise the body's bytes are
 //! carried and nothing else is read: appended to the record's tail while it
-//! stays within [`TAIL_BYTES`] (a tiny PATCH then costs the lock and the record,
-//! four store requests), else written with the tail as a new segment object
+//! stays within [`TAIL_BYTES`] (a tiny PATCH then costs the lock and the record
+//! write: three store requests, four when the record must be read, see
+//! `Held` in lib.rs), else written with the tail as a new segment object
 //! (segments are merged into one once there are [`MAX_SEGMENTS`]). When a part
 //! can be cut, the carried segments are read (within the memory budget) and the
 //! engine stores parts from "carried + body"; the multipart upload is started
