@@ -43,6 +43,7 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         tus_lock_timeout => tus.lock_timeout,
         tus_max_partials => tus.max_partials,
         tus_small_patches_per_second => tus.small_patches_per_second,
+        penalty_after_offenses => penalty.after_offenses,
         janitor_interval => janitor.interval,
         janitor_older_than => janitor.older_than,
         store_stall_timeout => limits.store_stall_timeout,
@@ -83,6 +84,9 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     }
     if args.allow_anonymous {
         config.auth.allow_anonymous = true;
+    }
+    if !args.penalty_exempt.is_empty() {
+        config.penalty.exempt = args.penalty_exempt.clone();
     }
     if !args.cors_origin.is_empty() {
         config.cors_origins = args.cors_origin.clone();

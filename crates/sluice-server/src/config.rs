@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// `["*"]`; empty: no CORS headers.
     pub cors_origins: Vec<String>,
     pub limits: Limits,
+    /// Penalties for addresses that keep sending malformed requests.
+    pub penalty: crate::offenders::PenaltySettings,
     pub engine: EngineSettings,
     pub tus: TusSettings,
     pub form: FormSettings,
@@ -244,6 +246,7 @@ impl Default for ServerConfig {
             shard_prefix: false,
             cors_origins: Vec::new(),
             limits: Limits::default(),
+            penalty: Default::default(),
             engine: EngineSettings::default(),
             tus: TusSettings::default(),
             form: FormSettings::default(),
@@ -523,6 +526,20 @@ impl ServerConfig {
                 "must be 0 (off) or a positive number",
             );
         }
+        if self.penalty.after_offenses > 0 {
+            if self.penalty.window.is_zero() {
+                return fail(
+                    "penalty.window",
+                    "must be more than 0 (after_offenses = 0 turns penalties off)",
+                );
+            }
+            if self.penalty.duration.is_zero() {
+                return fail(
+                    "penalty.duration",
+                    "must be more than 0 (after_offenses = 0 turns penalties off)",
+                );
+            }
+        }
         if self.form.max_header_bytes < 1024 {
             return fail("form.max_header_bytes", "must be at least 1KiB");
         }
@@ -620,6 +637,8 @@ mod tests {
             ),
             (|c| c.form.max_header_bytes = 100, "form.max_header_bytes"),
             (|c| c.form.max_parts = 0, "form.max_parts"),
+            (|c| c.penalty.window = Duration::ZERO, "penalty.window"),
+            (|c| c.penalty.duration = Duration::ZERO, "penalty.duration"),
             (
                 |c| c.tus.small_patches_per_second = -1.0,
                 "tus.small_patches_per_second",

@@ -72,7 +72,27 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// Marks an answer to a request refused as malformed (see
+/// [`ApiError::is_offense`]): the listener counts it against the client's
+/// address ([`crate::offenders`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Offense;
+
 impl ApiError {
+    /// Refused for how the request came, as no working client sends it: a
+    /// malformed body or header (400), a body too slow (408). Not counted: a key
+    /// or records refused for what they say (a working client may send those),
+    /// and everything that is the server's or the store's doing.
+    pub fn is_offense(&self) -> bool {
+        match self {
+            ApiError::BadRequest(_)
+            | ApiError::BodyTimeout { .. }
+            | ApiError::BodyTooSlow { .. } => true,
+            ApiError::Tus(e) => e.status() == StatusCode::BAD_REQUEST,
+            _ => false,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidKey(_) | ApiError::BadRequest(_) | ApiError::InvalidRecords(_) => {
@@ -211,6 +231,9 @@ impl ApiError {
             false => json!({ "error": { "code": self.code(), "message": message } }),
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if self.is_offense() {
+            response.extensions_mut().insert(Offense);
+        }
         if let Some(seconds) = self.retry_after() {
             response
                 .headers_mut()

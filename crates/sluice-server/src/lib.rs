@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
+pub mod offenders;
 pub mod routes;
 mod server;
 pub mod small_patches;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub streams: streams::Streams,
     /// Waits before answering small tus PATCHes.
     pub small_patches: Arc<small_patches::SmallPatchPace>,
+    /// Offenses and penalties by client address (the listener's).
+    pub offenders: Arc<offenders::Offenders>,
 }
 
 impl AppState {
@@ -115,6 +118,7 @@ impl AppState {
         );
         Ok(AppState {
             small_patches: Arc::new(small_patches),
+            offenders: Arc::new(offenders::Offenders::new(config.penalty.clone())),
             streams,
             hooks: Arc::new(hooks),
             direct: None,

@@ -86,6 +86,9 @@ struct Inner {
     rejections: Counter,
     connections_open: Gauge,
     connections_refused: Counter,
+    offenses: Counter,
+    penalties: Counter,
+    connections_penalized: Counter,
     connections_timed_out: Counter,
     downloads_cut: Counter,
     small_patches_waited: Counter,
@@ -136,6 +139,9 @@ impl Metrics {
             rejections: Counter::default(),
             connections_open: Gauge::default(),
             connections_refused: Counter::default(),
+            offenses: Counter::default(),
+            penalties: Counter::default(),
+            connections_penalized: Counter::default(),
             connections_timed_out: Counter::default(),
             downloads_cut: Counter::default(),
             small_patches_waited: Counter::default(),
@@ -240,6 +246,21 @@ impl Metrics {
             "sluice_connections_refused",
             "Client connections answered 503 and closed at limits.max_connections",
             inner.connections_refused.clone(),
+        );
+        registry.register(
+            "sluice_offenses",
+            "Requests refused as malformed, counted against their client's address (penalty.after_offenses)",
+            inner.offenses.clone(),
+        );
+        registry.register(
+            "sluice_penalties",
+            "Times a client address was penalized for its offenses (penalty.duration)",
+            inner.penalties.clone(),
+        );
+        registry.register(
+            "sluice_connections_penalized",
+            "Connections from penalized addresses: held unread, then answered 429 and closed (or closed at once past the hold limit)",
+            inner.connections_penalized.clone(),
         );
         registry.register(
             "sluice_connections_timed_out",
@@ -395,6 +416,18 @@ impl Metrics {
 
     pub fn connection_refused(&self) {
         self.inner.connections_refused.inc();
+    }
+
+    /// An offense by a client; `penalized`: it got the address penalized.
+    pub fn offense(&self, penalized: bool) {
+        self.inner.offenses.inc();
+        if penalized {
+            self.inner.penalties.inc();
+        }
+    }
+
+    pub fn connection_penalized(&self) {
+        self.inner.connections_penalized.inc();
     }
 
     pub fn connection_timed_out(&self) {

@@ -15,7 +15,11 @@
 //!   pings every `http2_keep_alive` close a peer that stopped answering;
 //! - a handler may cut its connection ([`ConnectionCut`]): a GET past
 //!   `download_deadline` does, since a reader that stops reading blocks the
-//!   writes, and with them anything inside the response body that could notice.
+//!   writes, and with them anything inside the response body that could notice;
+//! - an answer marked as an offense ([`crate::error::Offense`]) counts against
+//!   the client's address; once the address is penalized its answers close their
+//!   connections, and its new connections are held unread for the rest of the
+//!   penalty, then answered a bare `429` and closed ([`crate::offenders`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
+use axum::http::{header, HeaderValue, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -34,7 +39,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tower::ServiceExt;
 
+use crate::error::Offense;
 use crate::metrics::Metrics;
+use crate::offenders::{Standing, MAX_HELD};
 use crate::AppState;
 
 /// Closes the connection a request came on, from inside its handler (a request
@@ -72,8 +79,12 @@ const MAX_REFUSING: usize = 1024;
 
 /// How long a refused connection's request is read (and dropped) after the
 /// answer, so that closing does not reset the connection before the client
-/// reads the 503.
+/// reads the answer.
 const REFUSE_LINGER: Duration = Duration::from_secs(1);
+
+/// The most of a penalized connection's request read after its answer: enough
+/// for a client that watches for an early answer, little for a flood.
+const PENALIZED_LINGER_BYTES: u64 = 64 << 10;
 
 /// Binds a listener with a deep accept backlog.
 pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
@@ -118,6 +129,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         .keep_alive_timeout(limits.http2_keep_alive);
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let held = Arc::new(Semaphore::new(MAX_HELD));
+    let offenders = state.offenders.clone();
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
@@ -144,12 +157,24 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                         continue;
                     }
                 };
+                if let Standing::Penalized(left) = offenders.standing(peer.ip(), tokio::time::Instant::now()) {
+                    state.metrics.connection_penalized();
+                    if let Ok(turn) = held.clone().try_acquire_owned() {
+                        let retry_after = limits.retry_after_seconds;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(left).await;
+                            refuse(stream, Refusal::Penalized, retry_after).await;
+                            drop(turn);
+                        });
+                    }
+                    continue;
+                }
                 let Ok(slot) = open.clone().try_acquire_owned() else {
                     state.metrics.connection_refused();
                     if let Ok(turn) = refusing.clone().try_acquire_owned() {
                         let retry_after = limits.retry_after_seconds;
                         tokio::spawn(async move {
-                            refuse(stream, retry_after).await;
+                            refuse(stream, Refusal::TooManyConnections, retry_after).await;
                             drop(turn);
                         });
                     }
@@ -163,11 +188,34 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                     let started = started.clone();
                     let router = router.clone();
                     let cut = ConnectionCut(cut.clone());
+                    let offenders = offenders.clone();
+                    let metrics = state.metrics.clone();
                     tower::service_fn(move |request: Request<hyper::body::Incoming>| {
                         started.store(true, Ordering::Relaxed);
+                        let version = request.version();
                         let mut request = request.map(axum::body::Body::new);
                         request.extensions_mut().insert(cut.clone());
-                        router.clone().oneshot(request)
+                        let answer = router.clone().oneshot(request);
+                        let offenders = offenders.clone();
+                        let metrics = metrics.clone();
+                        async move {
+                            let mut response = answer.await?;
+                            if response.extensions().get::<Offense>().is_some() {
+                                let (standing, newly_penalized) =
+                                    offenders.offense(peer.ip(), tokio::time::Instant::now());
+                                metrics.offense(newly_penalized);
+                                if newly_penalized {
+                                    tracing::warn!(%peer, "penalized a client address for its malformed requests");
+                                }
+                                // HTTP/2 has no Connection header; its streams end with their answers.
+                                if standing != Standing::Tolerated && version <= Version::HTTP_11 {
+                                    response
+                                        .headers_mut()
+                                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                                }
+                            }
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
                     })
                 };
                 let service = TowerToHyperService::new(service);
@@ -262,24 +310,66 @@ impl Drop for OpenConnection {
     }
 }
 
-/// Answers a connection beyond the limit with a bare HTTP/1.1 503 and closes it.
-/// Its request is never parsed; what it sent is read and dropped for a moment
-/// so that the close does not reset the connection under the answer.
-async fn refuse(mut stream: TcpStream, retry_after: u64) {
+/// Why a connection is answered without its request being read.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// Beyond `limits.max_connections`.
+    TooManyConnections,
+    /// From a penalized address, after its hold.
+    Penalized,
+}
+
+impl Refusal {
+    fn status_line(self) -> &'static str {
+        match self {
+            Refusal::TooManyConnections => "503 Service Unavailable",
+            Refusal::Penalized => "429 Too Many Requests",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            Refusal::TooManyConnections => {
+                r#"{"error":{"code":"too_many_connections","message":"the server has too many open connections; retry later"}}"#
+            }
+            Refusal::Penalized => {
+                r#"{"error":{"code":"penalized","message":"this address sent too many malformed requests; its connections were held for a while"}}"#
+            }
+        }
+    }
+
+    /// The most of the request read after the answer (see [`REFUSE_LINGER`]).
+    fn linger_bytes(self) -> u64 {
+        match self {
+            Refusal::TooManyConnections => u64::MAX,
+            Refusal::Penalized => PENALIZED_LINGER_BYTES,
+        }
+    }
+}
+
+/// Answers a connection with a bare HTTP/1.1 refusal and closes it. Its request
+/// is never parsed; what it sent is read and dropped for a moment so that the
+/// close does not reset the connection under the answer.
+async fn refuse(mut stream: TcpStream, refusal: Refusal, retry_after: u64) {
+    let body = refusal.body();
     let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry_after}\r\n\
-         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
-        REFUSED_BODY.len(),
-        REFUSED_BODY
+        "HTTP/1.1 {}\r\nRetry-After: {retry_after}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        refusal.status_line(),
+        body.len(),
     );
     let linger = async {
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 4096];
-        while stream.read(&mut sink).await? > 0 {}
+        let mut read = 0u64;
+        while read < refusal.linger_bytes() {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => read += n as u64,
+            }
+        }
         Ok::<_, std::io::Error>(())
     };
     let _ = tokio::time::timeout(REFUSE_LINGER, linger).await;
 }
-
-const REFUSED_BODY: &str = r#"{"error":{"code":"too_many_connections","message":"the server has too many open connections; retry later"}}"#;

@@ -10,7 +10,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::{exchange, gateway, kib_put, metric, tus_create};
+use support::{exchange, exchange_from, gateway, kib_put, metric, tus_create};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -361,4 +361,80 @@ async fn refused_bodies_are_read_on_only_when_refused_before_reading() {
         flooded.sent / MIB
     );
     assert_eq!(gateway.store.object("big"), None);
+}
+
+/// An address whose requests keep being refused as malformed is penalized: the
+/// answer that makes it so closes its connection; its next connection is held
+/// unread for the rest of the penalty and then answered 429, while another
+/// address is served at once; after the penalty it is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_keeps_sending_malformed_requests_is_penalized() {
+    let penalty = Duration::from_secs(2);
+    let gateway = gateway(|config| {
+        config.limits.header_read_timeout = Duration::from_secs(10);
+        config.penalty.after_offenses = 4;
+        config.penalty.duration = penalty;
+    })
+    .await;
+    let offender: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let malformed = |close: &str| {
+        format!("POST /v1/tus/ HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Length: many\r\n{close}\r\n")
+    };
+    for _ in 0..3 {
+        let answer = exchange_from(
+            offender,
+            gateway.address,
+            malformed("Connection: close\r\n").as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+    // The fourth asks to keep its connection; the penalty closes it (the idle
+    // keep-alive timeout is 10 s).
+    let started = Instant::now();
+    let answer = exchange_from(offender, gateway.address, malformed("").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.to_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not closed at the penalty"
+    );
+
+    let held = tokio::spawn(async move {
+        let started = Instant::now();
+        let answer = exchange_from(offender, gateway.address, &kib_put("held")).await;
+        (answer, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let normal = exchange(gateway.address, &kib_put("normal")).await;
+    assert!(normal.starts_with("HTTP/1.1 201"), "{normal}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "another address waited"
+    );
+
+    let (answer, waited) = held.await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(
+        answer.contains("Retry-After:") && answer.contains("penalized"),
+        "{answer}"
+    );
+    assert!(
+        waited >= penalty - Duration::from_millis(500) && waited < penalty + Duration::from_secs(2),
+        "held for {waited:?}, the penalty being {penalty:?}"
+    );
+    assert_eq!(gateway.store.object("held"), None);
+
+    let served = exchange_from(offender, gateway.address, &kib_put("after")).await;
+    assert!(served.starts_with("HTTP/1.1 201"), "{served}");
+    assert_eq!(metric(gateway.address, "sluice_offenses_total").await, 4.0);
+    assert_eq!(metric(gateway.address, "sluice_penalties_total").await, 1.0);
+    assert_eq!(
+        metric(gateway.address, "sluice_connections_penalized_total").await,
+        1.0
+    );
 }

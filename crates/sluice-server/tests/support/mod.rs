@@ -49,6 +49,21 @@ pub async fn exchange(address: SocketAddr, request: &[u8]) -> String {
     read_to_close(&mut stream).await
 }
 
+/// A connection to `address` from the loopback address `local` (127.0.0.0/8
+/// is all loopback on Linux), as another client host.
+pub async fn connect_from(local: std::net::IpAddr, address: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(local, 0)).unwrap();
+    socket.connect(address).await.unwrap()
+}
+
+/// [`exchange`] from the loopback address `local`.
+pub async fn exchange_from(local: std::net::IpAddr, address: SocketAddr, request: &[u8]) -> String {
+    let mut stream = connect_from(local, address).await;
+    stream.write_all(request).await.unwrap();
+    read_to_close(&mut stream).await
+}
+
 /// Everything the server sends until it closes; panics after 20 s.
 pub async fn read_to_close(stream: &mut TcpStream) -> String {
     let mut answer = Vec::new();
