@@ -272,125 +272,134 @@ mod tests {
         text.parse().unwrap()
     }
 
-    /// Offenses as (seconds after the start, address); the standing of `asked`
-    /// after the last of them, at `at` seconds.
+    /// One case: offenses as (seconds after the start, address), then the
+    /// standing of `asked` at `at` seconds.
+    struct Case {
+        name: &'static str,
+        settings: PenaltySettings,
+        offenses: Vec<(u64, &'static str)>,
+        asked: &'static str,
+        at: u64,
+        expected: Standing,
+    }
+
     #[test]
     fn standings() {
         let penalized = |s: u64| Standing::Penalized(Duration::from_secs(s));
-        let cases: Vec<(&str, PenaltySettings, Vec<(u64, &str)>, &str, u64, Standing)> = vec![
-            (
-                "below the count",
-                settings(3, &[]),
-                vec![(0, "192.0.2.1"), (1, "192.0.2.1")],
-                "192.0.2.1",
-                1,
-                Standing::Tolerated,
-            ),
-            (
-                "at the count",
-                settings(3, &[]),
-                vec![(0, "192.0.2.1"), (1, "192.0.2.1"), (2, "192.0.2.1")],
-                "192.0.2.1",
-                2,
-                penalized(5),
-            ),
-            (
-                "the penalty runs down",
-                settings(3, &[]),
-                vec![(0, "192.0.2.1"), (0, "192.0.2.1"), (0, "192.0.2.1")],
-                "192.0.2.1",
-                4,
-                penalized(1),
-            ),
-            (
-                "and ends",
-                settings(3, &[]),
-                vec![(0, "192.0.2.1"), (0, "192.0.2.1"), (0, "192.0.2.1")],
-                "192.0.2.1",
-                5,
-                Standing::Tolerated,
-            ),
-            (
-                "offenses older than the window are forgotten",
-                settings(3, &[]),
-                vec![(0, "192.0.2.1"), (1, "192.0.2.1"), (11, "192.0.2.1")],
-                "192.0.2.1",
-                11,
-                Standing::Tolerated,
-            ),
-            (
-                "another address is not penalized",
-                settings(2, &[]),
-                vec![(0, "192.0.2.1"), (0, "192.0.2.1")],
-                "192.0.2.2",
-                0,
-                Standing::Tolerated,
-            ),
-            (
-                "offenses of two addresses do not add up",
-                settings(2, &[]),
-                vec![(0, "192.0.2.1"), (0, "192.0.2.2")],
-                "192.0.2.1",
-                0,
-                Standing::Tolerated,
-            ),
-            (
-                "IPv6 counts by /64",
-                settings(2, &[]),
-                vec![(0, "2001:db8::1"), (0, "2001:db8::ffff:2")],
-                "2001:db8::3",
-                0,
-                penalized(5),
-            ),
-            (
-                "another /64 is another address",
-                settings(2, &[]),
-                vec![(0, "2001:db8::1"), (0, "2001:db8::2")],
-                "2001:db8:0:1::1",
-                0,
-                Standing::Tolerated,
-            ),
-            (
-                "an IPv4-mapped IPv6 address is its IPv4 address",
-                settings(2, &[]),
-                vec![(0, "::ffff:192.0.2.1"), (0, "192.0.2.1")],
-                "192.0.2.1",
-                0,
-                penalized(5),
-            ),
-            (
-                "an exempt network is never penalized",
-                settings(2, &["10.0.0.0/8"]),
-                vec![(0, "10.1.2.3"), (0, "10.1.2.3"), (0, "10.1.2.3")],
-                "10.1.2.3",
-                0,
-                Standing::Tolerated,
-            ),
-            (
-                "an exempt address exempts only itself",
-                settings(2, &["10.0.0.1"]),
-                vec![(0, "10.0.0.2"), (0, "10.0.0.2")],
-                "10.0.0.2",
-                0,
-                penalized(5),
-            ),
-            (
-                "0 turns penalties off",
-                settings(0, &[]),
-                vec![(0, "192.0.2.1"); 100],
-                "192.0.2.1",
-                0,
-                Standing::Tolerated,
-            ),
+        let cases = vec![
+            Case {
+                name: "below the count",
+                settings: settings(3, &[]),
+                offenses: vec![(0, "192.0.2.1"), (1, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 1,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "at the count",
+                settings: settings(3, &[]),
+                offenses: vec![(0, "192.0.2.1"), (1, "192.0.2.1"), (2, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 2,
+                expected: penalized(5),
+            },
+            Case {
+                name: "the penalty runs down",
+                settings: settings(3, &[]),
+                offenses: vec![(0, "192.0.2.1"), (0, "192.0.2.1"), (0, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 4,
+                expected: penalized(1),
+            },
+            Case {
+                name: "and ends",
+                settings: settings(3, &[]),
+                offenses: vec![(0, "192.0.2.1"), (0, "192.0.2.1"), (0, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 5,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "offenses older than the window are forgotten",
+                settings: settings(3, &[]),
+                offenses: vec![(0, "192.0.2.1"), (1, "192.0.2.1"), (11, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 11,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "another address is not penalized",
+                settings: settings(2, &[]),
+                offenses: vec![(0, "192.0.2.1"), (0, "192.0.2.1")],
+                asked: "192.0.2.2",
+                at: 0,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "offenses of two addresses do not add up",
+                settings: settings(2, &[]),
+                offenses: vec![(0, "192.0.2.1"), (0, "192.0.2.2")],
+                asked: "192.0.2.1",
+                at: 0,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "IPv6 counts by /64",
+                settings: settings(2, &[]),
+                offenses: vec![(0, "2001:db8::1"), (0, "2001:db8::ffff:2")],
+                asked: "2001:db8::3",
+                at: 0,
+                expected: penalized(5),
+            },
+            Case {
+                name: "another /64 is another address",
+                settings: settings(2, &[]),
+                offenses: vec![(0, "2001:db8::1"), (0, "2001:db8::2")],
+                asked: "2001:db8:0:1::1",
+                at: 0,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "an IPv4-mapped IPv6 address is its IPv4 address",
+                settings: settings(2, &[]),
+                offenses: vec![(0, "::ffff:192.0.2.1"), (0, "192.0.2.1")],
+                asked: "192.0.2.1",
+                at: 0,
+                expected: penalized(5),
+            },
+            Case {
+                name: "an exempt network is never penalized",
+                settings: settings(2, &["10.0.0.0/8"]),
+                offenses: vec![(0, "10.1.2.3"), (0, "10.1.2.3"), (0, "10.1.2.3")],
+                asked: "10.1.2.3",
+                at: 0,
+                expected: Standing::Tolerated,
+            },
+            Case {
+                name: "an exempt address exempts only itself",
+                settings: settings(2, &["10.0.0.1"]),
+                offenses: vec![(0, "10.0.0.2"), (0, "10.0.0.2")],
+                asked: "10.0.0.2",
+                at: 0,
+                expected: penalized(5),
+            },
+            Case {
+                name: "0 turns penalties off",
+                settings: settings(0, &[]),
+                offenses: vec![(0, "192.0.2.1"); 100],
+                asked: "192.0.2.1",
+                at: 0,
+                expected: Standing::Tolerated,
+            },
         ];
-        for (name, settings, offenses, asked, at, expected) in cases {
-            let offenders = Offenders::new(settings);
+        for case in cases {
+            let offenders = Offenders::new(case.settings);
             let start = Instant::now();
-            for (second, address) in offenses {
+            for (second, address) in case.offenses {
                 offenders.offense(ip(address), start + Duration::from_secs(second));
             }
-            let standing = offenders.standing(ip(asked), start + Duration::from_secs(at));
-            assert_eq!(standing, expected, "{name}");
+            let standing = offenders.standing(ip(case.asked), start + Duration::from_secs(case.at));
+            assert_eq!(standing, case.expected, "{}", case.name);
         }
     }
 
