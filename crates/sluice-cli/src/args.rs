@@ -692,11 +692,12 @@ pub struct ServeArgs {
     /// each costs the store three requests. 0 turns the pacing off [default: 4].
     #[arg(long, env = "SLUICE_TUS_SMALL_PATCHES_PER_SECOND")]
     pub tus_small_patches_per_second: Option<f64>,
-    /// Requests refused as malformed (a 400 for how the request came, a body too
-    /// slow) that one client address may get within 10s before it is penalized
-    /// for 10s: its new connections are held, then answered 429. Behind a
-    /// reverse proxy, list the proxy in --penalty-exempt or give 0 (off)
-    /// [default: 32].
+    /// Requests refused as malformed (a broken form or framing, a missing or
+    /// unreadable tus header, a body below the minimum rate) that one client
+    /// address may get within `penalty.window` (10s) before it is penalized for
+    /// `penalty.duration` (10s): its new connections are held, then answered
+    /// 429. Behind a reverse proxy, list the proxy in --penalty-exempt or give 0
+    /// (off) [default: 32].
     #[arg(long, env = "SLUICE_PENALTY_AFTER_OFFENSES")]
     pub penalty_after_offenses: Option<u32>,
     /// An address or network (ADDRESS[/BITS]) never penalized, such as a reverse

@@ -153,6 +153,6 @@ pub fn content_length(headers: &axum::http::HeaderMap) -> Result<Option<u64>, Ap
             .ok()
             .and_then(|s| s.parse().ok())
             .map(Some)
-            .ok_or_else(|| ApiError::BadRequest("Content-Length is not a number".into())),
+            .ok_or_else(|| ApiError::Malformed("Content-Length is not a number".into())),
     }
 }

@@ -527,17 +527,17 @@ impl ServerConfig {
             );
         }
         if self.penalty.after_offenses > 0 {
-            if self.penalty.window.is_zero() {
-                return fail(
-                    "penalty.window",
-                    "must be more than 0 (after_offenses = 0 turns penalties off)",
-                );
-            }
-            if self.penalty.duration.is_zero() {
-                return fail(
-                    "penalty.duration",
-                    "must be more than 0 (after_offenses = 0 turns penalties off)",
-                );
+            let periods = [
+                ("penalty.window", self.penalty.window),
+                ("penalty.duration", self.penalty.duration),
+            ];
+            for (key, period) in periods {
+                if period.is_zero() || period > crate::offenders::MAX_PERIOD {
+                    return fail(
+                        key,
+                        "must be between 1s and 24h (after_offenses = 0 turns penalties off)",
+                    );
+                }
             }
         }
         if self.form.max_header_bytes < 1024 {
@@ -639,6 +639,10 @@ mod tests {
             (|c| c.form.max_parts = 0, "form.max_parts"),
             (|c| c.penalty.window = Duration::ZERO, "penalty.window"),
             (|c| c.penalty.duration = Duration::ZERO, "penalty.duration"),
+            (
+                |c| c.penalty.duration = Duration::from_secs(u64::MAX),
+                "penalty.duration",
+            ),
             (
                 |c| c.tus.small_patches_per_second = -1.0,
                 "tus.small_patches_per_second",

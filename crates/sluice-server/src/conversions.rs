@@ -31,7 +31,7 @@ impl From<BodyError> for ApiError {
             BodyError::Client => {
                 ApiError::BadRequest("the client connection failed while sending the body".into())
             }
-            e @ BodyError::FormHeaderTooLarge { .. } => ApiError::BadRequest(e.to_string()),
+            e @ BodyError::FormHeaderTooLarge { .. } => ApiError::Malformed(e.to_string()),
         }
     }
 }

@@ -14,6 +14,11 @@ pub enum ApiError {
     InvalidKey(String),
     #[error("{0}")]
     BadRequest(String),
+    /// A request broken in how it came (its framing, a form's structure or
+    /// limits), as no working client sends it; answered like `BadRequest`, and
+    /// counted against the client's address ([`ApiError::is_offense`]).
+    #[error("{0}")]
+    Malformed(String),
     #[error("no object at this key")]
     NotFound,
     /// No token, or one that does not verify (the reason is safe to send).
@@ -80,24 +85,32 @@ pub struct Offense;
 
 impl ApiError {
     /// Refused for how the request came, as no working client sends it: a
-    /// malformed body or header (400), a body too slow (408). Not counted: a key
-    /// or records refused for what they say (a working client may send those),
-    /// and everything that is the server's or the store's doing.
+    /// malformed form or framing, a tus header that is missing or unreadable, a
+    /// body slower than the minimum rate. Not counted: what a working client may
+    /// get for what its request says (a key, records, metadata or a query
+    /// refused, a tus length set twice), a client that went away mid-body or
+    /// paused too long, and everything that is the server's or the store's
+    /// doing.
     pub fn is_offense(&self) -> bool {
-        match self {
-            ApiError::BadRequest(_)
-            | ApiError::BodyTimeout { .. }
-            | ApiError::BodyTooSlow { .. } => true,
-            ApiError::Tus(e) => e.status() == StatusCode::BAD_REQUEST,
-            _ => false,
-        }
+        use sluice_tus::TusError;
+        matches!(
+            self,
+            ApiError::Malformed(_)
+                | ApiError::BodyTooSlow { .. }
+                | ApiError::Tus(
+                    TusError::MissingHeader(_)
+                        | TusError::InvalidHeader { .. }
+                        | TusError::InvalidMetadata(_)
+                )
+        )
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::InvalidKey(_) | ApiError::BadRequest(_) | ApiError::InvalidRecords(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::InvalidKey(_)
+            | ApiError::BadRequest(_)
+            | ApiError::Malformed(_)
+            | ApiError::InvalidRecords(_) => StatusCode::BAD_REQUEST,
             ApiError::NoStream(_) => StatusCode::NOT_FOUND,
             ApiError::RecordsNotStored => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound | ApiError::NoRoute | ApiError::DirectUploadsOff => {
@@ -129,7 +142,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidKey(_) => "invalid_key",
-            ApiError::BadRequest(_) => "bad_request",
+            ApiError::BadRequest(_) | ApiError::Malformed(_) => "bad_request",
             ApiError::NotFound => "not_found",
             ApiError::NoRoute => "no_route",
             ApiError::DirectUploadsOff => "direct_uploads_off",
@@ -251,5 +264,65 @@ impl ApiError {
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::BodyError;
+    use sluice_tus::TusError;
+
+    /// Which refusals count against the client's address.
+    #[test]
+    fn offenses() {
+        let cases: Vec<(ApiError, bool)> = vec![
+            (BodyError::FormHeaderTooLarge { limit: 16384 }.into(), true),
+            (
+                ApiError::Malformed("malformed multipart/form-data".into()),
+                true,
+            ),
+            (
+                BodyError::TooSlow {
+                    bytes_per_second: 1024,
+                }
+                .into(),
+                true,
+            ),
+            (
+                ApiError::Tus(TusError::InvalidHeader {
+                    header: "Upload-Length",
+                    reason: "not a number".into(),
+                }),
+                true,
+            ),
+            (
+                ApiError::Tus(TusError::MissingHeader("Upload-Offset")),
+                true,
+            ),
+            // A client that went away or paused did nothing malformed.
+            (BodyError::Client.into(), false),
+            (BodyError::Idle { seconds: 30 }.into(), false),
+            // Refused for what the request says, not how it came.
+            (
+                ApiError::BadRequest("limit must be within 1..=1000".into()),
+                false,
+            ),
+            (ApiError::InvalidKey("..".into()), false),
+            (ApiError::InvalidRecords("line 3 is not JSON".into()), false),
+            (ApiError::Tus(TusError::LengthAlreadySet), false),
+            (ApiError::TooLarge { limit: 1 }, false),
+            (ApiError::NotFound, false),
+            (ApiError::Overloaded { retry_after: 1 }, false),
+        ];
+        for (error, offense) in cases {
+            assert_eq!(error.is_offense(), offense, "{error:?}");
+            let marked = error
+                .into_response()
+                .extensions()
+                .get::<Offense>()
+                .is_some();
+            assert_eq!(marked, offense);
+        }
     }
 }

@@ -1,26 +1,30 @@
 //! Addresses that keep sending malformed requests, and their penalty.
 //!
 //! A request refused for how it came (a form header without end, a body too
-//! slow, a tus header no client would send: [`crate::error::ApiError::is_offense`])
+//! slow, a tus header missing or unreadable: [`crate::error::ApiError::is_offense`])
 //! costs the gateway little since the refusal is early, but a client that does
 //! nothing else can send hundreds a second, and what each costs the machine
 //! (the connection, the kernel's copies, the client's own CPU when it shares the
 //! machine) adds up. After `penalty.after_offenses` such refusals from one
 //! address within `penalty.window`, the address is penalized for
-//! `penalty.duration`: its requests in flight are answered with
-//! `Connection: close`, and each new connection from it is held unread until the
-//! penalty ends, then answered a bare `429` with `Retry-After` and closed (a
-//! tarpit: a client that retries at once gets one attempt per connection per
-//! penalty, instead of hundreds a second). Held connections are bounded
-//! ([`MAX_HELD`]); beyond that, a penalized address's connections are closed at
-//! once.
+//! `penalty.duration`. Then each offense of it closes its connection (HTTP/1.1:
+//! after the answer, with `Connection: close`; HTTP/2: at once, since one
+//! connection carries up to `limits.http2_max_streams` requests at a time), and
+//! each new connection from it is held unread until the penalty ends, then
+//! answered a bare `429` with `Retry-After` and closed (a tarpit: a client that
+//! retries at once gets one attempt per connection per penalty, instead of
+//! hundreds a second). Held connections are bounded ([`MAX_HELD`]); beyond
+//! that, a penalized address's connections are closed at once. Its requests
+//! that are not offenses are served as usual on the connections it has.
 //!
 //! Addresses are counted whole for IPv4 and by /64 for IPv6 (one host's share
-//! of a network). Behind a reverse proxy every request comes from the proxy's
-//! address, so one bad client would have everyone penalized: list the proxy in
+//! of a network), so clients sharing an address (behind one NAT) share one
+//! count. Behind a reverse proxy every request comes from the proxy's address,
+//! so one bad client would have everyone penalized: list the proxy in
 //! `penalty.exempt`, or turn penalties off (`after_offenses = 0`). At most
 //! [`MAX_ADDRESSES`] addresses are followed; past that, new ones are not counted
-//! until old ones go quiet (penalties fail open, never on everyone).
+//! until old ones go quiet, looked for at most once every [`PRUNE_EVERY`]
+//! (penalties fail open, never on everyone).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +40,10 @@ use tokio::time::Instant;
 pub const MAX_ADDRESSES: usize = 100_000;
 /// Connections of penalized addresses held at once; more are closed at once.
 pub const MAX_HELD: usize = 1024;
+/// Longest `penalty.window` and `penalty.duration`.
+pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
+/// Least time between two looks for quiet addresses in a full table.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 /// `[penalty]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,14 +109,14 @@ impl FromStr for AddressRange {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
         let (address, bits) = match text.split_once('/') {
             Some((address, bits)) => (address, Some(bits)),
             None => (text, None),
         };
-        let network = IpAddr::from_str(address)
-            .map_err(|_| format!("{text:?} is not an IP address or ADDRESS/BITS"))?
-            .to_canonical();
-        let width = if network.is_ipv4() { 32 } else { 128 };
+        let written = IpAddr::from_str(address)
+            .map_err(|_| format!("{text:?} is not an IP address or ADDRESS/BITS"))?;
+        let width: u8 = if written.is_ipv4() { 32 } else { 128 };
         let prefix_bits = match bits {
             None => width,
             Some(bits) => bits
@@ -116,6 +124,17 @@ impl FromStr for AddressRange {
                 .ok()
                 .filter(|bits| *bits <= width)
                 .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {width} bits"))?,
+        };
+        // An IPv4-mapped network (::ffff:a.b.c.d/n) is the IPv4 network it maps.
+        let network = written.to_canonical();
+        let prefix_bits = match (written, network) {
+            (IpAddr::V6(_), IpAddr::V4(_)) if prefix_bits >= 96 => prefix_bits - 96,
+            (IpAddr::V6(_), IpAddr::V4(_)) => {
+                return Err(format!(
+                    "{text:?}: an IPv4-mapped network needs a prefix of 96 bits or more"
+                ))
+            }
+            _ => prefix_bits,
         };
         Ok(AddressRange {
             network,
@@ -148,7 +167,14 @@ impl fmt::Display for AddressRange {
 #[derive(Debug)]
 pub struct Offenders {
     settings: PenaltySettings,
-    addresses: Mutex<HashMap<IpAddr, Conduct>>,
+    addresses: Mutex<Followed>,
+}
+
+/// The addresses followed, and when the table was last pruned.
+#[derive(Debug, Default)]
+struct Followed {
+    conduct: HashMap<IpAddr, Conduct>,
+    pruned_at: Option<Instant>,
 }
 
 /// What one address did lately.
@@ -195,14 +221,20 @@ impl Offenders {
             return (Standing::Tolerated, false);
         }
         let settings = &self.settings;
-        let mut addresses = self.addresses.lock().expect("offenders lock");
-        if addresses.len() >= MAX_ADDRESSES && !addresses.contains_key(&counted_as(address)) {
-            addresses.retain(|_, conduct| !conduct.quiet_at(now, settings.window));
-            if addresses.len() >= MAX_ADDRESSES {
+        let mut followed = self.addresses.lock().expect("offenders lock");
+        let Followed { conduct, pruned_at } = &mut *followed;
+        if conduct.len() >= MAX_ADDRESSES && !conduct.contains_key(&counted_as(address)) {
+            // Pruning scans every address: at most once per PRUNE_EVERY, or a
+            // stream of offenses from new addresses would scan at each one.
+            if pruned_at.is_none_or(|at| now >= at + PRUNE_EVERY) {
+                conduct.retain(|_, conduct| !conduct.quiet_at(now, settings.window));
+                *pruned_at = Some(now);
+            }
+            if conduct.len() >= MAX_ADDRESSES {
                 return (Standing::Tolerated, false);
             }
         }
-        let conduct = addresses
+        let conduct = conduct
             .entry(counted_as(address))
             .or_insert_with(|| Conduct {
                 offenses: 0,
@@ -233,8 +265,9 @@ impl Offenders {
         if !self.follows(address) {
             return Standing::Tolerated;
         }
-        let addresses = self.addresses.lock().expect("offenders lock");
-        addresses
+        let followed = self.addresses.lock().expect("offenders lock");
+        followed
+            .conduct
             .get(&counted_as(address))
             .map_or(Standing::Tolerated, |conduct| standing(conduct, now))
     }
@@ -432,6 +465,12 @@ mod tests {
             ("::1", Ok("::1/128")),
             ("fd00::/8", Ok("fd00::/8")),
             ("::ffff:10.0.0.1", Ok("10.0.0.1/32")),
+            ("::ffff:10.0.0.0/104", Ok("10.0.0.0/8")),
+            (" 10.0.0.1 ", Ok("10.0.0.1/32")),
+            (
+                "::ffff:10.0.0.0/64",
+                Err("needs a prefix of 96 bits or more"),
+            ),
             ("0.0.0.0/0", Ok("0.0.0.0/0")),
             ("10.0.0.0/33", Err("the prefix must be 0 to 32 bits")),
             ("fd00::/129", Err("the prefix must be 0 to 128 bits")),
@@ -468,13 +507,24 @@ mod tests {
             offenders.offense(IpAddr::from(n.to_be_bytes()), start);
         }
         let newcomer = ip("255.255.255.255");
-        assert_eq!(
-            offenders.offense(newcomer, start + Duration::from_secs(1)),
-            (Standing::Tolerated, false),
-            "no room while every followed address is penalized"
-        );
-        let later = start + Duration::from_secs(11);
-        assert!(offenders.offense(newcomer, later).1);
-        assert!(offenders.addresses.lock().unwrap().len() < 10);
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        // Every address goes quiet at 10 s (its window ends; its penalty ended at 5 s).
+        let attempts = [
+            (
+                9_800,
+                false,
+                "no room while every followed address is active",
+            ),
+            (10_300, false, "all quiet, but the last look was 0.5 s ago"),
+            (10_800, true, "a look a second later makes room"),
+        ];
+        for (millis, penalized, why) in attempts {
+            assert_eq!(
+                offenders.offense(newcomer, at(millis)).1,
+                penalized,
+                "{why}"
+            );
+        }
+        assert!(offenders.addresses.lock().unwrap().conduct.len() < 10);
     }
 }

@@ -17,9 +17,10 @@
 //!   `download_deadline` does, since a reader that stops reading blocks the
 //!   writes, and with them anything inside the response body that could notice;
 //! - an answer marked as an offense ([`crate::error::Offense`]) counts against
-//!   the client's address; once the address is penalized its answers close their
-//!   connections, and its new connections are held unread for the rest of the
-//!   penalty, then answered a bare `429` and closed ([`crate::offenders`]).
+//!   the client's address; once the address is penalized, each offense closes
+//!   its connection (HTTP/1.1 after the answer, HTTP/2 at once), and its new
+//!   connections are held unread for the rest of the penalty, then answered a
+//!   bare `429` and closed ([`crate::offenders`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -184,12 +185,15 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                 // Set once the first request's head is in and reaches the router.
                 let started = Arc::new(AtomicBool::new(false));
                 let cut = CancellationToken::new();
+                // Cancelled by an offense of a penalized address on HTTP/2.
+                let penalized = CancellationToken::new();
                 let service = {
                     let started = started.clone();
                     let router = router.clone();
                     let cut = ConnectionCut(cut.clone());
                     let offenders = offenders.clone();
                     let metrics = state.metrics.clone();
+                    let penalized = penalized.clone();
                     tower::service_fn(move |request: Request<hyper::body::Incoming>| {
                         started.store(true, Ordering::Relaxed);
                         let version = request.version();
@@ -198,6 +202,7 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                         let answer = router.clone().oneshot(request);
                         let offenders = offenders.clone();
                         let metrics = metrics.clone();
+                        let penalized = penalized.clone();
                         async move {
                             let mut response = answer.await?;
                             if response.extensions().get::<Offense>().is_some() {
@@ -207,11 +212,17 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                                 if newly_penalized {
                                     tracing::warn!(%peer, "penalized a client address for its malformed requests");
                                 }
-                                // HTTP/2 has no Connection header; its streams end with their answers.
-                                if standing != Standing::Tolerated && version <= Version::HTTP_11 {
-                                    response
-                                        .headers_mut()
-                                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                                match (standing, version <= Version::HTTP_11) {
+                                    (Standing::Tolerated, _) => {}
+                                    (Standing::Penalized(_), true) => {
+                                        response.headers_mut().insert(
+                                            header::CONNECTION,
+                                            HeaderValue::from_static("close"),
+                                        );
+                                    }
+                                    // No Connection header in HTTP/2, and one
+                                    // connection carries many requests at once.
+                                    (Standing::Penalized(_), false) => penalized.cancel(),
                                 }
                             }
                             Ok::<_, std::convert::Infallible>(response)
@@ -242,6 +253,10 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                             }
                             () = cut.cancelled() => {
                                 tracing::info!(%peer, "closed a connection past its download deadline");
+                                return;
+                            }
+                            () = penalized.cancelled() => {
+                                tracing::debug!(%peer, "closed an HTTP/2 connection of a penalized address");
                                 return;
                             }
                         }

@@ -10,7 +10,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::{exchange, exchange_from, gateway, kib_put, metric, tus_create};
+use support::{connect_from, exchange, exchange_from, gateway, kib_put, metric, tus_create};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -437,4 +437,43 @@ async fn an_address_that_keeps_sending_malformed_requests_is_penalized() {
         metric(gateway.address, "sluice_connections_penalized_total").await,
         1.0
     );
+}
+
+/// Over HTTP/2 one connection carries many requests at once, so the offense
+/// that finds its address penalized closes it at once: the flood cannot go on
+/// over a connection it opened before the penalty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_penalized_address_loses_its_http2_connection() {
+    let gateway = gateway(|config| {
+        config.limits.header_read_timeout = Duration::from_secs(10);
+        config.penalty.after_offenses = 4;
+    })
+    .await;
+    let offender: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let stream = connect_from(offender, gateway.address).await;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    let connection = tokio::spawn(connection);
+    let malformed = || {
+        hyper::Request::post("/v1/tus/")
+            .header("host", "x")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", "many")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    for n in 1..=3 {
+        let answer = sender.send_request(malformed()).await.unwrap();
+        assert_eq!(answer.status(), 400, "offense {n}");
+    }
+    // The fourth gets the address penalized; its answer may or may not make it.
+    let _ = sender.send_request(malformed()).await;
+    let ended = tokio::time::timeout(Duration::from_secs(2), connection).await;
+    assert!(ended.is_ok(), "the HTTP/2 connection stayed open");
+    assert!(sender.send_request(malformed()).await.is_err());
+    assert_eq!(metric(gateway.address, "sluice_penalties_total").await, 1.0);
 }

@@ -88,7 +88,7 @@ pub async fn post_form(
             };
             parts += 1;
             if parts > limits.max_parts {
-                return Err(ApiError::BadRequest(format!(
+                return Err(ApiError::Malformed(format!(
                     "the form has more than {} parts",
                     limits.max_parts
                 )));
@@ -99,7 +99,7 @@ pub async fn post_form(
                 while let Some(chunk) = field.chunk().await.map_err(form_error)? {
                     length += chunk.len() as u64;
                     if length > limits.max_field_bytes {
-                        return Err(ApiError::BadRequest(format!(
+                        return Err(ApiError::Malformed(format!(
                             "a form field is longer than {} bytes",
                             limits.max_field_bytes
                         )));
@@ -172,7 +172,7 @@ fn form_error(error: multer::Error) -> ApiError {
     if let Some(body) = BodyError::find(&error) {
         return body.into();
     }
-    ApiError::BadRequest(format!("malformed multipart/form-data: {error}"))
+    ApiError::Malformed(format!("malformed multipart/form-data: {error}"))
 }
 
 /// Refuses a form posted by a page of another site (cross-site request
