@@ -580,6 +580,55 @@ async fn directory_listing_past_the_largest_character(store: Arc<dyn ObjectStore
     }
 }
 
+/// Keys come in byte order across directories (`a.txt` before `a/…`, `a/b.c/…`
+/// before `a/b/…`), whatever the page size and wherever the cursor falls.
+async fn list_order_across_directories(store: Arc<dyn ObjectStore>) {
+    let keys = [
+        "a-b", "a.txt", "a/b.c/d", "a/b/x", "a/b/y", "a0", "ab", "b/c/d/e",
+    ];
+    for key in keys.iter().rev() {
+        put_bytes(&*store, key, b"1").await;
+    }
+    for limit in [1, 2, 3, 1000] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..20 {
+            let page = store
+                .list_objects("", cursor.as_deref(), limit)
+                .await
+                .unwrap();
+            assert!(page.objects.len() <= limit);
+            seen.extend(page.objects.into_iter().map(|o| o.key));
+            cursor = page.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen, keys, "by {limit}");
+    }
+    let cases = [
+        ("a/", "", vec!["a/b.c/d", "a/b/x", "a/b/y"]),
+        (
+            "",
+            "a/b",
+            vec!["a/b.c/d", "a/b/x", "a/b/y", "a0", "ab", "b/c/d/e"],
+        ),
+        ("", "a/b/", vec!["a/b/x", "a/b/y", "a0", "ab", "b/c/d/e"]),
+        ("", "a/b/x", vec!["a/b/y", "a0", "ab", "b/c/d/e"]),
+        ("", "a/c", vec!["a0", "ab", "b/c/d/e"]),
+        ("a/b", "a/b.c/d", vec!["a/b/x", "a/b/y"]),
+        ("b/", "b/c/d/e", vec![]),
+    ];
+    for (prefix, cursor, expected) in cases {
+        let page = store
+            .list_objects(prefix, Some(cursor), 1000)
+            .await
+            .unwrap();
+        let listed: Vec<String> = page.objects.into_iter().map(|o| o.key).collect();
+        assert_eq!(listed, expected, "{prefix:?} after {cursor:?}");
+    }
+}
+
 async fn batched_delete(store: Arc<dyn ObjectStore>) {
     let keys: Vec<String> = (0..5).map(|i| format!("batch/{i}")).collect();
     for key in &keys {
@@ -722,6 +771,7 @@ conformance!(
     streamed_part_checksum,
     directory_listing,
     directory_listing_past_the_largest_character,
+    list_order_across_directories,
     batched_delete,
     server_side_copy,
 );

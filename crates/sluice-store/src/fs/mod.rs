@@ -277,14 +277,17 @@ impl Inner {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
+        // One key past the page tells whether there is a next one.
         let mut keys = Vec::new();
-        walk(&self.root, Path::new(""), prefix, &mut keys)?;
-        keys.sort();
+        let mut walk = Walk {
+            prefix,
+            cursor,
+            wanted: limit + 1,
+            keys: &mut keys,
+        };
+        walk.dir(&self.root, Path::new(""))?;
         let mut page = ListPage::default();
-        for key in keys
-            .into_iter()
-            .filter(|k| cursor.is_none_or(|c| k.as_str() > c))
-        {
+        for key in keys {
             if page.objects.len() == limit {
                 page.next_cursor = page.objects.last().map(|o| o.key.clone());
                 break;
@@ -452,37 +455,64 @@ fn remove_stale_staging(tmp: &Path) {
 
 /// Collects keys under `dir` (relative path `relative`) that start with `prefix`,
 /// descending only into directories that can hold such keys.
-fn walk(
-    dir: &Path,
-    relative: &Path,
-    prefix: &str,
-    keys: &mut Vec<String>,
-) -> Result<(), StoreError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let rel = relative.join(entry.file_name());
-        let Some(key) = relative_to_key(&rel) else {
-            continue;
+/// A walk of the tree in key order, for one page of a listing: directories
+/// whose keys all come at or before the cursor, or outside the prefix, are not
+/// entered, and the walk stops once it has `wanted` keys, so a page costs the
+/// directories on its way rather than the whole tree.
+struct Walk<'a> {
+    prefix: &'a str,
+    cursor: Option<&'a str>,
+    wanted: usize,
+    keys: &'a mut Vec<String>,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Path, relative: &Path) -> Result<(), StoreError> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
         };
-        if relative.as_os_str().is_empty() && key == INTERNAL_DIR {
-            continue;
-        }
-        let file_type = entry.file_type()?;
-        if file_type.is_dir() {
-            let dir_key = format!("{key}/");
-            if dir_key.starts_with(prefix) || prefix.starts_with(&dir_key) {
-                walk(&entry.path(), &rel, prefix, keys)?;
+        // (what the entry sorts as: its key, with a `/` after a directory's, so
+        // that `a/…` comes after `a.txt` as keys do; its relative path; dir?)
+        let mut listed = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let rel = relative.join(entry.file_name());
+            let Some(key) = relative_to_key(&rel) else {
+                continue;
+            };
+            if relative.as_os_str().is_empty() && key == INTERNAL_DIR {
+                continue;
             }
-        } else if file_type.is_file() && key.starts_with(prefix) {
-            keys.push(key);
+            let file_type = entry.file_type()?;
+            if file_type.is_dir() {
+                listed.push((format!("{key}/"), rel, true));
+            } else if file_type.is_file() {
+                listed.push((key, rel, false));
+            }
         }
+        listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, rel, is_dir) in listed {
+            if self.keys.len() >= self.wanted {
+                break;
+            }
+            if is_dir {
+                let under_prefix = key.starts_with(self.prefix) || self.prefix.starts_with(&key);
+                // Every key under `key` (ending in `/`) starts with it: all come
+                // at or before a cursor past `key` that does not start with it.
+                let all_seen = self
+                    .cursor
+                    .is_some_and(|c| c > key.as_str() && !c.starts_with(&key));
+                if under_prefix && !all_seen {
+                    self.dir(&dir.join(rel.file_name().unwrap_or_default()), &rel)?;
+                }
+            } else if key.starts_with(self.prefix) && self.cursor.is_none_or(|c| key.as_str() > c) {
+                self.keys.push(key);
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Streams `[start, end)` of an open file.
