@@ -31,6 +31,26 @@ async fn put_bytes(store: &dyn ObjectStore, key: &str, data: &[u8]) -> PutOutput
         .unwrap_or_else(|e| panic!("put {key}: {e}"))
 }
 
+/// Every key under `prefix`, listed `limit` at a time until the listing ends
+/// (each page at most `limit` long; at most 50 pages).
+async fn list_all_keys(store: &dyn ObjectStore, prefix: &str, limit: usize) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..50 {
+        let page = store
+            .list_objects(prefix, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        assert!(page.objects.len() <= limit, "a page longer than {limit}");
+        seen.extend(page.objects.into_iter().map(|o| o.key));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return seen;
+        }
+    }
+    panic!("listing {prefix:?} by {limit} does not end");
+}
+
 async fn put_get_roundtrip(store: Arc<dyn ObjectStore>) {
     let data = test_data(100_000, 1);
     let mut request = PutRequest::new("dir/a.bin", Bytes::from(data.clone()));
@@ -146,21 +166,7 @@ async fn list_pagination(store: Arc<dyn ObjectStore>) {
         put_bytes(&*store, key, key.as_bytes()).await;
     }
     put_bytes(&*store, "other", b"x").await;
-    let mut seen = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..10 {
-        let page = store
-            .list_objects("list/", cursor.as_deref(), 2)
-            .await
-            .unwrap();
-        assert!(page.objects.len() <= 2);
-        seen.extend(page.objects.iter().map(|o| o.key.clone()));
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
-    assert_eq!(seen, keys);
+    assert_eq!(list_all_keys(&*store, "list/", 2).await, keys);
     let page = store.list_objects("list/b", None, 100).await.unwrap();
     assert_eq!(
         page.objects.iter().map(|o| o.size).collect::<Vec<_>>(),
@@ -590,21 +596,7 @@ async fn list_order_across_directories(store: Arc<dyn ObjectStore>) {
         put_bytes(&*store, key, b"1").await;
     }
     for limit in [1, 2, 3, 1000] {
-        let mut seen = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..20 {
-            let page = store
-                .list_objects("", cursor.as_deref(), limit)
-                .await
-                .unwrap();
-            assert!(page.objects.len() <= limit);
-            seen.extend(page.objects.into_iter().map(|o| o.key));
-            cursor = page.next_cursor;
-            if cursor.is_none() {
-                break;
-            }
-        }
-        assert_eq!(seen, keys, "by {limit}");
+        assert_eq!(list_all_keys(&*store, "", limit).await, keys, "by {limit}");
     }
     let cases = [
         ("a/", "", vec!["a/b.c/d", "a/b/x", "a/b/y"]),
