@@ -6,8 +6,12 @@ Prints files/s, MiB/s, client CPU-seconds, peak RSS and ratios to s5cmd (median
 of the per-run ratios). Then a second `sync` of an unchanged tree: sluice
 against `aws s3 sync` (and s5cmd's and rclone's).
 
-Client costs come from GNU time around the client process alone. Every prefix
-is deleted after its run so the disk does not fill up."""
+Client costs come from GNU time around the client process alone. MinIO's CPU
+seconds over the same run, and how busy the whole machine was (all CPU time but
+idle and iowait, from /proc/stat, over cores x wall), show what bounds a row:
+when the machine is near 100 % busy, a faster client needs less CPU per byte
+(its own or the server's), not more parallelism. Every prefix is deleted after
+its run so the disk does not fill up."""
 
 import datetime
 import os
@@ -18,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, client_env, driver_args, emit_report, empty_trash, make_file, \
-    start_minio, version
+from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, ProcStats, client_env, driver_args, emit_report, empty_trash, \
+    make_file, start_minio, version
 
 TOOLS = ["sluice", "s5cmd", "aws", "rclone"]
 
@@ -33,6 +37,12 @@ def run_measured(argv, env):
             sys.exit(f"{argv[:3]} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
         wall, user, system, rss_kib = report.read().split()[-4:]
     return float(wall), float(user) + float(system), int(rss_kib) * 1024
+
+
+def machine_busy_seconds():
+    """CPU seconds all cores spent on anything but idle and iowait since boot."""
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def make_tree(root, count, size):
@@ -63,6 +73,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="sluice-many-")
     minio, url = start_minio(work)
+    server = ProcStats(minio.pid)
     env = client_env(work)
     # rclone: an S3 remote named by environment variables only.
     env.update(RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Minio",
@@ -130,16 +141,21 @@ def main():
                             shutil.rmtree(dest, ignore_errors=True)
                             os.makedirs(dest)
                             argv = down(tool, prefix, dest)
+                        server_before, busy_before = server.cpu(), machine_busy_seconds()
                         wall, cpu, rss = run_measured(argv, env)
+                        server_cpu = server.cpu() - server_before
+                        busy = (machine_busy_seconds() - busy_before) / (os.cpu_count() * wall)
                         if direction == "download":
                             got = sum(len(f) for _, _, f in os.walk(dest))
                             if got != count:
                                 sys.exit(f"{tool} downloaded {got} of {count} files")
                             shutil.rmtree(dest, ignore_errors=True)
                         raw.append(dict(case=label, direction=direction, tool=tool, run=run, files=count,
-                                        bytes=count * size, wall=wall, cpu=cpu, rss=rss))
+                                        bytes=count * size, wall=wall, cpu=cpu, rss=rss, server_cpu=server_cpu,
+                                        busy=busy))
                         print(f"  run {run + 1} {label:12} {direction:8} {tool:6} {count / wall:9.1f} files/s "
-                              f"{count * size / MIB / wall:8.1f} MiB/s {cpu:7.2f} CPU-s {rss / MIB:7.1f} MiB RSS",
+                              f"{count * size / MIB / wall:8.1f} MiB/s {cpu:7.2f} CPU-s {rss / MIB:7.1f} MiB RSS "
+                              f"MinIO {server_cpu:6.2f} CPU-s, machine {busy:4.0%} busy",
                               flush=True)
                     remove(prefix)
         sync_rows = []
@@ -172,10 +188,12 @@ def main():
     lines.append(f"rclone: {version(['rclone', 'version'])}, defaults (4 transfers, 8 checkers)")
     lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")
     lines.append(f"{args.runs} runs per tool, case and direction, tools alternated; medians; CPU = client user+sys "
-                 "seconds for the whole transfer; RSS = client peak; ratios = median of per-run ratios to s5cmd")
+                 "seconds for the whole transfer; RSS = client peak; ratios = median of per-run ratios to s5cmd; "
+                 "MinIO = server CPU-s over the same run; busy = all CPU time of the machine but idle and iowait "
+                 "over cores x wall")
     lines.append("")
     header = (f"{'case':12} {'dir':8} {'tool':6} {'files/s':>9} {'MiB/s':>8} {'CPU-s':>7} {'peak RSS':>10} "
-              f"{'rate vs s5cmd':>14} {'CPU vs s5cmd':>13}")
+              f"{'rate vs s5cmd':>14} {'CPU vs s5cmd':>13} {'MinIO CPU-s':>12} {'busy':>5}")
     lines.append(header)
     lines.append("-" * len(header))
     for label, _, count, size in cases:
@@ -188,8 +206,11 @@ def main():
                 rss = max(r["rss"] for r in rows)
                 rate_ratio = statistics.median(base[r["run"]]["wall"] / r["wall"] for r in rows) if base else 0
                 cpu_ratio = statistics.median(r["cpu"] / base[r["run"]]["cpu"] for r in rows) if base else 0
+                server_cpu = statistics.median(r.get("server_cpu", 0) for r in rows)
+                busy = statistics.median(r.get("busy", 0) for r in rows)
                 lines.append(f"{label:12} {direction:8} {tool:6} {count / wall:9.1f} {count * size / MIB / wall:8.1f} "
-                             f"{cpu:7.2f} {rss / MIB:7.1f} MiB {rate_ratio:13.2f}x {cpu_ratio:12.2f}x")
+                             f"{cpu:7.2f} {rss / MIB:7.1f} MiB {rate_ratio:13.2f}x {cpu_ratio:12.2f}x "
+                             f"{server_cpu:12.2f} {busy:5.0%}")
     if sync_rows:
         lines.append("")
         lines.append(f"second sync of an unchanged tree of {args.sync_files} files of 10 KiB (nothing to move)")

@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use sluice_store::*;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -49,7 +49,8 @@ enum Sink {
 }
 
 impl Engine {
-    /// Downloads `key` into the file at `path`, replacing it only once complete.
+    /// Downloads `key` into the file at `path`, replacing it only once complete
+    /// (written beside it and renamed into place, without an fsync).
     pub async fn download_to_path(
         &self,
         key: &str,
@@ -64,7 +65,10 @@ impl Engine {
             .map_err(TransferError::Destination)?;
         let file = Arc::new(file);
         let tracker = Tracker::new(Some(meta.size), progress);
-        let ranges = plan_ranges(meta.size, inner.config.part_size);
+        let ranges = plan_ranges(
+            meta.size,
+            file_range_size(meta.size, inner.config.part_size),
+        );
         let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
         let multi = ranges.len() > 1;
         let fetches = ranges.iter().map(|&(start, end)| {
@@ -85,7 +89,10 @@ impl Engine {
             .await?;
         let checksum = combine(results.iter().map(|(c, _)| *c), &ranges);
         let verified = verify(&meta, checksum)?;
-        file.sync_all().map_err(TransferError::Destination)?;
+        // No fsync, as cp, rsync and the S3 tools do: flushing every file of a
+        // tree made downloads disk-bound (twice s5cmd's time for 256 MiB files).
+        // The rename still puts a file in place only once it is whole.
+        drop(file);
         staging.persist(path)?;
         Ok(DownloadOutcome {
             key: key.to_string(),
@@ -301,6 +308,24 @@ impl Engine {
     }
 }
 
+/// Largest range a download into a file asks for.
+const FILE_RANGE_MAX: u64 = 32 * MIB;
+
+/// Ranges a file download asks for together, when the object is big enough.
+const FILE_RANGES_AT_ONCE: u64 = 8;
+
+/// The range size for a download into a file: the part size, grown with the
+/// object up to [`FILE_RANGE_MAX`] while the object still splits into
+/// [`FILE_RANGES_AT_ONCE`] ranges. Each range there holds only a write batch
+/// of memory, and every request costs both sides: 32 MiB ranges took a fifth
+/// less client and MinIO CPU than 8 MiB ones for 256 MiB objects. (Into a
+/// writer, a range is held in memory whole, so it stays at the part size.)
+fn file_range_size(size: u64, part_size: u64) -> u64 {
+    size.div_ceil(FILE_RANGES_AT_ONCE)
+        .min(FILE_RANGE_MAX)
+        .max(part_size)
+}
+
 /// `[start, end)` ranges of `part_size` covering `size` bytes (one for small objects).
 fn plan_ranges(size: u64, part_size: u64) -> Vec<(u64, u64)> {
     if size <= part_size {
@@ -379,41 +404,23 @@ async fn fetch_range(
                 *answered.lock().expect("meta lock") = Some(output.meta.clone());
             }
             let mut body = output.body;
-            // Sized once per batch: growing it by doubling copied every byte again.
-            let batch_size = |pos: u64| WRITE_BATCH.min((end - pos) as usize);
-            let mut batch = match sink {
-                Sink::File(_) => BytesMut::with_capacity(batch_size(pos)),
-                Sink::Memory(_) => BytesMut::new(),
-            };
+            // Chunks are kept as they came and written together, about
+            // WRITE_BATCH at a time, with one vectored write: no copy into a batch.
+            let mut batch = Batch::default();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
-                if pos + (batch.len() + chunk.len()) as u64 > end {
+                if pos + (batch.len + chunk.len()) as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
-                if let Sink::Memory(_) = sink {
-                    // Kept as the chunks came: no batch to copy them into.
-                    pos = write_batch(&mut sink, &mut hasher, chunk, pos, tracker)
+                if batch.len > 0 && batch.len + chunk.len() > WRITE_BATCH {
+                    pos = write_batch(&mut sink, &mut hasher, batch.take(), pos, tracker)
                         .await
                         .map_err(Attempt::Other)?;
-                    continue;
                 }
-                if !batch.is_empty() && batch.len() + chunk.len() > WRITE_BATCH {
-                    pos = write_batch(&mut sink, &mut hasher, batch.split().freeze(), pos, tracker)
-                        .await
-                        .map_err(Attempt::Other)?;
-                    batch.reserve(batch_size(pos));
-                }
-                if batch.is_empty() && chunk.len() >= WRITE_BATCH {
-                    // A whole batch already: written as it came, without a copy.
-                    pos = write_batch(&mut sink, &mut hasher, chunk, pos, tracker)
-                        .await
-                        .map_err(Attempt::Other)?;
-                    continue;
-                }
-                batch.extend_from_slice(&chunk);
+                batch.push(chunk);
             }
-            if !batch.is_empty() {
-                pos = write_batch(&mut sink, &mut hasher, batch.freeze(), pos, tracker)
+            if batch.len > 0 {
+                pos = write_batch(&mut sink, &mut hasher, batch.take(), pos, tracker)
                     .await
                     .map_err(Attempt::Other)?;
             }
@@ -448,24 +455,42 @@ enum Attempt {
     Other(TransferError),
 }
 
-/// Hashes and stores one batch; returns the new position.
+/// Received chunks not yet written, as they came.
+#[derive(Default)]
+struct Batch {
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+impl Batch {
+    fn push(&mut self, chunk: Bytes) {
+        self.len += chunk.len();
+        self.chunks.push(chunk);
+    }
+
+    fn take(&mut self) -> Vec<Bytes> {
+        self.len = 0;
+        std::mem::take(&mut self.chunks)
+    }
+}
+
+/// Hashes and stores one batch of chunks; returns the new position.
 async fn write_batch(
     sink: &mut Sink,
     hasher: &mut Option<Hasher>,
-    batch: Bytes,
+    batch: Vec<Bytes>,
     pos: u64,
     tracker: &Tracker,
 ) -> Result<u64, TransferError> {
-    let len = batch.len() as u64;
+    let len = batch.iter().map(|c| c.len() as u64).sum();
     match sink {
         Sink::File(file) => {
             let (file, mut h) = (file.clone(), hasher.take());
             let (h, result) = tokio::task::spawn_blocking(move || {
                 if let Some(h) = h.as_mut() {
-                    h.update(&batch);
+                    batch.iter().for_each(|chunk| h.update(chunk));
                 }
-                let result = std::os::unix::fs::FileExt::write_all_at(&*file, &batch, pos);
-                (h, result)
+                (h, write_all_at(&file, &batch, pos))
             })
             .await
             .map_err(|e| TransferError::Destination(io::Error::other(e)))?;
@@ -474,13 +499,36 @@ async fn write_batch(
         }
         Sink::Memory(chunks) => {
             if let Some(h) = hasher.as_mut() {
-                h.update(&batch);
+                batch.iter().for_each(|chunk| h.update(chunk));
             }
-            chunks.push(batch);
+            chunks.extend(batch);
         }
     }
     tracker.advance(len, false);
     Ok(pos + len)
+}
+
+/// Writes `chunks` one after another from `pos` with positioned vectored
+/// writes (`pwritev`), going on after short writes and interruptions.
+fn write_all_at(file: &std::fs::File, chunks: &[Bytes], mut pos: u64) -> io::Result<()> {
+    /// IOV_MAX on Linux and macOS: the most slices one `pwritev` takes.
+    const MAX_SLICES: usize = 1024;
+    let mut slices: Vec<io::IoSlice<'_>> = chunks.iter().map(|c| io::IoSlice::new(c)).collect();
+    let mut rest = &mut slices[..];
+    io::IoSlice::advance_slices(&mut rest, 0);
+    while !rest.is_empty() {
+        let take = rest.len().min(MAX_SLICES);
+        match rustix::io::pwritev(file, &rest[..take], pos) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                pos += n as u64;
+                io::IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// A temporary file beside the destination, removed unless persisted.
@@ -542,6 +590,59 @@ mod tests {
         ];
         for (size, part, expected) in cases {
             assert_eq!(plan_ranges(size, part), expected, "{size}/{part}");
+        }
+    }
+
+    #[test]
+    fn file_ranges_grow_with_the_object_up_to_the_cap() {
+        let cases = [
+            // (object size, part size, range size)
+            (0, 8 * MIB, 8 * MIB),
+            (8 * MIB, 8 * MIB, 8 * MIB),
+            (64 * MIB, 8 * MIB, 8 * MIB),
+            (128 * MIB, 8 * MIB, 16 * MIB),
+            (256 * MIB, 8 * MIB, 32 * MIB),
+            (4096 * MIB, 8 * MIB, 32 * MIB),
+            (4096 * MIB, 64 * MIB, 64 * MIB),
+        ];
+        for (size, part, expected) in cases {
+            assert_eq!(file_range_size(size, part), expected, "{size}/{part}");
+        }
+    }
+
+    #[test]
+    fn chunks_are_written_in_order_at_their_offset() {
+        let many: Vec<Bytes> = (0..3000u32)
+            .map(|i| Bytes::from(vec![(i % 251) as u8; (i % 3) as usize]))
+            .collect();
+        let cases: [(&str, Vec<Bytes>, u64); 4] = [
+            ("none", vec![], 5),
+            (
+                "empty chunks around",
+                vec![Bytes::new(), Bytes::from_static(b"abc"), Bytes::new()],
+                0,
+            ),
+            (
+                "at an offset",
+                vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
+                7,
+            ),
+            ("more chunks than one pwritev takes", many, 3),
+        ];
+        for (name, chunks, pos) in cases {
+            let file = tempfile::tempfile().unwrap();
+            write_all_at(&file, &chunks, pos).unwrap();
+            let mut written = Vec::new();
+            io::Read::read_to_end(&mut &file, &mut written).unwrap();
+            let expected: Vec<u8> = std::iter::repeat_n(0, pos as usize)
+                .chain(chunks.iter().flat_map(|c| c.iter().copied()))
+                .collect();
+            let expected_len = if chunks.iter().all(|c| c.is_empty()) {
+                0
+            } else {
+                expected.len()
+            };
+            assert_eq!(written, expected[..expected_len], "{name}");
         }
     }
 }
