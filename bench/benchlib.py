@@ -184,13 +184,20 @@ def clear_bucket(bucket, minio_url, env, work):
     empty_trash(work)
 
 
-def warp_rate(minio_url, env, seconds, concurrency, work):
-    """warp's direct 10 KiB PUT rate (objects/s) into bucket warp-bench of that MinIO."""
+def warp_rate(minio_url, env, seconds, concurrency, work, op="put", size="10KiB", objects=None, clear=False):
+    """warp's direct rate (objects/s, the average) for `op` (put or get) of objects of
+    `size` in bucket warp-bench of that MinIO; get first stores `objects` objects.
+    Unless `clear`, warp leaves what it wrote."""
     host = minio_url.removeprefix("http://")
-    out = subprocess.run(["warp", "put", "--host", host, "--access-key", MINIO_USER, "--secret-key", MINIO_SECRET,
-                          "--obj.size", "10KiB", "--concurrent", str(concurrency), "--duration", f"{seconds}s",
-                          "--bucket", "warp-bench", "--noclear"], env=env, capture_output=True, text=True,
-                         cwd=work)  # warp writes its raw data file into the working directory
+    argv = ["warp", op, "--host", host, "--access-key", MINIO_USER, "--secret-key", MINIO_SECRET,
+            "--obj.size", size, "--concurrent", str(concurrency), "--duration", f"{seconds}s",
+            "--bucket", "warp-bench"]
+    if objects:
+        argv += ["--objects", str(objects)]
+    if not clear:
+        argv += ["--noclear"]
+    # warp writes its raw data file into the working directory
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=work)
     rates = re.findall(r"([\d.]+) obj/s", out.stdout + out.stderr)
     if not rates:
         print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)

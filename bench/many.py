@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, ProcStats, client_env, driver_args, emit_report, empty_trash, \
-    make_file, start_minio, version
+    make_file, start_minio, version, warp_rate
 
 TOOLS = ["sluice", "s5cmd", "aws", "rclone"]
 
@@ -67,6 +67,8 @@ def main():
                     help="COUNTxSIZE, comma-separated (sizes in KiB or MiB)")
     ap.add_argument("--sync-files", type=int, default=10000, help="files in the unchanged-sync tree (0: skip)")
     ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--ceiling-seconds", type=int, default=10,
+                    help="seconds of warp put and get per case, MinIO's own rate for a lean client (0: skip)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     tools = args.tools.split(",")
@@ -158,6 +160,23 @@ def main():
                               f"MinIO {server_cpu:6.2f} CPU-s, machine {busy:4.0%} busy",
                               flush=True)
                     remove(prefix)
+        ceiling = []
+        if args.ceiling_seconds:
+            # What MinIO serves a client that reads and writes no files: warp, the
+            # MinIO team's load generator, with the case's object size.
+            subprocess.run(["s5cmd", "--endpoint-url", url, "mb", "s3://warp-bench"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # Objects of 1 MiB at most: warp needs many operations per run for a rate,
+            # and a big object's row is read from how busy the machine was.
+            for label, _, count, size in (c for c in cases if c[3] <= MIB):
+                concurrency = 64
+                for direction, op in (("upload", "put"), ("download", "get")):
+                    rate = warp_rate(url, env, args.ceiling_seconds, concurrency, work, op=op,
+                                     size=f"{size // 1024}KiB", objects=count if op == "get" else None,
+                                     clear=True)
+                    empty_trash(work)
+                    ceiling.append(dict(case=label, direction=direction, concurrency=concurrency, rate=rate))
+                    print(f"  ceiling {label:12} {direction:8} warp {rate or 0:9.1f} objects/s", flush=True)
         sync_rows = []
         if args.sync_files:
             root = os.path.join(work, "sync-tree")
@@ -211,6 +230,25 @@ def main():
                 lines.append(f"{label:12} {direction:8} {tool:6} {count / wall:9.1f} {count * size / MIB / wall:8.1f} "
                              f"{cpu:7.2f} {rss / MIB:7.1f} MiB {rate_ratio:13.2f}x {cpu_ratio:12.2f}x "
                              f"{server_cpu:12.2f} {busy:5.0%}")
+    if ceiling:
+        lines.append("")
+        lines.append(f"MinIO's own rate for a client that reads and writes no files: warp put/get, "
+                     f"{args.ceiling_seconds} s each, 64 at once, objects of the case's size (1 MiB at most), once after the runs")
+        header = (f"{'case':12} {'dir':8} {'objects/s':>10} {'MiB/s':>8} "
+                  f"{'sluice/warp':>12} {'s5cmd/warp':>11}")
+        lines.append(header)
+        lines.append("-" * len(header))
+        for row in ceiling:
+            size = next(size for label, _, _, size in cases if label == row["case"])
+            rate = row["rate"] or 0
+
+            def share(tool):
+                rows = [r for r in raw if (r["case"], r["direction"], r["tool"]) == (row["case"], row["direction"], tool)]
+                if not rows or not rate:
+                    return "-"
+                return f"{statistics.median(r['files'] / r['wall'] for r in rows) / rate:.2f}"
+            lines.append(f"{row['case']:12} {row['direction']:8} {rate:10.1f} "
+                         f"{rate * size / MIB:8.1f} {share('sluice'):>12} {share('s5cmd'):>11}")
     if sync_rows:
         lines.append("")
         lines.append(f"second sync of an unchanged tree of {args.sync_files} files of 10 KiB (nothing to move)")
@@ -224,7 +262,8 @@ def main():
             lines.append(f"{tool:6} {statistics.median(r['wall'] for r in rows):8.2f} "
                          f"{statistics.median(r['cpu'] for r in rows):7.2f} {max(r['rss'] for r in rows) / MIB:7.1f} MiB "
                          f"{ratio:11.2f}x")
-    emit_report(lines, raw + [dict(sync=True, **r) for r in sync_rows], args.out)
+    emit_report(lines, raw + [dict(sync=True, **r) for r in sync_rows] + [dict(ceiling=True, **r) for r in ceiling],
+                args.out)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh
-ensure_peers minio s5cmd aws rclone
+ensure_peers minio s5cmd aws rclone warp
 cargo build --release -p sluice-cli --quiet
 
 exec python3 bench/many.py --sluice target/release/sluice "$@"
