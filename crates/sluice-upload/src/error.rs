@@ -58,6 +58,10 @@ pub enum TransferError {
     StreamTooLarge(u64),
     #[error("the object changed while it was being downloaded")]
     ObjectChanged,
+    /// The file being uploaded was written, resized or replaced while read:
+    /// nothing was stored (see `file_stamp`).
+    #[error("the file {0} while it was being uploaded; nothing was stored")]
+    SourceChanged(String),
     #[error("checksum mismatch: the store says {expected}, the data read gives {actual}")]
     ChecksumMismatch { expected: String, actual: String },
     #[error("the transfer was cancelled")]

@@ -21,6 +21,7 @@ mod config;
 mod copy;
 mod download;
 mod error;
+mod file_stamp;
 mod filling;
 mod janitor;
 mod parts;

@@ -19,6 +19,7 @@ use sluice_store::*;
 
 use crate::config::PartPlan;
 use crate::error::TransferError;
+use crate::file_stamp::FileStamp;
 use crate::parts::PartPipeline;
 use crate::progress::Tracker;
 use crate::retry::Kind;
@@ -49,10 +50,12 @@ impl Engine {
         path: PathBuf,
     ) -> Result<ResumeOutcome, TransferError> {
         crate::config::validate_key(&request.key)?;
-        let length = tokio::fs::metadata(&path)
-            .await
-            .map_err(TransferError::Source)?
-            .len();
+        let stamp = FileStamp::of(
+            &tokio::fs::metadata(&path)
+                .await
+                .map_err(TransferError::Source)?,
+        );
+        let length = stamp.len();
         let inner = &self.inner;
         let config = &inner.config;
         if length <= config.threshold {
@@ -110,6 +113,9 @@ impl Engine {
             return Err(error);
         }
         sent?;
+        // Changed while read: the parts stay for the next run, which keeps
+        // only those whose CRC matches the file then.
+        stamp.check_path(&path).await?;
         let outcome = complete_parts(
             inner,
             &request.key,

@@ -15,6 +15,7 @@ use crate::append::cut_floor;
 use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
 use crate::error::{ConfigError, TransferError};
+use crate::file_stamp::FileStamp;
 use crate::filling::{Piece, PieceEnd, PieceRules};
 use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
@@ -117,7 +118,8 @@ impl Engine {
                 format!("{} is not a regular file", path.display()),
             )));
         }
-        let length = meta.len();
+        let stamp = FileStamp::of(&meta);
+        let length = stamp.len();
         let config = &self.inner.config;
         let tracker = Tracker::new(Some(length), request.progress.clone());
         if length <= config.threshold {
@@ -126,16 +128,9 @@ impl Engine {
             // its turn among the transfers in flight has come.
             let slot = self.inner.tuner.slot().await;
             let reservation = self.inner.budget.reserve(length).await;
-            let bytes = tokio::task::spawn_blocking(move || std::fs::read(&path))
+            let bytes = tokio::task::spawn_blocking(move || stamp.read_whole(&path))
                 .await
-                .map_err(|e| TransferError::Source(io::Error::other(e)))?
-                .map_err(TransferError::Source)?;
-            if bytes.len() as u64 != length {
-                return Err(TransferError::Source(io::Error::other(format!(
-                    "the file changed size while it was read ({length} bytes, then {})",
-                    bytes.len()
-                ))));
-            }
+                .map_err(|e| TransferError::Source(io::Error::other(e)))??;
             let outcome = self
                 .single_put(&request, Body::Bytes(Bytes::from(bytes)), tracker, slot)
                 .await;
@@ -162,7 +157,7 @@ impl Engine {
             Ok(())
         }
         .await;
-        upload.finish(sent, length).await
+        upload.finish(sent, length, Some((&stamp, &path))).await
     }
 
     /// A sequential source, known length or not, read piece by piece as its
@@ -323,7 +318,7 @@ impl Engine {
             Ok(())
         }
         .await;
-        upload.finish(sent, total).await
+        upload.finish(sent, total, None).await
     }
 
     async fn single_put(
@@ -497,14 +492,23 @@ impl<'a> Multipart<'a> {
     /// Completes the upload when `sent` is Ok and every part is stored; otherwise
     /// stops the part tasks and aborts the upload. A failed part is the cause
     /// reported, whatever stopped the reading.
+    /// Completes the upload once every part is stored, unless something
+    /// failed or the file read (`source`) is no longer the version it was.
     async fn finish(
         mut self,
         sent: Result<(), TransferError>,
         size: u64,
+        source: Option<(&FileStamp, &Path)>,
     ) -> Result<UploadOutcome, TransferError> {
         let upload_id = self.parts.upload_id().to_owned();
         let (parts, failed_part) = self.parts.finish(sent.is_err()).await;
-        let result = match (failed_part, sent) {
+        let unchanged = match source {
+            Some((stamp, path)) if failed_part.is_none() && sent.is_ok() => {
+                stamp.check_path(path).await
+            }
+            _ => Ok(()),
+        };
+        let result = match (failed_part, sent.and(unchanged)) {
             (Some(error), _) | (None, Err(error)) => Err(error),
             (None, Ok(())) => {
                 complete_parts(

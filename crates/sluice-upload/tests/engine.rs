@@ -703,3 +703,68 @@ async fn read_up_to_splits_a_stream_and_never_polls_an_ended_one_again() {
         assert_eq!(tail.concat(), rest, "max {max}");
     }
 }
+
+#[tokio::test]
+async fn a_file_changed_while_it_is_uploaded_is_not_stored() {
+    type Change = fn(&std::path::Path);
+    let cases: [(&str, Change, Option<&str>); 3] = [
+        ("left alone", |_| {}, None),
+        (
+            "rewritten in place, same size",
+            |path| {
+                let before = std::fs::metadata(path).unwrap().modified().unwrap();
+                let file = std::fs::File::options().write(true).open(path).unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&file, &[0xff; 100], 15 * MB).unwrap();
+                // Not left to the filesystem's clock resolution.
+                file.set_modified(before + Duration::from_secs(1)).unwrap();
+            },
+            Some("the file was modified while it was being uploaded; nothing was stored"),
+        ),
+        (
+            "replaced by a rename",
+            |path| {
+                let other = path.with_extension("new");
+                std::fs::write(&other, test_data(16 * MB as usize, 9)).unwrap();
+                std::fs::rename(&other, path).unwrap();
+            },
+            Some("the file was replaced while it was being uploaded; nothing was stored"),
+        ),
+    ];
+    for (name, change, expected) in cases {
+        let memory = MemoryStore::new();
+        // The last part is read only after the change.
+        let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+            Op::UploadPart,
+            Some(4),
+            None,
+            Fault::Delay(Duration::from_millis(300)),
+        );
+        let engine = Engine::new(Arc::new(faulty), config()).unwrap();
+        let data = test_data(16 * MB as usize, 3);
+        let dir = tempfile::tempdir().unwrap();
+        let source = source(Kind::File, &data, &dir);
+        let path = dir.path().join("src.bin");
+        let upload = engine.upload(UploadRequest::new("k"), source);
+        let changing = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            change(&path);
+        };
+        let (result, ()) = tokio::join!(upload, changing);
+        match expected {
+            None => {
+                result.unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(memory.object("k").as_deref(), Some(&data[..]), "{name}");
+            }
+            Some(expected) => {
+                let error = result.expect_err(name);
+                assert!(
+                    matches!(error, TransferError::SourceChanged(_)),
+                    "{name}: {error:?}"
+                );
+                assert_eq!(error.to_string(), expected, "{name}");
+                assert!(memory.object("k").is_none(), "{name}: stored");
+                assert_eq!(memory.open_uploads(), 0, "{name}: upload left open");
+            }
+        }
+    }
+}
