@@ -198,7 +198,10 @@ def warp_rate(minio_url, env, seconds, concurrency, work, op="put", size="10KiB"
         argv += ["--noclear"]
     # warp writes its raw data file into the working directory
     out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=work)
-    rates = re.findall(r"([\d.]+) obj/s", out.stdout + out.stderr)
+    # The summary of the operation asked for (a get first summarizes its uploads).
+    text = out.stdout + out.stderr
+    section = text[text.find(f"Operation: {op.upper()}"):]
+    rates = re.findall(r"([\d.]+) obj/s", section)
     if not rates:
         print(out.stdout[-2000:], out.stderr[-2000:], file=sys.stderr)
         return None

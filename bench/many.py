@@ -10,7 +10,9 @@ Client costs come from GNU time around the client process alone. MinIO's CPU
 seconds over the same run, and how busy the whole machine was (all CPU time but
 idle and iowait, from /proc/stat, over cores x wall), show what bounds a row:
 when the machine is near 100 % busy, a faster client needs less CPU per byte
-(its own or the server's), not more parallelism. Every prefix is deleted after
+(its own or the server's), not more parallelism. warp, MinIO's own load
+generator, is run once per case of objects up to 1 MiB against the same MinIO:
+a client that reads and writes no local files, for comparison. Every prefix is deleted after
 its run so the disk does not fill up."""
 
 import datetime
@@ -162,8 +164,9 @@ def main():
                     remove(prefix)
         ceiling = []
         if args.ceiling_seconds:
-            # What MinIO serves a client that reads and writes no files: warp, the
-            # MinIO team's load generator, with the case's object size.
+            # warp, the MinIO team's load generator, against the same MinIO with the
+            # case's object size: a client that reads and writes no files (it is
+            # a process on the same cores too).
             subprocess.run(["s5cmd", "--endpoint-url", url, "mb", "s3://warp-bench"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             # Objects of 1 MiB at most: warp needs many operations per run for a rate,
@@ -232,7 +235,7 @@ def main():
                              f"{server_cpu:12.2f} {busy:5.0%}")
     if ceiling:
         lines.append("")
-        lines.append(f"MinIO's own rate for a client that reads and writes no files: warp put/get, "
+        lines.append(f"warp (MinIO's load generator: no files read or written, same cores) put/get, "
                      f"{args.ceiling_seconds} s each, 64 at once, objects of the case's size (1 MiB at most), once after the runs")
         header = (f"{'case':12} {'dir':8} {'objects/s':>10} {'MiB/s':>8} "
                   f"{'sluice/warp':>12} {'s5cmd/warp':>11}")

@@ -411,20 +411,20 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     .await;
     let engine = Engine::new(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
     let source_engine = Engine::new(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
-    let size = sluice_store::ObjectStore::head_object(&source_engine.retrying_store(), &source_key)
+    let head = sluice_store::ObjectStore::head_object(&source_engine.retrying_store(), &source_key)
         .await
         .map_err(|e| {
             anyhow!(
                 "s3://{source_bucket}/{source_key}: {}",
                 sluice_store::error_chain(&e)
             )
-        })?
-        .size;
+        })?;
     let started = Instant::now();
     let request = sluice_upload::CopyRequest {
         source_bucket: (source_bucket != bucket).then(|| source_bucket.clone()),
         source_key: source_key.clone(),
-        size,
+        size: head.size,
+        source_etag: Some(head.etag),
         key: key.clone(),
     };
     let outcome = interruptible(&engine, engine.copy(request))

@@ -129,6 +129,7 @@ impl Resumable {
                         source_key: partial.key.clone(),
                         source_bucket: None,
                         source_range: None,
+                        source_if_match: None,
                     })
                     .await?;
                 // The copy's own checksum may be missing; the partials were verified on the way in.

@@ -269,8 +269,13 @@ pub struct CopyPartRequest {
     /// buckets of one service); the key is then taken as is, without the
     /// store's prefix. Stores without buckets answer [`StoreError::Unsupported`].
     pub source_bucket: Option<String>,
-    /// The bytes of the source to copy; `None`: all of it.
+    /// The bytes of the source to copy; `None`: all of it. A range past the
+    /// source's end is refused, as S3 does.
     pub source_range: Option<ByteRange>,
+    /// Copy only from the source version with this ETag
+    /// (`x-amz-copy-source-if-match`), else [`StoreError::PreconditionFailed`]:
+    /// the parts of one copy then all come from one version.
+    pub source_if_match: Option<String>,
 }
 
 /// A whole object copied inside the store (S3's CopyObject, at most 5 GiB):

@@ -347,6 +347,7 @@ async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
                 source_key: source.into(),
                 source_bucket: None,
                 source_range: None,
+                source_if_match: None,
             })
             .await
             .unwrap();
@@ -374,9 +375,64 @@ async fn multipart_part_copied_from_objects(store: Arc<dyn ObjectStore>) {
             source_key: "copy/missing".into(),
             source_bucket: None,
             source_range: None,
+            source_if_match: None,
         })
         .await;
     assert!(missing.is_err());
+}
+
+/// A part copy pinned to the source's ETag copies only that version, and a
+/// range past the source's end is refused, as S3 does.
+async fn part_copy_conditions(store: Arc<dyn ObjectStore>) {
+    let data = test_data(6 * 1024 * 1024, 31);
+    let source = put_bytes(store.as_ref(), "pin/src", &data).await;
+    let upload_id = store
+        .create_multipart_upload(CreateMultipartRequest::new("pin/dst"))
+        .await
+        .unwrap();
+    let copy = |if_match: Option<&str>, range: ByteRange| CopyPartRequest {
+        key: "pin/dst".into(),
+        upload_id: upload_id.clone(),
+        part_number: 1,
+        source_key: "pin/src".into(),
+        source_bucket: None,
+        source_range: Some(range),
+        source_if_match: if_match.map(str::to_string),
+    };
+    let whole = ByteRange::new(0, data.len() as u64);
+    let past_end = ByteRange::new(0, data.len() as u64 + 1);
+    let other_etag = "\"0123456789abcdef0123456789abcdef\"";
+    // (case, ETag asked for, range, copied?)
+    let cases = [
+        ("the source's ETag", Some(source.etag.as_str()), whole, true),
+        ("no condition", None, whole, true),
+        ("another ETag", Some(other_etag), whole, false),
+        ("a range past the end", None, past_end, false),
+    ];
+    for (name, if_match, range, copied) in cases {
+        let result = store.upload_part_copy(copy(if_match, range)).await;
+        match (copied, result) {
+            (true, Ok(part)) => assert_eq!(part.size, data.len() as u64, "{name}"),
+            (false, Err(StoreError::PreconditionFailed)) if if_match.is_some() => {}
+            (false, Err(e)) if if_match.is_none() => {
+                assert!(!e.is_transient(), "{name}: {e}")
+            }
+            (_, result) => panic!("{name}: {result:?}"),
+        }
+    }
+    // Overwritten: the old ETag no longer copies.
+    put_bytes(store.as_ref(), "pin/src", &data[..1024 * 1024]).await;
+    let stale = store
+        .upload_part_copy(copy(Some(source.etag.as_str()), ByteRange::new(0, 1024)))
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::PreconditionFailed)),
+        "{stale:?}"
+    );
+    store
+        .abort_multipart_upload("pin/dst", &upload_id)
+        .await
+        .unwrap();
 }
 
 async fn multipart_small_part_rejected(store: Arc<dyn ObjectStore>) {
@@ -691,6 +747,7 @@ async fn server_side_copy(store: Arc<dyn ObjectStore>) {
                     source_key: "copy-src/big".into(),
                     source_bucket: None,
                     source_range: Some(range),
+                    source_if_match: None,
                 })
                 .await
                 .unwrap(),
@@ -757,6 +814,7 @@ conformance!(
     multipart_abort,
     multipart_completion_if_none_match,
     multipart_part_copied_from_objects,
+    part_copy_conditions,
     multipart_small_part_rejected,
     checksum_mismatch_rejected,
     file_body,

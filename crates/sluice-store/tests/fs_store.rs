@@ -174,6 +174,7 @@ async fn symbolic_links_under_the_root_are_never_followed() {
             source_key: "linked-file".into(),
             source_bucket: None,
             source_range: None,
+            source_if_match: None,
         })
         .await
         .unwrap_err();

@@ -291,15 +291,29 @@ impl ObjectStore for MemoryStore {
         if request.source_bucket.is_some() {
             return Err(StoreError::Unsupported("copies from another bucket"));
         }
-        let mut data = self
-            .object(&request.source_key)
+        let (mut data, etag) = self
+            .lock()
+            .objects
+            .get(&request.source_key)
+            .map(|o| (o.data.clone(), o.meta.etag.clone()))
             .ok_or_else(|| StoreError::NoSuchKey {
                 key: request.source_key.clone(),
             })?;
+        if request
+            .source_if_match
+            .as_ref()
+            .is_some_and(|want| *want != etag)
+        {
+            return Err(StoreError::PreconditionFailed);
+        }
         if let Some(range) = request.source_range {
-            let (start, end) = range.resolve(data.len() as u64).ok_or_else(|| {
-                StoreError::InvalidPart(format!("copy range {range:?} is outside the source"))
-            })?;
+            let whole = data.len() as u64;
+            let (start, end) = range
+                .resolve(whole)
+                .filter(|_| range.end.is_none_or(|end| end <= whole))
+                .ok_or_else(|| {
+                    StoreError::InvalidPart(format!("copy range {range:?} is outside the source"))
+                })?;
             data = data.slice(start as usize..end as usize);
         }
         self.upload_part(UploadPartRequest {

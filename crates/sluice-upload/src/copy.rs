@@ -4,7 +4,9 @@
 //! sent concurrently, aborted on any failure or when the copy is dropped. A
 //! multipart copy inside one bucket takes the source's content type and
 //! metadata (S3 copies none across UploadPartCopy); from another bucket it
-//! takes none.
+//! takes none. Every part is copied only from the source version the copy
+//! started from (its ETag, `x-amz-copy-source-if-match`): a source overwritten
+//! mid-copy fails the copy instead of mixing two versions.
 //!
 //! Stores that cannot copy answer [`StoreError::Unsupported`]; the caller then
 //! streams the object through (a download written into an upload's reader).
@@ -32,6 +34,9 @@ pub struct CopyRequest {
     /// The source's size (from a listing or a HEAD): it decides between one
     /// CopyObject and a multipart copy.
     pub size: u64,
+    /// The source's ETag from the same listing, when known: a multipart copy
+    /// copies only that version (a changed source fails it).
+    pub source_etag: Option<String>,
     pub key: String,
 }
 
@@ -67,12 +72,20 @@ impl Engine {
         // Copied parts carry no metadata: the new upload takes the source's
         // content type and metadata (readable only in the store's own bucket).
         let mut create = CreateMultipartRequest::new(request.key.clone());
+        let mut pinned = request.source_etag.clone();
         if request.source_bucket.is_none() {
             let source = inner
                 .with_retries(Kind::Transfer, "HeadObject", &request.source_key, || {
                     inner.store.head_object(&request.source_key)
                 })
                 .await?;
+            let listed = request.source_etag.as_deref();
+            if source.size != request.size
+                || listed.is_some_and(|etag| !same_etag(etag, &source.etag))
+            {
+                return Err(TransferError::CopySourceChanged);
+            }
+            pinned = Some(source.etag);
             create.content_type = source.content_type;
             create.metadata = source.metadata;
         }
@@ -97,6 +110,7 @@ impl Engine {
                     source_key: request.source_key.clone(),
                     source_bucket: request.source_bucket.clone(),
                     source_range: Some(ByteRange::new(start, end)),
+                    source_if_match: pinned.clone(),
                 };
                 async move {
                     inner
@@ -104,6 +118,12 @@ impl Engine {
                             inner.store.upload_part_copy(part.clone())
                         })
                         .await
+                        .map_err(|error| match error.store_error() {
+                            Some(StoreError::PreconditionFailed) => {
+                                TransferError::CopySourceChanged
+                            }
+                            _ => error,
+                        })
                 }
             })
             .buffer_unordered(
@@ -162,6 +182,11 @@ impl Engine {
     }
 }
 
+/// ETags compare without their quotes (some listings drop them).
+fn same_etag(a: &str, b: &str) -> bool {
+    a.trim_matches('"') == b.trim_matches('"')
+}
+
 /// The part size of a multipart copy: [`COPY_PART_SIZE`], or more when the
 /// object would otherwise need over 10,000 parts.
 fn copy_part_size(size: u64) -> u64 {
@@ -173,6 +198,80 @@ fn copy_part_size(size: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EngineConfig;
+    use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A multipart copy (called directly: the real ones are over 5 GiB) copies
+    /// only the version it started from.
+    #[tokio::test]
+    async fn a_multipart_copy_copies_one_version_of_its_source() {
+        #[derive(Debug, Clone, Copy)]
+        enum Change {
+            None,
+            BeforeTheCopy,
+            DuringThePartCopy,
+        }
+        let cases = [
+            (Change::None, true),
+            (Change::BeforeTheCopy, false),
+            (Change::DuringThePartCopy, false),
+        ];
+        for (change, copied) in cases {
+            let memory = MemoryStore::new();
+            let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+                Op::UploadPart,
+                None,
+                None,
+                Fault::Delay(Duration::from_millis(200)),
+            );
+            let engine = Engine::new(Arc::new(faulty), EngineConfig::default()).unwrap();
+            let first = memory
+                .put_object(PutRequest::new("src", bytes::Bytes::from_static(b"first!")))
+                .await
+                .unwrap();
+            let overwrite = || async {
+                let second = bytes::Bytes::from_static(b"second");
+                memory
+                    .put_object(PutRequest::new("src", second))
+                    .await
+                    .unwrap();
+            };
+            if let Change::BeforeTheCopy = change {
+                overwrite().await;
+            }
+            let copy = engine.copy_multipart(CopyRequest {
+                source_bucket: None,
+                source_key: "src".into(),
+                size: 6,
+                source_etag: Some(first.etag.clone()),
+                key: "dst".into(),
+            });
+            let during = async {
+                if let Change::DuringThePartCopy = change {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    overwrite().await;
+                }
+            };
+            let (result, ()) = tokio::join!(copy, during);
+            match copied {
+                true => {
+                    assert_eq!(result.unwrap().parts, 1, "{change:?}");
+                    assert_eq!(memory.object("dst").as_deref(), Some(&b"first!"[..]));
+                }
+                false => {
+                    let error = result.expect_err("copied a changed source");
+                    assert!(
+                        matches!(error, TransferError::CopySourceChanged),
+                        "{change:?}: {error:?}"
+                    );
+                    assert!(memory.object("dst").is_none(), "{change:?}");
+                    assert_eq!(memory.open_uploads(), 0, "{change:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn copy_parts_fit_s3_limits() {

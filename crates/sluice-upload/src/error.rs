@@ -58,6 +58,9 @@ pub enum TransferError {
     StreamTooLarge(u64),
     #[error("the object changed while it was being downloaded")]
     ObjectChanged,
+    /// The source of a multipart copy is no longer the version listed.
+    #[error("the source object changed during the copy; nothing was stored")]
+    CopySourceChanged,
     /// The file being uploaded was written, resized or replaced while read:
     /// nothing was stored (see `file_stamp`).
     #[error("the file {0} while it was being uploaded; nothing was stored")]

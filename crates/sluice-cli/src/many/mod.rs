@@ -339,6 +339,7 @@ pub fn copy_jobs(objects: &[remote::RemoteObject], source: &Prefix, target: &Pre
             action: Action::Copy {
                 source_bucket: source_bucket.clone(),
                 source_key: object.key.clone(),
+                source_etag: object.etag.clone(),
                 key: target.key(&object.relative),
             },
             source: source.show(&object.relative),

@@ -40,6 +40,8 @@ pub enum Action {
     Copy {
         source_bucket: Option<String>,
         source_key: String,
+        /// From the listing: a multipart copy copies only this version.
+        source_etag: String,
         key: String,
     },
     /// A local file removed (`sync --delete` into a directory).
@@ -358,12 +360,14 @@ async fn execute(
         Action::Copy {
             source_bucket,
             source_key,
+            source_etag,
             key,
         } => engine
             .copy(CopyRequest {
                 source_bucket: source_bucket.clone(),
                 source_key: source_key.clone(),
                 size: job.size,
+                source_etag: (!source_etag.is_empty()).then(|| source_etag.clone()),
                 key: key.clone(),
             })
             .await

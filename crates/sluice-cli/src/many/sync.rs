@@ -390,6 +390,7 @@ fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String
                 .then(|| from.bucket.clone())
                 .flatten(),
             source_key: entry.key.clone().expect("an object entry"),
+            source_etag: entry.etag.clone(),
             key: to.key(&entry.relative),
         },
         (Side::Directory(_), Side::Directory(_)) => unreachable!("refused before listing"),

@@ -165,11 +165,18 @@ impl Inner {
             return Err(StoreError::Unsupported("copies from another bucket"));
         }
         let mut source = self.tree.open_object(&request.source_key)?;
-        let whole = source.metadata()?.len();
+        let stat = source.metadata()?;
+        if let Some(expected) = &request.source_if_match {
+            if !super::etag_eq(expected, &sidecar::etag_of(&stat)) {
+                return Err(StoreError::PreconditionFailed);
+            }
+        }
+        let whole = stat.len();
         let size = match request.source_range {
             None => whole,
             Some(range) => {
-                let (start, end) = range.resolve(whole).ok_or_else(|| {
+                let past_end = range.end.is_some_and(|end| end > whole);
+                let (start, end) = range.resolve(whole).filter(|_| !past_end).ok_or_else(|| {
                     StoreError::InvalidPart(format!(
                         "copy range {range:?} is outside {} ({whole} bytes)",
                         request.source_key

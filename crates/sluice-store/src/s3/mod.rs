@@ -740,6 +740,7 @@ impl ObjectStore for S3Store {
             .part_number(request.part_number as i32)
             .copy_source(source)
             .set_copy_source_range(range)
+            .set_copy_source_if_match(request.source_if_match.clone())
             .send()
             .await
             .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
