@@ -50,7 +50,7 @@ enum Sink {
 
 impl Engine {
     /// Downloads `key` into the file at `path`, replacing it only once complete
-    /// (written beside it and renamed into place, without an fsync).
+    /// (written beside it, flushed, and renamed into place).
     pub async fn download_to_path(
         &self,
         key: &str,
@@ -89,10 +89,12 @@ impl Engine {
             .await?;
         let checksum = combine(results.iter().map(|(c, _)| *c), &ranges);
         let verified = verify(&meta, checksum)?;
-        // No fsync, as cp, rsync and the S3 tools do: flushing every file of a
-        // tree made downloads disk-bound (twice s5cmd's time for 256 MiB files).
-        // The rename still puts a file in place only once it is whole.
-        drop(file);
+        // Flushed before the rename: the file was sized up front and its ranges
+        // land out of order, so after a power loss it could otherwise sit in
+        // place at full size, zeros inside, with the object's mtime, and a sync
+        // would take it as current. (A file fetched with one GET is written in
+        // order, as cp writes, and not flushed.)
+        file.sync_all().map_err(TransferError::Destination)?;
         staging.persist(path)?;
         Ok(DownloadOutcome {
             key: key.to_string(),

@@ -59,7 +59,7 @@ pub enum TransferError {
     #[error("the object changed while it was being downloaded")]
     ObjectChanged,
     /// The source of a multipart copy is no longer the version listed.
-    #[error("the source object changed during the copy; nothing was stored")]
+    #[error("the source object changed since it was listed; nothing was stored")]
     CopySourceChanged,
     /// The file being uploaded was written, resized or replaced while read:
     /// nothing was stored (see `file_stamp`).

@@ -79,7 +79,7 @@ impl FileStamp {
         if bytes.len() as u64 != self.len {
             // Written and set back to the same time and size: still not one version.
             return Err(TransferError::SourceChanged(format!(
-                "changed size while read ({} bytes, then {})",
+                "changed size ({} bytes, then {})",
                 self.len,
                 bytes.len()
             )));
@@ -104,7 +104,7 @@ mod tests {
                     let old = std::fs::metadata(p).unwrap().modified().unwrap();
                     std::fs::write(p, b"HELLO").unwrap();
                     let f = std::fs::File::options().write(true).open(p).unwrap();
-                    f.set_modified(old + std::time::Duration::from_nanos(1))
+                    f.set_modified(old + std::time::Duration::from_secs(1))
                         .unwrap();
                 },
                 Some("was modified"),

@@ -491,9 +491,8 @@ impl<'a> Multipart<'a> {
 
     /// Completes the upload when `sent` is Ok and every part is stored; otherwise
     /// stops the part tasks and aborts the upload. A failed part is the cause
-    /// reported, whatever stopped the reading.
-    /// Completes the upload once every part is stored, unless something
-    /// failed or the file read (`source`) is no longer the version it was.
+    /// reported, whatever stopped the reading. A file read (`source`) that is
+    /// no longer the version it was is not completed either.
     async fn finish(
         mut self,
         sent: Result<(), TransferError>,
