@@ -150,55 +150,49 @@ async fn tus_upload(
                     Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
                     Err(e) => e.to_string(),
                 };
-                // Find out where to resume (a HEAD may fail too; it is retried).
-                loop {
-                    resumes += 1;
-                    if resumes > 5 {
-                        return Err(format!("PATCH kept failing, last: {failure}"));
-                    }
-                    eprintln!("tus {name}: PATCH at {offset} failed ({failure}); resuming");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    let head = client
-                        .head(&url)
-                        .header("tus-resumable", "1.0.0")
-                        .send()
-                        .await;
-                    match head {
-                        Ok(h) if h.status() == 200 => {
-                            offset = h.headers()["upload-offset"]
-                                .to_str()
-                                .unwrap()
-                                .parse()
-                                .unwrap();
-                            break;
-                        }
-                        Ok(h) => eprintln!("tus {name}: HEAD answered {}", h.status()),
-                        Err(e) => eprintln!("tus {name}: HEAD failed: {e}"),
-                    }
+                resumes += 1;
+                if resumes > 5 {
+                    return Err(format!("PATCH kept failing, last: {failure}"));
                 }
+                eprintln!("tus {name}: PATCH at {offset} failed ({failure}); resuming");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                // Find out where to resume.
+                offset = head_upload(client, &url, name).await?["upload-offset"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
             }
         }
     }
-    // The HEAD reads the upload's record through the faulty proxy too: a
-    // client retries it as it retries a PATCH.
+    let headers = head_upload(client, &url, name).await?;
+    Ok(headers["x-sluice-key"].to_str().unwrap().to_owned())
+}
+
+/// The headers of a tus upload's HEAD. It reads the upload's record through
+/// the faulty proxy too, so a failed HEAD is retried (at most 5 times), as a
+/// client retries a PATCH.
+async fn head_upload(
+    client: &reqwest::Client,
+    url: &str,
+    name: &str,
+) -> Result<reqwest::header::HeaderMap, String> {
     let mut last = String::new();
     for _ in 0..5 {
         let head = client
-            .head(&url)
+            .head(url)
             .header("tus-resumable", "1.0.0")
             .send()
             .await;
         match head {
-            Ok(h) if h.status() == 200 => {
-                return Ok(h.headers()["x-sluice-key"].to_str().unwrap().to_owned())
-            }
+            Ok(h) if h.status() == 200 => return Ok(h.headers().clone()),
             Ok(h) => last = format!("answered {}", h.status()),
             Err(e) => last = e.to_string(),
         }
-        eprintln!("tus {name}: final HEAD {last}; retrying");
+        eprintln!("tus {name}: HEAD {last}; retrying");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(format!("the final HEAD kept failing, last: {last}"))
+    Err(format!("HEAD kept failing, last: {last}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
