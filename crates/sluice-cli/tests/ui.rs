@@ -120,23 +120,27 @@ fn the_dashboard_moves_while_the_gateway_works() {
     // The dashboard lives with /metrics: on the admin address only.
     assert_eq!(http_status(&format!("{}/ui/dashboard", gateway.url)), 404);
     assert_eq!(http_status(&format!("http://{admin}/ui/dashboard")), 200);
-    let mut load = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "bench",
-            "load",
-            &format!("{}/v1/objects", gateway.url),
-            "--users",
-            "4",
-            "--size",
-            "256KiB",
-            "--duration",
-            "14s",
-            "--quiet",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut load = StopOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "bench",
+                "load",
+                &format!("{}/v1/objects", gateway.url),
+                "--users",
+                "4",
+                "--size",
+                "256KiB",
+                // Longer than the watch, however slowly Chromium starts: the
+                // load is stopped once the dashboard has been read.
+                "--duration",
+                "120s",
+                "--quiet",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
     let report = check(
         &clients,
         &[
@@ -146,7 +150,12 @@ fn the_dashboard_moves_while_the_gateway_works() {
             &screenshot(&work, "ui-dashboard.png"),
         ],
     );
-    assert!(load.wait().unwrap().success());
+    let still_loading = load.0.try_wait().unwrap().is_none();
+    drop(load);
+    assert!(
+        still_loading,
+        "the load ended before the dashboard was read"
+    );
     assert_eq!(report["errors"], json!([]), "{report}");
     let charts = report["charts"].as_array().unwrap();
     for label in [
@@ -172,6 +181,16 @@ fn the_dashboard_moves_while_the_gateway_works() {
             .parse()
             .unwrap();
         assert!(value > 0.0, "{label} reads {value} under load: {report}");
+    }
+}
+
+/// A child process stopped when the test ends, however it ends.
+struct StopOnDrop(std::process::Child);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
