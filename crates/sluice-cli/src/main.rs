@@ -421,7 +421,10 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
         })?;
     let started = Instant::now();
     let request = sluice_upload::CopyRequest {
-        source_bucket: (source_bucket != bucket).then(|| source_bucket.clone()),
+        source_bucket: (source_bucket != bucket).then(|| sluice_upload::SourceBucket {
+            name: source_bucket.clone(),
+            store: source_engine.store().clone(),
+        }),
         source_key: source_key.clone(),
         size: head.size,
         source_etag: Some(head.etag),

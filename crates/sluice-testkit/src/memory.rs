@@ -44,6 +44,8 @@ pub struct MemoryStore {
     in_flight: Arc<AtomicU64>,
     peak_in_flight: Arc<AtomicU64>,
     latency: Option<Duration>,
+    /// Other buckets of the same service, by name: part copies read from them.
+    buckets: Arc<BTreeMap<String, MemoryStore>>,
 }
 
 /// Counts body bytes inside a request while it lives.
@@ -66,6 +68,13 @@ impl MemoryStore {
     /// Every request takes `latency` (virtual time under `tokio::time::pause`).
     pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = Some(latency);
+        self
+    }
+
+    /// `other` as the bucket `name` of the same service: part copies that
+    /// name it as their source bucket read from it.
+    pub fn with_bucket(mut self, name: &str, other: MemoryStore) -> Self {
+        Arc::make_mut(&mut self.buckets).insert(name.to_string(), other);
         self
     }
 
@@ -288,10 +297,15 @@ impl ObjectStore for MemoryStore {
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         *self.lock().calls.entry("upload_part_copy").or_insert(0) += 1;
         // In memory a copy shares the source's bytes: nothing is buffered anew.
-        if request.source_bucket.is_some() {
-            return Err(StoreError::Unsupported("copies from another bucket"));
-        }
-        let (mut data, etag) = self
+        let source = match &request.source_bucket {
+            None => self,
+            Some(name) => self.buckets.get(name).ok_or_else(|| StoreError::Service {
+                status: 404,
+                code: "NoSuchBucket".into(),
+                message: format!("no bucket {name}"),
+            })?,
+        };
+        let (mut data, etag) = source
             .lock()
             .objects
             .get(&request.source_key)
@@ -302,7 +316,7 @@ impl ObjectStore for MemoryStore {
         if request
             .source_if_match
             .as_ref()
-            .is_some_and(|want| *want != etag)
+            .is_some_and(|want| want.trim_matches('"') != etag.trim_matches('"'))
         {
             return Err(StoreError::PreconditionFailed);
         }

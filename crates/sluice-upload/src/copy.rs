@@ -2,11 +2,12 @@
 //! one S3 service, without its bytes passing through the engine. Up to 5 GiB
 //! it is one CopyObject; above, a multipart upload of UploadPartCopy ranges
 //! sent concurrently, aborted on any failure or when the copy is dropped. A
-//! multipart copy inside one bucket takes the source's content type and
-//! metadata (S3 copies none across UploadPartCopy); from another bucket it
-//! takes none. Every part is copied only from the source version the copy
-//! started from (its ETag, `x-amz-copy-source-if-match`): a source overwritten
-//! mid-copy fails the copy instead of mixing two versions.
+//! multipart copy reads the source's HEAD (through the source bucket's own
+//! store when it is another bucket) and gives the new object its content type
+//! and metadata, which S3 does not carry across UploadPartCopy. Every part is
+//! copied only from the source version the copy started from (its ETag,
+//! `x-amz-copy-source-if-match`): a source overwritten mid-copy fails the
+//! copy instead of mixing two versions.
 //!
 //! Stores that cannot copy answer [`StoreError::Unsupported`]; the caller then
 //! streams the object through (a download written into an upload's reader).
@@ -14,6 +15,7 @@
 use futures::stream::{self, StreamExt, TryStreamExt};
 use sluice_store::limits::{MAX_PARTS, MAX_PART_SIZE, MAX_PUT_SIZE};
 use sluice_store::*;
+use std::sync::Arc;
 
 use crate::config::MIB;
 use crate::error::TransferError;
@@ -25,11 +27,20 @@ use crate::Engine;
 /// the engine, so fewer, larger requests are cheaper.
 const COPY_PART_SIZE: u64 = 512 * MIB;
 
+/// Another bucket of the engine's service, as the source of a copy.
+#[derive(Debug, Clone)]
+pub struct SourceBucket {
+    pub name: String,
+    /// A store of that bucket: a multipart copy reads the source's HEAD
+    /// through it (the engine's own store sees only its bucket).
+    pub store: Arc<dyn ObjectStore>,
+}
+
 /// What to copy where.
 #[derive(Debug, Clone)]
 pub struct CopyRequest {
     /// The source's bucket when it is another bucket of the same service.
-    pub source_bucket: Option<String>,
+    pub source_bucket: Option<SourceBucket>,
     pub source_key: String,
     /// The source's size (from a listing or a HEAD): it decides between one
     /// CopyObject and a multipart copy.
@@ -51,7 +62,7 @@ impl Engine {
                     inner.store.copy_object(CopyObjectRequest {
                         key: request.key.clone(),
                         source_key: request.source_key.clone(),
-                        source_bucket: request.source_bucket.clone(),
+                        source_bucket: request.source_bucket.as_ref().map(|b| b.name.clone()),
                     })
                 })
                 .await?;
@@ -70,25 +81,26 @@ impl Engine {
         let inner = &self.inner;
         let part_size = copy_part_size(request.size);
         // Copied parts carry no metadata: the new upload takes the source's
-        // content type and metadata (readable only in the store's own bucket).
-        let mut create = CreateMultipartRequest::new(request.key.clone());
-        let mut pinned = request.source_etag.clone();
-        if request.source_bucket.is_none() {
-            let source = inner
-                .with_retries(Kind::Transfer, "HeadObject", &request.source_key, || {
-                    inner.store.head_object(&request.source_key)
-                })
-                .await?;
-            let listed = request.source_etag.as_deref();
-            if source.size != request.size
-                || listed.is_some_and(|etag| !same_etag(etag, &source.etag))
-            {
-                return Err(TransferError::CopySourceChanged);
-            }
-            pinned = Some(source.etag);
-            create.content_type = source.content_type;
-            create.metadata = source.metadata;
+        // content type and metadata, and copies only the version HEAD saw.
+        let source_store = request
+            .source_bucket
+            .as_ref()
+            .map_or(&inner.store, |bucket| &bucket.store);
+        let source = inner
+            .with_retries(Kind::Transfer, "HeadObject", &request.source_key, || {
+                source_store.head_object(&request.source_key)
+            })
+            .await?;
+        let listed = request.source_etag.as_deref();
+        if source.size != request.size || listed.is_some_and(|etag| !same_etag(etag, &source.etag))
+        {
+            return Err(TransferError::CopySourceChanged);
         }
+        let pinned = Some(source.etag);
+        let mut create = CreateMultipartRequest::new(request.key.clone());
+        create.content_type = source.content_type;
+        create.metadata = source.metadata;
+        let source_bucket = request.source_bucket.as_ref().map(|b| b.name.clone());
         let upload_id = inner
             .with_retries(
                 Kind::Transfer,
@@ -108,7 +120,7 @@ impl Engine {
                     upload_id: upload_id.clone(),
                     part_number: number,
                     source_key: request.source_key.clone(),
-                    source_bucket: request.source_bucket.clone(),
+                    source_bucket: source_bucket.clone(),
                     source_range: Some(ByteRange::new(start, end)),
                     source_if_match: pinned.clone(),
                 };
@@ -270,6 +282,51 @@ mod tests {
                     assert_eq!(memory.open_uploads(), 0, "{change:?}");
                 }
             }
+        }
+    }
+
+    /// A multipart copy gives the new object the source's content type and
+    /// metadata, which part copies do not carry, wherever the source lives.
+    #[tokio::test]
+    async fn a_multipart_copy_keeps_the_sources_content_type_and_metadata() {
+        for other_bucket in [false, true] {
+            let source = MemoryStore::new();
+            let target = match other_bucket {
+                true => MemoryStore::new().with_bucket("photos", source.clone()),
+                false => source.clone(),
+            };
+            let mut put = PutRequest::new("src", bytes::Bytes::from_static(b"a photo"));
+            put.content_type = Some("image/jpeg".into());
+            put.metadata
+                .insert("sluice-mtime".into(), "1700000000".into());
+            let stored = source.put_object(put).await.unwrap();
+            let engine = Engine::new(Arc::new(target.clone()), EngineConfig::default()).unwrap();
+            let outcome = engine
+                .copy_multipart(CopyRequest {
+                    source_bucket: other_bucket.then(|| SourceBucket {
+                        name: "photos".into(),
+                        store: Arc::new(source.clone()),
+                    }),
+                    source_key: "src".into(),
+                    size: 7,
+                    source_etag: Some(stored.etag.clone()),
+                    key: "dst".into(),
+                })
+                .await
+                .unwrap();
+            assert_eq!(outcome.parts, 1);
+            let copied = target.head_object("dst").await.unwrap();
+            assert_eq!(target.object("dst").as_deref(), Some(&b"a photo"[..]));
+            assert_eq!(
+                copied.content_type.as_deref(),
+                Some("image/jpeg"),
+                "{other_bucket}"
+            );
+            assert_eq!(
+                copied.metadata.get("sluice-mtime").map(String::as_str),
+                Some("1700000000"),
+                "{other_bucket}"
+            );
         }
     }
 

@@ -60,10 +60,13 @@ impl Engine {
         let inner = &self.inner;
         let meta = self.head(key).await?;
         let staging = TempFile::beside(path)?;
-        let file = std::fs::File::create(&staging.path).map_err(TransferError::Destination)?;
-        file.set_len(meta.size)
-            .map_err(TransferError::Destination)?;
-        let file = Arc::new(file);
+        let (size, staged) = (meta.size, staging.path.clone());
+        let file = blocking(move || {
+            let file = std::fs::File::create(&staged)?;
+            file.set_len(size)?;
+            Ok(Arc::new(file))
+        })
+        .await?;
         let tracker = Tracker::new(Some(meta.size), progress);
         let ranges = plan_ranges(
             meta.size,
@@ -94,8 +97,12 @@ impl Engine {
         // place at full size, zeros inside, with the object's mtime, and a sync
         // would take it as current. (A file fetched with one GET is written in
         // order, as cp writes, and not flushed.)
-        file.sync_all().map_err(TransferError::Destination)?;
-        staging.persist(path)?;
+        let dest = path.to_path_buf();
+        blocking(move || {
+            file.sync_all()?;
+            staging.persist(&dest)
+        })
+        .await?;
         Ok(DownloadOutcome {
             key: key.to_string(),
             size: meta.size,
@@ -144,15 +151,13 @@ impl Engine {
             });
             if let Some(time) = stamp {
                 let path = path.to_path_buf();
-                tokio::task::spawn_blocking(move || {
+                blocking(move || {
                     std::fs::File::options()
                         .write(true)
                         .open(&path)?
                         .set_modified(time)
                 })
-                .await
-                .map_err(|e| TransferError::Destination(io::Error::other(e)))?
-                .map_err(TransferError::Destination)?;
+                .await?;
             }
             return Ok(outcome);
         }
@@ -194,25 +199,22 @@ impl Engine {
             unreachable!("a memory sink was given")
         };
         let (dest, stamp) = (path.to_path_buf(), modified(&meta));
-        tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
+        let staging = TempFile::beside(&dest)?;
+        blocking(move || {
             if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(TransferError::Destination)?;
+                std::fs::create_dir_all(parent)?;
             }
-            let staging = TempFile::beside(&dest)?;
-            let mut file =
-                std::fs::File::create(&staging.path).map_err(TransferError::Destination)?;
+            let mut file = std::fs::File::create(&staging.path)?;
             for chunk in &chunks {
-                io::Write::write_all(&mut file, chunk).map_err(TransferError::Destination)?;
+                io::Write::write_all(&mut file, chunk)?;
             }
             if let Some(time) = stamp {
-                file.set_modified(time)
-                    .map_err(TransferError::Destination)?;
+                file.set_modified(time)?;
             }
             drop(file);
             staging.persist(&dest)
         })
-        .await
-        .map_err(|e| TransferError::Destination(io::Error::other(e)))??;
+        .await?;
         Ok(DownloadOutcome {
             key: listed.key.clone(),
             size: listed.size,
@@ -510,6 +512,17 @@ async fn write_batch(
     Ok(pos + len)
 }
 
+/// Runs filesystem work (a create, an fsync, a rename) on the blocking pool:
+/// on an async worker it would stall every transfer scheduled there.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Result<T, TransferError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| TransferError::Destination(io::Error::other(e)))?
+        .map_err(TransferError::Destination)
+}
+
 /// Writes `chunks` one after another from `pos` with positioned vectored
 /// writes (`pwritev`), going on after short writes and interruptions.
 fn write_all_at(file: &std::fs::File, chunks: &[Bytes], mut pos: u64) -> io::Result<()> {
@@ -563,8 +576,8 @@ impl TempFile {
         })
     }
 
-    fn persist(mut self, dest: &Path) -> Result<(), TransferError> {
-        std::fs::rename(&self.path, dest).map_err(TransferError::Destination)?;
+    fn persist(mut self, dest: &Path) -> io::Result<()> {
+        std::fs::rename(&self.path, dest)?;
         self.persisted = true;
         Ok(())
     }

@@ -46,7 +46,7 @@ pub use append::{
 pub use breaker::{Breaker, BreakerConfig};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
-pub use copy::CopyRequest;
+pub use copy::{CopyRequest, SourceBucket};
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
 pub use janitor::{StaleUpload, StaleUploadFilter, StaleUploadReport};

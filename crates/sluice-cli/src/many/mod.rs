@@ -330,9 +330,7 @@ pub fn download_jobs(
 }
 
 pub fn copy_jobs(objects: &[remote::RemoteObject], source: &Prefix, target: &Prefix) -> Vec<Job> {
-    let source_bucket = (source.bucket != target.bucket)
-        .then(|| source.bucket.clone())
-        .flatten();
+    let source_bucket = source.copy_source_for(target);
     objects
         .iter()
         .map(|object| Job {

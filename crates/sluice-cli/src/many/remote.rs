@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use sluice_store::{is_reserved_key, ObjectStore, ObjectSummary, StoreError};
+use sluice_upload::SourceBucket;
 
 use super::filter::Filter;
 
@@ -56,6 +57,19 @@ impl Prefix {
     /// How to name `relative` in messages.
     pub fn show(&self, relative: &str) -> String {
         format!("{}{relative}", self.display)
+    }
+
+    /// This prefix as the source of server-side copies into `target`: its
+    /// bucket when that is another one (copies inside one bucket name none).
+    pub fn copy_source_for(&self, target: &Prefix) -> Option<SourceBucket> {
+        let name = self
+            .bucket
+            .clone()
+            .filter(|name| target.bucket.as_ref() != Some(name))?;
+        Some(SourceBucket {
+            name,
+            store: self.store.clone(),
+        })
     }
 
     /// Every object under the prefix that `filter` takes. Keys ending in `/`

@@ -15,7 +15,8 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sluice_store::{Metadata, ObjectMeta, ObjectSummary};
 use sluice_upload::{
-    format_size, CopyRequest, Engine, Progress, ProgressFn, UploadRequest, UploadSource,
+    format_size, CopyRequest, Engine, Progress, ProgressFn, SourceBucket, UploadRequest,
+    UploadSource,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -38,7 +39,7 @@ pub enum Action {
     },
     /// An object copied inside the service, without its bytes passing here.
     Copy {
-        source_bucket: Option<String>,
+        source_bucket: Option<SourceBucket>,
         source_key: String,
         /// From the listing: a multipart copy copies only this version.
         source_etag: String,

@@ -386,9 +386,7 @@ fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String
             path: super::local_path(dir, &entry.relative)?,
         },
         (Side::Store(from), Side::Store(to)) => Action::Copy {
-            source_bucket: (from.bucket != to.bucket)
-                .then(|| from.bucket.clone())
-                .flatten(),
+            source_bucket: from.copy_source_for(to),
             source_key: entry.key.clone().expect("an object entry"),
             source_etag: entry.etag.clone(),
             key: to.key(&entry.relative),
