@@ -363,6 +363,8 @@ pub struct PutArgs {
     /// left in the store: parts whose checksum matches the file are not sent
     /// again. With --resume a failed or interrupted upload keeps its parts for
     /// the next run (the janitor removes them when it is never continued).
+    /// It takes over the newest incomplete upload of the key, so do not run it
+    /// while another client uploads that key: one of the two then fails.
     #[arg(long)]
     pub resume: bool,
     #[command(flatten)]

@@ -72,7 +72,8 @@ impl MemoryStore {
     }
 
     /// `other` as the bucket `name` of the same service: part copies that
-    /// name it as their source bucket read from it.
+    /// name it as their source bucket read from it. (Set up before cloning:
+    /// clones taken earlier do not see it.)
     pub fn with_bucket(mut self, name: &str, other: MemoryStore) -> Self {
         Arc::make_mut(&mut self.buckets).insert(name.to_string(), other);
         self
@@ -299,11 +300,12 @@ impl ObjectStore for MemoryStore {
         // In memory a copy shares the source's bytes: nothing is buffered anew.
         let source = match &request.source_bucket {
             None => self,
-            Some(name) => self.buckets.get(name).ok_or_else(|| StoreError::Service {
-                status: 404,
-                code: "NoSuchBucket".into(),
-                message: format!("no bucket {name}"),
-            })?,
+            Some(name) => self
+                .buckets
+                .get(name)
+                .ok_or_else(|| StoreError::NoSuchBucket {
+                    bucket: name.clone(),
+                })?,
         };
         let (mut data, etag) = source
             .lock()

@@ -82,6 +82,8 @@ impl Engine {
         let part_size = copy_part_size(request.size);
         // Copied parts carry no metadata: the new upload takes the source's
         // content type and metadata, and copies only the version HEAD saw.
+        // (A HEAD of another bucket goes through this engine's retries and
+        // breaker: both buckets are on one service.)
         let source_store = request
             .source_bucket
             .as_ref()

@@ -59,21 +59,26 @@ impl Engine {
     ) -> Result<DownloadOutcome, TransferError> {
         let inner = &self.inner;
         let meta = self.head(key).await?;
-        let staging = TempFile::beside(path)?;
-        let (size, staged) = (meta.size, staging.path.clone());
-        let file = blocking(move || {
-            let file = std::fs::File::create(&staged)?;
-            file.set_len(size)?;
-            Ok(Arc::new(file))
-        })
-        .await?;
-        let tracker = Tracker::new(Some(meta.size), progress);
         let ranges = plan_ranges(
             meta.size,
             file_range_size(meta.size, inner.config.part_size),
         );
-        let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
         let multi = ranges.len() > 1;
+        // The staging file travels with the blocking work and back: dropped
+        // with it, wherever, it is removed (this future may be dropped while
+        // the work runs on).
+        let (staging, size) = (TempFile::beside(path)?, meta.size);
+        let (staging, file) = blocking(move || {
+            let file = std::fs::File::create(&staging.path)?;
+            if multi {
+                // Sized up front: ranges land out of order.
+                file.set_len(size)?;
+            }
+            Ok((staging, Arc::new(file)))
+        })
+        .await?;
+        let tracker = Tracker::new(Some(meta.size), progress);
+        let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
         let fetches = ranges.iter().map(|&(start, end)| {
             let sink = Sink::File(file.clone());
             let (tracker, meta) = (tracker.clone(), &meta);
@@ -91,18 +96,29 @@ impl Engine {
             .try_collect()
             .await?;
         let checksum = combine(results.iter().map(|(c, _)| *c), &ranges);
+        drop(results);
         let verified = verify(&meta, checksum)?;
-        // Flushed before the rename: the file was sized up front and its ranges
-        // land out of order, so after a power loss it could otherwise sit in
-        // place at full size, zeros inside, with the object's mtime, and a sync
-        // would take it as current. (A file fetched with one GET is written in
-        // order, as cp writes, and not flushed.)
-        let dest = path.to_path_buf();
+        // A file in ranges is flushed before the rename: sized up front and
+        // written out of order, after a power loss it could otherwise sit in
+        // place at full size, zeros inside, with the object's mtime, and a
+        // sync would take it as current. One range is written in order, as cp
+        // writes, and not flushed.
+        let (dest, wanted) = (path.to_path_buf(), Wanted::new());
+        let still_wanted = wanted.flag();
         blocking(move || {
-            file.sync_all()?;
+            if multi {
+                file.sync_all()?;
+            }
+            drop(file);
+            // Dropped during the flush (interrupted): not placed, and the
+            // staging file goes with this closure.
+            if !still_wanted.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
             staging.persist(&dest)
         })
         .await?;
+        drop(wanted);
         Ok(DownloadOutcome {
             key: key.to_string(),
             size: meta.size,
@@ -544,6 +560,26 @@ fn write_all_at(file: &std::fs::File, chunks: &[Bytes], mut pos: u64) -> io::Res
         }
     }
     Ok(())
+}
+
+/// Cleared when the future holding it is dropped: blocking work it started
+/// runs on, and asks this before a step that cannot be taken back.
+struct Wanted(Arc<std::sync::atomic::AtomicBool>);
+
+impl Wanted {
+    fn new() -> Wanted {
+        Wanted(Arc::new(std::sync::atomic::AtomicBool::new(true)))
+    }
+
+    fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.0.clone()
+    }
+}
+
+impl Drop for Wanted {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A temporary file beside the destination, removed unless persisted.

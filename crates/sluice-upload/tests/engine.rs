@@ -567,7 +567,16 @@ async fn downloads_verify_and_place_files_atomically() {
     let memory = MemoryStore::new();
     let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for size in [0u64, 1, 5 * MB, 23 * MB + 3] {
+    // (size, ranges): ranges of the 5 MiB part size, then larger ranges once
+    // the object splits into more than eight of them.
+    let cases = [
+        (0u64, 1),
+        (1, 1),
+        (5 * MB, 1),
+        (23 * MB + 3, 5),
+        (61 * MB + 7, 8),
+    ];
+    for (size, ranges) in cases {
         let data = test_data(size as usize, size);
         engine
             .upload(
@@ -580,7 +589,7 @@ async fn downloads_verify_and_place_files_atomically() {
         let outcome = engine.download_to_path("d", &path, None).await.unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), data, "size {size}");
         assert!(outcome.verified, "size {size}");
-        assert_eq!(outcome.ranges as u64, size.div_ceil(5 * MB).max(1));
+        assert_eq!(outcome.ranges, ranges, "size {size}");
         let mut out = Vec::new();
         let outcome = engine
             .download_to_writer("d", &mut out, None)
