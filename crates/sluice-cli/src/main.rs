@@ -149,7 +149,7 @@ async fn interruptible_saying<T>(
         _ = tokio::signal::ctrl_c() => {
             drop(transfer);
             eprintln!("sluice: interrupted, cleaning up");
-            let _ = tokio::time::timeout(Duration::from_secs(30), engine.finish_aborts()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(30), engine.finish_background()).await;
             Err(anyhow!(message))
         }
     }
@@ -433,7 +433,7 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     let outcome = interruptible(&engine, engine.copy(request))
         .await?
         .with_context(|| format!("copy of s3://{source_bucket}/{source_key} failed"))?;
-    engine.finish_aborts().await;
+    engine.finish_background().await;
     let detail = match outcome.parts {
         0 => "server-side copy".to_string(),
         n => format!("server-side copy in {n} parts"),

@@ -300,7 +300,7 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     }
     connections.shutdown().await;
     state.streams.close_all().await;
-    state.engine.finish_aborts().await;
+    state.engine.finish_background().await;
 }
 
 /// A connection's place under `limits.max_connections`, counted in the metrics.

@@ -613,7 +613,7 @@ async fn racing_puts_with_if_none_match_have_one_winner() {
         memory.object("race/one").unwrap(),
         vec![winner; 30 * 1024 * 1024]
     );
-    state.engine.finish_aborts().await;
+    state.engine.finish_background().await;
     assert_eq!(memory.open_uploads(), 0);
 }
 

@@ -1200,7 +1200,7 @@ async fn a_dropped_concatenation_aborts_its_multipart_upload() {
     assert_eq!(store.open_uploads(), 1);
     joining.abort();
     let _ = joining.await;
-    state.engine.finish_aborts().await;
+    state.engine.finish_background().await;
     for _ in 0..100 {
         if store.open_uploads() == 0 {
             break;

@@ -246,7 +246,7 @@ impl EngineInner {
                 inner.abort_lost_creations(&key, "", since).await;
             }
         };
-        self.aborts.spawn_on(cleanup, &handle);
+        self.background.spawn_on(cleanup, &handle);
     }
 
     async fn abort_lost_creations(&self, key: &str, ours: &str, since: SystemTime) {

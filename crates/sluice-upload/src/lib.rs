@@ -20,6 +20,7 @@ mod buffers;
 mod config;
 mod copy;
 mod download;
+mod ending;
 mod error;
 mod file_stamp;
 mod filling;
@@ -76,8 +77,11 @@ pub(crate) struct EngineInner {
     tuner: Arc<tuning::Tuner>,
     /// The cap on store requests in flight in all (`EngineConfig::store_concurrency`).
     store_slots: Option<tokio::sync::Semaphore>,
-    /// Aborts started by dropped uploads.
-    aborts: TaskTracker,
+    /// Work that outlives the caller that started it: aborts of dropped
+    /// uploads, clean-ups after lost answers, completions (see `ending`).
+    background: TaskTracker,
+    /// One request ending a multipart upload at a time, per upload.
+    endings: ending::EndingLocks,
     /// Refuses store requests while the store is down (`EngineConfig::breaker`).
     breaker: Option<Arc<Breaker>>,
     /// Cancelled when the process stops: aborts waiting for the store give up.
@@ -117,7 +121,8 @@ impl Engine {
                 stats: RetryStats::default(),
                 retry_budget,
                 limits,
-                aborts: TaskTracker::new(),
+                background: TaskTracker::new(),
+                endings: ending::EndingLocks::new(),
                 breaker,
                 stopping: tokio_util::sync::CancellationToken::new(),
             }),
@@ -162,11 +167,12 @@ impl Engine {
         self.inner.tuner.limit()
     }
 
-    /// Waits for the aborts of dropped uploads to finish (call before exiting).
-    pub async fn finish_aborts(&self) {
+    /// Waits for the work that outlived its callers to finish (aborts of dropped
+    /// uploads, completions whose callers went away); call before exiting.
+    pub async fn finish_background(&self) {
         self.inner.stopping.cancel();
-        self.inner.aborts.close();
-        self.inner.aborts.wait().await;
-        self.inner.aborts.reopen();
+        self.inner.background.close();
+        self.inner.background.wait().await;
+        self.inner.background.reopen();
     }
 }

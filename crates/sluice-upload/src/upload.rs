@@ -67,7 +67,7 @@ pub struct UploadOutcome {
 
 impl Engine {
     /// Uploads `source` to `request.key`. Dropping the returned future aborts a
-    /// multipart upload in progress (in the background; see [`Engine::finish_aborts`]).
+    /// multipart upload in progress (in the background; see [`Engine::finish_background`]).
     pub async fn upload(
         &self,
         request: UploadRequest,
@@ -586,7 +586,8 @@ impl EngineInner {
 /// Completes a multipart upload from its parts (sorted here) with the full-object
 /// checksum combined from theirs. A completion whose earlier answer was lost (in
 /// this call or an earlier request) finds the upload gone and the object in place
-/// with the right size and checksum: that is success.
+/// with the right size and checksum: that is success. The completion runs to its
+/// end even when the caller goes away (see `ending`).
 pub(crate) async fn complete_parts(
     inner: &Arc<EngineInner>,
     key: &str,
@@ -605,8 +606,43 @@ pub(crate) async fn complete_parts(
         condition,
     };
     let count = request.parts.len() as u32;
+    // Never cancelled midway (see `ending`): run in a task of its own, after
+    // any other ending request of this upload here.
+    let turn = inner.endings.lock(upload_id).await;
+    let completion = {
+        let inner = inner.clone();
+        async move {
+            let _turn = turn;
+            complete_with_retries(&inner, request, size).await
+        }
+        .in_current_span()
+    };
+    let completed = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => match inner.background.spawn_on(completion, &handle).await {
+            Ok(completed) => completed,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(TransferError::Cancelled),
+        },
+        Err(_) => completion.await,
+    }?;
+    tracing::debug!(parts = count, size, "multipart upload completed");
+    Ok(UploadOutcome {
+        key: key.to_owned(),
+        size,
+        etag: completed.etag,
+        checksum: completed.checksum.or(checksum),
+        parts: count,
+    })
+}
+
+/// CompleteMultipartUpload of `request`, retried; see [`complete_parts`].
+async fn complete_with_retries(
+    inner: &EngineInner,
+    request: CompleteMultipartRequest,
+    size: u64,
+) -> Result<PutOutput, TransferError> {
     let mut attempts = 0;
-    let completed = inner
+    inner
         .with_retries(
             Kind::Transfer,
             "CompleteMultipartUpload",
@@ -661,15 +697,7 @@ pub(crate) async fn complete_parts(
                 }
             },
         )
-        .await?;
-    tracing::debug!(parts = count, size, "multipart upload completed");
-    Ok(UploadOutcome {
-        key: key.to_owned(),
-        size,
-        etag: completed.etag,
-        checksum: completed.checksum.or(checksum),
-        parts: count,
-    })
+        .await
 }
 
 /// When a completion's answer may have been lost: the object at the key, if it
@@ -753,7 +781,7 @@ impl AbortGuard {
         let abort = abort_upload(inner.clone(), key, upload_id);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                inner.aborts.spawn_on(abort, &handle);
+                inner.background.spawn_on(abort, &handle);
             }
             Err(_) => abort.await,
         }
@@ -767,7 +795,7 @@ impl Drop for AbortGuard {
         }
         let abort = abort_upload(self.inner.clone(), self.key.clone(), self.upload_id.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            self.inner.aborts.spawn_on(abort, &handle);
+            self.inner.background.spawn_on(abort, &handle);
         } else {
             tracing::error!(key = %self.key, upload_id = %self.upload_id, "upload dropped outside a runtime; multipart upload left for the janitor");
         }
@@ -822,6 +850,8 @@ impl EngineInner {
         key: &str,
         upload_id: &str,
     ) -> Result<(), TransferError> {
+        // After a completion of this upload still running here (see `ending`).
+        let _turn = self.endings.lock(upload_id).await;
         match self
             .with_retries(Kind::Cleanup, "AbortMultipartUpload", key, || {
                 self.store.abort_multipart_upload(key, upload_id)

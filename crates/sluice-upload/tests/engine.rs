@@ -477,7 +477,7 @@ async fn dropping_an_upload_aborts_it() {
     assert!(tokio::time::timeout(Duration::from_secs(5), upload)
         .await
         .is_err());
-    engine.finish_aborts().await;
+    engine.finish_background().await;
     assert_eq!((memory.open_uploads(), memory.stored_parts()), (0, 0));
     assert_eq!(memory.calls("abort"), 1);
     assert!(memory.object("k").is_none());

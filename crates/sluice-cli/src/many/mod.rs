@@ -384,7 +384,7 @@ pub async fn finish(
     output.finish();
     report.failures.splice(0..0, refused);
     output.summary(verb, &report, unchanged);
-    engine.finish_aborts().await;
+    engine.finish_background().await;
     failures(&report)
 }
 
