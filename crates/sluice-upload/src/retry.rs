@@ -267,6 +267,13 @@ impl<'a> Attempts<'a> {
     }
 }
 
+/// What becomes of a request in flight when the breaker opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    StopWhenDown,
+    RunToAnswer,
+}
+
 impl EngineInner {
     /// The attempts of `operation` on `key`.
     pub(crate) fn attempts<'a>(
@@ -285,12 +292,48 @@ impl EngineInner {
     }
 
     /// Runs `request` (a store request about `key`) until it succeeds, fails
-    /// permanently, or the attempts or the budget run out.
+    /// permanently, or the attempts or the budget run out. A request in flight
+    /// when the store comes to count as down stops there: it would only wait out
+    /// its stall timeout.
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         kind: Kind,
         operation: &'static str,
         key: &str,
+        request: F,
+    ) -> Result<T, TransferError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.retried(kind, operation, key, InFlight::StopWhenDown, request)
+            .await
+    }
+
+    /// [`Self::with_retries`] for a request that must not stop midway (a
+    /// completion, see `ending`): one in flight when the store comes to count
+    /// as down runs to its answer.
+    pub(crate) async fn with_retries_to_the_answer<T, F, Fut>(
+        &self,
+        kind: Kind,
+        operation: &'static str,
+        key: &str,
+        request: F,
+    ) -> Result<T, TransferError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.retried(kind, operation, key, InFlight::RunToAnswer, request)
+            .await
+    }
+
+    async fn retried<T, F, Fut>(
+        &self,
+        kind: Kind,
+        operation: &'static str,
+        key: &str,
+        in_flight: InFlight,
         mut request: F,
     ) -> Result<T, TransferError>
     where
@@ -300,9 +343,11 @@ impl EngineInner {
         let mut attempts = self.attempts(kind, operation, key);
         loop {
             let turn = attempts.begin().await?;
-            // A request in flight when the store comes to count as down stops
-            // there: it would only wait out its stall timeout.
-            let result = match &self.breaker {
+            let breaker = self
+                .breaker
+                .as_ref()
+                .filter(|_| in_flight == InFlight::StopWhenDown);
+            let result = match breaker {
                 Some(breaker) => tokio::select! {
                     biased;
                     result = request() => result,

@@ -643,7 +643,7 @@ async fn complete_with_retries(
 ) -> Result<PutOutput, TransferError> {
     let mut attempts = 0;
     inner
-        .with_retries(
+        .with_retries_to_the_answer(
             Kind::Transfer,
             "CompleteMultipartUpload",
             &request.key,

@@ -777,3 +777,83 @@ async fn a_file_changed_while_it_is_uploaded_is_not_stored() {
         }
     }
 }
+
+/// A completion in flight when the store comes to count as down (the breaker
+/// opens on another request's failure) runs to its answer instead of being cut
+/// off with the requests that would only wait out a stall: stopped midway, a
+/// store such as MinIO can keep an upload that never completes (see the MinIO
+/// test `a_completion_whose_caller_goes_away_still_completes`).
+#[tokio::test]
+async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone()))
+        .inject(
+            Op::Complete,
+            None,
+            Some(1),
+            Fault::Delay(Duration::from_millis(300)),
+        )
+        .inject(Op::Put, None, None, Fault::ServerError);
+    let engine = Engine::new(
+        Arc::new(faulty),
+        EngineConfig {
+            breaker: Some(BreakerConfig {
+                failures: 1,
+                probe_interval: Duration::from_millis(20),
+                probe_timeout: Duration::from_millis(50),
+            }),
+            ..config()
+        },
+    )
+    .unwrap();
+    let data = Bytes::from(test_data(7 * MB as usize, 3));
+    let upload_id = engine
+        .create_multipart(&UploadRequest::new("completing"))
+        .await
+        .unwrap();
+    let appended = engine
+        .append_parts(
+            AppendRequest {
+                key: "completing".into(),
+                upload_id: upload_id.clone(),
+                first_part: 1,
+                carried: Vec::new(),
+                part_size: 5 * MB,
+                last: true,
+                remaining: None,
+                carried_memory: None,
+            },
+            UploadSource::Stream {
+                stream: futures::stream::iter([Ok(data.clone())]).boxed(),
+                length: Some(data.len() as u64),
+            },
+        )
+        .await;
+    assert!(appended.error.is_none(), "{:?}", appended.error);
+    let completing = tokio::spawn({
+        let engine = engine.clone();
+        let size = data.len() as u64;
+        async move {
+            engine
+                .complete_multipart("completing", &upload_id, appended.parts, size)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let small = Bytes::from_static(b"opens the breaker");
+    let failed = engine
+        .upload(
+            UploadRequest::new("other"),
+            UploadSource::Stream {
+                stream: futures::stream::iter([Ok(small.clone())]).boxed(),
+                length: Some(small.len() as u64),
+            },
+        )
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(engine.breaker().unwrap().opened_total(), 1);
+    let completed = completing.await.unwrap();
+    assert!(completed.is_ok(), "{completed:?}");
+    assert_eq!(memory.object("completing").as_deref(), Some(&data[..]));
+    assert_eq!(memory.open_uploads(), 0);
+}
