@@ -229,9 +229,10 @@ async fn head_upload(
 /// 1,000 uploads (raw PUTs and tus uploads, 10 KiB to 64 MiB, 8 at a time)
 /// through the proxy's throttling, resets and 500s: each is stored whole and
 /// nothing is left open. The clients behave as real ones: a tus client resumes
-/// from HEAD after a failed PATCH, and a 503 (three store failures in a row,
-/// which 3% of requests failing makes now and then, open the breaker for a
-/// second) is tried again after its Retry-After.
+/// from HEAD after a failed PATCH, and a 503 is tried again after its
+/// Retry-After: with 3% of requests failing, three in a row now and then open
+/// the breaker for a second, or a burst of throttling spends the retry budget
+/// (a CI run saw six uploads answered 503 at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_mixed_uploads_survive_throttling_resets_and_errors() {
     let _turn = ONE_AT_A_TIME.lock().await;
