@@ -94,8 +94,8 @@ async fn put(client: &reqwest::Client, gateway: &str, key: &str, body: Bytes) ->
 }
 
 /// PUT as a well-behaved client does: a 503 (the gateway counting the store
-/// as down, or its retries spent) is tried again a second later (the gateway's
-/// Retry-After), at most 5 times. Returns the last answer as [`put`] does.
+/// as down, or its retries spent; it comes with Retry-After) is tried again a
+/// second later, at most 5 times. Returns the last answer as [`put`] does.
 async fn put_honouring_retry_after(
     client: &reqwest::Client,
     gateway: &str,
@@ -229,8 +229,8 @@ async fn head_upload(
 /// 1,000 uploads (raw PUTs and tus uploads, 10 KiB to 64 MiB, 8 at a time)
 /// through the proxy's throttling, resets and 500s: each is stored whole and
 /// nothing is left open. The clients behave as real ones: a tus client resumes
-/// from HEAD after a failed PATCH, and a 503 is tried again after its
-/// Retry-After: with 3% of requests failing, three in a row now and then open
+/// from HEAD after a failed PATCH, and a 503 (with Retry-After) is tried again a
+/// second later: with 3% of requests failing, three in a row now and then open
 /// the breaker for a second, or a burst of throttling spends the retry budget
 /// (a CI run saw six uploads answered 503 at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,10 +11,7 @@ use std::io;
 use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
-use sluice_store::{
-    limits, CompleteMultipartRequest, CopyPartRequest, CreateMultipartRequest, StoreError,
-    UploadedPart,
-};
+use sluice_store::{limits, CopyPartRequest, CreateMultipartRequest, StoreError, UploadedPart};
 use sluice_tus::{Concat, TusError, Upload};
 use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
@@ -138,31 +135,29 @@ impl Resumable {
                     ..part
                 });
             }
-            self.store
-                .complete_multipart_upload(CompleteMultipartRequest {
-                    key: new.key.clone(),
-                    upload_id: upload_id.clone(),
-                    parts,
-                    checksum: None,
-                    condition: None,
-                })
-                .await
+            Ok::<_, StoreError>(parts)
         }
         .await;
-        match copied {
-            Ok(output) => {
-                guard.disarm();
-                Ok(Some(UploadOutcome {
-                    key: new.key.clone(),
-                    size: total,
-                    etag: output.etag,
-                    checksum: output.checksum,
-                    parts: partials.len() as u32,
-                }))
-            }
+        let parts = match copied {
+            Ok(parts) => parts,
             Err(StoreError::Unsupported(_)) => {
                 guard.abort().await;
-                Ok(None)
+                return Ok(None);
+            }
+            Err(error) => {
+                guard.abort().await;
+                return Err(error.into());
+            }
+        };
+        // Through the engine: the completion runs to its end if this request stops.
+        match self
+            .engine
+            .complete_multipart(&new.key, &upload_id, parts, total)
+            .await
+        {
+            Ok(outcome) => {
+                guard.disarm();
+                Ok(Some(outcome))
             }
             Err(error) => {
                 guard.abort().await;

@@ -306,7 +306,7 @@ impl EngineInner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.retried(kind, operation, key, InFlight::StopWhenDown, request)
+        self.run_attempts(kind, operation, key, InFlight::StopWhenDown, request)
             .await
     }
 
@@ -324,11 +324,11 @@ impl EngineInner {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.retried(kind, operation, key, InFlight::RunToAnswer, request)
+        self.run_attempts(kind, operation, key, InFlight::RunToAnswer, request)
             .await
     }
 
-    async fn retried<T, F, Fut>(
+    async fn run_attempts<T, F, Fut>(
         &self,
         kind: Kind,
         operation: &'static str,

@@ -1,7 +1,9 @@
 //! Uploads: one PUT at or under the threshold, otherwise a multipart upload whose
 //! parts are read in order, under the memory budget, and sent concurrently. The
 //! completion lists parts sorted by part number, and every multipart upload that
-//! was started is aborted on any failure, or when the upload future is dropped.
+//! was started is aborted on any failure, or when the upload future is dropped
+//! before its completion was sent (a completion already sent runs to its end,
+//! see `ending`: the object is then made, as S3 does for a client that left).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -67,7 +69,8 @@ pub struct UploadOutcome {
 
 impl Engine {
     /// Uploads `source` to `request.key`. Dropping the returned future aborts a
-    /// multipart upload in progress (in the background; see [`Engine::finish_background`]).
+    /// multipart upload in progress (in the background; see
+    /// [`Engine::finish_background`]), unless its completion was already sent.
     pub async fn upload(
         &self,
         request: UploadRequest,

@@ -746,7 +746,7 @@ async fn a_file_changed_while_it_is_uploaded_is_not_stored() {
             Op::UploadPart,
             Some(4),
             None,
-            Fault::Delay(Duration::from_millis(300)),
+            Fault::Delay(Duration::from_secs(2)),
         );
         let engine = Engine::new(Arc::new(faulty), config()).unwrap();
         let data = test_data(16 * MB as usize, 3);
@@ -791,7 +791,7 @@ async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
             Op::Complete,
             None,
             Some(1),
-            Fault::Delay(Duration::from_millis(300)),
+            Fault::Delay(Duration::from_secs(2)),
         )
         .inject(Op::Put, None, None, Fault::ServerError);
     let engine = Engine::new(

@@ -23,9 +23,9 @@ use serde_json::{json, Value};
 use sluice_store::limits::{MAX_PARTS, MAX_PUT_SIZE, MIN_PART_SIZE};
 use sluice_store::presign::MAX_PRESIGN_EXPIRY;
 use sluice_store::{
-    CompleteMultipartRequest, CreateMultipartRequest, DirectSigner, Metadata, PostPolicy,
-    StoreError, UploadedPart,
+    CreateMultipartRequest, DirectSigner, Metadata, PostPolicy, StoreError, UploadedPart,
 };
+use sluice_upload::TransferError;
 
 use crate::auth::{Grant, Op};
 use crate::completion::{Completion, UploadKind};
@@ -502,17 +502,15 @@ async fn complete_multipart(
         }
         return Err(ApiError::TooLarge { limit }.into());
     }
+    // Through the engine: the completion runs to its end if the browser goes away.
     state
-        .store
-        .complete_multipart_upload(CompleteMultipartRequest {
-            key: key.clone(),
-            upload_id: upload_id.clone(),
-            parts,
-            checksum: None,
-            condition: None,
-        })
+        .engine
+        .complete_multipart(&key, &upload_id, parts, size)
         .await
-        .map_err(upload_gone)?;
+        .map_err(|error| match error {
+            TransferError::Store { source, .. } => upload_gone(source),
+            other => ApiError::from(other),
+        })?;
     let object = state
         .store
         .head_object(&key)

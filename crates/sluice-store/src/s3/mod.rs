@@ -59,7 +59,8 @@ pub struct S3Config {
     pub read_timeout: Duration,
     /// A request that makes no progress (no body bytes taken, no answer) for this
     /// long is cancelled and counts as a transient failure; `None` turns the check
-    /// off. Parts streamed from files are not watched (the read timeout applies).
+    /// off. Parts streamed from files and multipart completions are not watched
+    /// (the read timeout applies).
     pub stall_timeout: Option<Duration>,
 }
 
@@ -802,11 +803,13 @@ impl ObjectStore for S3Store {
             Some(WriteCondition::IfNoneMatch) => call.if_none_match("*"),
             Some(WriteCondition::IfMatch(etag)) => call.if_match(etag),
         };
-        let output = call.send().watched(self.stall).await.map_err(|e| {
-            e.into_store_error(|e| {
-                errors::map(e, self.upload_context(&request.key, &request.upload_id))
-            })
-        })?;
+        // Not watched for stalls (the client's read timeout still applies): a
+        // completion may take long, and MinIO, its connection closed midway, can
+        // keep an upload that never completes (see sluice-upload's `ending`).
+        let output = call
+            .send()
+            .await
+            .map_err(|e| errors::map(e, self.upload_context(&request.key, &request.upload_id)))?;
         let reported = reported_checksum(output.checksum_crc32_c(), output.checksum_crc64_nvme());
         Ok(PutOutput {
             etag: output.e_tag.clone().unwrap_or_default(),
