@@ -269,7 +269,7 @@ impl<'a> Attempts<'a> {
 
 /// What becomes of a request in flight when the breaker opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InFlight {
+pub(crate) enum InFlight {
     StopWhenDown,
     RunToAnswer,
 }
@@ -310,25 +310,10 @@ impl EngineInner {
             .await
     }
 
-    /// [`Self::with_retries`] for a request that must not stop midway (a
-    /// completion, see `ending`): one in flight when the store comes to count
-    /// as down runs to its answer.
-    pub(crate) async fn with_retries_to_the_answer<T, F, Fut>(
-        &self,
-        kind: Kind,
-        operation: &'static str,
-        key: &str,
-        request: F,
-    ) -> Result<T, TransferError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        self.run_attempts(kind, operation, key, InFlight::RunToAnswer, request)
-            .await
-    }
-
-    async fn run_attempts<T, F, Fut>(
+    /// Runs `request` as [`Self::with_retries`] does, with `in_flight` saying
+    /// what becomes of a request in flight when the breaker opens: a completion
+    /// (see `ending`) runs to its answer.
+    pub(crate) async fn run_attempts<T, F, Fut>(
         &self,
         kind: Kind,
         operation: &'static str,

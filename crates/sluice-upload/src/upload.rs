@@ -21,7 +21,7 @@ use crate::file_stamp::FileStamp;
 use crate::filling::{Piece, PieceEnd, PieceRules};
 use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
-use crate::retry::Kind;
+use crate::retry::{InFlight, Kind};
 use crate::source::{PartReader, UploadSource};
 use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
@@ -646,10 +646,11 @@ async fn complete_with_retries(
 ) -> Result<PutOutput, TransferError> {
     let mut attempts = 0;
     inner
-        .with_retries_to_the_answer(
+        .run_attempts(
             Kind::Transfer,
             "CompleteMultipartUpload",
             &request.key,
+            InFlight::RunToAnswer,
             || {
                 attempts += 1;
                 let retried = attempts > 1;
