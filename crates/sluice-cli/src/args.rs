@@ -604,6 +604,13 @@ pub struct TransferArgs {
     /// No progress bar (the final summary line is still printed).
     #[arg(long, short, env = "SLUICE_QUIET")]
     pub quiet: bool,
+    /// Downloads into files: flush each file to disk before it takes its name.
+    /// Without it (as cp, rsync and the S3 tools) a download ends once the
+    /// page cache holds it, and a power loss soon after can leave a file at
+    /// full size with zeros inside, which a sync by size and time takes as
+    /// current. Uploads ignore it.
+    #[arg(long, env = "SLUICE_FSYNC")]
+    pub fsync: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

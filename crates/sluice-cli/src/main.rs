@@ -125,6 +125,7 @@ fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
             ChecksumChoice::Crc64nvme => Some(sluice_store::ChecksumAlgorithm::Crc64nvme),
             ChecksumChoice::None => None,
         },
+        flush_downloads: transfer.fsync,
         ..EngineConfig::default()
     };
     config.validate()?;

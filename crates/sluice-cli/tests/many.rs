@@ -180,6 +180,17 @@ fn a_directory_goes_up_and_comes_back_with_its_times() {
     let mut source = tree(&src);
     source.remove("skip/me.tmp");
     assert!(tree(&back) == source, "downloaded tree differs");
+    // Each file flushed before its rename: the same tree.
+    let flushed = dir.path().join("flushed");
+    let stdout = ok(
+        &endpoint,
+        &["get", &url, flushed.to_str().unwrap(), "--quiet", "--fsync"],
+    );
+    assert!(stdout.starts_with("downloaded 7 files"), "{stdout}");
+    assert!(
+        tree(&flushed) == source,
+        "tree downloaded with --fsync differs"
+    );
     for file in ["top.txt", "a/b/big.bin", "empty.bin"] {
         let (a, b) = (modified(&src.join(file)), modified(&back.join(file)));
         let apart = a

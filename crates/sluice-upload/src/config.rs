@@ -54,6 +54,11 @@ pub struct EngineConfig {
     /// once until a probe gets an answer ([`crate::Breaker`]). `None` (the
     /// command line's default): every request retries through an outage.
     pub breaker: Option<BreakerConfig>,
+    /// Flush each downloaded file to disk (fsync) before it is renamed into
+    /// place. Off by default, as in cp, rsync and the S3 tools: the download
+    /// then runs at the speed of the page cache, not of the disk, and a power
+    /// loss soon after it can leave a file at full size with zeros inside.
+    pub flush_downloads: bool,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +77,7 @@ impl Default for EngineConfig {
             adaptive: AdaptiveConfig::default(),
             store_concurrency: None,
             breaker: None,
+            flush_downloads: false,
         }
     }
 }

@@ -565,18 +565,25 @@ async fn invalid_input_fails_before_any_request() {
 #[tokio::test(start_paused = true)]
 async fn downloads_verify_and_place_files_atomically() {
     let memory = MemoryStore::new();
-    let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // (size, ranges): ranges of the 5 MiB part size, then larger ranges once
-    // the object splits into more than eight of them.
+    // (size, ranges, flushed): ranges of the 5 MiB part size, then larger
+    // ranges once the object splits into more than eight of them; each file
+    // flushed to disk before its rename, or not (the default).
     let cases = [
-        (0u64, 1),
-        (1, 1),
-        (5 * MB, 1),
-        (23 * MB + 3, 5),
-        (61 * MB + 7, 8),
+        (0u64, 1, false),
+        (1, 1, true),
+        (5 * MB, 1, false),
+        (5 * MB, 1, true),
+        (23 * MB + 3, 5, false),
+        (23 * MB + 3, 5, true),
+        (61 * MB + 7, 8, false),
     ];
-    for (size, ranges) in cases {
+    for (size, ranges, flushed) in cases {
+        let config = EngineConfig {
+            flush_downloads: flushed,
+            ..config()
+        };
+        let engine = Engine::new(Arc::new(memory.clone()), config).unwrap();
         let data = test_data(size as usize, size);
         engine
             .upload(
@@ -587,7 +594,7 @@ async fn downloads_verify_and_place_files_atomically() {
             .unwrap();
         let path = dir.path().join("out.bin");
         let outcome = engine.download_to_path("d", &path, None).await.unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), data, "size {size}");
+        assert_eq!(std::fs::read(&path).unwrap(), data, "size {size} {flushed}");
         assert!(outcome.verified, "size {size}");
         assert_eq!(outcome.ranges, ranges, "size {size}");
         let mut out = Vec::new();
@@ -601,6 +608,7 @@ async fn downloads_verify_and_place_files_atomically() {
             Some(ChecksumAlgorithm::Crc32c.checksum(&data))
         );
     }
+    let engine = Engine::new(Arc::new(memory.clone()), config()).unwrap();
     let missing = engine
         .download_to_path("nope", &dir.path().join("x"), None)
         .await
