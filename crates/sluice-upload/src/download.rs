@@ -20,7 +20,8 @@ use crate::retry::Kind;
 use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
-/// Bytes gathered before one positioned write to the destination file.
+/// Bytes gathered before one positioned write to the destination file. A
+/// range holds at most two: one being written, the next being received.
 const WRITE_BATCH: usize = MIB as usize;
 
 /// A finished download.
@@ -84,7 +85,7 @@ impl Engine {
             let (tracker, meta) = (tracker.clone(), &meta);
             async move {
                 let slot = inner.tuner.slot().await;
-                let _reservation = inner.budget.reserve(WRITE_BATCH as u64).await;
+                let _reservation = inner.budget.reserve(2 * WRITE_BATCH as u64).await;
                 fetch_range(
                     inner, meta, start, end, multi, algorithm, sink, &tracker, None, slot,
                 )
@@ -396,17 +397,17 @@ async fn fetch_range(
     end: u64,
     ranged: bool,
     algorithm: Option<ChecksumAlgorithm>,
-    mut sink: Sink,
+    sink: Sink,
     tracker: &Tracker,
     answered: Option<&std::sync::Mutex<Option<ObjectMeta>>>,
     slot: TransferSlot,
 ) -> Result<(Option<Checksum>, Sink), TransferError> {
-    let mut hasher = algorithm.map(Hasher::new);
-    let mut pos = start;
+    let mut writer = RangeWriter::new(sink, algorithm.map(Hasher::new), start, tracker);
     // One attempt is the request and the body it streams: an interrupted body is
-    // resumed from the byte reached, through the same retries and budget as uploads.
+    // resumed from the byte written, through the same retries and budget as uploads.
     let mut attempts = inner.attempts(Kind::Transfer, "GetObject", &meta.key);
     loop {
+        let pos = writer.written;
         let range = ranged
             .then(|| ByteRange::new(pos, end))
             .or((pos > 0).then(|| ByteRange::new(pos, end)));
@@ -432,36 +433,37 @@ async fn fetch_range(
             let mut batch = Batch::default();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
-                if pos + (batch.len + chunk.len()) as u64 > end {
+                if writer.received() + (batch.len + chunk.len()) as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
                 if batch.len > 0 && batch.len + chunk.len() > WRITE_BATCH {
-                    pos = write_batch(&mut sink, &mut hasher, batch.take(), pos, tracker)
-                        .await
-                        .map_err(Attempt::Other)?;
+                    writer.push(batch.take()).await.map_err(Attempt::Other)?;
                 }
                 batch.push(chunk);
             }
             if batch.len > 0 {
-                pos = write_batch(&mut sink, &mut hasher, batch.take(), pos, tracker)
-                    .await
-                    .map_err(Attempt::Other)?;
+                writer.push(batch.take()).await.map_err(Attempt::Other)?;
             }
-            if pos < end {
+            writer.settle().await.map_err(Attempt::Other)?;
+            if writer.written < end {
                 return Err(Attempt::Store(StoreError::Transport(format!(
-                    "the body ended at byte {pos} of {end}"
+                    "the body ended at byte {} of {end}",
+                    writer.written
                 ))));
             }
             Ok(())
         }
         .await;
+        // A failed attempt resumes after what was written: the write in
+        // flight lands first (a batch still being received is dropped).
+        writer.settle().await?;
         match result {
             Ok(()) => {
                 attempts.succeeded(turn);
                 break;
             }
             Err(Attempt::Store(error)) => {
-                tracing::debug!(key = %meta.key, pos, error = %sluice_store::error_chain(&error), "download interrupted");
+                tracing::debug!(key = %meta.key, pos = writer.written, error = %sluice_store::error_chain(&error), "download interrupted");
                 attempts.failed(turn, error).await?;
             }
             Err(Attempt::Other(error)) => return Err(error),
@@ -469,7 +471,7 @@ async fn fetch_range(
     }
     slot.finish(end - start);
     tracker.advance(0, true);
-    Ok((hasher.map(|h| h.finish()), sink))
+    Ok((writer.hasher.map(|h| h.finish()), writer.sink))
 }
 
 /// How one download attempt failed: at the store (retried), or otherwise.
@@ -497,38 +499,83 @@ impl Batch {
     }
 }
 
-/// Hashes and stores one batch of chunks; returns the new position.
-async fn write_batch(
-    sink: &mut Sink,
-    hasher: &mut Option<Hasher>,
-    batch: Vec<Bytes>,
-    pos: u64,
-    tracker: &Tracker,
-) -> Result<u64, TransferError> {
-    let len = batch.iter().map(|c| c.len() as u64).sum();
-    match sink {
-        Sink::File(file) => {
-            let (file, mut h) = (file.clone(), hasher.take());
-            let (h, result) = tokio::task::spawn_blocking(move || {
-                if let Some(h) = h.as_mut() {
-                    batch.iter().for_each(|chunk| h.update(chunk));
-                }
-                (h, write_all_at(&file, &batch, pos))
-            })
-            .await
-            .map_err(|e| TransferError::Destination(io::Error::other(e)))?;
-            *hasher = h;
-            result.map_err(TransferError::Destination)?;
-        }
-        Sink::Memory(chunks) => {
-            if let Some(h) = hasher.as_mut() {
-                batch.iter().for_each(|chunk| h.update(chunk));
-            }
-            chunks.extend(batch);
+/// A blocking write of one batch into a file, handing the hasher back.
+type FileWrite = tokio::task::JoinHandle<(Option<Hasher>, io::Result<()>)>;
+
+/// Hashes and stores a range's batches in order. Into a file, one batch is
+/// written (on the blocking pool) while the next is received, so a write the
+/// kernel holds back (dirty-page throttling) does not stop the socket being
+/// read; into memory, a batch is taken at once.
+struct RangeWriter<'t> {
+    sink: Sink,
+    /// `None` while a file write holds it.
+    hasher: Option<Hasher>,
+    /// Where the bytes written (and hashed) so far end: a resumed request
+    /// starts here.
+    written: u64,
+    /// The write in flight, and its length.
+    in_flight: Option<(u64, FileWrite)>,
+    tracker: &'t Tracker,
+}
+
+impl<'t> RangeWriter<'t> {
+    fn new(sink: Sink, hasher: Option<Hasher>, start: u64, tracker: &'t Tracker) -> Self {
+        RangeWriter {
+            sink,
+            hasher,
+            written: start,
+            in_flight: None,
+            tracker,
         }
     }
-    tracker.advance(len, false);
-    Ok(pos + len)
+
+    /// Where the bytes taken so far end, the write in flight included.
+    fn received(&self) -> u64 {
+        self.written + self.in_flight.as_ref().map_or(0, |(len, _)| *len)
+    }
+
+    /// Takes `batch`, which follows every byte taken so far: after the write
+    /// in flight has landed, it is hashed and written in turn.
+    async fn push(&mut self, batch: Vec<Bytes>) -> Result<(), TransferError> {
+        self.settle().await?;
+        let len: u64 = batch.iter().map(|c| c.len() as u64).sum();
+        match &mut self.sink {
+            Sink::File(file) => {
+                let (file, mut hasher, pos) = (file.clone(), self.hasher.take(), self.written);
+                let write = tokio::task::spawn_blocking(move || {
+                    if let Some(h) = hasher.as_mut() {
+                        batch.iter().for_each(|chunk| h.update(chunk));
+                    }
+                    (hasher, write_all_at(&file, &batch, pos))
+                });
+                self.in_flight = Some((len, write));
+            }
+            Sink::Memory(chunks) => {
+                if let Some(h) = self.hasher.as_mut() {
+                    batch.iter().for_each(|chunk| h.update(chunk));
+                }
+                chunks.extend(batch);
+                self.written += len;
+                self.tracker.advance(len, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the write in flight, if any.
+    async fn settle(&mut self) -> Result<(), TransferError> {
+        let Some((len, write)) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (hasher, result) = write
+            .await
+            .map_err(|e| TransferError::Destination(io::Error::other(e)))?;
+        self.hasher = hasher;
+        result.map_err(TransferError::Destination)?;
+        self.written += len;
+        self.tracker.advance(len, false);
+        Ok(())
+    }
 }
 
 /// Runs filesystem work (a create, an fsync, a rename) on the blocking pool:

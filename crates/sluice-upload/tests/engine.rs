@@ -626,38 +626,65 @@ async fn downloads_verify_and_place_files_atomically() {
 
 /// Downloads retry through the same loop and budget as uploads: a body that
 /// breaks off is resumed from the byte reached, and each resumption is a retry.
+/// Into a file, a break can come while a batch is being written: the resumed
+/// request starts after it.
 #[tokio::test]
 async fn an_interrupted_download_resumes_through_the_retry_loop() {
-    let memory = MemoryStore::new();
-    let data = test_data(3 * MB as usize, 21);
-    memory
-        .put_object(sluice_store::PutRequest::new(
-            "d",
-            Bytes::from(data.clone()),
-        ))
-        .await
-        .unwrap();
-    let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
-        Op::Get,
-        None,
-        Some(2),
-        Fault::CutBody(100_000),
-    );
-    let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
-    let budget_before = engine.retry_budget_available();
-    let mut out = Vec::new();
-    engine
-        .download_to_writer("d", &mut out, None)
-        .await
-        .unwrap();
-    assert!(out == data, "content differs");
-    assert_eq!(faulty.attempts(Op::Get, None), 3);
-    let retries = engine
-        .stats()
-        .retries
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(retries, 2);
-    assert!(engine.retry_budget_available() < budget_before);
+    // (object size, the byte the first two bodies break at, into a file, GETs)
+    let cases = [
+        (3 * MB, 100_000, false, 3),
+        (12 * MB, 100_000, true, 5),
+        // Past the first write batch (1 MiB): a write in flight at the break.
+        (12 * MB, 2_500_000, true, 5),
+        (12 * MB, 4_200_000, true, 5),
+    ];
+    for (size, cut, to_file, gets) in cases {
+        let memory = MemoryStore::new();
+        let data = test_data(size as usize, 21);
+        memory
+            .put_object(sluice_store::PutRequest::new(
+                "d",
+                Bytes::from(data.clone()),
+            ))
+            .await
+            .unwrap();
+        let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+            Op::Get,
+            None,
+            Some(2),
+            Fault::CutBody(cut),
+        );
+        let engine = Engine::new(Arc::new(faulty.clone()), config()).unwrap();
+        let budget_before = engine.retry_budget_available();
+        let case = format!("size {size}, cut at {cut}, into a file: {to_file}");
+        let out = if to_file {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.bin");
+            let outcome = engine.download_to_path("d", &path, None).await.unwrap();
+            // Hashed in order across the writes and the resumption.
+            assert_eq!(
+                outcome.checksum,
+                Some(ChecksumAlgorithm::Crc32c.checksum(&data)),
+                "{case}"
+            );
+            std::fs::read(&path).unwrap()
+        } else {
+            let mut out = Vec::new();
+            engine
+                .download_to_writer("d", &mut out, None)
+                .await
+                .unwrap();
+            out
+        };
+        assert!(out == data, "{case}: content differs");
+        assert_eq!(faulty.attempts(Op::Get, None), gets, "{case}");
+        let retries = engine
+            .stats()
+            .retries
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(retries, 2, "{case}");
+        assert!(engine.retry_budget_available() < budget_before, "{case}");
+    }
 }
 
 /// Appending takes any source, a file included (no path of a public function
