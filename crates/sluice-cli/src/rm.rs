@@ -2,12 +2,14 @@
 //! filters select, in batches (DeleteObjects on S3, 1,000 keys a request);
 //! `--dry-run` lists them and removes nothing.
 
+use std::sync::Arc;
+
 use sluice_store::{error_chain, ObjectStore, StoreLocation};
 use sluice_upload::{Engine, EngineConfig};
 
 use crate::args::RmArgs;
 use crate::many::filter::Filter;
-use crate::many::run::{Action, Job, Options, Output};
+use crate::many::run::{Action, Job, Options, Output, Roots};
 use crate::many::{self, Side};
 use crate::UsageError;
 
@@ -53,6 +55,10 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
     .await?;
     let engine = Engine::new(prefix.store.clone(), EngineConfig::default())?;
     let store = engine.retrying_store();
+    let roots = Arc::new(Roots {
+        source: String::new(),
+        target: prefix.root(),
+    });
     let jobs: Vec<Job> = match single_key {
         None => {
             let filter = Filter::new(&args.include, &args.exclude)?;
@@ -62,10 +68,9 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
             objects
                 .into_iter()
                 .map(|object| Job {
-                    target: prefix.show(&object.relative),
                     action: Action::RemoveKey { key: object.key },
-                    source: String::new(),
                     size: object.size,
+                    roots: roots.clone(),
                 })
                 .collect()
         }
@@ -76,10 +81,9 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("{shown}: {}", error_chain(&e)))?;
             vec![Job {
-                target: shown,
                 action: Action::RemoveKey { key },
-                source: String::new(),
                 size: meta.size,
+                roots,
             }]
         }
     };

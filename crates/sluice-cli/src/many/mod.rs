@@ -174,7 +174,7 @@ pub async fn put_directory(
     let filter = Filter::new(&many.include, &many.exclude)?;
     let prefix = Side::open_store(dest, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let walk = walk(dir, filter).await?;
-    let (jobs, refused) = upload_jobs(&walk.files, &prefix);
+    let (jobs, refused) = upload_jobs(walk.files, &prefix);
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let options = options(many, transfer, content_type);
     finish(&engine, "uploaded", jobs, refused, &options, None).await
@@ -194,7 +194,7 @@ pub async fn get_prefix(
         .list(&engine.retrying_store(), &filter)
         .await
         .with_context(|| format!("cannot list {}", prefix.display))?;
-    let (jobs, refused) = download_jobs(&objects, &prefix, dir);
+    let (jobs, refused) = download_jobs(objects, &prefix, dir);
     let options = options(many, transfer, None);
     finish(&engine, "downloaded", jobs, refused, &options, None).await
 }
@@ -215,7 +215,7 @@ pub async fn copy_prefix(
         .list(&source_engine.retrying_store(), &filter)
         .await
         .with_context(|| format!("cannot list {}", source.display))?;
-    let jobs = copy_jobs(&objects, &source, &target);
+    let jobs = copy_jobs(objects, &source, &target);
     let options = options(many, transfer, None);
     finish(&engine, "copied", jobs, Vec::new(), &options, None).await
 }
@@ -271,57 +271,61 @@ async fn walk(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
     Ok(walk)
 }
 
-/// Upload jobs. A file whose key would fall under sluice's own state
+/// Upload jobs, made from the walk's files as they go (a job takes its
+/// file's path over). A file whose key would fall under sluice's own state
 /// (`_sluice/` at the bucket's root) is refused, as the gateway refuses it.
 pub fn upload_jobs(
-    files: &[local::LocalFile],
+    files: Vec<local::LocalFile>,
     prefix: &Prefix,
 ) -> (Vec<Job>, Vec<(String, String)>) {
-    let (allowed, reserved): (Vec<_>, Vec<_>) = files
-        .iter()
-        .partition(|file| !sluice_store::is_reserved_key(&prefix.key(&file.relative)));
-    let refused = reserved
-        .into_iter()
-        .map(|file| {
+    let roots = Arc::new(run::Roots {
+        source: String::new(),
+        target: prefix.root(),
+    });
+    let mut jobs = Vec::with_capacity(files.len());
+    let mut refused = Vec::new();
+    for file in files {
+        let key = prefix.key(&file.relative);
+        if sluice_store::is_reserved_key(&key) {
             let reason = "the key is under _sluice/, which holds sluice's own state".to_string();
-            (file.path.display().to_string(), reason)
-        })
-        .collect();
-    let jobs = allowed
-        .into_iter()
-        .map(|file| Job {
+            refused.push((file.path.display().to_string(), reason));
+            continue;
+        }
+        jobs.push(Job {
             action: Action::Upload {
-                path: file.path.clone(),
-                key: prefix.key(&file.relative),
+                path: file.path,
+                key,
                 modified: file.modified,
             },
-            source: file.path.display().to_string(),
-            target: prefix.show(&file.relative),
             size: file.size,
-        })
-        .collect();
+            roots: roots.clone(),
+        });
+    }
     (jobs, refused)
 }
 
-/// Download jobs, and the objects whose keys cannot be files under `dir`
-/// (reported as failures).
+/// Download jobs, made from the listing as they go, and the objects whose
+/// keys cannot be files under `dir` (reported as failures).
 pub fn download_jobs(
-    objects: &[remote::RemoteObject],
+    objects: Vec<remote::RemoteObject>,
     prefix: &Prefix,
     dir: &Path,
 ) -> (Vec<Job>, Vec<(String, String)>) {
+    let roots = Arc::new(run::Roots {
+        source: prefix.root(),
+        target: String::new(),
+    });
     let mut jobs = Vec::with_capacity(objects.len());
     let mut refused = Vec::new();
     for object in objects {
         match local_path(dir, &object.relative) {
             Ok(path) => jobs.push(Job {
-                source: prefix.show(&object.relative),
-                target: path.display().to_string(),
+                size: object.size,
                 action: Action::Download {
-                    listed: object.summary(),
+                    listed: object.into_summary(),
                     path,
                 },
-                size: object.size,
+                roots: roots.clone(),
             }),
             Err(reason) => refused.push((prefix.show(&object.relative), reason)),
         }
@@ -329,20 +333,23 @@ pub fn download_jobs(
     (jobs, refused)
 }
 
-pub fn copy_jobs(objects: &[remote::RemoteObject], source: &Prefix, target: &Prefix) -> Vec<Job> {
+pub fn copy_jobs(objects: Vec<remote::RemoteObject>, source: &Prefix, target: &Prefix) -> Vec<Job> {
     let source_bucket = source.copy_source_for(target);
+    let roots = Arc::new(run::Roots {
+        source: source.root(),
+        target: target.root(),
+    });
     objects
-        .iter()
+        .into_iter()
         .map(|object| Job {
             action: Action::Copy {
                 source_bucket: source_bucket.clone(),
-                source_key: object.key.clone(),
-                source_etag: object.etag.clone(),
                 key: target.key(&object.relative),
+                source_key: object.key,
+                source_etag: object.etag,
             },
-            source: source.show(&object.relative),
-            target: target.show(&object.relative),
             size: object.size,
+            roots: roots.clone(),
         })
         .collect()
 }
@@ -444,7 +451,7 @@ pub async fn delete_keys(engine: &Engine, jobs: Vec<Job>, output: &Output) -> Re
             };
             output.finished(job, error.as_deref(), false);
             match error {
-                Some(error) => report.failures.push((job.target.clone(), error)),
+                Some(error) => report.failures.push((job.subject(), error)),
                 None => report.files += 1,
             }
         }
@@ -477,6 +484,60 @@ mod tests {
                 .map_err(drop);
             assert_eq!(got, expected.map(str::to_string), "{relative}");
         }
+    }
+
+    /// Jobs name their ends from the run's roots as the prefixes name them.
+    #[test]
+    fn jobs_name_their_ends_as_their_prefixes_do() {
+        let prefix = |display: &str, prefix: &str| Prefix {
+            store: Arc::new(sluice_testkit::MemoryStore::new()),
+            bucket: None,
+            prefix: prefix.to_string(),
+            display: display.to_string(),
+        };
+        let (bucket, nested, local) = (
+            prefix("s3://b/", ""),
+            prefix("s3://b/p/q/", "p/q/"),
+            prefix("/srv/store/", ""),
+        );
+        let file = |relative: &str| local::LocalFile {
+            relative: relative.to_string(),
+            path: Path::new("/src").join(relative),
+            size: 1,
+            modified: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let object = |side: &Prefix, relative: &str| remote::RemoteObject {
+            relative: relative.to_string(),
+            key: side.key(relative),
+            size: 1,
+            etag: "e".into(),
+            last_modified: std::time::SystemTime::UNIX_EPOCH,
+        };
+        for side in [&bucket, &nested, &local] {
+            let (up, refused) = upload_jobs(vec![file("a/x y.txt")], side);
+            assert!(refused.is_empty());
+            assert_eq!(up[0].source(), "/src/a/x y.txt");
+            assert_eq!(up[0].target(), side.show("a/x y.txt"));
+            let (down, _) = download_jobs(vec![object(side, "a/b")], side, Path::new("/dst"));
+            assert_eq!(down[0].source(), side.show("a/b"));
+            assert_eq!(down[0].target(), "/dst/a/b");
+            assert_eq!(down[0].subject(), side.show("a/b"));
+            let copies = copy_jobs(vec![object(side, "c")], side, &nested);
+            assert_eq!(copies[0].source(), side.show("c"));
+            assert_eq!(copies[0].target(), nested.show("c"));
+        }
+        let removal = Job {
+            action: Action::RemoveKey {
+                key: "p/q/gone".into(),
+            },
+            size: 0,
+            roots: Arc::new(run::Roots {
+                source: String::new(),
+                target: nested.root(),
+            }),
+        };
+        assert_eq!(removal.source(), "");
+        assert_eq!(removal.subject(), "s3://b/p/q/gone");
     }
 
     #[test]

@@ -38,11 +38,11 @@ pub struct RemoteObject {
 
 impl RemoteObject {
     /// The listing entry it came from.
-    pub fn summary(&self) -> ObjectSummary {
+    pub fn into_summary(self) -> ObjectSummary {
         ObjectSummary {
-            key: self.key.clone(),
+            key: self.key,
             size: self.size,
-            etag: self.etag.clone(),
+            etag: self.etag,
             last_modified: self.last_modified,
         }
     }
@@ -57,6 +57,15 @@ impl Prefix {
     /// How to name `relative` in messages.
     pub fn show(&self, relative: &str) -> String {
         format!("{}{relative}", self.display)
+    }
+
+    /// What its keys are shown after: the display without the prefix
+    /// (`s3://bucket/`), so that root and key make [`Prefix::show`]'s name.
+    pub fn root(&self) -> String {
+        self.display
+            .strip_suffix(&self.prefix)
+            .unwrap_or(&self.display)
+            .to_string()
     }
 
     /// This prefix as the source of server-side copies into `target`: its

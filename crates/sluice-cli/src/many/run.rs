@@ -73,13 +73,55 @@ impl Action {
     }
 }
 
-/// One file's work, with how to name it.
+/// One file's work. A run can hold a million of them: a job keeps only what
+/// its action needs, and its names in lines and failures are made when shown.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub action: Action,
+    pub size: u64,
+    /// Shared by the jobs of a run.
+    pub roots: Arc<Roots>,
+}
+
+/// What a key is shown after, on each side: its store's root (`s3://bucket/`,
+/// or a directory store's path and `/`); empty for a directory side, whose
+/// files are shown by their paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roots {
     pub source: String,
     pub target: String,
-    pub size: u64,
+}
+
+impl Job {
+    /// Where the bytes come from; empty for a removal.
+    pub fn source(&self) -> String {
+        match &self.action {
+            Action::Upload { path, .. } => path.display().to_string(),
+            Action::Download { listed, .. } => format!("{}{}", self.roots.source, listed.key),
+            Action::Copy { source_key, .. } => format!("{}{source_key}", self.roots.source),
+            Action::RemoveFile { .. } | Action::RemoveKey { .. } => String::new(),
+        }
+    }
+
+    /// Where they go, or what is removed.
+    pub fn target(&self) -> String {
+        match &self.action {
+            Action::Upload { key, .. } | Action::Copy { key, .. } | Action::RemoveKey { key } => {
+                format!("{}{key}", self.roots.target)
+            }
+            Action::Download { path, .. } | Action::RemoveFile { path } => {
+                path.display().to_string()
+            }
+        }
+    }
+
+    /// The file a failure is listed under: the source, or what a removal removes.
+    pub fn subject(&self) -> String {
+        match &self.action {
+            Action::RemoveFile { .. } | Action::RemoveKey { .. } => self.target(),
+            _ => self.source(),
+        }
+    }
 }
 
 /// How the jobs are run and shown.
@@ -178,11 +220,12 @@ impl Output {
     pub fn finished(&self, job: &Job, error: Option<&str>, dry_run: bool) {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.show_count();
+        let (source, target) = (job.source(), job.target());
         if self.options.json {
             let mut line = serde_json::json!({
                 "op": job.action.name(),
-                "source": job.source,
-                "target": job.target,
+                "source": source,
+                "target": target,
                 "size": job.size,
                 "ok": error.is_none(),
             });
@@ -195,10 +238,10 @@ impl Output {
             self.line(&line.to_string(), false);
             return;
         }
-        let what = if job.source.is_empty() {
-            job.target.clone()
+        let what = if source.is_empty() {
+            target
         } else {
-            format!("{} -> {}", job.source, job.target)
+            format!("{source} -> {target}")
         };
         match error {
             Some(error) => self.line(&format!("failed: {what}: {error}"), true),
@@ -313,7 +356,7 @@ pub async fn run(engine: &Engine, jobs: Vec<Job>, options: &Options, output: &Ou
             }
             Ended::Failed(error) => {
                 output.finished(&job, Some(&error), false);
-                report.failures.push((job.source.clone(), error));
+                report.failures.push((job.subject(), error));
                 if options.fail_fast {
                     stop.cancel();
                 }

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::StreamExt;
@@ -26,7 +27,7 @@ use sluice_store::{Checksum, ChecksumAlgorithm, Hasher, ObjectMeta, ObjectStore}
 use sluice_upload::{Engine, RetryingStore};
 
 use super::filter::Filter;
-use super::run::{Action, Job, Output};
+use super::run::{Action, Job, Output, Roots};
 use super::{mtime, Side};
 use crate::args::SyncArgs;
 use crate::UsageError;
@@ -124,6 +125,10 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
             .buffer_unordered(copy.many.jobs.max(1))
             .collect()
             .await;
+    let roots = Arc::new(Roots {
+        source: root(&source),
+        target: root(&dest),
+    });
     let mut jobs = Vec::new();
     let mut refused = Vec::new();
     let mut unchanged = 0;
@@ -133,7 +138,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         let (entry, _) = pairs[i];
         match verdict {
             Ok(Verdict::Same) => unchanged += 1,
-            Ok(Verdict::Differs) => match transfer_job(&source, &dest, entry) {
+            Ok(Verdict::Differs) => match transfer_job(&source, &dest, entry, &roots) {
                 Ok(job) => jobs.push(job),
                 Err(reason) => refused.push((show(&source, entry), reason)),
             },
@@ -148,7 +153,11 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     if args.delete && source_complete {
         let mut extra: Vec<&Entry> = by_path.into_values().collect();
         extra.sort_by(|a, b| a.relative.cmp(&b.relative));
-        jobs.extend(extra.into_iter().map(|entry| removal_job(&dest, entry)));
+        jobs.extend(
+            extra
+                .into_iter()
+                .map(|entry| removal_job(&dest, entry, &roots)),
+        );
     }
     let options = super::options(&copy.many, &copy.transfer, None);
     if args.dry_run {
@@ -364,7 +373,20 @@ fn show(side: &Side, entry: &Entry) -> String {
     }
 }
 
-fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String> {
+/// What a side's keys are shown after ([`Roots`]).
+fn root(side: &Side) -> String {
+    match side {
+        Side::Directory(_) => String::new(),
+        Side::Store(prefix) => prefix.root(),
+    }
+}
+
+fn transfer_job(
+    source: &Side,
+    dest: &Side,
+    entry: &Entry,
+    roots: &Arc<Roots>,
+) -> Result<Job, String> {
     let action = match (source, dest) {
         (Side::Directory(_), Side::Store(target))
             if sluice_store::is_reserved_key(&target.key(&entry.relative)) =>
@@ -393,21 +415,14 @@ fn transfer_job(source: &Side, dest: &Side, entry: &Entry) -> Result<Job, String
         },
         (Side::Directory(_), Side::Directory(_)) => unreachable!("refused before listing"),
     };
-    let target = match dest {
-        Side::Directory(dir) => super::local_path(dir, &entry.relative)?
-            .display()
-            .to_string(),
-        Side::Store(prefix) => prefix.show(&entry.relative),
-    };
     Ok(Job {
         action,
-        source: show(source, entry),
-        target,
         size: entry.size,
+        roots: roots.clone(),
     })
 }
 
-fn removal_job(dest: &Side, entry: &Entry) -> Job {
+fn removal_job(dest: &Side, entry: &Entry, roots: &Arc<Roots>) -> Job {
     let action = match dest {
         Side::Directory(_) => Action::RemoveFile {
             path: entry.path.clone().expect("a file entry"),
@@ -418,8 +433,7 @@ fn removal_job(dest: &Side, entry: &Entry) -> Job {
     };
     Job {
         action,
-        source: String::new(),
-        target: show(dest, entry),
         size: entry.size,
+        roots: roots.clone(),
     }
 }
