@@ -21,6 +21,19 @@ pub enum Op {
     Abort,
 }
 
+/// The size of the pieces a cut body comes in.
+const BODY_PIECE: usize = 64 * 1024;
+
+fn pieces(chunk: Result<bytes::Bytes, StoreError>) -> Vec<Result<bytes::Bytes, StoreError>> {
+    match chunk {
+        Ok(chunk) if chunk.len() > BODY_PIECE => (0..chunk.len())
+            .step_by(BODY_PIECE)
+            .map(|at| Ok(chunk.slice(at..(at + BODY_PIECE).min(chunk.len()))))
+            .collect(),
+        other => vec![other],
+    }
+}
+
 /// What happens to a matching request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -154,9 +167,12 @@ impl ObjectStore for FaultyStore {
         let mut output = self.inner.get_object(key, range).await?;
         if let Some(after) = cut {
             use futures::StreamExt;
+            // As a body comes off a socket: in pieces, the reset arriving in
+            // place of the piece after the cut.
             let mut left = after;
             output.body = output
                 .body
+                .flat_map(|chunk| futures::stream::iter(pieces(chunk)))
                 .map(move |chunk| {
                     let chunk = chunk?;
                     if left == 0 {

@@ -51,7 +51,8 @@ enum Sink {
 
 impl Engine {
     /// Downloads `key` into the file at `path`, replacing it only once complete
-    /// (written beside it, flushed, and renamed into place).
+    /// (written beside it, flushed when `flush_downloads` asks, and renamed
+    /// into place).
     pub async fn download_to_path(
         &self,
         key: &str,
@@ -456,13 +457,15 @@ async fn fetch_range(
         .await;
         // A failed attempt resumes after what was written: the write in
         // flight lands first (a batch still being received is dropped).
-        writer.settle().await?;
+        let settled = writer.settle().await;
         match result {
             Ok(()) => {
+                settled?;
                 attempts.succeeded(turn);
                 break;
             }
             Err(Attempt::Store(error)) => {
+                settled?;
                 tracing::debug!(key = %meta.key, pos = writer.written, error = %sluice_store::error_chain(&error), "download interrupted");
                 attempts.failed(turn, error).await?;
             }

@@ -220,12 +220,11 @@ impl Output {
     pub fn finished(&self, job: &Job, error: Option<&str>, dry_run: bool) {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.show_count();
-        let (source, target) = (job.source(), job.target());
         if self.options.json {
             let mut line = serde_json::json!({
                 "op": job.action.name(),
-                "source": source,
-                "target": target,
+                "source": job.source(),
+                "target": job.target(),
                 "size": job.size,
                 "ok": error.is_none(),
             });
@@ -238,6 +237,10 @@ impl Output {
             self.line(&line.to_string(), false);
             return;
         }
+        if error.is_none() && !dry_run && !self.options.verbose {
+            return;
+        }
+        let (source, target) = (job.source(), job.target());
         let what = if source.is_empty() {
             target
         } else {
