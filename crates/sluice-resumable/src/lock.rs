@@ -5,8 +5,10 @@
 //! with If-Match on the holder's own ETag while its request runs; and released by
 //! writing an ended lease, again with If-Match on the holder's ETag, so a release
 //! can never undo the next holder's lock. A holder dropped midway (client gone,
-//! shutdown) releases at once from `Drop`; a crashed gateway's lock lapses when
-//! its lease ends.
+//! shutdown) releases at once from `Drop`. A release that meets a passing fault
+//! (throttling, the store counted as down) is tried again in the background
+//! until it lands or the lease has ended by itself; a crashed gateway's lock
+//! lapses when its lease ends.
 //!
 //! [`LockHints`] remember what this process last knew of each lock object (absent
 //! for an upload it just created, or the ETag of the ended lease it wrote), so a
@@ -225,17 +227,28 @@ impl UploadLock {
         }
     }
 
-    /// Gives the lock up (its lease ends now).
+    /// Gives the lock up (its lease ends now). A release that meets a passing
+    /// fault (throttling, the store counted as down) goes on in the background,
+    /// so the request's answer does not wait for the store to recover.
     pub async fn release(mut self) {
         self.released = true;
-        release(
-            self.store.clone(),
-            self.hints.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.holder),
-            std::mem::take(&mut self.etag),
-        )
-        .await;
+        let mut release = self.take_release();
+        if let Err(error) = release.attempt().await {
+            release.go_on_in_background(error);
+        }
+    }
+
+    /// The release of this lock, taking what it needs from the holder.
+    fn take_release(&mut self) -> Release {
+        Release {
+            store: self.store.clone(),
+            hints: self.hints.clone(),
+            key: std::mem::take(&mut self.key),
+            holder: std::mem::take(&mut self.holder),
+            etag: std::mem::take(&mut self.etag),
+            // The lease ends by itself at most this long after its last renewal.
+            moot_at: tokio::time::Instant::now() + self.lease,
+        }
     }
 }
 
@@ -244,62 +257,104 @@ impl Drop for UploadLock {
         if self.released {
             return;
         }
-        let release = release(
-            self.store.clone(),
-            self.hints.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.holder),
-            std::mem::take(&mut self.etag),
-        );
+        let release = self.take_release();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(release);
+                handle.spawn(release.until_done());
             }
             Err(_) => tracing::warn!("an upload lock dropped outside a runtime lapses by itself"),
         }
     }
 }
 
-/// Ends the lease of the lock at `key` if `holder` still holds it: written with
-/// If-Match on the ETag last seen. When that ETag is stale (a renewal whose answer
-/// never arrived landed anyway), the lock is read again: still ours, it is
-/// released on the ETag read; another holder's, it is left alone. The ended
-/// lease's ETag becomes the hint for the next holder here.
-async fn release(
+/// The pause before a release is tried again after a passing fault, doubling
+/// up to [`RELEASE_PAUSE_MOST`].
+const RELEASE_PAUSE_FIRST: Duration = Duration::from_millis(100);
+const RELEASE_PAUSE_MOST: Duration = Duration::from_secs(1);
+
+/// Ending the lease of the lock at `key` if `holder` still holds it.
+struct Release {
     store: Arc<dyn ObjectStore>,
     hints: Arc<LockHints>,
     key: String,
     holder: String,
+    /// The lock's ETag as last seen.
     etag: String,
-) {
-    let ended = LockBody {
-        holder: String::new(),
-        until_ms: 0,
-        ended_by: holder.clone(),
-    };
-    let json: bytes::Bytes = serde_json::to_vec(&ended)
-        .expect("a lock body serialises")
-        .into();
-    let mut etag = etag;
-    for _ in 0..2 {
-        let mut request = PutRequest::new(key.clone(), Body::Bytes(json.clone()));
-        request.condition = Some(WriteCondition::IfMatch(etag));
-        match store.put_object(request).await {
-            Ok(output) => {
-                hints.remember(key, Known::Ended(output.etag));
+    /// When the lease will have ended by itself: trying after that is pointless.
+    moot_at: tokio::time::Instant,
+}
+
+impl Release {
+    /// One attempt: the ended lease is written with If-Match on the ETag last
+    /// seen. When that ETag is stale (a renewal whose answer never arrived
+    /// landed anyway), the lock is read again: still ours, it is released on
+    /// the ETag read; another holder's, it is left alone. The ended lease's
+    /// ETag becomes the hint for the next holder here. Fails only with a fault
+    /// worth trying again; any other is logged (the lease ends by itself).
+    async fn attempt(&mut self) -> Result<(), StoreError> {
+        let ended = LockBody {
+            holder: String::new(),
+            until_ms: 0,
+            ended_by: self.holder.clone(),
+        };
+        let json: bytes::Bytes = serde_json::to_vec(&ended)
+            .expect("a lock body serialises")
+            .into();
+        for _ in 0..2 {
+            let mut request = PutRequest::new(self.key.clone(), Body::Bytes(json.clone()));
+            request.condition = Some(WriteCondition::IfMatch(self.etag.clone()));
+            match self.store.put_object(request).await {
+                Ok(output) => {
+                    self.hints
+                        .remember(self.key.clone(), Known::Ended(output.etag));
+                    return Ok(());
+                }
+                // Deleted with the upload's state: nothing left to release.
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(StoreError::PreconditionFailed) => match read(&self.store, &self.key).await {
+                    Ok((Some(body), current)) if body.holder == self.holder => self.etag = current,
+                    Err(e) if e.is_transient() => return Err(e),
+                    // Taken over, released or gone: not ours to release.
+                    _ => return Ok(()),
+                },
+                Err(e) if e.is_transient() => return Err(e),
+                Err(error) => {
+                    tracing::warn!(key = %self.key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself");
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Attempts until one lands, or the lease has ended by itself.
+    async fn until_done(mut self) {
+        if let Err(error) = self.attempt().await {
+            self.retry(error).await;
+        }
+    }
+
+    /// After a first attempt failed with `error`, tries again in a task of
+    /// its own.
+    fn go_on_in_background(self, error: StoreError) {
+        tokio::spawn(self.retry(error));
+    }
+
+    async fn retry(mut self, mut error: StoreError) {
+        let mut pause = RELEASE_PAUSE_FIRST;
+        loop {
+            let next = tokio::time::Instant::now() + pause;
+            if next >= self.moot_at {
+                tracing::warn!(key = %self.key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself");
                 return;
             }
-            // Deleted with the upload's state: nothing left to release.
-            Err(e) if e.is_not_found() => return,
-            Err(StoreError::PreconditionFailed) => match read(&store, &key).await {
-                Ok((Some(body), current)) if body.holder == holder => etag = current,
-                // Taken over, released or gone: not ours to release.
-                _ => return,
-            },
-            Err(error) => {
-                tracing::warn!(%key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself");
-                return;
+            tracing::debug!(key = %self.key, error = %sluice_store::error_chain(&error), ?pause, "upload lock release failed; trying again");
+            tokio::time::sleep_until(next).await;
+            match self.attempt().await {
+                Ok(()) => return,
+                Err(e) => error = e,
             }
+            pause = (pause * 2).min(RELEASE_PAUSE_MOST);
         }
     }
 }
@@ -415,6 +470,56 @@ mod tests {
             taken.is_some(),
             "the dropped holder's lock was not released"
         );
+    }
+
+    /// CI finding (chaos test): a PATCH ended while the store was counted as
+    /// down, so its release failed at once, and the lock stayed held for the
+    /// whole lease: the client's next PATCHes were answered 423 until it gave
+    /// up. A release that fails on a passing fault is tried again until it
+    /// lands or the lease would have ended anyway.
+    #[tokio::test]
+    async fn a_release_that_meets_a_passing_fault_is_tried_again() {
+        use sluice_testkit::{Fault, FaultyStore, Op};
+        for (how, failures) in [
+            ("released", 1),
+            ("released", 3),
+            ("dropped", 1),
+            ("dropped", 3),
+        ] {
+            let faulty = FaultyStore::new(store());
+            let store: Arc<dyn ObjectStore> = Arc::new(faulty.clone());
+            let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+                .await
+                .unwrap();
+            let _ = faulty
+                .clone()
+                .inject(Op::Put, None, Some(failures), Fault::Throttle);
+            let started = tokio::time::Instant::now();
+            match how {
+                "released" => holder.release().await,
+                _ => drop(holder),
+            }
+            let mut taken = false;
+            while started.elapsed() < Duration::from_secs(10) {
+                if UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+                    .await
+                    .is_ok()
+                {
+                    taken = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(
+                taken,
+                "{how} with {failures} failed release(s): still held after 10 s"
+            );
+            assert_eq!(
+                faulty.attempts(Op::Put, None),
+                2 + failures + 1,
+                "{how} {failures}"
+            );
+        }
     }
 
     #[tokio::test]
