@@ -219,10 +219,16 @@ impl Engine {
         let staging = TempFile::beside(&dest)?;
         let flush = inner.config.flush_downloads;
         blocking(move || {
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            let mut file = std::fs::File::create(&staging.path)?;
+            let mut file = match std::fs::File::create(&staging.path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // The first file of its directory: make the directory.
+                    if let Some(parent) = dest.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::File::create(&staging.path)?
+                }
+                file => file?,
+            };
             for chunk in &chunks {
                 io::Write::write_all(&mut file, chunk)?;
             }
@@ -653,7 +659,9 @@ impl TempFile {
         // case-insensitive filesystem), and short enough for any name.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let suffix = format!(".sluice-{}-{n}.tmp", std::process::id());
+        static PROCESS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let process = PROCESS.get_or_init(std::process::id);
+        let suffix = format!(".sluice-{process}-{n}.tmp");
         let mut temp_name = std::ffi::OsString::from(".");
         if name.len() + suffix.len() < 255 {
             temp_name.push(name);
