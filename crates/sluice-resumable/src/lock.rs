@@ -230,12 +230,14 @@ impl UploadLock {
     /// Gives the lock up (its lease ends now). A release that meets a passing
     /// fault (throttling, the store counted as down) goes on in the background,
     /// so the request's answer does not wait for the store to recover.
+    ///
+    /// The release runs in a task of its own, so a request dropped while
+    /// it waits (client gone, shutdown) does not leave the lock held.
     pub async fn release(mut self) {
         self.released = true;
-        let mut release = self.take_release();
-        if let Err(error) = release.attempt().await {
-            release.go_on_in_background(error);
-        }
+        let (first_done, first) = tokio::sync::oneshot::channel();
+        tokio::spawn(self.take_release().until_done(Some(first_done)));
+        let _ = first.await;
     }
 
     /// The release of this lock, taking what it needs from the holder.
@@ -260,7 +262,7 @@ impl Drop for UploadLock {
         let release = self.take_release();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(release.until_done());
+                handle.spawn(release.until_done(None));
             }
             Err(_) => tracing::warn!("an upload lock dropped outside a runtime lapses by itself"),
         }
@@ -327,28 +329,30 @@ impl Release {
         Ok(())
     }
 
-    /// Attempts until one lands, or the lease has ended by itself.
-    async fn until_done(mut self) {
-        if let Err(error) = self.attempt().await {
+    /// Attempts until one lands, or the lease has ended by itself; tells
+    /// `first_done` when the first attempt is over (landed or not), so a
+    /// caller waits for no more than that.
+    async fn until_done(mut self, first_done: Option<tokio::sync::oneshot::Sender<()>>) {
+        let first = self.attempt().await;
+        if let Some(first_done) = first_done {
+            let _ = first_done.send(());
+        }
+        if let Err(error) = first {
             self.retry(error).await;
         }
-    }
-
-    /// After a first attempt failed with `error`, tries again in a task of
-    /// its own.
-    fn go_on_in_background(self, error: StoreError) {
-        tokio::spawn(self.retry(error));
     }
 
     async fn retry(mut self, mut error: StoreError) {
         let mut pause = RELEASE_PAUSE_FIRST;
         loop {
-            let next = tokio::time::Instant::now() + pause;
+            // A wait the store asked for (throttling, the breaker) is kept.
+            let wait = error.retry_after().map_or(pause, |asked| asked.max(pause));
+            let next = tokio::time::Instant::now() + wait;
             if next >= self.moot_at {
                 tracing::warn!(key = %self.key, error = %sluice_store::error_chain(&error), "could not release an upload lock; its lease ends by itself");
                 return;
             }
-            tracing::debug!(key = %self.key, error = %sluice_store::error_chain(&error), ?pause, "upload lock release failed; trying again");
+            tracing::debug!(key = %self.key, error = %sluice_store::error_chain(&error), ?wait, "upload lock release failed; trying again");
             tokio::time::sleep_until(next).await;
             match self.attempt().await {
                 Ok(()) => return,
@@ -520,6 +524,31 @@ mod tests {
                 "{how} {failures}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_release_that_keeps_failing_gives_up_when_the_lease_has_ended() {
+        use sluice_testkit::{Fault, FaultyStore, Op};
+        let faulty = FaultyStore::new(store());
+        let store: Arc<dyn ObjectStore> = Arc::new(faulty.clone());
+        let lease = Duration::from_millis(500);
+        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, lease)
+            .await
+            .unwrap();
+        let _ = faulty.clone().inject(Op::Put, None, None, Fault::Throttle);
+        holder.release().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let tried = faulty.attempts(Op::Put, None);
+        assert!(
+            tried >= 3,
+            "the release was tried {tried} times (acquire included)"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            faulty.attempts(Op::Put, None),
+            tried,
+            "still trying after the lease ended"
+        );
     }
 
     #[tokio::test]

@@ -21,12 +21,22 @@ use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
 /// Bytes gathered before one positioned write to the destination file. A
-/// range holds at most two: one being written, the next being received.
-/// Small enough that a batch is still in the core's cache when it is hashed
-/// and then copied into the page cache: with 1 MiB batches that copy took 28 %
-/// of a 20 x 256 MiB download's CPU against 11 % with 128 KiB, and the run
-/// 8.8 CPU-s against 7.3 (bench/results/2026-11-26/write-batch-ab.txt).
+/// range holds at most two batches: one being written, the next being
+/// received. Small enough that a batch is still in the core's cache when it is
+/// hashed and then copied into the page cache: with 1 MiB batches that copy
+/// took 28 % of a 20 x 256 MiB download's CPU samples against 11 % with
+/// 128 KiB, and in one rotation the run took 9.47 CPU-s against 8.55 with
+/// 256 KiB (bench/results/2026-11-26/write-batch-ab.txt).
 const WRITE_BATCH: usize = 256 * 1024;
+
+/// The most a store's body hands over in one chunk: hyper's read buffer
+/// grows to at most 408 KiB, the directory store reads 256 KiB. A batch is
+/// sent once the next chunk would take it past [`WRITE_BATCH`], so it holds
+/// less than `WRITE_BATCH + BODY_CHUNK_MOST`.
+const BODY_CHUNK_MOST: usize = 512 * 1024;
+
+/// What a range writing into a file reserves from the budget: two batches.
+const RANGE_WRITE_RESERVE: u64 = 2 * (WRITE_BATCH + BODY_CHUNK_MOST) as u64;
 
 /// A finished download.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +100,7 @@ impl Engine {
             let (tracker, meta) = (tracker.clone(), &meta);
             async move {
                 let slot = inner.tuner.slot().await;
-                let _reservation = inner.budget.reserve(2 * WRITE_BATCH as u64).await;
+                let _reservation = inner.budget.reserve(RANGE_WRITE_RESERVE).await;
                 fetch_range(
                     inner, meta, start, end, multi, algorithm, sink, &tracker, None, slot,
                 )

@@ -634,7 +634,7 @@ async fn an_interrupted_download_resumes_through_the_retry_loop() {
     let cases = [
         (3 * MB, 100_000, false, 3),
         (12 * MB, 100_000, true, 5),
-        // Past the first write batch (1 MiB): the body comes in 64 KiB pieces,
+        // Past the first write batches (256 KiB): the body comes in 64 KiB pieces,
         // batches are written while the next arrive, and the reset comes with
         // a batch received and not written (dropped) and perhaps one in flight.
         (12 * MB, 2_500_000, true, 5),
