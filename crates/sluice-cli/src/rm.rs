@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use sluice_store::{error_chain, ObjectStore, StoreLocation};
 use sluice_upload::{Engine, EngineConfig};
 
 use crate::args::RmArgs;
 use crate::many::filter::Filter;
 use crate::many::run::{Action, Job, Options, Output, Roots};
-use crate::many::{self, Side};
+use crate::many::{self, Feed, Listed, Side};
 use crate::UsageError;
 
 pub async fn run(args: RmArgs) -> anyhow::Result<()> {
@@ -59,20 +61,20 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         source: String::new(),
         target: prefix.root(),
     });
-    let jobs: Vec<Job> = match single_key {
+    let removals: Feed = match single_key {
         None => {
             let filter = Filter::new(&args.include, &args.exclude)?;
-            let objects = prefix.list(&store, &filter).await.map_err(|e| {
-                anyhow::anyhow!("cannot list {}: {}", prefix.display, error_chain(&e))
-            })?;
-            objects
-                .into_iter()
-                .map(|object| Job {
-                    action: Action::RemoveKey { key: object.key },
-                    size: object.size,
-                    roots: roots.clone(),
+            let listing = many::listing(&prefix, &engine, filter).await?;
+            listing
+                .map(move |object| {
+                    let object = object?;
+                    Ok(Listed::Job(Job {
+                        action: Action::RemoveKey { key: object.key },
+                        size: object.size,
+                        roots: roots.clone(),
+                    }))
                 })
-                .collect()
+                .boxed()
         }
         Some(key) => {
             let shown = prefix.show(&key);
@@ -80,11 +82,11 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
                 .head_object(&key)
                 .await
                 .map_err(|e| anyhow::anyhow!("{shown}: {}", error_chain(&e)))?;
-            vec![Job {
+            many::known(vec![Listed::Job(Job {
                 action: Action::RemoveKey { key },
                 size: meta.size,
                 roots,
-            }]
+            })])
         }
     };
     let options = Options {
@@ -96,17 +98,27 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         content_type: None,
     };
     if args.dry_run {
-        let output = Output::new(&options, 0, 0);
-        for job in &jobs {
-            output.finished(job, None, true);
+        let output = Output::new(&options);
+        let mut removals = removals;
+        let mut count = 0u64;
+        while let Some(listed) = removals.next().await {
+            if let Listed::Job(job) = listed? {
+                output.finished(&job, None, true);
+                count += 1;
+            }
         }
         if !args.json {
-            println!(
-                "dry run: {} object(s) would be deleted; nothing changed",
-                jobs.len()
-            );
+            println!("dry run: {count} object(s) would be deleted; nothing changed");
         }
         return Ok(());
     }
-    many::finish(&engine, "deleted", jobs, Vec::new(), &options, None).await
+    many::finish(
+        &engine,
+        "deleted",
+        many::nothing(),
+        removals,
+        &options,
+        None,
+    )
+    .await
 }

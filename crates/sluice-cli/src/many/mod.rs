@@ -1,7 +1,9 @@
 //! Transfers of many files: `put DIR`, `get PREFIX/`, `cp` between prefixes and
-//! `sync`. Both sides are listed first (a directory walk, a store listing),
-//! the jobs follow from them (for `sync`, from comparing them), and
-//! [`run::run`] carries them out through one engine.
+//! `sync`. For `put`, `get`, `cp` and `rm`, the jobs come from a directory
+//! walk or a store listing while it goes, a bounded number ahead of the
+//! transfers ([`finish`]), so a million files never sit in memory at once;
+//! `sync` lists both sides first and compares them. [`run::run`] carries the
+//! jobs out through one engine.
 //!
 //! A local side is a directory of plain files. A store side is a prefix of a
 //! bucket, or of a directory store for `put DIR ./store/` and `get ./store/`.
@@ -17,8 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use sluice_store::{ObjectStore, StoreLocation};
-use sluice_upload::{Engine, EngineConfig};
+use futures::stream::BoxStream;
+use futures::{SinkExt, Stream, StreamExt};
+use sluice_store::{error_chain, ObjectStore, StoreError, StoreLocation};
+use sluice_upload::{Engine, EngineConfig, SourceBucket};
 
 use crate::args::{ManyArgs, TransferArgs};
 use crate::UsageError;
@@ -174,10 +178,20 @@ pub async fn put_directory(
     let filter = Filter::new(&many.include, &many.exclude)?;
     let prefix = Side::open_store(dest, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let walk = walk(dir, filter).await?;
-    let (jobs, refused) = upload_jobs(walk.files, &prefix);
     let engine = engine(prefix.store.clone(), transfer, many)?;
+    let roots = Arc::new(run::Roots {
+        source: String::new(),
+        target: prefix.root(),
+    });
+    let jobs = walk.map(move |found| match found {
+        local::Found::File(file) => Ok(upload_job(file, &prefix, &roots)),
+        local::Found::Skipped(skipped) => Ok(Listed::Skipped {
+            file: skipped.path.display().to_string(),
+            reason: skipped.reason,
+        }),
+    });
     let options = options(many, transfer, content_type);
-    finish(&engine, "uploaded", jobs, refused, &options, None).await
+    finish(&engine, "uploaded", jobs.boxed(), nothing(), &options, None).await
 }
 
 /// `sluice get PREFIX/ DIR`.
@@ -190,13 +204,23 @@ pub async fn get_prefix(
     let filter = Filter::new(&many.include, &many.exclude)?;
     let prefix = Side::open_store(src, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
-    let objects = prefix
-        .list(&engine.retrying_store(), &filter)
-        .await
-        .with_context(|| format!("cannot list {}", prefix.display))?;
-    let (jobs, refused) = download_jobs(objects, &prefix, dir);
+    let listing = listing(&prefix, &engine, filter).await?;
+    let roots = Arc::new(run::Roots {
+        source: prefix.root(),
+        target: String::new(),
+    });
+    let dir = dir.to_path_buf();
+    let jobs = listing.map(move |object| Ok(download_job(object?, &prefix, &dir, &roots)));
     let options = options(many, transfer, None);
-    finish(&engine, "downloaded", jobs, refused, &options, None).await
+    finish(
+        &engine,
+        "downloaded",
+        jobs.boxed(),
+        nothing(),
+        &options,
+        None,
+    )
+    .await
 }
 
 /// `sluice cp s3://a/p/ s3://b/q/`: every object under one prefix copied under
@@ -211,13 +235,22 @@ pub async fn copy_prefix(
     let (source, target) = store_pair(src, dest, transfer).await?;
     let engine = engine(target.store.clone(), transfer, many)?;
     let source_engine = self::engine(source.store.clone(), transfer, many)?;
-    let objects = source
-        .list(&source_engine.retrying_store(), &filter)
-        .await
-        .with_context(|| format!("cannot list {}", source.display))?;
-    let jobs = copy_jobs(objects, &source, &target);
+    let listing = listing(&source, &source_engine, filter).await?;
+    let source_bucket = source.copy_source_for(&target);
+    let roots = Arc::new(run::Roots {
+        source: source.root(),
+        target: target.root(),
+    });
+    let jobs = listing.map(move |object| {
+        Ok(Listed::Job(copy_job(
+            object?,
+            source_bucket.clone(),
+            &target,
+            &roots,
+        )))
+    });
     let options = options(many, transfer, None);
-    finish(&engine, "copied", jobs, Vec::new(), &options, None).await
+    finish(&engine, "copied", jobs.boxed(), nothing(), &options, None).await
 }
 
 /// Both sides of a bucket-to-bucket command.
@@ -256,7 +289,67 @@ pub fn refuse_nested(source: &Prefix, target: &Prefix) -> Result<(), UsageError>
     }
 }
 
-async fn walk(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
+/// What a listing hands the run, one file at a time.
+pub enum Listed {
+    Job(Job),
+    /// A file refused before any request: a failure of the run.
+    Refused {
+        file: String,
+        reason: String,
+    },
+    /// A file a walk did not take: reported, not a failure.
+    Skipped {
+        file: String,
+        reason: String,
+    },
+}
+
+/// The files of a run as a listing finds them. An error ends the listing:
+/// the run finishes what it started and fails with it.
+pub type Feed = BoxStream<'static, anyhow::Result<Listed>>;
+
+/// A feed of no file.
+pub fn nothing() -> Feed {
+    futures::stream::empty().boxed()
+}
+
+/// A feed of files already known.
+pub fn known(listed: Vec<Listed>) -> Feed {
+    futures::stream::iter(listed.into_iter().map(Ok)).boxed()
+}
+
+/// Jobs found but not yet started that a run holds at most: the listing runs
+/// this far ahead of the transfers, so that the totals are known early and a
+/// listing page's wait overlaps them.
+const LOOKAHEAD: usize = 4096;
+
+/// Walks `dir` on a thread of its own, a bounded channel ahead of its reader;
+/// a root that cannot be read is an error here.
+async fn walk(
+    dir: &Path,
+    filter: Filter,
+) -> anyhow::Result<impl Stream<Item = local::Found> + Send + 'static> {
+    let root = dir.to_path_buf();
+    let walker = tokio::task::spawn_blocking(move || local::Walker::new(&root, filter))
+        .await?
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(LOOKAHEAD);
+    tokio::task::spawn_blocking(move || {
+        for found in walker {
+            if tx.blocking_send(found).is_err() {
+                // The run has stopped.
+                break;
+            }
+        }
+    });
+    Ok(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|found| (found, rx))
+    }))
+}
+
+/// Walks all of `dir` at once (for `sync`, which compares whole sides),
+/// printing what it skipped.
+async fn walk_all(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
     let root = dir.to_path_buf();
     let walk = tokio::task::spawn_blocking(move || local::walk(&root, &filter))
         .await?
@@ -271,128 +364,183 @@ async fn walk(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
     Ok(walk)
 }
 
-/// Upload jobs, made from the walk's files as they go (a job takes its
-/// file's path over). A file whose key would fall under sluice's own state
-/// (`_sluice/` at the bucket's root) is refused, as the gateway refuses it.
-pub fn upload_jobs(
-    files: Vec<local::LocalFile>,
+/// The objects under `prefix`, listed through `engine`'s retries a page at a
+/// time; one that cannot be listed at all is an error here.
+pub async fn listing(
     prefix: &Prefix,
-) -> (Vec<Job>, Vec<(String, String)>) {
-    let roots = Arc::new(run::Roots {
-        source: String::new(),
-        target: prefix.root(),
-    });
-    let mut jobs = Vec::with_capacity(files.len());
-    let mut refused = Vec::new();
-    for file in files {
-        let key = prefix.key(&file.relative);
-        if sluice_store::is_reserved_key(&key) {
-            let reason = "the key is under _sluice/, which holds sluice's own state".to_string();
-            refused.push((file.path.display().to_string(), reason));
-            continue;
-        }
-        jobs.push(Job {
-            action: Action::Upload {
-                path: file.path,
-                key,
-                modified: file.modified,
-            },
-            size: file.size,
-            roots: roots.clone(),
-        });
-    }
-    (jobs, refused)
+    engine: &Engine,
+    filter: Filter,
+) -> anyhow::Result<impl Stream<Item = anyhow::Result<remote::RemoteObject>> + Send + 'static> {
+    let display = prefix.display.clone();
+    let cannot_list =
+        move |e: StoreError| anyhow::anyhow!("cannot list {display}: {}", error_chain(&e));
+    let listing = prefix
+        .listing(Arc::new(engine.retrying_store()), filter)
+        .await
+        .map_err(cannot_list.clone())?;
+    Ok(listing.map(move |object| object.map_err(cannot_list.clone())))
 }
 
-/// Download jobs, made from the listing as they go, and the objects whose
-/// keys cannot be files under `dir` (reported as failures).
-pub fn download_jobs(
-    objects: Vec<remote::RemoteObject>,
+/// The upload of a walk's file. A file whose key would fall under sluice's
+/// own state (`_sluice/` at the bucket's root) is refused, as the gateway
+/// refuses it.
+pub fn upload_job(file: local::LocalFile, prefix: &Prefix, roots: &Arc<run::Roots>) -> Listed {
+    let key = prefix.key(&file.relative);
+    if sluice_store::is_reserved_key(&key) {
+        return Listed::Refused {
+            file: file.path.display().to_string(),
+            reason: "the key is under _sluice/, which holds sluice's own state".to_string(),
+        };
+    }
+    Listed::Job(Job {
+        action: Action::Upload {
+            path: file.path,
+            key,
+            modified: file.modified,
+        },
+        size: file.size,
+        roots: roots.clone(),
+    })
+}
+
+/// The download of a listed object into `dir`; refused when its key cannot
+/// be a file there.
+pub fn download_job(
+    object: remote::RemoteObject,
     prefix: &Prefix,
     dir: &Path,
-) -> (Vec<Job>, Vec<(String, String)>) {
-    let roots = Arc::new(run::Roots {
-        source: prefix.root(),
-        target: String::new(),
-    });
-    let mut jobs = Vec::with_capacity(objects.len());
-    let mut refused = Vec::new();
-    for object in objects {
-        match local_path(dir, &object.relative) {
-            Ok(path) => jobs.push(Job {
-                size: object.size,
-                action: Action::Download {
-                    listed: object.into_summary(),
-                    path,
-                },
-                roots: roots.clone(),
-            }),
-            Err(reason) => refused.push((prefix.show(&object.relative), reason)),
-        }
-    }
-    (jobs, refused)
-}
-
-pub fn copy_jobs(objects: Vec<remote::RemoteObject>, source: &Prefix, target: &Prefix) -> Vec<Job> {
-    let source_bucket = source.copy_source_for(target);
-    let roots = Arc::new(run::Roots {
-        source: source.root(),
-        target: target.root(),
-    });
-    objects
-        .into_iter()
-        .map(|object| Job {
-            action: Action::Copy {
-                source_bucket: source_bucket.clone(),
-                key: target.key(&object.relative),
-                source_key: object.key,
-                source_etag: object.etag,
-            },
+    roots: &Arc<run::Roots>,
+) -> Listed {
+    match local_path(dir, &object.relative) {
+        Ok(path) => Listed::Job(Job {
             size: object.size,
+            action: Action::Download {
+                listed: object.into_summary(),
+                path,
+            },
             roots: roots.clone(),
-        })
-        .collect()
+        }),
+        Err(reason) => Listed::Refused {
+            file: prefix.show(&object.relative),
+            reason,
+        },
+    }
 }
 
-/// Runs `jobs`, prints the summary and the failures (with `refused`, files
-/// refused before any request), and fails when any file failed.
+/// The server-side copy of a listed object under `target`.
+pub fn copy_job(
+    object: remote::RemoteObject,
+    source_bucket: Option<SourceBucket>,
+    target: &Prefix,
+    roots: &Arc<run::Roots>,
+) -> Job {
+    Job {
+        action: Action::Copy {
+            source_bucket,
+            key: target.key(&object.relative),
+            source_key: object.key,
+            source_etag: object.etag,
+        },
+        size: object.size,
+        roots: roots.clone(),
+    }
+}
+
+/// What a run took from its feed besides the jobs.
+#[derive(Default)]
+struct Taken {
+    /// Jobs handed to the run.
+    jobs: u64,
+    refused: Vec<(String, String)>,
+    /// The error that ended the listing early.
+    error: Option<anyhow::Error>,
+}
+
+/// Runs `consume` on the jobs of `feed`, which is read up to [`LOOKAHEAD`]
+/// jobs ahead of it: refusals and skips are shown as they come, every job is
+/// counted into the totals when found.
+async fn fed<Run, Ran>(mut feed: Feed, output: &Output, consume: Run) -> (Taken, Report)
+where
+    Run: FnOnce(futures::channel::mpsc::Receiver<Job>) -> Ran,
+    Ran: std::future::Future<Output = Report>,
+{
+    let (mut jobs, to_run) = futures::channel::mpsc::channel(LOOKAHEAD);
+    let take = async move {
+        let mut taken = Taken::default();
+        while let Some(listed) = feed.next().await {
+            match listed {
+                Ok(Listed::Job(job)) => {
+                    output.found(job.size);
+                    taken.jobs += 1;
+                    if jobs.send(job).await.is_err() {
+                        // The run stopped taking jobs (--fail-fast).
+                        break;
+                    }
+                }
+                Ok(Listed::Refused { file, reason }) => {
+                    output.refused(&file, &reason);
+                    taken.refused.push((file, reason));
+                }
+                Ok(Listed::Skipped { file, reason }) => output.skipped(&file, &reason),
+                Err(error) => {
+                    taken.error = Some(error);
+                    break;
+                }
+            }
+        }
+        output.listed_all();
+        taken
+    };
+    let (taken, mut report) = futures::join!(take, consume(to_run));
+    // Jobs found but never started: only after a failure with --fail-fast.
+    let started = report.files + report.failures.len() as u64 + report.cancelled;
+    report.cancelled += taken.jobs.saturating_sub(started);
+    (taken, report)
+}
+
+/// Runs the jobs of `transfers` (none of them [`Action::RemoveKey`]), then
+/// the key removals of `removals` in batches, prints the summary and the
+/// failures (refused files among them), and fails when any file failed or a
+/// listing broke off.
 pub async fn finish(
     engine: &Engine,
     verb: &str,
-    jobs: Vec<Job>,
-    refused: Vec<(String, String)>,
+    transfers: Feed,
+    removals: Feed,
     options: &Options,
     unchanged: Option<u64>,
 ) -> anyhow::Result<()> {
-    let (removals, transfers): (Vec<Job>, Vec<Job>) = jobs
-        .into_iter()
-        .partition(|job| matches!(job.action, Action::RemoveKey { .. }));
-    let files = (transfers.len() + removals.len() + refused.len()) as u64;
-    let bytes = transfers.iter().map(|j| j.size).sum();
-    let output = Output::new(options, files, bytes);
-    for (file, reason) in &refused {
-        output.refused(file, reason);
-    }
+    let output = Output::new(options);
     let work = async {
-        let mut report = run::run(engine, transfers, options, &output).await;
-        if options.fail_fast && !report.failures.is_empty() {
+        let (mut taken, mut report) = fed(transfers, &output, |jobs| {
+            run::run(engine, jobs, options, &output)
+        })
+        .await;
+        if taken.error.is_some() || (options.fail_fast && !report.failures.is_empty()) {
             // Nothing more after a failure, deletions included.
-            report.cancelled += removals.len() as u64;
-            return report;
+            return (taken, report);
         }
-        let deleted = delete_keys(engine, removals, &output).await;
+        let (deleting, deleted) =
+            fed(removals, &output, |keys| delete_keys(engine, keys, &output)).await;
         report.files += deleted.files;
         report.failures.extend(deleted.failures);
-        report
+        taken.refused.extend(deleting.refused);
+        taken.error = deleting.error;
+        (taken, report)
     };
     let interrupted = "interrupted: the files finished before are stored; \
         those in flight were abandoned (their multipart uploads aborted)";
-    let mut report = crate::interruptible_saying(engine, work, interrupted).await?;
+    let (taken, mut report) = crate::interruptible_saying(engine, work, interrupted).await?;
     output.finish();
-    report.failures.splice(0..0, refused);
+    report.failures.splice(0..0, taken.refused);
     output.summary(verb, &report, unchanged);
     engine.finish_background().await;
-    failures(&report)
+    match taken.error {
+        Some(error) => {
+            Err(error.context("the listing broke off: the files after it were not done"))
+        }
+        None => failures(&report),
+    }
 }
 
 /// An error listing the failed files, when there are any.
@@ -416,14 +564,17 @@ pub fn failures(report: &Report) -> anyhow::Result<()> {
 }
 
 /// Removes the keys of [`Action::RemoveKey`] jobs in batches (DeleteObjects on
-/// S3), reporting each key.
-pub async fn delete_keys(engine: &Engine, jobs: Vec<Job>, output: &Output) -> Report {
-    use futures::StreamExt;
+/// S3) as they come, reporting each key.
+pub async fn delete_keys(
+    engine: &Engine,
+    jobs: impl Stream<Item = Job>,
+    output: &Output,
+) -> Report {
     let started = std::time::Instant::now();
     let store = engine.retrying_store();
-    let batches: Vec<Vec<Job>> = jobs.chunks(DELETE_BATCH).map(<[Job]>::to_vec).collect();
     let mut report = Report::default();
-    let results = futures::stream::iter(batches)
+    let results = jobs
+        .chunks(DELETE_BATCH)
         .map(|batch| {
             let store = &store;
             async move {
@@ -513,18 +664,38 @@ mod tests {
             etag: "e".into(),
             last_modified: std::time::SystemTime::UNIX_EPOCH,
         };
+        let job = |listed: Listed| match listed {
+            Listed::Job(job) => job,
+            _ => panic!("refused"),
+        };
         for side in [&bucket, &nested, &local] {
-            let (up, refused) = upload_jobs(vec![file("a/x y.txt")], side);
-            assert!(refused.is_empty());
-            assert_eq!(up[0].source(), "/src/a/x y.txt");
-            assert_eq!(up[0].target(), side.show("a/x y.txt"));
-            let (down, _) = download_jobs(vec![object(side, "a/b")], side, Path::new("/dst"));
-            assert_eq!(down[0].source(), side.show("a/b"));
-            assert_eq!(down[0].target(), "/dst/a/b");
-            assert_eq!(down[0].subject(), side.show("a/b"));
-            let copies = copy_jobs(vec![object(side, "c")], side, &nested);
-            assert_eq!(copies[0].source(), side.show("c"));
-            assert_eq!(copies[0].target(), nested.show("c"));
+            let up_roots = Arc::new(run::Roots {
+                source: String::new(),
+                target: side.root(),
+            });
+            let up = job(upload_job(file("a/x y.txt"), side, &up_roots));
+            assert_eq!(up.source(), "/src/a/x y.txt");
+            assert_eq!(up.target(), side.show("a/x y.txt"));
+            let down_roots = Arc::new(run::Roots {
+                source: side.root(),
+                target: String::new(),
+            });
+            let down = job(download_job(
+                object(side, "a/b"),
+                side,
+                Path::new("/dst"),
+                &down_roots,
+            ));
+            assert_eq!(down.source(), side.show("a/b"));
+            assert_eq!(down.target(), "/dst/a/b");
+            assert_eq!(down.subject(), side.show("a/b"));
+            let copy_roots = Arc::new(run::Roots {
+                source: side.root(),
+                target: nested.root(),
+            });
+            let copy = copy_job(object(side, "c"), None, &nested, &copy_roots);
+            assert_eq!(copy.source(), side.show("c"));
+            assert_eq!(copy.target(), nested.show("c"));
         }
         let removal = Job {
             action: Action::RemoveKey {
@@ -538,6 +709,91 @@ mod tests {
         };
         assert_eq!(removal.source(), "");
         assert_eq!(removal.subject(), "s3://b/p/q/gone");
+    }
+
+    fn memory_prefix(store: &Arc<sluice_testkit::MemoryStore>, prefix: &str) -> Prefix {
+        Prefix {
+            store: store.clone(),
+            bucket: None,
+            prefix: prefix.to_string(),
+            display: format!("mem/{prefix}"),
+        }
+    }
+
+    /// A listing reads its next page only when the one before is used up,
+    /// and gives the keys in order, without folder markers or other prefixes.
+    #[tokio::test]
+    async fn a_listing_is_read_a_page_at_a_time() {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        let mut keys: Vec<String> = (0..2500).map(|i| format!("p/{i:05}")).collect();
+        keys.extend(["p/dir/".to_string(), "q/other".to_string()]);
+        for key in &keys {
+            let put = sluice_store::PutRequest::new(key.clone(), b"x".to_vec());
+            store.put_object(put).await.unwrap();
+        }
+        let prefix = memory_prefix(&store, "p/");
+        let mut listing = prefix.listing(store.clone(), Filter::all()).await.unwrap();
+        assert_eq!(store.calls("list"), 1, "the first page is read at once");
+        let mut seen = Vec::new();
+        for (count, pages) in [(1000, 1), (1, 2), (1499, 3)] {
+            for _ in 0..count {
+                seen.push(listing.next().await.unwrap().unwrap().key);
+            }
+            assert_eq!(store.calls("list"), pages, "after {} keys", seen.len());
+        }
+        assert!(listing.next().await.is_none());
+        assert_eq!(seen, keys[..2500]);
+    }
+
+    /// A listing that breaks off: the files found before it are done, the run
+    /// fails saying so, and nothing after the break is started.
+    #[tokio::test]
+    async fn a_listing_that_breaks_off_fails_the_run_after_what_it_found() {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        let prefix = memory_prefix(&store, "up/");
+        let dir = tempfile::tempdir().unwrap();
+        let roots = Arc::new(run::Roots::default());
+        let file = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, name).unwrap();
+            upload_job(
+                local::LocalFile {
+                    relative: name.to_string(),
+                    path,
+                    size: name.len() as u64,
+                    modified: std::time::SystemTime::now(),
+                },
+                &prefix,
+                &roots,
+            )
+        };
+        let feed = futures::stream::iter(vec![
+            Ok(file("a")),
+            Ok(file("b")),
+            Err(anyhow::anyhow!("cannot list mem/up/: page 2 refused")),
+            Ok(file("c")),
+        ])
+        .boxed();
+        let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
+        let options = Options {
+            jobs: 4,
+            fail_fast: false,
+            verbose: false,
+            json: false,
+            quiet: true,
+            content_type: None,
+        };
+        let error = finish(&engine, "uploaded", feed, nothing(), &options, None)
+            .await
+            .unwrap_err();
+        let error = format!("{error:#}");
+        assert!(
+            error.contains("listing broke off") && error.contains("page 2 refused"),
+            "{error}"
+        );
+        assert_eq!(store.object("up/a").as_deref(), Some(&b"a"[..]));
+        assert_eq!(store.object("up/b").as_deref(), Some(&b"b"[..]));
+        assert_eq!(store.object("up/c"), None);
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The store side of a transfer of many objects: a bucket (or a directory
 //! store) and a key prefix, and the objects under it with their keys relative
-//! to the prefix, in key order.
+//! to the prefix, in key order, listed a page at a time.
 
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
 
 use sluice_store::{is_reserved_key, ObjectStore, ObjectSummary, StoreError};
 use sluice_upload::SourceBucket;
@@ -89,35 +92,99 @@ impl Prefix {
         store: &dyn ObjectStore,
         filter: &Filter,
     ) -> Result<Vec<RemoteObject>, StoreError> {
+        let mut pages = self.pages(filter.clone());
         let mut objects = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = store
-                .list_objects(&self.prefix, cursor.as_deref(), LIST_PAGE)
-                .await?;
-            for object in page.objects {
-                let Some(relative) = object.key.strip_prefix(&self.prefix) else {
-                    continue;
-                };
-                if relative.is_empty()
-                    || relative.ends_with('/')
-                    || (self.prefix.is_empty() && is_reserved_key(&object.key))
-                    || !filter.accepts(relative)
-                {
-                    continue;
+        while let Some(page) = pages.next(store).await? {
+            objects.extend(page);
+        }
+        Ok(objects)
+    }
+
+    /// The objects [`Prefix::list`] gives, as a stream that reads a page when
+    /// the one before is used up, so that a listing of a million keys is
+    /// never held whole. The first page is read before this returns: a prefix
+    /// that cannot be listed at all is an error here, before any transfer.
+    pub async fn listing(
+        &self,
+        store: Arc<dyn ObjectStore>,
+        filter: Filter,
+    ) -> Result<Listing, StoreError> {
+        let mut pages = self.pages(filter);
+        let first = pages.next(store.as_ref()).await?.unwrap_or_default();
+        let rest = futures::stream::unfold((pages, store), |(mut pages, store)| async move {
+            let page = match pages.next(store.as_ref()).await {
+                Ok(Some(page)) => page.into_iter().map(Ok).collect(),
+                Ok(None) => return None,
+                Err(error) => {
+                    pages.cursor = Cursor::Ended;
+                    vec![Err(error)]
                 }
-                objects.push(RemoteObject {
+            };
+            Some((futures::stream::iter(page), (pages, store)))
+        })
+        .flatten();
+        Ok(futures::stream::iter(first.into_iter().map(Ok))
+            .chain(rest)
+            .boxed())
+    }
+
+    fn pages(&self, filter: Filter) -> Pages {
+        Pages {
+            prefix: self.prefix.clone(),
+            filter,
+            cursor: Cursor::Start,
+        }
+    }
+}
+
+/// Objects under a prefix as a listing gives them, a page at a time.
+pub type Listing = BoxStream<'static, Result<RemoteObject, StoreError>>;
+
+enum Cursor {
+    Start,
+    After(String),
+    Ended,
+}
+
+/// A listing under way.
+struct Pages {
+    prefix: String,
+    filter: Filter,
+    cursor: Cursor,
+}
+
+impl Pages {
+    /// The next page's objects that the filter takes, or none at the end.
+    async fn next(
+        &mut self,
+        store: &dyn ObjectStore,
+    ) -> Result<Option<Vec<RemoteObject>>, StoreError> {
+        let cursor = match &self.cursor {
+            Cursor::Start => None,
+            Cursor::After(cursor) => Some(cursor.as_str()),
+            Cursor::Ended => return Ok(None),
+        };
+        let page = store.list_objects(&self.prefix, cursor, LIST_PAGE).await?;
+        let objects = page
+            .objects
+            .into_iter()
+            .filter_map(|object| {
+                let relative = object.key.strip_prefix(&self.prefix)?;
+                let no_file = relative.is_empty() || relative.ends_with('/');
+                let own_state = self.prefix.is_empty() && is_reserved_key(&object.key);
+                (!no_file && !own_state && self.filter.accepts(relative)).then(|| RemoteObject {
                     relative: relative.to_string(),
                     key: object.key.clone(),
                     size: object.size,
-                    etag: object.etag.clone(),
+                    etag: object.etag,
                     last_modified: object.last_modified,
-                });
-            }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(objects),
-            }
-        }
+                })
+            })
+            .collect();
+        self.cursor = match page.next_cursor {
+            Some(next) => Cursor::After(next),
+            None => Cursor::Ended,
+        };
+        Ok(Some(objects))
     }
 }

@@ -7,11 +7,11 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sluice_store::{Metadata, ObjectMeta, ObjectSummary};
 use sluice_upload::{
@@ -159,14 +159,19 @@ enum Ended {
 pub struct Output {
     options: Options,
     bar: Option<ProgressBar>,
-    files_total: u64,
+    /// Files found so far, refused ones included.
+    files_total: AtomicU64,
+    /// The listing has ended: the totals are final.
+    listed_all: AtomicBool,
     files_done: AtomicU64,
 }
 
 impl Output {
-    pub fn new(options: &Options, files_total: u64, bytes_total: u64) -> Output {
+    /// An output with no file found yet: [`Output::found`] counts them as the
+    /// listing goes, so the totals grow until [`Output::listed_all`].
+    pub fn new(options: &Options) -> Output {
         let bar = (!options.quiet && !options.json && std::io::stderr().is_terminal()).then(|| {
-            let bar = ProgressBar::new(bytes_total);
+            let bar = ProgressBar::new(0);
             bar.set_style(
                 ProgressStyle::with_template(
                     "{msg} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
@@ -180,18 +185,45 @@ impl Output {
         let output = Output {
             options: options.clone(),
             bar,
-            files_total,
+            files_total: AtomicU64::new(0),
+            listed_all: AtomicBool::new(false),
             files_done: AtomicU64::new(0),
         };
         output.show_count();
         output
     }
 
+    /// A file to do was found, of `bytes` to move (none for a removal).
+    pub fn found(&self, bytes: u64) {
+        self.files_total.fetch_add(1, Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.inc_length(bytes);
+        }
+        self.show_count();
+    }
+
+    /// Every file to do has been found.
+    pub fn listed_all(&self) {
+        self.listed_all.store(true, Ordering::Relaxed);
+        self.show_count();
+    }
+
     fn show_count(&self) {
         if let Some(bar) = &self.bar {
             let done = self.files_done.load(Ordering::Relaxed);
-            bar.set_message(format!("files {done}/{}", self.files_total));
+            let total = self.files_total.load(Ordering::Relaxed);
+            let more = if self.listed_all.load(Ordering::Relaxed) {
+                ""
+            } else {
+                "+"
+            };
+            bar.set_message(format!("files {done}/{total}{more}"));
         }
+    }
+
+    /// A file the walk did not take (not a failure: it is not in the run).
+    pub fn skipped(&self, file: &str, reason: &str) {
+        self.line(&format!("sluice: skipped {file}: {reason}"), true);
     }
 
     /// Advances the byte total by `bytes`.
@@ -266,6 +298,7 @@ impl Output {
 
     /// Records a file refused before any request (`op` "refused" in JSON).
     pub fn refused(&self, file: &str, reason: &str) {
+        self.files_total.fetch_add(1, Ordering::Relaxed);
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.show_count();
         if self.options.json {
@@ -324,12 +357,19 @@ impl Output {
     }
 }
 
-/// Runs `jobs` (none of them [`Action::RemoveKey`]) and reports on each.
-pub async fn run(engine: &Engine, jobs: Vec<Job>, options: &Options, output: &Output) -> Report {
+/// Runs `jobs` (none of them [`Action::RemoveKey`]) as they come and reports
+/// on each. After a failure with `--fail-fast`, it takes no more of them.
+pub async fn run(
+    engine: &Engine,
+    jobs: impl Stream<Item = Job>,
+    options: &Options,
+    output: &Output,
+) -> Report {
     let started = Instant::now();
     let stop = CancellationToken::new();
     let report = Mutex::new(Report::default());
-    let results = futures::stream::iter(jobs)
+    let results = jobs
+        .take_until(stop.clone().cancelled_owned())
         .map(|job| {
             let stop = stop.clone();
             async move {

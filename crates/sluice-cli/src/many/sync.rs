@@ -28,7 +28,7 @@ use sluice_upload::{Engine, RetryingStore};
 
 use super::filter::Filter;
 use super::run::{Action, Job, Output, Roots};
-use super::{mtime, Side};
+use super::{mtime, Listed, Side};
 use crate::args::SyncArgs;
 use crate::UsageError;
 
@@ -161,14 +161,10 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     }
     let options = super::options(&copy.many, &copy.transfer, None);
     if args.dry_run {
-        let output = Output::new(
-            &super::run::Options {
-                quiet: true,
-                ..options.clone()
-            },
-            0,
-            0,
-        );
+        let output = Output::new(&super::run::Options {
+            quiet: true,
+            ..options.clone()
+        });
         for job in &jobs {
             output.finished(job, None, true);
         }
@@ -185,7 +181,27 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    super::finish(&engine, "synced", jobs, refused, &options, Some(unchanged)).await
+    let (removals, transfers): (Vec<Job>, Vec<Job>) = jobs
+        .into_iter()
+        .partition(|job| matches!(job.action, Action::RemoveKey { .. }));
+    let refused = refused
+        .into_iter()
+        .map(|(file, reason)| Listed::Refused { file, reason });
+    let transfers = super::known(
+        refused
+            .chain(transfers.into_iter().map(Listed::Job))
+            .collect(),
+    );
+    let removals = super::known(removals.into_iter().map(Listed::Job).collect());
+    super::finish(
+        &engine,
+        "synced",
+        transfers,
+        removals,
+        &options,
+        Some(unchanged),
+    )
+    .await
 }
 
 fn is_removal(job: &Job) -> bool {
@@ -209,7 +225,7 @@ async fn list(
             if !is_source && !dir.exists() {
                 return Ok((Vec::new(), true));
             }
-            let walk = super::walk(dir, filter.clone()).await?;
+            let walk = super::walk_all(dir, filter.clone()).await?;
             let complete = walk.skipped.is_empty();
             let entries = walk
                 .files
