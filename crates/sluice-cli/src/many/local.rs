@@ -40,13 +40,6 @@ pub enum Found {
     Skipped(Skipped),
 }
 
-/// What a whole walk found.
-#[derive(Debug, Default)]
-pub struct Walk {
-    pub files: Vec<LocalFile>,
-    pub skipped: Vec<Skipped>,
-}
-
 /// An entry of a directory being walked, not yet looked at.
 struct Pending {
     /// Its path relative to the root; a directory's ends in `/`, so that it
@@ -192,18 +185,6 @@ impl Iterator for Walker {
     }
 }
 
-/// Walks all of `root` (a blocking call: run it off the async runtime).
-pub fn walk(root: &Path, filter: &Filter) -> std::io::Result<Walk> {
-    let mut walk = Walk::default();
-    for found in Walker::new(root, filter.clone())? {
-        match found {
-            Found::File(file) => walk.files.push(file),
-            Found::Skipped(skipped) => walk.skipped.push(skipped),
-        }
-    }
-    Ok(walk)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,9 +204,14 @@ mod tests {
             std::os::unix::fs::symlink(root.join("a"), root.join("a/loop")).unwrap();
         }
         let filter = Filter::new(&[], &["*.tmp".to_string()]).unwrap();
-        let walk = walk(root, &filter).unwrap();
-        let found: Vec<(&str, u64)> = walk
-            .files
+        let (mut files, mut skipped) = (Vec::new(), Vec::new());
+        for found in Walker::new(root, filter).unwrap() {
+            match found {
+                Found::File(file) => files.push(file),
+                Found::Skipped(skip) => skipped.push(skip),
+            }
+        }
+        let found: Vec<(&str, u64)> = files
             .iter()
             .map(|f| (f.relative.as_str(), f.size))
             .collect();
@@ -236,11 +222,11 @@ mod tests {
         );
         #[cfg(unix)]
         assert!(
-            walk.skipped
+            skipped
                 .iter()
                 .any(|s| s.path.ends_with("a/loop") && s.reason.contains("directory")),
             "{:?}",
-            walk.skipped
+            skipped
         );
     }
 
@@ -271,6 +257,6 @@ mod tests {
     #[test]
     fn a_missing_root_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(walk(&dir.path().join("nope"), &Filter::all()).is_err());
+        assert!(Walker::new(&dir.path().join("nope"), Filter::all()).is_err());
     }
 }

@@ -1,9 +1,8 @@
 //! Transfers of many files: `put DIR`, `get PREFIX/`, `cp` between prefixes and
-//! `sync`. For `put`, `get`, `cp` and `rm`, the jobs come from a directory
-//! walk or a store listing while it goes, a bounded number ahead of the
-//! transfers ([`finish`]), so a million files never sit in memory at once;
-//! `sync` lists both sides first and compares them. [`run::run`] carries the
-//! jobs out through one engine.
+//! `sync`. The jobs come from a directory walk or a store listing while it
+//! goes (for `sync`, from both sides walked together in key order), a bounded
+//! number ahead of the transfers ([`finish`]), so a million files never sit in
+//! memory at once. [`run::run`] carries them out through one engine.
 //!
 //! A local side is a directory of plain files. A store side is a prefix of a
 //! bucket, or of a directory store for `put DIR ./store/` and `get ./store/`.
@@ -16,6 +15,7 @@ pub mod run;
 pub mod sync;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -347,23 +347,6 @@ async fn walk(
     }))
 }
 
-/// Walks all of `dir` at once (for `sync`, which compares whole sides),
-/// printing what it skipped.
-async fn walk_all(dir: &Path, filter: Filter) -> anyhow::Result<local::Walk> {
-    let root = dir.to_path_buf();
-    let walk = tokio::task::spawn_blocking(move || local::walk(&root, &filter))
-        .await?
-        .with_context(|| format!("cannot read {}", dir.display()))?;
-    for skipped in &walk.skipped {
-        eprintln!(
-            "sluice: skipped {}: {}",
-            skipped.path.display(),
-            skipped.reason
-        );
-    }
-    Ok(walk)
-}
-
 /// The objects under `prefix`, listed through `engine`'s retries a page at a
 /// time; one that cannot be listed at all is an error here.
 pub async fn listing(
@@ -498,17 +481,16 @@ where
     (taken, report)
 }
 
-/// Runs the jobs of `transfers` (none of them [`Action::RemoveKey`]), then
-/// the key removals of `removals` in batches, prints the summary and the
-/// failures (refused files among them), and fails when any file failed or a
-/// listing broke off.
+/// Runs the jobs of `transfers` (no removals), then the removals of
+/// `removals` in batches, prints the summary and the failures (refused files
+/// among them), and fails when any file failed or a listing broke off.
 pub async fn finish(
     engine: &Engine,
     verb: &str,
     transfers: Feed,
     removals: Feed,
     options: &Options,
-    unchanged: Option<u64>,
+    unchanged: Option<&AtomicU64>,
 ) -> anyhow::Result<()> {
     let output = Output::new(options);
     let work = async {
@@ -521,7 +503,7 @@ pub async fn finish(
             return (taken, report);
         }
         let (deleting, deleted) =
-            fed(removals, &output, |keys| delete_keys(engine, keys, &output)).await;
+            fed(removals, &output, |jobs| remove(engine, jobs, &output)).await;
         report.files += deleted.files;
         report.failures.extend(deleted.failures);
         taken.refused.extend(deleting.refused);
@@ -533,6 +515,7 @@ pub async fn finish(
     let (taken, mut report) = crate::interruptible_saying(engine, work, interrupted).await?;
     output.finish();
     report.failures.splice(0..0, taken.refused);
+    let unchanged = unchanged.map(|count| count.load(Ordering::Relaxed));
     output.summary(verb, &report, unchanged);
     engine.finish_background().await;
     match taken.error {
@@ -563,13 +546,10 @@ pub fn failures(report: &Report) -> anyhow::Result<()> {
     Err(anyhow::anyhow!(message))
 }
 
-/// Removes the keys of [`Action::RemoveKey`] jobs in batches (DeleteObjects on
-/// S3) as they come, reporting each key.
-pub async fn delete_keys(
-    engine: &Engine,
-    jobs: impl Stream<Item = Job>,
-    output: &Output,
-) -> Report {
+/// Carries out removals as they come, in batches: the keys of
+/// [`Action::RemoveKey`] jobs with one request a batch (DeleteObjects on S3),
+/// the files of [`Action::RemoveFile`] jobs one by one; reports each.
+pub async fn remove(engine: &Engine, jobs: impl Stream<Item = Job>, output: &Output) -> Report {
     let started = std::time::Instant::now();
     let store = engine.retrying_store();
     let mut report = Report::default();
@@ -585,21 +565,33 @@ pub async fn delete_keys(
                         _ => None,
                     })
                     .collect();
-                let result = store.delete_objects(&keys).await;
-                (batch, keys, result)
+                let removed = match keys.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => store.delete_objects(&keys).await,
+                };
+                let mut errors = Vec::with_capacity(batch.len());
+                for job in &batch {
+                    let error = match (&job.action, &removed) {
+                        (Action::RemoveKey { .. }, Err(error)) => Some(error_chain(error)),
+                        (Action::RemoveKey { key }, Ok(failed)) => failed
+                            .iter()
+                            .find(|f| &f.key == key)
+                            .map(|f| f.reason.clone()),
+                        (Action::RemoveFile { path }, _) => tokio::fs::remove_file(path)
+                            .await
+                            .err()
+                            .map(|e| format!("cannot remove it: {e}")),
+                        _ => Some("not a removal".to_string()),
+                    };
+                    errors.push(error);
+                }
+                (batch, errors)
             }
         })
         .buffer_unordered(DELETES_IN_FLIGHT);
     futures::pin_mut!(results);
-    while let Some((batch, keys, result)) = results.next().await {
-        for (job, key) in batch.iter().zip(&keys) {
-            let error = match &result {
-                Err(error) => Some(sluice_store::error_chain(error)),
-                Ok(failed) => failed
-                    .iter()
-                    .find(|f| &f.key == key)
-                    .map(|f| f.reason.clone()),
-            };
+    while let Some((batch, errors)) = results.next().await {
+        for (job, error) in batch.iter().zip(errors) {
             output.finished(job, error.as_deref(), false);
             match error {
                 Some(error) => report.failures.push((job.subject(), error)),

@@ -84,25 +84,11 @@ impl Prefix {
         })
     }
 
-    /// Every object under the prefix that `filter` takes. Keys ending in `/`
-    /// (folder markers some tools write) are no files and are left out, and so
-    /// is sluice's own state (`_sluice/`) when listing a whole bucket.
-    pub async fn list(
-        &self,
-        store: &dyn ObjectStore,
-        filter: &Filter,
-    ) -> Result<Vec<RemoteObject>, StoreError> {
-        let mut pages = self.pages(filter.clone());
-        let mut objects = Vec::new();
-        while let Some(page) = pages.next(store).await? {
-            objects.extend(page);
-        }
-        Ok(objects)
-    }
-
-    /// The objects [`Prefix::list`] gives, as a stream that reads a page when
-    /// the one before is used up, so that a listing of a million keys is
-    /// never held whole. The first page is read before this returns: a prefix
+    /// Every object under the prefix that `filter` takes, as a stream that
+    /// reads a page when the one before is used up, so that a listing of a
+    /// million keys is never held whole. Keys ending in `/` (folder markers
+    /// some tools write) are no files and are left out, and so is sluice's own
+    /// state (`_sluice/`) when listing a whole bucket. The first page is read before this returns: a prefix
     /// that cannot be listed at all is an error here, before any transfer.
     pub async fn listing(
         &self,

@@ -357,7 +357,7 @@ impl Output {
     }
 }
 
-/// Runs `jobs` (none of them [`Action::RemoveKey`]) as they come and reports
+/// Runs `jobs` (no removals: [`super::remove`] runs those) as they come and reports
 /// on each. After a failure with `--fail-fast`, it takes no more of them.
 pub async fn run(
     engine: &Engine,
@@ -460,10 +460,9 @@ async fn execute(
             .await
             .map(drop)
             .map_err(|e| sluice_store::error_chain(&e)),
-        Action::RemoveFile { path } => tokio::fs::remove_file(path)
-            .await
-            .map_err(|e| format!("cannot remove it: {e}")),
-        Action::RemoveKey { .. } => Err("a key removal is run in batches".to_string()),
+        Action::RemoveFile { .. } | Action::RemoveKey { .. } => {
+            Err("a removal is run in batches".to_string())
+        }
     };
     if result.is_ok() {
         output.advance(job.size.saturating_sub(sent.load(Ordering::Relaxed)));

@@ -17,18 +17,19 @@
 //! `--delete` removes what the destination holds and the source does not,
 //! within the filters; `--dry-run` prints every change and makes none.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use sluice_store::{Checksum, ChecksumAlgorithm, Hasher, ObjectMeta, ObjectStore};
 use sluice_upload::{Engine, RetryingStore};
 
 use super::filter::Filter;
 use super::run::{Action, Job, Output, Roots};
-use super::{mtime, Listed, Side};
+use super::{local, mtime, Feed, Listed, Side};
 use crate::args::SyncArgs;
 use crate::UsageError;
 
@@ -48,10 +49,10 @@ struct Entry {
 }
 
 /// What a comparison needs from the sides.
-struct Sides<'a> {
+struct Sides {
     /// The source's store, when it is one.
-    source: Option<&'a RetryingStore>,
-    dest: Option<&'a RetryingStore>,
+    source: Option<RetryingStore>,
+    dest: Option<RetryingStore>,
     checksum: bool,
 }
 
@@ -60,6 +61,16 @@ struct Sides<'a> {
 enum Verdict {
     Same,
     Differs,
+}
+
+/// A side's entries in key order, as its walk or listing finds them.
+type Entries = BoxStream<'static, anyhow::Result<Entry>>;
+
+/// What the two sides hold under one relative path.
+enum Pair {
+    Both(Entry, Entry),
+    SourceOnly(Entry),
+    DestOnly(Entry),
 }
 
 pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
@@ -92,183 +103,288 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| source_engine.clone())
         .expect("one side is a store");
-    let source_store = source_engine.as_ref().map(Engine::retrying_store);
-    let dest_store = dest_engine.as_ref().map(Engine::retrying_store);
-    let (source_entries, source_complete) =
-        list(&source, source_store.as_ref(), &filter, true).await?;
-    let (dest_entries, _) = list(&dest, dest_store.as_ref(), &filter, false).await?;
-    let sides = Sides {
-        source: source_store.as_ref(),
-        dest: dest_store.as_ref(),
+    // Set when the source's walk skips a file: nothing may then be deleted.
+    let source_incomplete = Arc::new(AtomicBool::new(false));
+    let source_entries = entries(
+        &source,
+        source_engine.as_ref(),
+        &filter,
+        Some(source_incomplete.clone()),
+    )
+    .await?;
+    let dest_entries = entries(&dest, dest_engine.as_ref(), &filter, None).await?;
+    let sides = Arc::new(Sides {
+        source: source_engine.as_ref().map(Engine::retrying_store),
+        dest: dest_engine.as_ref().map(Engine::retrying_store),
         checksum: args.checksum_compare,
-    };
-    let mut by_path: HashMap<&str, &Entry> = dest_entries
-        .iter()
-        .map(|e| (e.relative.as_str(), e))
-        .collect();
-    let pairs: Vec<(&Entry, Option<&Entry>)> = source_entries
-        .iter()
-        .map(|s| (s, by_path.remove(s.relative.as_str())))
-        .collect();
-    let verdicts: Vec<(usize, Result<Verdict, String>)> =
-        futures::stream::iter(pairs.iter().enumerate())
-            .map(|(i, (source, dest))| {
-                let sides = &sides;
-                async move {
-                    let verdict = match dest {
-                        None => Ok(Verdict::Differs),
-                        Some(dest) => sides.compare(source, dest).await,
-                    };
-                    (i, verdict)
-                }
-            })
-            .buffer_unordered(copy.many.jobs.max(1))
-            .collect()
-            .await;
+    });
     let roots = Arc::new(Roots {
         source: root(&source),
         target: root(&dest),
     });
-    let mut jobs = Vec::new();
-    let mut refused = Vec::new();
-    let mut unchanged = 0;
-    let mut verdicts = verdicts;
-    verdicts.sort_by_key(|(i, _)| *i);
-    for (i, verdict) in verdicts {
-        let (entry, _) = pairs[i];
-        match verdict {
-            Ok(Verdict::Same) => unchanged += 1,
-            Ok(Verdict::Differs) => match transfer_job(&source, &dest, entry, &roots) {
-                Ok(job) => jobs.push(job),
-                Err(reason) => refused.push((show(&source, entry), reason)),
-            },
-            Err(reason) => refused.push((show(&source, entry), reason)),
+    let (source, dest) = (Arc::new(source), Arc::new(dest));
+    let unchanged = Arc::new(AtomicU64::new(0));
+    // The destination's extra entries, in key order: removed after the
+    // transfers, when --delete asks and the source was read whole.
+    let extra = Arc::new(Mutex::new(Vec::new()));
+    let delete = args.delete;
+    let transfers = {
+        let (unchanged, extra, roots) = (unchanged.clone(), extra.clone(), roots.clone());
+        let (source, dest) = (source.clone(), dest.clone());
+        merge(source_entries, dest_entries)
+            .map(move |pair| {
+                let sides = sides.clone();
+                async move {
+                    Ok(match pair? {
+                        Pair::Both(source, dest) => {
+                            let verdict = sides.compare(&source, &dest).await;
+                            Compared::Source(source, verdict)
+                        }
+                        Pair::SourceOnly(source) => Compared::Source(source, Ok(Verdict::Differs)),
+                        Pair::DestOnly(dest) => Compared::Extra(dest),
+                    })
+                }
+            })
+            .buffered(copy.many.jobs.max(1))
+            .filter_map(move |compared: anyhow::Result<Compared>| {
+                let listed = match compared {
+                    Err(error) => Some(Err(error)),
+                    Ok(Compared::Source(_, Ok(Verdict::Same))) => {
+                        unchanged.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    Ok(Compared::Source(entry, Ok(Verdict::Differs))) => {
+                        Some(Ok(match transfer_job(&source, &dest, &entry, &roots) {
+                            Ok(job) => Listed::Job(job),
+                            Err(reason) => Listed::Refused {
+                                file: show(&source, &entry),
+                                reason,
+                            },
+                        }))
+                    }
+                    Ok(Compared::Source(entry, Err(reason))) => Some(Ok(Listed::Refused {
+                        file: show(&source, &entry),
+                        reason,
+                    })),
+                    Ok(Compared::Extra(entry)) => {
+                        if delete {
+                            let job = removal_job(&dest, &entry, &roots);
+                            extra.lock().expect("extra lock").push(job);
+                        }
+                        None
+                    }
+                };
+                futures::future::ready(listed)
+            })
+            .boxed()
+    };
+    // Read once the transfers have all been listed.
+    let removals = futures::stream::once(async move {
+        let extra = std::mem::take(&mut *extra.lock().expect("extra lock"));
+        if delete && source_incomplete.load(Ordering::Relaxed) {
+            // As rsync does: a source that could not be read whole must not
+            // make the destination lose what the skipped files hold.
+            eprintln!("sluice: some source files were skipped (above): nothing is deleted");
+            return Vec::new();
         }
-    }
-    if args.delete && !source_complete {
-        // As rsync does: a source that could not be read whole must not make
-        // the destination lose what the skipped files hold.
-        eprintln!("sluice: some source files were skipped (above): nothing is deleted");
-    }
-    if args.delete && source_complete {
-        let mut extra: Vec<&Entry> = by_path.into_values().collect();
-        extra.sort_by(|a, b| a.relative.cmp(&b.relative));
-        jobs.extend(
-            extra
-                .into_iter()
-                .map(|entry| removal_job(&dest, entry, &roots)),
-        );
-    }
+        extra
+    })
+    .flat_map(|jobs| futures::stream::iter(jobs.into_iter().map(|job| Ok(Listed::Job(job)))))
+    .boxed();
     let options = super::options(&copy.many, &copy.transfer, None);
     if args.dry_run {
-        let output = Output::new(&super::run::Options {
-            quiet: true,
-            ..options.clone()
-        });
-        for job in &jobs {
-            output.finished(job, None, true);
-        }
-        for (file, reason) in &refused {
-            eprintln!("sluice: {file}: {reason}");
-        }
-        println!(
-            "dry run: {} to copy ({}), {} to delete, {unchanged} unchanged; nothing changed",
-            jobs.iter().filter(|j| !is_removal(j)).count(),
-            sluice_upload::format_size(
-                jobs.iter().filter(|j| !is_removal(j)).map(|j| j.size).sum()
-            ),
-            jobs.iter().filter(|j| is_removal(j)).count(),
-        );
-        return Ok(());
+        return dry_run(transfers, removals, &options, &unchanged).await;
     }
-    let (removals, transfers): (Vec<Job>, Vec<Job>) = jobs
-        .into_iter()
-        .partition(|job| matches!(job.action, Action::RemoveKey { .. }));
-    let refused = refused
-        .into_iter()
-        .map(|(file, reason)| Listed::Refused { file, reason });
-    let transfers = super::known(
-        refused
-            .chain(transfers.into_iter().map(Listed::Job))
-            .collect(),
-    );
-    let removals = super::known(removals.into_iter().map(Listed::Job).collect());
     super::finish(
         &engine,
         "synced",
         transfers,
         removals,
         &options,
-        Some(unchanged),
+        Some(&unchanged),
     )
     .await
 }
 
-fn is_removal(job: &Job) -> bool {
-    matches!(
-        job.action,
-        Action::RemoveKey { .. } | Action::RemoveFile { .. }
-    )
+/// A source entry and how it compared, or an extra entry of the destination.
+enum Compared {
+    Source(Entry, Result<Verdict, String>),
+    Extra(Entry),
 }
 
-/// A side's entries, and whether they are all it holds (false when a walk
-/// skipped a file or directory). A destination directory that does not exist
-/// yet is empty.
-async fn list(
+/// Prints every change a sync would make, and makes none.
+async fn dry_run(
+    mut transfers: Feed,
+    mut removals: Feed,
+    options: &super::run::Options,
+    unchanged: &AtomicU64,
+) -> anyhow::Result<()> {
+    let output = Output::new(&super::run::Options {
+        quiet: true,
+        ..options.clone()
+    });
+    let (mut copies, mut bytes, mut deletes) = (0u64, 0u64, 0u64);
+    while let Some(listed) = transfers.next().await {
+        match listed? {
+            Listed::Job(job) => {
+                output.finished(&job, None, true);
+                copies += 1;
+                bytes += job.size;
+            }
+            Listed::Refused { file, reason } => eprintln!("sluice: {file}: {reason}"),
+            Listed::Skipped { .. } => {}
+        }
+    }
+    while let Some(listed) = removals.next().await {
+        if let Listed::Job(job) = listed? {
+            output.finished(&job, None, true);
+            deletes += 1;
+        }
+    }
+    println!(
+        "dry run: {copies} to copy ({}), {deletes} to delete, {} unchanged; nothing changed",
+        sluice_upload::format_size(bytes),
+        unchanged.load(Ordering::Relaxed),
+    );
+    Ok(())
+}
+
+/// Pairs the entries of the two sides by relative path, walking both in key
+/// order at once; a side whose keys come out of order is an error (the pairs
+/// would be wrong).
+fn merge(source: Entries, dest: Entries) -> impl Stream<Item = anyhow::Result<Pair>> {
+    let sides = (
+        Ordered::new(source, "the source"),
+        Ordered::new(dest, "the destination"),
+    );
+    futures::stream::try_unfold(sides, |(mut source, mut dest)| async move {
+        source.fill().await?;
+        dest.fill().await?;
+        let pair = match (&source.head, &dest.head) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => Pair::SourceOnly(source.take()),
+            (None, Some(_)) => Pair::DestOnly(dest.take()),
+            (Some(a), Some(b)) => match a.relative.cmp(&b.relative) {
+                std::cmp::Ordering::Less => Pair::SourceOnly(source.take()),
+                std::cmp::Ordering::Greater => Pair::DestOnly(dest.take()),
+                std::cmp::Ordering::Equal => Pair::Both(source.take(), dest.take()),
+            },
+        };
+        Ok(Some((pair, (source, dest))))
+    })
+}
+
+/// One side's entries with the next one looked at.
+struct Ordered {
+    entries: Entries,
+    name: &'static str,
+    head: Option<Entry>,
+    /// The relative path of the last entry read.
+    last: Option<String>,
+    ended: bool,
+}
+
+impl Ordered {
+    fn new(entries: Entries, name: &'static str) -> Ordered {
+        Ordered {
+            entries,
+            name,
+            head: None,
+            last: None,
+            ended: false,
+        }
+    }
+
+    /// Reads the next entry when none is waiting.
+    async fn fill(&mut self) -> anyhow::Result<()> {
+        if self.head.is_some() || self.ended {
+            return Ok(());
+        }
+        match self.entries.next().await.transpose()? {
+            None => self.ended = true,
+            Some(entry) => {
+                if let Some(last) = self.last.as_ref().filter(|last| **last >= entry.relative) {
+                    anyhow::bail!(
+                        "{} gave its names out of key order ({} after {last}): nothing can be compared",
+                        self.name,
+                        entry.relative
+                    );
+                }
+                self.last = Some(entry.relative.clone());
+                self.head = Some(entry);
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> Entry {
+        self.head.take().expect("filled")
+    }
+}
+
+/// A side's entries in key order. A destination directory that does not
+/// exist yet is empty. A source walk that skips a file says so in
+/// `incomplete`.
+async fn entries(
     side: &Side,
-    store: Option<&RetryingStore>,
+    engine: Option<&Engine>,
     filter: &Filter,
-    is_source: bool,
-) -> anyhow::Result<(Vec<Entry>, bool)> {
+    incomplete: Option<Arc<AtomicBool>>,
+) -> anyhow::Result<Entries> {
     match side {
         Side::Directory(dir) => {
-            if !is_source && !dir.exists() {
-                return Ok((Vec::new(), true));
+            if incomplete.is_none() && !dir.exists() {
+                return Ok(futures::stream::empty().boxed());
             }
-            let walk = super::walk_all(dir, filter.clone()).await?;
-            let complete = walk.skipped.is_empty();
-            let entries = walk
-                .files
-                .into_iter()
-                .map(|f| Entry {
-                    relative: f.relative,
-                    size: f.size,
-                    changed: f.modified,
-                    path: Some(f.path),
-                    key: None,
-                    etag: String::new(),
+            let walk = super::walk(dir, filter.clone()).await?;
+            Ok(walk
+                .filter_map(move |found| {
+                    let entry = match found {
+                        local::Found::File(file) => Some(Ok(Entry {
+                            relative: file.relative,
+                            size: file.size,
+                            changed: file.modified,
+                            path: Some(file.path),
+                            key: None,
+                            etag: String::new(),
+                        })),
+                        local::Found::Skipped(skipped) => {
+                            eprintln!(
+                                "sluice: skipped {}: {}",
+                                skipped.path.display(),
+                                skipped.reason
+                            );
+                            if let Some(incomplete) = &incomplete {
+                                incomplete.store(true, Ordering::Relaxed);
+                            }
+                            None
+                        }
+                    };
+                    futures::future::ready(entry)
                 })
-                .collect();
-            Ok((entries, complete))
+                .boxed())
         }
         Side::Store(prefix) => {
-            let objects = prefix
-                .list(store.expect("a store side has a store"), filter)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot list {}: {}",
-                        prefix.display,
-                        sluice_store::error_chain(&e)
-                    )
-                })?;
-            let entries = objects
-                .into_iter()
-                .map(|o| Entry {
-                    relative: o.relative,
-                    size: o.size,
-                    changed: o.last_modified,
-                    path: None,
-                    key: Some(o.key),
-                    etag: o.etag,
+            let engine = engine.expect("a store side has an engine");
+            let listing = super::listing(prefix, engine, filter.clone()).await?;
+            Ok(listing
+                .map(|object| {
+                    let object = object?;
+                    Ok(Entry {
+                        relative: object.relative,
+                        size: object.size,
+                        changed: object.last_modified,
+                        path: None,
+                        key: Some(object.key),
+                        etag: object.etag,
+                    })
                 })
-                .collect();
-            Ok((entries, true))
+                .boxed())
         }
     }
 }
 
-impl Sides<'_> {
+impl Sides {
     async fn compare(&self, source: &Entry, dest: &Entry) -> Result<Verdict, String> {
         if source.size != dest.size {
             return Ok(Verdict::Differs);
@@ -279,12 +395,12 @@ impl Sides<'_> {
             let (a, b) = (
                 heads
                     .0
-                    .meta(self.source, source)
+                    .meta(self.source.as_ref(), source)
                     .await?
                     .and_then(|m| m.checksum),
                 heads
                     .1
-                    .meta(self.dest, dest)
+                    .meta(self.dest.as_ref(), dest)
                     .await?
                     .and_then(|m| m.checksum),
             );
@@ -314,8 +430,8 @@ impl Sides<'_> {
             Some(meta) => meta.metadata.get(mtime::KEY).and_then(|m| mtime::decode(m)),
             None => entry.path.as_ref().map(|_| entry.changed),
         };
-        let a = recorded(heads.0.meta(self.source, source).await?, source);
-        let b = recorded(heads.1.meta(self.dest, dest).await?, dest);
+        let a = recorded(heads.0.meta(self.source.as_ref(), source).await?, source);
+        let b = recorded(heads.1.meta(self.dest.as_ref(), dest).await?, dest);
         Ok(match (a, b) {
             (Some(a), Some(b)) if mtime::same(a, b) => Verdict::Same,
             _ => Verdict::Differs,
@@ -451,5 +567,82 @@ fn removal_job(dest: &Side, entry: &Entry, roots: &Arc<Roots>) -> Job {
         action,
         size: entry.size,
         roots: roots.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(names: &[&str]) -> Entries {
+        let entries: Vec<anyhow::Result<Entry>> = names
+            .iter()
+            .map(|name| {
+                Ok(Entry {
+                    relative: name.to_string(),
+                    size: 1,
+                    changed: SystemTime::UNIX_EPOCH,
+                    path: None,
+                    key: None,
+                    etag: String::new(),
+                })
+            })
+            .collect();
+        futures::stream::iter(entries).boxed()
+    }
+
+    /// Pairs as `s:name`, `d:name` or `=name`; or the error.
+    async fn pairs(source: &[&str], dest: &[&str]) -> Result<Vec<String>, String> {
+        let pairs: Vec<anyhow::Result<Pair>> = merge(side(source), side(dest)).collect().await;
+        pairs
+            .into_iter()
+            .map(|pair| match pair {
+                Ok(Pair::Both(a, b)) => {
+                    assert_eq!(a.relative, b.relative);
+                    Ok(format!("={}", a.relative))
+                }
+                Ok(Pair::SourceOnly(a)) => Ok(format!("s:{}", a.relative)),
+                Ok(Pair::DestOnly(b)) => Ok(format!("d:{}", b.relative)),
+                Err(error) => Err(error.to_string()),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_sides_pair_up_by_name_in_key_order() {
+        let cases: [(&[&str], &[&str], &[&str]); 5] = [
+            (&[], &[], &[]),
+            (&["a", "b"], &[], &["s:a", "s:b"]),
+            (&[], &["a"], &["d:a"]),
+            (
+                &["a-b", "a/x", "c"],
+                &["a/x", "b", "c", "d"],
+                &["s:a-b", "=a/x", "d:b", "=c", "d:d"],
+            ),
+            (&["x"], &["x"], &["=x"]),
+        ];
+        for (source, dest, expected) in cases {
+            assert_eq!(
+                pairs(source, dest).await.unwrap(),
+                expected,
+                "{source:?} / {dest:?}"
+            );
+        }
+    }
+
+    /// A side out of order would pair wrongly (and delete what it should
+    /// not): the merge stops with an error naming it.
+    #[tokio::test]
+    async fn a_side_out_of_key_order_is_an_error() {
+        for (source, dest, names) in [
+            (&["b", "a"][..], &[][..], "the source"),
+            (&["a"][..], &["a", "a"][..], "the destination"),
+        ] {
+            let error = pairs(source, dest).await.unwrap_err();
+            assert!(
+                error.contains(names) && error.contains("out of key order"),
+                "{error}"
+            );
+        }
     }
 }
