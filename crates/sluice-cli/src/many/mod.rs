@@ -453,7 +453,7 @@ where
         while let Some(listed) = feed.next().await {
             match listed {
                 Ok(Listed::Job(job)) => {
-                    output.found(job.size);
+                    output.found(if job.action.is_removal() { 0 } else { job.size });
                     taken.jobs += 1;
                     if jobs.send(job).await.is_err() {
                         // The run stopped taking jobs (--fail-fast).

@@ -62,6 +62,11 @@ impl Action {
         }
     }
 
+    /// A file or key removed: it moves no bytes.
+    pub fn is_removal(&self) -> bool {
+        matches!(self, Action::RemoveFile { .. } | Action::RemoveKey { .. })
+    }
+
     /// The name in `--json` lines.
     pub fn name(&self) -> &'static str {
         match self {
@@ -73,7 +78,7 @@ impl Action {
     }
 }
 
-/// One file's work. A run can hold a million of them: a job keeps only what
+/// One file's work. Up to 4,096 wait in a run at once: a job keeps only what
 /// its action needs, and its names in lines and failures are made when shown.
 #[derive(Debug, Clone)]
 pub struct Job {
