@@ -116,7 +116,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         &engine,
         "deleted",
         many::nothing(),
-        removals,
+        Some(removals),
         &options,
         None,
     )

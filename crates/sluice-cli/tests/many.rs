@@ -519,8 +519,13 @@ fn a_failed_file_does_not_stop_the_others_unless_fail_fast() {
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
+    let (inside, restore) = (format!("{d}/store/"), format!("{d}/restore"));
+    let store = format!("{d}/");
     let cases: &[(&[&str], &str)] = &[
         (&["cp", d, d], "both local"),
+        // A directory store inside the tree, or the tree inside the store.
+        (&["put", d, &inside], "overlap"),
+        (&["get", &store, &restore], "overlap"),
         (&["sync", d, d], "both local"),
         (&["get", "s3://bucket/prefix/", "-"], "is a prefix"),
         (&["put", d, "s3://bucket/p/", "--jobs", "0"], "--jobs 0"),

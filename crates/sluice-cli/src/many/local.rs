@@ -2,7 +2,8 @@
 //! with their path relative to the root (segments joined by `/` on every
 //! platform), size and modification time, in the order their keys sort (so a
 //! walk and a store listing can be merged), one at a time: a walk holds the
-//! names of the directories it is in, never the whole tree.
+//! entries still to visit of each directory on its path (all of a flat
+//! directory's), never the whole tree.
 //!
 //! Symbolic links to files are followed (the object holds the target's bytes);
 //! links to directories are not descended, so a link cycle cannot make the walk
@@ -50,7 +51,7 @@ struct Pending {
 
 /// A walk of a tree, file by file in key order (a blocking iterator: run it
 /// off the async runtime). A directory's entries are read and sorted when the
-/// walk enters it, so it holds the names of the directories it is in only.
+/// walk enters it; it holds those still to visit of each directory on its path.
 pub struct Walker {
     filter: Filter,
     /// The entries still to visit of each directory entered, innermost last,

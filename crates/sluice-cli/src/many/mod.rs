@@ -23,6 +23,7 @@ use futures::stream::BoxStream;
 use futures::{SinkExt, Stream, StreamExt};
 use sluice_store::{error_chain, ObjectStore, StoreError, StoreLocation};
 use sluice_upload::{Engine, EngineConfig, SourceBucket};
+use tokio_util::sync::CancellationToken;
 
 use crate::args::{ManyArgs, TransferArgs};
 use crate::UsageError;
@@ -34,6 +35,8 @@ use run::{Action, Job, Options, Output, Report};
 const DELETE_BATCH: usize = 1000;
 /// Batched deletes in flight.
 const DELETES_IN_FLIGHT: usize = 4;
+/// Local files a batch removes at once.
+const FILE_REMOVALS_AT_ONCE: usize = 16;
 
 /// One side of a transfer of many files.
 pub enum Side {
@@ -176,6 +179,7 @@ pub async fn put_directory(
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
+    refuse_local_overlap(dir, dest)?;
     let prefix = Side::open_store(dest, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let walk = walk(dir, filter).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
@@ -191,7 +195,7 @@ pub async fn put_directory(
         }),
     });
     let options = options(many, transfer, content_type);
-    finish(&engine, "uploaded", jobs.boxed(), nothing(), &options, None).await
+    finish(&engine, "uploaded", jobs.boxed(), None, &options, None).await
 }
 
 /// `sluice get PREFIX/ DIR`.
@@ -202,6 +206,7 @@ pub async fn get_prefix(
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
+    refuse_local_overlap(dir, src)?;
     let prefix = Side::open_store(src, transfer.endpoint.clone(), transfer.region.clone()).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let listing = listing(&prefix, &engine, filter).await?;
@@ -212,15 +217,7 @@ pub async fn get_prefix(
     let dir = dir.to_path_buf();
     let jobs = listing.map(move |object| Ok(download_job(object?, &prefix, &dir, &roots)));
     let options = options(many, transfer, None);
-    finish(
-        &engine,
-        "downloaded",
-        jobs.boxed(),
-        nothing(),
-        &options,
-        None,
-    )
-    .await
+    finish(&engine, "downloaded", jobs.boxed(), None, &options, None).await
 }
 
 /// `sluice cp s3://a/p/ s3://b/q/`: every object under one prefix copied under
@@ -250,7 +247,30 @@ pub async fn copy_prefix(
         )))
     });
     let options = options(many, transfer, None);
-    finish(&engine, "copied", jobs.boxed(), nothing(), &options, None).await
+    finish(&engine, "copied", jobs.boxed(), None, &options, None).await
+}
+
+/// Refuses a directory and a directory store of which one holds the other:
+/// the walk or listing, read while the run writes, would meet the run's own
+/// files and take them again, one level deeper each time.
+fn refuse_local_overlap(dir: &Path, store_location: &str) -> Result<(), UsageError> {
+    let Ok(StoreLocation::Local(store)) = StoreLocation::parse(store_location) else {
+        return Ok(());
+    };
+    let full = |path: &Path| {
+        std::fs::canonicalize(path)
+            .or_else(|_| std::path::absolute(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    let (dir_full, store_full) = (full(dir), full(&store));
+    match dir_full.starts_with(&store_full) || store_full.starts_with(&dir_full) {
+        true => Err(UsageError(format!(
+            "{} and {} overlap: one is inside the other",
+            dir.display(),
+            store.display()
+        ))),
+        false => Ok(()),
+    }
 }
 
 /// Both sides of a bucket-to-bucket command.
@@ -323,7 +343,10 @@ pub fn known(listed: Vec<Listed>) -> Feed {
 /// listing page's wait overlaps them.
 const LOOKAHEAD: usize = 4096;
 
-/// Walks `dir` on a thread of its own, a bounded channel ahead of its reader;
+/// Files a walk finds ahead of the run's own [`LOOKAHEAD`].
+const WALK_AHEAD: usize = 1024;
+
+/// Walks `dir` on a thread of its own, [`WALK_AHEAD`] files ahead of its reader;
 /// a root that cannot be read is an error here.
 async fn walk(
     dir: &Path,
@@ -333,7 +356,7 @@ async fn walk(
     let walker = tokio::task::spawn_blocking(move || local::Walker::new(&root, filter))
         .await?
         .with_context(|| format!("cannot read {}", dir.display()))?;
-    let (tx, rx) = tokio::sync::mpsc::channel(LOOKAHEAD);
+    let (tx, rx) = tokio::sync::mpsc::channel(WALK_AHEAD);
     tokio::task::spawn_blocking(move || {
         for found in walker {
             if tx.blocking_send(found).is_err() {
@@ -441,8 +464,16 @@ struct Taken {
 
 /// Runs `consume` on the jobs of `feed`, which is read up to [`LOOKAHEAD`]
 /// jobs ahead of it: refusals and skips are shown as they come, every job is
-/// counted into the totals when found.
-async fn fed<Run, Ran>(mut feed: Feed, output: &Output, consume: Run) -> (Taken, Report)
+/// counted into the totals when found. Once `stop` is cancelled (a failure
+/// with `--fail-fast`), the feed is read no further. `last`: no feed follows,
+/// so the totals are final when this one ends.
+async fn fed<Run, Ran>(
+    mut feed: Feed,
+    output: &Output,
+    stop: &CancellationToken,
+    last: bool,
+    consume: Run,
+) -> (Taken, Report)
 where
     Run: FnOnce(futures::channel::mpsc::Receiver<Job>) -> Ran,
     Ran: std::future::Future<Output = Report>,
@@ -450,28 +481,36 @@ where
     let (mut jobs, to_run) = futures::channel::mpsc::channel(LOOKAHEAD);
     let take = async move {
         let mut taken = Taken::default();
-        while let Some(listed) = feed.next().await {
+        loop {
+            let listed = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                listed = feed.next() => listed,
+            };
             match listed {
-                Ok(Listed::Job(job)) => {
+                None => break,
+                Some(Ok(Listed::Job(job))) => {
                     output.found(if job.action.is_removal() { 0 } else { job.size });
                     taken.jobs += 1;
                     if jobs.send(job).await.is_err() {
-                        // The run stopped taking jobs (--fail-fast).
+                        // The run has ended.
                         break;
                     }
                 }
-                Ok(Listed::Refused { file, reason }) => {
+                Some(Ok(Listed::Refused { file, reason })) => {
                     output.refused(&file, &reason);
                     taken.refused.push((file, reason));
                 }
-                Ok(Listed::Skipped { file, reason }) => output.skipped(&file, &reason),
-                Err(error) => {
+                Some(Ok(Listed::Skipped { file, reason })) => output.skipped(&file, &reason),
+                Some(Err(error)) => {
                     taken.error = Some(error);
                     break;
                 }
             }
         }
-        output.listed_all();
+        if last {
+            output.listed_all();
+        }
         taken
     };
     let (taken, mut report) = futures::join!(take, consume(to_run));
@@ -488,22 +527,29 @@ pub async fn finish(
     engine: &Engine,
     verb: &str,
     transfers: Feed,
-    removals: Feed,
+    removals: Option<Feed>,
     options: &Options,
     unchanged: Option<&AtomicU64>,
 ) -> anyhow::Result<()> {
     let output = Output::new(options);
+    let started = std::time::Instant::now();
+    let stop = CancellationToken::new();
     let work = async {
-        let (mut taken, mut report) = fed(transfers, &output, |jobs| {
-            run::run(engine, jobs, options, &output)
+        let (mut taken, mut report) = fed(transfers, &output, &stop, removals.is_none(), |jobs| {
+            run::run(engine, jobs, options, &output, &stop)
         })
         .await;
-        if taken.error.is_some() || (options.fail_fast && !report.failures.is_empty()) {
+        let Some(removals) = removals else {
+            return (taken, report);
+        };
+        if taken.error.is_some() || stop.is_cancelled() {
             // Nothing more after a failure, deletions included.
             return (taken, report);
         }
-        let (deleting, deleted) =
-            fed(removals, &output, |jobs| remove(engine, jobs, &output)).await;
+        let (deleting, deleted) = fed(removals, &output, &stop, true, |jobs| {
+            remove(engine, jobs, &output)
+        })
+        .await;
         report.files += deleted.files;
         report.failures.extend(deleted.failures);
         taken.refused.extend(deleting.refused);
@@ -513,6 +559,7 @@ pub async fn finish(
     let interrupted = "interrupted: the files finished before are stored; \
         those in flight were abandoned (their multipart uploads aborted)";
     let (taken, mut report) = crate::interruptible_saying(engine, work, interrupted).await?;
+    report.elapsed = started.elapsed();
     output.finish();
     report.failures.splice(0..0, taken.refused);
     let unchanged = unchanged.map(|count| count.load(Ordering::Relaxed));
@@ -520,7 +567,8 @@ pub async fn finish(
     engine.finish_background().await;
     match taken.error {
         Some(error) => {
-            Err(error.context("the listing broke off: the files after it were not done"))
+            Err(error
+                .context("the run stopped part way: the files not listed by then were not done"))
         }
         None => failures(&report),
     }
@@ -569,22 +617,25 @@ pub async fn remove(engine: &Engine, jobs: impl Stream<Item = Job>, output: &Out
                     true => Ok(Vec::new()),
                     false => store.delete_objects(&keys).await,
                 };
-                let mut errors = Vec::with_capacity(batch.len());
-                for job in &batch {
-                    let error = match (&job.action, &removed) {
-                        (Action::RemoveKey { .. }, Err(error)) => Some(error_chain(error)),
-                        (Action::RemoveKey { key }, Ok(failed)) => failed
-                            .iter()
-                            .find(|f| &f.key == key)
-                            .map(|f| f.reason.clone()),
-                        (Action::RemoveFile { path }, _) => tokio::fs::remove_file(path)
-                            .await
-                            .err()
-                            .map(|e| format!("cannot remove it: {e}")),
-                        _ => Some("not a removal".to_string()),
-                    };
-                    errors.push(error);
-                }
+                let removed = &removed;
+                let errors: Vec<Option<String>> = futures::stream::iter(&batch)
+                    .map(|job| async move {
+                        match (&job.action, removed) {
+                            (Action::RemoveKey { .. }, Err(error)) => Some(error_chain(error)),
+                            (Action::RemoveKey { key }, Ok(failed)) => failed
+                                .iter()
+                                .find(|f| &f.key == key)
+                                .map(|f| f.reason.clone()),
+                            (Action::RemoveFile { path }, _) => tokio::fs::remove_file(path)
+                                .await
+                                .err()
+                                .map(|e| format!("cannot remove it: {e}")),
+                            _ => Some("not a removal".to_string()),
+                        }
+                    })
+                    .buffered(FILE_REMOVALS_AT_ONCE)
+                    .collect()
+                    .await;
                 (batch, errors)
             }
         })
@@ -775,17 +826,54 @@ mod tests {
             quiet: true,
             content_type: None,
         };
-        let error = finish(&engine, "uploaded", feed, nothing(), &options, None)
+        let error = finish(&engine, "uploaded", feed, None, &options, None)
             .await
             .unwrap_err();
         let error = format!("{error:#}");
         assert!(
-            error.contains("listing broke off") && error.contains("page 2 refused"),
+            error.contains("stopped part way") && error.contains("page 2 refused"),
             "{error}"
         );
         assert_eq!(store.object("up/a").as_deref(), Some(&b"a"[..]));
         assert_eq!(store.object("up/b").as_deref(), Some(&b"b"[..]));
         assert_eq!(store.object("up/c"), None);
+    }
+
+    /// After a failure with --fail-fast, the feed is read no further: a walk
+    /// or listing with more to give (here, one that never ends) does not
+    /// keep the run going.
+    #[tokio::test]
+    async fn fail_fast_stops_reading_the_feed() {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        let prefix = memory_prefix(&store, "up/");
+        let missing = local::LocalFile {
+            relative: "gone".into(),
+            path: std::path::PathBuf::from("/nonexistent/sluice/gone"),
+            size: 1,
+            modified: std::time::SystemTime::now(),
+        };
+        let roots = Arc::new(run::Roots::default());
+        let first = upload_job(missing, &prefix, &roots);
+        let feed = futures::stream::iter(vec![Ok(first)])
+            .chain(futures::stream::pending())
+            .boxed();
+        let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
+        let options = Options {
+            jobs: 4,
+            fail_fast: true,
+            verbose: false,
+            json: false,
+            quiet: true,
+            content_type: None,
+        };
+        let finished = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            finish(&engine, "uploaded", feed, None, &options, None),
+        )
+        .await
+        .expect("the run must end once a file failed");
+        let error = format!("{:#}", finished.unwrap_err());
+        assert!(error.contains("1 file failed"), "{error}");
     }
 
     #[test]

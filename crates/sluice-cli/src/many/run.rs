@@ -45,9 +45,10 @@ pub enum Action {
         source_etag: String,
         key: String,
     },
-    /// A local file removed (`sync --delete` into a directory).
+    /// A local file removed (`sync --delete` into a directory); run by
+    /// [`super::remove`], not here.
     RemoveFile { path: PathBuf },
-    /// A key removed; run in batches by [`super::delete_keys`], not here.
+    /// A key removed; run in batches by [`super::remove`], not here.
     RemoveKey { key: String },
 }
 
@@ -148,7 +149,8 @@ pub struct Report {
     pub bytes: u64,
     /// (file, reason) of each failure, in the order they happened.
     pub failures: Vec<(String, String)>,
-    /// Files not started or dropped after a failure with `--fail-fast`.
+    /// After a failure with `--fail-fast`: files dropped in flight, and those
+    /// found but not started (files not yet listed are not counted).
     pub cancelled: u64,
     pub elapsed: Duration,
 }
@@ -363,15 +365,16 @@ impl Output {
 }
 
 /// Runs `jobs` (no removals: [`super::remove`] runs those) as they come and reports
-/// on each. After a failure with `--fail-fast`, it takes no more of them.
+/// on each. After a failure with `--fail-fast`, it cancels `stop` and takes
+/// no more of them.
 pub async fn run(
     engine: &Engine,
     jobs: impl Stream<Item = Job>,
     options: &Options,
     output: &Output,
+    stop: &CancellationToken,
 ) -> Report {
     let started = Instant::now();
-    let stop = CancellationToken::new();
     let report = Mutex::new(Report::default());
     let results = jobs
         .take_until(stop.clone().cancelled_owned())

@@ -179,18 +179,20 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
             .boxed()
     };
     // Read once the transfers have all been listed.
-    let removals = futures::stream::once(async move {
-        let extra = std::mem::take(&mut *extra.lock().expect("extra lock"));
-        if delete && source_incomplete.load(Ordering::Relaxed) {
-            // As rsync does: a source that could not be read whole must not
-            // make the destination lose what the skipped files hold.
-            eprintln!("sluice: some source files were skipped (above): nothing is deleted");
-            return Vec::new();
-        }
-        extra
-    })
-    .flat_map(|jobs| futures::stream::iter(jobs.into_iter().map(|job| Ok(Listed::Job(job)))))
-    .boxed();
+    let removals = delete.then(|| {
+        futures::stream::once(async move {
+            let extra = std::mem::take(&mut *extra.lock().expect("extra lock"));
+            if source_incomplete.load(Ordering::Relaxed) {
+                // As rsync does: a source that could not be read whole must
+                // not make the destination lose what the skipped files hold.
+                eprintln!("sluice: some source files were skipped (above): nothing is deleted");
+                return Vec::new();
+            }
+            extra
+        })
+        .flat_map(|jobs| futures::stream::iter(jobs.into_iter().map(|job| Ok(Listed::Job(job)))))
+        .boxed()
+    });
     let options = super::options(&copy.many, &copy.transfer, None);
     if args.dry_run {
         return dry_run(transfers, removals, &options, &unchanged).await;
@@ -215,7 +217,7 @@ enum Compared {
 /// Prints every change a sync would make, and makes none.
 async fn dry_run(
     mut transfers: Feed,
-    mut removals: Feed,
+    removals: Option<Feed>,
     options: &super::run::Options,
     unchanged: &AtomicU64,
 ) -> anyhow::Result<()> {
@@ -235,6 +237,7 @@ async fn dry_run(
             Listed::Skipped { .. } => {}
         }
     }
+    let mut removals = removals.unwrap_or_else(super::nothing);
     while let Some(listed) = removals.next().await {
         if let Listed::Job(job) = listed? {
             output.finished(&job, None, true);
