@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::config::MIB;
 use crate::error::TransferError;
 use crate::retry::Kind;
-use crate::upload::{AbortGuard, UploadOutcome};
+use crate::upload::{complete_with_retries, AbortGuard, UploadOutcome};
 use crate::Engine;
 
 /// Parts of a multipart copy are at least this large: no byte passes through
@@ -159,24 +159,14 @@ impl Engine {
             }
         };
         parts.sort_by_key(|p| p.part_number);
-        let completed = inner
-            .with_retries(
-                Kind::Transfer,
-                "CompleteMultipartUpload",
-                &request.key,
-                || {
-                    inner
-                        .store
-                        .complete_multipart_upload(CompleteMultipartRequest {
-                            key: request.key.clone(),
-                            upload_id: upload_id.clone(),
-                            parts: parts.clone(),
-                            checksum: None,
-                            condition: None,
-                        })
-                },
-            )
-            .await;
+        let completion = CompleteMultipartRequest {
+            key: request.key.clone(),
+            upload_id: upload_id.clone(),
+            parts,
+            checksum: None,
+            condition: None,
+        };
+        let completed = complete_with_retries(inner, completion, request.size).await;
         match completed {
             Ok(output) => {
                 guard.disarm();
@@ -285,6 +275,69 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A multipart copy's completion in flight when the breaker opens (on
+    /// another request's failure) runs to its answer, as an upload's does:
+    /// cut off, it would leave the copy undone after every part was copied.
+    #[tokio::test]
+    async fn a_copy_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
+        let memory = MemoryStore::new();
+        let source = memory
+            .put_object(PutRequest::new("src", bytes::Bytes::from_static(b"copied")))
+            .await
+            .unwrap();
+        let faulty = FaultyStore::new(Arc::new(memory.clone()))
+            .inject(
+                Op::Complete,
+                None,
+                Some(1),
+                Fault::Delay(Duration::from_secs(2)),
+            )
+            .inject(Op::Put, None, None, Fault::ServerError);
+        let engine = Engine::new(
+            Arc::new(faulty),
+            EngineConfig {
+                breaker: Some(crate::BreakerConfig {
+                    failures: 1,
+                    probe_interval: Duration::from_millis(20),
+                    probe_timeout: Duration::from_millis(50),
+                }),
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap();
+        let copying = tokio::spawn({
+            let engine = engine.clone();
+            async move {
+                engine
+                    .copy_multipart(CopyRequest {
+                        source_bucket: None,
+                        source_key: "src".into(),
+                        size: 6,
+                        source_etag: Some(source.etag),
+                        key: "dst".into(),
+                    })
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let small = bytes::Bytes::from_static(b"opens the breaker");
+        let failed = engine
+            .upload(
+                crate::UploadRequest::new("other"),
+                crate::UploadSource::Stream {
+                    stream: futures::stream::iter([Ok(small.clone())]).boxed(),
+                    length: Some(small.len() as u64),
+                },
+            )
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(engine.breaker().unwrap().opened_total(), 1);
+        let copied = copying.await.unwrap();
+        assert!(copied.is_ok(), "{copied:?}");
+        assert_eq!(memory.object("dst").as_deref(), Some(&b"copied"[..]));
+        assert_eq!(memory.open_uploads(), 0);
     }
 
     /// A multipart copy gives the new object the source's content type and

@@ -638,8 +638,11 @@ pub(crate) async fn complete_parts(
     })
 }
 
-/// CompleteMultipartUpload of `request`, retried; see [`complete_parts`].
-async fn complete_with_retries(
+/// CompleteMultipartUpload of `request`, retried; see [`complete_parts`]. A
+/// completion in flight runs to its answer even when the store comes to count
+/// as down, and one whose earlier answer was lost is recognised by the object
+/// it made (`size` bytes).
+pub(crate) async fn complete_with_retries(
     inner: &EngineInner,
     request: CompleteMultipartRequest,
     size: u64,
