@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::config::MIB;
 use crate::error::TransferError;
 use crate::retry::Kind;
-use crate::upload::{complete_with_retries, AbortGuard, UploadOutcome};
+use crate::upload::{complete_to_the_end, AbortGuard, UploadOutcome};
 use crate::Engine;
 
 /// Parts of a multipart copy are at least this large: no byte passes through
@@ -166,7 +166,7 @@ impl Engine {
             checksum: None,
             condition: None,
         };
-        let completed = complete_with_retries(inner, completion, request.size).await;
+        let completed = complete_to_the_end(inner, completion, request.size).await;
         match completed {
             Ok(output) => {
                 guard.disarm();

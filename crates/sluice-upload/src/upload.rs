@@ -609,25 +609,7 @@ pub(crate) async fn complete_parts(
         condition,
     };
     let count = request.parts.len() as u32;
-    // Never cancelled midway (see `ending`): run in a task of its own, after
-    // any other ending request of this upload here.
-    let turn = inner.endings.lock(upload_id).await;
-    let completion = {
-        let inner = inner.clone();
-        async move {
-            let _turn = turn;
-            complete_with_retries(&inner, request, size).await
-        }
-        .in_current_span()
-    };
-    let completed = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => match inner.background.spawn_on(completion, &handle).await {
-            Ok(completed) => completed,
-            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(_) => Err(TransferError::Cancelled),
-        },
-        Err(_) => completion.await,
-    }?;
+    let completed = complete_to_the_end(inner, request, size).await?;
     tracing::debug!(parts = count, size, "multipart upload completed");
     Ok(UploadOutcome {
         key: key.to_owned(),
@@ -638,11 +620,39 @@ pub(crate) async fn complete_parts(
     })
 }
 
+/// CompleteMultipartUpload of `request` (`size` bytes), never cancelled
+/// midway (see `ending`): it runs in a task of its own, after any other ending
+/// request of this upload here, and is retried as [`complete_with_retries`]
+/// says.
+pub(crate) async fn complete_to_the_end(
+    inner: &Arc<EngineInner>,
+    request: CompleteMultipartRequest,
+    size: u64,
+) -> Result<PutOutput, TransferError> {
+    let turn = inner.endings.lock(&request.upload_id).await;
+    let completion = {
+        let inner = inner.clone();
+        async move {
+            let _turn = turn;
+            complete_with_retries(&inner, request, size).await
+        }
+        .in_current_span()
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => match inner.background.spawn_on(completion, &handle).await {
+            Ok(completed) => completed,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(TransferError::Cancelled),
+        },
+        Err(_) => completion.await,
+    }
+}
+
 /// CompleteMultipartUpload of `request`, retried; see [`complete_parts`]. A
 /// completion in flight runs to its answer even when the store comes to count
 /// as down, and one whose earlier answer was lost is recognised by the object
 /// it made (`size` bytes).
-pub(crate) async fn complete_with_retries(
+async fn complete_with_retries(
     inner: &EngineInner,
     request: CompleteMultipartRequest,
     size: u64,
