@@ -515,18 +515,55 @@ impl Resumable {
     }
 
     /// On a multipart upload found gone, the upload as [`Self::recover_completed`]
-    /// finds it; otherwise `error`.
+    /// finds it. On one the store can no longer complete (InvalidPart, with no
+    /// object made), the upload begins again ([`Self::restart`]). Otherwise
+    /// `error`.
     async fn recover_or(
         &self,
         loaded: &mut Loaded,
         error: TransferError,
     ) -> Result<Written, ResumableError> {
-        if is_no_such_upload(&error) {
+        let broken = is_invalid_part(&error);
+        if is_no_such_upload(&error) || broken {
             if let Some(written) = self.recover_completed(loaded).await? {
                 return Ok(written);
             }
         }
+        if broken {
+            self.restart(loaded, &error).await?;
+            return Err(ResumableError::Conflict);
+        }
         Err(error.into())
+    }
+
+    /// An upload whose multipart upload the store can no longer complete
+    /// (MinIO keeps one that answers InvalidPart to every completion when a
+    /// completion stopped midway, as a gateway killed then leaves it, and
+    /// makes no object): its parts cannot become the object, so the upload
+    /// goes back to offset 0 and the multipart upload is aborted. The client,
+    /// answered 409, asks for the offset and sends the bytes again, instead
+    /// of meeting the same failure on every request until the upload expires.
+    async fn restart(
+        &self,
+        loaded: &mut Loaded,
+        cause: &TransferError,
+    ) -> Result<(), ResumableError> {
+        let Phase::Receiving(receiving) = &loaded.record.phase else {
+            return Ok(());
+        };
+        let (multipart_id, segments) = (receiving.multipart_id.clone(), receiving.segments.clone());
+        let record = &mut loaded.record;
+        record.upload.offset = 0;
+        record.phase = Phase::Created;
+        loaded.etag = self.records.replace(record, &loaded.etag).await?;
+        self.records.delete_segments(record.id(), &segments).await;
+        if let Some(upload_id) = multipart_id {
+            if let Err(abort) = self.engine.abort_multipart(&record.key, &upload_id).await {
+                tracing::warn!(key = %record.key, %upload_id, error = %sluice_store::error_chain(&abort), "could not abort a multipart upload the store cannot complete; the janitor will");
+            }
+        }
+        tracing::warn!(upload_id = %record.id(), key = %record.key, error = %sluice_store::error_chain(cause), "the store cannot complete this upload's parts: it starts again from offset 0");
+        Ok(())
     }
 
     /// An upload whose multipart upload is gone although its record says it
@@ -772,6 +809,16 @@ impl Resumable {
     }
 }
 
+fn is_invalid_part(error: &TransferError) -> bool {
+    matches!(
+        error,
+        TransferError::Store {
+            source: sluice_store::StoreError::InvalidPart(_),
+            ..
+        }
+    )
+}
+
 fn is_no_such_upload(error: &TransferError) -> bool {
     matches!(
         error,
@@ -878,6 +925,91 @@ mod tests {
             let got: Vec<bool> = limited(body, max).map(|item| item.is_ok()).collect().await;
             assert_eq!(got, expected, "max {max}");
         }
+    }
+
+    /// Seam bug: a gateway killed mid-completion leaves MinIO with a
+    /// multipart upload that answers InvalidPart to every completion and no
+    /// object; every later last PATCH of the tus upload then answered 502 until
+    /// the upload expired. Now the upload starts again from offset 0 (the
+    /// client is answered 409 and asks for the offset), its multipart upload
+    /// aborted, and the bytes sent again make the object.
+    #[tokio::test]
+    async fn an_upload_the_store_cannot_complete_starts_again_from_zero() {
+        use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+        const MIB: usize = 1 << 20;
+        let memory = MemoryStore::new();
+        let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+            Op::Complete,
+            None,
+            Some(1),
+            Fault::InvalidPart,
+        );
+        let engine =
+            sluice_upload::Engine::new(Arc::new(faulty), sluice_upload::EngineConfig::default())
+                .unwrap();
+        let resumable = Resumable::new(
+            engine,
+            crate::ResumableConfig {
+                part_size: 5 * MIB as u64,
+                threshold: MIB as u64,
+                ..crate::ResumableConfig::default()
+            },
+        );
+        let data: Bytes = (0..6 * MIB)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let id = crate::record::new_id();
+        resumable
+            .create(
+                NewUpload {
+                    id: id.clone(),
+                    key: "restarted.bin".into(),
+                    length: Some(data.len() as u64),
+                    metadata: Metadata::default(),
+                    partial: false,
+                    content_type: None,
+                    owner: None,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let patch = |from: usize, to: usize| {
+            let body = data.slice(from..to);
+            let request = PatchRequest {
+                offset: from as u64,
+                body_length: Some(body.len() as u64),
+                length: None,
+                checksum: None,
+            };
+            let chunk = Chunk {
+                body: stream::iter([Ok(body.clone())]).boxed(),
+                declared: Some(body.len() as u64),
+                checksum: None,
+            };
+            (request, chunk)
+        };
+        let send = |from: usize, to: usize| {
+            let (request, chunk) = patch(from, to);
+            let resumable = &resumable;
+            let id = &id;
+            async move { resumable.write(id, &request, chunk).await }
+        };
+        send(0, 5 * MIB).await.unwrap();
+        assert_eq!(memory.open_uploads(), 1);
+        let refused = send(5 * MIB, 6 * MIB).await.unwrap_err();
+        assert!(matches!(refused, ResumableError::Conflict), "{refused:?}");
+        let status = resumable.status(&id).await.unwrap();
+        assert_eq!(status.upload.offset, 0);
+        assert_eq!(memory.open_uploads(), 0, "the broken upload is aborted");
+        assert!(memory.object("restarted.bin").is_none());
+        // The client sends every byte again.
+        send(0, 5 * MIB).await.unwrap();
+        let finished = send(5 * MIB, 6 * MIB).await.unwrap();
+        assert!(finished.finished.is_some());
+        assert_eq!(memory.object("restarted.bin").as_deref(), Some(&data[..]));
+        assert_eq!(memory.open_uploads(), 0);
     }
 
     #[tokio::test]

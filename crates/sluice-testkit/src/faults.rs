@@ -43,6 +43,9 @@ pub enum Fault {
     ServerError,
     /// Fails with 403 AccessDenied (permanent).
     Denied,
+    /// Fails with 400 InvalidPart (permanent): a multipart upload a store can
+    /// no longer complete (MinIO's, after a completion stopped midway).
+    InvalidPart,
     /// Waits this long, then goes through.
     Delay(Duration),
     /// A GET whose body breaks off (a reset) after this many bytes.
@@ -59,6 +62,7 @@ impl Fault {
                 message: "injected".into(),
             }),
             Fault::Denied => Some(StoreError::AccessDenied("injected".into())),
+            Fault::InvalidPart => Some(StoreError::InvalidPart("injected".into())),
             Fault::Delay(_) | Fault::CutBody(_) => None,
         }
     }

@@ -5,7 +5,8 @@
 //! its stored checksum equals the checksum of the same bytes of the file, read
 //! and computed here. Every other part is sent again under its number, which
 //! replaces what the store held. A failed or interrupted resumable upload is
-//! not aborted: its parts wait for the next run (or the janitor).
+//! not aborted: its parts wait for the next run (or the janitor), except one
+//! whose completion the store answers InvalidPart: it can never be completed.
 //!
 //! The upload continued is the newest one the store lists for exactly this key.
 //! One whose parts carry another checksum algorithm than this run's cannot be
@@ -116,7 +117,7 @@ impl Engine {
         // Changed while read: the parts stay for the next run, which keeps
         // only those whose CRC matches the file then.
         stamp.check_path(&path).await?;
-        let outcome = complete_parts(
+        let completed = complete_parts(
             inner,
             &request.key,
             &upload_id,
@@ -124,7 +125,25 @@ impl Engine {
             length,
             request.condition.clone(),
         )
-        .await?;
+        .await;
+        let outcome = match completed {
+            Err(
+                error @ TransferError::Store {
+                    source: StoreError::InvalidPart(_),
+                    ..
+                },
+            ) => {
+                // The store cannot complete these parts (MinIO keeps such an
+                // upload after a completion stopped midway): kept, every later
+                // run would continue it and meet the same answer.
+                tracing::warn!(upload_id = %upload_id, "the store cannot complete this upload: aborted, the next run starts afresh");
+                if let Err(abort) = inner.abort_upload(&request.key, &upload_id).await {
+                    tracing::warn!(upload_id = %upload_id, error = %sluice_store::error_chain(&abort), "could not abort it; the janitor will");
+                }
+                return Err(error);
+            }
+            other => other?,
+        };
         Ok(ResumeOutcome {
             outcome,
             continued,

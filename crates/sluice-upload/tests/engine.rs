@@ -894,3 +894,38 @@ async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
     assert_eq!(memory.object("completing").as_deref(), Some(&data[..]));
     assert_eq!(memory.open_uploads(), 0);
 }
+
+/// Seam bug: a multipart upload the store can no longer complete (MinIO's,
+/// after a completion stopped midway by a killed process) was kept by `put
+/// --resume` as any failed upload is, so every later run continued it and met
+/// InvalidPart again. Now it is aborted, and the next run starts afresh.
+#[tokio::test]
+async fn a_resumed_upload_the_store_cannot_complete_is_dropped_for_the_next_run() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone())).inject(
+        Op::Complete,
+        None,
+        Some(1),
+        Fault::InvalidPart,
+    );
+    let engine = Engine::new(Arc::new(faulty), config()).unwrap();
+    let data = test_data(12 * MB as usize, 5);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&data).unwrap();
+    let path = file.path().to_path_buf();
+    let failed = engine
+        .upload_file_resuming(UploadRequest::new("resumed"), path.clone())
+        .await
+        .expect_err("the completion is refused");
+    assert!(
+        failed.to_string().contains("CompleteMultipartUpload"),
+        "{failed}"
+    );
+    assert_eq!(memory.open_uploads(), 0, "the broken upload is aborted");
+    let done = engine
+        .upload_file_resuming(UploadRequest::new("resumed"), path)
+        .await
+        .unwrap();
+    assert_eq!(done.continued, None, "a fresh upload");
+    assert_eq!(memory.object("resumed").as_deref(), Some(&data[..]));
+}
