@@ -63,14 +63,26 @@ enum Verdict {
     Differs,
 }
 
-/// A side's entries in key order, as its walk or listing finds them.
-type Entries = BoxStream<'static, anyhow::Result<Entry>>;
+/// A side's entries in key order, as its walk or listing finds them, with
+/// what a walk skipped.
+type Entries = BoxStream<'static, anyhow::Result<Seen>>;
 
-/// What the two sides hold under one relative path.
+/// One step of a side's walk or listing.
+enum Seen {
+    Entry(Entry),
+    /// A file a walk did not take, and why.
+    Skipped {
+        file: String,
+        reason: String,
+    },
+}
+
+/// What the two sides hold under one relative path, or a skipped file.
 enum Pair {
     Both(Entry, Entry),
     SourceOnly(Entry),
     DestOnly(Entry),
+    Skipped { file: String, reason: String },
 }
 
 pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
@@ -142,6 +154,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
                         }
                         Pair::SourceOnly(source) => Compared::Source(source, Ok(Verdict::Differs)),
                         Pair::DestOnly(dest) => Compared::Extra(dest),
+                        Pair::Skipped { file, reason } => Compared::Skipped { file, reason },
                     })
                 }
             })
@@ -166,6 +179,9 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
                         file: show(&source, &entry),
                         reason,
                     })),
+                    Ok(Compared::Skipped { file, reason }) => {
+                        Some(Ok(Listed::Skipped { file, reason }))
+                    }
                     Ok(Compared::Extra(entry)) => {
                         if delete {
                             let job = removal_job(&dest, &entry, &roots);
@@ -208,10 +224,12 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     .await
 }
 
-/// A source entry and how it compared, or an extra entry of the destination.
+/// A source entry and how it compared, an extra entry of the destination,
+/// or a skipped file.
 enum Compared {
     Source(Entry, Result<Verdict, String>),
     Extra(Entry),
+    Skipped { file: String, reason: String },
 }
 
 /// Prints every change a sync would make, and makes none.
@@ -234,7 +252,7 @@ async fn dry_run(
                 bytes += job.size;
             }
             Listed::Refused { file, reason } => eprintln!("sluice: {file}: {reason}"),
-            Listed::Skipped { .. } => {}
+            Listed::Skipped { file, reason } => output.skipped(&file, &reason),
         }
     }
     let mut removals = removals.unwrap_or_else(super::nothing);
@@ -261,8 +279,13 @@ fn merge(source: Entries, dest: Entries) -> impl Stream<Item = anyhow::Result<Pa
         Ordered::new(dest, "the destination"),
     );
     futures::stream::try_unfold(sides, |(mut source, mut dest)| async move {
-        source.fill().await?;
-        dest.fill().await?;
+        let skipped = match source.fill().await? {
+            Some(skipped) => Some(skipped),
+            None => dest.fill().await?,
+        };
+        if let Some((file, reason)) = skipped {
+            return Ok(Some((Pair::Skipped { file, reason }, (source, dest))));
+        }
         let pair = match (&source.head, &dest.head) {
             (None, None) => return Ok(None),
             (Some(_), None) => Pair::SourceOnly(source.take()),
@@ -298,14 +321,16 @@ impl Ordered {
         }
     }
 
-    /// Reads the next entry when none is waiting.
-    async fn fill(&mut self) -> anyhow::Result<()> {
+    /// Reads the next entry when none is waiting; a skipped file met on the
+    /// way is handed back (the next call reads on).
+    async fn fill(&mut self) -> anyhow::Result<Option<(String, String)>> {
         if self.head.is_some() || self.ended {
-            return Ok(());
+            return Ok(None);
         }
         match self.entries.next().await.transpose()? {
             None => self.ended = true,
-            Some(entry) => {
+            Some(Seen::Skipped { file, reason }) => return Ok(Some((file, reason))),
+            Some(Seen::Entry(entry)) => {
                 if let Some(last) = self.last.as_ref().filter(|last| **last >= entry.relative) {
                     anyhow::bail!(
                         "{} gave its names out of key order ({} after {last}): nothing can be compared",
@@ -317,7 +342,7 @@ impl Ordered {
                 self.head = Some(entry);
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     fn take(&mut self) -> Entry {
@@ -341,29 +366,27 @@ async fn entries(
             }
             let walk = super::walk(dir, filter.clone()).await?;
             Ok(walk
-                .filter_map(move |found| {
-                    let entry = match found {
-                        local::Found::File(file) => Some(Ok(Entry {
+                .map(move |found| {
+                    let seen = match found {
+                        local::Found::File(file) => Seen::Entry(Entry {
                             relative: file.relative,
                             size: file.size,
                             changed: file.modified,
                             path: Some(file.path),
                             key: None,
                             etag: String::new(),
-                        })),
+                        }),
                         local::Found::Skipped(skipped) => {
-                            eprintln!(
-                                "sluice: skipped {}: {}",
-                                skipped.path.display(),
-                                skipped.reason
-                            );
                             if let Some(incomplete) = &incomplete {
                                 incomplete.store(true, Ordering::Relaxed);
                             }
-                            None
+                            Seen::Skipped {
+                                file: skipped.path.display().to_string(),
+                                reason: skipped.reason,
+                            }
                         }
                     };
-                    futures::future::ready(entry)
+                    Ok(seen)
                 })
                 .boxed())
         }
@@ -373,14 +396,14 @@ async fn entries(
             Ok(listing
                 .map(|object| {
                     let object = object?;
-                    Ok(Entry {
+                    Ok(Seen::Entry(Entry {
                         relative: object.relative,
                         size: object.size,
                         changed: object.last_modified,
                         path: None,
                         key: Some(object.key),
                         etag: object.etag,
-                    })
+                    }))
                 })
                 .boxed())
         }
@@ -577,18 +600,25 @@ fn removal_job(dest: &Side, entry: &Entry, roots: &Arc<Roots>) -> Job {
 mod tests {
     use super::*;
 
+    /// Entries of these names; `!name` is a file the walk skipped.
     fn side(names: &[&str]) -> Entries {
-        let entries: Vec<anyhow::Result<Entry>> = names
+        let entries: Vec<anyhow::Result<Seen>> = names
             .iter()
             .map(|name| {
-                Ok(Entry {
+                if let Some(file) = name.strip_prefix('!') {
+                    return Ok(Seen::Skipped {
+                        file: file.to_string(),
+                        reason: "unreadable".into(),
+                    });
+                }
+                Ok(Seen::Entry(Entry {
                     relative: name.to_string(),
                     size: 1,
                     changed: SystemTime::UNIX_EPOCH,
                     path: None,
                     key: None,
                     etag: String::new(),
-                })
+                }))
             })
             .collect();
         futures::stream::iter(entries).boxed()
@@ -606,6 +636,7 @@ mod tests {
                 }
                 Ok(Pair::SourceOnly(a)) => Ok(format!("s:{}", a.relative)),
                 Ok(Pair::DestOnly(b)) => Ok(format!("d:{}", b.relative)),
+                Ok(Pair::Skipped { file, .. }) => Ok(format!("skipped:{file}")),
                 Err(error) => Err(error.to_string()),
             })
             .collect()
@@ -613,7 +644,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_sides_pair_up_by_name_in_key_order() {
-        let cases: [(&[&str], &[&str], &[&str]); 5] = [
+        let cases: [(&[&str], &[&str], &[&str]); 6] = [
             (&[], &[], &[]),
             (&["a", "b"], &[], &["s:a", "s:b"]),
             (&[], &["a"], &["d:a"]),
@@ -623,6 +654,8 @@ mod tests {
                 &["s:a-b", "=a/x", "d:b", "=c", "d:d"],
             ),
             (&["x"], &["x"], &["=x"]),
+            // A skipped file is passed on where the walk met it.
+            (&["a", "!b", "c"], &["c"], &["s:a", "skipped:b", "=c"]),
         ];
         for (source, dest, expected) in cases {
             assert_eq!(
