@@ -809,12 +809,14 @@ impl Resumable {
     }
 }
 
+/// A completion the store refused with InvalidPart (not a part refused on
+/// its way in, nor the engine's own check of a part's checksum).
 fn is_invalid_part(error: &TransferError) -> bool {
     matches!(
         error,
         TransferError::Store {
+            operation: "CompleteMultipartUpload",
             source: sluice_store::StoreError::InvalidPart(_),
-            ..
         }
     )
 }
