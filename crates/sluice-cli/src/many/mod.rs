@@ -383,8 +383,8 @@ pub async fn listing(
     let listing = prefix
         .listing(Arc::new(engine.retrying_store()), filter)
         .await
-        .map_err(cannot_list.clone())?;
-    Ok(listing.map(move |object| object.map_err(cannot_list.clone())))
+        .map_err(&cannot_list)?;
+    Ok(listing.map(move |object| object.map_err(&cannot_list)))
 }
 
 /// The upload of a walk's file. A file whose key would fall under sluice's
@@ -754,6 +754,18 @@ mod tests {
         assert_eq!(removal.subject(), "s3://b/p/q/gone");
     }
 
+    /// Four files at once, no output but failures.
+    fn quiet_options(fail_fast: bool) -> Options {
+        Options {
+            jobs: 4,
+            fail_fast,
+            verbose: false,
+            json: false,
+            quiet: true,
+            content_type: None,
+        }
+    }
+
     fn memory_prefix(store: &Arc<sluice_testkit::MemoryStore>, prefix: &str) -> Prefix {
         Prefix {
             store: store.clone(),
@@ -818,14 +830,7 @@ mod tests {
         ])
         .boxed();
         let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
-        let options = Options {
-            jobs: 4,
-            fail_fast: false,
-            verbose: false,
-            json: false,
-            quiet: true,
-            content_type: None,
-        };
+        let options = quiet_options(false);
         let error = finish(&engine, "uploaded", feed, None, &options, None)
             .await
             .unwrap_err();
@@ -858,14 +863,7 @@ mod tests {
             .chain(futures::stream::pending())
             .boxed();
         let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
-        let options = Options {
-            jobs: 4,
-            fail_fast: true,
-            verbose: false,
-            json: false,
-            quiet: true,
-            content_type: None,
-        };
+        let options = quiet_options(true);
         let finished = tokio::time::timeout(
             std::time::Duration::from_secs(20),
             finish(&engine, "uploaded", feed, None, &options, None),
