@@ -1,11 +1,15 @@
 //! `sluice janitor`: one janitor pass over a store (expired resumable uploads,
 //! stale multipart uploads), printed as it went; optionally installs the bucket
-//! lifecycle rule that makes S3 abort incomplete uploads by itself.
+//! lifecycle rule that makes S3 abort incomplete uploads by itself. An upload
+//! it finishes leaves an intent, which a gateway with events on the same store
+//! turns into the upload's `upload.completed` event.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{anyhow, Context};
 use sluice_resumable::{Resumable, ResumableConfig};
+use sluice_server::completion::intents::{Intents, IntentsOnly};
 use sluice_store::StoreLocation;
 use sluice_upload::{Engine, EngineConfig};
 
@@ -23,6 +27,10 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     .await?;
     let description = store.describe();
     let engine = Engine::new(store.clone(), EngineConfig::default())?;
+    // An upload this pass finishes leaves its intent; the reconciliation of a
+    // gateway with events on this store turns it into the upload's event.
+    let intents = Intents::new(Arc::new(engine.retrying_store()));
+    engine.set_announcer(Arc::new(IntentsOnly { intents }));
     // Expiry is recorded in each upload; the defaults only shape how it is swept.
     let resumable = Resumable::new(engine, ResumableConfig::default());
     let report = sluice_resumable::janitor::run_once(

@@ -8,12 +8,13 @@
 
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
 use sluice_store::{limits, CopyPartRequest, CreateMultipartRequest, StoreError, UploadedPart};
 use sluice_tus::{Concat, TusError, Upload};
-use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
+use sluice_upload::{Origin, UploadKind, UploadOutcome, UploadRequest, UploadSource};
 
 use crate::error::ResumableError;
 use crate::record::{Finished, Phase, UploadRecord};
@@ -65,13 +66,20 @@ impl Resumable {
             }
             .into());
         }
+        let origin = crate::record::origin(
+            UploadKind::TusConcatenation,
+            &new.id,
+            &new.owner,
+            &new.content_type,
+            &new.metadata,
+        );
         let copied = match copyable(&partials) {
-            true => self.copy_parts(&new, &partials, total).await?,
+            true => self.copy_parts(&new, &partials, total, &origin).await?,
             false => None,
         };
         let outcome = match copied {
             Some(outcome) => outcome,
-            None => self.stream_through(&new, &partials, total).await?,
+            None => self.stream_through(&new, &partials, total, origin).await?,
         };
         let mut upload = Upload::new(
             new.id,
@@ -107,6 +115,7 @@ impl Resumable {
         new: &NewUpload,
         partials: &[UploadRecord],
         total: u64,
+        origin: &Arc<Origin>,
     ) -> Result<Option<UploadOutcome>, ResumableError> {
         // No checksum algorithm: the copies' checksums are the store's own; the
         // partials were verified on the way in.
@@ -152,7 +161,7 @@ impl Resumable {
         // Through the engine: the completion runs to its end if this request stops.
         match self
             .engine
-            .complete_multipart(&new.key, &upload_id, parts, total)
+            .complete_multipart(&new.key, &upload_id, parts, total, Some(origin.clone()))
             .await
         {
             Ok(outcome) => {
@@ -171,6 +180,7 @@ impl Resumable {
         new: &NewUpload,
         partials: &[UploadRecord],
         total: u64,
+        origin: Arc<Origin>,
     ) -> Result<UploadOutcome, ResumableError> {
         let store = self.store.clone();
         let keys: Vec<String> = partials.iter().map(|p| p.key.clone()).collect();
@@ -190,6 +200,7 @@ impl Resumable {
         let request = UploadRequest {
             key: new.key.clone(),
             content_type: new.content_type.clone(),
+            origin: Some(origin),
             ..UploadRequest::default()
         };
         let source = UploadSource::Stream {

@@ -24,6 +24,7 @@ use sluice_store::{
     WriteCondition,
 };
 use sluice_tus::Upload;
+use sluice_upload::{Origin, UploadKind};
 
 use crate::error::ResumableError;
 
@@ -167,9 +168,48 @@ pub struct UploadRecord {
     pub phase: Phase,
 }
 
+/// The origin of a resumable upload's object: its id, tenant, content type and
+/// text metadata.
+pub(crate) fn origin(
+    kind: UploadKind,
+    id: &str,
+    owner: &Option<String>,
+    content_type: &Option<String>,
+    metadata: &sluice_tus::Metadata,
+) -> Arc<Origin> {
+    let metadata = metadata
+        .0
+        .keys()
+        .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
+        .collect();
+    Arc::new(Origin {
+        kind,
+        tenant: owner.clone(),
+        upload_id: Some(id.to_owned()),
+        content_type: content_type.clone(),
+        metadata,
+        ..Origin::default()
+    })
+}
+
 impl UploadRecord {
     pub fn id(&self) -> &str {
         &self.upload.id
+    }
+
+    /// The origin of the object this upload becomes, as `kind`; none for a
+    /// partial upload (its final upload is the object).
+    pub fn origin(&self, kind: UploadKind) -> Option<Arc<Origin>> {
+        if self.upload.concat == sluice_tus::Concat::Partial {
+            return None;
+        }
+        Some(origin(
+            kind,
+            self.id(),
+            &self.owner,
+            &self.content_type,
+            &self.upload.metadata,
+        ))
     }
 
     pub fn is_finished(&self) -> bool {

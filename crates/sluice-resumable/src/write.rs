@@ -31,7 +31,8 @@ use sluice_tus::headers::PatchRequest;
 use sluice_tus::upload::PatchPlan;
 use sluice_tus::{Concat, Metadata, TusError, Upload, UploadChecksum};
 use sluice_upload::{
-    AppendRequest, HeadRequest, TransferError, UploadOutcome, UploadRequest, UploadSource,
+    AppendRequest, HeadRequest, Making, TransferError, UploadKind, UploadOutcome, UploadRequest,
+    UploadSource,
 };
 
 use crate::error::ResumableError;
@@ -167,7 +168,8 @@ impl Resumable {
                     record: record.clone(),
                     etag,
                 };
-                self.write_chunk(loaded, plan, chunk).await
+                self.write_chunk(loaded, plan, chunk, UploadKind::TusCreation)
+                    .await
             })
             .await;
         match written {
@@ -232,6 +234,7 @@ impl Resumable {
         let request = UploadRequest {
             key: record.key.clone(),
             content_type: record.content_type.clone(),
+            origin: record.origin(UploadKind::TusCreation),
             ..UploadRequest::default()
         };
         let source = UploadSource::Stream {
@@ -271,7 +274,8 @@ impl Resumable {
             if chunk.declared.is_some_and(|n| n > plan.max_body) {
                 return Err(self.beyond(&plan).into());
             }
-            self.write_chunk(loaded, plan, chunk).await
+            self.write_chunk(loaded, plan, chunk, UploadKind::TusPatch)
+                .await
         })
         .await
     }
@@ -294,7 +298,8 @@ impl Resumable {
                 length: loaded.record.upload.length,
                 max_body: 0,
             };
-            self.write_chunk(loaded, plan, Chunk::empty()).await
+            self.write_chunk(loaded, plan, Chunk::empty(), UploadKind::TusRecovered)
+                .await
         })
         .await
     }
@@ -306,6 +311,7 @@ impl Resumable {
         mut loaded: Loaded,
         plan: PatchPlan,
         chunk: Chunk,
+        kind: UploadKind,
     ) -> Result<Written, ResumableError> {
         let mut receiving = match &loaded.record.phase {
             Phase::Created => Receiving::default(),
@@ -416,7 +422,7 @@ impl Resumable {
         if part_error.as_ref().is_some_and(is_no_such_upload) {
             // The multipart upload is gone: completed by a request whose record
             // update was lost (then the object is there), or aborted.
-            if let Some(written) = self.recover_completed(&mut loaded).await? {
+            if let Some(written) = self.recover_completed(&mut loaded, kind).await? {
                 return Ok(written);
             }
         }
@@ -456,7 +462,7 @@ impl Resumable {
         // matter): the object is completed before anything says so.
         if plan.length == Some(new_offset) {
             return self
-                .finish(loaded, receiving, stored, leftover, consumed_carried)
+                .finish(loaded, receiving, stored, leftover, consumed_carried, kind)
                 .await;
         }
         if new_offset == offset && !length_set {
@@ -522,10 +528,11 @@ impl Resumable {
         &self,
         loaded: &mut Loaded,
         error: TransferError,
+        kind: UploadKind,
     ) -> Result<Written, ResumableError> {
         let broken = is_invalid_part(&error);
         if is_no_such_upload(&error) || broken {
-            if let Some(written) = self.recover_completed(loaded).await? {
+            if let Some(written) = self.recover_completed(loaded, kind).await? {
                 return Ok(written);
             }
         }
@@ -574,6 +581,7 @@ impl Resumable {
     async fn recover_completed(
         &self,
         loaded: &mut Loaded,
+        kind: UploadKind,
     ) -> Result<Option<Written>, ResumableError> {
         let record = &loaded.record;
         let Some(length) = record.upload.length else {
@@ -588,10 +596,13 @@ impl Resumable {
         if meta.size != length || meta.last_modified < began {
             return Ok(None);
         }
-        let segments = match &record.phase {
-            Phase::Receiving(receiving) => receiving.segments.clone(),
-            _ => Vec::new(),
+        let (segments, multipart_id) = match &record.phase {
+            Phase::Receiving(receiving) => {
+                (receiving.segments.clone(), receiving.multipart_id.clone())
+            }
+            _ => (Vec::new(), None),
         };
+        let origin = record.origin(kind);
         let record = &mut loaded.record;
         record.upload.offset = length;
         record.phase = Phase::Finished(Finished {
@@ -608,6 +619,13 @@ impl Resumable {
             checksum: meta.checksum,
             parts: 0,
         };
+        // The interrupted request wrote its intent before completing: this
+        // announces the same completion (its event, once).
+        if let (Some(origin), Some(upload_id)) = (origin, multipart_id) {
+            self.engine
+                .announce_found(&origin, &outcome, Making::Multipart { upload_id })
+                .await;
+        }
         Ok(Some(Written {
             record: loaded.record.clone(),
             finished: Some(outcome),
@@ -717,8 +735,10 @@ impl Resumable {
         stored: Vec<UploadedPart>,
         leftover: Vec<Bytes>,
         consumed_carried: bool,
+        kind: UploadKind,
     ) -> Result<Written, ResumableError> {
         let id = loaded.record.id().to_owned();
+        let origin = loaded.record.origin(kind);
         let record = &loaded.record;
         let length = record.upload.offset
             - if consumed_carried {
@@ -741,6 +761,7 @@ impl Resumable {
                 let request = UploadRequest {
                     key: record.key.clone(),
                     content_type: record.content_type.clone(),
+                    origin,
                     ..UploadRequest::default()
                 };
                 let stream = stream::iter(tail.into_iter().map(Ok)).boxed();
@@ -778,17 +799,17 @@ impl Resumable {
                     };
                     let appended = self.engine.append_parts(request, empty).await;
                     if let Some(error) = appended.error {
-                        return self.recover_or(&mut loaded, error).await;
+                        return self.recover_or(&mut loaded, error, kind).await;
                     }
                     parts.extend(appended.parts);
                 }
                 match self
                     .engine
-                    .complete_multipart(&record.key, upload_id, parts, length)
+                    .complete_multipart(&record.key, upload_id, parts, length, origin)
                     .await
                 {
                     Ok(outcome) => outcome,
-                    Err(error) => return self.recover_or(&mut loaded, error).await,
+                    Err(error) => return self.recover_or(&mut loaded, error, kind).await,
                 }
             }
         };

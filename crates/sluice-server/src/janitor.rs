@@ -1,18 +1,17 @@
 //! The janitor inside the gateway: a pass of `sluice_resumable::janitor` every
-//! `janitor.interval` (expired resumable uploads, stale multipart uploads), with
-//! the uploads a pass finishes handed to the completion point.
+//! `janitor.interval` (expired resumable uploads, stale multipart uploads). An
+//! upload a pass finishes is announced by the engine like any other
+//! (`tus_recovered`).
 
 use std::time::{Duration, SystemTime};
 
 use sluice_resumable::janitor::run_once;
 use sluice_resumable::Resumable;
 
-use crate::completion::{Completion, CompletionPoint, UploadKind};
 
 /// Runs a pass every `interval` until the task is aborted.
 pub fn spawn(
     resumable: Resumable,
-    completion: CompletionPoint,
     interval: Duration,
     older_than: Duration,
 ) -> tokio::task::JoinHandle<()> {
@@ -23,18 +22,6 @@ pub fn spawn(
                 Ok(report) => {
                     let r = &report.resumable;
                     let m = &report.multipart;
-                    for written in &r.finished {
-                        if let Some(outcome) = &written.finished {
-                            let recovered = Completion::resumable(
-                                UploadKind::TusRecovered,
-                                outcome,
-                                &written.record,
-                            );
-                            if let Err(error) = completion.complete(&recovered).await {
-                                tracing::warn!(key = %recovered.key, %error, "the event of a recovered upload is lost");
-                            }
-                        }
-                    }
                     if r.expired
                         + r.retired
                         + r.orphans

@@ -109,8 +109,11 @@ impl AppState {
             key: e.key,
             reason: e.reason,
         })?;
-        let completion = completion::CompletionPoint::new(metrics.clone(), events.clone());
-        let streams = streams::Streams::new(&config.streams, &engine, &completion)?;
+        let completion =
+            completion::CompletionPoint::new(metrics.clone(), events.clone(), store.clone());
+        // Every object the engine makes for an upload is announced here.
+        engine.set_announcer(Arc::new(completion.clone()));
+        let streams = streams::Streams::new(&config.streams, &engine)?;
         metrics.watch_streams(&streams);
         let small_patches = small_patches::SmallPatchPace::new(
             config.tus.small_patches_per_second,

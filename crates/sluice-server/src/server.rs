@@ -137,13 +137,19 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
         crate::janitor::spawn(
             state.resumable.clone(),
-            state.completion.clone(),
             state.config.janitor.interval,
             state.config.janitor.older_than,
         )
     });
     let key_reloader = state.auth.spawn_key_reloader();
     let delivery = state.events.spawn_delivery();
+    let reconcile = state.events.settings().map(|events| {
+        crate::completion::reconcile::spawn(
+            state.completion.clone(),
+            events.reconcile_interval,
+            events.reconcile_after,
+        )
+    });
     let direct_confirm = crate::direct::confirm::spawn(state.clone());
     tokio::pin!(shutdown);
     loop {
@@ -283,6 +289,10 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
     if let Some(delivery) = delivery {
         // What is not delivered stays in the outbox for the next gateway.
         delivery.abort();
+    }
+    if let Some(reconcile) = reconcile {
+        // Intents not settled stay for the next pass of any gateway.
+        reconcile.abort();
     }
     state.admission.close();
     // Requests waiting for their batch are answered now, not at its age.

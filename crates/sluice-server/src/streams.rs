@@ -1,17 +1,16 @@
 //! Record streams at the gateway: one [`RecordStream`] per `[streams.NAME]`,
 //! all on the gateway's engine (its memory budget and store handle) and one CPU
-//! pool. Every stored batch ends at the one completion point as a
-//! `stream_batch` completion (metrics, log, `upload.completed` event) before
-//! its requests are acknowledged. On shutdown the streams flush at once, so
-//! that waiting requests are answered within the grace period.
+//! pool. Every stored batch is announced by the engine to the completion point
+//! as a `stream_batch` (metrics, log, `upload.completed` event with the batch's
+//! totals) before its requests are acknowledged. On shutdown the streams flush
+//! at once, so that waiting requests are answered within the grace period.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sluice_streams::{CpuPool, OnStored, RecordStream, StatsSnapshot, StoredBatch};
+use sluice_streams::{CpuPool, RecordStream, StatsSnapshot};
 use sluice_upload::Engine;
 
-use crate::completion::{Completion, CompletionPoint, UploadKind};
 use crate::config::ConfigError;
 
 /// The gateway's streams, by name.
@@ -24,19 +23,8 @@ impl Streams {
     pub fn new(
         configs: &BTreeMap<String, sluice_streams::StreamConfig>,
         engine: &Engine,
-        completion: &CompletionPoint,
     ) -> Result<Streams, ConfigError> {
         let pool = CpuPool::per_core();
-        let completion = completion.clone();
-        let on_stored: OnStored = Arc::new(move |batch: Arc<StoredBatch>| {
-            let completion = completion.clone();
-            Box::pin(async move {
-                if let Err(e) = completion.complete(&completed(&batch)).await {
-                    // The records are stored: the batch stands, its event is lost.
-                    tracing::error!(key = %batch.key, error = %e, "batch stored, its event not recorded");
-                }
-            })
-        });
         // One share for every stream's records: half the budget together.
         let memory = sluice_streams::records_memory(engine.budget());
         let mut by_name = BTreeMap::new();
@@ -47,7 +35,7 @@ impl Streams {
                 engine.clone(),
                 memory.clone(),
                 pool.clone(),
-                Some(on_stored.clone()),
+                None,
             )
             .map_err(|e| ConfigError {
                 key: "streams",
@@ -89,20 +77,4 @@ impl Streams {
     pub async fn close_all(&self) {
         futures::future::join_all(self.by_name.values().map(RecordStream::close)).await;
     }
-}
-
-/// A stored batch as a completion.
-fn completed(batch: &StoredBatch) -> Completion {
-    let mut completion = Completion::new(UploadKind::StreamBatch, &batch.outcome);
-    completion.content_type = Some(batch.compression.content_type(batch.dead_letter).into());
-    let metadata = &mut completion.metadata;
-    metadata.insert("stream".into(), batch.stream.clone());
-    metadata.insert("records".into(), batch.records.to_string());
-    metadata.insert("record_bytes".into(), batch.record_bytes.to_string());
-    metadata.insert("first_offset".into(), batch.first_offset.to_string());
-    metadata.insert("last_offset".into(), batch.last_offset.to_string());
-    if batch.dead_letter {
-        metadata.insert("dead_letter".into(), "true".into());
-    }
-    completion
 }

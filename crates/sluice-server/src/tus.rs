@@ -1,8 +1,8 @@
 //! Resumable uploads over tus 1.0 under `/v1/tus/`, as thin adapters: requests are
 //! parsed and checked by `sluice-tus`, acted on by `sluice-resumable` (state in the
 //! store, locks, chunk writes, concatenation), errors mapped in
-//! [`crate::conversions`], and every upload that this request finished goes to
-//! the completion point. A HEAD only reads.
+//! [`crate::conversions`]; an object a request makes is announced by the
+//! engine (the upload's record gives its origin). A HEAD only reads.
 
 use std::collections::BTreeMap;
 
@@ -12,14 +12,13 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, options};
 use axum::Router;
-use sluice_resumable::{new_id, Chunk, NewUpload, UploadRecord, Written};
+use sluice_resumable::{new_id, Chunk, NewUpload, UploadRecord};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
 
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
 use crate::body::limited_stream;
-use crate::completion::{Completion, UploadKind};
 use crate::error::ApiError;
 use crate::hooks::PreCreate;
 use crate::keys::KeyInputs;
@@ -103,19 +102,6 @@ fn with_key(
 /// The object an upload becomes; none for a partial upload.
 fn object_key(record: &UploadRecord) -> Option<&str> {
     (record.upload.concat != Concat::Partial).then_some(record.key.as_str())
-}
-
-/// Hands an upload this request finished to the completion point.
-async fn completed(state: &AppState, kind: UploadKind, written: &Written) -> Result<(), ApiError> {
-    let Some(outcome) = &written.finished else {
-        return Ok(());
-    };
-    // A partial upload's object is hidden state; its final upload is the completion.
-    if written.record.upload.concat == Concat::Partial {
-        return Ok(());
-    }
-    let completion = Completion::resumable(kind, outcome, &written.record);
-    Ok(state.completion.complete(&completion).await?)
 }
 
 fn chunk_of(
@@ -235,7 +221,6 @@ async fn create(
         // Joining partials moves bytes like an upload does: it waits its turn.
         let _slot = state.admission.admit(&party).await?;
         let written = resumable.concatenate(new, &ids).await?;
-        completed(&state, UploadKind::TusConcatenation, &written).await?;
         return Ok(created(&written.record, true));
     }
     let _slot = match request.has_body {
@@ -246,7 +231,6 @@ async fn create(
         .has_body
         .then(|| chunk_of(&state, body, request.body_length, request.checksum));
     let written = resumable.create(new, chunk).await?;
-    completed(&state, UploadKind::TusCreation, &written).await?;
     let with_offset = request.has_body || written.finished.is_some();
     Ok(created(&written.record, with_offset))
 }
@@ -320,7 +304,6 @@ async fn patch(
         tokio::time::sleep(wait).await;
     }
     let written = written?;
-    completed(&state, UploadKind::TusPatch, &written).await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend(with_key(
         written.record.upload.patch_headers(),

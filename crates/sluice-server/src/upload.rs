@@ -1,14 +1,15 @@
 //! One upload through the engine, as both the PUT and the form routes run it:
 //! counted in the metrics from start to end (an upload whose request is dropped
 //! midway counts as aborted; the engine aborts its multipart upload). The
-//! caller hands the returned [`Completion`] to the completion point once the
-//! object is there to stay (a form's objects only when the whole form is in).
+//! object it makes is announced by the engine to the completion point, with
+//! the origin [`origin`] gives it.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_upload::{UploadRequest, UploadSource};
+use sluice_upload::{Origin, UploadKind, UploadRequest, UploadSource};
 
-use crate::completion::{Completion, UploadKind};
+use crate::auth::Grant;
 use crate::error::ApiError;
 use crate::routes::UploadResponse;
 use crate::AppState;
@@ -29,33 +30,38 @@ impl Drop for Ended<'_> {
     }
 }
 
-/// Streams `source` into `request.key`; `kind` says which route it came by.
+/// The origin of an upload of `kind` by `grant`'s caller into `request`.
+pub fn origin(kind: UploadKind, grant: &Grant, request: &UploadRequest) -> Arc<Origin> {
+    Arc::new(Origin {
+        kind,
+        tenant: grant.owner(),
+        content_type: request.content_type.clone(),
+        metadata: request.metadata.clone(),
+        ..Origin::default()
+    })
+}
+
+/// Streams `source` into `request.key` (its origin set: the object is announced).
 pub async fn run(
     state: &AppState,
-    kind: UploadKind,
     request: UploadRequest,
     source: UploadSource,
-) -> Result<(UploadResponse, Completion), ApiError> {
+) -> Result<UploadResponse, ApiError> {
+    debug_assert!(request.origin.is_some(), "a gateway upload has an origin");
     state.metrics.upload_started();
     let mut ended = Ended {
         state,
         started: Instant::now(),
         outcome: None,
     };
-    let content_type = request.content_type.clone();
-    let metadata = request.metadata.clone();
     let key = request.key.clone();
     match state.engine.upload(request, source).await {
         Ok(outcome) => {
             ended.outcome = Some("completed");
-            let completion = Completion {
-                content_type,
-                metadata,
-                ..Completion::new(kind, &outcome)
-            };
-            let response =
-                UploadResponse::new(outcome, crate::routes::seconds_since(ended.started));
-            Ok((response, completion))
+            Ok(UploadResponse::new(
+                outcome,
+                crate::routes::seconds_since(ended.started),
+            ))
         }
         Err(error) => {
             ended.outcome = Some("failed");

@@ -29,7 +29,8 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use sluice_store::{Metadata, WriteCondition};
 use sluice_upload::{
-    Engine, MemoryBudget, MemoryShare, Reservation, UploadOutcome, UploadRequest, UploadSource,
+    Engine, LateMetadata, MemoryBudget, MemoryShare, Origin, Reservation, UploadKind,
+    UploadOutcome, UploadRequest, UploadSource,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -663,11 +664,19 @@ impl BatchWriter {
         let inner = self.stream.clone();
         let totals: Arc<Mutex<Option<BatchTotals>>> = Arc::default();
         let seen_totals = totals.clone();
+        // The batch's totals, known at its end, for the announcement of its object.
+        let late: LateMetadata = Arc::default();
+        let seen_late = late.clone();
         let body = futures::stream::unfold(frames, move |mut frames| {
             let seen_totals = seen_totals.clone();
+            let seen_late = seen_late.clone();
             async move {
                 match frames.recv().await? {
                     Frame::End(end) => {
+                        let mut late = seen_late.lock().unwrap_or_else(|e| e.into_inner());
+                        late.insert("records".into(), end.records.to_string());
+                        late.insert("record_bytes".into(), end.record_bytes.to_string());
+                        late.insert("last_offset".into(), end.last_offset.to_string());
                         *seen_totals.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
                         None
                     }
@@ -685,18 +694,31 @@ impl BatchWriter {
         let mut metadata = Metadata::new();
         metadata.insert("sluice-stream".into(), inner.name.clone());
         metadata.insert("sluice-first-offset".into(), self.first_offset.to_string());
+        let content_type = inner
+            .config
+            .compression
+            .content_type(self.dead_letter)
+            .to_owned();
+        let mut announced = Metadata::new();
+        announced.insert("stream".into(), inner.name.clone());
+        announced.insert("first_offset".into(), self.first_offset.to_string());
+        if self.dead_letter {
+            announced.insert("dead_letter".into(), "true".into());
+        }
+        let origin = Origin {
+            kind: UploadKind::StreamBatch,
+            content_type: Some(content_type.clone()),
+            metadata: announced,
+            late_metadata: Some(late),
+            ..Origin::default()
+        };
         let request = UploadRequest {
             key: self.key.clone(),
-            content_type: Some(
-                inner
-                    .config
-                    .compression
-                    .content_type(self.dead_letter)
-                    .into(),
-            ),
+            content_type: Some(content_type),
             metadata,
             progress: None,
             condition: self.deterministic.then_some(WriteCondition::IfNoneMatch),
+            origin: Some(Arc::new(origin)),
         };
         let source = UploadSource::Stream {
             stream: body.boxed(),

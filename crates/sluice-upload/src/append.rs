@@ -7,6 +7,7 @@
 //! an attempt whose answer was lost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use std::io;
@@ -16,6 +17,7 @@ use futures::stream::{BoxStream, StreamExt};
 use sluice_store::*;
 use tokio::io::AsyncReadExt;
 
+use crate::announce::Origin;
 use crate::budget::{MemoryShare, Reservation};
 use crate::error::TransferError;
 use crate::filling::{PieceEnd, PieceRules};
@@ -466,14 +468,25 @@ impl Engine {
 
     /// Completes a multipart upload from all its parts (any order); `size` is the
     /// object's length, used to recognise a completion whose answer was lost.
+    /// With an `origin`, the object is announced (see `announce`).
     pub async fn complete_multipart(
         &self,
         key: &str,
         upload_id: &str,
         parts: Vec<UploadedPart>,
         size: u64,
+        origin: Option<Arc<Origin>>,
     ) -> Result<UploadOutcome, TransferError> {
-        crate::upload::complete_parts(&self.inner, key, upload_id, parts, size, None).await
+        crate::upload::complete_parts(
+            &self.inner,
+            key,
+            upload_id,
+            parts,
+            size,
+            None,
+            origin.as_ref(),
+        )
+        .await
     }
 
     /// Reads up to `max` bytes of `stream` into one buffer from the memory

@@ -166,17 +166,12 @@ impl Engine {
             checksum: None,
             condition: None,
         };
-        let completed = complete_to_the_end(inner, completion, request.size).await;
+        let completed = complete_to_the_end(inner, completion, request.size, None).await;
         match completed {
-            Ok(output) => {
+            Ok(outcome) => {
                 guard.disarm();
-                Ok(UploadOutcome {
-                    key: request.key,
-                    size: request.size,
-                    etag: output.etag,
-                    checksum: output.checksum,
-                    parts: count,
-                })
+                debug_assert_eq!(outcome.parts, count);
+                Ok(outcome)
             }
             Err(error) => {
                 guard.abort_now().await;

@@ -13,6 +13,7 @@
 //! The engine knows stores only through `sluice_store::ObjectStore`.
 
 mod adaptive;
+mod announce;
 mod append;
 mod breaker;
 mod budget;
@@ -41,6 +42,7 @@ use sluice_store::ObjectStore;
 use tokio_util::task::TaskTracker;
 
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
+pub use announce::{Announcer, Intent, LateMetadata, Making, Origin, UploadKind};
 pub use append::{
     cut_floor, AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
 };
@@ -88,6 +90,8 @@ pub(crate) struct EngineInner {
     stopping: tokio_util::sync::CancellationToken,
     /// The engine itself, for background clean-ups started from `&self`.
     myself: std::sync::Weak<EngineInner>,
+    /// Hears of every object made for an upload with an origin (see `announce`).
+    announcer: std::sync::OnceLock<Arc<dyn Announcer>>,
 }
 
 impl Engine {
@@ -125,8 +129,27 @@ impl Engine {
                 endings: ending::EndingLocks::new(),
                 breaker,
                 stopping: tokio_util::sync::CancellationToken::new(),
+                announcer: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Sets the one announcer of the objects this engine (and every clone of
+    /// it) makes for uploads with an origin; at start-up, once. False when one
+    /// was set already.
+    pub fn set_announcer(&self, announcer: Arc<dyn Announcer>) -> bool {
+        self.inner.announcer.set(announcer).is_ok()
+    }
+
+    /// Announces an object found made by an earlier request or process
+    /// (`making` says how), as if this engine had just made it: `made`
+    /// only, its intent was written before.
+    pub async fn announce_found(&self, origin: &Origin, outcome: &UploadOutcome, making: Making) {
+        let Some(announcer) = self.inner.announcer.get() else {
+            return;
+        };
+        let intent = Intent::new(origin, &outcome.key, outcome.size, outcome.checksum, making);
+        announcer.made(&intent, outcome).await;
     }
 
     pub fn config(&self) -> &EngineConfig {

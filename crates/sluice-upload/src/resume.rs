@@ -124,6 +124,7 @@ impl Engine {
             parts,
             length,
             request.condition.clone(),
+            request.origin.as_ref(),
         )
         .await;
         let outcome = match completed {

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use sluice_store::*;
 use tracing::Instrument;
 
+use crate::announce::{put_nonce, Announcement, Intent, Making, Origin};
 use crate::append::cut_floor;
 use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
@@ -44,6 +45,9 @@ pub struct UploadRequest {
     /// to fail early); the loser of a race gets `PreconditionFailed` and its
     /// multipart upload is aborted.
     pub condition: Option<WriteCondition>,
+    /// Where the upload came from: the object it makes is announced (see
+    /// `announce`); none for uploads nobody listens for.
+    pub origin: Option<Arc<Origin>>,
 }
 
 impl UploadRequest {
@@ -134,11 +138,15 @@ impl Engine {
             let bytes = tokio::task::spawn_blocking(move || stamp.read_whole(&path))
                 .await
                 .map_err(|e| TransferError::Source(io::Error::other(e)))??;
-            let outcome = self
-                .single_put(&request, Body::Bytes(Bytes::from(bytes)), tracker, slot)
+            return self
+                .single_put(
+                    &request,
+                    Body::Bytes(Bytes::from(bytes)),
+                    tracker,
+                    slot,
+                    reservation,
+                )
                 .await;
-            drop(reservation);
-            return outcome;
         }
         let plan = PartPlan::for_length(config, length)?;
         let mut upload = Multipart::start(&self.inner, &request, tracker).await?;
@@ -254,9 +262,7 @@ impl Engine {
                 };
                 tracker.set_total(total);
                 let slot = first_slot.take().expect("the first slot");
-                let outcome = self.single_put(&request, body, tracker, slot).await;
-                drop(held);
-                return outcome;
+                return self.single_put(&request, body, tracker, slot, held).await;
             }
         }
 
@@ -324,12 +330,18 @@ impl Engine {
         upload.finish(sent, total, None).await
     }
 
+    /// One PutObject of `body`, retried; `held` is the memory it is counted
+    /// in, given back once the body is sent. An announced upload (one with an
+    /// origin) writes its intent first and runs to its end in a task of its
+    /// own, as a multipart completion does: its caller may go, its object is
+    /// announced all the same.
     async fn single_put(
         &self,
         request: &UploadRequest,
         body: Body,
         tracker: Tracker,
         slot: TransferSlot,
+        held: Reservation,
     ) -> Result<UploadOutcome, TransferError> {
         let inner = &self.inner;
         let size = body.len();
@@ -341,27 +353,82 @@ impl Engine {
             ),
             None => None,
         };
-        let output = inner
-            .with_retries(Kind::Transfer, "PUT", &request.key, || {
-                inner.store.put_object(PutRequest {
-                    key: request.key.clone(),
-                    body: body.clone(),
-                    content_type: request.content_type.clone(),
-                    metadata: request.metadata.clone(),
-                    checksum,
-                    condition: request.condition.clone(),
-                })
-            })
-            .await?;
+        let announcement = Announcement::of(
+            inner.announcer.get(),
+            request.origin.as_ref(),
+            |origin| {
+                let making = Making::Put { nonce: put_nonce() };
+                Intent::new(origin, &request.key, size, checksum, making)
+            },
+        );
+        let put = PutRequest {
+            key: request.key.clone(),
+            body,
+            content_type: request.content_type.clone(),
+            metadata: request.metadata.clone(),
+            checksum,
+            condition: request.condition.clone(),
+        };
+        let outcome = match announcement {
+            None => put_with_retries(inner, put).await,
+            Some(announcement) => {
+                let put = {
+                    let inner = inner.clone();
+                    async move {
+                        announcement
+                            .intend()
+                            .await
+                            .map_err(TransferError::store("intent"))?;
+                        let put = put_with_retries(&inner, put).await;
+                        drop(held);
+                        match &put {
+                            Ok(outcome) => announcement.made(outcome).await,
+                            Err(error) => announcement.failed(error).await,
+                        }
+                        put
+                    }
+                    .in_current_span()
+                };
+                run_to_the_end(inner, put).await
+            }
+        }?;
         slot.finish(size);
         tracker.advance(size, false);
-        Ok(UploadOutcome {
-            key: request.key.clone(),
-            size,
-            etag: output.etag,
-            checksum: output.checksum.or(checksum),
-            parts: 0,
-        })
+        Ok(outcome)
+    }
+}
+
+/// PutObject of `put`, retried, as its outcome.
+async fn put_with_retries(
+    inner: &EngineInner,
+    put: PutRequest,
+) -> Result<UploadOutcome, TransferError> {
+    let (key, size, checksum) = (put.key.clone(), put.body.len(), put.checksum);
+    let output = inner
+        .with_retries(Kind::Transfer, "PUT", &key, || inner.store.put_object(put.clone()))
+        .await?;
+    Ok(UploadOutcome {
+        key,
+        size,
+        etag: output.etag,
+        checksum: output.checksum.or(checksum),
+        parts: 0,
+    })
+}
+
+/// Runs `work` in a task the engine tracks, which its caller going away does
+/// not stop (see `ending`).
+async fn run_to_the_end<T: Send + 'static>(
+    inner: &Arc<EngineInner>,
+    work: impl std::future::Future<Output = Result<T, TransferError>> + Send + 'static,
+) -> Result<T, TransferError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => match inner.background.spawn_on(work, &handle).await {
+            Ok(done) => done,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(TransferError::Cancelled),
+        },
+        Err(_) => work.await,
     }
 }
 
@@ -459,6 +526,7 @@ struct Multipart<'a> {
     guard: AbortGuard,
     /// Checked by the store as the object becomes visible.
     condition: Option<WriteCondition>,
+    origin: Option<Arc<Origin>>,
 }
 
 impl<'a> Multipart<'a> {
@@ -475,6 +543,7 @@ impl<'a> Multipart<'a> {
             guard: AbortGuard::new(inner.clone(), request.key.clone(), upload_id.clone()),
             parts: PartPipeline::new(inner.clone(), &request.key, &upload_id, tracker),
             condition: request.condition.clone(),
+            origin: request.origin.clone(),
         })
     }
 
@@ -520,6 +589,7 @@ impl<'a> Multipart<'a> {
                     parts,
                     size,
                     self.condition.clone(),
+                    self.origin.as_ref(),
                 )
                 .await
             }
@@ -598,6 +668,7 @@ pub(crate) async fn complete_parts(
     mut parts: Vec<UploadedPart>,
     size: u64,
     condition: Option<WriteCondition>,
+    origin: Option<&Arc<Origin>>,
 ) -> Result<UploadOutcome, TransferError> {
     parts.sort_by_key(|p| p.part_number);
     let checksum = combine_checksums(&parts);
@@ -608,44 +679,60 @@ pub(crate) async fn complete_parts(
         checksum,
         condition,
     };
-    let count = request.parts.len() as u32;
-    let completed = complete_to_the_end(inner, request, size).await?;
-    tracing::debug!(parts = count, size, "multipart upload completed");
-    Ok(UploadOutcome {
-        key: key.to_owned(),
-        size,
-        etag: completed.etag,
-        checksum: completed.checksum.or(checksum),
-        parts: count,
-    })
+    let announcement = Announcement::of(inner.announcer.get(), origin, |origin| {
+        let making = Making::Multipart {
+            upload_id: upload_id.to_owned(),
+        };
+        Intent::new(origin, key, size, checksum, making)
+    });
+    let outcome = complete_to_the_end(inner, request, size, announcement).await?;
+    tracing::debug!(parts = outcome.parts, size, "multipart upload completed");
+    Ok(outcome)
 }
 
 /// CompleteMultipartUpload of `request` (`size` bytes), never cancelled
 /// midway (see `ending`): it runs in a task of its own, after any other ending
 /// request of this upload here, and is retried as [`complete_with_retries`]
-/// says.
+/// says. An `announcement` writes its intent before and is made after, in
+/// that same task.
 pub(crate) async fn complete_to_the_end(
     inner: &Arc<EngineInner>,
     request: CompleteMultipartRequest,
     size: u64,
-) -> Result<PutOutput, TransferError> {
+    announcement: Option<Announcement>,
+) -> Result<UploadOutcome, TransferError> {
     let turn = inner.endings.lock(&request.upload_id).await;
     let completion = {
         let inner = inner.clone();
         async move {
             let _turn = turn;
-            complete_with_retries(&inner, request, size).await
+            if let Some(announcement) = &announcement {
+                announcement
+                    .intend()
+                    .await
+                    .map_err(TransferError::store("intent"))?;
+            }
+            let (key, count, checksum) = (
+                request.key.clone(),
+                request.parts.len() as u32,
+                request.checksum,
+            );
+            let completed = complete_with_retries(&inner, request, size).await?;
+            let outcome = UploadOutcome {
+                key,
+                size,
+                etag: completed.etag,
+                checksum: completed.checksum.or(checksum),
+                parts: count,
+            };
+            if let Some(announcement) = &announcement {
+                announcement.made(&outcome).await;
+            }
+            Ok(outcome)
         }
         .in_current_span()
     };
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => match inner.background.spawn_on(completion, &handle).await {
-            Ok(completed) => completed,
-            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(_) => Err(TransferError::Cancelled),
-        },
-        Err(_) => completion.await,
-    }
+    run_to_the_end(inner, completion).await
 }
 
 /// CompleteMultipartUpload of `request`, retried; see [`complete_parts`]. A

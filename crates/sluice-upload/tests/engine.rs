@@ -872,7 +872,7 @@ async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
         let size = data.len() as u64;
         async move {
             engine
-                .complete_multipart("completing", &upload_id, appended.parts, size)
+                .complete_multipart("completing", &upload_id, appended.parts, size, None)
                 .await
         }
     });

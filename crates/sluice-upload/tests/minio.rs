@@ -287,10 +287,10 @@ async fn a_completion_whose_caller_goes_away_still_completes() {
         assert!(appended.error.is_none(), "{:?}", appended.error);
         assert_eq!(appended.parts.len(), 4);
         let wait = std::time::Duration::from_micros(round * 500);
-        let dropped = engine.complete_multipart(&key, &upload_id, appended.parts.clone(), size);
+        let dropped = engine.complete_multipart(&key, &upload_id, appended.parts.clone(), size, None);
         let _ = tokio::time::timeout(wait, dropped).await;
         let completed = engine
-            .complete_multipart(&key, &upload_id, appended.parts, size)
+            .complete_multipart(&key, &upload_id, appended.parts, size, None)
             .await;
         assert!(
             completed.is_ok(),

@@ -16,7 +16,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_store::{Metadata, ObjectStore, PutRequest, StoreError, WriteCondition};
 
-use crate::completion::{Completion, UploadKind};
+use sluice_upload::{Intent, Making, Origin, UploadKind, UploadOutcome};
 use crate::AppState;
 
 pub const PENDING: &str = "_sluice/direct/pending/";
@@ -168,19 +168,35 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         store.delete_object(name).await?;
         return Ok(Outcome::Oversized);
     }
-    let completion = Completion {
+    let origin = Origin {
         kind: UploadKind::DirectPost,
+        tenant: pending.owner,
+        content_type: object.content_type.or(pending.content_type),
+        metadata: object.metadata,
+        ..Origin::default()
+    };
+    // The record's name makes the intent's, so a retried confirmation has one event.
+    let nonce = name
+        .rsplit('/')
+        .next()
+        .and_then(|n| uuid::Uuid::parse_str(n).ok())
+        .map_or_else(|| uuid::Uuid::new_v4().as_u128(), |id| id.as_u128());
+    let intent = Intent::new(
+        &origin,
+        &pending.key,
+        object.size,
+        object.checksum,
+        Making::Put { nonce },
+    );
+    let outcome = UploadOutcome {
         key: pending.key.clone(),
         size: object.size,
         etag: object.etag,
         checksum: object.checksum,
-        content_type: object.content_type.or(pending.content_type),
-        metadata: object.metadata,
-        upload_id: None,
-        owner: pending.owner,
+        parts: 0,
     };
-    if let Err(e) = state.completion.complete(&completion).await {
-        tracing::warn!(key = completion.key, error = %e, "could not record a direct upload's completion; will retry");
+    if let Err(e) = state.completion.found(&intent, &outcome).await {
+        tracing::warn!(key = %pending.key, error = %e, "could not record a direct upload's completion; will retry");
         return Ok(Outcome::Waiting);
     }
     store.delete_object(name).await?;

@@ -25,10 +25,9 @@ use sluice_store::presign::MAX_PRESIGN_EXPIRY;
 use sluice_store::{
     CreateMultipartRequest, DirectSigner, Metadata, PostPolicy, StoreError, UploadedPart,
 };
-use sluice_upload::TransferError;
+use sluice_upload::{Origin, TransferError, UploadKind};
 
 use crate::auth::{Grant, Op};
-use crate::completion::{Completion, UploadKind};
 use crate::error::{ApiError, FlatApiError};
 use crate::hooks::PreCreate;
 use crate::keys::KeyInputs;
@@ -502,36 +501,23 @@ async fn complete_multipart(
         }
         return Err(ApiError::TooLarge { limit }.into());
     }
-    // Through the engine: the completion runs to its end if the browser goes away.
+    // Through the engine: the completion runs to its end if the browser goes
+    // away, and announces the object (its type and metadata as stored).
+    let origin = Origin {
+        kind: UploadKind::DirectMultipart,
+        tenant: grant.owner(),
+        upload_id: Some(upload_id.clone()),
+        described_by_store: true,
+        ..Origin::default()
+    };
     state
         .engine
-        .complete_multipart(&key, &upload_id, parts, size)
+        .complete_multipart(&key, &upload_id, parts, size, Some(Arc::new(origin)))
         .await
         .map_err(|error| match error {
             TransferError::Store { source, .. } => upload_gone(source),
             other => ApiError::from(other),
         })?;
-    let object = state
-        .store
-        .head_object(&key)
-        .await
-        .map_err(ApiError::Store)?;
-    let completion = Completion {
-        kind: UploadKind::DirectMultipart,
-        key: key.clone(),
-        size: object.size,
-        etag: object.etag,
-        checksum: object.checksum,
-        content_type: object.content_type,
-        metadata: object.metadata,
-        upload_id: Some(upload_id),
-        owner: grant.owner(),
-    };
-    state
-        .completion
-        .complete(&completion)
-        .await
-        .map_err(ApiError::Store)?;
     Ok(Json(json!({
         "location": direct.signer.object_url(&key),
         "key": key,

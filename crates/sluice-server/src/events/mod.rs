@@ -22,7 +22,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sluice_store::ObjectStore;
 
-use crate::completion::Completion;
 use crate::metrics::Metrics;
 
 /// `[events]`: where events go and how hard the gateway tries.
@@ -42,6 +41,13 @@ pub struct EventSettings {
     /// How often the outbox is scanned for entries that are due.
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// How often intents left by interrupted completions are reconciled.
+    #[serde(with = "humantime_serde")]
+    pub reconcile_interval: Duration,
+    /// How old an intent must be before a reconciliation settles it (younger
+    /// ones belong to completions still running).
+    #[serde(with = "humantime_serde")]
+    pub reconcile_after: Duration,
 }
 
 impl EventSettings {
@@ -69,6 +75,13 @@ impl EventSettings {
                 "timeout and poll_interval must be above 0".into(),
             ));
         }
+        if self.reconcile_interval.is_zero() {
+            return Err(fail(
+                "events.reconcile_interval",
+                "must be above 0 (intents of interrupted completions would never become events)"
+                    .into(),
+            ));
+        }
         let path = self.secret_file.as_deref().ok_or_else(|| {
             fail(
                 "events.secret_file",
@@ -88,6 +101,8 @@ impl Default for EventSettings {
             retry_for: Duration::from_secs(24 * 3600),
             timeout: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
+            reconcile_interval: Duration::from_secs(30),
+            reconcile_after: Duration::from_secs(30),
         }
     }
 }
@@ -148,21 +163,17 @@ impl Event {
         }
     }
 
-    pub fn completed(completion: &Completion) -> Event {
-        Event::new(
-            EventType::UploadCompleted,
-            EventData {
-                key: completion.key.clone(),
-                size: completion.size,
-                etag: Some(completion.etag.clone()),
-                checksum: completion.checksum.map(|c| c.to_string()),
-                content_type: completion.content_type.clone(),
-                metadata: completion.metadata.clone(),
-                tenant: completion.owner.clone(),
-                upload_kind: completion.kind.as_str().to_owned(),
-                upload_id: completion.upload_id.clone(),
-            },
-        )
+    /// An event whose id and time are given (the same on every write of it).
+    pub fn with_id(id: String, kind: EventType, at_ms: u64, data: EventData) -> Event {
+        let at = time::OffsetDateTime::UNIX_EPOCH + time::Duration::milliseconds(at_ms as i64);
+        Event {
+            id,
+            kind,
+            created_at: at
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+            data,
+        }
     }
 
     /// A resumable upload cancelled by its client before it finished.
@@ -245,8 +256,14 @@ impl Events {
         self.inner.is_some()
     }
 
-    /// Writes `event` into the outbox, one entry per endpoint; returns once every
-    /// entry is stored (the caller answers its client only then).
+    /// The settings, when events are on.
+    pub fn settings(&self) -> Option<&EventSettings> {
+        self.inner.as_ref().map(|inner| &inner.settings)
+    }
+
+    /// Writes `event` into the outbox, one entry per endpoint, each under a
+    /// name fixed by the event (written again, it is not written twice);
+    /// returns once every entry is stored.
     pub async fn record(&self, event: &Event) -> Result<(), sluice_store::StoreError> {
         let Some(inner) = &self.inner else {
             return Ok(());

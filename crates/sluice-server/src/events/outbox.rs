@@ -62,10 +62,9 @@ pub struct Outbox {
 
 /// A short, stable tag of an endpoint URL for entry names.
 fn url_tag(url: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    url.hash(&mut hasher);
-    format!("{:08x}", hasher.finish() as u32)
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(url.as_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Outbox {
@@ -73,7 +72,9 @@ impl Outbox {
         Outbox { store }
     }
 
-    /// Writes the entry of `event` for `url`, due at once.
+    /// Writes the entry of `event` for `url`, due at once, named after the
+    /// event's time and id: an entry there already (the same event written
+    /// again) is left as it is.
     pub async fn add(
         &self,
         event: &Event,
@@ -91,11 +92,19 @@ impl Outbox {
             claimed_until_ms: 0,
             last_error: None,
         };
-        let key = format!("{PENDING}{now:013}-{}-{}.json", event.id, url_tag(url));
+        let key = format!(
+            "{PENDING}{:013}-{}-{}.json",
+            event_ms(event).unwrap_or(now),
+            event.id,
+            url_tag(url)
+        );
         let mut request = PutRequest::new(key, encode(&entry));
         request.content_type = Some("application/json".into());
         request.condition = Some(WriteCondition::IfNoneMatch);
-        self.store.put_object(request).await.map(|_| ())
+        match self.store.put_object(request).await {
+            Ok(_) | Err(StoreError::PreconditionFailed) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Up to `limit` pending entry keys after `after`, oldest first.
@@ -177,6 +186,16 @@ impl Outbox {
         }
         Ok(entries)
     }
+}
+
+/// The event's time in ms since the epoch.
+fn event_ms(event: &Event) -> Option<u64> {
+    let at = time::OffsetDateTime::parse(
+        &event.created_at,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .ok()?;
+    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 fn encode(entry: &Entry) -> Bytes {

@@ -21,7 +21,7 @@ use sluice_upload::{UploadRequest, UploadSource};
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
 use crate::body::{limited_stream, BodyError};
-use crate::completion::{Completion, UploadKind};
+use crate::completion::UploadKind;
 use crate::error::ApiError;
 use crate::hooks::PreCreate;
 use crate::keys::KeyInputs;
@@ -76,7 +76,7 @@ pub async fn post_form(
         io::Error::other(BodyError::FormHeaderTooLarge { limit })
     });
     let mut form = multer::Multipart::new(stream, boundary);
-    let mut stored: Vec<(UploadResponse, Completion)> = Vec::new();
+    let mut stored: Vec<UploadResponse> = Vec::new();
     let result = async {
         let mut parts = 0usize;
         loop {
@@ -128,18 +128,19 @@ pub async fn post_form(
                     tenant: grant.owner(),
                 })
                 .await?;
-            let request = UploadRequest {
+            let mut request = UploadRequest {
                 key: decision.key(key, &grant)?,
                 content_type: decision.content_type.or(content_type),
                 metadata: decision.metadata.unwrap_or_default(),
                 ..UploadRequest::default()
             };
+            request.origin = Some(crate::upload::origin(UploadKind::Form, &grant, &request));
             let stream = field.map_err(std::io::Error::other).boxed();
             let source = UploadSource::Stream {
                 stream,
                 length: None,
             };
-            stored.push(crate::upload::run(&state, UploadKind::Form, request, source).await?);
+            stored.push(crate::upload::run(&state, request, source).await?);
         }
         Ok::<_, ApiError>(())
     }
@@ -148,17 +149,9 @@ pub async fn post_form(
         Ok(()) if stored.is_empty() => {
             Err(ApiError::BadRequest("the form holds no file part".into()))
         }
-        Ok(()) => {
-            let mut objects = Vec::with_capacity(stored.len());
-            for (response, mut completion) in stored {
-                completion.owner = grant.owner();
-                state.completion.complete(&completion).await?;
-                objects.push(response);
-            }
-            Ok((StatusCode::CREATED, Json(FormResponse { objects })))
-        }
+        Ok(()) => Ok((StatusCode::CREATED, Json(FormResponse { objects: stored }))),
         Err(error) => {
-            for (object, _) in &stored {
+            for object in &stored {
                 if let Err(e) = state.store.delete_object(&object.key).await {
                     tracing::warn!(key = %object.key, error = %e, "could not delete an object of a failed form upload");
                 }

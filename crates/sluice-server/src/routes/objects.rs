@@ -105,13 +105,14 @@ pub async fn put_object(
             tenant: grant.owner(),
         })
         .await?;
-    let request = UploadRequest {
+    let mut request = UploadRequest {
         key: decision.key(key, &grant)?,
         content_type: decision.content_type.or(content_type),
         metadata: decision.metadata.unwrap_or(metadata),
-        progress: None,
         condition,
+        ..UploadRequest::default()
     };
+    request.origin = Some(crate::upload::origin(UploadKind::Put, &grant, &request));
     let party = Party::for_key(grant.tenant.clone(), &request.key);
     let _slot = state.admission.admit(&party).await?;
     let stream = limited_stream(
@@ -121,10 +122,7 @@ pub async fn put_object(
         state.metrics.clone(),
     );
     let source = UploadSource::Stream { stream, length };
-    let (response, mut completion) =
-        crate::upload::run(&state, UploadKind::Put, request, source).await?;
-    completion.owner = grant.owner();
-    state.completion.complete(&completion).await?;
+    let response = crate::upload::run(&state, request, source).await?;
     Ok((StatusCode::CREATED, Json(response)))
 }
 

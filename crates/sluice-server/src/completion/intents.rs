@@ -1,0 +1,223 @@
+//! Intents in the store: one object under `_sluice/events/intents/` for every
+//! object about to be made for an upload, written before it is made and
+//! removed once its event is in the outbox. What a process killed in between
+//! leaves behind, the reconciliation ([`super::reconcile`]) settles.
+//!
+//! An intent's id is stable for what it stands for: a multipart upload's
+//! completion has one id however many requests (or gateways) try it, so its
+//! event has one id too; a single PUT has the engine's nonce.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sluice_store::{Checksum, ObjectStore, PutRequest, StoreError};
+use sluice_upload::{Intent, Making};
+
+
+pub const INTENTS: &str = "_sluice/events/intents/";
+
+/// An intent as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentRecord {
+    /// 32 hex digits; the event is `evt_` and this.
+    pub id: String,
+    /// When the intent was written (ms since the epoch).
+    pub at_ms: u64,
+    /// `put`, `form`, `tus_patch`, ... (`UploadKind::as_str`).
+    pub kind: String,
+    pub key: String,
+    pub size: u64,
+    /// `algorithm:base64`, when known before the object was made.
+    pub checksum: Option<String>,
+    /// The multipart upload whose completion makes the object.
+    pub multipart_upload_id: Option<String>,
+    pub tenant: Option<String>,
+    pub upload_id: Option<String>,
+    pub content_type: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// Content type and metadata are the stored object's.
+    #[serde(default)]
+    pub described_by_store: bool,
+}
+
+impl IntentRecord {
+    /// The record of the engine's `intent`.
+    pub fn of(intent: &Intent) -> IntentRecord {
+        let at_ms = intent
+            .at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let origin = &intent.origin;
+        let (id, multipart_upload_id) = match &intent.making {
+            Making::Put { nonce } => (format!("{nonce:032x}"), None),
+            Making::Multipart { upload_id } => {
+                (multipart_intent_id(&intent.key, upload_id), Some(upload_id.clone()))
+            }
+        };
+        IntentRecord {
+            id,
+            at_ms,
+            kind: origin.kind.as_str().to_owned(),
+            key: intent.key.clone(),
+            size: intent.size,
+            checksum: intent.checksum.map(|c| c.to_string()),
+            multipart_upload_id,
+            tenant: origin.tenant.clone(),
+            upload_id: origin.upload_id.clone(),
+            content_type: origin.content_type.clone(),
+            metadata: origin.metadata.clone(),
+            described_by_store: origin.described_by_store,
+        }
+    }
+
+    /// The checksum, parsed.
+    pub fn checksum(&self) -> Option<Checksum> {
+        parse_checksum(self.checksum.as_deref()?)
+    }
+
+    fn name(&self) -> String {
+        format!("{INTENTS}{}.json", self.id)
+    }
+}
+
+/// The one id of the completion of `upload_id` at `key`.
+fn multipart_intent_id(key: &str, upload_id: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(key.as_bytes());
+    hasher.update([0]);
+    hasher.update(upload_id.as_bytes());
+    hasher.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `crc32c:base64` (as `Checksum`'s `Display` writes it) back to a checksum.
+pub fn parse_checksum(text: &str) -> Option<Checksum> {
+    let (name, value) = text.split_once(':')?;
+    Checksum::from_base64(name.parse().ok()?, value)
+}
+
+/// The intents of one store.
+#[derive(Clone)]
+pub struct Intents {
+    store: Arc<dyn ObjectStore>,
+}
+
+impl Intents {
+    pub fn new(store: Arc<dyn ObjectStore>) -> Intents {
+        Intents { store }
+    }
+
+    /// Writes `record` (again, for a completion tried again: same name).
+    pub async fn write(&self, record: &IntentRecord) -> Result<(), StoreError> {
+        let body = Bytes::from(serde_json::to_vec(record).expect("intents serialise"));
+        let mut request = PutRequest::new(record.name(), body);
+        request.content_type = Some("application/json".into());
+        self.store.put_object(request).await.map(|_| ())
+    }
+
+    /// Removes the intent `id` (gone already is fine).
+    pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
+        match self.store.delete_object(&format!("{INTENTS}{id}.json")).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Up to `limit` intent names after `after`, and whether there are more.
+    pub async fn list(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<String>, bool), StoreError> {
+        let page = self.store.list_objects(INTENTS, after, limit).await?;
+        let more = page.next_cursor.is_some();
+        Ok((page.objects.into_iter().map(|o| o.key).collect(), more))
+    }
+
+    /// The intent stored as `name`; `None` when it is gone or does not parse
+    /// (left alone, and logged).
+    pub async fn read(&self, name: &str) -> Result<Option<IntentRecord>, StoreError> {
+        let output = match self.store.get_object(name, None).await {
+            Ok(output) => output,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut bytes = BytesMut::new();
+        let mut body = output.body;
+        while let Some(chunk) = body.try_next().await? {
+            bytes.extend_from_slice(&chunk);
+        }
+        match serde_json::from_slice(&bytes) {
+            Ok(record) => Ok(Some(record)),
+            Err(error) => {
+                tracing::warn!(name, %error, "an intent that does not parse is left alone");
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Writes the intents of an engine that makes objects but delivers no events
+/// (`sluice janitor`): a gateway with events on the same store turns them into
+/// events by its reconciliation.
+pub struct IntentsOnly {
+    pub intents: Intents,
+}
+
+#[async_trait::async_trait]
+impl sluice_upload::Announcer for IntentsOnly {
+    async fn intend(&self, intent: &Intent) -> Result<(), StoreError> {
+        self.intents
+            .write(&IntentRecord::of(intent))
+            .await
+    }
+
+    async fn made(&self, _intent: &Intent, _made: &sluice_upload::UploadOutcome) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_upload::{Origin, UploadKind};
+
+    fn intent(making: Making) -> Intent {
+        Intent {
+            origin: Origin::new(UploadKind::TusPatch),
+            key: "a/b".into(),
+            size: 3,
+            checksum: None,
+            making,
+            at: std::time::SystemTime::now(),
+        }
+    }
+
+    #[test]
+    fn ids_are_stable_for_a_multipart_completion_and_unique_for_a_put() {
+        let multipart = |id: &str| {
+            IntentRecord::of(
+                &intent(Making::Multipart {
+                    upload_id: id.into(),
+                }))
+            .id
+        };
+        assert_eq!(multipart("u1"), multipart("u1"));
+        assert_ne!(multipart("u1"), multipart("u2"));
+        assert_eq!(multipart("u1").len(), 32);
+        let put = |nonce| IntentRecord::of(&intent(Making::Put { nonce })).id;
+        assert_ne!(put(1), put(2));
+        assert_eq!(put(1).len(), 32);
+    }
+
+    #[test]
+    fn checksums_read_back() {
+        let checksum = sluice_store::ChecksumAlgorithm::Crc32c.checksum(b"abc");
+        assert_eq!(parse_checksum(&checksum.to_string()), Some(checksum));
+        assert_eq!(parse_checksum("nonsense"), None);
+    }
+}

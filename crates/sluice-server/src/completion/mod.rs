@@ -1,0 +1,249 @@
+//! The one completion point. Every object that comes into being for an upload
+//! is announced here by the engine, from inside the task that makes it (see
+//! `sluice_upload::Announcer`): PUT, form, tus PATCH, creation-with-upload and
+//! concatenation, direct multipart uploads, record batches, an upload the
+//! janitor finished, and a completion found made after a crash. Direct form
+//! POSTs, made by the browser, come through [`CompletionPoint::found`].
+//!
+//! With events on, it keeps the rule "an object that exists has its event, and
+//! an event names an object that existed": an intent is written before the
+//! object is made ([`intents`]); once it is made, the `upload.completed` event
+//! goes to the outbox and the intent is removed. A gateway killed in between,
+//! or an outbox write that failed, leaves the intent to [`reconcile`], which
+//! every gateway runs at start-up and then periodically.
+//!
+//! [`Completion::of`] is the one place a completion record is built; metrics,
+//! the log line and the event hang off it, never off a handler. A tus
+//! termination is the point's one other entry (`upload.terminated`).
+
+pub mod intents;
+pub mod reconcile;
+
+use std::collections::BTreeMap;
+
+use sluice_store::{Checksum, ObjectStore, StoreError};
+pub use sluice_upload::UploadKind;
+use sluice_upload::{Intent, UploadOutcome};
+
+use crate::events::{Event, EventData, EventType, Events};
+use crate::metrics::Metrics;
+use intents::{IntentRecord, Intents};
+
+/// One object that came into being.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub kind: UploadKind,
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    /// The whole object's checksum, as the store verified it.
+    pub checksum: Option<Checksum>,
+    pub content_type: Option<String>,
+    /// Object metadata (PUT's `x-sluice-meta-*`) or the tus upload's text metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// The protocol's upload id (tus, direct multipart).
+    pub upload_id: Option<String>,
+    /// The uploader's tenant, when the gateway authenticates.
+    pub owner: Option<String>,
+    /// The intent's id: the event is `evt_` and this.
+    pub intent_id: String,
+    /// When the intent was written (ms since the epoch).
+    pub at_ms: u64,
+}
+
+/// What the store says of an object made.
+pub struct Made<'a> {
+    pub size: u64,
+    pub etag: &'a str,
+    pub checksum: Option<Checksum>,
+    /// The stored content type and metadata, when the intent takes them from the store.
+    pub described: Option<(Option<String>, BTreeMap<String, String>)>,
+}
+
+impl<'a> Made<'a> {
+    pub fn from_outcome(outcome: &'a UploadOutcome) -> Made<'a> {
+        Made {
+            size: outcome.size,
+            etag: &outcome.etag,
+            checksum: outcome.checksum,
+            described: None,
+        }
+    }
+}
+
+impl Completion {
+    /// The completion of `intent`, made as `made` says: the one place a
+    /// completion record is built.
+    pub fn of(intent: &IntentRecord, made: &Made<'_>) -> Completion {
+        let (content_type, metadata) = match (&made.described, intent.described_by_store) {
+            (Some((content_type, metadata)), true) => (
+                content_type.clone().or(intent.content_type.clone()),
+                metadata.clone(),
+            ),
+            _ => (intent.content_type.clone(), intent.metadata.clone()),
+        };
+        Completion {
+            kind: UploadKind::from_name(&intent.kind).unwrap_or_default(),
+            key: intent.key.clone(),
+            size: made.size,
+            etag: made.etag.to_owned(),
+            checksum: made.checksum.or(intent.checksum()),
+            content_type,
+            metadata,
+            upload_id: intent.upload_id.clone(),
+            owner: intent.tenant.clone(),
+            intent_id: intent.id.clone(),
+            at_ms: intent.at_ms,
+        }
+    }
+
+    /// Its `upload.completed` event: the same id and time however often it is
+    /// written.
+    pub fn event(&self) -> Event {
+        Event::with_id(
+            format!("evt_{}", self.intent_id),
+            EventType::UploadCompleted,
+            self.at_ms,
+            EventData {
+                key: self.key.clone(),
+                size: self.size,
+                etag: Some(self.etag.clone()),
+                checksum: self.checksum.map(|c| c.to_string()),
+                content_type: self.content_type.clone(),
+                metadata: self.metadata.clone(),
+                tenant: self.owner.clone(),
+                upload_kind: self.kind.as_str().to_owned(),
+                upload_id: self.upload_id.clone(),
+            },
+        )
+    }
+}
+
+/// The one completion point: what every upload ends in.
+#[derive(Clone)]
+pub struct CompletionPoint {
+    metrics: Metrics,
+    events: Events,
+    intents: Intents,
+    /// The store handle, to read what the store says of an object.
+    store: std::sync::Arc<dyn ObjectStore>,
+}
+
+impl std::fmt::Debug for CompletionPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionPoint")
+            .field("events", &self.events)
+            .finish()
+    }
+}
+
+impl CompletionPoint {
+    pub fn new(
+        metrics: Metrics,
+        events: Events,
+        store: std::sync::Arc<dyn ObjectStore>,
+    ) -> CompletionPoint {
+        CompletionPoint {
+            metrics,
+            events,
+            intents: Intents::new(store.clone()),
+            store,
+        }
+    }
+
+    pub fn intents(&self) -> &Intents {
+        &self.intents
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Counts and logs `completion`, writes its event and removes its intent.
+    /// An error leaves the intent for the reconciliation.
+    async fn record(&self, completion: &Completion) -> Result<(), StoreError> {
+        self.metrics
+            .upload_completed(completion.kind.as_str(), completion.size);
+        tracing::info!(
+            kind = completion.kind.as_str(),
+            key = %completion.key,
+            size = completion.size,
+            upload_id = completion.upload_id.as_deref(),
+            tenant = completion.owner.as_deref(),
+            "upload completed"
+        );
+        if !self.events.enabled() {
+            return Ok(());
+        }
+        self.events.record(&completion.event()).await?;
+        self.intents.remove(&completion.intent_id).await
+    }
+
+    /// Announces an object made outside the engine (a direct form POST the
+    /// gateway found in the bucket), as the engine announces its own: an
+    /// error means its event is not recorded yet (the caller tries again).
+    pub async fn found(&self, intent: &Intent, outcome: &UploadOutcome) -> Result<(), StoreError> {
+        let record = IntentRecord::of(intent);
+        self.record(&Completion::of(&record, &Made::from_outcome(outcome)))
+            .await
+    }
+
+    /// Records that a client cancelled its resumable upload before it finished.
+    pub async fn terminated(
+        &self,
+        record: &sluice_resumable::UploadRecord,
+    ) -> Result<(), StoreError> {
+        tracing::info!(upload_id = record.id(), key = %record.key, "upload terminated");
+        self.events.record(&Event::terminated(record)).await
+    }
+
+    /// The content type and metadata the store holds for `key`.
+    async fn described(&self, key: &str) -> Option<(Option<String>, BTreeMap<String, String>)> {
+        match self.store.head_object(key).await {
+            Ok(meta) => Some((meta.content_type, meta.metadata.into_iter().collect())),
+            Err(error) => {
+                tracing::warn!(key, error = %sluice_store::error_chain(&error), "could not read an object's metadata for its event");
+                None
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl sluice_upload::Announcer for CompletionPoint {
+    async fn intend(&self, intent: &Intent) -> Result<(), StoreError> {
+        if !self.events.enabled() {
+            return Ok(());
+        }
+        self.intents
+            .write(&IntentRecord::of(intent))
+            .await
+    }
+
+    async fn made(&self, intent: &Intent, outcome: &UploadOutcome) {
+        let record = IntentRecord::of(intent);
+        let mut made = Made::from_outcome(outcome);
+        if record.described_by_store {
+            made.described = self.described(&record.key).await;
+        }
+        let completion = Completion::of(&record, &made);
+        if let Err(error) = self.record(&completion).await {
+            tracing::warn!(
+                key = %completion.key,
+                intent = %completion.intent_id,
+                error = %sluice_store::error_chain(&error),
+                "the object is made; its event waits for the reconciliation"
+            );
+        }
+    }
+
+    async fn abandoned(&self, intent: &Intent) {
+        if !self.events.enabled() {
+            return;
+        }
+        let id = IntentRecord::of(intent).id;
+        if let Err(error) = self.intents.remove(&id).await {
+            tracing::debug!(key = %intent.key, %id, error = %sluice_store::error_chain(&error), "an abandoned intent stays for the reconciliation");
+        }
+    }
+}

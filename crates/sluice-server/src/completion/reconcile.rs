@@ -1,0 +1,165 @@
+//! The reconciliation of intents: what a gateway killed between writing an
+//! intent and recording its event (or an outbox write that failed) left
+//! behind. Every gateway with events runs a pass at start-up and then every
+//! `events.reconcile_interval`; passes of several gateways may overlap, since
+//! every step is idempotent (an event's outbox entries have fixed names and are
+//! written only when absent; removing an intent twice is removing it once).
+//!
+//! An intent younger than `events.reconcile_after` is left to the request
+//! that wrote it. An older one is settled by what the store says:
+//!
+//! | the intent's object | its multipart upload | the intent |
+//! | --- | --- | --- |
+//! | any | still open | waits (a completion may still run; the janitor aborts it in the end) |
+//! | there, as intended (size, checksum when known, made after the intent) | gone, or none | becomes its event |
+//! | missing or another | gone | is dropped: its object was never made |
+//! | missing or another | none (a single PUT) | is dropped once `DROP_PUT_AFTER` old |
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use sluice_store::StoreError;
+
+use super::intents::IntentRecord;
+use super::{Completion, CompletionPoint, Made};
+
+/// How far the store's clock may be behind the gateway's.
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// A single PUT still running this long after its intent is no longer
+/// possible (its attempts give up far sooner): its object will not come.
+pub const DROP_PUT_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// Intents looked at per pass.
+const PER_PASS: usize = 1000;
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub seen: usize,
+    /// Turned into their events.
+    pub confirmed: usize,
+    /// Removed: their objects were never made.
+    pub dropped: usize,
+    /// Left for a later pass.
+    pub waiting: usize,
+}
+
+/// What to do with one intent.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    Confirm,
+    Drop,
+    Wait,
+}
+
+/// One pass over the intents, at `now_ms`; intents younger than `after` wait.
+pub async fn reconcile_once(
+    point: &CompletionPoint,
+    now_ms: u64,
+    after: Duration,
+) -> Result<ReconcileReport, StoreError> {
+    let mut report = ReconcileReport::default();
+    let mut cursor: Option<String> = None;
+    loop {
+        let (names, more) = point.intents().list(cursor.as_deref(), PER_PASS).await?;
+        cursor = names.last().cloned();
+        for name in names {
+            let Some(intent) = point.intents().read(&name).await? else {
+                continue;
+            };
+            report.seen += 1;
+            match settle(point, &intent, now_ms, after).await {
+                Ok(Settled::Confirm) => report.confirmed += 1,
+                Ok(Settled::Drop) => report.dropped += 1,
+                Ok(Settled::Wait) => report.waiting += 1,
+                Err(error) => {
+                    report.waiting += 1;
+                    tracing::warn!(key = %intent.key, intent = %intent.id, error = %sluice_store::error_chain(&error), "could not settle an intent; trying again next pass");
+                }
+            }
+        }
+        if !more || report.seen >= PER_PASS {
+            return Ok(report);
+        }
+    }
+}
+
+async fn settle(
+    point: &CompletionPoint,
+    intent: &IntentRecord,
+    now_ms: u64,
+    after: Duration,
+) -> Result<Settled, StoreError> {
+    let age = Duration::from_millis(now_ms.saturating_sub(intent.at_ms));
+    if age < after {
+        return Ok(Settled::Wait);
+    }
+    let store = &point.store;
+    if let Some(upload_id) = &intent.multipart_upload_id {
+        match store.list_parts(&intent.key, upload_id).await {
+            Ok(_) => return Ok(Settled::Wait),
+            Err(StoreError::NoSuchUpload { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let object = match store.head_object(&intent.key).await {
+        Ok(meta) => Some(meta),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    let made_after = UNIX_EPOCH + Duration::from_millis(intent.at_ms);
+    let ours = object.filter(|meta| {
+        let same_checksum = match (meta.checksum, intent.checksum()) {
+            (Some(stored), Some(intended)) => stored == intended,
+            _ => true,
+        };
+        meta.size == intent.size && same_checksum && meta.last_modified + CLOCK_SKEW >= made_after
+    });
+    if let Some(meta) = ours {
+        let made = Made {
+            size: meta.size,
+            etag: &meta.etag,
+            checksum: meta.checksum,
+            described: Some((meta.content_type.clone(), meta.metadata.clone().into_iter().collect())),
+        };
+        let completion = Completion::of(intent, &made);
+        tracing::info!(key = %completion.key, intent = %intent.id, kind = %intent.kind, "an interrupted completion's object is there: recording its event");
+        point.record(&completion).await?;
+        return Ok(Settled::Confirm);
+    }
+    let never_made = intent.multipart_upload_id.is_some() || age >= DROP_PUT_AFTER;
+    if !never_made {
+        return Ok(Settled::Wait);
+    }
+    tracing::info!(key = %intent.key, intent = %intent.id, kind = %intent.kind, "an interrupted completion made no object: dropping its intent");
+    point.intents().remove(&intent.id).await?;
+    Ok(Settled::Drop)
+}
+
+/// Runs a pass now and then every `interval` until the task is aborted.
+pub fn spawn(
+    point: CompletionPoint,
+    interval: Duration,
+    after: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let now = crate::events::outbox::now_ms();
+            match reconcile_once(&point, now, after).await {
+                Ok(report) if report.confirmed + report.dropped > 0 => {
+                    tracing::info!(
+                        confirmed = report.confirmed,
+                        dropped = report.dropped,
+                        waiting = report.waiting,
+                        "intents reconciled"
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(error = %sluice_store::error_chain(&error), "could not list intents; trying again next interval");
+                }
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
+}
