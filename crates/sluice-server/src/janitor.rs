@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 use sluice_resumable::janitor::run_once;
 use sluice_resumable::Resumable;
 
-
 /// Runs a pass every `interval` until the task is aborted.
 pub fn spawn(
     resumable: Resumable,

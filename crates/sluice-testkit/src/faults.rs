@@ -72,6 +72,8 @@ impl Fault {
 struct Rule {
     op: Op,
     part: Option<u32>,
+    /// Only requests for keys that start with this, when given.
+    under: Option<String>,
     /// How many matching requests it still applies to; `None` for all.
     remaining: Option<u32>,
     fault: Fault,
@@ -103,10 +105,23 @@ impl FaultyStore {
         self.rules.lock().unwrap().push(Rule {
             op,
             part,
+            under: None,
             remaining: times,
             fault,
         });
         self
+    }
+
+    /// Applies `fault` to requests of `op` for keys under `prefix`, for the
+    /// first `times` matches or forever; takes effect at once on every clone.
+    pub fn inject_under(&self, op: Op, prefix: &str, times: Option<u32>, fault: Fault) {
+        self.rules.lock().unwrap().push(Rule {
+            op,
+            part: None,
+            under: Some(prefix.to_owned()),
+            remaining: times,
+            fault,
+        });
     }
 
     /// Requests of `op` (for one part, when given) that reached this wrapper.
@@ -124,12 +139,22 @@ impl FaultyStore {
 
     /// Counts the request and applies the fault that matches it; a body fault is
     /// handed back for the caller to apply.
-    async fn before(&self, op: Op, part: Option<u32>) -> Result<Option<u64>, StoreError> {
+    async fn before(
+        &self,
+        op: Op,
+        part: Option<u32>,
+        key: &str,
+    ) -> Result<Option<u64>, StoreError> {
         *self.attempts.lock().unwrap().entry((op, part)).or_insert(0) += 1;
         let fault = {
             let mut rules = self.rules.lock().unwrap();
             let rule = rules.iter_mut().find(|r| {
-                r.op == op && (r.part.is_none() || r.part == part) && r.remaining != Some(0)
+                r.op == op
+                    && (r.part.is_none() || r.part == part)
+                    && r.under
+                        .as_deref()
+                        .is_none_or(|under| key.starts_with(under))
+                    && r.remaining != Some(0)
             });
             rule.map(|r| {
                 if let Some(n) = r.remaining.as_mut() {
@@ -159,7 +184,7 @@ impl ObjectStore for FaultyStore {
         self.inner.check_key(key).await
     }
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
-        self.before(Op::Put, None).await?;
+        self.before(Op::Put, None, &request.key).await?;
         self.inner.put_object(request).await
     }
     async fn get_object(
@@ -167,7 +192,7 @@ impl ObjectStore for FaultyStore {
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<GetOutput, StoreError> {
-        let cut = self.before(Op::Get, None).await?;
+        let cut = self.before(Op::Get, None, key).await?;
         let mut output = self.inner.get_object(key, range).await?;
         if let Some(after) = cut {
             use futures::StreamExt;
@@ -191,7 +216,7 @@ impl ObjectStore for FaultyStore {
         Ok(output)
     }
     async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.before(Op::Head, None).await?;
+        self.before(Op::Head, None, key).await?;
         self.inner.head_object(key).await
     }
     async fn delete_object(&self, key: &str) -> Result<(), StoreError> {
@@ -209,16 +234,16 @@ impl ObjectStore for FaultyStore {
         &self,
         request: CreateMultipartRequest,
     ) -> Result<String, StoreError> {
-        self.before(Op::Create, None).await?;
+        self.before(Op::Create, None, &request.key).await?;
         self.inner.create_multipart_upload(request).await
     }
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
-        self.before(Op::UploadPart, Some(request.part_number))
+        self.before(Op::UploadPart, Some(request.part_number), &request.key)
             .await?;
         self.inner.upload_part(request).await
     }
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
-        self.before(Op::UploadPart, Some(request.part_number))
+        self.before(Op::UploadPart, Some(request.part_number), &request.key)
             .await?;
         self.inner.upload_part_copy(request).await
     }
@@ -226,11 +251,11 @@ impl ObjectStore for FaultyStore {
         &self,
         request: CompleteMultipartRequest,
     ) -> Result<PutOutput, StoreError> {
-        self.before(Op::Complete, None).await?;
+        self.before(Op::Complete, None, &request.key).await?;
         self.inner.complete_multipart_upload(request).await
     }
     async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
-        self.before(Op::Abort, None).await?;
+        self.before(Op::Abort, None, key).await?;
         self.inner.abort_multipart_upload(key, upload_id).await
     }
     async fn list_parts(

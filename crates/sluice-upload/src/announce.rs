@@ -178,6 +178,11 @@ pub trait Announcer: Send + Sync {
     /// The store refused to make the object (a definite answer, not a lost
     /// one): the intent will come to nothing.
     async fn abandoned(&self, _intent: &Intent) {}
+
+    /// The object was found made by an earlier attempt whose answer was lost
+    /// (a request stopped, a process killed), which wrote its intent before:
+    /// announced now if that intent is still owed its announcement.
+    async fn found(&self, intent: &Intent, made: &UploadOutcome);
 }
 
 /// The announcement of one object: the intent before, `made` after.
@@ -211,9 +216,7 @@ impl Announcement {
     /// was a refusal (not a lost answer, after which the object may be
     /// there), the intent is abandoned.
     pub(crate) async fn failed(&self, error: &crate::TransferError) {
-        let refused = error
-            .store_error()
-            .is_some_and(|e| !e.is_transient());
+        let refused = error.store_error().is_some_and(|e| !e.is_transient());
         if refused {
             self.announcer.abandoned(&self.intent).await;
         }

@@ -142,14 +142,14 @@ impl Engine {
     }
 
     /// Announces an object found made by an earlier request or process
-    /// (`making` says how), as if this engine had just made it: `made`
-    /// only, its intent was written before.
+    /// (`making` says how), whose intent was written before it was made:
+    /// see [`Announcer::found`].
     pub async fn announce_found(&self, origin: &Origin, outcome: &UploadOutcome, making: Making) {
         let Some(announcer) = self.inner.announcer.get() else {
             return;
         };
         let intent = Intent::new(origin, &outcome.key, outcome.size, outcome.checksum, making);
-        announcer.made(&intent, outcome).await;
+        announcer.found(&intent, outcome).await;
     }
 
     pub fn config(&self) -> &EngineConfig {

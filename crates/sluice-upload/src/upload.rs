@@ -353,14 +353,11 @@ impl Engine {
             ),
             None => None,
         };
-        let announcement = Announcement::of(
-            inner.announcer.get(),
-            request.origin.as_ref(),
-            |origin| {
+        let announcement =
+            Announcement::of(inner.announcer.get(), request.origin.as_ref(), |origin| {
                 let making = Making::Put { nonce: put_nonce() };
                 Intent::new(origin, &request.key, size, checksum, making)
-            },
-        );
+            });
         let put = PutRequest {
             key: request.key.clone(),
             body,
@@ -405,7 +402,9 @@ async fn put_with_retries(
 ) -> Result<UploadOutcome, TransferError> {
     let (key, size, checksum) = (put.key.clone(), put.body.len(), put.checksum);
     let output = inner
-        .with_retries(Kind::Transfer, "PUT", &key, || inner.store.put_object(put.clone()))
+        .with_retries(Kind::Transfer, "PUT", &key, || {
+            inner.store.put_object(put.clone())
+        })
         .await?;
     Ok(UploadOutcome {
         key,

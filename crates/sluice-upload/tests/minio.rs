@@ -287,7 +287,8 @@ async fn a_completion_whose_caller_goes_away_still_completes() {
         assert!(appended.error.is_none(), "{:?}", appended.error);
         assert_eq!(appended.parts.len(), 4);
         let wait = std::time::Duration::from_micros(round * 500);
-        let dropped = engine.complete_multipart(&key, &upload_id, appended.parts.clone(), size, None);
+        let dropped =
+            engine.complete_multipart(&key, &upload_id, appended.parts.clone(), size, None);
         let _ = tokio::time::timeout(wait, dropped).await;
         let completed = engine
             .complete_multipart(&key, &upload_id, appended.parts, size, None)

@@ -17,7 +17,6 @@ use sha2::{Digest, Sha256};
 use sluice_store::{Checksum, ObjectStore, PutRequest, StoreError};
 use sluice_upload::{Intent, Making};
 
-
 pub const INTENTS: &str = "_sluice/events/intents/";
 
 /// An intent as stored.
@@ -54,9 +53,10 @@ impl IntentRecord {
         let origin = &intent.origin;
         let (id, multipart_upload_id) = match &intent.making {
             Making::Put { nonce } => (format!("{nonce:032x}"), None),
-            Making::Multipart { upload_id } => {
-                (multipart_intent_id(&intent.key, upload_id), Some(upload_id.clone()))
-            }
+            Making::Multipart { upload_id } => (
+                multipart_intent_id(&intent.key, upload_id),
+                Some(upload_id.clone()),
+            ),
         };
         IntentRecord {
             id,
@@ -121,9 +121,18 @@ impl Intents {
         self.store.put_object(request).await.map(|_| ())
     }
 
+    /// The intent `id`, when it is still there.
+    pub async fn get(&self, id: &str) -> Result<Option<IntentRecord>, StoreError> {
+        self.read(&format!("{INTENTS}{id}.json")).await
+    }
+
     /// Removes the intent `id` (gone already is fine).
     pub async fn remove(&self, id: &str) -> Result<(), StoreError> {
-        match self.store.delete_object(&format!("{INTENTS}{id}.json")).await {
+        match self
+            .store
+            .delete_object(&format!("{INTENTS}{id}.json"))
+            .await
+        {
             Err(e) if e.is_not_found() => Ok(()),
             other => other,
         }
@@ -173,12 +182,12 @@ pub struct IntentsOnly {
 #[async_trait::async_trait]
 impl sluice_upload::Announcer for IntentsOnly {
     async fn intend(&self, intent: &Intent) -> Result<(), StoreError> {
-        self.intents
-            .write(&IntentRecord::of(intent))
-            .await
+        self.intents.write(&IntentRecord::of(intent)).await
     }
 
     async fn made(&self, _intent: &Intent, _made: &sluice_upload::UploadOutcome) {}
+
+    async fn found(&self, _intent: &Intent, _made: &sluice_upload::UploadOutcome) {}
 }
 
 #[cfg(test)]
@@ -200,10 +209,9 @@ mod tests {
     #[test]
     fn ids_are_stable_for_a_multipart_completion_and_unique_for_a_put() {
         let multipart = |id: &str| {
-            IntentRecord::of(
-                &intent(Making::Multipart {
-                    upload_id: id.into(),
-                }))
+            IntentRecord::of(&intent(Making::Multipart {
+                upload_id: id.into(),
+            }))
             .id
         };
         assert_eq!(multipart("u1"), multipart("u1"));

@@ -182,7 +182,11 @@ impl CompletionPoint {
     /// Announces an object made outside the engine (a direct form POST the
     /// gateway found in the bucket), as the engine announces its own: an
     /// error means its event is not recorded yet (the caller tries again).
-    pub async fn found(&self, intent: &Intent, outcome: &UploadOutcome) -> Result<(), StoreError> {
+    pub async fn made_outside(
+        &self,
+        intent: &Intent,
+        outcome: &UploadOutcome,
+    ) -> Result<(), StoreError> {
         let record = IntentRecord::of(intent);
         self.record(&Completion::of(&record, &Made::from_outcome(outcome)))
             .await
@@ -215,9 +219,7 @@ impl sluice_upload::Announcer for CompletionPoint {
         if !self.events.enabled() {
             return Ok(());
         }
-        self.intents
-            .write(&IntentRecord::of(intent))
-            .await
+        self.intents.write(&IntentRecord::of(intent)).await
     }
 
     async fn made(&self, intent: &Intent, outcome: &UploadOutcome) {
@@ -234,6 +236,30 @@ impl sluice_upload::Announcer for CompletionPoint {
                 error = %sluice_store::error_chain(&error),
                 "the object is made; its event waits for the reconciliation"
             );
+        }
+    }
+
+    async fn found(&self, intent: &Intent, outcome: &UploadOutcome) {
+        if !self.events.enabled() {
+            return self.made(intent, outcome).await;
+        }
+        // The intent says whether the event is still owed: gone, the earlier
+        // attempt (or a reconciliation) recorded it.
+        let id = IntentRecord::of(intent).id;
+        let owed = match self.intents.get(&id).await {
+            Ok(owed) => owed,
+            Err(error) => {
+                tracing::warn!(key = %intent.key, %id, error = %sluice_store::error_chain(&error), "could not read an intent; the reconciliation settles it");
+                return;
+            }
+        };
+        let Some(owed) = owed else {
+            tracing::debug!(key = %intent.key, %id, "found made, its event recorded before");
+            return;
+        };
+        let completion = Completion::of(&owed, &Made::from_outcome(outcome));
+        if let Err(error) = self.record(&completion).await {
+            tracing::warn!(key = %completion.key, %id, error = %sluice_store::error_chain(&error), "the object is made; its event waits for the reconciliation");
         }
     }
 

@@ -120,7 +120,10 @@ async fn settle(
             size: meta.size,
             etag: &meta.etag,
             checksum: meta.checksum,
-            described: Some((meta.content_type.clone(), meta.metadata.clone().into_iter().collect())),
+            described: Some((
+                meta.content_type.clone(),
+                meta.metadata.clone().into_iter().collect(),
+            )),
         };
         let completion = Completion::of(intent, &made);
         tracing::info!(key = %completion.key, intent = %intent.id, kind = %intent.kind, "an interrupted completion's object is there: recording its event");

@@ -16,8 +16,8 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use sluice_store::{Metadata, ObjectStore, PutRequest, StoreError, WriteCondition};
 
-use sluice_upload::{Intent, Making, Origin, UploadKind, UploadOutcome};
 use crate::AppState;
+use sluice_upload::{Intent, Making, Origin, UploadKind, UploadOutcome};
 
 pub const PENDING: &str = "_sluice/direct/pending/";
 
@@ -195,7 +195,7 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         checksum: object.checksum,
         parts: 0,
     };
-    if let Err(e) = state.completion.found(&intent, &outcome).await {
+    if let Err(e) = state.completion.made_outside(&intent, &outcome).await {
         tracing::warn!(key = %pending.key, error = %e, "could not record a direct upload's completion; will retry");
         return Ok(Outcome::Waiting);
     }
