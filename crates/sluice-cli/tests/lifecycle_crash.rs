@@ -139,7 +139,10 @@ impl Run {
             match step().await {
                 Ok(done) => return done,
                 Err(Retry) => {
-                    assert!(Instant::now() < deadline, "a step kept failing for 2 minutes");
+                    assert!(
+                        Instant::now() < deadline,
+                        "a step kept failing for 2 minutes"
+                    );
                     self.pause().await;
                 }
             }
@@ -220,7 +223,11 @@ async fn upload(run: &Run, i: usize) {
                             .body(records.clone()),
                     )
                     .await?;
-                assert!(answer.status().is_success(), "stream {i}: {}", answer.status());
+                assert!(
+                    answer.status().is_success(),
+                    "stream {i}: {}",
+                    answer.status()
+                );
                 Ok(())
             })
             .await;
@@ -235,7 +242,10 @@ async fn tus_upload(run: &Run, i: usize, body: Vec<u8>) {
     let (location, key) = run
         .until(|| async {
             let answer = run
-                .send(tus(run.client.post(format!("{gateway}/v1/tus/"))).header("upload-length", length))
+                .send(
+                    tus(run.client.post(format!("{gateway}/v1/tus/")))
+                        .header("upload-length", length),
+                )
                 .await?;
             assert_eq!(answer.status(), 201, "tus {i}");
             let header = |name: &str| answer.headers()[name].to_str().unwrap().to_owned();
@@ -332,7 +342,10 @@ async fn tus_concatenation(run: &Run, i: usize, body: Vec<u8>) {
                 )
                 .await?;
             assert_eq!(answer.status(), 201, "final upload of {i}");
-            Ok(answer.headers()["x-sluice-key"].to_str().unwrap().to_owned())
+            Ok(answer.headers()["x-sluice-key"]
+                .to_str()
+                .unwrap()
+                .to_owned())
         })
         .await;
     run.acknowledge(key, "tus_concatenation");
@@ -361,12 +374,20 @@ async fn direct_multipart(run: &Run, i: usize, body: Vec<u8>) {
     let etag = run
         .until(|| async {
             let answer = run
-                .send(run.client.get(format!("{gateway}/s3/multipart/{upload_id}/1")).query(&[("key", &key)]))
+                .send(
+                    run.client
+                        .get(format!("{gateway}/s3/multipart/{upload_id}/1"))
+                        .query(&[("key", &key)]),
+                )
                 .await?;
             assert_eq!(answer.status(), 200, "direct sign {i}");
             let url = json_of(answer).await?["url"].as_str().unwrap().to_owned();
             let stored = run.send(run.client.put(url).body(body.clone())).await?;
-            assert!(stored.status().is_success(), "direct part {i}: {}", stored.status());
+            assert!(
+                stored.status().is_success(),
+                "direct part {i}: {}",
+                stored.status()
+            );
             Ok(stored.headers()["etag"].to_str().unwrap().to_owned())
         })
         .await;
@@ -454,7 +475,8 @@ async fn every_object_has_its_event_through_repeated_kills() {
                 let pause = Duration::from_millis(300 + rand::random::<u64>() % 900);
                 tokio::time::sleep(pause).await;
                 if done % 2 == 0 {
-                    let targeted = tokio::time::timeout(Duration::from_secs(5), run.finishing.notified());
+                    let targeted =
+                        tokio::time::timeout(Duration::from_secs(5), run.finishing.notified());
                     if targeted.await.is_ok() {
                         tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 25)).await;
                     }
@@ -495,7 +517,10 @@ async fn every_object_has_its_event_through_repeated_kills() {
         let mut keys = BTreeSet::new();
         let mut cursor: Option<String> = None;
         loop {
-            let page = store.list_objects("", cursor.as_deref(), 1000).await.unwrap();
+            let page = store
+                .list_objects("", cursor.as_deref(), 1000)
+                .await
+                .unwrap();
             keys.extend(
                 page.objects
                     .into_iter()
