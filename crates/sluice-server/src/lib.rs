@@ -22,6 +22,7 @@ pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
 pub mod offenders;
+pub mod request_span;
 pub mod routes;
 mod server;
 pub mod small_patches;

@@ -731,12 +731,16 @@ impl FromRequestParts<AppState> for Grant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Grant, ApiError> {
-        state.auth.grant(
+        let grant = state.auth.grant(
             &parts.method,
             &parts.uri,
             &parts.headers,
             &state.config.cors_origins,
-        )
+        )?;
+        if let Some(tenant) = grant.owner() {
+            crate::request_span::record_tenant(&tenant);
+        }
+        Ok(grant)
     }
 }
 

@@ -3,7 +3,8 @@
 //! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/s3/` (direct uploads,
 //! [`crate::direct`]), the upload page and `/ui/assets/` ([`crate::ui`]),
 //! `/healthz`, `/readyz`, and `/metrics` with the dashboard (on the admin
-//! address instead when there is one); CORS for the configured browser origins.
+//! address instead when there is one); CORS for the configured browser origins;
+//! every request in its span with its id ([`crate::request_span`]).
 
 mod form;
 mod health;
@@ -56,6 +57,7 @@ pub fn router(state: AppState) -> Router {
             &state.config.cors_origins,
             state.config.auth.token_cookie.is_some(),
         )))
+        .layer(axum::middleware::from_fn(crate::request_span::request_span))
         .with_state(state)
 }
 
@@ -67,6 +69,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .merge(crate::ui::dashboard_router(&state, true))
         .fallback(health::not_found)
+        .layer(axum::middleware::from_fn(crate::request_span::request_span))
         .with_state(state)
 }
 
@@ -94,6 +97,7 @@ fn cors(origins: &[String], credentials: bool) -> Option<tower_http::cors::CorsL
             "retry-after",
             "location",
             "x-sluice-checksum",
+            "x-request-id",
         ])
         .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
         .collect();
