@@ -10,9 +10,11 @@
 
 pub mod admission;
 pub mod auth;
+pub mod begin;
 pub mod body;
 pub mod completion;
 pub mod config;
+mod connection_cut;
 mod conversions;
 pub mod direct;
 pub mod error;
@@ -53,13 +55,13 @@ pub struct AppState {
     pub admission: admission::Admission,
     pub metrics: metrics::Metrics,
     pub config: Arc<ServerConfig>,
-    pub template: Arc<keys::KeyTemplate>,
     /// Verifies callers' tokens (lets everyone in without `[auth]`).
     pub auth: Arc<auth::Authenticator>,
     /// Where every upload ends: metrics, log, events.
     pub completion: completion::CompletionPoint,
     pub events: events::Events,
-    pub hooks: Arc<hooks::Hooks>,
+    /// Where every upload begins: key, authorization, pre-create hook, origin.
+    pub begin: begin::Begin,
     /// Signing of direct-to-bucket uploads (`/s3/`), when on.
     pub direct: Option<direct::Direct>,
     /// Record streams (`/v1/streams/`).
@@ -115,7 +117,7 @@ impl AppState {
         // Every object the engine makes for an upload is announced here.
         engine.set_announcer(Arc::new(completion.clone()));
         let streams = streams::Streams::new(&config.streams, &engine)?;
-        metrics.watch_streams(&streams);
+        metrics.watch_streams(streams.stats());
         let small_patches = small_patches::SmallPatchPace::new(
             config.tus.small_patches_per_second,
             config.tus.small_patch_bytes,
@@ -124,7 +126,7 @@ impl AppState {
             small_patches: Arc::new(small_patches),
             offenders: Arc::new(offenders::Offenders::new(config.penalty.clone())),
             streams,
-            hooks: Arc::new(hooks),
+            begin: begin::Begin::new(template, hooks),
             direct: None,
             auth: Arc::new(auth),
             completion,
@@ -134,7 +136,6 @@ impl AppState {
             engine,
             admission,
             metrics,
-            template: Arc::new(template),
             config: Arc::new(config),
         })
     }

@@ -478,8 +478,8 @@ impl Metrics {
     /// The text exposition of every metric, with the engine's figures (memory
     /// budget, retries, adaptive limits) read now.
     /// Reads these streams' counters at every scrape.
-    pub fn watch_streams(&self, streams: &crate::streams::Streams) {
-        let _ = self.inner.streams.set(streams.stats());
+    pub fn watch_streams(&self, streams: Vec<(String, Arc<StreamStats>)>) {
+        let _ = self.inner.streams.set(streams);
     }
 
     pub fn stream_acknowledged(&self, stream: &str, seconds: f64) {

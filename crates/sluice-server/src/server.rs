@@ -37,39 +37,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::connection_cut::ConnectionCut;
 use crate::error::Offense;
 use crate::metrics::Metrics;
 use crate::offenders::{Standing, MAX_HELD};
 use crate::AppState;
-
-/// Closes the connection a request came on, from inside its handler (a request
-/// extension; absent where requests come without a listener, as in tests).
-#[derive(Debug, Clone)]
-pub struct ConnectionCut(CancellationToken);
-
-impl ConnectionCut {
-    /// Closes the connection once `deadline` has passed, unless the returned
-    /// guard is dropped first (keep it in the response body: it drops when the
-    /// body is sent or abandoned).
-    pub fn after(&self, deadline: Duration, metrics: Metrics) -> DropGuard {
-        let finished = CancellationToken::new();
-        let cut = self.0.clone();
-        let watch = finished.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(deadline) => {
-                    metrics.download_cut();
-                    cut.cancel();
-                }
-                () = watch.cancelled() => {}
-            }
-        });
-        finished.drop_guard()
-    }
-}
 
 /// Connections the kernel may queue before they are accepted (capped by
 /// `net.core.somaxconn`): a storm of simultaneous uploads must not overflow it.

@@ -17,12 +17,12 @@ use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, Pat
 use sluice_tus::{Concat, TusError};
 
 use crate::admission::Party;
-use crate::auth::{Grant, Op};
+use crate::auth::Grant;
+use crate::begin::{Asked, KeyFrom};
 use crate::body::limited_stream;
 use crate::error::ApiError;
-use crate::hooks::PreCreate;
-use crate::keys::KeyInputs;
 use crate::AppState;
+use sluice_upload::UploadKind;
 
 /// The header naming the object an upload becomes (percent-encoded beyond ASCII).
 pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-sluice-key");
@@ -142,52 +142,45 @@ async fn create(
         .text("filetype")
         .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
         .map(str::to_owned);
-    let tenant = grant.tenant.clone();
     let id = new_id();
-    let key = grant.generated_key(state.template.render(&KeyInputs {
-        tenant: &tenant,
-        filename: request.metadata.text("filename").unwrap_or(""),
-        now: time::OffsetDateTime::now_utc(),
-        uuid: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
-    }));
-    grant.check(Op::Put, &key)?;
     let partial = request.concat == Some(ConcatRequest::Partial);
     let mut metadata = request.metadata;
-    let (key, content_type) = match partial {
-        // A partial upload becomes no object: the final upload is asked about.
-        true => (key, content_type),
-        false => {
-            let text: BTreeMap<String, String> = metadata
-                .0
-                .keys()
-                .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
-                .collect();
-            let mut decision = state
-                .hooks
-                .pre_create(&PreCreate {
-                    kind: "upload.pre_create",
-                    upload_kind: "tus_creation",
-                    key: key.clone(),
-                    size: request.length,
-                    content_type: content_type.clone(),
-                    filename: text.get("filename").cloned(),
-                    metadata: text,
-                    tenant: grant.owner(),
-                })
-                .await?;
-            if let Some(replaced) = decision.metadata.take() {
-                metadata.0 = replaced
-                    .into_iter()
-                    .map(|(k, v)| (k, Some(v.into_bytes())))
-                    .collect();
-            }
-            (
-                decision.key(key, &grant)?,
-                decision.content_type.or(content_type),
-            )
-        }
-    };
-    let party = Party::for_key(tenant.clone(), &key);
+    let text: BTreeMap<String, String> = metadata
+        .0
+        .keys()
+        .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
+        .collect();
+    let begun = state
+        .begin
+        .begin(
+            &grant,
+            Asked {
+                kind: match request.concat {
+                    Some(ConcatRequest::Final(_)) => UploadKind::TusConcatenation,
+                    _ => UploadKind::TusCreation,
+                },
+                key: KeyFrom::Template {
+                    filename: text.get("filename").cloned().unwrap_or_default(),
+                    id: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
+                },
+                size: request.length,
+                content_type,
+                filename: text.get("filename").cloned(),
+                metadata: text,
+                // A partial upload becomes no object: the final upload is asked about.
+                ask_hook: !partial,
+            },
+        )
+        .await?;
+    if begun.metadata_replaced {
+        metadata.0 = begun
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone().into_bytes())))
+            .collect();
+    }
+    let party = begun.party();
+    let (key, content_type) = (begun.key, begun.content_type);
     let new = NewUpload {
         id,
         key,

@@ -2,16 +2,14 @@
 //! counted in the metrics from start to end (an upload whose request is dropped
 //! midway counts as aborted; the engine aborts its multipart upload). The
 //! object it makes is announced by the engine to the completion point, with
-//! the origin [`origin`] gives it.
+//! the origin its begin gave it; [`UploadResponse`] is the client's answer.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_upload::{Origin, UploadKind, UploadRequest, UploadSource};
+use serde::{Deserialize, Serialize};
+use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
 
-use crate::auth::Grant;
 use crate::error::ApiError;
-use crate::routes::UploadResponse;
 use crate::AppState;
 
 /// Records the end of an upload exactly once, `aborted` unless told otherwise.
@@ -30,15 +28,33 @@ impl Drop for Ended<'_> {
     }
 }
 
-/// The origin of an upload of `kind` by `grant`'s caller into `request`.
-pub fn origin(kind: UploadKind, grant: &Grant, request: &UploadRequest) -> Arc<Origin> {
-    Arc::new(Origin {
-        kind,
-        tenant: grant.owner(),
-        content_type: request.content_type.clone(),
-        metadata: request.metadata.clone(),
-        ..Origin::default()
-    })
+/// The answer to a completed upload.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UploadResponse {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    pub checksum: Option<String>,
+    pub parts: u32,
+    pub seconds: f64,
+}
+
+impl UploadResponse {
+    pub fn new(outcome: UploadOutcome, seconds: f64) -> Self {
+        UploadResponse {
+            key: outcome.key,
+            size: outcome.size,
+            etag: outcome.etag,
+            checksum: outcome.checksum.map(|c| c.to_string()),
+            parts: outcome.parts,
+            seconds,
+        }
+    }
+}
+
+/// Seconds since `started`, to the millisecond.
+pub fn seconds_since(started: Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 /// Streams `source` into `request.key` (its origin set: the object is announced).
@@ -58,10 +74,7 @@ pub async fn run(
     match state.engine.upload(request, source).await {
         Ok(outcome) => {
             ended.outcome = Some("completed");
-            Ok(UploadResponse::new(
-                outcome,
-                crate::routes::seconds_since(ended.started),
-            ))
+            Ok(UploadResponse::new(outcome, seconds_since(ended.started)))
         }
         Err(error) => {
             ended.outcome = Some("failed");

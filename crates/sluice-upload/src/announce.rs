@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use sluice_store::{Checksum, StoreError};
 
-use crate::upload::UploadOutcome;
+use crate::outcome::UploadOutcome;
 
 /// How an object came into being.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

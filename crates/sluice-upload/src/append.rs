@@ -20,7 +20,7 @@ use tokio::io::AsyncReadExt;
 use crate::announce::Origin;
 use crate::budget::{MemoryShare, Reservation};
 use crate::error::TransferError;
-use crate::filling::{PieceEnd, PieceRules};
+use crate::filling::{cut_floor, PieceEnd, PieceRules};
 use crate::parts::PartPipeline;
 use crate::progress::Tracker;
 use crate::retry::Kind;
@@ -100,15 +100,6 @@ pub struct BodyHead {
     pub rest: BoxStream<'static, io::Result<Bytes>>,
     /// The memory holding the head and its front.
     pub memory: HeldMemory,
-}
-
-/// The fewest bytes (front included) part `number` may be cut at, so that the
-/// `remaining` bytes from its start still fit in the parts left at `part_size`.
-pub fn cut_floor(remaining: u64, number: u32, part_size: u64) -> u64 {
-    let parts_after = limits::MAX_PARTS.saturating_sub(number) as u64;
-    remaining
-        .saturating_sub(parts_after.saturating_mul(part_size))
-        .max(limits::MIN_PART_SIZE)
 }
 
 /// One call's worth of appending.

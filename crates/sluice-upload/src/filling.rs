@@ -21,6 +21,8 @@ use std::io;
 use bytes::Bytes;
 use sluice_store::limits::MIN_PART_SIZE;
 
+use sluice_store::limits;
+
 use crate::budget::{MemoryShare, Reservation};
 use crate::config::MIB;
 use crate::source::PartReader;
@@ -217,6 +219,15 @@ fn tail_or_whole(bytes: Bytes, short: bool) -> Bytes {
         true => Bytes::copy_from_slice(&bytes),
         false => bytes,
     }
+}
+
+/// The fewest bytes (front included) part `number` may be cut at, so that the
+/// `remaining` bytes from its start still fit in the parts left at `part_size`.
+pub fn cut_floor(remaining: u64, number: u32, part_size: u64) -> u64 {
+    let parts_after = limits::MAX_PARTS.saturating_sub(number) as u64;
+    remaining
+        .saturating_sub(parts_after.saturating_mul(part_size))
+        .max(limits::MIN_PART_SIZE)
 }
 
 #[cfg(test)]

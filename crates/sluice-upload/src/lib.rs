@@ -26,6 +26,7 @@ mod error;
 mod file_stamp;
 mod filling;
 mod janitor;
+mod outcome;
 mod parts;
 mod progress;
 mod resume;
@@ -44,7 +45,7 @@ use tokio_util::task::TaskTracker;
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use announce::{Announcer, Intent, LateMetadata, Making, Origin, UploadKind};
 pub use append::{
-    cut_floor, AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
+    AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
 };
 pub use breaker::{Breaker, BreakerConfig};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
@@ -52,6 +53,7 @@ pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use copy::{CopyRequest, SourceBucket};
 pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
+pub use filling::cut_floor;
 pub use janitor::{StaleUpload, StaleUploadFilter, StaleUploadReport};
 pub use progress::{Progress, ProgressFn};
 pub use resume::ResumeOutcome;

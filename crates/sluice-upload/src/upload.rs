@@ -14,12 +14,12 @@ use sluice_store::*;
 use tracing::Instrument;
 
 use crate::announce::{put_nonce, Announcement, Intent, Making, Origin};
-use crate::append::cut_floor;
 use crate::budget::Reservation;
 use crate::config::{validate_key, PartPlan, MIB};
 use crate::error::{ConfigError, TransferError};
 use crate::file_stamp::FileStamp;
-use crate::filling::{Piece, PieceEnd, PieceRules};
+use crate::filling::{cut_floor, Piece, PieceEnd, PieceRules};
+pub use crate::outcome::UploadOutcome;
 use crate::parts::PartPipeline;
 use crate::progress::{ProgressFn, Tracker};
 use crate::retry::{InFlight, Kind};
@@ -57,18 +57,6 @@ impl UploadRequest {
             ..Default::default()
         }
     }
-}
-
-/// A finished upload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadOutcome {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-    /// Checksum of the whole object, as the store verified it.
-    pub checksum: Option<Checksum>,
-    /// Number of parts; 0 for a single PUT.
-    pub parts: u32,
 }
 
 impl Engine {

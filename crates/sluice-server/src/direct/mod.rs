@@ -28,9 +28,8 @@ use sluice_store::{
 use sluice_upload::{Origin, TransferError, UploadKind};
 
 use crate::auth::{Grant, Op};
+use crate::begin::{Asked, KeyFrom};
 use crate::error::{ApiError, FlatApiError};
-use crate::hooks::PreCreate;
-use crate::keys::KeyInputs;
 use crate::AppState;
 
 /// `[direct]`.
@@ -183,45 +182,35 @@ fn json_metadata(object: BTreeMap<String, Value>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The key a new direct upload gets, after the hook had its say.
+/// The key a new direct upload gets, after the hook had its say (see
+/// [`crate::begin`]).
 async fn new_key(
     state: &AppState,
     grant: &Grant,
     filename: &str,
     content_type: &Option<String>,
     metadata: &Metadata,
-    upload_kind: &'static str,
+    kind: UploadKind,
 ) -> Result<(String, Option<String>, Metadata), ApiError> {
-    let key = grant.generated_key(state.template.render(&KeyInputs {
-        tenant: &grant.tenant,
-        filename,
-        now: time::OffsetDateTime::now_utc(),
-        uuid: uuid::Uuid::new_v4(),
-    }));
-    crate::keys::validate_client_key(&key).map_err(ApiError::InvalidKey)?;
-    grant.check(Op::Put, &key)?;
-    let mut decision = state
-        .hooks
-        .pre_create(&PreCreate {
-            kind: "upload.pre_create",
-            upload_kind,
-            key: key.clone(),
-            size: None,
-            content_type: content_type.clone(),
-            metadata: metadata.clone(),
-            filename: Some(filename.to_string()),
-            tenant: grant.owner(),
-        })
+    let begun = state
+        .begin
+        .begin(
+            grant,
+            Asked {
+                kind,
+                key: KeyFrom::Template {
+                    filename: filename.to_owned(),
+                    id: uuid::Uuid::new_v4(),
+                },
+                size: None,
+                content_type: content_type.clone(),
+                metadata: metadata.clone(),
+                filename: Some(filename.to_owned()),
+                ask_hook: true,
+            },
+        )
         .await?;
-    let key = decision.key(key, grant)?;
-    Ok((
-        key,
-        decision
-            .content_type
-            .take()
-            .or_else(|| content_type.clone()),
-        decision.metadata.take().unwrap_or_else(|| metadata.clone()),
-    ))
+    Ok((begun.key, begun.content_type, begun.metadata))
 }
 
 /// A key named by a request about an existing upload: the caller's, or not
@@ -288,7 +277,7 @@ async fn params(
         &filename,
         &content_type,
         &metadata,
-        "direct_post",
+        UploadKind::DirectPost,
     )
     .await?;
     let max_size = size_limit(&state, &grant, MAX_PUT_SIZE);
@@ -359,7 +348,7 @@ async fn create_multipart(
         &request.filename,
         &content_type,
         &metadata,
-        "direct_multipart",
+        UploadKind::DirectMultipart,
     )
     .await?;
     let upload_id = state

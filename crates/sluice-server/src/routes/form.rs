@@ -20,12 +20,11 @@ use sluice_upload::{UploadRequest, UploadSource};
 
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
+use crate::begin::{Asked, KeyFrom};
 use crate::body::{limited_stream, BodyError};
 use crate::completion::UploadKind;
 use crate::error::ApiError;
-use crate::hooks::PreCreate;
-use crate::keys::KeyInputs;
-use crate::routes::UploadResponse;
+use crate::upload::UploadResponse;
 use crate::AppState;
 use sluice_input::form::HeaderWindow;
 
@@ -108,33 +107,31 @@ pub async fn post_form(
                 continue;
             };
             let content_type = field.content_type().map(|m| m.to_string());
-            let key = grant.generated_key(state.template.render(&KeyInputs {
-                tenant: &tenant,
-                filename: &filename,
-                now: time::OffsetDateTime::now_utc(),
-                uuid: uuid::Uuid::new_v4(),
-            }));
-            grant.check(Op::Put, &key)?;
-            let mut decision = state
-                .hooks
-                .pre_create(&PreCreate {
-                    kind: "upload.pre_create",
-                    upload_kind: "form",
-                    key: key.clone(),
-                    size: None,
-                    content_type: content_type.clone(),
-                    metadata: Default::default(),
-                    filename: Some(filename.clone()),
-                    tenant: grant.owner(),
-                })
+            let begun = state
+                .begin
+                .begin(
+                    &grant,
+                    Asked {
+                        kind: UploadKind::Form,
+                        key: KeyFrom::Template {
+                            filename: filename.clone(),
+                            id: uuid::Uuid::new_v4(),
+                        },
+                        size: None,
+                        content_type,
+                        metadata: Default::default(),
+                        filename: Some(filename),
+                        ask_hook: true,
+                    },
+                )
                 .await?;
-            let mut request = UploadRequest {
-                key: decision.key(key, &grant)?,
-                content_type: decision.content_type.or(content_type),
-                metadata: decision.metadata.unwrap_or_default(),
+            let request = UploadRequest {
+                key: begun.key,
+                content_type: begun.content_type,
+                metadata: begun.metadata,
+                origin: Some(begun.origin),
                 ..UploadRequest::default()
             };
-            request.origin = Some(crate::upload::origin(UploadKind::Form, &grant, &request));
             let stream = field.map_err(std::io::Error::other).boxed();
             let source = UploadSource::Stream {
                 stream,

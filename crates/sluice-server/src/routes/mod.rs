@@ -16,7 +16,8 @@ use axum::Router;
 
 use crate::AppState;
 
-pub use objects::{seconds_since, ListEntry, ListResponse, UploadResponse};
+pub use crate::upload::{seconds_since, UploadResponse};
+pub use objects::{ListEntry, ListResponse};
 pub use streams::StreamAck;
 
 pub fn router(state: AppState) -> Router {

@@ -2,7 +2,6 @@
 //! and listing.
 
 use std::io;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -13,46 +12,22 @@ use axum::Json;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sluice_store::{Metadata, ObjectMeta, WriteCondition};
-use sluice_upload::{UploadOutcome, UploadRequest, UploadSource};
+use sluice_upload::{UploadRequest, UploadSource};
 
-use crate::admission::Party;
 use crate::auth::{Grant, Op};
+use crate::begin::{Asked, KeyFrom};
 use crate::body::limited_stream;
 use crate::completion::UploadKind;
+use crate::connection_cut::ConnectionCut;
 use crate::error::ApiError;
-use crate::hooks::PreCreate;
 use crate::keys::validate_client_key;
-use crate::server::ConnectionCut;
+use crate::upload::UploadResponse;
 use crate::AppState;
 use sluice_input::range::{parse_range, RangeSpec};
 
 /// Where the gateway keeps its own state (resumable uploads, the event
 /// outbox): never listed, never a client's key.
 const GATEWAY_STATE: &str = "_sluice/";
-
-/// The answer to a completed upload.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct UploadResponse {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-    pub checksum: Option<String>,
-    pub parts: u32,
-    pub seconds: f64,
-}
-
-impl UploadResponse {
-    pub fn new(outcome: UploadOutcome, seconds: f64) -> Self {
-        UploadResponse {
-            key: outcome.key,
-            size: outcome.size,
-            etag: outcome.etag,
-            checksum: outcome.checksum.map(|c| c.to_string()),
-            parts: outcome.parts,
-            seconds,
-        }
-    }
-}
 
 /// Largest total of user metadata, as S3 allows.
 const MAX_METADATA_BYTES: usize = 2048;
@@ -92,29 +67,30 @@ pub async fn put_object(
         ),
     };
     let metadata = metadata_from(&headers)?;
-    let mut decision = state
-        .hooks
-        .pre_create(&PreCreate {
-            kind: "upload.pre_create",
-            upload_kind: "put",
-            key: key.clone(),
-            size: length,
-            content_type: content_type.clone(),
-            metadata: metadata.clone(),
-            filename: None,
-            tenant: grant.owner(),
-        })
+    let begun = state
+        .begin
+        .begin(
+            &grant,
+            Asked {
+                kind: UploadKind::Put,
+                key: KeyFrom::Client(key),
+                size: length,
+                content_type,
+                metadata,
+                filename: None,
+                ask_hook: true,
+            },
+        )
         .await?;
-    let mut request = UploadRequest {
-        key: decision.key(key, &grant)?,
-        content_type: decision.content_type.or(content_type),
-        metadata: decision.metadata.unwrap_or(metadata),
+    let _slot = state.admission.admit(&begun.party()).await?;
+    let request = UploadRequest {
+        key: begun.key,
+        content_type: begun.content_type,
+        metadata: begun.metadata,
         condition,
+        origin: Some(begun.origin),
         ..UploadRequest::default()
     };
-    request.origin = Some(crate::upload::origin(UploadKind::Put, &grant, &request));
-    let party = Party::for_key(grant.tenant.clone(), &request.key);
-    let _slot = state.admission.admit(&party).await?;
     let stream = limited_stream(
         body,
         size_limit,
@@ -380,9 +356,4 @@ mod cursor {
     pub fn past_state() -> String {
         format!("{}\u{10FFFF}", super::GATEWAY_STATE)
     }
-}
-
-/// Seconds since `started`, for responses.
-pub fn seconds_since(started: Instant) -> f64 {
-    (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
 }
