@@ -39,12 +39,14 @@ fn setting(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Of one key: the event ids and the upload kinds its events named.
+type Seen = (BTreeSet<String>, BTreeSet<String>);
+
 #[derive(Default)]
 struct Receiver {
     requests: AtomicU64,
     bad_signatures: AtomicU64,
-    /// key -> (event ids, upload kinds)
-    events: Mutex<BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>>,
+    events: Mutex<BTreeMap<String, Seen>>,
 }
 
 async fn receive(
