@@ -135,13 +135,13 @@ sluice completions zsh > \"${fpath[1]}/_sluice\"\n  sluice completions fish > ~/
 /// `sluice events`.
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// The store: s3://bucket[/prefix] or a local directory.
+    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
     #[arg(long, env = "SLUICE_STORE")]
     pub store: String,
-    /// S3 endpoint URL (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
-    /// S3 region.
+    /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
     /// The events given up on (kept under _sluice/events/failed/) instead of
@@ -156,7 +156,8 @@ pub struct EventsArgs {
 /// `sluice sign`.
 #[derive(Debug, Args)]
 pub struct SignArgs {
-    /// The secret the gateway checks signatures with.
+    /// The secret in FILE that signed URLs (`sluice sign`) are made with (at least
+    /// 32 bytes); `serve` then takes them too [default: none].
     #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
     pub url_secret_file: std::path::PathBuf,
     /// The request the URL allows: PUT, GET (and HEAD) or DELETE.
@@ -204,10 +205,10 @@ pub struct StrategiesArgs {
     /// The store: a directory, or s3://bucket[/prefix].
     #[arg(long)]
     pub store: String,
-    /// S3 endpoint URL (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
-    /// S3 region.
+    /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long)]
     pub region: Option<String>,
     /// Object sizes, comma-separated (at most 1GiB each: the payload is held in memory).
@@ -405,7 +406,7 @@ pub struct IngestArgs {
     /// stored and committed (default: run until stopped).
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub idle_exit: Option<std::time::Duration>,
-    /// The store: s3://bucket[/prefix] or a local directory.
+    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
     #[arg(long, env = "SLUICE_STORE")]
     pub store: String,
     /// A TOML file with the stream's settings (the keys of a gateway's
@@ -568,14 +569,15 @@ pub struct ManyArgs {
 /// Flags shared by every transfer.
 #[derive(Debug, Args)]
 pub struct TransferArgs {
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing is then the default).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
     /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
-    /// Size of each part, 5MiB to 5GiB; raised when needed to fit the object in 10,000 parts.
-    #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size, default_value = "8MiB")]
+    /// Size of each part, 5MiB to 5GiB; raised when needed to fit the object in 10,000
+    /// parts [default: 8MiB; serve's: 16MiB, less S3 server CPU per relayed GiB].
+    #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size, default_value = "8MiB", hide_default_value = true)]
     pub part_size: u64,
     /// Keep every part the same size (Cloudflare R2 requires it).
     #[arg(long, env = "SLUICE_FIXED_PART_SIZE")]
@@ -587,18 +589,19 @@ pub struct TransferArgs {
     pub concurrency: Concurrency,
     /// Most bytes buffered in memory at once; one upload holds at most a quarter
     /// of it, which bounds the part size (a stream of unknown length can reach
-    /// about 490 GiB with the default).
-    #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size, default_value = "256MiB")]
+    /// about 490 GiB with the default) [default: 256MiB].
+    #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size, default_value = "256MiB", hide_default_value = true)]
     pub memory_limit: u64,
-    /// Objects up to this size go up in a single PUT; larger ones in parts.
-    #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size, default_value = "16MiB")]
+    /// Objects up to this size go up in a single PUT; larger ones in parts [default: 16MiB].
+    #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size, default_value = "16MiB", hide_default_value = true)]
     pub threshold: u64,
-    /// Checksum each part carries and the store verifies (aws cli's name for it).
+    /// Checksum each part carries and the store verifies (aws cli's name for it) [default: crc32c].
     #[arg(
         long = "checksum-algorithm",
         env = "SLUICE_CHECKSUM_ALGORITHM",
         value_enum,
-        default_value = "crc32c"
+        default_value = "crc32c",
+        hide_default_value = true
     )]
     pub checksum: ChecksumChoice,
     /// No progress bar (the final summary line is still printed).
@@ -631,13 +634,13 @@ pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Where objects go: a directory, or s3://bucket[/prefix] [default: ./sluice-data].
+    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
     #[arg(long, env = "SLUICE_STORE")]
     pub store: Option<String>,
-    /// S3 endpoint URL (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
-    /// S3 region.
+    /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
     /// Largest upload accepted (413 beyond) [default: unlimited].
@@ -667,20 +670,34 @@ pub struct ServeArgs {
     /// Time in-flight uploads get on SIGTERM / Ctrl-C [default: 30s].
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Option<std::time::Duration>,
-    /// Part size [default: 16MiB].
+    /// Size of each part, 5MiB to 5GiB; raised when needed to fit the object in 10,000
+    /// parts [default: 8MiB; serve's: 16MiB, less S3 server CPU per relayed GiB].
     #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size)]
     pub part_size: Option<u64>,
-    /// Parts in flight per upload [default: 8].
-    #[arg(long, env = "SLUICE_CONCURRENCY")]
+    /// Parts in flight per upload [default: 8] (`put`'s `--concurrency` counts
+    /// transfers of a whole run instead, hence another variable).
+    #[arg(
+        long = "parts-in-flight",
+        alias = "concurrency",
+        env = "SLUICE_PARTS_IN_FLIGHT",
+        value_name = "N"
+    )]
     pub concurrency: Option<usize>,
-    /// Memory budget shared by all uploads [default: 256MiB].
+    /// Most bytes buffered in memory at once; one upload holds at most a quarter
+    /// of it, which bounds the part size (a stream of unknown length can reach
+    /// about 490 GiB with the default) [default: 256MiB].
     #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
-    /// Single-PUT threshold [default: 16MiB].
+    /// Objects up to this size go up in a single PUT; larger ones in parts [default: 16MiB].
     #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size)]
     pub threshold: Option<u64>,
-    /// Checksum carried by every part [default: crc32c].
-    #[arg(long, env = "SLUICE_CHECKSUM", value_enum)]
+    /// Checksum each part carries and the store verifies (aws cli's name for it) [default: crc32c].
+    #[arg(
+        long = "checksum-algorithm",
+        alias = "checksum",
+        env = "SLUICE_CHECKSUM_ALGORITHM",
+        value_enum
+    )]
     pub checksum: Option<ChecksumChoice>,
     /// Browser origin allowed to upload (CORS); repeat for several, `*` for any
     /// [default: none].
@@ -750,8 +767,8 @@ pub struct ServeArgs {
     /// Clock skew allowed on the `exp` and `nbf` claims [default: 30s].
     #[arg(long, env = "SLUICE_JWT_LEEWAY", value_parser = humantime::parse_duration)]
     pub jwt_leeway: Option<std::time::Duration>,
-    /// Also take signed URLs (`sluice sign`) whose signature is made with the
-    /// secret in FILE (at least 32 bytes) [default: none].
+    /// The secret in FILE that signed URLs (`sluice sign`) are made with (at least
+    /// 32 bytes); `serve` then takes them too [default: none].
     #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
     pub url_secret_file: Option<std::path::PathBuf>,
     /// POST signed upload events (upload.completed, upload.terminated) to URL;
@@ -822,13 +839,13 @@ pub struct ServeArgs {
 /// `sluice janitor`.
 #[derive(Debug, Args)]
 pub struct JanitorArgs {
-    /// The store: s3://bucket[/prefix] or a local directory.
+    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
     #[arg(long, env = "SLUICE_STORE")]
     pub store: String,
-    /// S3 endpoint URL (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
-    /// S3 region.
+    /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
     /// Abort incomplete multipart uploads initiated longer ago than this (0s: all

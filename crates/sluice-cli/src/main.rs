@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod chaos;
+mod environment;
 mod events;
 mod ingest;
 mod janitor;
@@ -52,11 +53,10 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
-    if std::env::var_os("SLUICE_CHECKSUM").is_some() {
-        eprintln!(
-            "sluice: warning: SLUICE_CHECKSUM is no longer read; the part checksum is set by \
-             --checksum-algorithm / SLUICE_CHECKSUM_ALGORITHM"
-        );
+    for warning in
+        environment::stale_warnings(&cli.command, |name| std::env::var_os(name).is_some())
+    {
+        eprintln!("sluice: warning: {warning}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
