@@ -1,7 +1,7 @@
 //! The `SLUICE_*` environment variables, read off the clap definitions (the
 //! one place each is defined, with its flag, parser and doc): the table in
-//! docs/ENVIRONMENT.md is rendered from them (a test fails when the file and
-//! the definitions disagree), and the warnings about variables that no
+//! docs/ENVIRONMENT.md and the man page's ENVIRONMENT section are rendered
+//! from them (a test fails when the file and the definitions disagree), and the warnings about variables that no
 //! command reads any more, or that a command reads under another name.
 
 use std::collections::BTreeMap;
@@ -96,7 +96,8 @@ fn collect(command: &clap::Command, path: &str, out: &mut BTreeMap<String, Varia
     }
 }
 
-/// docs/ENVIRONMENT.md as the definitions make it.
+/// docs/ENVIRONMENT.md as the definitions make it (written by its test).
+#[cfg(test)]
 pub fn render() -> String {
     let mut text = String::from(
         "# Environment variables\n\n\

@@ -32,6 +32,21 @@ pub fn man() -> anyhow::Result<()> {
             .and_then(|_| page.render_options_section(&mut out))
             .context("cannot render the man page")?;
     }
+    writeln!(out, ".SH ENVIRONMENT")?;
+    for (name, variable) in crate::environment::variables() {
+        let readers: Vec<&str> = variable
+            .readers
+            .iter()
+            .map(|(path, _, _)| path.trim_start_matches("sluice "))
+            .collect();
+        let (_, flag, doc) = &variable.readers[0];
+        writeln!(
+            out,
+            ".TP\n\\fB{name}\\fR ({flag}; {})\n{}",
+            readers.join(", "),
+            doc.replace('\\', "\\\\")
+        )?;
+    }
     write_out(&out)
 }
 
