@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
 use sluice_store::{limits, CopyPartRequest, CreateMultipartRequest, StoreError, UploadedPart};
@@ -86,7 +85,7 @@ impl Resumable {
             Some(total),
             new.metadata,
             Concat::Final(partials.iter().map(|p| p.upload.id.clone()).collect()),
-            SystemTime::now(),
+            self.clock.now(),
             self.config.expiry,
         );
         upload.offset = total;

@@ -10,6 +10,7 @@
 //! the gateway parses requests with it, calls [`Resumable`], and turns a
 //! [`Written::finished`] upload into its completion record.
 
+pub mod clock;
 pub mod concat;
 mod error;
 pub mod janitor;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use sluice_store::{limits, ObjectStore};
 use sluice_upload::Engine;
 
+pub use clock::{Clock, SystemClock, TokioClock};
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
@@ -70,6 +72,8 @@ pub struct Resumable {
     records: record::RecordStore,
     lock_hints: Arc<LockHints>,
     config: Arc<ResumableConfig>,
+    /// Expiry and lock leases are measured on it.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Resumable {
@@ -97,7 +101,19 @@ impl Resumable {
             engine,
             lock_hints: Arc::default(),
             config: Arc::new(config),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same uploads, measured on `clock` (tests: a [`TokioClock`] on
+    /// paused time).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Resumable {
+        self.clock = clock;
+        self
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     pub fn config(&self) -> &ResumableConfig {
@@ -119,11 +135,7 @@ impl Resumable {
     /// uploads, 410 once an unfinished upload expired. Never changes anything.
     pub async fn status(&self, id: &str) -> Result<UploadRecord, ResumableError> {
         let loaded = self.records.load(id).await?;
-        if loaded
-            .record
-            .upload
-            .is_expired(std::time::SystemTime::now())
-        {
+        if loaded.record.upload.is_expired(self.clock.now()) {
             return Err(sluice_tus::TusError::Gone.into());
         }
         Ok(loaded.record)
@@ -159,6 +171,7 @@ impl Resumable {
             self.lock_hints.clone(),
             id,
             self.config.lock_lease,
+            self.clock.clone(),
         )
         .await
         .map_err(lock_error)?;

@@ -18,11 +18,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sluice_store::{Body, ObjectStore, PutRequest, StoreError, WriteCondition};
 
+use crate::clock::{ms_after, Clock};
 use crate::record::STATE_PREFIX;
 
 fn lock_key(id: &str) -> String {
@@ -40,13 +41,6 @@ struct LockBody {
     /// and released the lock in between.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     ended_by: String,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// What this process last knew of upload locks, by lock key. Bounded: when full,
@@ -113,6 +107,8 @@ pub struct UploadLock {
     released: bool,
     /// Taken with this process's hint (see [`UploadLock::hinted`]).
     hinted: bool,
+    /// What lease ends are measured on.
+    clock: Arc<dyn Clock>,
 }
 
 impl UploadLock {
@@ -123,6 +119,7 @@ impl UploadLock {
         hints: Arc<LockHints>,
         id: &str,
         lease: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Result<UploadLock, LockError> {
         let key = lock_key(id);
         let holder = uuid::Uuid::new_v4().simple().to_string();
@@ -139,13 +136,22 @@ impl UploadLock {
             lease,
             released: false,
             hinted,
+            clock: clock.clone(),
         };
         if let Some(known) = hints.take(&key) {
             let condition = match known {
                 Known::Absent => WriteCondition::IfNoneMatch,
                 Known::Ended(etag) => WriteCondition::IfMatch(etag),
             };
-            match put(&store, &key, &holder, lease, condition).await {
+            match put(
+                &store,
+                &key,
+                &holder,
+                ms_after(clock.as_ref(), lease),
+                condition,
+            )
+            .await
+            {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, hinted = true, "upload lock taken");
                     return Ok(taken(etag, store, key, holder, true));
@@ -163,7 +169,7 @@ impl UploadLock {
                 Err(e) => return Err(e.into()),
                 Ok((body, etag)) => {
                     let until = body.as_ref().map_or(0, |b| b.until_ms);
-                    let now = now_ms();
+                    let now = clock.now_ms();
                     if until > now {
                         return Err(LockError::Held {
                             retry_after: Duration::from_millis(until - now),
@@ -173,7 +179,15 @@ impl UploadLock {
                 }
             };
             let took_over = matches!(condition, WriteCondition::IfMatch(_));
-            match put(&store, &key, &holder, lease, condition).await {
+            match put(
+                &store,
+                &key,
+                &holder,
+                ms_after(clock.as_ref(), lease),
+                condition,
+            )
+            .await
+            {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, took_over, "upload lock taken");
                     return Ok(taken(etag, store, key, holder, false));
@@ -209,7 +223,7 @@ impl UploadLock {
                 &self.store,
                 &self.key,
                 &self.holder,
-                self.lease,
+                ms_after(self.clock.as_ref(), self.lease),
                 WriteCondition::IfMatch(self.etag.clone()),
             );
             match tokio::time::timeout_at(deadline, renewal).await {
@@ -367,12 +381,12 @@ async fn put(
     store: &Arc<dyn ObjectStore>,
     key: &str,
     holder: &str,
-    lease: Duration,
+    until_ms: u64,
     condition: WriteCondition,
 ) -> Result<String, StoreError> {
     let body = LockBody {
         holder: holder.to_owned(),
-        until_ms: now_ms() + lease.as_millis() as u64,
+        until_ms,
         ended_by: String::new(),
     };
     let json = serde_json::to_vec(&body).expect("a lock body serialises");
@@ -399,6 +413,11 @@ mod tests {
         Arc::new(MemoryStore::new())
     }
 
+    /// One test's wall clock, on tokio's paused time: sleeps take no real time.
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(crate::clock::TokioClock::now_on_tokio())
+    }
+
     const ID: &str = "0123456789abcdef0123456789abcdef";
 
     /// A gateway that knows nothing of the lock yet.
@@ -423,12 +442,13 @@ mod tests {
     /// every ended lease had the same ETag, so gateway B's hint still matched
     /// after gateway A had held and released the lock, and B took A's record
     /// for its own last one (PATCH answered 409). Ended leases now differ.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn each_ended_lease_is_unlike_every_other() {
+        let clock = clock();
         let store = store();
         let mut seen = std::collections::HashSet::new();
         for _ in 0..3 {
-            let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
                 .await
                 .unwrap();
             lock.release().await;
@@ -439,30 +459,33 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn one_holder_at_a_time_and_release_frees_it() {
+        let clock = clock();
         let store = store();
-        let first = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+        let first = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
-        let wait = held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await);
+        let wait =
+            held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone()).await);
         assert!(wait > Duration::from_secs(25) && wait <= LONG, "{wait:?}");
         first.release().await;
-        UploadLock::acquire(store, unhinted(), ID, LONG)
+        UploadLock::acquire(store, unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_dropped_holder_releases_at_once() {
+        let clock = clock();
         let store = store();
-        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
         drop(holder); // a request future dropped midway
         let mut taken = None;
         for _ in 0..100 {
-            match UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await {
+            match UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone()).await {
                 Ok(lock) => {
                     taken = Some(lock);
                     break;
@@ -481,8 +504,9 @@ mod tests {
     /// whole lease: the client's next PATCHes were answered 423 until it gave
     /// up. A release that fails on a passing fault is tried again until it
     /// lands or the lease would have ended anyway.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_release_that_meets_a_passing_fault_is_tried_again() {
+        let clock = clock();
         use sluice_testkit::{Fault, FaultyStore, Op};
         for (how, failures) in [
             ("released", 1),
@@ -492,7 +516,7 @@ mod tests {
         ] {
             let faulty = FaultyStore::new(store());
             let store: Arc<dyn ObjectStore> = Arc::new(faulty.clone());
-            let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+            let holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
                 .await
                 .unwrap();
             let _ = faulty
@@ -505,7 +529,7 @@ mod tests {
             }
             let mut taken = false;
             while started.elapsed() < Duration::from_secs(10) {
-                if UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+                if UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
                     .await
                     .is_ok()
                 {
@@ -526,13 +550,14 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_release_that_keeps_failing_gives_up_when_the_lease_has_ended() {
+        let clock = clock();
         use sluice_testkit::{Fault, FaultyStore, Op};
         let faulty = FaultyStore::new(store());
         let store: Arc<dyn ObjectStore> = Arc::new(faulty.clone());
         let lease = Duration::from_millis(500);
-        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, lease)
+        let holder = UploadLock::acquire(store.clone(), unhinted(), ID, lease, clock.clone())
             .await
             .unwrap();
         let _ = faulty.clone().inject(Op::Put, None, None, Fault::Throttle);
@@ -551,27 +576,34 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_late_release_never_frees_the_next_holders_lock() {
+        let clock = clock();
         let store = store();
-        let mut stale =
-            UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_millis(200))
-                .await
-                .unwrap();
+        let mut stale = UploadLock::acquire(
+            store.clone(),
+            unhinted(),
+            ID,
+            Duration::from_millis(200),
+            clock.clone(),
+        )
+        .await
+        .unwrap();
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let _next = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+        let _next = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
         // The old holder learns it lost the lock, and its release changes nothing.
         assert!(matches!(stale.keep_alive().await, LockError::Held { .. }));
         stale.release().await;
-        held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG).await);
+        held(UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone()).await);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_release_after_an_unseen_renewal_still_releases() {
+        let clock = clock();
         let store = store();
-        let mut holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+        let mut holder = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
         // A renewal landed but its answer was never seen: the ETag held is stale.
@@ -580,20 +612,21 @@ mod tests {
             &store,
             &holder.key,
             &holder.holder,
-            LONG,
+            ms_after(clock.as_ref(), LONG),
             WriteCondition::IfMatch(stale.clone()),
         )
         .await
         .unwrap();
         holder.etag = stale;
         holder.release().await;
-        UploadLock::acquire(store, unhinted(), ID, LONG)
+        UploadLock::acquire(store, unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_hinted_lock_is_taken_with_one_write() {
+        let clock = clock();
         let memory = Arc::new(MemoryStore::new());
         let store: Arc<dyn ObjectStore> = memory.clone();
         let hints = unhinted();
@@ -602,7 +635,7 @@ mod tests {
         hints.created(ID);
         for (case, reads, writes) in cases {
             let before = requests(&memory);
-            let lock = UploadLock::acquire(store.clone(), hints.clone(), ID, LONG)
+            let lock = UploadLock::acquire(store.clone(), hints.clone(), ID, LONG, clock.clone())
                 .await
                 .unwrap();
             let after = requests(&memory);
@@ -615,7 +648,7 @@ mod tests {
         }
         // Without a hint, the lock is read first.
         let before = requests(&memory);
-        let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG)
+        let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
         let after = requests(&memory);
@@ -623,42 +656,60 @@ mod tests {
         lock.release().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_stale_hint_never_takes_a_held_lock() {
+        let clock = clock();
         let store = store();
         let (here, there) = (unhinted(), unhinted());
         // Created here, but another gateway took the lock first.
         here.created(ID);
-        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG)
+        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG, clock.clone())
             .await
             .unwrap();
-        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG).await);
+        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG, clock.clone()).await);
         other.release().await;
         // Released here, then taken by the other gateway: the hint is stale.
-        UploadLock::acquire(store.clone(), here.clone(), ID, LONG)
+        UploadLock::acquire(store.clone(), here.clone(), ID, LONG, clock.clone())
             .await
             .unwrap()
             .release()
             .await;
-        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG)
+        let other = UploadLock::acquire(store.clone(), there.clone(), ID, LONG, clock.clone())
             .await
             .unwrap();
-        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG).await);
+        held(UploadLock::acquire(store.clone(), here.clone(), ID, LONG, clock.clone()).await);
         // Once it is released again, the read finds the ended lease.
         other.release().await;
-        UploadLock::acquire(store, here, ID, LONG).await.unwrap();
+        UploadLock::acquire(store, here, ID, LONG, clock.clone())
+            .await
+            .unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_renewed_lock_is_not_taken_over() {
+        let clock = clock();
         let store = store();
-        let mut holder =
-            UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_millis(300))
-                .await
-                .unwrap();
+        let mut holder = UploadLock::acquire(
+            store.clone(),
+            unhinted(),
+            ID,
+            Duration::from_millis(300),
+            clock.clone(),
+        )
+        .await
+        .unwrap();
         let renewing = tokio::spawn(async move { holder.keep_alive().await });
         tokio::time::sleep(Duration::from_millis(700)).await;
-        held(UploadLock::acquire(store.clone(), unhinted(), ID, Duration::from_secs(1)).await);
+        held(
+            UploadLock::acquire(
+                store.clone(),
+                unhinted(),
+                ID,
+                Duration::from_secs(1),
+                clock.clone(),
+            )
+            .await,
+        );
         renewing.abort();
     }
 }

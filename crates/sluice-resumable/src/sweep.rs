@@ -116,6 +116,7 @@ pub async fn sweep(
             tus.lock_hints.clone(),
             &id,
             tus.config.lock_lease,
+            tus.clock.clone(),
         )
         .await
         {

@@ -21,7 +21,6 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
@@ -123,7 +122,7 @@ impl Resumable {
             length,
             new.metadata,
             concat,
-            SystemTime::now(),
+            self.clock.now(),
             self.config.expiry,
         );
         let mut record = UploadRecord {
@@ -163,7 +162,7 @@ impl Resumable {
                 let plan =
                     record
                         .upload
-                        .check_patch(&patch, SystemTime::now(), self.config.max_size)?;
+                        .check_patch(&patch, self.clock.now(), self.config.max_size)?;
                 let loaded = Loaded {
                     record: record.clone(),
                     etag,
@@ -270,7 +269,7 @@ impl Resumable {
                 loaded
                     .record
                     .upload
-                    .check_patch(patch, SystemTime::now(), self.config.max_size)?;
+                    .check_patch(patch, self.clock.now(), self.config.max_size)?;
             if chunk.declared.is_some_and(|n| n > plan.max_body) {
                 return Err(self.beyond(&plan).into());
             }
@@ -508,7 +507,7 @@ impl Resumable {
         let record = &mut loaded.record;
         record.upload.length = plan.length;
         record.upload.offset = new_offset;
-        record.upload.extend(SystemTime::now(), self.config.expiry);
+        record.upload.extend(self.clock.now(), self.config.expiry);
         record.phase = Phase::Receiving(receiving);
         loaded.etag = self.records.replace(record, &loaded.etag).await?;
         self.records.remember_written(&loaded);

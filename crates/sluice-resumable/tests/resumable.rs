@@ -1,0 +1,242 @@
+//! Resumable uploads on their own, without HTTP: writes, concatenation and the
+//! expiry sweep on a memory store (faults injected where a real store cannot
+//! be made to fail on cue), on tokio's paused time with a [`TokioClock`], so
+//! that a day of expiry passes in no time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_resumable::{Chunk, NewUpload, Resumable, ResumableConfig, TokioClock, Written};
+use sluice_store::ObjectStore;
+use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+use sluice_tus::headers::PatchRequest;
+use sluice_tus::Metadata;
+use sluice_upload::{Engine, EngineConfig};
+
+const MIB: usize = 1 << 20;
+
+struct Setup {
+    memory: MemoryStore,
+    faults: FaultyStore,
+    resumable: Resumable,
+    clock: Arc<TokioClock>,
+}
+
+fn setup() -> Setup {
+    let memory = MemoryStore::new();
+    let faults = FaultyStore::new(Arc::new(memory.clone()));
+    let engine = Engine::new(Arc::new(faults.clone()), EngineConfig::default()).unwrap();
+    let clock = Arc::new(TokioClock::now_on_tokio());
+    let resumable = Resumable::new(engine, ResumableConfig::default()).with_clock(clock.clone());
+    Setup {
+        memory,
+        faults,
+        resumable,
+        clock,
+    }
+}
+
+fn new_upload(length: Option<u64>, partial: bool) -> NewUpload {
+    let id = sluice_resumable::new_id();
+    NewUpload {
+        key: format!("objects/{id}"),
+        id,
+        length,
+        metadata: Metadata::default(),
+        partial,
+        content_type: None,
+        owner: None,
+    }
+}
+
+fn chunk(bytes: &[u8]) -> Chunk {
+    let body = Bytes::copy_from_slice(bytes);
+    Chunk {
+        declared: Some(body.len() as u64),
+        body: futures::stream::iter([Ok(body)]).boxed(),
+        checksum: None,
+    }
+}
+
+fn patch(offset: u64, len: usize) -> PatchRequest {
+    PatchRequest {
+        offset,
+        body_length: Some(len as u64),
+        length: None,
+        checksum: None,
+    }
+}
+
+/// Sends `data` to upload `id` in pieces of the given sizes; the last write.
+async fn send(resumable: &Resumable, id: &str, data: &[u8], pieces: &[usize]) -> Written {
+    let mut offset = 0;
+    let mut last = None;
+    for &len in pieces {
+        let piece = &data[offset..offset + len];
+        last = Some(
+            resumable
+                .write(id, &patch(offset as u64, len), chunk(piece))
+                .await
+                .unwrap_or_else(|e| panic!("write at {offset}: {e}")),
+        );
+        offset += len;
+    }
+    last.expect("at least one piece")
+}
+
+fn data(len: usize) -> Vec<u8> {
+    sluice_testkit::test_data(len, len as u64)
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_in_any_pieces_make_the_whole_object() {
+    // (length, pieces): tail-only, a segment, parts cut, a short last part
+    let cases: [(usize, Vec<usize>); 4] = [
+        (10, vec![10]),
+        (10, vec![3, 3, 4]),
+        (20 * MIB, vec![17 * MIB, 3 * MIB]),
+        (40 * MIB, vec![5 * MIB, 12 * MIB, 20 * MIB, 3 * MIB]),
+    ];
+    for (length, pieces) in cases {
+        let setup = setup();
+        let bytes = data(length);
+        let new = new_upload(Some(length as u64), false);
+        let (id, key) = (new.id.clone(), new.key.clone());
+        setup.resumable.create(new, None).await.unwrap();
+        let written = send(&setup.resumable, &id, &bytes, &pieces).await;
+        let outcome = written.finished.expect("the last piece finishes it");
+        assert_eq!(outcome.size, length as u64, "{pieces:?}");
+        assert_eq!(setup.memory.object(&key).unwrap(), &bytes[..], "{pieces:?}");
+        assert_eq!(setup.memory.open_uploads(), 0, "{pieces:?}");
+        assert!(written.record.is_finished());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_completion_keeps_the_offset_and_the_retry_finishes() {
+    let setup = setup();
+    let length = 20 * MIB;
+    let bytes = data(length);
+    let new = new_upload(Some(length as u64), false);
+    let (id, key) = (new.id.clone(), new.key.clone());
+    setup.resumable.create(new, None).await.unwrap();
+    send(&setup.resumable, &id, &bytes, &[17 * MIB]).await;
+    // Refused for good (no retry hides it): the last PATCH fails, nothing is recorded.
+    let faults = setup
+        .faults
+        .clone()
+        .inject(Op::Complete, None, Some(1), Fault::Denied);
+    let last = setup
+        .resumable
+        .write(
+            &id,
+            &patch(17 * MIB as u64, 3 * MIB),
+            chunk(&bytes[17 * MIB..]),
+        )
+        .await;
+    assert!(last.is_err());
+    assert_eq!(faults.attempts(Op::Complete, None), 1);
+    let status = setup.resumable.status(&id).await.unwrap();
+    assert_eq!(status.upload.offset, 17 * MIB as u64);
+    assert!(setup.memory.object(&key).is_none());
+    let written = setup
+        .resumable
+        .write(
+            &id,
+            &patch(17 * MIB as u64, 3 * MIB),
+            chunk(&bytes[17 * MIB..]),
+        )
+        .await
+        .unwrap();
+    assert!(written.finished.is_some());
+    assert_eq!(setup.memory.object(&key).unwrap(), &bytes[..]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concatenation_copies_or_streams_the_partials_in_order() {
+    // (partial sizes): all copyable (5 MiB and more but the last), then some too small
+    let cases: [Vec<usize>; 2] = [vec![5 * MIB, 6 * MIB, 10], vec![10, 20, 5 * MIB]];
+    for sizes in cases {
+        let setup = setup();
+        let mut ids = Vec::new();
+        let mut whole = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            let bytes = sluice_testkit::test_data(len, i as u64);
+            let new = new_upload(Some(len as u64), true);
+            let id = new.id.clone();
+            setup.resumable.create(new, None).await.unwrap();
+            send(&setup.resumable, &id, &bytes, &[len]).await;
+            whole.extend_from_slice(&bytes);
+            ids.push(id);
+        }
+        let new = new_upload(None, false);
+        let key = new.key.clone();
+        let written = setup.resumable.concatenate(new, &ids).await.unwrap();
+        assert_eq!(written.finished.unwrap().size, whole.len() as u64);
+        assert_eq!(setup.memory.object(&key).unwrap(), &whole[..], "{sizes:?}");
+        assert_eq!(setup.memory.open_uploads(), 0, "{sizes:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_removes_what_expired_and_spares_the_rest() {
+    let setup = setup();
+    let resumable = &setup.resumable;
+    // An upload left half-sent, one left with a part in its multipart upload,
+    // and one finished.
+    let half = new_upload(Some(10), false);
+    let half_id = half.id.clone();
+    resumable.create(half, None).await.unwrap();
+    send(resumable, &half_id, &data(10), &[5]).await;
+    let parted = new_upload(Some(30 * MIB as u64), false);
+    let parted_id = parted.id.clone();
+    resumable.create(parted, None).await.unwrap();
+    send(resumable, &parted_id, &data(30 * MIB), &[17 * MIB]).await;
+    assert_eq!(setup.memory.open_uploads(), 1);
+    let done = new_upload(Some(4), false);
+    let (done_id, done_key) = (done.id.clone(), done.key.clone());
+    resumable.create(done, Some(chunk(b"done"))).await.unwrap();
+
+    let pass = |dry_run| {
+        let resumable = resumable.clone();
+        let now = sluice_resumable::Clock::now(setup.clock.as_ref());
+        async move {
+            sluice_resumable::janitor::run_once(&resumable, Duration::from_secs(3600), dry_run, now)
+                .await
+                .unwrap()
+        }
+    };
+    // A day less a minute on: nothing is due.
+    tokio::time::advance(Duration::from_secs(24 * 3600 - 60)).await;
+    let report = pass(false).await;
+    assert_eq!((report.resumable.expired, report.resumable.retired), (0, 0));
+    assert!(resumable.status(&half_id).await.is_ok());
+    // Past the expiry: a dry run counts and changes nothing, a pass removes.
+    tokio::time::advance(Duration::from_secs(120)).await;
+    let stored = || async {
+        let page = setup.memory.list_objects("", None, 100).await.unwrap();
+        page.objects.into_iter().map(|o| o.key).collect::<Vec<_>>()
+    };
+    let before = stored().await;
+    let report = pass(true).await;
+    assert_eq!((report.resumable.expired, report.resumable.retired), (2, 1));
+    assert_eq!(stored().await, before, "a dry run changed the store");
+    let report = pass(false).await;
+    assert_eq!((report.resumable.expired, report.resumable.retired), (2, 1));
+    for id in [&half_id, &parted_id, &done_id] {
+        assert!(resumable.status(id).await.is_err(), "{id} is still there");
+    }
+    assert_eq!(
+        setup.memory.open_uploads(),
+        0,
+        "the multipart upload is aborted"
+    );
+    assert_eq!(
+        setup.memory.object(&done_key).unwrap(),
+        &b"done"[..],
+        "a finished upload keeps its object"
+    );
+    assert_eq!(stored().await, [done_key.clone()], "no state is left");
+}
