@@ -25,7 +25,8 @@ pub(super) async fn stored_from(
     let template = stream.template();
     let prefix = template.offset_prefix(stream.name(), &key);
     // Through the engine's retrying handle, as every other store request.
-    let store = stream.engine().retrying_store();
+    let store: std::sync::Arc<dyn sluice_store::ObjectStore> =
+        std::sync::Arc::new(stream.engine().retrying_store());
     let recovery = |key: &str, reason: String| KafkaError::Recovery {
         key: key.to_string(),
         reason,
