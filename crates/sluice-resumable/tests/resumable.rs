@@ -238,5 +238,5 @@ async fn the_sweep_removes_what_expired_and_spares_the_rest() {
         &b"done"[..],
         "a finished upload keeps its object"
     );
-    assert_eq!(stored().await, [done_key.clone()], "no state is left");
+    assert_eq!(stored().await, vec![done_key], "no state is left");
 }
