@@ -9,7 +9,10 @@ MinIO on loopback, in one run.
    (closed model; 503 + Retry-After is retried and counts only if it then succeeds):
    success rate, uploads/s, p50/p99/max latency, gateway peak RSS; and warp's direct
    10 KiB PUT rate against the same MinIO, measured in the same rotation, as the
-   ceiling."""
+   ceiling.
+
+With --before BINARY, a second sluice build (say the commit before a change) runs
+as the tool "before" in every rotation, and the report adds sluice/before ratios."""
 
 import datetime
 import json
@@ -51,7 +54,7 @@ def storm(tool, port, count, work):
     """`count` simultaneous 10 KiB uploads by `sluice bench load` (closed model, one
     upload per user, 503 + Retry-After retried); returns its JSON summary with the
     columns of the report."""
-    if tool == "sluice":
+    if tool in ("sluice", "before"):
         url, api = f"http://127.0.0.1:{port}/v1/objects", "put"
     else:
         url, api = f"http://127.0.0.1:{port}/files/", "tus"
@@ -69,13 +72,27 @@ def storm(tool, port, count, work):
     return row
 
 
+def launch(tool, args, minio_url, env, work):
+    """Starts `tool`'s gateway; "before" is sluice from the --before binary."""
+    if tool == "before":
+        return start_gateway("sluice", args.before, minio_url, env, work)
+    return start_gateway(tool, args.sluice, minio_url, env, work)
+
+
+def bucket_of(tool):
+    return "gw-sluice" if tool == "before" else f"gw-{tool}"
+
+
 def main():
     ap = driver_args()
+    ap.add_argument("--before", default=None, help="a second sluice binary, run as the tool 'before'")
     ap.add_argument("--sizes", default="1,4", help="relay file sizes in GiB")
     ap.add_argument("--storms", default="1000,10000")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     args.sluice = os.path.abspath(args.sluice)
+    if args.before:
+        args.before = os.path.abspath(args.before)
     global SLUICE
     SLUICE = args.sluice
 
@@ -85,7 +102,7 @@ def main():
     for bucket in ["gw-sluice", "gw-tusd", "warp-bench"]:
         subprocess.run(["s5cmd", "--endpoint-url", minio_url, "mb", f"s3://{bucket}"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
-    tools = ["sluice", "tusd"]
+    tools = ["sluice", "tusd"] + (["before"] if args.before else [])
     relays, storms = [], []
     try:
         files = []
@@ -97,17 +114,17 @@ def main():
         # (and cold page caches) are slower than any later run, whichever tool comes first.
         if files:
             for tool in tools:
-                proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
-                relay(tool, port, files[0][1], files[0][2])
+                proc, port = launch(tool, args, minio_url, env, work)
+                relay("tusd" if tool == "tusd" else "sluice", port, files[0][1], files[0][2])
                 stop(proc)
-                clear_bucket(f"gw-{tool}", minio_url, env, work)
+                clear_bucket(bucket_of(tool), minio_url, env, work)
         for run in range(args.runs):
             for label, path, size in files:
                 for tool in (tools if run % 2 == 0 else tools[::-1]):
-                    proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
+                    proc, port = launch(tool, args, minio_url, env, work)
                     stats = ProcStats(proc.pid)
                     cpu0, disk0 = stats.cpu(), stats.disk_writes()
-                    seconds = relay(tool, port, path, size)
+                    seconds = relay("tusd" if tool == "tusd" else "sluice", port, path, size)
                     row = dict(kind="relay", case=label, tool=tool, run=run, bytes=size, seconds=seconds,
                                mib_s=size / MIB / seconds, cpu_s_per_gib=(stats.cpu() - cpu0) / (size / GIB),
                                rss=stats.peak_rss(), disk=stats.disk_writes() - disk0)
@@ -116,21 +133,22 @@ def main():
                     print(f"  relay run {run + 1} {label:6} {tool:6} {row['mib_s']:7.1f} MiB/s "
                           f"{row['cpu_s_per_gib']:5.2f} CPU-s/GiB {row['rss'] / MIB:7.1f} MiB RSS "
                           f"{row['disk'] / MIB:8.1f} MiB to disk", flush=True)
-                    clear_bucket(f"gw-{tool}", minio_url, env, work)
+                    clear_bucket(bucket_of(tool), minio_url, env, work)
         counts = [int(c) for c in args.storms.split(",") if c]
         storm_tools = tools + ["warp"]
         for run in range(args.runs):
             for count in counts:
                 # Each tool in turn, warp's direct rate measured in the same rotation so
                 # that every ratio compares neighbours in time on a noisy machine.
-                for tool in storm_tools[run % 3:] + storm_tools[:run % 3]:
+                shift = run % len(storm_tools)
+                for tool in storm_tools[shift:] + storm_tools[:shift]:
                     if tool == "warp":
                         rate = warp_rate(minio_url, env, 10, 64, work)
                         storms.append(dict(kind="warp", count=count, run=run, uploads_per_s=rate))
                         print(f"  storm run {run + 1} {count:6} warp   direct {rate} obj/s", flush=True)
                         clear_bucket("warp-bench", minio_url, env, work)
                         continue
-                    proc, port = start_gateway(tool, args.sluice, minio_url, env, work)
+                    proc, port = launch(tool, args, minio_url, env, work)
                     stats = ProcStats(proc.pid)
                     row = storm(tool, port, count, work)
                     row.update(kind="storm", tool=tool, count=count, run=run, rss=stats.peak_rss())
@@ -140,7 +158,7 @@ def main():
                           f"{row['uploads_per_s']:7.1f}/s p50 {row['p50_s']:.2f}s p99 {row['p99_s']:.2f}s "
                           f"max {row['max_s']:.2f}s retried {row['retried_503']} endings {row['endings']} "
                           f"{row['rss'] / MIB:.1f} MiB RSS", flush=True)
-                    clear_bucket(f"gw-{tool}", minio_url, env, work)
+                    clear_bucket(bucket_of(tool), minio_url, env, work)
     finally:
         minio.terminate()
         minio.wait()
@@ -153,6 +171,8 @@ def main():
              f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}),"
              " serve defaults (16 MiB parts, 8 in flight, 256 MiB budget, 256 uploads + queue 16384 (30 s), store concurrency 128)",
              f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
+             *([f"before: {version([args.before, '--version'])} ({args.before}), the same defaults"]
+               if args.before else []),
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
              f"{args.runs} runs per case after one unmeasured warm-up relay per tool, tools alternated, medians; "
              "a fresh gateway process per run",
@@ -172,6 +192,12 @@ def main():
                          f"{vs_tusd:13.2f}x")
             if tool == "sluice":
                 per_run.append(f"  {label} sluice vs tusd per run: {', '.join(f'{x:.2f}' for x in runs)}")
+                if args.before:
+                    vs, before_runs = paired_ratio(relays, "mib_s", "sluice", "before", case=label)
+                    cpu, cpu_runs = paired_ratio(relays, "cpu_s_per_gib", "sluice", "before", case=label)
+                    per_run.append(f"  {label} sluice vs before: MiB/s {vs:.2f}x (runs "
+                                   f"{', '.join(f'{x:.2f}' for x in before_runs)}), CPU-s/GiB {cpu:.2f}x (runs "
+                                   f"{', '.join(f'{x:.2f}' for x in cpu_runs)})")
     lines += per_run
     lines += ["", f"{'storm':7} {'tool':7} {'success':>8} {'uploads/s':>10} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
               f"{'peak RSS':>10} {'vs tusd':>8} {'vs warp':>8}", "-" * 90]
@@ -191,6 +217,10 @@ def main():
             if tool == "sluice":
                 per_run.append(f"  {count} sluice per run: vs tusd {', '.join(f'{x:.2f}' for x in tusd_runs)}; "
                                f"vs warp {', '.join(f'{x:.2f}' for x in warp_runs)}")
+                if args.before:
+                    vs, before_runs = paired_ratio(storms, "uploads_per_s", "sluice", "before", count=count)
+                    per_run.append(f"  {count} sluice vs before: uploads/s {vs:.2f}x (runs "
+                                   f"{', '.join(f'{x:.2f}' for x in before_runs)})")
         lines.append(f"{count:<7} {'warp':7} {'':>8} {med(warps) if warps else float('nan'):10.1f}   "
                      f"(direct 10 KiB PUT to MinIO, 64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
     lines += per_run

@@ -1,5 +1,5 @@
 //! `sluice events`: the upload events in a store's outbox, still being
-//! delivered or given up on, one line each (oldest first).
+//! delivered or given up on, one line each (oldest event first).
 
 use anyhow::Context;
 use sluice_server::events::outbox::Outbox;

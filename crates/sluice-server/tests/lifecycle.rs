@@ -139,6 +139,7 @@ async fn reconcile_later(gateway: &Gateway, later: Duration) -> ReconcileReport 
         &gateway.state.completion,
         now_ms() + later.as_millis() as u64,
         after,
+        None,
     )
     .await
     .unwrap()
@@ -378,12 +379,18 @@ async fn a_put_whose_client_leaves_during_its_completion_still_gets_its_event() 
     assert!(keys(&gateway.store, INTENTS).await.is_empty());
 }
 
-/// An intent as the engine forms it, written by `gateway`'s completion point.
-async fn intend(gateway: &Gateway, key: &str, size: u64, making: Making) {
-    let intent = Intent::new(&Origin::new(UploadKind::Put), key, size, None, making);
+/// An intent as the engine forms it, written by `gateway`'s completion point
+/// `ahead` after now (an object made now is older than it).
+async fn intend_at(gateway: &Gateway, key: &str, size: u64, making: Making, ahead: Duration) {
+    let mut intent = Intent::new(&Origin::new(UploadKind::Put), key, size, None, making);
+    intent.at += ahead;
     sluice_upload::Announcer::intend(&gateway.state.completion, &intent)
         .await
         .unwrap();
+}
+
+async fn intend(gateway: &Gateway, key: &str, size: u64, making: Making) {
+    intend_at(gateway, key, size, making, Duration::ZERO).await
 }
 
 #[tokio::test]
@@ -420,22 +427,49 @@ async fn the_reconciliation_settles_each_intent_by_what_the_store_holds() {
         },
     )
     .await;
-    let report = reconcile_later(&gateway, Duration::from_secs(60)).await;
+    // 6. a multipart completion whose object is dated long before the intent
+    // (S3 dates a multipart object from the upload's start): its event.
+    put("a/long", 4).await;
+    let ten_minutes = Duration::from_secs(600);
+    intend_at(
+        &gateway,
+        "a/long",
+        4,
+        Making::Multipart {
+            upload_id: "done-long-ago".into(),
+        },
+        ten_minutes,
+    )
+    .await;
+    // 7. a single PUT whose key holds an object from before its intent: as 2.
+    put("a/older", 4).await;
+    intend_at(
+        &gateway,
+        "a/older",
+        4,
+        Making::Put { nonce: 7 },
+        ten_minutes,
+    )
+    .await;
+    let report = reconcile_later(&gateway, ten_minutes + Duration::from_secs(60)).await;
     assert_eq!(
         report,
         ReconcileReport {
-            seen: 5,
-            confirmed: 1,
+            seen: 7,
+            confirmed: 2,
             dropped: 1,
-            waiting: 3,
+            waiting: 4,
+            next: None,
         }
     );
-    assert_eq!(completed_events(store, "a/made").await.len(), 1);
-    for key in ["a/missing", "a/other", "a/open", "a/aborted"] {
+    for key in ["a/made", "a/long"] {
+        assert_eq!(completed_events(store, key).await.len(), 1, "{key}");
+    }
+    for key in ["a/missing", "a/other", "a/open", "a/aborted", "a/older"] {
         assert!(completed_events(store, key).await.is_empty(), "{key}");
     }
-    let report = reconcile_later(&gateway, DROP_PUT_AFTER + Duration::from_secs(1)).await;
-    assert_eq!((report.dropped, report.waiting), (2, 1), "{report:?}");
+    let report = reconcile_later(&gateway, DROP_PUT_AFTER + ten_minutes).await;
+    assert_eq!((report.dropped, report.waiting), (3, 1), "{report:?}");
     assert_eq!(
         keys(store, INTENTS).await.len(),
         1,

@@ -96,6 +96,10 @@ pub struct Origin {
     /// The object's content type and metadata are read from the store once it
     /// is made (an upload whose bytes never passed through here).
     pub described_by_store: bool,
+    /// The same for every attempt at making this one object (a tus upload's
+    /// id): a single PUT tried again after a crash is then the same intent,
+    /// and its event has one id. Unset, each PUT is an intent of its own.
+    pub object_id: Option<u128>,
 }
 
 /// Metadata filled in while an upload runs; see [`Origin::late_metadata`].
@@ -212,12 +216,12 @@ impl Announcement {
         self.announcer.made(&self.intent, outcome).await
     }
 
-    /// After a failed attempt to make the object: when the store's answer
-    /// was a refusal (not a lost answer, after which the object may be
-    /// there), the intent is abandoned.
-    pub(crate) async fn failed(&self, error: &crate::TransferError) {
+    /// After the attempts to make the object failed: when `definite` (the
+    /// store refused, and no attempt before ended in a lost answer after
+    /// which the object may be there), the intent is abandoned.
+    pub(crate) async fn failed(&self, error: &crate::TransferError, definite: bool) {
         let refused = error.store_error().is_some_and(|e| !e.is_transient());
-        if refused {
+        if refused && definite {
             self.announcer.abandoned(&self.intent).await;
         }
     }

@@ -355,7 +355,7 @@ impl Engine {
             condition: request.condition.clone(),
         };
         let outcome = match announcement {
-            None => put_with_retries(inner, put).await,
+            None => put_with_retries(inner, put).await.0,
             Some(announcement) => {
                 let put = {
                     let inner = inner.clone();
@@ -364,11 +364,11 @@ impl Engine {
                             .intend()
                             .await
                             .map_err(TransferError::store("intent"))?;
-                        let put = put_with_retries(&inner, put).await;
+                        let (put, ambiguous) = put_with_retries(&inner, put).await;
                         drop(held);
                         match &put {
                             Ok(outcome) => announcement.made(outcome).await,
-                            Err(error) => announcement.failed(error).await,
+                            Err(error) => announcement.failed(error, !ambiguous).await,
                         }
                         put
                     }
@@ -383,24 +383,36 @@ impl Engine {
     }
 }
 
-/// PutObject of `put`, retried, as its outcome.
+/// PutObject of `put`, retried, as its outcome; and whether an attempt
+/// ended without a definite answer (after which the object may be there
+/// whatever the last attempt said).
 async fn put_with_retries(
     inner: &EngineInner,
     put: PutRequest,
-) -> Result<UploadOutcome, TransferError> {
+) -> (Result<UploadOutcome, TransferError>, bool) {
     let (key, size, checksum) = (put.key.clone(), put.body.len(), put.checksum);
+    let ambiguous = std::sync::atomic::AtomicBool::new(false);
     let output = inner
         .with_retries(Kind::Transfer, "PUT", &key, || {
-            inner.store.put_object(put.clone())
+            let attempt = inner.store.put_object(put.clone());
+            let ambiguous = &ambiguous;
+            async move {
+                let answer = attempt.await;
+                if answer.as_ref().is_err_and(StoreError::is_transient) {
+                    ambiguous.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                answer
+            }
         })
-        .await?;
-    Ok(UploadOutcome {
+        .await;
+    let outcome = output.map(|output| UploadOutcome {
         key,
         size,
         etag: output.etag,
         checksum: output.checksum.or(checksum),
         parts: 0,
-    })
+    });
+    (outcome, ambiguous.into_inner())
 }
 
 /// Runs `work` in a task the engine tracks, which its caller going away does
@@ -692,7 +704,6 @@ pub(crate) async fn complete_to_the_end(
     let completion = {
         let inner = inner.clone();
         async move {
-            let _turn = turn;
             if let Some(announcement) = &announcement {
                 announcement
                     .intend()
@@ -704,7 +715,21 @@ pub(crate) async fn complete_to_the_end(
                 request.parts.len() as u32,
                 request.checksum,
             );
-            let completed = complete_with_retries(&inner, request, size).await?;
+            // The turn is held for the completion only, not its announcement.
+            let completed = {
+                let _turn = turn;
+                complete_with_retries(&inner, request, size).await
+            };
+            let completed = match (completed, &announcement) {
+                (Ok(completed), _) => completed,
+                (Err(error), Some(announcement)) => {
+                    // A refusal after which the object is not ours (see
+                    // `complete_with_retries`): the intent comes to nothing.
+                    announcement.failed(&error, true).await;
+                    return Err(error);
+                }
+                (Err(error), None) => return Err(error),
+            };
             let outcome = UploadOutcome {
                 key,
                 size,

@@ -113,12 +113,17 @@ impl Intents {
         Intents { store }
     }
 
-    /// Writes `record` (again, for a completion tried again: same name).
+    /// Writes `record`, unless its intent is there already (a completion
+    /// tried again keeps the first one's time).
     pub async fn write(&self, record: &IntentRecord) -> Result<(), StoreError> {
         let body = Bytes::from(serde_json::to_vec(record).expect("intents serialise"));
         let mut request = PutRequest::new(record.name(), body);
         request.content_type = Some("application/json".into());
-        self.store.put_object(request).await.map(|_| ())
+        request.condition = Some(sluice_store::WriteCondition::IfNoneMatch);
+        match self.store.put_object(request).await {
+            Ok(_) | Err(StoreError::PreconditionFailed) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The intent `id`, when it is still there.
@@ -138,15 +143,21 @@ impl Intents {
         }
     }
 
-    /// Up to `limit` intent names after `after`, and whether there are more.
+    /// Up to `limit` intents after `after`, each with when it was written,
+    /// and whether there are more.
     pub async fn list(
         &self,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<String>, bool), StoreError> {
+    ) -> Result<(Vec<(String, std::time::SystemTime)>, bool), StoreError> {
         let page = self.store.list_objects(INTENTS, after, limit).await?;
         let more = page.next_cursor.is_some();
-        Ok((page.objects.into_iter().map(|o| o.key).collect(), more))
+        let listed = page
+            .objects
+            .into_iter()
+            .map(|o| (o.key, o.last_modified))
+            .collect();
+        Ok((listed, more))
     }
 
     /// The intent stored as `name`; `None` when it is gone or does not parse

@@ -162,6 +162,11 @@ impl CompletionPoint {
     /// Counts and logs `completion`, writes its event and removes its intent.
     /// An error leaves the intent for the reconciliation.
     async fn record(&self, completion: &Completion) -> Result<(), StoreError> {
+        if self.events.enabled() {
+            self.events.record(&completion.event()).await?;
+        }
+        // Counted once its event is recorded: a completion recorded again
+        // after a failed outbox write is counted once.
         self.metrics
             .upload_completed(completion.kind.as_str(), completion.size);
         tracing::info!(
@@ -175,7 +180,6 @@ impl CompletionPoint {
         if !self.events.enabled() {
             return Ok(());
         }
-        self.events.record(&completion.event()).await?;
         self.intents.remove(&completion.intent_id).await
     }
 

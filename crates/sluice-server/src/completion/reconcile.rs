@@ -11,9 +11,16 @@
 //! | the intent's object | its multipart upload | the intent |
 //! | --- | --- | --- |
 //! | any | still open | waits (a completion may still run; the janitor aborts it in the end) |
-//! | there, as intended (size, checksum when known, made after the intent) | gone, or none | becomes its event |
+//! | there, as intended (size, and checksum when both are known) | gone | becomes its event |
+//! | there, as intended, and made after the intent | none (a single PUT) | becomes its event |
 //! | missing or another | gone | is dropped: its object was never made |
 //! | missing or another | none (a single PUT) | is dropped once `DROP_PUT_AFTER` old |
+//!
+//! A multipart object's time is not compared: S3 dates it from the upload's
+//! start, which may be long before the intent. A pass reads at most
+//! `PER_PASS` intents old enough to settle (their age from the listing) and
+//! the next pass goes on after the last one, so a crowd of waiting intents
+//! never hides the rest.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -35,6 +42,7 @@ const PER_PASS: usize = 1000;
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReconcileReport {
+    /// Intents read (old enough to settle).
     pub seen: usize,
     /// Turned into their events.
     pub confirmed: usize,
@@ -42,6 +50,8 @@ pub struct ReconcileReport {
     pub dropped: usize,
     /// Left for a later pass.
     pub waiting: usize,
+    /// Where the next pass goes on (None: from the start).
+    pub next: Option<String>,
 }
 
 /// What to do with one intent.
@@ -52,20 +62,33 @@ enum Settled {
     Wait,
 }
 
-/// One pass over the intents, at `now_ms`; intents younger than `after` wait.
+/// One pass over the intents after `from`, at `now_ms`; intents younger than
+/// `after` wait.
 pub async fn reconcile_once(
     point: &CompletionPoint,
     now_ms: u64,
     after: Duration,
+    from: Option<String>,
 ) -> Result<ReconcileReport, StoreError> {
     let mut report = ReconcileReport::default();
-    let mut cursor: Option<String> = None;
+    let mut cursor = from;
+    let settled_before = UNIX_EPOCH + Duration::from_millis(now_ms) - after;
     loop {
-        let (names, more) = point.intents().list(cursor.as_deref(), PER_PASS).await?;
-        cursor = names.last().cloned();
-        for name in names {
-            let Some(intent) = point.intents().read(&name).await? else {
+        let (listed, more) = point.intents().list(cursor.as_deref(), PER_PASS).await?;
+        for (name, written) in listed {
+            cursor = Some(name.clone());
+            if written > settled_before {
+                report.waiting += 1;
                 continue;
+            }
+            let intent = match point.intents().read(&name).await {
+                Ok(Some(intent)) => intent,
+                Ok(None) => continue,
+                Err(error) => {
+                    report.waiting += 1;
+                    tracing::warn!(name, error = %sluice_store::error_chain(&error), "could not read an intent; trying again next pass");
+                    continue;
+                }
             };
             report.seen += 1;
             match settle(point, &intent, now_ms, after).await {
@@ -77,8 +100,12 @@ pub async fn reconcile_once(
                     tracing::warn!(key = %intent.key, intent = %intent.id, error = %sluice_store::error_chain(&error), "could not settle an intent; trying again next pass");
                 }
             }
+            if report.seen >= PER_PASS {
+                report.next = cursor;
+                return Ok(report);
+            }
         }
-        if !more || report.seen >= PER_PASS {
+        if !more {
             return Ok(report);
         }
     }
@@ -108,12 +135,15 @@ async fn settle(
         Err(e) => return Err(e),
     };
     let made_after = UNIX_EPOCH + Duration::from_millis(intent.at_ms);
+    let multipart = intent.multipart_upload_id.is_some();
     let ours = object.filter(|meta| {
         let same_checksum = match (meta.checksum, intent.checksum()) {
             (Some(stored), Some(intended)) => stored == intended,
             _ => true,
         };
-        meta.size == intent.size && same_checksum && meta.last_modified + CLOCK_SKEW >= made_after
+        // A multipart upload gone with an object of its size is its completion.
+        let in_time = multipart || meta.last_modified + CLOCK_SKEW >= made_after;
+        meta.size == intent.size && same_checksum && in_time
     });
     if let Some(meta) = ours {
         let made = Made {
@@ -130,7 +160,7 @@ async fn settle(
         point.record(&completion).await?;
         return Ok(Settled::Confirm);
     }
-    let never_made = intent.multipart_upload_id.is_some() || age >= DROP_PUT_AFTER;
+    let never_made = multipart || age >= DROP_PUT_AFTER;
     if !never_made {
         return Ok(Settled::Wait);
     }
@@ -146,10 +176,12 @@ pub fn spawn(
     after: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mut from: Option<String> = None;
         loop {
             let now = crate::events::outbox::now_ms();
-            match reconcile_once(&point, now, after).await {
+            match reconcile_once(&point, now, after, from.take()).await {
                 Ok(report) if report.confirmed + report.dropped > 0 => {
+                    from = report.next.clone();
                     tracing::info!(
                         confirmed = report.confirmed,
                         dropped = report.dropped,
@@ -157,7 +189,7 @@ pub fn spawn(
                         "intents reconciled"
                     );
                 }
-                Ok(_) => {}
+                Ok(report) => from = report.next,
                 Err(error) => {
                     tracing::warn!(error = %sluice_store::error_chain(&error), "could not list intents; trying again next interval");
                 }

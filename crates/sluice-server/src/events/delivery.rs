@@ -53,7 +53,7 @@ pub(super) async fn run(inner: Arc<EventsInner>) {
     }
 }
 
-/// Keys of pending entries not known to be due later, oldest first.
+/// Keys of pending entries not known to be due later, in key order.
 async fn due_entries(outbox: &Outbox, later: &HashMap<String, u64>, now: u64) -> Vec<String> {
     let mut due = Vec::new();
     let mut after: Option<String> = None;

@@ -1,6 +1,6 @@
 //! The outbox in the store: one object per (event, endpoint) under
-//! `_sluice/events/pending/`, named so that a listing returns them oldest
-//! first, holding the event and its delivery state (attempts, when it is next
+//! `_sluice/events/pending/`, named by the event's id and the endpoint (the
+//! same event written twice is one entry), holding the event and its delivery state (attempts, when it is next
 //! due, until when it is retried, and who holds its claim until when). Every
 //! change to an entry is a conditional write on the ETag that was read, so two
 //! gateways never both believe they hold one entry; an entry given up on moves
@@ -73,8 +73,8 @@ impl Outbox {
     }
 
     /// Writes the entry of `event` for `url`, due at once, named after the
-    /// event's time and id: an entry there already (the same event written
-    /// again) is left as it is.
+    /// event's id: an entry there already (the same event written again) is
+    /// left as it is.
     pub async fn add(
         &self,
         event: &Event,
@@ -92,12 +92,7 @@ impl Outbox {
             claimed_until_ms: 0,
             last_error: None,
         };
-        let key = format!(
-            "{PENDING}{:013}-{}-{}.json",
-            event_ms(event).unwrap_or(now),
-            event.id,
-            url_tag(url)
-        );
+        let key = format!("{PENDING}{}-{}.json", event.id, url_tag(url));
         let mut request = PutRequest::new(key, encode(&entry));
         request.content_type = Some("application/json".into());
         request.condition = Some(WriteCondition::IfNoneMatch);
@@ -107,7 +102,7 @@ impl Outbox {
         }
     }
 
-    /// Up to `limit` pending entry keys after `after`, oldest first.
+    /// Up to `limit` pending entry keys after `after`, in key order.
     pub async fn list(
         &self,
         after: Option<&str>,
@@ -174,7 +169,8 @@ impl Outbox {
         self.store.delete_object(key).await
     }
 
-    /// Entries still to deliver (`failed`: given up on), oldest first, at most `limit`.
+    /// Entries still to deliver (`failed`: given up on), at most `limit` (the
+    /// first in key order), oldest event first.
     pub async fn entries(&self, failed: bool, limit: usize) -> Result<Vec<Entry>, StoreError> {
         let prefix = if failed { FAILED } else { PENDING };
         let page = self.store.list_objects(prefix, None, limit).await?;
@@ -184,18 +180,9 @@ impl Outbox {
                 entries.push(read.entry);
             }
         }
+        entries.sort_by(|a, b| a.event.created_at.cmp(&b.event.created_at));
         Ok(entries)
     }
-}
-
-/// The event's time in ms since the epoch.
-fn event_ms(event: &Event) -> Option<u64> {
-    let at = time::OffsetDateTime::parse(
-        &event.created_at,
-        &time::format_description::well_known::Rfc3339,
-    )
-    .ok()?;
-    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 fn encode(entry: &Entry) -> Bytes {
