@@ -7,9 +7,55 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::config::Compression;
+/// How a batch's object is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    Zstd,
+    Gzip,
+    None,
+}
+
+impl Compression {
+    /// The ending added to every object key.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Compression::Zstd => ".ndjson.zst",
+            Compression::Gzip => ".ndjson.gz",
+            Compression::None => ".ndjson",
+        }
+    }
+
+    /// The stored object's type: the compressed file's, or NDJSON (a dead
+    /// letter's uncompressed lines are not NDJSON).
+    pub fn content_type(self, dead_letter: bool) -> &'static str {
+        match self {
+            Compression::Zstd => "application/zstd",
+            Compression::Gzip => "application/gzip",
+            Compression::None if dead_letter => "application/octet-stream",
+            Compression::None => "application/x-ndjson",
+        }
+    }
+
+    pub(crate) fn default_level(self) -> i32 {
+        match self {
+            Compression::Zstd => 3,
+            Compression::Gzip => 6,
+            Compression::None => 0,
+        }
+    }
+
+    pub(crate) fn levels(self) -> std::ops::RangeInclusive<i32> {
+        match self {
+            Compression::Zstd => 1..=19,
+            Compression::Gzip => 1..=9,
+            Compression::None => 0..=0,
+        }
+    }
+}
 
 /// Records gathered before a frame is compressed.
 pub const FRAME_BYTES: usize = 1 << 20;

@@ -8,55 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 use sluice_upload::parse_size;
 
+pub use crate::compress::Compression;
 use crate::error::StreamConfigError;
 use crate::template::StreamKeyTemplate;
-
-/// How a batch's object is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    Zstd,
-    Gzip,
-    None,
-}
-
-impl Compression {
-    /// The ending added to every object key.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Compression::Zstd => ".ndjson.zst",
-            Compression::Gzip => ".ndjson.gz",
-            Compression::None => ".ndjson",
-        }
-    }
-
-    /// The stored object's type: the compressed file's, or NDJSON (a dead
-    /// letter's uncompressed lines are not NDJSON).
-    pub fn content_type(self, dead_letter: bool) -> &'static str {
-        match self {
-            Compression::Zstd => "application/zstd",
-            Compression::Gzip => "application/gzip",
-            Compression::None if dead_letter => "application/octet-stream",
-            Compression::None => "application/x-ndjson",
-        }
-    }
-
-    fn default_level(self) -> i32 {
-        match self {
-            Compression::Zstd => 3,
-            Compression::Gzip => 6,
-            Compression::None => 0,
-        }
-    }
-
-    fn levels(self) -> std::ops::RangeInclusive<i32> {
-        match self {
-            Compression::Zstd => 1..=19,
-            Compression::Gzip => 1..=9,
-            Compression::None => 0..=0,
-        }
-    }
-}
 
 /// Everything one stream can be told (`[streams.NAME]` in the gateway's file,
 /// flags of `sluice ingest`).

@@ -7,8 +7,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::stream::StoredBatch;
-
 /// The stream counters rendered at scrape time: (metric, type, help, value).
 type StreamLine = (
     &'static str,
@@ -195,15 +193,20 @@ impl StreamStats {
             .fetch_add(took.as_nanos() as u64, Relaxed);
     }
 
-    pub(crate) fn stored(&self, batch: &StoredBatch) {
+    /// A batch stored: its records, their bytes, the object's bytes, and the
+    /// time from its flush to the object being stored.
+    pub(crate) fn stored(
+        &self,
+        records: u64,
+        record_bytes: u64,
+        stored_bytes: u64,
+        took: Duration,
+    ) {
         self.batches.fetch_add(1, Relaxed);
-        self.batch_records.fetch_add(batch.records, Relaxed);
-        self.batch_record_bytes
-            .fetch_add(batch.record_bytes, Relaxed);
-        self.batch_stored_bytes
-            .fetch_add(batch.outcome.size, Relaxed);
-        self.flush_nanos
-            .fetch_add(batch.flush_time.as_nanos() as u64, Relaxed);
+        self.batch_records.fetch_add(records, Relaxed);
+        self.batch_record_bytes.fetch_add(record_bytes, Relaxed);
+        self.batch_stored_bytes.fetch_add(stored_bytes, Relaxed);
+        self.flush_nanos.fetch_add(took.as_nanos() as u64, Relaxed);
     }
 
     pub(crate) fn failed(&self) {

@@ -741,7 +741,12 @@ impl BatchWriter {
                     dead_letter: self.dead_letter,
                     flush_time: totals.flushed.elapsed(),
                 });
-                inner.stats.stored(&stored);
+                inner.stats.stored(
+                    stored.records,
+                    stored.record_bytes,
+                    stored.outcome.size,
+                    stored.flush_time,
+                );
                 if let Some(on_stored) = &inner.on_stored {
                     on_stored(stored.clone()).await;
                 }

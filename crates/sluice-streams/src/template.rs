@@ -7,7 +7,7 @@ use sluice_input::keys::validate_client_key;
 use sluice_store::limits::MAX_KEY_LEN;
 use time::OffsetDateTime;
 
-use crate::config::Compression;
+use crate::compress::Compression;
 
 /// Longest value of one `{field:…}` in a key.
 const MAX_FIELD_VALUE: usize = 128;

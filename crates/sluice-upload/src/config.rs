@@ -1,8 +1,6 @@
 //! The engine's configuration, its validation (done once, before any request) and
 //! the part-size plan that follows from it.
 
-use std::time::Duration;
-
 use sluice_store::limits::{
     MAX_KEY_LEN, MAX_OBJECT_SIZE, MAX_PARTS, MAX_PART_SIZE, MAX_PUT_SIZE, MIN_PART_SIZE,
 };
@@ -12,6 +10,7 @@ use crate::adaptive::AdaptiveConfig;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::retry::RetryBudgetConfig;
+pub use crate::retry::RetryPolicy;
 use crate::tuning::TuningConfig;
 
 pub const MIB: u64 = 1024 * 1024;
@@ -78,26 +77,6 @@ impl Default for EngineConfig {
             store_concurrency: None,
             breaker: None,
             flush_downloads: false,
-        }
-    }
-}
-
-/// Exponential backoff with full jitter: before retry `n` (from 1) the engine
-/// sleeps a random time in `[0, min(max_delay, base_delay × 2^(n-1))]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included. 1 disables retries.
-    pub max_attempts: u32,
-    pub base_delay: Duration,
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 6,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(10),
         }
     }
 }

@@ -17,7 +17,6 @@ mod announce;
 mod append;
 mod breaker;
 mod budget;
-mod buffers;
 mod config;
 mod copy;
 mod download;

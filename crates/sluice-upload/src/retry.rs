@@ -19,9 +19,28 @@ use rand::Rng;
 use sluice_store::StoreError;
 
 use crate::adaptive::Outcome;
-use crate::config::RetryPolicy;
 use crate::error::TransferError;
 use crate::EngineInner;
+
+/// Exponential backoff with full jitter: before retry `n` (from 1) the engine
+/// sleeps a random time in `[0, min(max_delay, base_delay × 2^(n-1))]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included. 1 disables retries.
+    pub max_attempts: u32,
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+        }
+    }
+}
 
 /// Counters of what the retry loop saw, for metrics.
 #[derive(Debug, Default)]
