@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -37,14 +37,7 @@ async fn receive(
     body: Bytes,
 ) -> StatusCode {
     let n = receiver.requests.fetch_add(1, Ordering::SeqCst);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let signed = headers
-        .get(signature::HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|h| signature::verify(SECRET, h, &body, now, 300));
+    let signed = signature::verify_request(SECRET, &headers, &body, 300);
     if !signed {
         receiver.bad_signatures.fetch_add(1, Ordering::SeqCst);
         return StatusCode::UNAUTHORIZED;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -36,14 +36,7 @@ async fn receive(
     body: Bytes,
 ) -> StatusCode {
     let n = receiver.requests.fetch_add(1, Ordering::SeqCst);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let signed = headers
-        .get(signature::HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|h| signature::verify(SECRET, h, &body, now, 300));
+    let signed = signature::verify_request(SECRET, &headers, &body, 300);
     if !signed {
         receiver.bad_signatures.fetch_add(1, Ordering::SeqCst);
         return StatusCode::UNAUTHORIZED;

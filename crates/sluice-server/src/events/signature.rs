@@ -25,6 +25,24 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 
 /// Whether `header` signs `body` with `secret` at a time within `tolerance_s`
 /// of `now_s`.
+/// Whether a received request (its headers and raw body) carries a valid
+/// `Sluice-Signature` made with `secret` within `tolerance_s` of now: what a
+/// receiver (or a test's) checks before anything else.
+pub fn verify_request(
+    secret: &[u8],
+    headers: &http::HeaderMap,
+    body: &[u8],
+    tolerance_s: u64,
+) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    headers
+        .get(HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|h| verify(secret, h, body, now, tolerance_s))
+}
+
 pub fn verify(secret: &[u8], header: &str, body: &[u8], now_s: u64, tolerance_s: u64) -> bool {
     let mut timestamp = None;
     let mut signatures = Vec::new();
