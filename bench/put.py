@@ -101,7 +101,7 @@ def main():
                  f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM, Linux {platform.release()}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults "
-                 f"(8 MiB parts, 8 in flight, crc32c, 256 MiB budget)")
+                 f"(16 MiB parts, 8 in flight, crc32c, 256 MiB budget)")
     lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0 built from the module), defaults")
     lines.append(f"aws: {version(['aws', '--version'])}, defaults")
     lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")

@@ -33,7 +33,7 @@ pub enum Api {
     /// Straight to an S3 endpoint, one PutObject per object (no retries).
     S3Put,
     /// Straight to an S3 endpoint, a multipart upload per object (engine defaults:
-    /// 8 MiB parts, 8 in flight; no retries).
+    /// 16 MiB parts, 8 in flight; no retries).
     S3Multipart,
 }
 

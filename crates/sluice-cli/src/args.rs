@@ -575,35 +575,13 @@ pub struct TransferArgs {
     /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
-    /// Size of each part, 5MiB to 5GiB; raised when needed to fit the object in 10,000
-    /// parts [default: 8MiB; serve's: 16MiB, less S3 server CPU per relayed GiB].
-    #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size, default_value = "8MiB", hide_default_value = true)]
-    pub part_size: u64,
-    /// Keep every part the same size (Cloudflare R2 requires it).
-    #[arg(long, env = "SLUICE_FIXED_PART_SIZE")]
-    pub fixed_part_size: bool,
+    #[command(flatten)]
+    pub engine: sluice_upload::EngineSettings,
     /// Transfers in flight at once: parts, ranges and whole small files
     /// together. `auto` starts at 8 and raises it (up to 64) while the measured
     /// throughput grows, halving it when the store throttles or fails.
     #[arg(long, env = "SLUICE_CONCURRENCY", value_name = "N|auto", value_parser = parse_concurrency, default_value = "auto")]
     pub concurrency: Concurrency,
-    /// Most bytes buffered in memory at once; one upload holds at most a quarter
-    /// of it, which bounds the part size (a stream of unknown length can reach
-    /// about 490 GiB with the default) [default: 256MiB].
-    #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size, default_value = "256MiB", hide_default_value = true)]
-    pub memory_limit: u64,
-    /// Objects up to this size go up in a single PUT; larger ones in parts [default: 16MiB].
-    #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size, default_value = "16MiB", hide_default_value = true)]
-    pub threshold: u64,
-    /// Checksum each part carries and the store verifies (aws cli's name for it) [default: crc32c].
-    #[arg(
-        long = "checksum-algorithm",
-        env = "SLUICE_CHECKSUM_ALGORITHM",
-        value_enum,
-        default_value = "crc32c",
-        hide_default_value = true
-    )]
-    pub checksum: ChecksumChoice,
     /// No progress bar (the final summary line is still printed).
     #[arg(long, short, env = "SLUICE_QUIET")]
     pub quiet: bool,
@@ -616,224 +594,16 @@ pub struct TransferArgs {
     pub fsync: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ChecksumChoice {
-    Crc32c,
-    Crc64nvme,
-    None,
-}
-
-/// `sluice serve`. Every setting is optional here: unset ones come from the
-/// environment, the config file, then the defaults.
+/// `sluice serve`: the config file, and every setting (each defined once, in
+/// `sluice_server::ServerConfig`; see docs/CONFIG.md).
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// TOML file with settings (same names as below; limits and engine settings in
-    /// [limits] and [engine] tables).
+    /// TOML file with settings, by the keys in docs/CONFIG.md (`[limits]`,
+    /// `[engine]`, `[tus]`, ... tables); flags and variables win over it.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
-    pub listen: Option<std::net::SocketAddr>,
-    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
-    #[arg(long, env = "SLUICE_STORE")]
-    pub store: Option<String>,
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
-    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
-    pub endpoint: Option<String>,
-    /// S3 region [default: from the AWS configuration, else us-east-1].
-    #[arg(long, env = "SLUICE_REGION")]
-    pub region: Option<String>,
-    /// Largest upload accepted (413 beyond) [default: unlimited].
-    #[arg(long, env = "SLUICE_MAX_UPLOAD_SIZE", value_parser = parse_size)]
-    pub max_upload_size: Option<u64>,
-    /// Key template for form uploads [default: {yyyy}/{mm}/{dd}/{uuid}/{filename}].
-    #[arg(long, env = "SLUICE_KEY_TEMPLATE")]
-    pub key_template: Option<String>,
-    /// Put a short hash in front of generated keys to spread them over S3 partitions.
-    #[arg(long, env = "SLUICE_SHARD_PREFIX")]
-    pub shard_prefix: Option<bool>,
-    /// Uploads streaming at once [default: 256].
-    #[arg(long, env = "SLUICE_MAX_CONCURRENT_UPLOADS")]
-    pub max_concurrent_uploads: Option<usize>,
-    /// Uploads waiting for a slot before 503 [default: 16384].
-    #[arg(long, env = "SLUICE_QUEUE_LENGTH")]
-    pub queue_length: Option<usize>,
-    /// Longest wait for a slot before 503 + Retry-After [default: 30s].
-    #[arg(long, env = "SLUICE_QUEUE_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub queue_timeout: Option<std::time::Duration>,
-    /// Requests to the store at once [default: 128].
-    #[arg(long, env = "SLUICE_STORE_CONCURRENCY")]
-    pub store_concurrency: Option<usize>,
-    /// Longest pause while reading a request body [default: 30s].
-    #[arg(long, env = "SLUICE_BODY_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub body_idle_timeout: Option<std::time::Duration>,
-    /// Time in-flight uploads get on SIGTERM / Ctrl-C [default: 30s].
-    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
-    pub shutdown_grace: Option<std::time::Duration>,
-    /// Size of each part, 5MiB to 5GiB; raised when needed to fit the object in 10,000
-    /// parts [default: 8MiB; serve's: 16MiB, less S3 server CPU per relayed GiB].
-    #[arg(long, env = "SLUICE_PART_SIZE", value_parser = parse_size)]
-    pub part_size: Option<u64>,
-    /// Parts in flight per upload [default: 8] (`put`'s `--concurrency` counts
-    /// transfers of a whole run instead, hence another variable).
-    #[arg(
-        long = "parts-in-flight",
-        alias = "concurrency",
-        env = "SLUICE_PARTS_IN_FLIGHT",
-        value_name = "N"
-    )]
-    pub concurrency: Option<usize>,
-    /// Most bytes buffered in memory at once; one upload holds at most a quarter
-    /// of it, which bounds the part size (a stream of unknown length can reach
-    /// about 490 GiB with the default) [default: 256MiB].
-    #[arg(long, env = "SLUICE_MEMORY_LIMIT", value_parser = parse_size)]
-    pub memory_limit: Option<u64>,
-    /// Objects up to this size go up in a single PUT; larger ones in parts [default: 16MiB].
-    #[arg(long, env = "SLUICE_THRESHOLD", value_parser = parse_size)]
-    pub threshold: Option<u64>,
-    /// Checksum each part carries and the store verifies (aws cli's name for it) [default: crc32c].
-    #[arg(
-        long = "checksum-algorithm",
-        alias = "checksum",
-        env = "SLUICE_CHECKSUM_ALGORITHM",
-        value_enum
-    )]
-    pub checksum: Option<ChecksumChoice>,
-    /// Browser origin allowed to upload (CORS); repeat for several, `*` for any
-    /// [default: none].
-    #[arg(long, env = "SLUICE_CORS_ORIGIN", value_delimiter = ',')]
-    pub cors_origin: Vec<String>,
-    /// Resumable uploads idle this long expire and are removed [default: 24h].
-    #[arg(long, env = "SLUICE_TUS_EXPIRY", value_parser = humantime::parse_duration)]
-    pub tus_expiry: Option<std::time::Duration>,
-    /// A resumable upload's writer holds a lease of this length, renewed while it
-    /// writes; one left by a crashed gateway lapses within it [default: 6s].
-    #[arg(long, env = "SLUICE_TUS_LOCK_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub tus_lock_timeout: Option<std::time::Duration>,
-    /// Most partial uploads one tus concatenation may join [default: 1000].
-    #[arg(long, env = "SLUICE_TUS_MAX_PARTIALS")]
-    pub tus_max_partials: Option<usize>,
-    /// PATCHes storing under 64 KiB (`tus.small_patch_bytes`) that one upload may
-    /// send per second, twice as many in a burst, before their answers wait;
-    /// each costs the store three requests. 0 turns the pacing off [default: 4].
-    #[arg(long, env = "SLUICE_TUS_SMALL_PATCHES_PER_SECOND")]
-    pub tus_small_patches_per_second: Option<f64>,
-    /// Requests refused as malformed (a broken form or framing, a missing or
-    /// unreadable tus header, a body below the minimum rate) that one client
-    /// address may get within `penalty.window` (10s) before it is penalized for
-    /// `penalty.duration` (10s): its new connections are held, then answered
-    /// 429. Behind a reverse proxy, list the proxy in --penalty-exempt or give 0
-    /// (off) [default: 32].
-    #[arg(long, env = "SLUICE_PENALTY_AFTER_OFFENSES")]
-    pub penalty_after_offenses: Option<u32>,
-    /// An address or network (ADDRESS[/BITS]) never penalized, such as a reverse
-    /// proxy; repeat or separate with commas [default: none].
-    #[arg(long, env = "SLUICE_PENALTY_EXEMPT", value_delimiter = ',')]
-    pub penalty_exempt: Vec<sluice_server::offenders::AddressRange>,
-    /// Time between janitor passes (expired resumable uploads, stale multipart
-    /// uploads); 0s turns the janitor off [default: 5m].
-    #[arg(long, env = "SLUICE_JANITOR_INTERVAL", value_parser = humantime::parse_duration)]
-    pub janitor_interval: Option<std::time::Duration>,
-    /// The janitor aborts incomplete multipart uploads older than this that no live
-    /// resumable upload owns; at least 1h [default: 24h].
-    #[arg(long, env = "SLUICE_JANITOR_OLDER_THAN", value_parser = humantime::parse_duration)]
-    pub janitor_older_than: Option<std::time::Duration>,
-    /// A store request with no progress for this long is cancelled and retried on
-    /// a fresh connection [default: 30s].
-    #[arg(long, env = "SLUICE_STORE_STALL_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub store_stall_timeout: Option<std::time::Duration>,
-    /// Require bearer JWTs signed with the shared secret in FILE (HS256; at least
-    /// 32 bytes); see docs/AUTH.md [default: no auth].
-    #[arg(long, env = "SLUICE_JWT_SECRET_FILE", value_name = "FILE")]
-    pub jwt_secret_file: Option<std::path::PathBuf>,
-    /// Require bearer JWTs signed by the private half of the PEM public key in FILE
-    /// (RSA: RS256, EC: ES256, Ed25519: EdDSA) [default: no auth].
-    #[arg(long, env = "SLUICE_JWT_PUBLIC_KEY_FILE", value_name = "FILE")]
-    pub jwt_public_key_file: Option<std::path::PathBuf>,
-    /// Require bearer JWTs verified by the key of the JWKS file FILE their `kid`
-    /// names; the file is read again when it changes [default: no auth].
-    #[arg(long, env = "SLUICE_JWKS_FILE", value_name = "FILE")]
-    pub jwks_file: Option<std::path::PathBuf>,
-    /// JWT algorithms accepted (pinned: tokens naming any other are refused);
-    /// repeat or separate with commas [default: the one of the key's kind].
-    #[arg(long, env = "SLUICE_JWT_ALGORITHM", value_delimiter = ',')]
-    pub jwt_algorithm: Vec<String>,
-    /// Tokens must carry this `iss` claim.
-    #[arg(long, env = "SLUICE_JWT_ISSUER")]
-    pub jwt_issuer: Option<String>,
-    /// Tokens must carry this `aud` claim.
-    #[arg(long, env = "SLUICE_JWT_AUDIENCE")]
-    pub jwt_audience: Option<String>,
-    /// Clock skew allowed on the `exp` and `nbf` claims [default: 30s].
-    #[arg(long, env = "SLUICE_JWT_LEEWAY", value_parser = humantime::parse_duration)]
-    pub jwt_leeway: Option<std::time::Duration>,
-    /// The secret in FILE that signed URLs (`sluice sign`) are made with (at least
-    /// 32 bytes); `serve` then takes them too [default: none].
-    #[arg(long, env = "SLUICE_URL_SECRET_FILE", value_name = "FILE")]
-    pub url_secret_file: Option<std::path::PathBuf>,
-    /// POST signed upload events (upload.completed, upload.terminated) to URL;
-    /// repeat for several; see docs/EVENTS.md [default: no events].
-    #[arg(
-        long,
-        env = "SLUICE_EVENT_URL",
-        value_name = "URL",
-        value_delimiter = ','
-    )]
-    pub event_url: Vec<String>,
-    /// The secret events are signed with (HMAC-SHA256; at least 32 bytes).
-    #[arg(long, env = "SLUICE_EVENT_SECRET_FILE", value_name = "FILE")]
-    pub event_secret_file: Option<std::path::PathBuf>,
-    /// How long an event is retried before it is given up on and kept under
-    /// _sluice/events/failed/ [default: 24h].
-    #[arg(long, env = "SLUICE_EVENT_RETRY_FOR", value_parser = humantime::parse_duration)]
-    pub event_retry_for: Option<std::time::Duration>,
-    /// Ask URL before every object is created (PUT, form file, tus creation); it
-    /// may refuse (4xx) or change the key, metadata and content type; see
-    /// docs/EVENTS.md [default: no hook].
-    #[arg(long, env = "SLUICE_HOOK_URL", value_name = "URL")]
-    pub hook_url: Option<String>,
-    /// Longest wait for the hook [default: 5s].
-    #[arg(long, env = "SLUICE_HOOK_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub hook_timeout: Option<std::time::Duration>,
-    /// Let uploads through when the hook cannot answer (instead of 503).
-    #[arg(long, env = "SLUICE_HOOK_FAIL_OPEN")]
-    pub hook_fail_open: bool,
-    /// Sign hook requests (Sluice-Signature) with the secret in FILE.
-    #[arg(long, env = "SLUICE_HOOK_SECRET_FILE", value_name = "FILE")]
-    pub hook_secret_file: Option<std::path::PathBuf>,
-    /// Sign direct-to-bucket uploads under /s3/ (the routes Uppy's Companion
-    /// serves for @uppy/aws-s3): browsers send bytes to the bucket itself.
-    /// Needs an s3:// store; see docs/DIRECT.md.
-    #[arg(long, env = "SLUICE_DIRECT")]
-    pub direct: bool,
-    /// How long a signed direct upload request stays good (at most 7d)
-    /// [default: 15m].
-    #[arg(long, env = "SLUICE_DIRECT_EXPIRES", value_parser = humantime::parse_duration)]
-    pub direct_expires: Option<std::time::Duration>,
-    /// The bucket's endpoint as browsers reach it, when not --endpoint
-    /// (signatures cover the host) [default: --endpoint].
-    #[arg(long, env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL")]
-    pub direct_endpoint: Option<String>,
-    /// Also take the bearer token from the cookie NAME when a request has no
-    /// Authorization header (Uppy's cookiesRule), from the gateway's own pages
-    /// and --cors-origin pages only [default: no cookie].
-    #[arg(long, env = "SLUICE_TOKEN_COOKIE", value_name = "NAME")]
-    pub token_cookie: Option<String>,
-    /// Require the token in FILE (at least 32 bytes; Authorization: Bearer) for
-    /// /metrics and the dashboard's data [default: open, or on --admin-listen].
-    #[arg(long, env = "SLUICE_ADMIN_TOKEN_FILE", value_name = "FILE")]
-    pub admin_token_file: Option<std::path::PathBuf>,
-    /// Do not serve the upload page (Uppy's Dashboard, at / or ui.upload_page_path).
-    #[arg(long, env = "SLUICE_NO_UPLOAD_PAGE")]
-    pub no_upload_page: bool,
-    /// Serve /metrics, the dashboard (/ui/dashboard) and /healthz, /readyz on
-    /// this address only, e.g. a private one [default: on the main address].
-    #[arg(long, env = "SLUICE_ADMIN_LISTEN", value_name = "ADDR")]
-    pub admin_listen: Option<std::net::SocketAddr>,
-    /// Serve without authentication on an address other than loopback (refused
-    /// otherwise: anyone could write, read and delete every key).
-    #[arg(long, env = "SLUICE_ALLOW_ANONYMOUS")]
-    pub allow_anonymous: bool,
+    #[command(flatten)]
+    pub settings: sluice_server::ServerConfig,
 }
 
 /// `sluice janitor`.

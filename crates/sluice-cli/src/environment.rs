@@ -25,6 +25,12 @@ const STALE: &[(&str, &[&str], &str)] = &[
         "SLUICE_CONCURRENCY (transfers in flight of put/get/cp/sync) is not read by \
          `serve`; its parts in flight per upload are --parts-in-flight / SLUICE_PARTS_IN_FLIGHT",
     ),
+    (
+        "SLUICE_NO_UPLOAD_PAGE",
+        &["serve"],
+        "SLUICE_NO_UPLOAD_PAGE is no longer read; the upload page is turned off with \
+         --upload-page=false / SLUICE_UPLOAD_PAGE=false",
+    ),
 ];
 
 /// The warnings for `command`, given which variables are set.
@@ -61,6 +67,8 @@ fn subcommand_name(command: &Command) -> String {
 pub struct Variable {
     /// (command path, long flag, the flag's doc)
     pub readers: Vec<(String, String, String)>,
+    /// The defaults the readers that have one give it.
+    pub defaults: std::collections::BTreeSet<String>,
 }
 
 /// Every `SLUICE_*` variable of every (sub)command, by name.
@@ -86,10 +94,16 @@ fn collect(command: &clap::Command, path: &str, out: &mut BTreeMap<String, Varia
             .next()
             .unwrap_or_default()
             .to_owned();
-        out.entry(env.to_owned())
-            .or_default()
-            .readers
-            .push((path.to_owned(), flag, doc));
+        let variable = out.entry(env.to_owned()).or_default();
+        variable.readers.push((path.to_owned(), flag, doc));
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        if !default.is_empty() {
+            variable.defaults.insert(default.join(","));
+        }
     }
     for sub in command.get_subcommands() {
         collect(sub, &format!("{path} {}", sub.get_name()), out);
@@ -164,32 +178,62 @@ mod tests {
     /// A value every reader of the variable must accept, and one all must refuse.
     fn samples(name: &str) -> Option<(&'static str, Option<&'static str>)> {
         Some(match name {
-            "SLUICE_PART_SIZE" | "SLUICE_THRESHOLD" => ("16MiB", Some("lots")),
+            "SLUICE_PART_SIZE" | "SLUICE_THRESHOLD" | "SLUICE_UPLOAD_MEMORY_SHARE" => {
+                ("16MiB", Some("lots"))
+            }
             "SLUICE_MEMORY_LIMIT" | "SLUICE_MAX_UPLOAD_SIZE" => ("512MiB", Some("lots")),
+            name if name.ends_with("_BYTES") || name == "SLUICE_MIN_BODY_RATE" => {
+                ("64KiB", Some("lots"))
+            }
             "SLUICE_CONCURRENCY" => ("auto", Some("many")),
             "SLUICE_PARTS_IN_FLIGHT"
             | "SLUICE_JOBS"
             | "SLUICE_STORE_CONCURRENCY"
             | "SLUICE_QUEUE_LENGTH"
             | "SLUICE_MAX_CONCURRENT_UPLOADS"
+            | "SLUICE_MAX_UPLOADS_PER_TENANT"
+            | "SLUICE_MAX_UPLOADS_PER_PREFIX"
+            | "SLUICE_MAX_CONNECTIONS"
+            | "SLUICE_HTTP2_MAX_STREAMS"
+            | "SLUICE_STORE_FAILURES_TO_OPEN"
+            | "SLUICE_RETRY_AFTER_SECONDS"
+            | "SLUICE_FORM_MAX_PARTS"
             | "SLUICE_TUS_MAX_PARTIALS"
             | "SLUICE_PENALTY_AFTER_OFFENSES" => ("16", Some("x")),
             "SLUICE_TUS_SMALL_PATCHES_PER_SECOND" => ("2.5", Some("x")),
             "SLUICE_CHECKSUM_ALGORITHM" => ("crc64nvme", Some("md5")),
             "SLUICE_LISTEN" | "SLUICE_ADMIN_LISTEN" => ("127.0.0.1:9090", Some("here")),
-            "SLUICE_ENDPOINT"
-            | "SLUICE_DIRECT_ENDPOINT"
-            | "SLUICE_URL"
-            | "SLUICE_HOOK_URL"
-            | "SLUICE_EVENT_URL" => ("http://127.0.0.1:9000", None),
+            "SLUICE_EVENT_URL" | "SLUICE_HOOK_URL" | "SLUICE_DIRECT_ENDPOINT" => {
+                ("http://127.0.0.1:9000", Some("ftp://x"))
+            }
+            "SLUICE_ENDPOINT" | "SLUICE_URL" => ("http://127.0.0.1:9000", None),
+            "SLUICE_PENALTY_EXEMPT" => ("10.0.0.0/8", Some("ten")),
+            "SLUICE_KEY_TEMPLATE" => ("{uuid}/{filename}", Some("{nope}")),
+            "SLUICE_STORE" => ("./sluice-data", None),
+            "SLUICE_UPLOAD_PAGE_PATH" => ("/upload", Some("upload")),
+            "SLUICE_CORS_ORIGIN" => ("https://app.example", Some("app.example")),
+            "SLUICE_DIRECT"
+            | "SLUICE_SHARD_PREFIX"
+            | "SLUICE_FIXED_PART_SIZE"
+            | "SLUICE_ALLOW_ANONYMOUS"
+            | "SLUICE_HOOK_FAIL_OPEN"
+            | "SLUICE_UPLOAD_PAGE"
+            | "SLUICE_DASHBOARD"
+            | "SLUICE_QUIET"
+            | "SLUICE_FSYNC" => ("true", Some("perhaps")),
+            name if name.ends_with("_INTERVAL") => ("30s", Some("soon")),
             name if name.ends_with("_TIMEOUT")
                 || name.ends_with("_GRACE")
                 || name.ends_with("_EXPIRY")
                 || name.ends_with("_EXPIRES")
-                || name.ends_with("_INTERVAL")
                 || name.ends_with("_OLDER_THAN")
                 || name.ends_with("_LEEWAY")
-                || name.ends_with("_RETRY_FOR") =>
+                || name.ends_with("_RETRY_FOR")
+                || name.ends_with("_WINDOW")
+                || name.ends_with("_DURATION")
+                || name.ends_with("_DEADLINE")
+                || name.ends_with("_AFTER")
+                || name.ends_with("_KEEP_ALIVE") =>
             {
                 ("90s", Some("soon"))
             }
@@ -204,7 +248,20 @@ mod tests {
         let mut checked = 0;
         for (name, variable) in variables() {
             // Switches (true/false) and free text are read as clap reads any env value.
+            // Free text is taken as it is; every other variable has samples.
+            let free_text = [
+                "SLUICE_CONTENT_TYPE",
+                "SLUICE_JWT_ALGORITHM",
+                "SLUICE_JWT_AUDIENCE",
+                "SLUICE_JWT_ISSUER",
+                "SLUICE_REGION",
+                "SLUICE_TOKEN_COOKIE",
+            ];
             let Some((good, bad)) = samples(&name) else {
+                assert!(
+                    free_text.contains(&name.as_str()),
+                    "{name} has no samples: add them to samples()"
+                );
                 continue;
             };
             for (path, flag, _) in &variable.readers {
@@ -245,7 +302,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert!(checked > 40, "only {checked} readers checked");
+        assert!(checked > 90, "only {checked} readers checked");
     }
 
     #[test]
@@ -260,6 +317,11 @@ mod tests {
                 flags.len(),
                 1,
                 "{name} is read for different flags: {flags:?}"
+            );
+            assert!(
+                variable.defaults.len() <= 1,
+                "{name} has different defaults: {:?}",
+                variable.defaults
             );
         }
     }

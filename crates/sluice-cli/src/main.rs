@@ -27,10 +27,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use sluice_upload::{validate_key, ConfigError, Engine, EngineConfig, UploadRequest, UploadSource};
 
-use args::{ChecksumChoice, Cli, Command, CopyArgs, GetArgs, PutArgs, TransferArgs};
+use args::{Cli, Command, CopyArgs, GetArgs, PutArgs, TransferArgs};
 
 /// A mistake on the command line: reported with exit code 2.
 #[derive(Debug)]
@@ -45,9 +45,15 @@ impl fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // The matches are kept: `serve` layers its settings by where each value
+    // came from (flag, variable or default).
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => {
+            let error = error.format(&mut Cli::command());
             let _ = error.print();
             return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
         }
@@ -70,7 +76,13 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(*args).await,
+            Command::Serve(args) => {
+                let serve = matches
+                    .subcommand_matches("serve")
+                    .cloned()
+                    .unwrap_or_default();
+                serve::run(*args, &serve).await
+            }
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
             Command::Ls(args) => ls::run(args).await,
@@ -112,22 +124,13 @@ fn init_tracing() {
 
 /// The engine configuration the flags describe, validated.
 fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
-    let config = EngineConfig {
-        threshold: transfer.threshold,
-        part_size: transfer.part_size,
-        fixed_part_size: transfer.fixed_part_size,
+    let config = transfer.engine.apply(EngineConfig {
         // The engine-wide limit governs; one upload may use all of it.
         concurrency: transfer.concurrency.tuning().max,
         tuning: Some(transfer.concurrency.tuning()),
-        memory_limit: transfer.memory_limit,
-        checksum: match transfer.checksum {
-            ChecksumChoice::Crc32c => Some(sluice_store::ChecksumAlgorithm::Crc32c),
-            ChecksumChoice::Crc64nvme => Some(sluice_store::ChecksumAlgorithm::Crc64nvme),
-            ChecksumChoice::None => None,
-        },
         flush_downloads: transfer.fsync,
         ..EngineConfig::default()
-    };
+    });
     config.validate()?;
     Ok(config)
 }

@@ -2,112 +2,32 @@
 //! variables > TOML file > defaults), opens the store, and runs the gateway until
 //! SIGTERM or Ctrl-C.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use sluice_server::config::ChecksumSetting;
 use sluice_server::{AppState, ServerConfig};
 use sluice_store::StoreLocation;
 
-use crate::args::{ChecksumChoice, ServeArgs};
+use crate::args::ServeArgs;
 use crate::UsageError;
 
-/// The configuration: file (if any) overlaid by the flags and variables given.
-pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
-    let mut config = match &args.config {
-        Some(path) => read_file(path)?,
-        None => ServerConfig::default(),
+/// The configuration: defaults, the file (if any), then the variables and
+/// flags `matches` got (`sluice_server::settings::resolve`), validated, with
+/// the key files read.
+pub fn resolve(args: &ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<ServerConfig> {
+    let file = match &args.config {
+        Some(path) => Some((
+            path.display().to_string(),
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the config file {}", path.display()))?,
+        )),
+        None => None,
     };
-    macro_rules! overlay {
-        ($($arg:ident => $($field:ident).+),* $(,)?) => {
-            $( if let Some(value) = args.$arg.clone() { config.$($field).+ = value.into(); } )*
-        };
-    }
-    overlay!(
-        listen => listen,
-        store => store,
-        key_template => key_template,
-        shard_prefix => shard_prefix,
-        max_concurrent_uploads => limits.max_concurrent_uploads,
-        queue_length => limits.queue_length,
-        queue_timeout => limits.queue_timeout,
-        store_concurrency => limits.store_concurrency,
-        body_idle_timeout => limits.body_idle_timeout,
-        shutdown_grace => limits.shutdown_grace,
-        part_size => engine.part_size,
-        concurrency => engine.concurrency,
-        memory_limit => engine.memory_limit,
-        threshold => engine.threshold,
-        tus_expiry => tus.expiry,
-        tus_lock_timeout => tus.lock_timeout,
-        tus_max_partials => tus.max_partials,
-        tus_small_patches_per_second => tus.small_patches_per_second,
-        penalty_after_offenses => penalty.after_offenses,
-        janitor_interval => janitor.interval,
-        janitor_older_than => janitor.older_than,
-        store_stall_timeout => limits.store_stall_timeout,
-        jwt_secret_file => auth.jwt_secret_file,
-        jwt_public_key_file => auth.jwt_public_key_file,
-        jwt_issuer => auth.issuer,
-        jwt_audience => auth.audience,
-        jwt_leeway => auth.leeway,
-        url_secret_file => auth.url_secret_file,
-        jwks_file => auth.jwks_file,
-        admin_token_file => auth.admin_token_file,
-        token_cookie => auth.token_cookie,
-        event_secret_file => events.secret_file,
-        event_retry_for => events.retry_for,
-        hook_url => hooks.pre_create_url,
-        hook_timeout => hooks.timeout,
-        hook_secret_file => hooks.secret_file,
-        direct_expires => direct.expires,
-        direct_endpoint => direct.public_endpoint,
-    );
-    if args.direct {
-        config.direct.enabled = true;
-    }
-    if args.no_upload_page {
-        config.ui.upload_page = false;
-    }
-    if !args.jwt_algorithm.is_empty() {
-        config.auth.algorithms = args.jwt_algorithm.clone();
-    }
-    if !args.event_url.is_empty() {
-        config.events.urls = args.event_url.clone();
-    }
-    if args.hook_fail_open {
-        config.hooks.fail_open = true;
-    }
-    if args.admin_listen.is_some() {
-        config.admin_listen = args.admin_listen;
-    }
-    if args.allow_anonymous {
-        config.auth.allow_anonymous = true;
-    }
-    if !args.penalty_exempt.is_empty() {
-        config.penalty.exempt = args.penalty_exempt.clone();
-    }
-    if !args.cors_origin.is_empty() {
-        config.cors_origins = args.cors_origin.clone();
-    }
-    if args.endpoint.is_some() {
-        config.endpoint = args.endpoint.clone();
-    }
-    if args.region.is_some() {
-        config.region = args.region.clone();
-    }
-    if args.max_upload_size.is_some() {
-        config.max_upload_size = args.max_upload_size;
-    }
-    if let Some(choice) = args.checksum {
-        config.engine.checksum = match choice {
-            ChecksumChoice::Crc32c => ChecksumSetting::Crc32c,
-            ChecksumChoice::Crc64nvme => ChecksumSetting::Crc64nvme,
-            ChecksumChoice::None => ChecksumSetting::None,
-        };
-    }
-    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    let file = file
+        .as_ref()
+        .map(|(path, text)| (path.as_str(), text.as_str()));
+    let config =
+        sluice_server::settings::resolve(file, matches).map_err(|e| UsageError(e.to_string()))?;
     // The key files are read now too, so a bad one stops the start before the
     // store is opened (or, for a directory, created).
     sluice_server::auth::Authenticator::new(&config.auth)
@@ -123,15 +43,8 @@ pub fn resolve(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     Ok(config)
 }
 
-fn read_file(path: &Path) -> anyhow::Result<ServerConfig> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the config file {}", path.display()))?;
-    toml::from_str(&text)
-        .map_err(|e| UsageError(format!("config file {}: {e}", path.display())).into())
-}
-
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let config = resolve(&args)?;
+pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    let config = resolve(&args, matches)?;
     let location = StoreLocation::parse(&config.store).map_err(|e| UsageError(e.to_string()))?;
     let stall_timeout =
         (!config.limits.store_stall_timeout.is_zero()).then_some(config.limits.store_stall_timeout);
@@ -239,7 +152,6 @@ pub async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     /// The README's example config file is one the gateway accepts.
     #[test]
@@ -251,8 +163,9 @@ mod tests {
             .and_then(|rest| rest.split("```toml\n").nth(1))
             .and_then(|block| block.split("```").next())
             .expect("the README has its config example");
-        let config: ServerConfig = toml::from_str(example).unwrap();
-        config.validate().unwrap();
+        let matches = sluice_server::settings::parse_flags::<_, &str>([]).unwrap();
+        let config =
+            sluice_server::settings::resolve(Some(("README.md", example)), &matches).unwrap();
         assert!(config.auth.enabled());
     }
 }

@@ -331,7 +331,7 @@ async fn put_resume_continues_an_earlier_upload() {
     let src = dir.path().join("big.bin");
     write_file(&src, &data);
     // What an interrupted run left: parts 1 and 3 of the file (8 MiB parts,
-    // the default), and a part 2 of the right size with other bytes.
+    // as the run is told), and a part 2 of the right size with other bytes.
     let mut create = CreateMultipartRequest::new(key.clone());
     create.checksum_algorithm = Some(ChecksumAlgorithm::Crc32c);
     let upload_id = store.create_multipart_upload(create).await.unwrap();
@@ -361,6 +361,8 @@ async fn put_resume_continues_an_earlier_upload() {
         &url,
         "--endpoint",
         &endpoint,
+        "--part-size",
+        "8MiB",
         "--quiet",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -401,6 +403,8 @@ async fn put_resume_continues_an_earlier_upload() {
         &url,
         "--endpoint",
         &endpoint,
+        "--part-size",
+        "8MiB",
         "--quiet",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);

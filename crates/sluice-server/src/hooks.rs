@@ -16,28 +16,35 @@ use serde::{Deserialize, Serialize};
 use crate::error::ApiError;
 
 /// `[hooks]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Pre-create hook")]
 pub struct HookSettings {
-    /// Where the pre-create hook is POSTed; none: no hook.
+    /// Ask URL before every object is created (PUT, form file, tus creation,
+    /// direct upload); it may refuse (4xx) or change the key, metadata and content
+    /// type; see docs/EVENTS.md [default: no hook].
+    #[arg(id = "hooks.pre_create_url", long = "hook-url", env = "SLUICE_HOOK_URL", value_name = "URL", value_parser = crate::settings::http_url)]
     pub pre_create_url: Option<String>,
     /// Longest wait for the hook's answer.
+    #[arg(id = "hooks.timeout", long = "hook-timeout", env = "SLUICE_HOOK_TIMEOUT", value_name = "DURATION", default_value = "5s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Let uploads through when the hook cannot answer (instead of 503).
+    #[arg(id = "hooks.fail_open", long = "hook-fail-open", env = "SLUICE_HOOK_FAIL_OPEN", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
     pub fail_open: bool,
-    /// Sign hook requests (`Sluice-Signature`, as events) with this secret.
+    /// Sign hook requests (Sluice-Signature, as events) with the secret in FILE.
+    #[arg(
+        id = "hooks.secret_file",
+        long = "hook-secret-file",
+        env = "SLUICE_HOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
     pub secret_file: Option<PathBuf>,
 }
 
 impl Default for HookSettings {
     fn default() -> Self {
-        HookSettings {
-            pre_create_url: None,
-            timeout: Duration::from_secs(5),
-            fail_open: false,
-            secret_file: None,
-        }
+        sluice_upload::defaults()
     }
 }
 

@@ -27,6 +27,7 @@ pub mod offenders;
 pub mod request_span;
 pub mod routes;
 mod server;
+pub mod settings;
 pub mod small_patches;
 pub mod store;
 pub mod streams;
@@ -82,36 +83,22 @@ impl AppState {
         let metrics = metrics::Metrics::new();
         let metered: Arc<dyn ObjectStore> =
             Arc::new(store::MeteredStore::new(backend, metrics.clone()));
-        let engine = Engine::new(metered, config.engine_config()).map_err(|e| ConfigError {
-            key: "engine",
-            reason: e.to_string(),
-        })?;
+        let engine = Engine::new(metered, config.engine_config())
+            .map_err(|e| ConfigError::new("engine", e.to_string()))?;
         let template = keys::KeyTemplate::parse(&config.key_template)
-            .map_err(|reason| ConfigError {
-                key: "key_template",
-                reason,
-            })?
+            .map_err(|reason| ConfigError::new("key_template", reason))?
             .with_shard_prefix(config.shard_prefix);
         let limits = &config.limits;
         let admission = admission::Admission::new(limits.admission(), metrics.clone())
             .with_breaker(engine.breaker().cloned());
         let resumable = Resumable::new(engine.clone(), config.resumable_config());
-        let auth = auth::Authenticator::new(&config.auth).map_err(|e| ConfigError {
-            key: e.key,
-            reason: e.reason,
-        })?;
+        let auth = auth::Authenticator::new(&config.auth)
+            .map_err(|e| ConfigError::new(e.key, e.reason))?;
         let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
-        let events =
-            events::Events::new(&config.events, store.clone(), metrics.clone()).map_err(|e| {
-                ConfigError {
-                    key: e.key,
-                    reason: e.reason,
-                }
-            })?;
-        let hooks = hooks::Hooks::new(&config.hooks).map_err(|e| ConfigError {
-            key: e.key,
-            reason: e.reason,
-        })?;
+        let events = events::Events::new(&config.events, store.clone(), metrics.clone())
+            .map_err(|e| ConfigError::new(e.key, e.reason))?;
+        let hooks =
+            hooks::Hooks::new(&config.hooks).map_err(|e| ConfigError::new(e.key, e.reason))?;
         let completion =
             completion::CompletionPoint::new(metrics.clone(), events.clone(), store.clone());
         // Every object the engine makes for an upload is announced here.

@@ -46,30 +46,40 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 pub const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 /// `[penalty]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Penalties")]
 pub struct PenaltySettings {
-    /// Offenses (requests refused as malformed) from one address within
-    /// `window` that get it penalized; 0 turns penalties off.
+    /// Requests refused as malformed (a broken form or framing, a missing or
+    /// unreadable tus header, a body below the minimum rate) that one client
+    /// address may get within --penalty-window before it is penalized for
+    /// --penalty-duration: its new connections are held, then answered 429.
+    /// Behind a reverse proxy, list the proxy in --penalty-exempt or give 0 (off).
+    #[arg(id = "penalty.after_offenses", long = "penalty-after-offenses", env = "SLUICE_PENALTY_AFTER_OFFENSES", value_name = "N", default_value = "32", value_parser = crate::settings::at_least::<u32>(0))]
     pub after_offenses: u32,
+    /// The time offenses are counted over (1s to 24h).
+    #[arg(id = "penalty.window", long = "penalty-window", env = "SLUICE_PENALTY_WINDOW", value_name = "DURATION", default_value = "10s", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PERIOD))]
     #[serde(with = "humantime_serde")]
     pub window: Duration,
-    /// How long a penalty lasts.
+    /// How long a penalty lasts (1s to 24h).
+    #[arg(id = "penalty.duration", long = "penalty-duration", env = "SLUICE_PENALTY_DURATION", value_name = "DURATION", default_value = "10s", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PERIOD))]
     #[serde(with = "humantime_serde")]
     pub duration: Duration,
-    /// Addresses or networks (`10.0.0.0/8`, `fd00::/8`) never penalized: a
-    /// reverse proxy in front of the gateway.
+    /// An address or network (ADDRESS[/BITS]) never penalized, such as a reverse
+    /// proxy; repeat or separate with commas [default: none].
+    #[arg(
+        id = "penalty.exempt",
+        long = "penalty-exempt",
+        env = "SLUICE_PENALTY_EXEMPT",
+        value_name = "ADDRESS[/BITS]",
+        value_delimiter = ','
+    )]
     pub exempt: Vec<AddressRange>,
 }
 
 impl Default for PenaltySettings {
     fn default() -> Self {
-        PenaltySettings {
-            after_offenses: 32,
-            window: Duration::from_secs(10),
-            duration: Duration::from_secs(10),
-            exempt: Vec::new(),
-        }
+        sluice_upload::defaults()
     }
 }
 

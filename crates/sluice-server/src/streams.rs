@@ -37,10 +37,7 @@ impl Streams {
                 pool.clone(),
                 None,
             )
-            .map_err(|e| ConfigError {
-                key: "streams",
-                reason: format!("[streams.{name}]: {e}"),
-            })?;
+            .map_err(|e| ConfigError::new("streams", format!("[streams.{name}]: {e}")))?;
             by_name.insert(name.clone(), stream);
         }
         Ok(Streams {

@@ -19,42 +19,43 @@ use crate::error::ApiError;
 use crate::AppState;
 
 /// `[ui]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Pages")]
 pub struct UiSettings {
-    /// Serve the upload page.
+    /// Serve the upload page (Uppy's Dashboard, at --upload-page-path);
+    /// --upload-page=false turns it off.
+    #[arg(id = "ui.upload_page", long = "upload-page", env = "SLUICE_UPLOAD_PAGE", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
     pub upload_page: bool,
-    /// Where (a path of its own: not under /v1/, /s3/ or /ui/).
+    /// Where the upload page is served: a path of its own, not under /v1/, /s3/
+    /// or /ui/.
+    #[arg(id = "ui.upload_page_path", long = "upload-page-path", env = "SLUICE_UPLOAD_PAGE_PATH", value_name = "PATH", default_value = "/", value_parser = page_path)]
     pub upload_page_path: String,
-    /// Serve the dashboard and /ui/status where /metrics is served.
+    /// Serve the dashboard (/ui/dashboard) and its data (/ui/status) where
+    /// /metrics is served.
+    #[arg(id = "ui.dashboard", long = "dashboard", env = "SLUICE_DASHBOARD", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
     pub dashboard: bool,
 }
 
 impl Default for UiSettings {
     fn default() -> Self {
-        UiSettings {
-            upload_page: true,
-            upload_page_path: "/".into(),
-            dashboard: true,
-        }
+        sluice_upload::defaults()
     }
 }
 
-impl UiSettings {
-    pub fn check(&self) -> Result<(), String> {
-        let path = &self.upload_page_path;
-        let taken = ["/v1/", "/s3/", "/ui/", "/metrics", "/healthz", "/readyz"];
-        if !path.starts_with('/')
-            || path.contains(['?', '#', '{', '}', '*'])
-            || taken.iter().any(|t| path.starts_with(t))
-        {
-            return Err(format!(
-                "ui.upload_page_path {path:?} must be a path starting with '/' outside {}",
-                taken.join(", ")
-            ));
-        }
-        Ok(())
+/// The upload page's path, as a value parser: a path of its own.
+pub fn page_path(path: &str) -> Result<String, String> {
+    let taken = ["/v1/", "/s3/", "/ui/", "/metrics", "/healthz", "/readyz"];
+    if !path.starts_with('/')
+        || path.contains(['?', '#', '{', '}', '*'])
+        || taken.iter().any(|t| path.starts_with(t))
+    {
+        return Err(format!(
+            "{path:?} must be a path starting with '/' outside {}",
+            taken.join(", ")
+        ));
     }
+    Ok(path.to_owned())
 }
 
 const UPLOAD_HTML: &str = include_str!("../assets/upload.html");
@@ -282,11 +283,7 @@ mod tests {
             ("/a/{b}", false),
         ];
         for (path, ok) in cases {
-            let settings = UiSettings {
-                upload_page_path: path.into(),
-                ..UiSettings::default()
-            };
-            assert_eq!(settings.check().is_ok(), ok, "{path}");
+            assert_eq!(page_path(path).is_ok(), ok, "{path}");
         }
     }
 }

@@ -18,9 +18,9 @@ pub const MIB: u64 = 1024 * 1024;
 /// How uploads and downloads are cut up and paced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
-    /// Objects of at most this many bytes go up in a single PUT. Default 16 MiB.
+    /// Objects of at most this many bytes go up in a single PUT.
     pub threshold: u64,
-    /// Size of each part (the first parts, when sizes grow). Default 8 MiB.
+    /// Size of each part (the first parts, when sizes grow).
     pub part_size: u64,
     /// Keep every part the same size (Cloudflare R2 requires it). For streams of
     /// unknown length this caps the object at `part_size` × 10,000.
@@ -32,7 +32,7 @@ pub struct EngineConfig {
     /// ([`crate::TuningConfig`]). `None` (the default): none beyond
     /// `concurrency` per upload.
     pub tuning: Option<TuningConfig>,
-    /// Process-wide bytes of buffered data. Default 256 MiB.
+    /// Process-wide bytes of buffered data.
     pub memory_limit: u64,
     /// The most one upload holds in memory at once. `None`: a quarter of
     /// `memory_limit`, and at least what `concurrency` parts in flight plus one
@@ -61,23 +61,25 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
+    /// The settings' defaults ([`crate::EngineSettings`], where each is
+    /// defined) with eight parts in flight per upload.
     fn default() -> Self {
-        EngineConfig {
-            threshold: 16 * MIB,
-            part_size: 8 * MIB,
+        crate::settings::EngineSettings::default().apply(EngineConfig {
+            threshold: 0,
+            part_size: 0,
             fixed_part_size: false,
             concurrency: 8,
             tuning: None,
-            memory_limit: 256 * MIB,
+            memory_limit: 0,
             upload_memory_share: None,
-            checksum: Some(ChecksumAlgorithm::Crc32c),
+            checksum: None,
             retry: RetryPolicy::default(),
             retry_budget: RetryBudgetConfig::default(),
             adaptive: AdaptiveConfig::default(),
             store_concurrency: None,
             breaker: None,
             flush_downloads: false,
-        }
+        })
     }
 }
 
@@ -255,7 +257,7 @@ mod tests {
             with(|c| c.memory_limit = 16 * MIB),
             Err(ConfigError::MemoryLimit {
                 limit: 16 * MIB,
-                needed: 24 * MIB
+                needed: 32 * MIB
             })
         );
         assert_eq!(
@@ -310,7 +312,10 @@ mod tests {
 
     #[test]
     fn known_length_fits_in_ten_thousand_parts() {
-        let config = EngineConfig::default();
+        let config = EngineConfig {
+            part_size: 8 * MIB,
+            ..EngineConfig::default()
+        };
         let cases = [
             (0, 8 * MIB),
             (100 * MIB, 8 * MIB),
@@ -331,7 +336,10 @@ mod tests {
 
     #[test]
     fn stream_parts_grow_to_reach_the_maximum_object() {
-        let config = EngineConfig::default();
+        let config = EngineConfig {
+            part_size: 8 * MIB,
+            ..EngineConfig::default()
+        };
         let plan = PartPlan::for_stream(&config, MAX_PART_SIZE);
         let sizes: Vec<u64> = [1, 1000, 1001, 2001, 9001, 10_000]
             .iter()

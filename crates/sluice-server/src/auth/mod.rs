@@ -29,57 +29,106 @@ use crate::error::ApiError;
 use crate::AppState;
 
 /// `[auth]`: how callers prove who they are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Authentication")]
 pub struct AuthSettings {
-    /// A file holding the shared secret of HS256/HS384/HS512 tokens (its bytes,
-    /// a trailing newline dropped).
+    /// Require bearer JWTs signed with the shared secret in FILE (HS256; at least
+    /// 32 bytes; a trailing newline dropped); see docs/AUTH.md [default: no auth].
+    #[arg(
+        id = "auth.jwt_secret_file",
+        long = "jwt-secret-file",
+        env = "SLUICE_JWT_SECRET_FILE",
+        value_name = "FILE"
+    )]
     pub jwt_secret_file: Option<PathBuf>,
-    /// A PEM file with the public key of RS*/PS*/ES*/EdDSA tokens.
+    /// Require bearer JWTs signed by the private half of the PEM public key in FILE
+    /// (RSA: RS256, EC: ES256, Ed25519: EdDSA) [default: no auth].
+    #[arg(
+        id = "auth.jwt_public_key_file",
+        long = "jwt-public-key-file",
+        env = "SLUICE_JWT_PUBLIC_KEY_FILE",
+        value_name = "FILE"
+    )]
     pub jwt_public_key_file: Option<PathBuf>,
-    /// A JWKS file (`{"keys": [...]}`) whose keys verify tokens by their `kid`;
-    /// read again when it changes.
+    /// Require bearer JWTs verified by the key of the JWKS file FILE their `kid`
+    /// names; the file is read again when it changes [default: no auth].
+    #[arg(
+        id = "auth.jwks_file",
+        long = "jwks-file",
+        env = "SLUICE_JWKS_FILE",
+        value_name = "FILE"
+    )]
     pub jwks_file: Option<PathBuf>,
-    /// A file holding the secret of signed URLs (`sluice sign`); at least 32
-    /// bytes, a trailing newline dropped.
+    /// The secret in FILE that signed URLs (`sluice sign`) are made with (at least
+    /// 32 bytes); `serve` then takes them too [default: none].
+    #[arg(
+        id = "auth.url_secret_file",
+        long = "url-secret-file",
+        env = "SLUICE_URL_SECRET_FILE",
+        value_name = "FILE"
+    )]
     pub url_secret_file: Option<PathBuf>,
-    /// The algorithms accepted; empty: HS256 with a secret, RS256 with an RSA
-    /// key, ES256 with an EC key, EdDSA with an Ed25519 key.
+    /// JWT algorithms accepted (pinned: tokens naming any other are refused);
+    /// repeat or separate with commas [default: the one of the key's kind: HS256,
+    /// RS256, ES256 or EdDSA].
+    #[arg(
+        id = "auth.algorithms",
+        long = "jwt-algorithm",
+        env = "SLUICE_JWT_ALGORITHM",
+        value_name = "ALG",
+        value_delimiter = ','
+    )]
     pub algorithms: Vec<String>,
-    /// When set, tokens must carry this `iss`.
+    /// Tokens must carry this `iss` claim.
+    #[arg(
+        id = "auth.issuer",
+        long = "jwt-issuer",
+        env = "SLUICE_JWT_ISSUER",
+        value_name = "ISS"
+    )]
     pub issuer: Option<String>,
-    /// When set, tokens must carry this `aud`.
+    /// Tokens must carry this `aud` claim.
+    #[arg(
+        id = "auth.audience",
+        long = "jwt-audience",
+        env = "SLUICE_JWT_AUDIENCE",
+        value_name = "AUD"
+    )]
     pub audience: Option<String>,
-    /// Clock skew allowed on `exp` and `nbf`.
+    /// Clock skew allowed on the `exp` and `nbf` claims.
+    #[arg(id = "auth.leeway", long = "jwt-leeway", env = "SLUICE_JWT_LEEWAY", value_name = "DURATION", default_value = "30s", value_parser = crate::settings::duration_in(std::time::Duration::ZERO, crate::settings::HOUR))]
     #[serde(with = "humantime_serde")]
     pub leeway: Duration,
-    /// Serve without authentication on an address other than loopback.
+    /// Serve without authentication on an address other than loopback (refused
+    /// otherwise: anyone could write, read and delete every key).
+    #[arg(id = "auth.allow_anonymous", long = "allow-anonymous", env = "SLUICE_ALLOW_ANONYMOUS", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
     pub allow_anonymous: bool,
-    /// A file holding the token `/metrics` and `/ui/status` (the dashboard's
-    /// data) then require (`Authorization: Bearer TOKEN`); at least 32 bytes.
+    /// Require the token in FILE (at least 32 bytes; Authorization: Bearer) for
+    /// /metrics and the dashboard's data [default: open, or on --admin-listen].
+    #[arg(
+        id = "auth.admin_token_file",
+        long = "admin-token-file",
+        env = "SLUICE_ADMIN_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     pub admin_token_file: Option<PathBuf>,
-    /// Also take the bearer token from this cookie when a request has no
-    /// `Authorization` header (Uppy's `cookiesRule`), but only from the
-    /// gateway's own pages or a `cors_origins` page (cross-site request
-    /// forgery: a browser sends cookies with any site's request).
+    /// Also take the bearer token from the cookie NAME when a request has no
+    /// Authorization header (Uppy's cookiesRule), from the gateway's own pages
+    /// and --cors-origin pages only (a browser sends cookies with any site's
+    /// request) [default: no cookie].
+    #[arg(
+        id = "auth.token_cookie",
+        long = "token-cookie",
+        env = "SLUICE_TOKEN_COOKIE",
+        value_name = "NAME"
+    )]
     pub token_cookie: Option<String>,
 }
 
 impl Default for AuthSettings {
     fn default() -> Self {
-        AuthSettings {
-            jwt_secret_file: None,
-            jwt_public_key_file: None,
-            url_secret_file: None,
-            jwks_file: None,
-            algorithms: Vec::new(),
-            issuer: None,
-            audience: None,
-            leeway: Duration::from_secs(30),
-            allow_anonymous: false,
-            admin_token_file: None,
-            token_cookie: None,
-        }
+        sluice_upload::defaults()
     }
 }
 

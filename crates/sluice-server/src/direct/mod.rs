@@ -33,47 +33,34 @@ use crate::error::{ApiError, FlatApiError};
 use crate::AppState;
 
 /// `[direct]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Direct uploads")]
 pub struct DirectSettings {
-    /// Serve the `/s3/` signing routes (needs a bucket store).
+    /// Sign direct-to-bucket uploads under /s3/ (the routes Uppy's Companion
+    /// serves for @uppy/aws-s3): browsers send bytes to the bucket itself.
+    /// Needs an s3:// store; see docs/DIRECT.md.
+    #[arg(id = "direct.enabled", long = "direct", env = "SLUICE_DIRECT", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
     pub enabled: bool,
-    /// How long a signed request stays good (at most 7 days).
+    /// How long a signed direct upload request stays good (at most 7 days, S3's
+    /// limit).
+    #[arg(id = "direct.expires", long = "direct-expires", env = "SLUICE_DIRECT_EXPIRES", value_name = "DURATION", default_value = "15m", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PRESIGN_EXPIRY))]
     #[serde(with = "humantime_serde")]
     pub expires: Duration,
-    /// The bucket's endpoint as browsers reach it, when it differs from the
-    /// gateway's `endpoint` (signatures cover the host).
+    /// The bucket's endpoint as browsers reach it, when not --endpoint
+    /// (signatures cover the host) [default: --endpoint].
+    #[arg(id = "direct.public_endpoint", long = "direct-endpoint", env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL", value_parser = crate::settings::http_url)]
     pub public_endpoint: Option<String>,
-    /// How often pending single-request uploads are looked for in the bucket.
+    /// How often pending single-request direct uploads are looked for in the
+    /// bucket.
+    #[arg(id = "direct.confirm_interval", long = "direct-confirm-interval", env = "SLUICE_DIRECT_CONFIRM_INTERVAL", value_name = "DURATION", default_value = "2s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub confirm_interval: Duration,
 }
 
 impl Default for DirectSettings {
     fn default() -> Self {
-        DirectSettings {
-            enabled: false,
-            expires: Duration::from_secs(15 * 60),
-            public_endpoint: None,
-            confirm_interval: Duration::from_secs(2),
-        }
-    }
-}
-
-impl DirectSettings {
-    pub fn check(&self) -> Result<(), String> {
-        if self.expires < Duration::from_secs(1) || self.expires > MAX_PRESIGN_EXPIRY {
-            return Err("direct.expires must be between 1s and 7 days (S3's limit)".into());
-        }
-        if self.confirm_interval.is_zero() {
-            return Err("direct.confirm_interval must be above 0".into());
-        }
-        if let Some(endpoint) = &self.public_endpoint {
-            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-                return Err("direct.public_endpoint must be an http:// or https:// URL".into());
-            }
-        }
-        Ok(())
+        sluice_upload::defaults()
     }
 }
 
