@@ -30,7 +30,7 @@ pub fn resolve(args: &ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<S
         sluice_server::settings::resolve(file, matches).map_err(|e| UsageError(e.to_string()))?;
     // The key files are read now too, so a bad one stops the start before the
     // store is opened (or, for a directory, created).
-    sluice_server::auth::Authenticator::new(&config.auth)
+    sluice_server::auth::Authenticator::new(&config.auth, &config.cors_origins)
         .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;
     sluice_server::hooks::Hooks::new(&config.hooks)
         .map_err(|e| UsageError(format!("invalid configuration: {e}")))?;

@@ -1,6 +1,8 @@
 //! Request bodies as the engine reads them: a stream of chunks that enforces the
 //! route's own byte limit, an idle timeout and a minimum data rate (axum's body
 //! limit does not apply to streamed bodies), and counts bytes received.
+//! [`Bodies`] is the service handlers take bodies through, built once with the
+//! settings that govern them.
 //!
 //! The rate is Apache mod_reqtimeout's `MinRate` idea, counted over the time
 //! spent waiting for the client only: while the gateway itself does not read
@@ -17,6 +19,76 @@ use futures::stream::{BoxStream, StreamExt};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+
+/// How bodies flow, for every route: the largest upload, the pace request
+/// bodies must keep, the limits of forms, the deadline of download bodies.
+#[derive(Clone)]
+pub struct Bodies {
+    max_upload_size: Option<u64>,
+    pace: BodyPace,
+    form: crate::config::FormSettings,
+    download_deadline: Option<Duration>,
+    metrics: Metrics,
+}
+
+impl Bodies {
+    pub fn new(config: &crate::ServerConfig, metrics: Metrics) -> Bodies {
+        let limits = &config.limits;
+        Bodies {
+            max_upload_size: config.max_upload_size,
+            pace: BodyPace {
+                idle: limits.body_idle_timeout,
+                min_rate: limits.min_body_rate,
+                grace: limits.min_body_rate_grace,
+            },
+            form: config.form.clone(),
+            download_deadline: limits.download_deadline,
+            metrics,
+        }
+    }
+
+    /// The gateway's own limit on one upload (none: S3's).
+    pub fn max_upload_size(&self) -> Option<u64> {
+        self.max_upload_size
+    }
+
+    /// The most bytes `grant` may upload in one object.
+    pub fn size_limit(&self, grant: &crate::auth::Grant) -> Option<u64> {
+        grant.size_limit(self.max_upload_size)
+    }
+
+    /// [`Bodies::size_limit`], refused at once (413) when the declared length
+    /// is already beyond it.
+    pub fn limit_for(
+        &self,
+        grant: &crate::auth::Grant,
+        declared: Option<u64>,
+    ) -> Result<Option<u64>, ApiError> {
+        let limit = self.size_limit(grant);
+        if let (Some(length), Some(limit)) = (declared, limit) {
+            if length > limit {
+                return Err(ApiError::TooLarge { limit });
+            }
+        }
+        Ok(limit)
+    }
+
+    /// The body as a stream held to `limit` and to the pace (see
+    /// [`limited_stream`]).
+    pub fn stream(&self, body: Body, limit: Option<u64>) -> BoxStream<'static, io::Result<Bytes>> {
+        limited_stream(body, limit, self.pace, self.metrics.clone())
+    }
+
+    /// What a form may make the gateway read before its files.
+    pub fn form(&self) -> &crate::config::FormSettings {
+        &self.form
+    }
+
+    /// The longest a download body may take to send.
+    pub fn download_deadline(&self) -> Option<Duration> {
+        self.download_deadline
+    }
+}
 
 /// Why a body stopped; carried inside the `io::Error` the engine sees.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,7 +125,7 @@ impl BodyError {
     }
 }
 
-/// How fast a request body must arrive (from `[limits]`).
+/// How fast a request body must arrive (from `[limits]`; see [`Bodies`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyPace {
     /// Longest wait for the next chunk.
@@ -97,7 +169,7 @@ struct Progress {
 
 /// The body as a stream of chunks, failing once more than `limit` bytes arrive,
 /// when no chunk arrives for `pace.idle`, or when it falls below `pace.min_rate`.
-pub fn limited_stream(
+fn limited_stream(
     body: Body,
     limit: Option<u64>,
     pace: BodyPace,

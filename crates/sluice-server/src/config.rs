@@ -305,15 +305,6 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// How request bodies must arrive.
-    pub fn body_pace(&self) -> crate::body::BodyPace {
-        crate::body::BodyPace {
-            idle: self.body_idle_timeout,
-            min_rate: self.min_body_rate,
-            grace: self.min_body_rate_grace,
-        }
-    }
-
     /// The caps admission enforces.
     pub fn admission(&self) -> crate::admission::AdmissionLimits {
         let max = self.max_concurrent_uploads;

@@ -55,14 +55,17 @@ pub struct AppState {
     pub resumable: Resumable,
     pub admission: admission::Admission,
     pub metrics: metrics::Metrics,
-    pub config: Arc<ServerConfig>,
+    /// The settings, for building the routers and the listener; handlers
+    /// use the services above, built with theirs.
+    pub(crate) config: Arc<ServerConfig>,
     /// Verifies callers' tokens (lets everyone in without `[auth]`).
     pub auth: Arc<auth::Authenticator>,
-    /// Where every upload ends: metrics, log, events.
+    /// Where every upload ends: metrics, log, events (and their delivery).
     pub completion: completion::CompletionPoint,
-    pub events: events::Events,
     /// Where every upload begins: key, authorization, pre-create hook, origin.
     pub begin: begin::Begin,
+    /// How bodies flow: upload size limits, pace, form limits, download deadline.
+    pub bodies: body::Bodies,
     /// Signing of direct-to-bucket uploads (`/s3/`), when on.
     pub direct: Option<direct::Direct>,
     /// Record streams (`/v1/streams/`).
@@ -92,7 +95,7 @@ impl AppState {
         let admission = admission::Admission::new(limits.admission(), metrics.clone())
             .with_breaker(engine.breaker().cloned());
         let resumable = Resumable::new(engine.clone(), config.resumable_config());
-        let auth = auth::Authenticator::new(&config.auth)
+        let auth = auth::Authenticator::new(&config.auth, &config.cors_origins)
             .map_err(|e| ConfigError::new(e.key, e.reason))?;
         let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
         let events = events::Events::new(&config.events, store.clone(), metrics.clone())
@@ -114,10 +117,10 @@ impl AppState {
             offenders: Arc::new(offenders::Offenders::new(config.penalty.clone())),
             streams,
             begin: begin::Begin::new(template, hooks),
+            bodies: body::Bodies::new(&config, metrics.clone()),
             direct: None,
             auth: Arc::new(auth),
             completion,
-            events,
             store,
             resumable,
             engine,

@@ -117,8 +117,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         )
     });
     let key_reloader = state.auth.spawn_key_reloader();
-    let delivery = state.events.spawn_delivery();
-    let reconcile = state.events.settings().map(|events| {
+    let delivery = state.completion.events().spawn_delivery();
+    let reconcile = state.completion.events().settings().map(|events| {
         crate::completion::reconcile::spawn(
             state.completion.clone(),
             events.reconcile_interval,

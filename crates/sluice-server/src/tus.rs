@@ -19,7 +19,6 @@ use sluice_tus::{Concat, TusError};
 use crate::admission::Party;
 use crate::auth::Grant;
 use crate::begin::{Asked, KeyFrom};
-use crate::body::limited_stream;
 use crate::error::ApiError;
 use crate::AppState;
 use sluice_upload::UploadKind;
@@ -111,12 +110,8 @@ fn chunk_of(
     checksum: Option<sluice_tus::UploadChecksum>,
 ) -> Chunk {
     Chunk {
-        body: limited_stream(
-            body,
-            None, // the upload's own limits apply, in sluice-resumable
-            state.config.limits.body_pace(),
-            state.metrics.clone(),
-        ),
+        // The upload's own limits apply, in sluice-resumable.
+        body: state.bodies.stream(body, None),
         declared,
         checksum,
     }

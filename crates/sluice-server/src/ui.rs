@@ -144,7 +144,7 @@ fn page_config(state: &AppState) -> Value {
         "mode": if direct.is_some() { "direct" } else { "tus" },
         "tusPath": "/v1/tus/",
         "auth": state.auth.enabled(),
-        "maxSize": state.config.max_upload_size,
+        "maxSize": state.bodies.max_upload_size(),
         "keyPrefix": direct.map_or("", |d| d.signer.key_prefix()),
     })
 }

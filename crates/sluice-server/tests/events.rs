@@ -195,7 +195,11 @@ async fn every_completion_is_delivered_at_least_once_through_failures_and_a_dead
         expected.insert(key, kind);
     }
     drop(a);
-    let delivery = b.events.spawn_delivery().expect("events are on");
+    let delivery = b
+        .completion
+        .events()
+        .spawn_delivery()
+        .expect("events are on");
     // The receiver is down while B's first uploads complete, then up.
     for i in 40..100 {
         let (key, kind) = upload(&b, i).await;

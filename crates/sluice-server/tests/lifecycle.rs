@@ -134,7 +134,13 @@ fn now_ms() -> u64 {
 
 /// A reconciliation pass as if `later` had passed (default `reconcile_after`).
 async fn reconcile_later(gateway: &Gateway, later: Duration) -> ReconcileReport {
-    let after = gateway.state.config.events.reconcile_after;
+    let after = gateway
+        .state
+        .completion
+        .events()
+        .settings()
+        .unwrap()
+        .reconcile_after;
     reconcile_once(
         &gateway.state.completion,
         now_ms() + later.as_millis() as u64,

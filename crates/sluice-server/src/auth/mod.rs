@@ -360,6 +360,9 @@ impl Grant {
 pub struct Authenticator {
     verifier: Option<TokenKeys>,
     token_cookie: Option<String>,
+    /// Pages whose requests may ride on the cookie and post forms: the CORS
+    /// origins (`*`: any), besides the gateway's own.
+    allowed_origins: Vec<String>,
     url_secret: Option<Vec<u8>>,
     /// SHA-256 of the admin token, compared in constant time.
     admin_token: Option<[u8; 32]>,
@@ -386,7 +389,12 @@ impl std::fmt::Debug for Authenticator {
 impl Authenticator {
     /// Reads the key files of `settings` and pins the algorithms; every mistake
     /// is found here, at start-up.
-    pub fn new(settings: &AuthSettings) -> Result<Authenticator, AuthConfigError> {
+    /// The authenticator `settings` describe; `allowed_origins` are the CORS
+    /// origins (see [`Authenticator::origin_allowed`]).
+    pub fn new(
+        settings: &AuthSettings,
+        allowed_origins: &[String],
+    ) -> Result<Authenticator, AuthConfigError> {
         let url_secret = settings
             .url_secret_file
             .as_deref()
@@ -413,6 +421,7 @@ impl Authenticator {
         Ok(Authenticator {
             verifier,
             token_cookie: settings.token_cookie.clone(),
+            allowed_origins: allowed_origins.to_vec(),
             url_secret,
             admin_token,
         })
@@ -545,7 +554,6 @@ impl Authenticator {
         method: &http::Method,
         uri: &http::Uri,
         headers: &http::HeaderMap,
-        allowed_origins: &[String],
     ) -> Result<Grant, ApiError> {
         if !self.enabled() {
             return Ok(Grant::anonymous(crate::keys::tenant(headers)));
@@ -568,7 +576,7 @@ impl Authenticator {
         let token = match (bearer, self.cookie_token(headers)) {
             (Some(token), _) => token,
             (None, Some(token)) => {
-                if !origin_allowed(headers, allowed_origins) {
+                if !self.origin_allowed(headers) {
                     return Err(ApiError::Forbidden(
                         "a token cookie is not taken from another site's page".into(),
                     ));
@@ -707,9 +715,17 @@ impl KeyFamily {
     }
 }
 
-/// Whether a browser request comes from the gateway's own origin, from one of
-/// `allowed` (`*`: any), or from no browser page at all (no `Origin`): what
-/// a request riding on cookies must show (cross-site request forgery).
+impl Authenticator {
+    /// Whether a browser request comes from the gateway's own origin, from one
+    /// of the allowed origins, or from no browser page at all (no `Origin`):
+    /// what a request riding on cookies, or a form, must show (cross-site
+    /// request forgery).
+    pub fn origin_allowed(&self, headers: &http::HeaderMap) -> bool {
+        origin_allowed(headers, &self.allowed_origins)
+    }
+}
+
+/// [`Authenticator::origin_allowed`] for `allowed` (`*`: any).
 pub fn origin_allowed(headers: &http::HeaderMap, allowed: &[String]) -> bool {
     let Some(origin) = headers.get(http::header::ORIGIN) else {
         return true;
@@ -780,12 +796,9 @@ impl FromRequestParts<AppState> for Grant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Grant, ApiError> {
-        let grant = state.auth.grant(
-            &parts.method,
-            &parts.uri,
-            &parts.headers,
-            &state.config.cors_origins,
-        )?;
+        let grant = state
+            .auth
+            .grant(&parts.method, &parts.uri, &parts.headers)?;
         if let Some(tenant) = grant.owner() {
             crate::request_span::record_tenant(&tenant);
         }

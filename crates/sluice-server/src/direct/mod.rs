@@ -117,8 +117,9 @@ fn unix_seconds(time: SystemTime) -> u64 {
 /// The largest object the caller may make directly: the token's and the
 /// gateway's limits, and S3's for one request or for a whole object.
 fn size_limit(state: &AppState, grant: &Grant, ceiling: u64) -> u64 {
-    grant
-        .size_limit(state.config.max_upload_size)
+    state
+        .bodies
+        .size_limit(grant)
         .map_or(ceiling, |limit| limit.min(ceiling))
 }
 

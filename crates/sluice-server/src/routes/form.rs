@@ -21,7 +21,7 @@ use sluice_upload::{UploadRequest, UploadSource};
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
 use crate::begin::{Asked, KeyFrom};
-use crate::body::{limited_stream, BodyError};
+use crate::body::BodyError;
 use crate::completion::UploadKind;
 use crate::error::ApiError;
 use crate::upload::UploadResponse;
@@ -40,7 +40,7 @@ pub async fn post_form(
     body: Body,
 ) -> Result<(StatusCode, Json<FormResponse>), ApiError> {
     grant.check(Op::Put, &grant.generated_key(String::new()))?;
-    check_origin(&headers, &state.config.cors_origins)?;
+    check_origin(&headers, &state.auth)?;
     let expected = "multipart/form-data with a boundary";
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -48,28 +48,18 @@ pub async fn post_form(
         .ok_or(ApiError::UnsupportedMediaType { expected })?;
     let boundary = multer::parse_boundary(content_type)
         .map_err(|_| ApiError::UnsupportedMediaType { expected })?;
-    let limit = grant.size_limit(state.config.max_upload_size);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let (Some(length), Some(limit)) = (declared, limit) {
-        if length > limit {
-            return Err(ApiError::TooLarge { limit });
-        }
-    }
+    let limit = state.bodies.limit_for(&grant, declared)?;
     let tenant = grant.tenant.clone();
     let _slot = state
         .admission
         .admit(&Party::tenant_only(tenant.clone()))
         .await?;
-    let stream = limited_stream(
-        body,
-        limit,
-        state.config.limits.body_pace(),
-        state.metrics.clone(),
-    );
-    let limits = &state.config.form;
+    let stream = state.bodies.stream(body, limit);
+    let limits = state.bodies.form();
     let window = HeaderWindow::default();
     let stream = window.watch(stream, limits.max_header_bytes, |limit| {
         io::Error::other(BodyError::FormHeaderTooLarge { limit })
@@ -167,11 +157,11 @@ fn form_error(error: multer::Error) -> ApiError {
 
 /// Refuses a form posted by a page of another site (cross-site request
 /// forgery: a browser sends such a form without asking, with the user's
-/// cookies) unless its origin is one of `allowed` (the CORS origins, `*` for
-/// any). A form from the gateway's own origin, or from no browser (no
-/// `Origin`), passes.
-fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
-    if crate::auth::origin_allowed(headers, allowed) {
+/// cookies) unless its origin is allowed (the CORS origins, `*` for any). A
+/// form from the gateway's own origin, or from no browser (no `Origin`),
+/// passes.
+fn check_origin(headers: &HeaderMap, auth: &crate::auth::Authenticator) -> Result<(), ApiError> {
+    if auth.origin_allowed(headers) {
         return Ok(());
     }
     let origin = headers
@@ -189,7 +179,10 @@ mod tests {
 
     #[test]
     fn cross_site_forms_are_refused_unless_allowed() {
-        let allowed = ["https://app.example".to_string()];
+        let settings = crate::auth::AuthSettings::default();
+        let allowed =
+            crate::auth::Authenticator::new(&settings, &["https://app.example".to_string()])
+                .unwrap();
         // (Origin, Host, accepted)
         let cases = [
             (None, "gw.example", true),
@@ -214,6 +207,7 @@ mod tests {
         }
         let mut headers = HeaderMap::new();
         headers.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(check_origin(&headers, &["*".to_string()]).is_ok());
+        let any = crate::auth::Authenticator::new(&settings, &["*".to_string()]).unwrap();
+        assert!(check_origin(&headers, &any).is_ok());
     }
 }

@@ -16,7 +16,6 @@ use sluice_upload::{UploadRequest, UploadSource};
 
 use crate::auth::{Grant, Op};
 use crate::begin::{Asked, KeyFrom};
-use crate::body::limited_stream;
 use crate::completion::UploadKind;
 use crate::connection_cut::ConnectionCut;
 use crate::error::ApiError;
@@ -43,12 +42,7 @@ pub async fn put_object(
     validate_client_key(&key).map_err(ApiError::InvalidKey)?;
     grant.check(Op::Put, &key)?;
     let length = crate::body::content_length(&headers)?;
-    let size_limit = grant.size_limit(state.config.max_upload_size);
-    if let (Some(length), Some(limit)) = (length, size_limit) {
-        if length > limit {
-            return Err(ApiError::TooLarge { limit });
-        }
-    }
+    let size_limit = state.bodies.limit_for(&grant, length)?;
     let condition = match headers.get(header::IF_NONE_MATCH).map(|v| v.to_str()) {
         None => None,
         Some(Ok("*")) => Some(WriteCondition::IfNoneMatch),
@@ -91,12 +85,7 @@ pub async fn put_object(
         origin: Some(begun.origin),
         ..UploadRequest::default()
     };
-    let stream = limited_stream(
-        body,
-        size_limit,
-        state.config.limits.body_pace(),
-        state.metrics.clone(),
-    );
+    let stream = state.bodies.stream(body, size_limit);
     let source = UploadSource::Stream { stream, length };
     let response = crate::upload::run(&state, request, source).await?;
     Ok((StatusCode::CREATED, Json(response)))
@@ -168,7 +157,7 @@ pub async fn get_object(
     let partial = range.is_some() && output.meta.size > 0;
     // Past the deadline the connection closes; the guard, kept by the body,
     // calls that off once the body is sent or dropped.
-    let deadline = state.config.limits.download_deadline;
+    let deadline = state.bodies.download_deadline();
     let guard = deadline
         .zip(cut)
         .map(|(deadline, Extension(cut))| cut.after(deadline, state.metrics.clone()));

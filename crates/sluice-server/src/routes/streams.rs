@@ -19,7 +19,7 @@ use sluice_streams::RecordStream;
 
 use crate::admission::Party;
 use crate::auth::{Grant, Op};
-use crate::body::{content_length, limited_stream};
+use crate::body::content_length;
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -125,12 +125,7 @@ async fn read_body(
     let mut memory = budget.nothing();
     // Pages of the buffer are touched only as bytes are written into it.
     let mut joined = BytesMut::with_capacity(length.unwrap_or(0).min(limit) as usize);
-    let mut body = limited_stream(
-        body,
-        Some(limit),
-        state.config.limits.body_pace(),
-        state.metrics.clone(),
-    );
+    let mut body = state.bodies.stream(body, Some(limit));
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| crate::conversions::body_failed(&e))?;
         memory.absorb(budget.reserve(chunk.len() as u64).await);
