@@ -161,6 +161,13 @@ mod tests {
 
     const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/ENVIRONMENT.md");
 
+    /// clap's own checks of the definitions (unique flags and ids, ...), which
+    /// run only when a command is built in a debug build.
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
     #[test]
     fn the_docs_table_is_what_the_definitions_say() {
         let rendered = render();

@@ -124,13 +124,14 @@ fn init_tracing() {
 
 /// The engine configuration the flags describe, validated.
 fn engine_config(transfer: &TransferArgs) -> Result<EngineConfig, ConfigError> {
-    let config = transfer.engine.apply(EngineConfig {
+    let config = EngineConfig {
         // The engine-wide limit governs; one upload may use all of it.
         concurrency: transfer.concurrency.tuning().max,
         tuning: Some(transfer.concurrency.tuning()),
         flush_downloads: transfer.fsync,
         ..EngineConfig::default()
-    });
+    }
+    .with_settings(&transfer.engine);
     config.validate()?;
     Ok(config)
 }

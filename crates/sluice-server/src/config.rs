@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use sluice_upload::settings::{optional_size, size};
 use sluice_upload::{defaults, size_in, BreakerConfig, EngineConfig, EngineSettings};
 
-use crate::settings::{at_least, duration_in, flag_bool, non_negative, HOUR, SECOND};
+use std::ffi::OsStr;
+
+use crate::values::{at_least, duration_in, flag_bool, non_negative, HOUR, SECOND};
 
 /// Everything `sluice serve` can be told. Each field is one setting, defined
 /// once: its clap attributes give the flag, the `SLUICE_…` variable, the
@@ -39,7 +41,7 @@ pub struct ServerConfig {
     )]
     pub admin_listen: Option<SocketAddr>,
     /// The store: s3://bucket[/prefix] or a local directory.
-    #[arg(id = "store", long = "store", env = "SLUICE_STORE", value_name = "STORE", default_value = "./sluice-data", value_parser = crate::settings::store_location)]
+    #[arg(id = "store", long = "store", env = "SLUICE_STORE", value_name = "STORE", default_value = "./sluice-data", value_parser = crate::values::store_location)]
     pub store: String,
     /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(
@@ -65,7 +67,7 @@ pub struct ServerConfig {
     )]
     pub max_upload_size: Option<u64>,
     /// Key template for uploads that do not name their key (form POSTs, tus).
-    #[arg(id = "key_template", long = "key-template", env = "SLUICE_KEY_TEMPLATE", value_name = "TEMPLATE", default_value = "{yyyy}/{mm}/{dd}/{uuid}/{filename}", value_parser = crate::settings::key_template)]
+    #[arg(id = "key_template", long = "key-template", env = "SLUICE_KEY_TEMPLATE", value_name = "TEMPLATE", default_value = "{yyyy}/{mm}/{dd}/{uuid}/{filename}", value_parser = crate::values::key_template)]
     pub key_template: String,
     /// Put a short hash in front of generated keys to spread one busy tenant
     /// over many S3 partitions.
@@ -73,7 +75,7 @@ pub struct ServerConfig {
     pub shard_prefix: bool,
     /// Browser origin allowed to upload (CORS), e.g. https://app.example, or `*`
     /// for any; repeat or separate with commas [default: none, no CORS headers].
-    #[arg(id = "cors_origins", long = "cors-origin", env = "SLUICE_CORS_ORIGIN", value_name = "ORIGIN", value_delimiter = ',', value_parser = crate::settings::cors_origin)]
+    #[arg(id = "cors_origins", long = "cors-origin", env = "SLUICE_CORS_ORIGIN", value_name = "ORIGIN", value_delimiter = ',', value_parser = crate::values::cors_origin)]
     pub cors_origins: Vec<String>,
     #[command(flatten)]
     pub limits: Limits,
@@ -142,7 +144,7 @@ pub struct TusSettings {
     #[serde(with = "humantime_serde")]
     pub lock_timeout: Duration,
     /// Most partial uploads one tus concatenation may join (at most 10000).
-    #[arg(id = "tus.max_partials", long = "tus-max-partials", env = "SLUICE_TUS_MAX_PARTIALS", value_name = "N", default_value = "1000", value_parser = crate::settings::count_in::<usize>(1, u64::from(sluice_store::limits::MAX_PARTS)))]
+    #[arg(id = "tus.max_partials", long = "tus-max-partials", env = "SLUICE_TUS_MAX_PARTIALS", value_name = "N", default_value = "1000", value_parser = crate::values::count_in::<usize>(1, u64::from(sluice_store::limits::MAX_PARTS)))]
     pub max_partials: usize,
     /// A PATCH storing fewer bytes than this without finishing its upload is
     /// small (see --tus-small-patches-per-second).
@@ -202,7 +204,7 @@ pub struct Limits {
     pub max_uploads_per_prefix: Option<usize>,
     /// Parts in flight per upload (`put`'s --concurrency counts the transfers
     /// of a whole run instead, hence another name).
-    #[arg(id = "limits.parts_in_flight", long = "parts-in-flight", alias = "concurrency", env = "SLUICE_PARTS_IN_FLIGHT", value_name = "N", default_value = "8", value_parser = crate::settings::count_in::<usize>(1, 1024))]
+    #[arg(id = "limits.parts_in_flight", long = "parts-in-flight", alias = "concurrency", env = "SLUICE_PARTS_IN_FLIGHT", value_name = "N", default_value = "8", value_parser = crate::values::count_in::<usize>(1, 1024))]
     pub parts_in_flight: usize,
     /// Seconds suggested in Retry-After.
     #[arg(id = "limits.retry_after_seconds", long = "retry-after-seconds", env = "SLUICE_RETRY_AFTER_SECONDS", value_name = "SECONDS", default_value = "1", value_parser = at_least::<u64>(0))]
@@ -342,7 +344,7 @@ impl ConfigError {
 impl ServerConfig {
     /// The engine configuration these settings describe.
     pub fn engine_config(&self) -> EngineConfig {
-        self.engine.apply(EngineConfig {
+        EngineConfig {
             concurrency: self.limits.parts_in_flight,
             store_concurrency: Some(self.limits.store_concurrency),
             breaker: (self.limits.store_failures_to_open > 0).then_some(BreakerConfig {
@@ -351,7 +353,8 @@ impl ServerConfig {
                 probe_timeout: self.limits.store_probe_interval,
             }),
             ..EngineConfig::default()
-        })
+        }
+        .with_settings(&self.engine)
     }
 
     /// The settings of resumable uploads.
@@ -372,7 +375,7 @@ impl ServerConfig {
     /// file's value meets the rule a flag's does), then the rules that join
     /// several settings. The error names the setting's key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::settings::check_values(self)?;
+        self.check_values()?;
         let fail = |key: &str, reason: &str| Err(ConfigError::new(key, reason));
         if !self.auth.enabled() && !self.listen.ip().is_loopback() && !self.auth.allow_anonymous {
             return fail(
@@ -441,6 +444,78 @@ impl ServerConfig {
         self.engine_config()
             .validate()
             .map_err(|e| ConfigError::new(e.setting().unwrap_or("engine"), e.to_string()))
+    }
+}
+
+impl ServerConfig {
+    /// The settings as a clap command: what `sluice serve` flattens, and what
+    /// `--help`, docs/CONFIG.md and the checks are read from.
+    pub fn command() -> clap::Command {
+        <ServerConfig as Args>::augment_args(clap::Command::new("serve").no_binary_name(true))
+    }
+
+    /// Puts every value through its definition's parser: the rules a flag must
+    /// meet, a file's value meets too. The error names the key.
+    fn check_values(&self) -> Result<(), ConfigError> {
+        let table =
+            toml::Table::try_from(self).map_err(|e| ConfigError::new("serve", e.to_string()))?;
+        for arg in ServerConfig::command().get_arguments() {
+            let key = arg.get_id().as_str();
+            let Some(value) = value_at(&table, key) else {
+                continue;
+            };
+            let texts = match value {
+                toml::Value::Array(items) => items.iter().map(text_of).collect(),
+                value => vec![text_of(value)],
+            };
+            // The definition's parser, alone (the relations between settings
+            // are checked after it, by `validate`).
+            let alone = clap::Command::new("check").no_binary_name(true).arg(
+                clap::Arg::new("value")
+                    .long("value")
+                    .allow_hyphen_values(true)
+                    .value_parser(arg.get_value_parser().clone()),
+            );
+            for text in texts {
+                alone
+                    .clone()
+                    .try_get_matches_from([OsStr::new("--value"), OsStr::new(&text)])
+                    .map_err(|error| ConfigError::new(key, reason_of(&error, &text)))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value at a dotted key.
+pub(crate) fn value_at<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let (head, rest) = match key.split_once('.') {
+        Some((head, rest)) => (head, Some(rest)),
+        None => (key, None),
+    };
+    match (table.get(head)?, rest) {
+        (value, None) => Some(value),
+        (toml::Value::Table(inner), Some(rest)) => value_at(inner, rest),
+        _ => None,
+    }
+}
+
+fn text_of(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What a parser said about `text`, without clap's decoration.
+fn reason_of(error: &clap::Error, text: &str) -> String {
+    match std::error::Error::source(error) {
+        Some(source) => format!("{text:?}: {source}"),
+        None => {
+            let rendered = error.render().to_string();
+            let line = rendered.lines().next().unwrap_or_default();
+            line.trim_start_matches("error: ").to_owned()
+        }
     }
 }
 

@@ -23,14 +23,14 @@ pub struct HookSettings {
     /// Ask URL before every object is created (PUT, form file, tus creation,
     /// direct upload); it may refuse (4xx) or change the key, metadata and content
     /// type; see docs/EVENTS.md [default: no hook].
-    #[arg(id = "hooks.pre_create_url", long = "hook-url", env = "SLUICE_HOOK_URL", value_name = "URL", value_parser = crate::settings::http_url)]
+    #[arg(id = "hooks.pre_create_url", long = "hook-url", env = "SLUICE_HOOK_URL", value_name = "URL", value_parser = crate::values::http_url)]
     pub pre_create_url: Option<String>,
     /// Longest wait for the hook's answer.
-    #[arg(id = "hooks.timeout", long = "hook-timeout", env = "SLUICE_HOOK_TIMEOUT", value_name = "DURATION", default_value = "5s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
+    #[arg(id = "hooks.timeout", long = "hook-timeout", env = "SLUICE_HOOK_TIMEOUT", value_name = "DURATION", default_value = "5s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Let uploads through when the hook cannot answer (instead of 503).
-    #[arg(id = "hooks.fail_open", long = "hook-fail-open", env = "SLUICE_HOOK_FAIL_OPEN", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
+    #[arg(id = "hooks.fail_open", long = "hook-fail-open", env = "SLUICE_HOOK_FAIL_OPEN", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::values::flag_bool())]
     pub fail_open: bool,
     /// Sign hook requests (Sluice-Signature, as events) with the secret in FILE.
     #[arg(

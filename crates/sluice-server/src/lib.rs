@@ -35,6 +35,7 @@ pub mod tus;
 pub mod ui;
 pub mod unread;
 mod upload;
+pub mod values;
 
 use std::sync::Arc;
 

@@ -55,14 +55,14 @@ pub struct PenaltySettings {
     /// address may get within --penalty-window before it is penalized for
     /// --penalty-duration: its new connections are held, then answered 429.
     /// Behind a reverse proxy, list the proxy in --penalty-exempt or give 0 (off).
-    #[arg(id = "penalty.after_offenses", long = "penalty-after-offenses", env = "SLUICE_PENALTY_AFTER_OFFENSES", value_name = "N", default_value = "32", value_parser = crate::settings::at_least::<u32>(0))]
+    #[arg(id = "penalty.after_offenses", long = "penalty-after-offenses", env = "SLUICE_PENALTY_AFTER_OFFENSES", value_name = "N", default_value = "32", value_parser = crate::values::at_least::<u32>(0))]
     pub after_offenses: u32,
     /// The time offenses are counted over (1s to 24h).
-    #[arg(id = "penalty.window", long = "penalty-window", env = "SLUICE_PENALTY_WINDOW", value_name = "DURATION", default_value = "10s", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PERIOD))]
+    #[arg(id = "penalty.window", long = "penalty-window", env = "SLUICE_PENALTY_WINDOW", value_name = "DURATION", default_value = "10s", value_parser = crate::values::duration_in(crate::values::SECOND, MAX_PERIOD))]
     #[serde(with = "humantime_serde")]
     pub window: Duration,
     /// How long a penalty lasts (1s to 24h).
-    #[arg(id = "penalty.duration", long = "penalty-duration", env = "SLUICE_PENALTY_DURATION", value_name = "DURATION", default_value = "10s", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PERIOD))]
+    #[arg(id = "penalty.duration", long = "penalty-duration", env = "SLUICE_PENALTY_DURATION", value_name = "DURATION", default_value = "10s", value_parser = crate::values::duration_in(crate::values::SECOND, MAX_PERIOD))]
     #[serde(with = "humantime_serde")]
     pub duration: Duration,
     /// An address or network (ADDRESS[/BITS]) never penalized, such as a reverse

@@ -6,20 +6,14 @@
 //! - [`resolve`]: defaults, then the TOML file, then `SLUICE_…` variables, then
 //!   flags (clap reports where each value came from, so no setting is overlaid
 //!   by hand);
-//! - [`check_values`]: every value, whichever source gave it, through its own
-//!   definition's parser, so a file meets the rules a flag does;
-//! - the value parsers those definitions name.
-
-use std::ffi::OsStr;
-use std::time::Duration;
+//! - and, in [`ServerConfig::validate`], every value, whichever source gave
+//!   it, through its own definition's parser (`crate::values`), so a file
+//!   meets the rules a flag does.
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, FromArgMatches};
+use clap::{ArgMatches, FromArgMatches};
 
 use crate::config::{ConfigError, ServerConfig};
-
-pub const SECOND: Duration = Duration::from_secs(1);
-pub const HOUR: Duration = Duration::from_secs(3600);
 
 /// One setting as its definition states it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +41,8 @@ impl Setting {
     }
 }
 
-/// The gateway's settings as a clap command (what `sluice serve` flattens).
 fn command() -> clap::Command {
-    ServerConfig::augment_args(clap::Command::new("serve").no_binary_name(true))
+    ServerConfig::command()
 }
 
 /// The matches of `argv` (flags only: no variable is read), for callers that
@@ -134,7 +127,7 @@ pub fn resolve(
             let table =
                 toml::from_str::<toml::Table>(text).map_err(|e| file_error(path, e.to_string()))?;
             for (old, new) in MOVED {
-                if lookup(&table, old).is_some() {
+                if crate::config::value_at(&table, old).is_some() {
                     let reason = format!("{old} is now {new} (see docs/CONFIG.md)");
                     return Err(file_error(path, reason));
                 }
@@ -158,7 +151,7 @@ pub fn resolve(
         ) {
             continue;
         }
-        if let Some(value) = lookup(&given, key) {
+        if let Some(value) = crate::config::value_at(&given, key) {
             insert(&mut table, key, value.clone());
         }
     }
@@ -168,19 +161,6 @@ pub fn resolve(
         .map_err(|e: toml::de::Error| file_error(name, e.to_string()))?;
     config.validate()?;
     Ok(config)
-}
-
-/// The value at a dotted key.
-fn lookup<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
-    let (head, rest) = match key.split_once('.') {
-        Some((head, rest)) => (head, Some(rest)),
-        None => (key, None),
-    };
-    match (table.get(head)?, rest) {
-        (value, None) => Some(value),
-        (toml::Value::Table(inner), Some(rest)) => lookup(inner, rest),
-        _ => None,
-    }
 }
 
 /// Sets the value at a dotted key, making the tables on the way.
@@ -200,165 +180,6 @@ fn insert(table: &mut toml::Table, key: &str, value: toml::Value) {
                 insert(inner, rest, value);
             }
         }
-    }
-}
-
-/// Puts every value of `config` through its definition's parser: the rules a
-/// flag must meet, a file's value meets too. The error names the key.
-pub fn check_values(config: &ServerConfig) -> Result<(), ConfigError> {
-    let table =
-        toml::Table::try_from(config).map_err(|e| ConfigError::new("serve", e.to_string()))?;
-    for arg in command().get_arguments() {
-        let key = arg.get_id().as_str();
-        let Some(value) = lookup(&table, key) else {
-            continue;
-        };
-        let texts = match value {
-            toml::Value::Array(items) => items.iter().map(text_of).collect(),
-            value => vec![text_of(value)],
-        };
-        // The definition's parser, alone (relations between settings are
-        // `ServerConfig::validate`'s).
-        let alone = clap::Command::new("check").no_binary_name(true).arg(
-            clap::Arg::new("value")
-                .long("value")
-                .allow_hyphen_values(true)
-                .value_parser(arg.get_value_parser().clone()),
-        );
-        for text in texts {
-            alone
-                .clone()
-                .try_get_matches_from([OsStr::new("--value"), OsStr::new(&text)])
-                .map_err(|error| ConfigError::new(key, reason_of(&error, &text)))?;
-        }
-    }
-    Ok(())
-}
-
-fn text_of(value: &toml::Value) -> String {
-    match value {
-        toml::Value::String(text) => text.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// What a parser said about `text`, without clap's decoration.
-fn reason_of(error: &clap::Error, text: &str) -> String {
-    match std::error::Error::source(error) {
-        Some(source) => format!("{text:?}: {source}"),
-        None => {
-            let rendered = error.render().to_string();
-            let line = rendered.lines().next().unwrap_or_default();
-            line.trim_start_matches("error: ").to_owned()
-        }
-    }
-}
-
-/// A duration (`30s`, `5m`, `1h 30m`) within `min..=max`, as a value parser.
-pub fn duration_in(
-    min: Duration,
-    max: Duration,
-) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
-    move |text| {
-        let duration = humantime::parse_duration(text)
-            .map_err(|e| format!("not a duration such as 30s, 5m or 1h ({e})"))?;
-        if duration < min {
-            return Err(match min {
-                m if m == Duration::from_millis(1) => "must be above 0".to_owned(),
-                m => format!("must be at least {}", humantime::format_duration(m)),
-            });
-        }
-        if duration > max {
-            return Err(format!(
-                "must be at most {}",
-                humantime::format_duration(max)
-            ));
-        }
-        Ok(duration)
-    }
-}
-
-/// A whole number of at least `min`, as a value parser.
-pub fn at_least<T>(min: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
-where
-    T: TryFrom<u64>,
-{
-    move |text| {
-        let value: u64 = text
-            .trim()
-            .parse()
-            .map_err(|_| "not a whole number".to_owned())?;
-        if value < min {
-            return Err(format!("must be at least {min}"));
-        }
-        T::try_from(value).map_err(|_| "too large".to_owned())
-    }
-}
-
-/// A whole number within `min..=max`, as a value parser.
-pub fn count_in<T>(
-    min: u64,
-    max: u64,
-) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
-where
-    T: TryFrom<u64>,
-{
-    let at_least = at_least::<T>(min);
-    move |text| {
-        let value = at_least(text)?;
-        match text.trim().parse::<u64>() {
-            Ok(n) if n > max => Err(format!("must be at most {max}")),
-            _ => Ok(value),
-        }
-    }
-}
-
-/// A switch's value: true/false, yes/no, on/off, 1/0.
-pub fn flag_bool() -> clap::builder::BoolishValueParser {
-    clap::builder::BoolishValueParser::new()
-}
-
-/// A number that is 0 or more.
-pub fn non_negative(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
-        _ => Err("must be 0 (off) or a positive number".into()),
-    }
-}
-
-/// `s3://bucket[/prefix]` or a directory.
-pub fn store_location(text: &str) -> Result<String, String> {
-    if text.trim().is_empty() {
-        return Err("must name a directory or s3://bucket[/prefix]".into());
-    }
-    sluice_store::StoreLocation::parse(text).map_err(|e| e.to_string())?;
-    Ok(text.to_owned())
-}
-
-/// A key template (`{yyyy}/{uuid}/{filename}`).
-pub fn key_template(text: &str) -> Result<String, String> {
-    crate::keys::KeyTemplate::parse(text)?;
-    Ok(text.to_owned())
-}
-
-/// A CORS origin: `*` or `http(s)://host[:port]`.
-pub fn cors_origin(text: &str) -> Result<String, String> {
-    if text != "*" && !(text.starts_with("http://") || text.starts_with("https://")) {
-        return Err("each origin must be \"*\" or start with http:// or https://".into());
-    }
-    if axum::http::HeaderValue::from_str(text).is_err() {
-        return Err("an origin must be a valid header value".into());
-    }
-    Ok(text.to_owned())
-}
-
-/// An `http://` or `https://` URL with a host.
-pub fn http_url(text: &str) -> Result<String, String> {
-    match text.parse::<axum::http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
-            Ok(text.to_owned())
-        }
-        _ => Err("must be an http:// or https:// URL".into()),
     }
 }
 
@@ -399,6 +220,7 @@ pub fn render() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::values::SECOND;
 
     const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/CONFIG.md");
 

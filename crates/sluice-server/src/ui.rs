@@ -25,7 +25,7 @@ use crate::AppState;
 pub struct UiSettings {
     /// Serve the upload page (Uppy's Dashboard, at --upload-page-path);
     /// --upload-page=false turns it off.
-    #[arg(id = "ui.upload_page", long = "upload-page", env = "SLUICE_UPLOAD_PAGE", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
+    #[arg(id = "ui.upload_page", long = "upload-page", env = "SLUICE_UPLOAD_PAGE", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::values::flag_bool())]
     pub upload_page: bool,
     /// Where the upload page is served: a path of its own, not under /v1/, /s3/
     /// or /ui/.
@@ -33,7 +33,7 @@ pub struct UiSettings {
     pub upload_page_path: String,
     /// Serve the dashboard (/ui/dashboard) and its data (/ui/status) where
     /// /metrics is served.
-    #[arg(id = "ui.dashboard", long = "dashboard", env = "SLUICE_DASHBOARD", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
+    #[arg(id = "ui.dashboard", long = "dashboard", env = "SLUICE_DASHBOARD", value_name = "BOOL", num_args = 0..=1, default_value = "true", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::values::flag_bool())]
     pub dashboard: bool,
 }
 

@@ -11,6 +11,7 @@ use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::retry::RetryBudgetConfig;
 pub use crate::retry::RetryPolicy;
+use crate::settings::EngineSettings;
 use crate::tuning::TuningConfig;
 
 pub const MIB: u64 = 1024 * 1024;
@@ -64,7 +65,7 @@ impl Default for EngineConfig {
     /// The settings' defaults ([`crate::EngineSettings`], where each is
     /// defined) with eight parts in flight per upload.
     fn default() -> Self {
-        crate::settings::EngineSettings::default().apply(EngineConfig {
+        EngineConfig {
             threshold: 0,
             part_size: 0,
             fixed_part_size: false,
@@ -79,7 +80,24 @@ impl Default for EngineConfig {
             store_concurrency: None,
             breaker: None,
             flush_downloads: false,
-        })
+        }
+        .with_settings(&EngineSettings::default())
+    }
+}
+
+impl EngineConfig {
+    /// `settings` (what users set: parts, threshold, memory, checksum) over
+    /// this configuration.
+    pub fn with_settings(self, settings: &EngineSettings) -> EngineConfig {
+        EngineConfig {
+            part_size: settings.part_size,
+            fixed_part_size: settings.fixed_part_size,
+            threshold: settings.threshold,
+            memory_limit: settings.memory_limit,
+            upload_memory_share: settings.upload_memory_share,
+            checksum: settings.checksum.algorithm(),
+            ..self
+        }
     }
 }
 
@@ -230,6 +248,7 @@ mod tests {
     #[test]
     fn validation_table() {
         let ok = EngineConfig::default();
+        assert_eq!(ok.part_size, EngineSettings::default().part_size);
         let with = |f: fn(&mut EngineConfig)| {
             let mut c = EngineConfig::default();
             f(&mut c);

@@ -10,7 +10,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 use sluice_store::limits::{MAX_PART_SIZE, MAX_PUT_SIZE, MIN_PART_SIZE};
 use sluice_store::ChecksumAlgorithm;
 
-use crate::config::EngineConfig;
 use crate::error::ConfigError;
 use crate::units::{format_size, parse_size};
 
@@ -89,7 +88,6 @@ pub struct EngineSettings {
     #[arg(
         id = "engine.checksum",
         long = "checksum-algorithm",
-        alias = "checksum",
         env = "SLUICE_CHECKSUM_ALGORITHM",
         value_enum,
         default_value = "crc32c"
@@ -119,22 +117,6 @@ impl ChecksumSetting {
 impl Default for EngineSettings {
     fn default() -> Self {
         defaults()
-    }
-}
-
-impl EngineSettings {
-    /// These settings over `base` (what the caller sets beyond them: tuning,
-    /// concurrency, store limits).
-    pub fn apply(&self, base: EngineConfig) -> EngineConfig {
-        EngineConfig {
-            part_size: self.part_size,
-            fixed_part_size: self.fixed_part_size,
-            threshold: self.threshold,
-            memory_limit: self.memory_limit,
-            upload_memory_share: self.upload_memory_share,
-            checksum: self.checksum.algorithm(),
-            ..base
-        }
     }
 }
 
@@ -205,17 +187,12 @@ mod tests {
     use crate::MIB;
 
     #[test]
-    fn the_defaults_are_the_definitions_and_a_valid_engine() {
+    fn the_defaults_are_the_definitions() {
         let settings = EngineSettings::default();
         assert_eq!(settings.part_size, 16 * MIB);
         assert_eq!(settings.threshold, 16 * MIB);
         assert_eq!(settings.memory_limit, 256 * MIB);
         assert_eq!(settings.checksum, ChecksumSetting::Crc32c);
-        assert_eq!(
-            settings.apply(EngineConfig::default()),
-            EngineConfig::default()
-        );
-        EngineConfig::default().validate().unwrap();
     }
 
     #[test]

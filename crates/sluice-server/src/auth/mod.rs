@@ -97,12 +97,12 @@ pub struct AuthSettings {
     )]
     pub audience: Option<String>,
     /// Clock skew allowed on the `exp` and `nbf` claims.
-    #[arg(id = "auth.leeway", long = "jwt-leeway", env = "SLUICE_JWT_LEEWAY", value_name = "DURATION", default_value = "30s", value_parser = crate::settings::duration_in(std::time::Duration::ZERO, crate::settings::HOUR))]
+    #[arg(id = "auth.leeway", long = "jwt-leeway", env = "SLUICE_JWT_LEEWAY", value_name = "DURATION", default_value = "30s", value_parser = crate::values::duration_in(std::time::Duration::ZERO, crate::values::HOUR))]
     #[serde(with = "humantime_serde")]
     pub leeway: Duration,
     /// Serve without authentication on an address other than loopback (refused
     /// otherwise: anyone could write, read and delete every key).
-    #[arg(id = "auth.allow_anonymous", long = "allow-anonymous", env = "SLUICE_ALLOW_ANONYMOUS", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
+    #[arg(id = "auth.allow_anonymous", long = "allow-anonymous", env = "SLUICE_ALLOW_ANONYMOUS", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::values::flag_bool())]
     pub allow_anonymous: bool,
     /// Require the token in FILE (at least 32 bytes; Authorization: Bearer) for
     /// /metrics and the dashboard's data [default: open, or on --admin-listen].

@@ -40,20 +40,20 @@ pub struct DirectSettings {
     /// Sign direct-to-bucket uploads under /s3/ (the routes Uppy's Companion
     /// serves for @uppy/aws-s3): browsers send bytes to the bucket itself.
     /// Needs an s3:// store; see docs/DIRECT.md.
-    #[arg(id = "direct.enabled", long = "direct", env = "SLUICE_DIRECT", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::settings::flag_bool())]
+    #[arg(id = "direct.enabled", long = "direct", env = "SLUICE_DIRECT", value_name = "BOOL", num_args = 0..=1, default_value = "false", default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::values::flag_bool())]
     pub enabled: bool,
     /// How long a signed direct upload request stays good (at most 7 days, S3's
     /// limit).
-    #[arg(id = "direct.expires", long = "direct-expires", env = "SLUICE_DIRECT_EXPIRES", value_name = "DURATION", default_value = "15m", value_parser = crate::settings::duration_in(crate::settings::SECOND, MAX_PRESIGN_EXPIRY))]
+    #[arg(id = "direct.expires", long = "direct-expires", env = "SLUICE_DIRECT_EXPIRES", value_name = "DURATION", default_value = "15m", value_parser = crate::values::duration_in(crate::values::SECOND, MAX_PRESIGN_EXPIRY))]
     #[serde(with = "humantime_serde")]
     pub expires: Duration,
     /// The bucket's endpoint as browsers reach it, when not --endpoint
     /// (signatures cover the host) [default: --endpoint].
-    #[arg(id = "direct.public_endpoint", long = "direct-endpoint", env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL", value_parser = crate::settings::http_url)]
+    #[arg(id = "direct.public_endpoint", long = "direct-endpoint", env = "SLUICE_DIRECT_ENDPOINT", value_name = "URL", value_parser = crate::values::http_url)]
     pub public_endpoint: Option<String>,
     /// How often pending single-request direct uploads are looked for in the
     /// bucket.
-    #[arg(id = "direct.confirm_interval", long = "direct-confirm-interval", env = "SLUICE_DIRECT_CONFIRM_INTERVAL", value_name = "DURATION", default_value = "2s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
+    #[arg(id = "direct.confirm_interval", long = "direct-confirm-interval", env = "SLUICE_DIRECT_CONFIRM_INTERVAL", value_name = "DURATION", default_value = "2s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub confirm_interval: Duration,
 }

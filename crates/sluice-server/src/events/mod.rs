@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 pub struct EventSettings {
     /// POST signed upload events (upload.completed, upload.terminated) to URL;
     /// repeat or separate with commas; see docs/EVENTS.md [default: no events].
-    #[arg(id = "events.urls", long = "event-url", env = "SLUICE_EVENT_URL", value_name = "URL", value_delimiter = ',', value_parser = crate::settings::http_url)]
+    #[arg(id = "events.urls", long = "event-url", env = "SLUICE_EVENT_URL", value_name = "URL", value_delimiter = ',', value_parser = crate::values::http_url)]
     pub urls: Vec<String>,
     /// The secret in FILE events are signed with (HMAC-SHA256; at least 32 bytes;
     /// required with --event-url).
@@ -44,25 +44,25 @@ pub struct EventSettings {
     pub secret_file: Option<PathBuf>,
     /// How long an event is retried before it is given up on and kept under
     /// _sluice/events/failed/.
-    #[arg(id = "events.retry_for", long = "event-retry-for", env = "SLUICE_EVENT_RETRY_FOR", value_name = "DURATION", default_value = "24h", value_parser = crate::settings::duration_in(std::time::Duration::ZERO, std::time::Duration::MAX))]
+    #[arg(id = "events.retry_for", long = "event-retry-for", env = "SLUICE_EVENT_RETRY_FOR", value_name = "DURATION", default_value = "24h", value_parser = crate::values::duration_in(std::time::Duration::ZERO, std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub retry_for: Duration,
     /// How long one delivery attempt may take.
-    #[arg(id = "events.timeout", long = "event-timeout", env = "SLUICE_EVENT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
+    #[arg(id = "events.timeout", long = "event-timeout", env = "SLUICE_EVENT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// How often the outbox is scanned for events that are due.
-    #[arg(id = "events.poll_interval", long = "event-poll-interval", env = "SLUICE_EVENT_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
+    #[arg(id = "events.poll_interval", long = "event-poll-interval", env = "SLUICE_EVENT_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     /// How often intents left by interrupted completions are reconciled (turned
     /// into events, or dropped when their object cannot come).
-    #[arg(id = "events.reconcile_interval", long = "event-reconcile-interval", env = "SLUICE_EVENT_RECONCILE_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::settings::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
+    #[arg(id = "events.reconcile_interval", long = "event-reconcile-interval", env = "SLUICE_EVENT_RECONCILE_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub reconcile_interval: Duration,
     /// How old an intent must be before a reconciliation settles it (younger
     /// ones belong to completions still running).
-    #[arg(id = "events.reconcile_after", long = "event-reconcile-after", env = "SLUICE_EVENT_RECONCILE_AFTER", value_name = "DURATION", default_value = "30s", value_parser = crate::settings::duration_in(std::time::Duration::ZERO, std::time::Duration::MAX))]
+    #[arg(id = "events.reconcile_after", long = "event-reconcile-after", env = "SLUICE_EVENT_RECONCILE_AFTER", value_name = "DURATION", default_value = "30s", value_parser = crate::values::duration_in(std::time::Duration::ZERO, std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub reconcile_after: Duration,
 }
