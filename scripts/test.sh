@@ -79,7 +79,7 @@ cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "==> cargo test"
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 echo "==> fuzzing (bounded: 20 s per target)"
 scripts/fuzz.sh 20
 echo "==> all tests passed"

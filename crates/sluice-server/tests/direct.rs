@@ -653,7 +653,7 @@ async fn direct_routes_are_off_unless_configured() {
             8 * 86400,
             "7 days",
         ),
-        ("a lifetime of 0", "s3://bucket-b", 0, "between 1s"),
+        ("a lifetime of 0", "s3://bucket-b", 0, "must be at least 1s"),
     ];
     for (what, store, expires, reason) in cases {
         let mut config = ServerConfig {
