@@ -602,6 +602,9 @@ pub struct ServeArgs {
     /// `[engine]`, `[tus]`, ... tables); flags and variables win over it.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The flag of earlier releases for --upload-page=false (hidden; warns).
+    #[arg(long, hide = true)]
+    pub no_upload_page: bool,
     #[command(flatten)]
     pub settings: sluice_server::ServerConfig,
 }
@@ -678,4 +681,42 @@ pub struct ChaosProxyArgs {
     /// Allow listening on a non-loopback address.
     #[arg(long)]
     pub allow_remote: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A switch with an optional value takes it only after `=`, so it never
+    /// swallows the positional argument that follows it.
+    #[test]
+    fn switches_leave_the_next_argument_alone() {
+        // (command line, fixed part size, source)
+        let cases: [(&[&str], bool, &str); 4] = [
+            (
+                &["sluice", "put", "--fixed-part-size", "big.iso", "s3://b/k"],
+                true,
+                "big.iso",
+            ),
+            (
+                &["sluice", "put", "--fixed-part-size", "-", "s3://b/k"],
+                true,
+                "-",
+            ),
+            (
+                &["sluice", "put", "--fixed-part-size=false", "a", "s3://b/k"],
+                false,
+                "a",
+            ),
+            (&["sluice", "put", "a", "s3://b/k"], false, "a"),
+        ];
+        for (argv, fixed, src) in cases {
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let Command::Put(put) = cli.command else {
+                panic!("{argv:?} is not a put");
+            };
+            assert_eq!(put.transfer.engine.fixed_part_size, fixed, "{argv:?}");
+            assert_eq!(put.src, PathBuf::from(src), "{argv:?}");
+        }
+    }
 }

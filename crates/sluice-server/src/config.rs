@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use sluice_upload::settings::{optional_size, size};
-use sluice_upload::{defaults, size_in, BreakerConfig, EngineConfig, EngineSettings};
+use sluice_upload::{defaults, size_in, BreakerConfig, EngineConfig, EngineSettings, MAX_SETTING};
 
 use std::ffi::OsStr;
 
-use crate::values::{at_least, duration_in, flag_bool, non_negative, HOUR, SECOND};
+use crate::values::{at_least, count_in, duration_in, flag_bool, non_negative, HOUR, SECOND};
 
 /// Everything `sluice serve` can be told. Each field is one setting, defined
 /// once: its clap attributes give the flag, the `SLUICE_…` variable, the
@@ -148,7 +148,7 @@ pub struct TusSettings {
     pub max_partials: usize,
     /// A PATCH storing fewer bytes than this without finishing its upload is
     /// small (see --tus-small-patches-per-second).
-    #[arg(id = "tus.small_patch_bytes", long = "tus-small-patch-bytes", env = "SLUICE_TUS_SMALL_PATCH_BYTES", value_name = "SIZE", default_value = "64KiB", value_parser = size_in(0, u64::MAX))]
+    #[arg(id = "tus.small_patch_bytes", long = "tus-small-patch-bytes", env = "SLUICE_TUS_SMALL_PATCH_BYTES", value_name = "SIZE", default_value = "64KiB", value_parser = size_in(0, MAX_SETTING))]
     #[serde(deserialize_with = "size")]
     pub small_patch_bytes: u64,
     /// Small PATCHes one upload may send per second, twice as many in a burst,
@@ -206,8 +206,8 @@ pub struct Limits {
     /// of a whole run instead, hence another name).
     #[arg(id = "limits.parts_in_flight", long = "parts-in-flight", alias = "concurrency", env = "SLUICE_PARTS_IN_FLIGHT", value_name = "N", default_value = "8", value_parser = crate::values::count_in::<usize>(1, 1024))]
     pub parts_in_flight: usize,
-    /// Seconds suggested in Retry-After.
-    #[arg(id = "limits.retry_after_seconds", long = "retry-after-seconds", env = "SLUICE_RETRY_AFTER_SECONDS", value_name = "SECONDS", default_value = "1", value_parser = at_least::<u64>(0))]
+    /// Seconds suggested in Retry-After (at most 3600).
+    #[arg(id = "limits.retry_after_seconds", long = "retry-after-seconds", env = "SLUICE_RETRY_AFTER_SECONDS", value_name = "SECONDS", default_value = "1", value_parser = count_in::<u64>(0, 3600))]
     pub retry_after_seconds: u64,
     /// Requests to the store at once; more wait their turn.
     #[arg(id = "limits.store_concurrency", long = "store-concurrency", env = "SLUICE_STORE_CONCURRENCY", value_name = "N", default_value = "128", value_parser = at_least::<usize>(1))]
@@ -240,7 +240,7 @@ pub struct Limits {
     /// Bytes per second a request body must average once --min-body-rate-grace
     /// has passed (time the gateway itself does not read is not counted); a
     /// slower upload is answered 408. 0 turns the check off.
-    #[arg(id = "limits.min_body_rate", long = "min-body-rate", env = "SLUICE_MIN_BODY_RATE", value_name = "SIZE", default_value = "1KiB", value_parser = size_in(0, u64::MAX))]
+    #[arg(id = "limits.min_body_rate", long = "min-body-rate", env = "SLUICE_MIN_BODY_RATE", value_name = "SIZE", default_value = "1KiB", value_parser = size_in(0, MAX_SETTING))]
     #[serde(deserialize_with = "size")]
     pub min_body_rate: u64,
     /// How long a request body may take before --min-body-rate applies.

@@ -340,6 +340,29 @@ mod tests {
             // What no source set keeps its default.
             assert_eq!(config.limits.store_concurrency, 128);
         }
+        // A variable: over the file, under a flag. (A name of this test's own,
+        // so no other test sees it.)
+        let with_variable = |argv: &[&str]| {
+            ServerConfig::command()
+                .mut_args(|arg| arg.env(None::<&'static str>))
+                .mut_arg("limits.queue_length", |arg| {
+                    arg.env("SLUICE_TEST_SETTINGS_QUEUE_LENGTH")
+                })
+                .try_get_matches_from(argv)
+                .unwrap()
+        };
+        std::env::set_var("SLUICE_TEST_SETTINGS_QUEUE_LENGTH", "5");
+        let from_variable = resolve(Some(("test.toml", file)), &with_variable(&[])).unwrap();
+        let from_flag = resolve(
+            Some(("test.toml", file)),
+            &with_variable(&["--queue-length", "3"]),
+        )
+        .unwrap();
+        std::env::remove_var("SLUICE_TEST_SETTINGS_QUEUE_LENGTH");
+        assert_eq!(from_variable.limits.queue_length, 5);
+        assert_eq!(from_flag.limits.queue_length, 3);
+        // The file's other values stay.
+        assert_eq!(from_variable.limits.max_concurrent_uploads, 9);
         let defaults = resolve(None, &matches(&[])).unwrap();
         assert_eq!(defaults, ServerConfig::default());
     }

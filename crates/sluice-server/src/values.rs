@@ -53,6 +53,9 @@ where
         if value < min {
             return Err(format!("must be at least {min}"));
         }
+        if value > sluice_upload::MAX_SETTING {
+            return Err(format!("must be at most {}", sluice_upload::MAX_SETTING));
+        }
         T::try_from(value).map_err(|_| "too large".to_owned())
     }
 }

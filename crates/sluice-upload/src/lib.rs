@@ -59,7 +59,7 @@ pub use progress::{Progress, ProgressFn};
 pub use resume::ResumeOutcome;
 pub use retry::{RetryBudgetConfig, RetryStats};
 pub use retrying_store::RetryingStore;
-pub use settings::{defaults, size_in, ChecksumSetting, EngineSettings};
+pub use settings::{defaults, size_in, ChecksumSetting, EngineSettings, MAX_SETTING};
 pub use source::UploadSource;
 pub use tuning::TuningConfig;
 pub use units::{format_size, parse_size};

@@ -40,9 +40,11 @@ pub struct EngineSettings {
         env = "SLUICE_FIXED_PART_SIZE",
         value_name = "BOOL",
         num_args = 0..=1,
+        require_equals = true,
         default_value = "false",
         default_missing_value = "true",
-        action = clap::ArgAction::Set
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub fixed_part_size: bool,
     /// Objects up to this size go up in a single PUT; larger ones in parts.
@@ -65,7 +67,7 @@ pub struct EngineSettings {
         env = "SLUICE_MEMORY_LIMIT",
         value_name = "SIZE",
         default_value = "256MiB",
-        value_parser = size_in(MIN_PART_SIZE, u64::MAX)
+        value_parser = size_in(MIN_PART_SIZE, MAX_SETTING)
     )]
     #[serde(deserialize_with = "size")]
     pub memory_limit: u64,
@@ -77,7 +79,7 @@ pub struct EngineSettings {
         long = "upload-memory-share",
         env = "SLUICE_UPLOAD_MEMORY_SHARE",
         value_name = "SIZE",
-        value_parser = size_in(MIN_PART_SIZE, u64::MAX)
+        value_parser = size_in(MIN_PART_SIZE, MAX_SETTING)
     )]
     #[serde(
         deserialize_with = "optional_size",
@@ -133,6 +135,10 @@ impl ConfigError {
         }
     }
 }
+
+/// The largest number a setting may hold: what a config file (TOML, signed
+/// 64-bit integers) can say.
+pub const MAX_SETTING: u64 = i64::MAX as u64;
 
 /// The values a settings struct gets when nothing is given: its definitions'
 /// defaults, with no environment variable read.
