@@ -950,3 +950,54 @@ async fn a_token_cookie_counts_only_on_requests_from_allowed_pages() {
         .unwrap();
     assert!(error.to_string().contains("auth.token_cookie"), "{error}");
 }
+
+/// Issue 35, hole 1: with an issuer and an audience configured, a token must
+/// carry both claims, with those values; one that leaves a claim out is as
+/// refused as one that names another.
+#[tokio::test]
+async fn a_configured_issuer_and_audience_are_required_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let mut config = ServerConfig::default();
+    config.janitor.interval = std::time::Duration::ZERO;
+    config.auth.jwt_secret_file = Some(secret);
+    config.auth.issuer = Some("https://app.example".into());
+    config.auth.audience = Some("uploads".into());
+    let store = MemoryStore::new();
+    let state = AppState::new(config, Arc::new(store.clone())).unwrap();
+    let good = json!({ "iss": "https://app.example", "aud": "uploads" });
+    // (claims over a good token's, answer)
+    let cases = [
+        (json!({}), StatusCode::CREATED),
+        (json!({ "iss": null }), StatusCode::UNAUTHORIZED),
+        (json!({ "aud": null }), StatusCode::UNAUTHORIZED),
+        (json!({ "iss": "https://evil.example" }), StatusCode::UNAUTHORIZED),
+        (json!({ "aud": "other" }), StatusCode::UNAUTHORIZED),
+    ];
+    for (i, (change, expected)) in cases.into_iter().enumerate() {
+        let mut claims = json!({ "sub": "acme", "exp": now() + 600 });
+        for (name, value) in good.as_object().unwrap().iter().chain(change.as_object().unwrap()) {
+            match value {
+                Value::Null => {
+                    claims.as_object_mut().unwrap().remove(name);
+                }
+                value => claims[name] = value.clone(),
+            }
+        }
+        let request = Request::builder()
+            .method("PUT")
+            .uri(format!("/v1/objects/acme/claims-{i}"))
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", sign(Algorithm::HS256, claims.clone(), SECRET)),
+            )
+            .body(Body::from("x"))
+            .unwrap();
+        let (status, _, body) = send(&state, request).await;
+        assert_eq!(status, expected, "{claims}: {}", String::from_utf8_lossy(&body));
+        if expected != StatusCode::CREATED {
+            assert!(store.object(&format!("acme/claims-{i}")).is_none());
+        }
+    }
+}

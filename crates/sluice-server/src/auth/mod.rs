@@ -474,7 +474,12 @@ impl Authenticator {
         base.algorithms.clear();
         base.leeway = settings.leeway.as_secs();
         base.validate_nbf = true;
-        base.set_required_spec_claims(&["exp", "sub"]);
+        // A configured issuer or audience is a claim every token must carry:
+        // jsonwebtoken checks a claim's value only when it is present.
+        let mut required = vec!["exp", "sub"];
+        required.extend(settings.issuer.as_ref().map(|_| "iss"));
+        required.extend(settings.audience.as_ref().map(|_| "aud"));
+        base.set_required_spec_claims(&required);
         match &settings.issuer {
             Some(issuer) => base.set_issuer(&[issuer]),
             None => base.iss = None,
