@@ -4,7 +4,8 @@
 //! the upload go on, optionally with another key, metadata or content type (a
 //! JSON body); a 4xx answer refuses it with that status and the hook's message;
 //! a hook that cannot be reached, times out or answers 5xx refuses it with 503
-//! (or lets it through, with `hooks.fail_open`). The request is signed like
+//! (or lets it through, with `hooks.fail_open`). A redirect is not followed:
+//! it refuses the upload with 403. The request is signed like
 //! events when `hooks.secret_file` is set. docs/EVENTS.md is the hook's view.
 
 use std::collections::BTreeMap;
@@ -125,8 +126,11 @@ impl Hooks {
                 if settings.timeout.is_zero() {
                     return Err(fail("hooks.timeout", "must be above 0".into()));
                 }
+                // A redirect is not followed: it would send the upload's
+                // description, signed, to wherever the answer points.
                 let client = reqwest::Client::builder()
                     .timeout(settings.timeout)
+                    .redirect(reqwest::redirect::Policy::none())
                     .build()
                     .map_err(|e| fail("hooks.pre_create_url", e.to_string()))?;
                 Some((url.clone(), client))
@@ -181,6 +185,17 @@ impl Hooks {
                 unavailable(format!(
                     "answered 2xx with a body that is not a decision: {e}"
                 ))
+            });
+        }
+        if status.is_redirection() {
+            // The hook answered, and not with a yes: a refusal, whatever
+            // `fail_open` says (it lets through only a hook that cannot answer).
+            tracing::warn!(url = %url, %status, "pre-create hook answered a redirect, which is not followed");
+            return Err(ApiError::HookRejected {
+                status: http::StatusCode::FORBIDDEN,
+                message: format!(
+                    "the pre-create hook answered {status}; redirects are not followed"
+                ),
             });
         }
         if status.is_client_error() {

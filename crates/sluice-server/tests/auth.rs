@@ -972,12 +972,20 @@ async fn a_configured_issuer_and_audience_are_required_claims() {
         (json!({}), StatusCode::CREATED),
         (json!({ "iss": null }), StatusCode::UNAUTHORIZED),
         (json!({ "aud": null }), StatusCode::UNAUTHORIZED),
-        (json!({ "iss": "https://evil.example" }), StatusCode::UNAUTHORIZED),
+        (
+            json!({ "iss": "https://evil.example" }),
+            StatusCode::UNAUTHORIZED,
+        ),
         (json!({ "aud": "other" }), StatusCode::UNAUTHORIZED),
     ];
     for (i, (change, expected)) in cases.into_iter().enumerate() {
         let mut claims = json!({ "sub": "acme", "exp": now() + 600 });
-        for (name, value) in good.as_object().unwrap().iter().chain(change.as_object().unwrap()) {
+        for (name, value) in good
+            .as_object()
+            .unwrap()
+            .iter()
+            .chain(change.as_object().unwrap())
+        {
             match value {
                 Value::Null => {
                     claims.as_object_mut().unwrap().remove(name);
@@ -995,7 +1003,12 @@ async fn a_configured_issuer_and_audience_are_required_claims() {
             .body(Body::from("x"))
             .unwrap();
         let (status, _, body) = send(&state, request).await;
-        assert_eq!(status, expected, "{claims}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            expected,
+            "{claims}: {}",
+            String::from_utf8_lossy(&body)
+        );
         if expected != StatusCode::CREATED {
             assert!(store.object(&format!("acme/claims-{i}")).is_none());
         }

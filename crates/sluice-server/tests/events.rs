@@ -280,3 +280,66 @@ async fn events_need_a_secret_and_http_urls() {
         assert!(refused.to_string().contains(key), "{refused}");
     }
 }
+
+/// Issue 35, hole 6: a receiver that answers with a redirect does not get the
+/// signed event sent on to where it points; the delivery counts as failed (and
+/// is tried again later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_a_failed_delivery_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("events.secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let moved = Arc::new(AtomicU64::new(0));
+    let elsewhere = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new()
+        .route(
+            "/moved",
+            axum::routing::post({
+                let moved = moved.clone();
+                move || async move {
+                    moved.fetch_add(1, Ordering::SeqCst);
+                    (
+                        StatusCode::TEMPORARY_REDIRECT,
+                        [(axum::http::header::LOCATION, "/elsewhere")],
+                    )
+                }
+            }),
+        )
+        .route(
+            "/elsewhere",
+            axum::routing::post({
+                let elsewhere = elsewhere.clone();
+                move || async move {
+                    elsewhere.fetch_add(1, Ordering::SeqCst);
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let store = MemoryStore::new();
+    let state = gateway(&store, &format!("http://{address}/moved"), &secret);
+    let delivery = state
+        .completion
+        .events()
+        .spawn_delivery()
+        .expect("events are on");
+    upload(&state, 0).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while moved.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Time for a followed redirect to arrive, had it been followed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    delivery.abort();
+    assert!(
+        moved.load(Ordering::SeqCst) >= 1,
+        "the event was never sent"
+    );
+    assert_eq!(
+        elsewhere.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+}

@@ -58,6 +58,12 @@ async fn hook(
             StatusCode::NO_CONTENT.into_response()
         }
         "evil" => axum::Json(json!({ "key": "../escape" })).into_response(),
+        // Issue 35, hole 6: a redirect to a page that approves anything.
+        "redirect" => (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(axum::http::header::LOCATION, "/approve-anything")],
+        )
+            .into_response(),
         other => panic!("no case {other}"),
     }
 }
@@ -68,6 +74,10 @@ async fn start_hook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
     let address = listener.local_addr().unwrap();
     let app = axum::Router::new()
         .route("/pre-create", axum::routing::post(hook))
+        .route(
+            "/approve-anything",
+            axum::routing::post(|| async { StatusCode::OK }),
+        )
         .with_state(seen.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (address, seen)
@@ -168,7 +178,7 @@ async fn the_pre_create_hook_decides_for_every_kind_of_upload() {
     );
     // (hook, fail open, name, status, code and message start, stored key)
     type Case<'a> = (&'a str, bool, &'a str, u16, &'a str, Option<&'a str>);
-    let cases: [Case; 10] = [
+    let cases: [Case; 12] = [
         (&url, false, "allow-1", 201, "", Some("allow-1")),
         (&url, false, "rename-1", 201, "", Some("renamed/rename-1")),
         (
@@ -193,6 +203,9 @@ async fn the_pre_create_hook_decides_for_every_kind_of_upload() {
         (&url, false, "evil-1", 503, "hook_unavailable", None),
         (&closed, false, "allow-2", 503, "hook_unavailable", None),
         (&closed, true, "allow-3", 201, "", Some("allow-3")),
+        // A redirect is not followed: the hook did answer, and not with a yes.
+        (&url, false, "redirect-1", 403, "rejected_by_hook", None),
+        (&url, true, "redirect-2", 403, "rejected_by_hook", None),
     ];
     for route in [Route::Put, Route::Form, Route::Tus] {
         for (hook_url, fail_open, name, status, code, stored) in cases {

@@ -24,8 +24,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
 pub(super) async fn run(inner: Arc<EventsInner>) {
     let me = format!("gw-{}", uuid::Uuid::new_v4().simple());
+    // A redirect is not followed (the signed event would go wherever it
+    // points): a 3xx answer is a failed delivery, retried and logged.
     let client = match reqwest::Client::builder()
         .timeout(inner.settings.timeout)
+        .redirect(reqwest::redirect::Policy::none())
         .build()
     {
         Ok(client) => client,
