@@ -40,6 +40,38 @@ pub fn validate_client_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a listing prefix as a key is checked, but for what a prefix may be:
+/// empty, ending in `/`, or ending in part of a name. No `.` or `..` segment
+/// (a partial last one included: S3 servers refuse such names), no empty
+/// segment but the one after a trailing `/`, no control character.
+pub fn validate_list_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if prefix.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "the prefix is {} bytes; at most 1024 are allowed",
+            prefix.len()
+        ));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Err("the prefix contains a control character".into());
+    }
+    let segments: Vec<&str> = prefix.split('/').collect();
+    let last = segments.len() - 1;
+    for (i, segment) in segments.into_iter().enumerate() {
+        match segment {
+            "" if i == last => {}
+            "" => {
+                return Err("the prefix contains an empty segment (a leading or double '/')".into())
+            }
+            "." | ".." => return Err("the prefix contains a '.' or '..' segment".into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Longest key a template may make from short names: half the key limit, so
 /// that the sample checked at parsing is never cut (and names have room).
 const MAX_TEMPLATE_KEY: usize = MAX_KEY_LEN / 2;

@@ -12,6 +12,8 @@ use sluice_store::{error_chain, StoreError};
 pub enum ApiError {
     #[error("invalid key: {0}")]
     InvalidKey(String),
+    #[error("invalid prefix: {0}")]
+    InvalidPrefix(String),
     #[error("{0}")]
     BadRequest(String),
     /// A request broken in how it came (its framing, a form's structure or
@@ -108,6 +110,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidKey(_)
+            | ApiError::InvalidPrefix(_)
             | ApiError::BadRequest(_)
             | ApiError::Malformed(_)
             | ApiError::InvalidRecords(_) => StatusCode::BAD_REQUEST,
@@ -142,6 +145,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::InvalidKey(_) => "invalid_key",
+            ApiError::InvalidPrefix(_) => "invalid_prefix",
             ApiError::BadRequest(_) | ApiError::Malformed(_) => "bad_request",
             ApiError::NotFound => "not_found",
             ApiError::NoRoute => "no_route",

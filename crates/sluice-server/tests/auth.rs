@@ -1014,3 +1014,63 @@ async fn a_configured_issuer_and_audience_are_required_claims() {
         }
     }
 }
+
+/// Issue 35, hole 4: a token bound to one key is good for exactly that key,
+/// so it cannot list the prefix around it (and see other keys, sizes, ETags).
+#[tokio::test]
+async fn a_token_for_one_key_cannot_list() {
+    let world = world().await;
+    let list = |token: String| {
+        Request::builder()
+            .uri("/v1/objects?prefix=acme/")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let bound = token("acme", json!({ "key": "acme/a" }));
+    let (status, _, body) = send(&world.state, list(bound)).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(!String::from_utf8_lossy(&body).contains("etag"));
+    let (status, _, _) = send(&world.state, list(token("acme", json!({})))).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// Issue 35, hole 3: a listing prefix is checked like a key (no `.` or `..`
+/// segment, no empty segment but a trailing `/`, no control character): 400
+/// with a clear code, before the store is asked.
+#[tokio::test]
+async fn a_listing_prefix_with_dot_segments_or_controls_is_refused() {
+    let world = world().await;
+    // (query, status)
+    let cases = [
+        ("prefix=acme/", StatusCode::OK),
+        ("prefix=acme/a", StatusCode::OK),
+        ("prefix=acme/../bob/", StatusCode::BAD_REQUEST),
+        ("prefix=acme/%2e%2e/bob/", StatusCode::BAD_REQUEST),
+        ("prefix=acme%2F..%2Fbob%2F", StatusCode::BAD_REQUEST),
+        ("prefix=acme/./", StatusCode::BAD_REQUEST),
+        ("prefix=acme//x", StatusCode::BAD_REQUEST),
+        ("prefix=acme/%00", StatusCode::BAD_REQUEST),
+    ];
+    for (query, expected) in cases {
+        let request = Request::builder()
+            .uri(format!("/v1/objects?{query}"))
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", token("acme", json!({}))),
+            )
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, body) = send(&world.state, request).await;
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, expected, "{query}: {text}");
+        if expected == StatusCode::BAD_REQUEST {
+            assert!(text.contains("invalid_prefix"), "{query}: {text}");
+        }
+    }
+}

@@ -311,9 +311,18 @@ impl Grant {
     }
 
     /// The prefix to list for a requested `prefix`: the caller's own when the
-    /// request names none; one outside the caller's is forbidden.
+    /// request names none; one outside the caller's is forbidden, one that is
+    /// not a valid prefix is refused, and a token for one key lists nothing.
     pub fn list_prefix(&self, prefix: &str) -> Result<String, ApiError> {
         self.allows(Op::List)?;
+        if self.key.is_some() {
+            // A token for one key is good for exactly that key: a listing
+            // would show the keys, sizes and ETags around it.
+            return Err(ApiError::Forbidden(
+                "the token is good for one key only; listing needs a token without `key`".into(),
+            ));
+        }
+        sluice_input::keys::validate_list_prefix(prefix).map_err(ApiError::InvalidPrefix)?;
         if prefix.is_empty() {
             return Ok(self.prefix.clone());
         }
