@@ -1074,3 +1074,57 @@ async fn a_listing_prefix_with_dot_segments_or_controls_is_refused() {
         }
     }
 }
+
+/// Issue 35, hole 2: a tenant whose name renders keys into the gateway's own
+/// `_sluice/` prefix gets no upload there: generated keys are checked exactly
+/// like client keys (tus creation, form, PUT alike).
+#[tokio::test]
+async fn a_tenant_named_like_the_reserved_prefix_writes_nothing_there() {
+    let world = world().await;
+    let before = snapshot(&world.store).await;
+    let bearer = format!("Bearer {}", token("_sluice", json!({})));
+    use base64::Engine as _;
+    let filename = base64::engine::general_purpose::STANDARD.encode("state");
+    let requests = [
+        Request::builder()
+            .method("POST")
+            .uri("/v1/tus/")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", 5)
+            .header("upload-metadata", format!("filename {filename}"))
+            .header(header::CONTENT_TYPE, "application/offset+octet-stream")
+            .header(header::AUTHORIZATION, &bearer)
+            .body(Body::from("hello"))
+            .unwrap(),
+        Request::builder()
+            .method("POST")
+            .uri("/v1/objects")
+            .header(header::CONTENT_TYPE, "multipart/form-data; boundary=B")
+            .header(header::AUTHORIZATION, &bearer)
+            .body(Body::from(
+                "--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"state\"\r\n\r\nhello\r\n--B--\r\n",
+            ))
+            .unwrap(),
+        Request::builder()
+            .method("PUT")
+            .uri("/v1/objects/_sluice/x")
+            .header(header::AUTHORIZATION, &bearer)
+            .body(Body::from("hello"))
+            .unwrap(),
+    ];
+    for request in requests {
+        let what = format!("{} {}", request.method(), request.uri());
+        let (status, headers, body) = send(&world.state, request).await;
+        assert!(
+            status.is_client_error(),
+            "{what}: {status} {:?} {}",
+            headers.get("x-sluice-key"),
+            String::from_utf8_lossy(&body)
+        );
+    }
+    assert_eq!(
+        snapshot(&world.store).await,
+        before,
+        "something was written"
+    );
+}
