@@ -170,15 +170,10 @@ mod tests {
 
     #[test]
     fn the_docs_table_is_what_the_definitions_say() {
-        let rendered = render();
-        if std::env::var_os("SLUICE_UPDATE_DOCS").is_some() {
-            std::fs::write(DOC, &rendered).unwrap();
-        }
-        let written = std::fs::read_to_string(DOC).unwrap_or_default();
-        assert!(
-            written == rendered,
-            "docs/ENVIRONMENT.md differs from the definitions; run \
-             SLUICE_UPDATE_DOCS=1 cargo test -p sluice-cli environment"
+        sluice_testkit::assert_generated_file(
+            DOC,
+            &render(),
+            "cargo test -p sluice-cli environment",
         );
     }
 

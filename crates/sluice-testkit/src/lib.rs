@@ -23,3 +23,17 @@ pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// A file generated from definitions (docs tables): asserts that `path` holds
+/// `rendered`; with `SLUICE_UPDATE_DOCS` set, writes it first. `update` is the
+/// command that regenerates it, for the failure message.
+pub fn assert_generated_file(path: &str, rendered: &str, update: &str) {
+    if std::env::var_os("SLUICE_UPDATE_DOCS").is_some() {
+        std::fs::write(path, rendered).unwrap();
+    }
+    let written = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        written == rendered,
+        "{path} differs from the definitions; run SLUICE_UPDATE_DOCS=1 {update}"
+    );
+}
