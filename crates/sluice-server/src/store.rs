@@ -142,6 +142,10 @@ impl ObjectStore for MeteredStore {
         self.call("list_parts", self.inner.list_parts(key, upload_id))
             .await
     }
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.call("check_upload", self.inner.check_upload(key, upload_id))
+            .await
+    }
     async fn list_multipart_uploads(
         &self,
         prefix: &str,

@@ -227,6 +227,9 @@ async fn routes_answer_as_uppy_expects_and_confine_each_tenant() {
     let list = format!("/s3/multipart/{}?key={k}", enc(&upload));
     let complete = format!("/s3/multipart/{}/complete?key={k}", enc(&upload));
     let params = "/s3/params?filename=a.txt&type=text%2Fplain&metadata%5Bname%5D=a.txt";
+    // globex's own key with acme's upload id: the id must go with the key.
+    let theirs = enc("globex/2026/11/27/mine/report.pdf");
+    let foreign_id = |route: &str| format!("/s3/multipart/{}{route}?key={theirs}", enc(&upload));
     let cases: Vec<Case> = vec![
         (
             "params without a token",
@@ -314,6 +317,15 @@ async fn routes_answer_as_uppy_expects_and_confine_each_tenant() {
             "sign with another tenant's token",
             "GET",
             sign("1"),
+            Some(&globex),
+            None,
+            404,
+            "upload_not_found",
+        ),
+        (
+            "sign another tenant's upload id under one's own key",
+            "GET",
+            foreign_id("/1"),
             Some(&globex),
             None,
             404,

@@ -207,6 +207,13 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     async fn list_parts(&self, key: &str, upload_id: &str)
         -> Result<Vec<UploadedPart>, StoreError>;
 
+    /// Whether `upload_id` is an upload in progress at `key`: `Ok` if so,
+    /// [`StoreError::NoSuchUpload`] if the id is unknown or goes with another
+    /// key. Costs one short request where [`Self::list_parts`] may cost pages.
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.list_parts(key, upload_id).await.map(|_| ())
+    }
+
     /// Multipart uploads under `prefix` that were neither completed nor aborted.
     async fn list_multipart_uploads(
         &self,

@@ -265,6 +265,9 @@ impl ObjectStore for FaultyStore {
     ) -> Result<Vec<UploadedPart>, StoreError> {
         self.inner.list_parts(key, upload_id).await
     }
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.inner.check_upload(key, upload_id).await
+    }
     async fn list_multipart_uploads(
         &self,
         prefix: &str,

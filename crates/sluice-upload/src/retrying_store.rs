@@ -252,6 +252,13 @@ impl ObjectStore for RetryingStore {
         .await
     }
 
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.call(Kind::Transfer, "ListParts", key, || {
+            self.inner.store.check_upload(key, upload_id)
+        })
+        .await
+    }
+
     async fn list_multipart_uploads(
         &self,
         prefix: &str,

@@ -380,6 +380,13 @@ async fn sign_part(
     if u64::from(part) > most_parts {
         return Err(ApiError::TooLarge { limit }.into());
     }
+    // The signature would name the caller's key with any upload id: the id
+    // must be an upload at that key, or it is not the caller's upload.
+    state
+        .store
+        .check_upload(&key, &upload_id)
+        .await
+        .map_err(upload_gone)?;
     let url = direct
         .signer
         .upload_part_url(&key, &upload_id, part, direct.settings.expires)

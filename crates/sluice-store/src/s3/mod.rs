@@ -872,6 +872,22 @@ impl ObjectStore for S3Store {
         Ok(parts)
     }
 
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.client
+            .list_parts()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .upload_id(upload_id)
+            .max_parts(1)
+            .send()
+            .watched(self.stall)
+            .await
+            .map_err(|e| {
+                e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
+            })?;
+        Ok(())
+    }
+
     async fn list_multipart_uploads(
         &self,
         prefix: &str,
