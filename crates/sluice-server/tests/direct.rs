@@ -597,9 +597,56 @@ async fn single_request_uploads_are_pinned_by_the_policy_and_confirmed_once() {
             _ => assert_eq!(bytes, None, "{key}: nothing stored"),
         }
     }
-    // The unused and refused signatures stay pending until their expiry.
-    let outcomes = confirm::pass(state).await.unwrap();
-    assert_eq!(outcomes, vec![Outcome::Waiting; 2]);
+    // The unused and refused signatures stay pending until their expiry; the
+    // used one is watched for a second use until then.
+    let mut outcomes = confirm::pass(state).await.unwrap();
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Waiting, Outcome::Waiting, Outcome::Watching]
+    );
+}
+
+/// A signed policy works until it expires; S3 cannot make it single-use. A
+/// second use replaces the object, and that object is announced too: every
+/// object the policy made has its own `upload.completed` (its own ETag), so
+/// nothing a consumer acted on is changed behind its back unannounced.
+#[tokio::test]
+async fn a_policy_used_twice_announces_each_object_it_made() {
+    let Some(world) = world("direct-reuse", Duration::from_secs(900)).await else {
+        return;
+    };
+    let state = &world.state;
+    let acme = token("acme", json!({ "max_size": 1024 }));
+    let (status, signed) = call(
+        state,
+        "GET",
+        "/s3/params?filename=twice.txt",
+        Some(&acme),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{signed}");
+    let key = signed["fields"]["key"].as_str().unwrap().to_string();
+    let key = key
+        .strip_prefix(&prefix_of(&world, &key))
+        .unwrap_or(&key)
+        .to_string();
+    let mut etags = Vec::new();
+    // (use, bytes sent, events so far)
+    for (seed, events) in [(1u8, 1u64), (2, 2)] {
+        let (status, text) = post_form(&signed, &data(seed, 500)).await;
+        assert_eq!(status, 204, "use {seed}: {text}");
+        let outcomes = confirm::pass(state).await.unwrap();
+        assert_eq!(outcomes, vec![Outcome::Confirmed], "use {seed}");
+        assert_eq!(completed(state, "direct_post"), events, "use {seed}");
+        assert_eq!(stored(&world.store, &key).await, Some(data(seed, 500)));
+        etags.push(world.store.head_object(&key).await.unwrap().etag);
+        // Looked at again, an unchanged object is not announced twice.
+        assert_eq!(confirm::pass(state).await.unwrap(), vec![Outcome::Watching]);
+        assert_eq!(completed(state, "direct_post"), events, "use {seed}");
+    }
+    assert_ne!(etags[0], etags[1]);
 }
 
 /// The store's own prefix before the keys it hands out in form fields.
@@ -620,24 +667,24 @@ async fn signatures_never_used_are_dropped_after_their_expiry() {
         return;
     };
     let acme = token("acme", json!({}));
-    let (status, _) = call(
-        &world.state,
-        "GET",
-        "/s3/params?filename=f",
-        Some(&acme),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200);
-    assert_eq!(
-        confirm::pass(&world.state).await.unwrap(),
-        vec![Outcome::Waiting]
-    );
+    // One signature is never used, one is used and then watched.
+    for name in ["unused", "used"] {
+        let uri = format!("/s3/params?filename={name}");
+        let (status, signed) = call(&world.state, "GET", &uri, Some(&acme), None).await;
+        assert_eq!(status, 200);
+        if name == "used" {
+            let (status, text) = post_form(&signed, b"once").await;
+            assert_eq!(status, 204, "{text}");
+        }
+    }
+    let mut outcomes = confirm::pass(&world.state).await.unwrap();
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(outcomes, vec![Outcome::Confirmed, Outcome::Waiting]);
     // Expired (1 s) and a grace of one more lifetime, at one-second resolution.
     tokio::time::sleep(Duration::from_millis(3200)).await;
     assert_eq!(
         confirm::pass(&world.state).await.unwrap(),
-        vec![Outcome::Expired]
+        vec![Outcome::Expired; 2]
     );
     assert!(confirm::pass(&world.state).await.unwrap().is_empty());
 }
@@ -741,6 +788,7 @@ async fn an_object_older_than_the_signature_is_not_taken_for_the_upload() {
         signed_at: now + 3600,
         expires_at: now + 4500,
         claimed_until: 0,
+        announced_etag: None,
     };
     confirm::record(&world.store, &pending).await.unwrap();
     assert_eq!(

@@ -5,8 +5,15 @@
 //! keys in the bucket. An object that showed up is claimed (a conditional
 //! write of the record, so of several gateways one goes on), checked against
 //! the size limit and put through the completion point (`upload.completed`,
-//! kind `direct_post`); then its record goes. A record whose policy expired an
-//! `expires` ago with no object is dropped: that upload never happened.
+//! kind `direct_post`).
+//!
+//! S3 cannot make a POST policy single-use: until it expires it can store its
+//! key again, replacing the object. So a confirmed record stays, holding the
+//! ETag it announced, and is watched until its policy's lifetime (plus one
+//! more, for a POST started just before) is over: an object with another ETag
+//! is announced as well. Every object a policy made has its event. A record
+//! whose policy expired an `expires` ago is dropped, with or without an
+//! object (an unused signature: that upload never happened).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -43,6 +50,9 @@ pub struct Pending {
     pub expires_at: u64,
     /// A gateway is confirming it until then (seconds since the epoch).
     pub claimed_until: u64,
+    /// The ETag of the object last announced for this policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announced_etag: Option<String>,
 }
 
 fn now() -> u64 {
@@ -89,8 +99,11 @@ async fn read(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Confirmed,
+    /// Announced earlier and unchanged; the policy may still be used again.
+    Watching,
     /// The object is larger than was allowed: removed, no event.
     Oversized,
+    /// The policy's lifetime and grace are over: the record is gone.
     Expired,
     /// Not there yet, or another gateway has it.
     Waiting,
@@ -126,10 +139,11 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
     if pending.claimed_until > now {
         return Ok(Outcome::Waiting);
     }
+    let over = now > pending.expires_at + grace;
     let object = match store.head_object(&pending.key).await {
         Ok(object) => object,
         Err(StoreError::NoSuchKey { .. }) => {
-            if now > pending.expires_at + grace {
+            if over {
                 store.delete_object(name).await?;
                 return Ok(Outcome::Expired);
             }
@@ -137,13 +151,20 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         }
         Err(e) => return Err(e),
     };
+    if pending.announced_etag.as_deref() == Some(object.etag.as_str()) {
+        if over {
+            store.delete_object(name).await?;
+            return Ok(Outcome::Expired);
+        }
+        return Ok(Outcome::Watching);
+    }
     // Clocks of store and gateway may differ a little.
     let modified = object
         .last_modified
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     if modified + CLOCK_SKEW.as_secs() < pending.signed_at {
-        if now > pending.expires_at + grace {
+        if over {
             store.delete_object(name).await?;
             return Ok(Outcome::Expired);
         }
@@ -152,11 +173,11 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
     pending.claimed_until = now + CLAIM.as_secs();
     let mut claim = PutRequest::new(name, encode(&pending));
     claim.condition = Some(WriteCondition::IfMatch(etag));
-    match store.put_object(claim).await {
-        Ok(_) => {}
+    let claimed = match store.put_object(claim).await {
+        Ok(written) => written.etag,
         Err(StoreError::PreconditionFailed) => return Ok(Outcome::Waiting),
         Err(e) => return Err(e),
-    }
+    };
     if object.size > pending.max_size {
         tracing::warn!(
             key = pending.key,
@@ -170,17 +191,14 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
     }
     let origin = Origin {
         kind: UploadKind::DirectPost,
-        tenant: pending.owner,
-        content_type: object.content_type.or(pending.content_type),
+        tenant: pending.owner.clone(),
+        content_type: object.content_type.or_else(|| pending.content_type.clone()),
         metadata: object.metadata,
         ..Origin::default()
     };
-    // The record's name makes the intent's, so a retried confirmation has one event.
-    let nonce = name
-        .rsplit('/')
-        .next()
-        .and_then(|n| uuid::Uuid::parse_str(n).ok())
-        .map_or_else(|| uuid::Uuid::new_v4().as_u128(), |id| id.as_u128());
+    // The record's name and the object's ETag make the intent's, so a retried
+    // confirmation has one event, and each object the policy made has its own.
+    let nonce = nonce(name, &object.etag);
     let intent = Intent::new(
         &origin,
         &pending.key,
@@ -199,8 +217,31 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         tracing::warn!(key = %pending.key, error = %e, "could not record a direct upload's completion; will retry");
         return Ok(Outcome::Waiting);
     }
-    store.delete_object(name).await?;
-    Ok(Outcome::Confirmed)
+    if over {
+        store.delete_object(name).await?;
+        return Ok(Outcome::Confirmed);
+    }
+    pending.claimed_until = 0;
+    pending.announced_etag = Some(outcome.etag);
+    let mut watch = PutRequest::new(name, encode(&pending));
+    watch.condition = Some(WriteCondition::IfMatch(claimed));
+    match store.put_object(watch).await {
+        // Lost only if the claim ran out meanwhile: another gateway's look
+        // then finds the same intent and announces nothing twice.
+        Ok(_) | Err(StoreError::PreconditionFailed) => Ok(Outcome::Confirmed),
+        Err(e) => Err(e),
+    }
+}
+
+/// One object's intent nonce: from the record's name and the object's ETag.
+fn nonce(record: &str, etag: &str) -> u128 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(record.as_bytes())
+        .chain_update([0])
+        .chain_update(etag.trim_matches('"').as_bytes())
+        .finalize();
+    u128::from_be_bytes(digest[..16].try_into().expect("a SHA-256 has 16 bytes"))
 }
 
 /// Confirms pending direct uploads every `direct.confirm_interval`.

@@ -279,6 +279,7 @@ async fn params(
         signed_at: unix_seconds(SystemTime::now()),
         expires_at: unix_seconds(expires_at),
         claimed_until: 0,
+        announced_etag: None,
     };
     confirm::record(&state.store, &pending)
         .await
