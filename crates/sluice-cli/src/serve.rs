@@ -50,29 +50,33 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
         (!config.limits.store_stall_timeout.is_zero()).then_some(config.limits.store_stall_timeout);
     // Direct uploads sign for the bucket itself (validate() made sure it is one).
     let mut direct_signer: Option<Arc<dyn sluice_store::DirectSigner>> = None;
-    let store: Arc<dyn sluice_store::ObjectStore> = match (&location, config.direct.enabled) {
-        (StoreLocation::S3 { bucket, rest }, true) => {
+    // (the store, where it is as the start-up check names it)
+    let (store, place): (Arc<dyn sluice_store::ObjectStore>, String) = match location {
+        StoreLocation::S3 { bucket, rest } => {
             let bucket_store = crate::target::connect_s3(
-                bucket.clone(),
-                rest.clone(),
+                bucket,
+                rest,
                 config.endpoint.clone(),
                 config.region.clone(),
                 stall_timeout,
             )
             .await;
-            direct_signer = Some(Arc::new(
-                bucket_store.direct_signer(config.direct.public_endpoint.as_deref()),
-            ));
-            Arc::new(bucket_store)
+            if config.direct.enabled {
+                direct_signer = Some(Arc::new(
+                    bucket_store.direct_signer(config.direct.public_endpoint.as_deref()),
+                ));
+            }
+            let place = format!(
+                "{} at {}",
+                sluice_store::ObjectStore::describe(&bucket_store),
+                bucket_store.endpoint()
+            );
+            (Arc::new(bucket_store), place)
         }
-        _ => {
-            crate::target::open_store(
-                location,
-                config.endpoint.clone(),
-                config.region.clone(),
-                stall_timeout,
-            )
-            .await?
+        local => {
+            let store = crate::target::open_store(local, None, None, None).await?;
+            let place = store.describe();
+            (store, place)
         }
     };
     let description = store.describe();
@@ -94,6 +98,7 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
     if let Some(signer) = direct_signer {
         state = state.with_direct_signer(signer);
     }
+    check_store(&state, &place).await;
     let access = match state.auth.enabled() {
         true => "bearer JWT required",
         false => "open: no authentication",
@@ -125,6 +130,25 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
     }
     say("sluice serve: stopped");
     Ok(())
+}
+
+/// Asks the store once, before the first request, and says in one line what is
+/// wrong (naming the store and its endpoint). The gateway serves either way:
+/// `/readyz` reports the reason until the store is there, and the breaker's
+/// probes notice when it is.
+async fn check_store(state: &AppState, place: &str) {
+    let Some(breaker) = state.engine.breaker() else {
+        return;
+    };
+    match breaker.check_now().await {
+        None => tracing::info!(store = place, "the store answers"),
+        Some(down) => tracing::error!(
+            store = place,
+            reason = down.reason.code(),
+            error = %down.detail,
+            "the store is not usable: /readyz answers 503 until it is"
+        ),
+    }
 }
 
 /// Prints a line to standard output; a closed stdout must not stop the server.

@@ -222,8 +222,10 @@ pub struct Limits {
     #[arg(id = "limits.store_probe_interval", long = "store-probe-interval", env = "SLUICE_STORE_PROBE_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = duration_in(SECOND / 10, 60 * SECOND))]
     #[serde(with = "humantime_serde")]
     pub store_probe_interval: Duration,
-    /// A store request with no progress for this long is cancelled and retried
-    /// on a fresh connection; 0s turns the check off.
+    /// The longest a store request may make no progress (no body bytes taken,
+    /// no answer) before it is cancelled and retried on a fresh connection. The
+    /// deadline itself follows the store's recent waits: three times their 99th
+    /// percentile, at least 5s, at most this. 0s turns the check off.
     #[arg(id = "limits.store_stall_timeout", long = "store-stall-timeout", env = "SLUICE_STORE_STALL_TIMEOUT", value_name = "DURATION", default_value = "30s", value_parser = duration_in(Duration::ZERO, Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub store_stall_timeout: Duration,
@@ -351,6 +353,7 @@ impl ServerConfig {
                 failures: self.limits.store_failures_to_open,
                 probe_interval: self.limits.store_probe_interval,
                 probe_timeout: self.limits.store_probe_interval,
+                ..BreakerConfig::default()
             }),
             ..EngineConfig::default()
         }

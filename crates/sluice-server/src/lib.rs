@@ -24,6 +24,7 @@ pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
 pub mod offenders;
+pub mod readiness;
 pub mod request_span;
 pub mod routes;
 mod server;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub small_patches: Arc<small_patches::SmallPatchPace>,
     /// Offenses and penalties by client address (the listener's).
     pub offenders: Arc<offenders::Offenders>,
+    /// Whether to be sent uploads now (`/readyz`).
+    pub readiness: readiness::Readiness,
 }
 
 impl AppState {
@@ -114,6 +117,7 @@ impl AppState {
             config.tus.small_patch_bytes,
         );
         Ok(AppState {
+            readiness: readiness::Readiness::new(engine.breaker().cloned()),
             small_patches: Arc::new(small_patches),
             offenders: Arc::new(offenders::Offenders::new(config.penalty.clone())),
             streams,

@@ -126,6 +126,11 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         )
     });
     let direct_confirm = crate::direct::confirm::spawn(state.clone());
+    // A store that dies while no upload asks it is noticed all the same.
+    let heartbeat = state
+        .engine
+        .breaker()
+        .map(|breaker| breaker.spawn_heartbeat());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -252,6 +257,10 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         }
     }
     drop(listener);
+    state.readiness.start_draining();
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+    }
     if let Some(janitor) = janitor {
         janitor.abort();
     }

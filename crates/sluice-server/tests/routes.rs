@@ -388,18 +388,82 @@ async fn store_failures_stay_generic() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(error_code(&body), "store_unavailable");
     assert!(headers.get(header::RETRY_AFTER).is_some());
+    // A throttling store is alive: ready (the adaptive limiter slows down).
     let (status, _, _) = send(
         &state,
         request("GET", "/readyz").body(Body::empty()).unwrap(),
     )
     .await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status, StatusCode::OK);
     let (status, _, _) = send(
         &state,
         request("GET", "/healthz").body(Body::empty()).unwrap(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// `/readyz` answers from what the gateway knows, at once, with the reason;
+/// the store is checked by the start-up check and the heartbeat, never by it.
+#[tokio::test]
+async fn readiness_names_the_reason_and_never_waits_on_the_store() {
+    // (what, the check's listing fails with, draining, status, reason)
+    let cases: Vec<(&str, Option<Fault>, bool, u16, &str)> = vec![
+        ("a store that answers", None, false, 200, ""),
+        (
+            "no answers",
+            Some(Fault::ServerError),
+            false,
+            503,
+            "store_unreachable",
+        ),
+        (
+            "no bucket",
+            Some(Fault::NoSuchBucket),
+            false,
+            503,
+            "bucket_missing",
+        ),
+        (
+            "refused credentials",
+            Some(Fault::Denied),
+            false,
+            503,
+            "credentials_refused",
+        ),
+        ("shutting down", None, true, 503, "draining"),
+    ];
+    for (what, fault, draining, want, reason) in cases {
+        let mut store = FaultyStore::new(Arc::new(MemoryStore::new()));
+        if let Some(fault) = fault {
+            store = store.inject(Op::List, None, None, fault);
+        }
+        let state = state_on(Arc::new(store.clone()), config());
+        state.engine.breaker().unwrap().check_now().await;
+        if draining {
+            state.readiness.start_draining();
+        }
+        // Whatever the store does now (it hangs), readiness answers at once.
+        store.inject_under(Op::Head, "", None, Fault::Delay(Duration::from_secs(3600)));
+        store.inject_under(Op::List, "", None, Fault::Delay(Duration::from_secs(3600)));
+        let asked = std::time::Instant::now();
+        let (status, headers, body) = send(
+            &state,
+            request("GET", "/readyz").body(Body::empty()).unwrap(),
+        )
+        .await;
+        assert!(asked.elapsed() < Duration::from_millis(100), "{what}");
+        assert_eq!(status.as_u16(), want, "{what}");
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        match want {
+            200 => assert_eq!(answer["status"], "ready", "{what}"),
+            _ => {
+                assert_eq!(answer["status"], "not_ready", "{what}");
+                assert_eq!(answer["reason"], reason, "{what}: {answer}");
+                assert!(headers.get(header::RETRY_AFTER).is_some(), "{what}");
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -57,9 +57,11 @@ pub enum StoreError {
     #[error("the store is throttling requests (503 SlowDown)")]
     Throttled { retry_after: Option<Duration> },
     /// A request made no progress (no body bytes sent, no answer) for this long
-    /// and was cancelled; its connection was dropped.
-    #[error("the request made no progress for {}s and was cancelled", .after.as_secs_f64())]
-    Stalled { after: Duration },
+    /// and was cancelled; its connection was dropped. `store_silent`: no other
+    /// request got an answer or sent a byte meanwhile either (the store is not
+    /// slow but gone: a breaker opens at once).
+    #[error("the request made no progress for {}s and was cancelled{}", .after.as_secs_f64(), if *.store_silent { "; the store showed no sign of life meanwhile" } else { "" })]
+    Stalled { after: Duration, store_silent: bool },
     /// The store does not offer this operation.
     #[error("this store does not support {0}")]
     Unsupported(&'static str),
@@ -74,9 +76,10 @@ pub enum StoreError {
     /// engine's circuit breaker); try again after `retry_after`.
     #[error("the store is unavailable (it kept failing); retry in {}s", .retry_after.as_secs_f64())]
     Unavailable { retry_after: Duration },
-    /// The request did not get an answer: connect failure, reset, timeout.
-    #[error("could not reach the store: {0}")]
-    Transport(String),
+    /// The request did not get an answer: connect failure, reset, timeout;
+    /// `at` names the endpoint tried, when the store has one.
+    #[error("could not reach the store{}: {cause}", at.as_deref().map(|at| format!(" at {at}")).unwrap_or_default())]
+    Transport { at: Option<String>, cause: String },
     /// Reading the local source of a request body failed.
     #[error("reading the request body failed")]
     Body(#[source] io::Error),
@@ -86,6 +89,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A request that got no answer, from a store without an endpoint to name.
+    pub fn transport(cause: impl Into<String>) -> StoreError {
+        StoreError::Transport {
+            at: None,
+            cause: cause.into(),
+        }
+    }
+
     /// True when the same request may succeed if sent again: throttling, 5xx answers,
     /// timeouts, refused or reset connections.
     pub fn is_transient(&self) -> bool {
@@ -93,7 +104,7 @@ impl StoreError {
             StoreError::Throttled { .. }
             | StoreError::Stalled { .. }
             | StoreError::Unavailable { .. }
-            | StoreError::Transport(_) => true,
+            | StoreError::Transport { .. } => true,
             StoreError::Service { status, code, .. } => {
                 *status >= 500
                     || *status == 408
@@ -146,7 +157,7 @@ impl StoreError {
             StoreError::Stalled { .. } => "stalled",
             StoreError::Unsupported(_) => "unsupported",
             StoreError::Service { .. } => "service",
-            StoreError::Transport(_) => "transport",
+            StoreError::Transport { .. } => "transport",
             StoreError::Unavailable { .. } => "unavailable",
             StoreError::Body(_) => "body",
             StoreError::Io(_) => "io",
@@ -170,11 +181,12 @@ mod tests {
             (
                 StoreError::Stalled {
                     after: Duration::from_secs(1),
+                    store_silent: false,
                 },
                 true,
             ),
             (StoreError::Unsupported("lifecycle rules"), false),
-            (StoreError::Transport("connection reset".into()), true),
+            (StoreError::transport("connection reset"), true),
             (service(500, "InternalError"), true),
             (service(503, "ServiceUnavailable"), true),
             (service(400, "RequestTimeout"), true),

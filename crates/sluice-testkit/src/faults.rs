@@ -19,6 +19,7 @@ pub enum Op {
     UploadPart,
     Complete,
     Abort,
+    List,
 }
 
 /// The size of the pieces a cut body comes in.
@@ -46,6 +47,8 @@ pub enum Fault {
     /// Fails with 400 InvalidPart (permanent): a multipart upload a store can
     /// no longer complete (MinIO's, after a completion stopped midway).
     InvalidPart,
+    /// Fails with 404 NoSuchBucket (permanent).
+    NoSuchBucket,
     /// Waits this long, then goes through.
     Delay(Duration),
     /// A GET whose body breaks off (a reset) after this many bytes.
@@ -63,6 +66,9 @@ impl Fault {
             }),
             Fault::Denied => Some(StoreError::AccessDenied("injected".into())),
             Fault::InvalidPart => Some(StoreError::InvalidPart("injected".into())),
+            Fault::NoSuchBucket => Some(StoreError::NoSuchBucket {
+                bucket: "injected".into(),
+            }),
             Fault::Delay(_) | Fault::CutBody(_) => None,
         }
     }
@@ -205,7 +211,7 @@ impl ObjectStore for FaultyStore {
                 .map(move |chunk| {
                     let chunk = chunk?;
                     if left == 0 {
-                        return Err(StoreError::Transport("injected: connection reset".into()));
+                        return Err(StoreError::transport("injected: connection reset"));
                     }
                     let take = (chunk.len() as u64).min(left);
                     left -= take;
@@ -228,6 +234,7 @@ impl ObjectStore for FaultyStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
+        self.before(Op::List, None, prefix).await?;
         self.inner.list_objects(prefix, cursor, limit).await
     }
     async fn create_multipart_upload(

@@ -180,7 +180,8 @@ impl EngineInner {
                     let answer_lost = &answer_lost;
                     async move {
                         let result = create.await;
-                        if let Err(StoreError::Transport(_) | StoreError::Stalled { .. }) = &result
+                        if let Err(StoreError::Transport { .. } | StoreError::Stalled { .. }) =
+                            &result
                         {
                             answer_lost.store(true, Ordering::Relaxed);
                         }

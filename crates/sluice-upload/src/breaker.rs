@@ -1,24 +1,40 @@
-//! The store's circuit breaker. Once the store has failed `failures` times in a
-//! row (no answer, a stall, or a 5xx other than throttling) with nothing
-//! succeeding in between, the breaker opens: store requests stop going out and
-//! fail at once with [`StoreError::Unavailable`] (a gateway answers 503 with
-//! `Retry-After` in milliseconds instead of after stall timeouts and retries).
-//! While it is open, one probe every `probe_interval` (a HEAD of a key that
-//! need not exist, given `probe_timeout` to answer) asks whether the store is
-//! back; any answer closes the breaker, and whoever waits for that (aborts of
-//! uploads that failed during the outage) goes on.
+//! The store's circuit breaker, and what it knows of the store's health.
+//!
+//! It opens (the store counts as down) when
+//! - a request stalled while the whole store showed no sign of life for the
+//!   stall deadline (every request in flight stalled: the store is gone, not
+//!   slow; see sluice-store's `vitals`), at once;
+//! - the store failed `failures` times in a row (no answer, a stall, or a 5xx
+//!   other than throttling) with nothing succeeding in between;
+//! - a check finds the bucket missing or the credentials refused.
+//!
+//! While it is open, store requests stop going out and fail at once with
+//! [`StoreError::Unavailable`] (a gateway answers 503 with `Retry-After`
+//! instead of after stall timeouts and retries), and one probe every
+//! `probe_interval` (given `probe_timeout` to answer) asks whether the store
+//! is back; an answer that finds the bucket closes the breaker, and whoever
+//! waits for that (aborts of uploads that failed during the outage) goes on.
+//!
+//! A check is one short listing under `_sluice/probe`: unlike a `HEAD`, its
+//! answer tells a missing bucket and refused credentials apart. A gateway
+//! calls [`Breaker::check_now`] at start-up and runs [`Breaker::spawn_heartbeat`]:
+//! when no store request was answered for a `heartbeat`, a check goes out, so a
+//! store that dies while the gateway is idle is noticed within a heartbeat and
+//! a stall deadline. What it knows is [`Breaker::down`], which readiness reports
+//! without asking the store.
 //!
 //! Throttling (503 SlowDown) never counts: that store is alive and the adaptive
 //! limiter slows down for it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sluice_store::{ObjectStore, StoreError};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// The key probes ask for; whether it exists does not matter.
+/// The prefix checks list; whether anything is there does not matter.
 const PROBE_KEY: &str = "_sluice/probe";
 
 /// When the breaker opens and how it probes.
@@ -30,6 +46,8 @@ pub struct BreakerConfig {
     pub probe_interval: Duration,
     /// A probe without an answer after this long failed.
     pub probe_timeout: Duration,
+    /// With no store request answered for this long, a heartbeat check goes out.
+    pub heartbeat: Duration,
 }
 
 impl Default for BreakerConfig {
@@ -38,8 +56,53 @@ impl Default for BreakerConfig {
             failures: 3,
             probe_interval: Duration::from_secs(1),
             probe_timeout: Duration::from_secs(1),
+            heartbeat: Duration::from_secs(2),
         }
     }
+}
+
+/// Why the store counts as down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DownReason {
+    /// No answer: refused, reset, stalled, or 5xx answers.
+    Unreachable,
+    /// The store answers that the bucket does not exist.
+    BucketMissing,
+    /// The store refuses the credentials (or denies listing the bucket).
+    CredentialsRefused,
+}
+
+impl DownReason {
+    /// The stable name readiness and logs give it.
+    pub fn code(self) -> &'static str {
+        match self {
+            DownReason::Unreachable => "store_unreachable",
+            DownReason::BucketMissing => "bucket_missing",
+            DownReason::CredentialsRefused => "credentials_refused",
+        }
+    }
+
+    /// What the answer (or its absence) to a check says; `None`: the store is there.
+    pub fn of_check(result: &Result<(), StoreError>) -> Option<DownReason> {
+        match result {
+            Ok(()) => None,
+            Err(StoreError::NoSuchBucket { .. }) => Some(DownReason::BucketMissing),
+            Err(
+                StoreError::InvalidCredentials(_)
+                | StoreError::NoCredentials(_)
+                | StoreError::AccessDenied(_),
+            ) => Some(DownReason::CredentialsRefused),
+            Err(e) if counts_as_down(e) => Some(DownReason::Unreachable),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The store counts as down: why, and the error that said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Down {
+    pub reason: DownReason,
+    pub detail: String,
 }
 
 /// See the module documentation. Shared by the engine's retry loop and its users.
@@ -48,10 +111,14 @@ pub struct Breaker {
     config: BreakerConfig,
     store: Arc<dyn ObjectStore>,
     in_a_row: AtomicU32,
-    /// True while open; watched by those waiting for the store to return.
-    open: watch::Sender<bool>,
+    /// `Some` while open; watched by those waiting for the store to return.
+    open: watch::Sender<Option<Down>>,
     probing: AtomicBool,
+    checking: AtomicBool,
     opened_total: AtomicU64,
+    start: Instant,
+    /// Milliseconds after `start` of the last answer from the store.
+    last_answer_ms: AtomicU64,
 }
 
 impl Breaker {
@@ -60,15 +127,23 @@ impl Breaker {
             config,
             store,
             in_a_row: AtomicU32::new(0),
-            open: watch::Sender::new(false),
+            open: watch::Sender::new(None),
             probing: AtomicBool::new(false),
+            checking: AtomicBool::new(false),
             opened_total: AtomicU64::new(0),
+            start: Instant::now(),
+            last_answer_ms: AtomicU64::new(0),
         })
     }
 
     /// Whether store requests are refused now.
     pub fn is_open(&self) -> bool {
-        *self.open.borrow()
+        self.open.borrow().is_some()
+    }
+
+    /// Why the store counts as down, while it does.
+    pub fn down(&self) -> Option<Down> {
+        self.open.borrow().clone()
     }
 
     /// The error requests get while it is open.
@@ -88,34 +163,161 @@ impl Breaker {
         self.opened_total.load(Ordering::Relaxed)
     }
 
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
     /// A store request got an answer that is not a failure of the store.
     pub(crate) fn answered(&self) {
         self.in_a_row.store(0, Ordering::Relaxed);
+        self.last_answer_ms
+            .fetch_max(self.now_ms(), Ordering::Relaxed);
     }
 
     /// A store request failed with `error`.
     pub(crate) fn failed(self: &Arc<Self>, error: &StoreError) {
-        if matches!(error, StoreError::Unavailable { .. }) {
-            return; // its own refusal says nothing new
-        }
-        if !counts_as_down(error) {
-            self.answered();
-            return;
-        }
-        let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-        if in_a_row >= self.config.failures && !self.is_open() {
-            self.open();
+        match error {
+            // Its own refusal says nothing new.
+            StoreError::Unavailable { .. } => {}
+            StoreError::Stalled {
+                store_silent: true, ..
+            } => self.open(Down {
+                reason: DownReason::Unreachable,
+                detail: sluice_store::error_chain(error),
+            }),
+            // Answers about the bucket or the credentials: a check says which.
+            StoreError::NoSuchBucket { .. }
+            | StoreError::InvalidCredentials(_)
+            | StoreError::NoCredentials(_) => {
+                self.answered();
+                self.check_soon();
+            }
+            error if counts_as_down(error) => {
+                let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                if in_a_row >= self.config.failures {
+                    self.open(Down {
+                        reason: DownReason::Unreachable,
+                        detail: sluice_store::error_chain(error),
+                    });
+                }
+            }
+            _ => self.answered(),
         }
     }
 
-    fn open(self: &Arc<Self>) {
-        if self.open.send_replace(true) {
-            return; // already open
+    /// One check of the store: a listing of one key under `_sluice/probe`.
+    async fn check(&self) -> Result<(), StoreError> {
+        self.store
+            .list_objects(PROBE_KEY, None, 1)
+            .await
+            .map(|_| ())
+    }
+
+    /// Checks the store now and opens or closes on what the answer says; the
+    /// verdict, for a start-up log line.
+    pub async fn check_now(self: &Arc<Self>) -> Option<Down> {
+        let result = self.check().await;
+        match DownReason::of_check(&result) {
+            None => {
+                self.answered();
+                self.close();
+                None
+            }
+            Some(reason) => {
+                let down = Down {
+                    reason,
+                    detail: result
+                        .err()
+                        .map(|e| sluice_store::error_chain(&e))
+                        .unwrap_or_default(),
+                };
+                self.open(down.clone());
+                Some(down)
+            }
+        }
+    }
+
+    /// Starts one check in the background unless one is running.
+    fn check_soon(self: &Arc<Self>) {
+        if self.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.checking.store(false, Ordering::Release);
+            return;
+        };
+        let breaker = self.clone();
+        handle.spawn(async move {
+            breaker.heartbeat_check().await;
+            breaker.checking.store(false, Ordering::Release);
+        });
+    }
+
+    /// A check while closed: a missing bucket or refused credentials open the
+    /// breaker; no answer counts as a failure like any request's.
+    async fn heartbeat_check(self: &Arc<Self>) {
+        let result = self.check().await;
+        match (DownReason::of_check(&result), result) {
+            (None, _) => self.answered(),
+            (Some(DownReason::Unreachable), Err(error)) => self.failed(&error),
+            (Some(reason), result) => self.open(Down {
+                reason,
+                detail: result
+                    .err()
+                    .map(|e| sluice_store::error_chain(&e))
+                    .unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Checks the store whenever no request was answered for a heartbeat, until
+    /// the breaker (the engine) is dropped.
+    pub fn spawn_heartbeat(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak: Weak<Breaker> = Arc::downgrade(self);
+        let every = self.config.heartbeat;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(breaker) = weak.upgrade() else {
+                    return;
+                };
+                let quiet = breaker
+                    .now_ms()
+                    .saturating_sub(breaker.last_answer_ms.load(Ordering::Relaxed));
+                if breaker.is_open() || quiet < every.as_millis() as u64 {
+                    continue;
+                }
+                if breaker.checking.swap(true, Ordering::AcqRel) {
+                    continue;
+                }
+                breaker.heartbeat_check().await;
+                breaker.checking.store(false, Ordering::Release);
+            }
+        })
+    }
+
+    fn close(&self) {
+        self.in_a_row.store(0, Ordering::Relaxed);
+        if self.open.send_replace(None).is_some() {
+            tracing::info!("the store answers again: store requests resume");
+        }
+    }
+
+    fn open(self: &Arc<Self>, down: Down) {
+        let reason = down.reason;
+        let detail = down.detail.clone();
+        let was = self.open.send_replace(Some(down));
+        if let Some(was) = was {
+            if was.reason != reason {
+                tracing::warn!(reason = reason.code(), error = %detail, "the store is still down, for another reason");
+            }
+            return;
         }
         self.opened_total.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
-            failures = self.config.failures,
-            "the store keeps failing: refusing store requests until a probe gets an answer"
+            reason = reason.code(),
+            error = %detail,
+            "the store counts as down: refusing store requests until a probe finds it"
         );
         if self.probing.swap(true, Ordering::AcqRel) {
             return;
@@ -128,7 +330,7 @@ impl Breaker {
             Err(_) => {
                 // No runtime to probe from: stay closed rather than open forever.
                 self.probing.store(false, Ordering::Release);
-                self.open.send_replace(false);
+                self.open.send_replace(None);
             }
         }
     }
@@ -136,18 +338,34 @@ impl Breaker {
     async fn probe_until_answered(self: Arc<Self>) {
         loop {
             tokio::time::sleep(self.config.probe_interval).await;
-            let probe = self.store.head_object(PROBE_KEY);
-            let answered = match tokio::time::timeout(self.config.probe_timeout, probe).await {
-                Ok(Ok(_)) => true,
-                Ok(Err(error)) => !counts_as_down(&error),
-                Err(_) => false,
+            let result = match tokio::time::timeout(self.config.probe_timeout, self.check()).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Stalled {
+                    after: self.config.probe_timeout,
+                    store_silent: true,
+                }),
             };
-            if answered {
-                self.in_a_row.store(0, Ordering::Relaxed);
-                self.probing.store(false, Ordering::Release);
-                self.open.send_replace(false);
-                tracing::info!("the store answers again: store requests resume");
-                return;
+            match DownReason::of_check(&result) {
+                None => {
+                    self.answered();
+                    self.probing.store(false, Ordering::Release);
+                    self.close();
+                    return;
+                }
+                Some(reason) => {
+                    let detail = result
+                        .err()
+                        .map(|e| sluice_store::error_chain(&e))
+                        .unwrap_or_default();
+                    self.open.send_if_modified(|down| match down {
+                        Some(down) if down.reason != reason => {
+                            tracing::warn!(reason = reason.code(), error = %detail, "the store is still down, for another reason");
+                            *down = Down { reason, detail };
+                            true
+                        }
+                        _ => false,
+                    });
+                }
             }
         }
     }
@@ -155,13 +373,13 @@ impl Breaker {
     /// Waits until the breaker opens (at once if it is open).
     pub async fn wait_open(&self) {
         let mut open = self.open.subscribe();
-        let _ = open.wait_for(|open| *open).await;
+        let _ = open.wait_for(|open| open.is_some()).await;
     }
 
     /// Waits until the breaker is closed (at once if it is).
     pub async fn wait_closed(&self) {
         let mut open = self.open.subscribe();
-        let _ = open.wait_for(|open| !*open).await;
+        let _ = open.wait_for(|open| open.is_none()).await;
     }
 }
 
@@ -169,7 +387,7 @@ impl Breaker {
 /// not throttling.
 fn counts_as_down(error: &StoreError) -> bool {
     match error {
-        StoreError::Transport(_) | StoreError::Stalled { .. } => true,
+        StoreError::Transport { .. } | StoreError::Stalled { .. } => true,
         StoreError::Service { status, code, .. } => *status >= 500 && code != "SlowDown",
         StoreError::Io(_) => error.is_transient(),
         _ => false,
@@ -182,7 +400,7 @@ mod tests {
     use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 
     fn reset() -> StoreError {
-        StoreError::Transport("connection refused".into())
+        StoreError::transport("connection refused")
     }
 
     #[tokio::test]
@@ -191,6 +409,7 @@ mod tests {
             failures: 3,
             probe_interval: Duration::from_millis(20),
             probe_timeout: Duration::from_millis(50),
+            ..BreakerConfig::default()
         };
         let breaker = Breaker::new(config, Arc::new(MemoryStore::new()));
         // (error, open after it)
@@ -202,6 +421,7 @@ mod tests {
             (
                 StoreError::Stalled {
                     after: Duration::from_secs(30),
+                    store_silent: false,
                 },
                 false,
             ),
@@ -224,9 +444,10 @@ mod tests {
             failures: 1,
             probe_interval: Duration::from_millis(20),
             probe_timeout: Duration::from_millis(50),
+            ..BreakerConfig::default()
         };
         let store = FaultyStore::new(Arc::new(MemoryStore::new())).inject(
-            Op::Head,
+            Op::List,
             None,
             Some(5),
             Fault::ServerError,
@@ -238,9 +459,80 @@ mod tests {
             .await
             .expect("closed once the store answers");
         assert_eq!(
-            store.attempts(Op::Head, None),
+            store.attempts(Op::List, None),
             6,
             "five failed probes, one answered"
+        );
+    }
+
+    fn quick() -> BreakerConfig {
+        BreakerConfig {
+            failures: 3,
+            probe_interval: Duration::from_millis(20),
+            probe_timeout: Duration::from_millis(50),
+            heartbeat: Duration::from_millis(50),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_check_tells_the_reasons_apart() {
+        // (fault of the check's listing, verdict)
+        let cases = [
+            (None, None),
+            (Some(Fault::ServerError), Some(DownReason::Unreachable)),
+            (Some(Fault::NoSuchBucket), Some(DownReason::BucketMissing)),
+            (Some(Fault::Denied), Some(DownReason::CredentialsRefused)),
+            (Some(Fault::Throttle), None),
+        ];
+        for (fault, want) in cases {
+            let mut store = FaultyStore::new(Arc::new(MemoryStore::new()));
+            if let Some(fault) = fault {
+                store = store.inject(Op::List, None, Some(1), fault);
+            }
+            let breaker = Breaker::new(quick(), Arc::new(store));
+            let verdict = breaker.check_now().await.map(|down| down.reason);
+            assert_eq!(verdict, want, "{fault:?}");
+            assert_eq!(breaker.is_open(), want.is_some(), "{fault:?}");
+            if want.is_some() {
+                // The next probe lists a bucket that is there: closed again.
+                tokio::time::timeout(Duration::from_secs(2), breaker.wait_closed())
+                    .await
+                    .expect("closed by a probe");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stall_while_the_whole_store_is_silent_opens_at_once() {
+        let breaker = Breaker::new(quick(), Arc::new(MemoryStore::new()));
+        let stall = |store_silent| StoreError::Stalled {
+            after: Duration::from_secs(5),
+            store_silent,
+        };
+        breaker.failed(&stall(false));
+        assert!(!breaker.is_open(), "another request was making progress");
+        breaker.failed(&stall(true));
+        assert_eq!(breaker.down().unwrap().reason, DownReason::Unreachable);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_heartbeat_checks_only_a_quiet_store() {
+        let store = FaultyStore::new(Arc::new(MemoryStore::new()));
+        let breaker = Breaker::new(quick(), Arc::new(store.clone()));
+        let _heartbeat = breaker.spawn_heartbeat();
+        // Answers every 10 ms: no check goes out.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            breaker.answered();
+        }
+        assert_eq!(store.attempts(Op::List, None), 0);
+        // Quiet, and the bucket is gone: the next heartbeat finds out.
+        let store = store.inject(Op::List, None, None, Fault::NoSuchBucket);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(store.attempts(Op::List, None) >= 1);
+        assert_eq!(
+            breaker.down().map(|d| d.reason),
+            Some(DownReason::BucketMissing)
         );
     }
 }

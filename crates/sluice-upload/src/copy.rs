@@ -297,6 +297,7 @@ mod tests {
                     failures: 1,
                     probe_interval: Duration::from_millis(20),
                     probe_timeout: Duration::from_millis(50),
+                    ..crate::BreakerConfig::default()
                 }),
                 ..EngineConfig::default()
             },

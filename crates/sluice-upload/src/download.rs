@@ -467,7 +467,7 @@ async fn fetch_range(
             }
             writer.settle().await.map_err(Attempt::Other)?;
             if writer.written < end {
-                return Err(Attempt::Store(StoreError::Transport(format!(
+                return Err(Attempt::Store(StoreError::transport(format!(
                     "the body ended at byte {} of {end}",
                     writer.written
                 ))));

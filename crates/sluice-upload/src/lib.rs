@@ -47,7 +47,7 @@ pub use announce::{Announcer, Intent, LateMetadata, Making, Origin, UploadKind};
 pub use append::{
     AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
 };
-pub use breaker::{Breaker, BreakerConfig};
+pub use breaker::{Breaker, BreakerConfig, Down, DownReason};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
 pub use config::{validate_key, EngineConfig, RetryPolicy, MIB};
 pub use copy::{CopyRequest, SourceBucket};

@@ -98,7 +98,7 @@ impl RetryBudget {
     /// Takes the cost of retrying after `error`; false when the budget cannot pay.
     fn withdraw(&self, error: &StoreError) -> bool {
         let cost = match error {
-            StoreError::Transport(_) | StoreError::Stalled { .. } => self.config.timeout_cost,
+            StoreError::Transport { .. } | StoreError::Stalled { .. } => self.config.timeout_cost,
             _ => self.config.retry_cost,
         };
         let mut tokens = self.tokens();
@@ -489,7 +489,7 @@ mod tests {
         assert_eq!(engine.inner.retry_budget.available(), 0);
         assert_eq!(engine.stats().budget_exhausted.load(Ordering::SeqCst), 1);
         // Clean-up requests still retry (the budget is not theirs).
-        let reset = || StoreError::Transport("reset".into());
+        let reset = || StoreError::transport("reset");
         assert_eq!(run(&engine, Kind::Cleanup, 3, reset).await, (4, true));
         // Five successes buy one retry again.
         for _ in 0..5 {

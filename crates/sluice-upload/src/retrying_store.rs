@@ -104,7 +104,8 @@ impl ObjectStore for RetryingStore {
                 let answer_lost = &answer_lost;
                 async move {
                     let result = put.await;
-                    if let Err(StoreError::Transport(_) | StoreError::Stalled { .. }) = &result {
+                    if let Err(StoreError::Transport { .. } | StoreError::Stalled { .. }) = &result
+                    {
                         answer_lost.store(true, Ordering::Relaxed);
                     }
                     result

@@ -838,6 +838,7 @@ async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
                 failures: 1,
                 probe_interval: Duration::from_millis(20),
                 probe_timeout: Duration::from_millis(50),
+                ..BreakerConfig::default()
             }),
             ..config()
         },

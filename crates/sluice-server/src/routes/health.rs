@@ -1,8 +1,10 @@
-//! Liveness, readiness (the store answers) and the metrics exposition.
+//! Liveness, readiness (see [`crate::readiness`]) and the metrics exposition.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -11,22 +13,27 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready when the store answers a HEAD of a key that does not exist; not ready
-/// (503, at once) while the store counts as down.
-pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError> {
-    if let Some(breaker) = state.engine.breaker().filter(|b| b.is_open()) {
-        return Err(ApiError::Store(breaker.refusal()));
-    }
-    // Asked once, without retries: readiness is about now.
-    match state
-        .engine
-        .store()
-        .head_object(".sluice-readyz-probe")
-        .await
-    {
-        Ok(_) => Ok("ready\n"),
-        Err(e) if e.is_not_found() => Ok("ready\n"),
-        Err(e) => Err(ApiError::Store(e)),
+/// `{"status": "ready"}`, or 503 `{"status": "not_ready", "reason", "message"}`
+/// with the reason (`draining`, `store_unreachable`, `bucket_missing`,
+/// `credentials_refused`): from the gateway's state, never waiting on the store.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    match state.readiness.check() {
+        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+        Err(not_ready) => {
+            let mut response = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({
+                    "status": "not_ready",
+                    "reason": not_ready.code(),
+                    "message": not_ready.message(),
+                })),
+            )
+                .into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(1));
+            response
+        }
     }
 }
 

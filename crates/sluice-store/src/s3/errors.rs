@@ -9,6 +9,8 @@ use crate::error::StoreError;
 
 /// What the mapping needs to know about the request that failed.
 pub(super) struct Context<'a> {
+    /// The endpoint requests go to, as errors name it.
+    pub endpoint: &'a str,
     pub bucket: &'a str,
     pub key: &'a str,
     pub upload_id: Option<&'a str>,
@@ -42,8 +44,14 @@ where
         );
     }
     match error {
-        SdkError::TimeoutError(_) => StoreError::Transport("the request timed out".into()),
-        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => StoreError::Transport(text),
+        SdkError::TimeoutError(_) => StoreError::Transport {
+            at: Some(context.endpoint.to_string()),
+            cause: "the request timed out".into(),
+        },
+        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => StoreError::Transport {
+            at: Some(context.endpoint.to_string()),
+            cause: text,
+        },
         _ => StoreError::Service {
             status: 0,
             code: "RequestNotSent".into(),
@@ -137,6 +145,7 @@ mod tests {
     #[test]
     fn answers_map_to_modelled_errors() {
         let context = Context {
+            endpoint: "http://127.0.0.1:9000",
             bucket: "b",
             key: "k",
             upload_id: Some("u"),

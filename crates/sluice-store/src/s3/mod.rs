@@ -11,6 +11,7 @@ mod errors;
 mod presign;
 mod stall;
 mod trailer;
+pub mod vitals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,11 +58,14 @@ pub struct S3Config {
     pub connect_timeout: Duration,
     /// Longest wait for the first byte of an answer.
     pub read_timeout: Duration,
-    /// A request that makes no progress (no body bytes taken, no answer) for this
-    /// long is cancelled and counts as a transient failure; `None` turns the check
-    /// off. Parts streamed from files and multipart completions are not watched
-    /// (the read timeout applies).
+    /// The longest a request may make no progress (no body bytes taken, no
+    /// answer) before it is cancelled and counts as a transient failure; `None`
+    /// turns the check off. The deadline itself follows the store's recent
+    /// waits (see [`vitals`]), between `stall_floor` and this. Multipart
+    /// completions are not watched (the read timeout applies).
     pub stall_timeout: Option<Duration>,
+    /// The shortest stall deadline, however fast the store has answered.
+    pub stall_floor: Duration,
 }
 
 impl S3Config {
@@ -77,6 +81,7 @@ impl S3Config {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(120),
             stall_timeout: Some(S3Config::DEFAULT_STALL_TIMEOUT),
+            stall_floor: vitals::DEFAULT_FLOOR,
         }
     }
 }
@@ -91,6 +96,8 @@ pub struct S3Store {
     /// What direct-upload signing needs besides the client.
     credentials: Option<aws_sdk_s3::config::SharedCredentialsProvider>,
     endpoint: Option<String>,
+    /// The endpoint as errors and logs name it (AWS's regional one by default).
+    shown_endpoint: String,
     path_style: bool,
 }
 
@@ -134,6 +141,13 @@ impl S3Store {
             builder = builder.endpoint_url(endpoint);
         }
         let path_style = config.path_style.unwrap_or(config.endpoint.is_some());
+        let shown_endpoint = match &config.endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => format!(
+                "https://s3.{}.amazonaws.com",
+                shared.region().map_or("us-east-1", |r| r.as_ref())
+            ),
+        };
         builder = builder.force_path_style(path_style);
         let mut prefix = config.prefix.trim_start_matches('/').to_string();
         if !prefix.is_empty() && !prefix.ends_with('/') {
@@ -144,12 +158,21 @@ impl S3Store {
             bucket: config.bucket,
             prefix,
             stall: StallGuard {
-                timeout: config.stall_timeout,
+                vitals: config
+                    .stall_timeout
+                    .map(|ceiling| Arc::new(vitals::Vitals::new(config.stall_floor, ceiling))),
             },
             credentials: shared.credentials_provider(),
+            shown_endpoint,
             endpoint: config.endpoint,
             path_style,
         }
+    }
+
+    /// The endpoint requests go to, as errors and logs name it (AWS's regional
+    /// endpoint when none was given).
+    pub fn endpoint(&self) -> &str {
+        &self.shown_endpoint
     }
 
     /// Signs direct uploads into this bucket (and prefix) for browsers that
@@ -215,6 +238,7 @@ impl S3Store {
 
     fn upload_context<'a>(&'a self, key: &'a str, upload_id: &'a str) -> Context<'a> {
         Context {
+            endpoint: &self.shown_endpoint,
             bucket: &self.bucket,
             key,
             upload_id: Some(upload_id),
@@ -223,6 +247,7 @@ impl S3Store {
 
     fn context<'a>(&'a self, key: &'a str) -> Context<'a> {
         Context {
+            endpoint: &self.shown_endpoint,
             bucket: &self.bucket,
             key,
             upload_id: None,
@@ -289,7 +314,7 @@ impl ObjectStore for S3Store {
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let key = self.full_key(&request.key);
-        let progress = Progress::new();
+        let progress = self.stall.progress();
         let mut call = self
             .client
             .put_object()
@@ -351,7 +376,7 @@ impl ObjectStore for S3Store {
             .set_range(header)
             .checksum_mode(ChecksumMode::Enabled)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         let length = output.content_length.unwrap_or(0).max(0) as u64;
@@ -385,29 +410,35 @@ impl ObjectStore for S3Store {
         };
         let body = output.body;
         let key_owned = key.to_string();
-        let stall_timeout = self.stall.timeout;
+        let stall = self.stall.clone();
+        let endpoint = self.shown_endpoint.clone();
         let stream = stream::unfold(Some(body), move |body| {
             let key = key_owned.clone();
+            let stall = stall.clone();
+            let endpoint = endpoint.clone();
             async move {
                 let mut body = body?;
                 if limit == Some(0) {
                     return None;
                 }
-                let next = match stall_timeout {
-                    Some(timeout) => match tokio::time::timeout(timeout, body.try_next()).await {
+                let next = match stall.deadline() {
+                    Some(deadline) => match tokio::time::timeout(deadline, body.try_next()).await {
                         Ok(next) => next,
-                        Err(_) => return Some((Err(StoreError::Stalled { after: timeout }), None)),
+                        Err(_) => return Some((Err(stall.stalled(deadline)), None)),
                     },
                     None => body.try_next().await,
                 };
+                if matches!(next, Ok(Some(_))) {
+                    stall.alive();
+                }
                 match next {
                     Ok(Some(bytes)) => Some((Ok(bytes), Some(body))),
                     Ok(None) => None,
                     Err(e) => Some((
-                        Err(StoreError::Transport(format!(
-                            "reading {key}: {}",
-                            crate::error_chain(&e)
-                        ))),
+                        Err(StoreError::Transport {
+                            at: Some(endpoint.clone()),
+                            cause: format!("reading {key}: {}", crate::error_chain(&e)),
+                        }),
                         None,
                     )),
                 }
@@ -428,7 +459,7 @@ impl ObjectStore for S3Store {
             .key(self.full_key(key))
             .checksum_mode(ChecksumMode::Enabled)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         Ok(ObjectMeta {
@@ -451,7 +482,7 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(self.full_key(key))
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key))))?;
         Ok(())
@@ -471,7 +502,7 @@ impl ObjectStore for S3Store {
             .set_start_after(cursor.map(|after| self.full_key(after)))
             .max_keys(limit.clamp(1, 1000) as i32)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(prefix))))?;
         let objects: Vec<ObjectSummary> = output
@@ -506,7 +537,7 @@ impl ObjectStore for S3Store {
             .set_start_after(cursor.map(|after| self.full_key(after)))
             .max_keys(limit.clamp(1, 1000) as i32)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(prefix))))?;
         let mut entries: Vec<DirectoryEntry> = output
@@ -575,7 +606,7 @@ impl ObjectStore for S3Store {
                 .bucket(&self.bucket)
                 .delete(delete)
                 .send()
-                .watched(self.stall)
+                .watched(&self.stall)
                 .await
                 .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(first))))?;
             failures.extend(output.errors().iter().map(|e| {
@@ -608,7 +639,7 @@ impl ObjectStore for S3Store {
             .key(self.full_key(&request.key))
             .copy_source(source)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| {
                 e.into_store_error(|e| errors::map(e, self.context(&request.source_key)))
@@ -645,7 +676,7 @@ impl ObjectStore for S3Store {
         }
         let output = call
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(&request.key))))?;
         output.upload_id.ok_or_else(|| StoreError::Service {
@@ -664,7 +695,7 @@ impl ObjectStore for S3Store {
                 .await;
         }
         let size = request.body.len();
-        let progress = Progress::new();
+        let progress = self.stall.progress();
         let mut call = self
             .client
             .upload_part()
@@ -824,7 +855,7 @@ impl ObjectStore for S3Store {
             .key(self.full_key(key))
             .upload_id(upload_id)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| {
                 e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
@@ -848,7 +879,7 @@ impl ObjectStore for S3Store {
                 .upload_id(upload_id)
                 .set_part_number_marker(marker.clone())
                 .send()
-                .watched(self.stall)
+                .watched(&self.stall)
                 .await
                 .map_err(|e| {
                     e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
@@ -880,7 +911,7 @@ impl ObjectStore for S3Store {
             .upload_id(upload_id)
             .max_parts(1)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(|e| {
                 e.into_store_error(|e| errors::map(e, self.upload_context(key, upload_id)))
@@ -914,7 +945,7 @@ impl ObjectStore for S3Store {
             .get_bucket_lifecycle_configuration()
             .bucket(&self.bucket)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
         {
             Ok(output) => output.rules.unwrap_or_default(),
@@ -961,7 +992,7 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .lifecycle_configuration(configuration)
             .send()
-            .watched(self.stall)
+            .watched(&self.stall)
             .await
             .map_err(
                 |e| match e.into_store_error(|e| errors::map(e, self.context(""))) {
@@ -1054,7 +1085,7 @@ impl S3Store {
                 .set_key_marker(key_marker.clone())
                 .set_upload_id_marker(id_marker.clone())
                 .send()
-                .watched(self.stall)
+                .watched(&self.stall)
                 .await
                 .map_err(|e| e.into_store_error(|e| errors::map(e, self.context(key_prefix))))?;
             for u in output.uploads() {

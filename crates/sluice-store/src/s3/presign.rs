@@ -140,6 +140,7 @@ impl DirectSigner for S3DirectSigner {
                 errors::map(
                     e,
                     errors::Context {
+                        endpoint: &self.bucket_url,
                         bucket: &self.bucket,
                         key,
                         upload_id: Some(upload_id),
