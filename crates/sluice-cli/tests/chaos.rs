@@ -586,6 +586,8 @@ async fn store_outage(outage: Outage) {
         assert!(Instant::now() < deadline, "{error}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // With the default settings: a healthy MinIO's waits are far under the
+    // floor of the stall deadline, so the deadline is the floor.
     let stall_timeout = Duration::from_secs(5);
     let gateway = common::serve(&[
         "--listen",
@@ -594,10 +596,6 @@ async fn store_outage(outage: Outage) {
         "s3://outage",
         "--endpoint",
         &endpoint,
-        "--janitor-interval",
-        "0s",
-        "--store-stall-timeout",
-        "5s",
     ]);
     let gateway_url = Arc::new(gateway.url.clone());
     let client = reqwest::Client::new();
@@ -703,6 +701,126 @@ async fn store_outage(outage: Outage) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     drop(gateway);
+}
+
+/// Readiness as a load balancer polls it: status, reason, and how long the
+/// answer took.
+async fn readyz(client: &reqwest::Client, gateway: &str) -> (u16, String, Duration) {
+    let asked = Instant::now();
+    match client
+        .get(format!("{gateway}/readyz"))
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+    {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let json: serde_json::Value = response.json().await.unwrap_or_default();
+            let reason = json["reason"].as_str().unwrap_or("").to_string();
+            (status, reason, asked.elapsed())
+        }
+        Err(e) => (0, format!("transport: {e}"), asked.elapsed()),
+    }
+}
+
+/// Issue 35: with the default settings, a frozen store hung a client for 30 to
+/// 90 s and `/readyz` did not answer. The targets, MinIO frozen by SIGSTOP:
+/// a single client's first 1 MiB PUT gets 503 within 10 s, later uploads within
+/// 1 s, `/readyz` says `store_unreachable` within 10 s (answering at once all
+/// along), and uploads succeed again within 2 s of SIGCONT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_store_is_caught_with_the_default_settings() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    if common::minio_prefix("chaos-frozen").await.is_none() {
+        return;
+    }
+    let mut outage_store = OutageStore::start(Outage::Frozen).await;
+    let mut config = sluice_store::s3::S3Config::new("frozen");
+    config.endpoint = Some(outage_store.minio_endpoint());
+    let store = S3Store::connect(config).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(error) = store.ensure_bucket().await {
+        assert!(Instant::now() < deadline, "{error}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let endpoint = outage_store.gateway_endpoint();
+    let gateway = common::serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "s3://frozen",
+        "--endpoint",
+        &endpoint,
+    ]);
+    let url = gateway.url.clone();
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        let (status, code) = put(&client, &url, &format!("warm/{i}"), data(i, MIB)).await;
+        assert_eq!(status, 201, "{code}");
+    }
+    assert_eq!(readyz(&client, &url).await.0, 200);
+
+    outage_store.take_away();
+    let frozen = Instant::now();
+    // A load balancer's poll, every 100 ms.
+    let polling = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let mut answers = Vec::new();
+            while frozen.elapsed() < Duration::from_secs(12) {
+                let (status, reason, took) = readyz(&client, &url).await;
+                answers.push((frozen.elapsed(), status, reason, took));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answers
+        }
+    });
+    let sent = Instant::now();
+    let (first, code) = put(&client, &url, "first", data(10, MIB)).await;
+    let first_took = sent.elapsed();
+    assert_eq!((first, code.as_str()), (503, "store_unavailable"));
+    assert!(first_took <= Duration::from_secs(10), "first PUT answered after {first_took:?}");
+    let sent = Instant::now();
+    let (later, _) = put(&client, &url, "later", data(11, MIB)).await;
+    let later_took = sent.elapsed();
+    assert_eq!(later, 503);
+    assert!(later_took <= Duration::from_secs(1), "a later PUT answered after {later_took:?}");
+    let answers = polling.await.unwrap();
+    let slowest = answers.iter().map(|a| a.3).max().unwrap();
+    assert!(
+        slowest <= Duration::from_millis(500),
+        "/readyz took {slowest:?}: {answers:?}"
+    );
+    let not_ready = answers
+        .iter()
+        .find(|a| a.1 == 503)
+        .map(|a| (a.0, a.2.clone()))
+        .expect("/readyz said 503 while frozen");
+    assert!(not_ready.0 <= Duration::from_secs(10), "{answers:?}");
+    assert_eq!(not_ready.1, "store_unreachable");
+    assert!(answers.iter().all(|a| a.1 == 200 || a.1 == 503), "{answers:?}");
+
+    let outage_store = outage_store.give_back().await;
+    let thawed = Instant::now();
+    let mut tries = 0;
+    let back = loop {
+        tries += 1;
+        let (status, _) = put(&client, &url, &format!("back/{tries}"), data(20, MIB)).await;
+        if status == 201 {
+            break thawed.elapsed();
+        }
+        assert!(thawed.elapsed() < Duration::from_secs(10), "not back: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(back <= Duration::from_secs(2), "uploads succeed again after {back:?}");
+    eprintln!(
+        "frozen store, default settings: first PUT 503 after {first_took:?}, a later one after \
+         {later_took:?}; /readyz 503 {} after the freeze, slowest answer {slowest:?}; \
+         uploads back {back:?} after SIGCONT",
+        humantime::format_duration(Duration::from_millis(not_ready.0.as_millis() as u64))
+    );
+    drop(gateway);
+    drop(outage_store);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
