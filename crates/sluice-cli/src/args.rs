@@ -19,6 +19,23 @@ AWS_PROFILE, web identity or instance metadata.\nExit codes: 0 success, 1 failur
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to standard error: `text` for people (colours
+    /// only on a terminal), `json` (one object per line) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// See [`Cli::log_format`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

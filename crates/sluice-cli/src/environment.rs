@@ -204,6 +204,7 @@ mod tests {
             | "SLUICE_PENALTY_AFTER_OFFENSES" => ("16", Some("x")),
             "SLUICE_TUS_SMALL_PATCHES_PER_SECOND" => ("2.5", Some("x")),
             "SLUICE_CHECKSUM_ALGORITHM" => ("crc64nvme", Some("md5")),
+            "SLUICE_LOG_FORMAT" => ("json", Some("xml")),
             "SLUICE_LISTEN" | "SLUICE_ADMIN_LISTEN" => ("127.0.0.1:9090", Some("here")),
             "SLUICE_EVENT_URL" | "SLUICE_HOOK_URL" | "SLUICE_DIRECT_ENDPOINT" => {
                 ("http://127.0.0.1:9000", Some("ftp://x"))

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
         }
     };
-    init_tracing();
+    init_tracing(cli.log_format);
     for warning in
         environment::stale_warnings(&cli.command, |name| std::env::var_os(name).is_some())
     {
@@ -111,15 +111,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: args::LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("warn,aws_config=error,aws_smithy_runtime=error")
     });
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        args::LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        args::LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 /// The engine configuration the flags describe, validated.

@@ -779,12 +779,18 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
     let (first, code) = put(&client, &url, "first", data(10, MIB)).await;
     let first_took = sent.elapsed();
     assert_eq!((first, code.as_str()), (503, "store_unavailable"));
-    assert!(first_took <= Duration::from_secs(10), "first PUT answered after {first_took:?}");
+    assert!(
+        first_took <= Duration::from_secs(10),
+        "first PUT answered after {first_took:?}"
+    );
     let sent = Instant::now();
     let (later, _) = put(&client, &url, "later", data(11, MIB)).await;
     let later_took = sent.elapsed();
     assert_eq!(later, 503);
-    assert!(later_took <= Duration::from_secs(1), "a later PUT answered after {later_took:?}");
+    assert!(
+        later_took <= Duration::from_secs(1),
+        "a later PUT answered after {later_took:?}"
+    );
     let answers = polling.await.unwrap();
     let slowest = answers.iter().map(|a| a.3).max().unwrap();
     assert!(
@@ -798,7 +804,10 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
         .expect("/readyz said 503 while frozen");
     assert!(not_ready.0 <= Duration::from_secs(10), "{answers:?}");
     assert_eq!(not_ready.1, "store_unreachable");
-    assert!(answers.iter().all(|a| a.1 == 200 || a.1 == 503), "{answers:?}");
+    assert!(
+        answers.iter().all(|a| a.1 == 200 || a.1 == 503),
+        "{answers:?}"
+    );
 
     let outage_store = outage_store.give_back().await;
     let thawed = Instant::now();
@@ -809,10 +818,16 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
         if status == 201 {
             break thawed.elapsed();
         }
-        assert!(thawed.elapsed() < Duration::from_secs(10), "not back: {status}");
+        assert!(
+            thawed.elapsed() < Duration::from_secs(10),
+            "not back: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(back <= Duration::from_secs(2), "uploads succeed again after {back:?}");
+    assert!(
+        back <= Duration::from_secs(2),
+        "uploads succeed again after {back:?}"
+    );
     eprintln!(
         "frozen store, default settings: first PUT 503 after {first_took:?}, a later one after \
          {later_took:?}; /readyz 503 {} after the freeze, slowest answer {slowest:?}; \

@@ -170,6 +170,51 @@ fn usage_errors_exit_with_2_and_store_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no object at key"));
 }
 
+/// Issue 35: "dns error: failed to lookup address information" said nothing of
+/// where. An error without an answer names the endpoint tried and the cause.
+#[test]
+fn a_store_that_cannot_be_reached_is_named_with_its_endpoint() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port(); // closed again: nothing listens there
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.txt");
+    write_file(&file, b"hello");
+    // Each command that asks the store.
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["ls", "s3://some-bucket/", "--endpoint", &endpoint],
+        vec![
+            "put",
+            file.to_str().unwrap(),
+            "s3://some-bucket/f.txt",
+            "--endpoint",
+            &endpoint,
+        ],
+        vec![
+            "get",
+            "s3://some-bucket/f.txt",
+            "-",
+            "--endpoint",
+            &endpoint,
+        ],
+    ];
+    for args in cases {
+        let output = sluice(&args)
+            .env("AWS_ACCESS_KEY_ID", "x")
+            .env("AWS_SECRET_ACCESS_KEY", "y")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        let wanted = format!("could not reach the store at {endpoint}: Connection refused");
+        assert!(stderr.contains(&wanted), "{args:?}: {stderr}");
+        assert!(!stderr.contains("dispatch failure"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn help_names_every_flag_and_its_variable() {
     let out = run(&["put", "--help"]);

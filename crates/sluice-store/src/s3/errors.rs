@@ -50,7 +50,7 @@ where
         },
         SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => StoreError::Transport {
             at: Some(context.endpoint.to_string()),
-            cause: text,
+            cause: root_cause(&error).unwrap_or(text),
         },
         _ => StoreError::Service {
             status: 0,
@@ -58,6 +58,18 @@ where
             message: text,
         },
     }
+}
+
+/// The innermost cause of a failure without an answer ("Connection refused
+/// (os error 111)", "failed to lookup address information: ..."): the SDK's
+/// wrappers around it say nothing a user can act on.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    let text = current.to_string();
+    (!text.is_empty()).then_some(text)
 }
 
 /// Maps an S3 answer (status and error code) to the modelled error it stands for.
