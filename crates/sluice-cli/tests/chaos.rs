@@ -791,6 +791,8 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
         later_took <= Duration::from_secs(1),
         "a later PUT answered after {later_took:?}"
     );
+    assert_eq!(metric(&client, &url, "sluice_store_down").await, 1.0);
+    assert_eq!(metric(&client, &url, "sluice_store_outages_total").await, 1.0);
     let answers = polling.await.unwrap();
     let slowest = answers.iter().map(|a| a.3).max().unwrap();
     assert!(
@@ -848,10 +850,13 @@ async fn metric(client: &reqwest::Client, gateway: &str, name: &str) -> f64 {
         .text()
         .await
         .unwrap();
-    text.lines()
+    let values: Vec<f64> = text
+        .lines()
         .filter(|l| l.split([' ', '{']).next() == Some(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .collect();
+    assert!(!values.is_empty(), "no {name} in /metrics");
+    values.iter().sum()
 }
 
 /// The other side of detection, with the default settings: a store that is
@@ -900,7 +905,10 @@ async fn a_slow_store_and_a_storm_raise_no_false_alarm() {
         assert_eq!(*status, 201, "upload {i} through the slow store: {code}");
     }
     assert!(held >= 20, "the proxy held back {held} answers");
-    assert_eq!(metric(&client, &url, "sluice_store_outages").await, 0.0);
+    assert_eq!(
+        metric(&client, &url, "sluice_store_outages_total").await,
+        0.0
+    );
 
     // A storm: 1,000 uploads of 64 KiB at once, the store at full speed. The
     // gateway may turn some away (overloaded), never for the store.
@@ -925,7 +933,10 @@ async fn a_slow_store_and_a_storm_raise_no_false_alarm() {
         );
     }
     assert!(stored >= 500, "{stored} of 1,000 stored");
-    assert_eq!(metric(&client, &url, "sluice_store_outages").await, 0.0);
+    assert_eq!(
+        metric(&client, &url, "sluice_store_outages_total").await,
+        0.0
+    );
     assert_eq!(metric(&client, &url, "sluice_store_down").await, 0.0);
     eprintln!(
         "no false alarm: 200 uploads with {held} answers held 2 s in {slow_took:?}; \
