@@ -792,7 +792,10 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
         "a later PUT answered after {later_took:?}"
     );
     assert_eq!(metric(&client, &url, "sluice_store_down").await, 1.0);
-    assert_eq!(metric(&client, &url, "sluice_store_outages_total").await, 1.0);
+    assert_eq!(
+        metric(&client, &url, "sluice_store_outages_total").await,
+        1.0
+    );
     let answers = polling.await.unwrap();
     let slowest = answers.iter().map(|a| a.3).max().unwrap();
     assert!(

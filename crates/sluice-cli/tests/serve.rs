@@ -250,3 +250,98 @@ async fn graceful_shutdown_lets_in_flight_uploads_finish() {
             .unwrap();
     assert!(stored.concat() == data);
 }
+
+/// Issue 35: a missing bucket looked healthy (`/readyz` 200, every upload 502).
+/// The start-up check finds what is wrong; readiness names it at once, uploads
+/// get 503, and the gateway becomes ready when the store is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_be_used_is_not_ready_and_says_why() {
+    let Some((endpoint, _, _)) = setup("serve-not-ready").await else {
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let bucket = format!("missing-{}-{nanos}", std::process::id());
+    let store = format!("s3://{bucket}");
+    let client = reqwest::Client::new();
+    let ready = |url: String| {
+        let client = client.clone();
+        async move {
+            let response = client.get(format!("{url}/readyz")).send().await.unwrap();
+            let status = response.status().as_u16();
+            let json: serde_json::Value = response.json().await.unwrap();
+            (status, json["reason"].as_str().unwrap_or("").to_string())
+        }
+    };
+    // (what, credentials, reason)
+    let cases = [
+        ("no such bucket", None, "bucket_missing"),
+        (
+            "a wrong secret",
+            Some("not-the-secret"),
+            "credentials_refused",
+        ),
+    ];
+    for (what, secret, reason) in cases {
+        let args = [
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--endpoint",
+            &endpoint,
+        ];
+        let env: Vec<(&str, &str)> = secret
+            .map(|s| vec![("AWS_SECRET_ACCESS_KEY", s)])
+            .unwrap_or_default();
+        let gateway = common::serve_with_env(&args, &env);
+        assert_eq!(
+            ready(gateway.url.clone()).await,
+            (503, reason.to_string()),
+            "{what}"
+        );
+        let put = client
+            .put(format!("{}/v1/objects/k", gateway.url))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 503, "{what}");
+        assert!(put.headers().contains_key("retry-after"), "{what}");
+    }
+    // The bucket made while a gateway serves: ready within a probe or two.
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        &store,
+        "--endpoint",
+        &endpoint,
+    ];
+    let gateway = common::serve(&args);
+    assert_eq!(ready(gateway.url.clone()).await.0, 503);
+    let mut config = sluice_store::s3::S3Config::new(bucket.clone());
+    config.endpoint = Some(endpoint.clone());
+    sluice_store::s3::S3Store::connect(config)
+        .await
+        .ensure_bucket()
+        .await
+        .unwrap();
+    let made = std::time::Instant::now();
+    while ready(gateway.url.clone()).await.0 != 200 {
+        assert!(
+            made.elapsed() < Duration::from_secs(5),
+            "not ready after the bucket was made"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let put = client
+        .put(format!("{}/v1/objects/k", gateway.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+}

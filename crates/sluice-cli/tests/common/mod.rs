@@ -25,9 +25,15 @@ impl Drop for Gateway {
 
 /// Starts `sluice serve ARGS` and waits for the URL it prints.
 pub fn serve(args: &[&str]) -> Gateway {
+    serve_with_env(args, &[])
+}
+
+/// [`serve`] with variables set for the gateway (credentials, ...).
+pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("serve")
         .args(args)
+        .envs(env.iter().copied())
         // The fault tests make gateways log a lot; SLUICE_TEST_GATEWAY_LOG=info to see it.
         .env(
             "SLUICE_LOG",
