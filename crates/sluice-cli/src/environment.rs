@@ -236,7 +236,8 @@ mod tests {
                 || name.ends_with("_DURATION")
                 || name.ends_with("_DEADLINE")
                 || name.ends_with("_AFTER")
-                || name.ends_with("_KEEP_ALIVE") =>
+                || name.ends_with("_KEEP_ALIVE")
+                || name.ends_with("_DELAY") =>
             {
                 ("90s", Some("soon"))
             }

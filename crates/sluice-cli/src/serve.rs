@@ -158,8 +158,9 @@ fn say(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM (drain: a process manager or load balancer is moving
+/// traffic away) or Ctrl-C (stop now, in-flight uploads still get their grace).
+pub async fn shutdown_signal() -> sluice_server::Stop {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut signal) => {
@@ -169,8 +170,8 @@ pub async fn shutdown_signal() {
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        _ = tokio::signal::ctrl_c() => sluice_server::Stop::Now,
+        () = terminate => sluice_server::Stop::Drain,
     }
 }
 

@@ -345,3 +345,176 @@ async fn a_store_that_cannot_be_used_is_not_ready_and_says_why() {
         .unwrap();
     assert_eq!(put.status(), 201);
 }
+
+/// Issue 35, graceful drain. On SIGTERM `/readyz` says `draining` at once; new
+/// uploads are still taken for the drain delay (the default, 5 s); then new
+/// connections are refused, the upload in flight finishes, a resumable upload
+/// still trickling when the grace ends is cut and stays resumable on another
+/// gateway, and the drained gateway exits 0 inside its grace. The grace is 3 s
+/// here, not the default 30 s: the trickling upload would hold the test for all
+/// of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_a_cut_resumable_upload_goes_on_elsewhere() {
+    let Some((endpoint, prefix, store)) = setup("serve_drain").await else {
+        return;
+    };
+    let draining = start(&endpoint, &prefix, &["--shutdown-grace", "3s"]);
+    let other = start(&endpoint, &prefix, &[]);
+    let address = draining.url.trim_start_matches("http://").to_string();
+    let client = reqwest::Client::new();
+    let data = test_data(24 * 1024 * 1024, 9);
+
+    // A resumable upload whose PATCH trickles and never ends by itself.
+    let tus_data = test_data(6 * 1024 * 1024, 10);
+    let created = client
+        .post(format!("{}/v1/tus/", draining.url))
+        .header("tus-resumable", "1.0.0")
+        .header("upload-length", tus_data.len())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_string();
+    let path = location
+        .split_once("://")
+        .map_or(location.as_str(), |(_, rest)| {
+            &rest[rest.find('/').unwrap()..]
+        })
+        .to_string();
+    let other_location = format!("{}{path}", other.url);
+    let mut patch = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        patch,
+        "PATCH {path} HTTP/1.1\r\nHost: {address}\r\nTus-Resumable: 1.0.0\r\n\
+         Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\n\
+         Content-Length: {}\r\n\r\n",
+        tus_data.len()
+    )
+    .unwrap();
+    patch.write_all(&tus_data[..2 * 1024 * 1024]).unwrap();
+    let trickle = std::thread::spawn({
+        let mut patch = patch.try_clone().unwrap();
+        let rest = tus_data[2 * 1024 * 1024..4 * 1024 * 1024].to_vec();
+        move || {
+            for piece in rest.chunks(64 * 1024) {
+                if patch.write_all(piece).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    });
+
+    // A plain upload in flight at the signal.
+    let mut socket = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        socket,
+        "PUT /v1/objects/in-flight HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n",
+        data.len()
+    )
+    .unwrap();
+    socket.write_all(&data[..10 * 1024 * 1024]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let signalled = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &draining.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ready = client
+        .get(format!("{}/readyz", draining.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(ready["reason"], "draining");
+    // Within the drain delay, a new upload is still taken.
+    let put = reqwest::Client::new()
+        .put(format!("{}/v1/objects/during-delay", draining.url))
+        .body("taken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    socket.write_all(&data[10 * 1024 * 1024..]).unwrap();
+    let mut answer = String::new();
+    BufReader::new(&socket).read_line(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    // After it, new connections are refused.
+    tokio::time::sleep(
+        Duration::from_secs(5).saturating_sub(signalled.elapsed()) + Duration::from_millis(500),
+    )
+    .await;
+    let late = reqwest::Client::new()
+        .put(format!("{}/v1/objects/too-late", draining.url))
+        .body("refused")
+        .send()
+        .await;
+    assert!(late.is_err(), "a new connection after the delay: {late:?}");
+    // The trickling PATCH is cut at the end of the grace; the gateway exits 0.
+    let mut draining = draining;
+    let status = draining.child.wait().unwrap();
+    let exited = signalled.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    // The delay, the grace, and at most 5 s for the cut requests to commit.
+    assert!(
+        exited <= Duration::from_secs(5 + 3 + 5),
+        "exited after {exited:?}"
+    );
+    drop(patch);
+    trickle.join().unwrap();
+
+    // The cut upload goes on at the other gateway from what was stored.
+    let head = client
+        .head(&other_location)
+        .header("tus-resumable", "1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    let offset: usize = head.headers()["upload-offset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(offset >= 2 * 1024 * 1024, "offset {offset}");
+    let resumed = client
+        .patch(&other_location)
+        .header("tus-resumable", "1.0.0")
+        .header("content-type", "application/offset+octet-stream")
+        .header("upload-offset", offset)
+        .body(tus_data[offset..].to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 204, "{:?}", resumed.text().await);
+    let key = head_key(&client, &other_location).await;
+    for (key, want) in [("in-flight".to_string(), &data), (key, &tus_data)] {
+        let stored: Vec<Bytes> =
+            futures::TryStreamExt::try_collect(store.get_object(&key, None).await.unwrap().body)
+                .await
+                .unwrap();
+        assert!(stored.concat() == *want, "{key}");
+    }
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    eprintln!(
+        "drained: exit 0 after {exited:?}; the cut upload resumed elsewhere from {offset} bytes"
+    );
+}
+
+/// The key a finished tus upload was stored under.
+async fn head_key(client: &reqwest::Client, location: &str) -> String {
+    let head = client
+        .head(location)
+        .header("tus-resumable", "1.0.0")
+        .send()
+        .await
+        .unwrap();
+    head.headers()
+        .get("x-sluice-key")
+        .map(|k| k.to_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no X-Sluice-Key: {:?}", head.headers()))
+}

@@ -29,6 +29,10 @@ pub struct Bodies {
     form: crate::config::FormSettings,
     download_deadline: Option<Duration>,
     metrics: Metrics,
+    /// Cancelled when a shutdown's grace is over: bodies still arriving end
+    /// with [`BodyError::ShuttingDown`], so what they brought is committed (a
+    /// resumable upload keeps it) instead of dropped with the request.
+    cut: tokio_util::sync::CancellationToken,
 }
 
 impl Bodies {
@@ -44,7 +48,18 @@ impl Bodies {
             form: config.form.clone(),
             download_deadline: limits.download_deadline,
             metrics,
+            cut: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Ends every request body still arriving, now and from now on.
+    pub fn cut_all(&self) {
+        self.cut.cancel();
+    }
+
+    /// Whether bodies were cut (the gateway is about to exit).
+    pub fn cut(&self) -> bool {
+        self.cut.is_cancelled()
     }
 
     /// The gateway's own limit on one upload (none: S3's).
@@ -76,7 +91,13 @@ impl Bodies {
     /// The body as a stream held to `limit` and to the pace (see
     /// [`limited_stream`]).
     pub fn stream(&self, body: Body, limit: Option<u64>) -> BoxStream<'static, io::Result<Bytes>> {
-        limited_stream(body, limit, self.pace, self.metrics.clone())
+        limited_stream(
+            body,
+            limit,
+            self.pace,
+            self.metrics.clone(),
+            self.cut.clone(),
+        )
     }
 
     /// What a form may make the gateway read before its files.
@@ -103,6 +124,8 @@ pub enum BodyError {
     Client,
     #[error("a form part's headers run past {limit} bytes")]
     FormHeaderTooLarge { limit: u64 },
+    #[error("the gateway is shutting down: the body was cut")]
+    ShuttingDown,
 }
 
 impl BodyError {
@@ -174,6 +197,7 @@ fn limited_stream(
     limit: Option<u64>,
     pace: BodyPace,
     metrics: Metrics,
+    cut: tokio_util::sync::CancellationToken,
 ) -> BoxStream<'static, io::Result<Bytes>> {
     let progress = Progress {
         seen: 0,
@@ -182,6 +206,7 @@ fn limited_stream(
     let state = (body.into_data_stream(), progress, false);
     futures::stream::unfold(state, move |(mut data, mut progress, failed)| {
         let metrics = metrics.clone();
+        let cut = cut.clone();
         async move {
             if failed {
                 return None;
@@ -194,7 +219,10 @@ fn limited_stream(
             };
             let (wait, why) = pace.next_wait(progress.seen, progress.waited);
             let started = Instant::now();
-            let next = tokio::time::timeout(wait, data.next()).await;
+            let next = tokio::select! {
+                next = tokio::time::timeout(wait, data.next()) => next,
+                () = cut.cancelled() => return fail(BodyError::ShuttingDown, progress),
+            };
             progress.waited += started.elapsed();
             match next {
                 Err(_) => fail(why, progress),

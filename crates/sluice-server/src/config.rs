@@ -272,7 +272,15 @@ pub struct Limits {
     #[arg(id = "limits.http2_keep_alive", long = "http2-keep-alive", env = "SLUICE_HTTP2_KEEP_ALIVE", value_name = "DURATION", default_value = "30s", value_parser = duration_in(Duration::from_millis(1), Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub http2_keep_alive: Duration,
-    /// Time in-flight uploads get to finish on SIGTERM or Ctrl-C.
+    /// On SIGTERM, how long the gateway goes on taking new uploads while
+    /// /readyz already answers 503 draining, so a load balancer notices before
+    /// anything is refused (Ctrl-C skips it).
+    #[arg(id = "limits.drain_delay", long = "drain-delay", env = "SLUICE_DRAIN_DELAY", value_name = "DURATION", default_value = "5s", value_parser = duration_in(Duration::ZERO, 3600 * SECOND))]
+    #[serde(with = "humantime_serde")]
+    pub drain_delay: Duration,
+    /// Time in-flight uploads get to finish on SIGTERM or Ctrl-C, after the
+    /// drain delay; what is still running then is cut (a resumable upload
+    /// stays resumable from what was stored).
     #[arg(id = "limits.shutdown_grace", long = "shutdown-grace", env = "SLUICE_SHUTDOWN_GRACE", value_name = "DURATION", default_value = "30s", value_parser = duration_in(Duration::ZERO, Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,

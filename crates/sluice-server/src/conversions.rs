@@ -32,6 +32,7 @@ impl From<BodyError> for ApiError {
                 ApiError::BadRequest("the client connection failed while sending the body".into())
             }
             e @ BodyError::FormHeaderTooLarge { .. } => ApiError::Malformed(e.to_string()),
+            BodyError::ShuttingDown => ApiError::ShuttingDown { retry_after: 1 },
         }
     }
 }

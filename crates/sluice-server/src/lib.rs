@@ -45,7 +45,7 @@ use sluice_store::ObjectStore;
 use sluice_upload::Engine;
 
 pub use config::{ConfigError, ServerConfig};
-pub use server::{bind, serve, serve_admin};
+pub use server::{bind, serve, serve_admin, Stop};
 
 /// What every handler shares.
 #[derive(Clone)]

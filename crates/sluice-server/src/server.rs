@@ -1,8 +1,11 @@
 //! The listener: accepts connections (HTTP/1.1 and HTTP/2) up to
 //! `limits.max_connections`, bounds how long a connection may take to deliver its
-//! first request, and on shutdown stops accepting, lets in-flight requests finish
-//! within the grace period, then drops the rest (their multipart uploads are
-//! aborted) and waits for those aborts.
+//! first request, and on shutdown drains: `/readyz` says `draining` at once; on
+//! [`Stop::Drain`] (SIGTERM) new uploads are still taken for `drain_delay`, so a
+//! load balancer polling readiness moves traffic away before anything is
+//! refused; then it stops accepting, refuses new requests, lets in-flight ones
+//! finish within the grace period, drops the rest (their multipart uploads are
+//! aborted; a resumable upload keeps what was stored) and waits for those aborts.
 //!
 //! Connection limits, in the order a connection meets them:
 //! - beyond `max_connections` open ones, a connection is answered a bare
@@ -86,10 +89,34 @@ pub async fn serve_admin(
         .await
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, then drains. Accept
-/// errors (such as running out of file descriptors) are logged and retried, so
-/// serving itself never fails.
-pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+/// How long requests whose bodies were cut at the end of the grace get to
+/// commit what they received.
+const CUT_REQUESTS_FINISH: Duration = Duration::from_secs(5);
+
+/// How a gateway is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM, from a process manager: not ready at once, new uploads taken
+    /// for `limits.drain_delay`, then the grace for those in flight.
+    Drain,
+    /// Ctrl-C: no delay, the grace for those in flight.
+    Now,
+}
+
+impl From<()> for Stop {
+    fn from((): ()) -> Stop {
+        Stop::Drain
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains (see
+/// [`Stop`]). Accept errors (such as running out of file descriptors) are
+/// logged and retried, so serving itself never fails.
+pub async fn serve<S: Into<Stop>>(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = S>,
+) {
     let router = state.router();
     let limits = state.config.limits.clone();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -132,6 +159,10 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         .breaker()
         .map(|breaker| breaker.spawn_heartbeat());
     tokio::pin!(shutdown);
+    // Armed once asked to stop: until it fires new connections are still taken.
+    let mut draining = false;
+    let accept_until = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(accept_until);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -253,11 +284,23 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            () = &mut shutdown => break,
+            stop = &mut shutdown, if !draining => {
+                state.readiness.start_draining();
+                let delay = match stop.into() {
+                    Stop::Drain => limits.drain_delay,
+                    Stop::Now => Duration::ZERO,
+                };
+                tracing::info!(
+                    delay_ms = delay.as_millis() as u64,
+                    "draining: /readyz answers 503; new uploads are taken until the delay is over"
+                );
+                draining = true;
+                accept_until.as_mut().reset(tokio::time::Instant::now() + delay);
+            }
+            () = &mut accept_until, if draining => break,
         }
     }
     drop(listener);
-    state.readiness.start_draining();
     if let Some(heartbeat) = heartbeat {
         heartbeat.abort();
     }
@@ -286,15 +329,28 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         grace_s = limits.shutdown_grace.as_secs(),
         "shutting down"
     );
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+    let finished = graceful.shutdown();
+    tokio::pin!(finished);
+    if tokio::time::timeout(limits.shutdown_grace, &mut finished)
         .await
         .is_err()
     {
-        tracing::warn!("shutdown grace expired; aborting the uploads still running");
+        // Bodies still arriving end here, so their requests keep what came
+        // (a resumable upload stays resumable elsewhere from it).
+        tracing::warn!("shutdown grace expired; cutting the request bodies still arriving");
+        state.bodies.cut_all();
+        if tokio::time::timeout(CUT_REQUESTS_FINISH, &mut finished)
+            .await
+            .is_err()
+        {
+            tracing::warn!("aborting the requests still running");
+        }
     }
     connections.shutdown().await;
+    tracing::debug!("connections closed");
     state.streams.close_all().await;
     state.engine.finish_background().await;
+    tracing::info!("stopped");
 }
 
 /// A connection's place under `limits.max_connections`, counted in the metrics.

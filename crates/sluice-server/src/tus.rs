@@ -287,7 +287,8 @@ async fn patch(
     if finished {
         state.small_patches.forget(&id);
     }
-    if !wait.is_zero() {
+    // Cut by a shutdown: answered at once, the gateway is about to exit.
+    if !wait.is_zero() && !state.bodies.cut() {
         state.metrics.small_patch_waited(wait);
         tokio::time::sleep(wait).await;
     }
