@@ -9,13 +9,16 @@
 //     Watches the dashboard for SECONDS while the caller makes load, and reads
 //     each chart and value at the start and at the end:
 //     {errors, charts: [{label, before, after, value}]}
+//
+// SLUICE_TEST_CHROMIUM_ARGS adds command-line flags to the browser (split on
+// spaces), such as the certificate a test CA issued to trust.
 import { createHash } from "node:crypto";
 import { chromium } from "playwright-core";
 
 const [kind, url, amount, screenshot] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.SLUICE_TEST_CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox"],
+  args: ["--no-sandbox", ...(process.env.SLUICE_TEST_CHROMIUM_ARGS || "").split(" ").filter(Boolean)],
 });
 const report = { errors: [] };
 try {

@@ -241,7 +241,13 @@ mod tests {
             {
                 ("90s", Some("soon"))
             }
-            name if name.ends_with("_FILE") || name.ends_with("_CONFIG") => ("/etc/sluice/x", None),
+            name if name.ends_with("_FILE")
+                || name.ends_with("_CONFIG")
+                || name == "SLUICE_TLS_CERT"
+                || name == "SLUICE_TLS_KEY" =>
+            {
+                ("/etc/sluice/x", None)
+            }
             _ => return None,
         })
     }

@@ -103,10 +103,14 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
         true => "bearer JWT required",
         false => "open: no authentication",
     };
+    let scheme = match state.tls {
+        Some(_) => "https",
+        None => "http",
+    };
     say(&format!(
-        "sluice serve: listening on http://{address} (store: {description}; {access})\n  \
-         upload:   curl -T FILE http://{address}/v1/objects/KEY\n  \
-         download: curl http://{address}/v1/objects/KEY"
+        "sluice serve: listening on {scheme}://{address} (store: {description}; {access})\n  \
+         upload:   curl -T FILE {scheme}://{address}/v1/objects/KEY\n  \
+         download: curl {scheme}://{address}/v1/objects/KEY"
     ));
     let admin = match admin {
         Some(listener) => {

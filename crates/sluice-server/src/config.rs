@@ -99,6 +99,8 @@ pub struct ServerConfig {
     pub direct: crate::direct::DirectSettings,
     #[command(flatten)]
     pub ui: crate::ui::UiSettings,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsSettings,
     /// Record streams (`POST /v1/streams/NAME`), one `[streams.NAME]` table each
     /// (file only; see docs/STREAMS.md).
     #[arg(skip)]

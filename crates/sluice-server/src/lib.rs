@@ -32,6 +32,7 @@ pub mod settings;
 pub mod small_patches;
 pub mod store;
 pub mod streams;
+pub mod tls;
 pub mod tus;
 pub mod ui;
 pub mod unread;
@@ -78,6 +79,8 @@ pub struct AppState {
     pub offenders: Arc<offenders::Offenders>,
     /// Whether to be sent uploads now (`/readyz`).
     pub readiness: readiness::Readiness,
+    /// HTTPS on the listener, when `[tls]` names a certificate.
+    pub tls: Option<tls::Tls>,
 }
 
 impl AppState {
@@ -116,7 +119,10 @@ impl AppState {
             config.tus.small_patches_per_second,
             config.tus.small_patch_bytes,
         );
+        let tls = tls::Tls::from_settings(&config.tls)
+            .map_err(|e| ConfigError::new("tls.cert_file", e.to_string()))?;
         Ok(AppState {
+            tls,
             readiness: readiness::Readiness::new(engine.breaker().cloned()),
             small_patches: Arc::new(small_patches),
             offenders: Arc::new(offenders::Offenders::new(config.penalty.clone())),

@@ -90,6 +90,7 @@ struct Inner {
     penalties: Counter,
     connections_penalized: Counter,
     connections_timed_out: Counter,
+    tls_handshakes_failed: Counter,
     downloads_cut: Counter,
     small_patches_waited: Counter,
     small_patch_wait_seconds: Counter<f64, AtomicU64>,
@@ -143,6 +144,7 @@ impl Metrics {
             penalties: Counter::default(),
             connections_penalized: Counter::default(),
             connections_timed_out: Counter::default(),
+            tls_handshakes_failed: Counter::default(),
             downloads_cut: Counter::default(),
             small_patches_waited: Counter::default(),
             small_patch_wait_seconds: Counter::default(),
@@ -266,6 +268,11 @@ impl Metrics {
             "sluice_connections_timed_out",
             "Client connections closed before their first request was in, at limits.header_read_timeout",
             inner.connections_timed_out.clone(),
+        );
+        registry.register(
+            "sluice_tls_handshakes_failed",
+            "Connections closed because their TLS handshake failed (not TLS, no shared protocol, a client refusing the certificate)",
+            inner.tls_handshakes_failed.clone(),
         );
         registry.register(
             "sluice_downloads_cut",
@@ -432,6 +439,10 @@ impl Metrics {
 
     pub fn connection_timed_out(&self) {
         self.inner.connections_timed_out.inc();
+    }
+
+    pub fn tls_handshake_failed(&self) {
+        self.inner.tls_handshakes_failed.inc();
     }
 
     pub fn download_cut(&self) {

@@ -65,6 +65,11 @@ const REFUSE_LINGER: Duration = Duration::from_secs(1);
 /// for a client that watches for an early answer, little for a flood.
 const PENALIZED_LINGER_BYTES: u64 = 64 << 10;
 
+/// A connection's byte stream: plain TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 /// Binds a listener with a deep accept backlog.
 pub async fn bind(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if address.is_ipv4() {
@@ -153,6 +158,8 @@ pub async fn serve<S: Into<Stop>>(
         )
     });
     let direct_confirm = crate::direct::confirm::spawn(state.clone());
+    let tls = state.tls.clone();
+    let tls_reloader = tls.as_ref().map(crate::tls::Tls::spawn_reloader);
     // A store that dies while no upload asks it is noticed all the same.
     let heartbeat = state
         .engine
@@ -179,9 +186,13 @@ pub async fn serve<S: Into<Stop>>(
                     state.metrics.connection_penalized();
                     if let Ok(turn) = held.clone().try_acquire_owned() {
                         let retry_after = limits.retry_after_seconds;
+                        let plain = tls.is_none();
                         tokio::spawn(async move {
                             tokio::time::sleep(left).await;
-                            refuse(stream, Refusal::Penalized, retry_after).await;
+                            // Over TLS a bare answer would be garbage: closed unanswered.
+                            if plain {
+                                refuse(stream, Refusal::Penalized, retry_after).await;
+                            }
                             drop(turn);
                         });
                     }
@@ -189,7 +200,7 @@ pub async fn serve<S: Into<Stop>>(
                 }
                 let Ok(slot) = open.clone().try_acquire_owned() else {
                     state.metrics.connection_refused();
-                    if let Ok(turn) = refusing.clone().try_acquire_owned() {
+                    if let (Ok(turn), None) = (refusing.clone().try_acquire_owned(), &tls) {
                         let retry_after = limits.retry_after_seconds;
                         tokio::spawn(async move {
                             refuse(stream, Refusal::TooManyConnections, retry_after).await;
@@ -247,15 +258,36 @@ pub async fn serve<S: Into<Stop>>(
                     })
                 };
                 let service = TowerToHyperService::new(service);
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
+                let watcher = graceful.watcher();
+                let builder = builder.clone();
+                let tls = tls.clone();
                 let metrics = state.metrics.clone();
-                let first_request_within = limits.header_read_timeout;
+                let first_request = tokio::time::sleep(limits.header_read_timeout);
                 connections.spawn(async move {
                     let _slot = OpenConnection::new(slot, metrics.clone());
-                    tokio::pin!(connection);
-                    let first_request = tokio::time::sleep(first_request_within);
                     tokio::pin!(first_request);
+                    // The handshake counts against the time to the first request.
+                    let io: Box<dyn Io> = match tls {
+                        None => Box::new(stream),
+                        Some(tls) => tokio::select! {
+                            handshake = tls.accept(stream) => match handshake {
+                                Ok(stream) => Box::new(stream),
+                                Err(error) => {
+                                    metrics.tls_handshake_failed();
+                                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                                    return;
+                                }
+                            },
+                            () = &mut first_request => {
+                                metrics.connection_timed_out();
+                                tracing::debug!(%peer, "closed a connection whose TLS handshake did not finish in time");
+                                return;
+                            }
+                        },
+                    };
+                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
+                    let connection = watcher.watch(connection);
+                    tokio::pin!(connection);
                     let mut awaiting_first = true;
                     let ended = loop {
                         tokio::select! {
@@ -303,6 +335,9 @@ pub async fn serve<S: Into<Stop>>(
     drop(listener);
     if let Some(heartbeat) = heartbeat {
         heartbeat.abort();
+    }
+    if let Some(reloader) = tls_reloader {
+        reloader.abort();
     }
     if let Some(janitor) = janitor {
         janitor.abort();

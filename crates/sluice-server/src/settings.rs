@@ -280,6 +280,8 @@ mod tests {
             "hooks.pre_create_url",
             "hooks.secret_file",
             "direct.public_endpoint",
+            "tls.cert_file",
+            "tls.key_file",
         ];
         defined.retain(|k| !unset.contains(&k.as_str()));
         keys.sort();

@@ -6,6 +6,7 @@
 pub mod faults;
 pub mod memory;
 pub mod minio;
+pub mod tls;
 
 pub use faults::{Fault, FaultyStore, Op};
 pub use memory::MemoryStore;

@@ -49,7 +49,7 @@ pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
         .unwrap();
     let url = first
         .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
         .unwrap_or_else(|| panic!("no URL in {first:?}"))
         .trim_end_matches('/')
         .to_string();

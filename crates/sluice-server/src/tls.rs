@@ -1,0 +1,224 @@
+//! HTTPS on the listener: rustls with the certificate chain and key read from
+//! PEM files, HTTP/2 and HTTP/1.1 offered by ALPN, and the pair read again when
+//! either file changes, so a certificate is rotated without a restart (the next
+//! handshake uses the new one; open connections keep theirs). A pair that does
+//! not load (a file half-written during a rotation, a key that does not match)
+//! is logged and the one in use stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+/// How often the files are looked at for a change.
+const RELOAD_CHECK: Duration = Duration::from_secs(2);
+
+/// `[tls]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "TLS")]
+pub struct TlsSettings {
+    /// Serve HTTPS with this certificate chain (PEM, the server's certificate
+    /// first); needs --tls-key. Read again when it changes (rotation without a
+    /// restart). HTTP/2 is offered by ALPN.
+    #[arg(
+        id = "tls.cert_file",
+        long = "tls-cert",
+        env = "SLUICE_TLS_CERT",
+        value_name = "FILE"
+    )]
+    pub cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        id = "tls.key_file",
+        long = "tls-key",
+        env = "SLUICE_TLS_KEY",
+        value_name = "FILE"
+    )]
+    pub key_file: Option<PathBuf>,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        sluice_upload::defaults()
+    }
+}
+
+impl TlsSettings {
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some() || self.key_file.is_some()
+    }
+}
+
+/// Why a certificate and key could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tls.cert_file (--tls-cert) and tls.key_file (--tls-key) go together")]
+    HalfConfigured,
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} holds no PEM certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("{path} holds no PEM private key (PKCS#8, PKCS#1 or SEC1): {reason}")]
+    NoKey { path: PathBuf, reason: String },
+    #[error("the key in {key} does not fit the certificate in {cert}: {reason}")]
+    Mismatch {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+}
+
+/// The listener's TLS: the acceptor and the certificate it hands out.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: TlsAcceptor,
+    current: Arc<CurrentCert>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("cert_file", &self.current.cert_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pair in use, and the files it came from.
+#[derive(Debug)]
+struct CurrentCert {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    key: RwLock<Arc<CertifiedKey>>,
+    /// The files' modification times when last loaded.
+    stamps: RwLock<(Option<SystemTime>, Option<SystemTime>)>,
+}
+
+impl ResolvesServerCert for CurrentCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.key.read().expect("certificate lock").clone())
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads and checks the pair.
+fn load(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, TlsError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let cert_pem = read(cert_file)?;
+    let key_pem = read(key_file)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .filter_map(Result::ok)
+        .collect();
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: cert_file.to_path_buf(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::NoKey {
+        path: key_file.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mismatch = |reason: String| TlsError::Mismatch {
+        cert: cert_file.to_path_buf(),
+        key: key_file.to_path_buf(),
+        reason,
+    };
+    let certified =
+        CertifiedKey::from_der(chain, key, &provider()).map_err(|e| mismatch(e.to_string()))?;
+    certified
+        .keys_match()
+        .map_err(|e| mismatch(e.to_string()))?;
+    Ok(certified)
+}
+
+impl Tls {
+    /// The listener's TLS as `settings` describe it; `None` for plain HTTP.
+    pub fn from_settings(settings: &TlsSettings) -> Result<Option<Tls>, TlsError> {
+        let (cert_file, key_file) = match (&settings.cert_file, &settings.key_file) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+            _ => return Err(TlsError::HalfConfigured),
+        };
+        let key = load(&cert_file, &key_file)?;
+        let current = Arc::new(CurrentCert {
+            stamps: RwLock::new((modified(&cert_file), modified(&key_file))),
+            cert_file,
+            key_file,
+            key: RwLock::new(Arc::new(key)),
+        });
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("the provider supports the default versions")
+            .with_no_client_auth()
+            .with_cert_resolver(current.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Some(Tls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            current,
+        }))
+    }
+
+    /// The TLS handshake on an accepted connection.
+    pub async fn accept(&self, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+        self.acceptor.accept(stream).await
+    }
+
+    /// Loads the pair again if either file changed since; true when a new
+    /// pair is in use.
+    pub fn reload_if_changed(&self) -> bool {
+        let current = &self.current;
+        let stamps = (modified(&current.cert_file), modified(&current.key_file));
+        if *current.stamps.read().expect("stamps lock") == stamps {
+            return false;
+        }
+        match load(&current.cert_file, &current.key_file) {
+            Ok(key) => {
+                *current.key.write().expect("certificate lock") = Arc::new(key);
+                *current.stamps.write().expect("stamps lock") = stamps;
+                tracing::info!(cert = %current.cert_file.display(), "loaded the changed TLS certificate");
+                true
+            }
+            Err(error) => {
+                // Said once per change: the next change (the rotation
+                // finishing) is loaded then.
+                *current.stamps.write().expect("stamps lock") = stamps;
+                tracing::warn!(%error, "the changed TLS certificate does not load; keeping the one in use");
+                false
+            }
+        }
+    }
+
+    /// Looks for changed files every 2 s until the task is dropped.
+    pub fn spawn_reloader(&self) -> tokio::task::JoinHandle<()> {
+        let tls = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RELOAD_CHECK).await;
+                tls.reload_if_changed();
+            }
+        })
+    }
+}
