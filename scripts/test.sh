@@ -5,7 +5,8 @@
 # enabled (they fail rather than skip when MinIO is not there), then stops MinIO.
 # It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run,
 # and starts an Apache Kafka broker (KRaft, jars from Maven Central, scripts/kafka.sh)
-# for the record-stream tests.
+# for the record-stream tests, and installs haproxy and promtool for the deploy/
+# checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,17 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
   $sudo_if_needed apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq default-jre-headless maven >/dev/null
 fi
+# haproxy runs deploy/haproxy.cfg in front of three gateways; promtool (Debian's
+# prometheus package) checks deploy/prometheus-rules.yml.
+if [ ! -x /usr/sbin/haproxy ] || ! command -v promtool >/dev/null 2>&1; then
+  echo "==> installing haproxy and promtool (apt-get)"
+  sudo_if_needed=""; [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
+  $sudo_if_needed apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends \
+    haproxy prometheus >/dev/null
+fi
+export SLUICE_TEST_HAPROXY=/usr/sbin/haproxy
+export SLUICE_TEST_PROMTOOL="$(command -v promtool)"
 echo "==> installing the test clients (npm, pip)"
 npm install --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
 if [ ! -x target/test-clients/venv/bin/python ]; then
