@@ -91,6 +91,8 @@ struct Inner {
     connections_penalized: Counter,
     connections_timed_out: Counter,
     tls_handshakes_failed: Counter,
+    tls_certificate_expiry: Gauge,
+    events_pending: Gauge,
     downloads_cut: Counter,
     small_patches_waited: Counter,
     small_patch_wait_seconds: Counter<f64, AtomicU64>,
@@ -145,6 +147,8 @@ impl Metrics {
             connections_penalized: Counter::default(),
             connections_timed_out: Counter::default(),
             tls_handshakes_failed: Counter::default(),
+            tls_certificate_expiry: Gauge::default(),
+            events_pending: Gauge::default(),
             downloads_cut: Counter::default(),
             small_patches_waited: Counter::default(),
             small_patch_wait_seconds: Counter::default(),
@@ -273,6 +277,16 @@ impl Metrics {
             "sluice_tls_handshakes_failed",
             "Connections closed because their TLS handshake failed (not TLS, no shared protocol, a client refusing the certificate)",
             inner.tls_handshakes_failed.clone(),
+        );
+        registry.register(
+            "sluice_events_pending",
+            "Event deliveries waiting in the outbox (bucket-wide) at this gateway's last look; 0 without events",
+            inner.events_pending.clone(),
+        );
+        registry.register(
+            "sluice_tls_certificate_expiry_timestamp_seconds",
+            "When the TLS certificate in use expires (Unix seconds; 0 without TLS)",
+            inner.tls_certificate_expiry.clone(),
         );
         registry.register(
             "sluice_downloads_cut",
@@ -443,6 +457,19 @@ impl Metrics {
 
     pub fn tls_handshake_failed(&self) {
         self.inner.tls_handshakes_failed.inc();
+    }
+
+    /// Entries in the event outbox at the delivery worker's last look.
+    pub fn events_pending(&self, pending: u64) {
+        self.inner.events_pending.set(pending as i64);
+    }
+
+    /// The certificate in use expires then (0: unknown or no TLS).
+    pub fn tls_certificate_loaded(&self, expires: Option<std::time::SystemTime>) {
+        let seconds = expires
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs() as i64);
+        self.inner.tls_certificate_expiry.set(seconds);
     }
 
     pub fn download_cut(&self) {

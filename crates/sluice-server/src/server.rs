@@ -159,7 +159,11 @@ pub async fn serve<S: Into<Stop>>(
     });
     let direct_confirm = crate::direct::confirm::spawn(state.clone());
     let tls = state.tls.clone();
-    let tls_reloader = tls.as_ref().map(crate::tls::Tls::spawn_reloader);
+    let tls_reloader = tls.as_ref().map(|tls| {
+        let metrics = state.metrics.clone();
+        state.metrics.tls_certificate_loaded(tls.not_after());
+        tls.spawn_reloader(move |expires| metrics.tls_certificate_loaded(expires))
+    });
     // A store that dies while no upload asks it is noticed all the same.
     let heartbeat = state
         .engine

@@ -119,6 +119,80 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// One DER element: (tag, contents, the rest after it).
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let length = rest[..count]
+            .iter()
+            .fold(0usize, |n, &b| (n << 8) | usize::from(b));
+        (length, &rest[count..])
+    };
+    (rest.len() >= length).then(|| (tag, &rest[..length], &rest[length..]))
+}
+
+/// When a certificate (DER) stops being valid: its `notAfter`. Read by hand
+/// (Certificate > TBSCertificate > [version], serial, signature, issuer,
+/// validity) rather than with an X.509 crate for one field.
+pub fn not_after(certificate: &[u8]) -> Option<SystemTime> {
+    const SEQUENCE: u8 = 0x30;
+    const UTC_TIME: u8 = 0x17;
+    const GENERALIZED_TIME: u8 = 0x18;
+    let (SEQUENCE, certificate, _) = der_element(certificate)? else {
+        return None;
+    };
+    let (SEQUENCE, mut tbs, _) = der_element(certificate)? else {
+        return None;
+    };
+    // An explicit version ([0]) comes first when present.
+    if tbs.first() == Some(&0xa0) {
+        tbs = der_element(tbs)?.2;
+    }
+    for _ in 0..3 {
+        tbs = der_element(tbs)?.2; // serial, signature algorithm, issuer
+    }
+    let (SEQUENCE, validity, _) = der_element(tbs)? else {
+        return None;
+    };
+    let (_, _, after) = der_element(validity)?; // notBefore
+    let (tag, text, _) = der_element(after)?;
+    let text = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let digits = |range: std::ops::Range<usize>| text.get(range)?.parse::<u32>().ok();
+    let (year, rest) = match tag {
+        UTC_TIME if text.len() == 12 => {
+            let yy = digits(0..2)?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
+        }
+        GENERALIZED_TIME if text.len() == 14 => (digits(0..4)?, 4),
+        _ => return None,
+    };
+    let field = |i: usize| digits(rest + 2 * i..rest + 2 * i + 2);
+    let month = time::Month::try_from(u8::try_from(field(0)?).ok()?).ok()?;
+    let date = time::Date::from_calendar_date(
+        i32::try_from(year).ok()?,
+        month,
+        u8::try_from(field(1)?).ok()?,
+    )
+    .ok()?;
+    let at = time::Time::from_hms(
+        u8::try_from(field(2)?).ok()?,
+        u8::try_from(field(3)?).ok()?,
+        u8::try_from(field(4)?).ok()?,
+    )
+    .ok()?;
+    let seconds = time::PrimitiveDateTime::new(date, at)
+        .assume_utc()
+        .unix_timestamp();
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
 /// Reads and checks the pair.
 fn load(cert_file: &Path, key_file: &Path) -> Result<CertifiedKey, TlsError> {
     let read = |path: &Path| {
@@ -186,6 +260,12 @@ impl Tls {
         self.acceptor.accept(stream).await
     }
 
+    /// When the certificate in use stops being valid.
+    pub fn not_after(&self) -> Option<SystemTime> {
+        let key = self.current.key.read().expect("certificate lock").clone();
+        key.cert.first().and_then(|cert| not_after(cert))
+    }
+
     /// Loads the pair again if either file changed since; true when a new
     /// pair is in use.
     pub fn reload_if_changed(&self) -> bool {
@@ -211,13 +291,19 @@ impl Tls {
         }
     }
 
-    /// Looks for changed files every 2 s until the task is dropped.
-    pub fn spawn_reloader(&self) -> tokio::task::JoinHandle<()> {
+    /// Looks for changed files every 2 s until the task is dropped; `loaded`
+    /// hears the new certificate's expiry after each reload.
+    pub fn spawn_reloader(
+        &self,
+        loaded: impl Fn(Option<SystemTime>) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let tls = self.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RELOAD_CHECK).await;
-                tls.reload_if_changed();
+                if tls.reload_if_changed() {
+                    loaded(tls.not_after());
+                }
             }
         })
     }

@@ -57,6 +57,27 @@ async fn handshake(
         .unwrap()
 }
 
+#[test]
+fn the_expiry_is_read_from_the_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path());
+    // (valid until, how X.509 writes it)
+    let cases = [((2031, 5, 6), "UTCTime"), ((2061, 1, 2), "GeneralizedTime")];
+    for ((year, month, day), form) in cases {
+        let issued = ca.issue_until("dated", Some((year, month, day)));
+        let date = time::Date::from_calendar_date(year, time::Month::try_from(month).unwrap(), day)
+            .unwrap();
+        let want = std::time::UNIX_EPOCH
+            + Duration::from_secs(date.midnight().assume_utc().unix_timestamp() as u64);
+        assert_eq!(
+            sluice_server::tls::not_after(&issued.der),
+            Some(want),
+            "{form}"
+        );
+    }
+    assert_eq!(sluice_server::tls::not_after(b"\x30\x03\x02\x01"), None);
+}
+
 #[tokio::test]
 async fn a_pair_that_cannot_be_used_is_refused_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,6 +189,27 @@ async fn https_with_h2_by_alpn_and_a_rotated_certificate_without_a_restart() {
     let answer = sender.send_request(get).await.unwrap();
     let body = answer.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(&body[..], b"secret bytes");
+
+    // The certificate's expiry is a metric (alerted on in deploy/).
+    let metrics = http::Request::get("https://localhost/metrics")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let answer = sender.send_request(metrics).await.unwrap();
+    let text = answer.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    let expiry: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_tls_certificate_expiry_timestamp_seconds "))
+        .expect("the expiry metric")
+        .parse()
+        .unwrap();
+    let want = sluice_server::tls::not_after(&first.der).unwrap();
+    assert_eq!(
+        expiry,
+        want.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
 
     // Plain HTTP on the TLS port gets no answer.
     let mut plain = TcpStream::connect(address).await.unwrap();

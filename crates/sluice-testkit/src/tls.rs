@@ -55,11 +55,19 @@ impl TestCa {
     /// Issues a certificate for `localhost` and `127.0.0.1` named `name`, and
     /// writes it and its key to `name.pem` and `name.key` (replacing them).
     pub fn issue(&self, name: &str) -> Issued {
+        self.issue_until(name, None)
+    }
+
+    /// [`TestCa::issue`], valid until midnight (UTC) of `(year, month, day)`.
+    pub fn issue_until(&self, name: &str, until: Option<(i32, u8, u8)>) -> Issued {
         let key = KeyPair::generate().expect("a key");
         let mut params =
             CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
                 .expect("params");
         params.distinguished_name.push(DnType::CommonName, name);
+        if let Some((year, month, day)) = until {
+            params.not_after = rcgen::date_time_ymd(year, month, day);
+        }
         let cert = params
             .signed_by(&key, &self.ca, &self.ca_key)
             .expect("a server certificate");

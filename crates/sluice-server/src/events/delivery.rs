@@ -41,7 +41,10 @@ pub(super) async fn run(inner: Arc<EventsInner>) {
     let mut later: HashMap<String, u64> = HashMap::new();
     loop {
         let now = now_ms();
-        let due = due_entries(&inner.outbox, &later, now).await;
+        let (due, pending) = due_entries(&inner.outbox, &later, now).await;
+        if let Some(pending) = pending {
+            inner.metrics.events_pending(pending);
+        }
         later.retain(|_, at| *at > now);
         let rescheduled: Vec<Option<(String, u64)>> = futures::stream::iter(due)
             .map(|key| attempt(&inner, &client, &me, key))
@@ -56,25 +59,33 @@ pub(super) async fn run(inner: Arc<EventsInner>) {
     }
 }
 
-/// Keys of pending entries not known to be due later, in key order.
-async fn due_entries(outbox: &Outbox, later: &HashMap<String, u64>, now: u64) -> Vec<String> {
+/// Keys of pending entries not known to be due later, in key order, and the
+/// entries pending in all (at least that many, when the listing stopped at
+/// [`PER_PASS`] due ones; none when it failed).
+async fn due_entries(
+    outbox: &Outbox,
+    later: &HashMap<String, u64>,
+    now: u64,
+) -> (Vec<String>, Option<u64>) {
     let mut due = Vec::new();
+    let mut seen = 0u64;
     let mut after: Option<String> = None;
     loop {
         let (keys, more) = match outbox.list(after.as_deref(), PER_PASS).await {
             Ok(page) => page,
             Err(error) => {
                 tracing::warn!(%error, "cannot list the event outbox; trying again later");
-                return due;
+                return (due, None);
             }
         };
+        seen += keys.len() as u64;
         after = keys.last().cloned();
         due.extend(
             keys.into_iter()
                 .filter(|k| later.get(k).is_none_or(|at| *at <= now)),
         );
         if !more || due.len() >= PER_PASS {
-            return due;
+            return (due, Some(seen));
         }
     }
 }
