@@ -216,11 +216,13 @@ pub struct Limits {
     pub store_concurrency: usize,
     /// Store failures in a row (no answer, a stall, a 5xx other than SlowDown)
     /// after which the store counts as down: uploads get 503 + Retry-After at
-    /// once and store requests stop until a probe is answered. 0 turns it off.
+    /// once and store requests stop until a probe is answered. 0 turns the
+    /// breaker off, and with it the start-up check, the heartbeat and the
+    /// store's reasons in /readyz.
     #[arg(id = "limits.store_failures_to_open", long = "store-failures-to-open", env = "SLUICE_STORE_FAILURES_TO_OPEN", value_name = "N", default_value = "3", value_parser = at_least::<u32>(0))]
     pub store_failures_to_open: u32,
-    /// While the store counts as down, it is probed this often (each probe given
-    /// as long to answer); also the Retry-After of the 503s (100ms to 60s).
+    /// While the store counts as down, it is probed this often; also the
+    /// Retry-After of the 503s (100ms to 60s).
     #[arg(id = "limits.store_probe_interval", long = "store-probe-interval", env = "SLUICE_STORE_PROBE_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = duration_in(SECOND / 10, 60 * SECOND))]
     #[serde(with = "humantime_serde")]
     pub store_probe_interval: Duration,
@@ -362,7 +364,14 @@ impl ServerConfig {
             breaker: (self.limits.store_failures_to_open > 0).then_some(BreakerConfig {
                 failures: self.limits.store_failures_to_open,
                 probe_interval: self.limits.store_probe_interval,
-                probe_timeout: self.limits.store_probe_interval,
+                // A probe is cut by the store's own stall deadline (which grows
+                // with the waits it sees); this bounds it when that is off.
+                probe_timeout: match self.limits.store_stall_timeout {
+                    timeout if timeout.is_zero() => {
+                        sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT
+                    }
+                    timeout => timeout,
+                },
                 ..BreakerConfig::default()
             }),
             ..EngineConfig::default()

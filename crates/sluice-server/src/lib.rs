@@ -147,6 +147,7 @@ impl AppState {
         self.direct = Some(direct::Direct {
             signer,
             settings: self.config.direct.clone(),
+            confirm_cursor: Default::default(),
         });
         self
     }

@@ -280,7 +280,7 @@ impl Metrics {
         );
         registry.register(
             "sluice_events_pending",
-            "Event deliveries waiting in the outbox (bucket-wide) at this gateway's last look; 0 without events",
+            "Event deliveries waiting in the outbox (bucket-wide) at this gateway's last look, counted up to the 1,000 due ones a pass takes; 0 without events",
             inner.events_pending.clone(),
         );
         registry.register(

@@ -63,8 +63,4 @@ impl Readiness {
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
     }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
 }

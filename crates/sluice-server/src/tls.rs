@@ -101,8 +101,9 @@ struct CurrentCert {
     cert_file: PathBuf,
     key_file: PathBuf,
     key: RwLock<Arc<CertifiedKey>>,
-    /// The files' modification times when last loaded.
-    stamps: RwLock<(Option<SystemTime>, Option<SystemTime>)>,
+    /// The files' modification times and sizes when last looked at (a file
+    /// whose write ends within its mtime's tick still changes size).
+    stamps: RwLock<(Stamp, Stamp)>,
 }
 
 impl ResolvesServerCert for CurrentCert {
@@ -111,8 +112,11 @@ impl ResolvesServerCert for CurrentCert {
     }
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+type Stamp = Option<(SystemTime, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.modified().ok()?, metadata.len()))
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -238,7 +242,7 @@ impl Tls {
         };
         let key = load(&cert_file, &key_file)?;
         let current = Arc::new(CurrentCert {
-            stamps: RwLock::new((modified(&cert_file), modified(&key_file))),
+            stamps: RwLock::new((stamp(&cert_file), stamp(&key_file))),
             cert_file,
             key_file,
             key: RwLock::new(Arc::new(key)),
@@ -270,7 +274,7 @@ impl Tls {
     /// pair is in use.
     pub fn reload_if_changed(&self) -> bool {
         let current = &self.current;
-        let stamps = (modified(&current.cert_file), modified(&current.key_file));
+        let stamps = (stamp(&current.cert_file), stamp(&current.key_file));
         if *current.stamps.read().expect("stamps lock") == stamps {
             return false;
         }

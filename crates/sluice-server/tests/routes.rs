@@ -426,10 +426,17 @@ async fn readiness_names_the_reason_and_never_waits_on_the_store() {
         ),
         (
             "refused credentials",
-            Some(Fault::Denied),
+            Some(Fault::BadCredentials),
             false,
             503,
             "credentials_refused",
+        ),
+        (
+            "listing denied, writes allowed",
+            Some(Fault::Denied),
+            false,
+            200,
+            "",
         ),
         ("shutting down", None, true, 503, "draining"),
     ];

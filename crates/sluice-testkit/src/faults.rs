@@ -49,6 +49,8 @@ pub enum Fault {
     InvalidPart,
     /// Fails with 404 NoSuchBucket (permanent).
     NoSuchBucket,
+    /// Fails with 403 InvalidAccessKeyId (permanent): credentials refused.
+    BadCredentials,
     /// Waits this long, then goes through.
     Delay(Duration),
     /// A GET whose body breaks off (a reset) after this many bytes.
@@ -66,6 +68,7 @@ impl Fault {
             }),
             Fault::Denied => Some(StoreError::AccessDenied("injected".into())),
             Fault::InvalidPart => Some(StoreError::InvalidPart("injected".into())),
+            Fault::BadCredentials => Some(StoreError::InvalidCredentials("injected".into())),
             Fault::NoSuchBucket => Some(StoreError::NoSuchBucket {
                 bucket: "injected".into(),
             }),

@@ -87,11 +87,11 @@ impl DownReason {
         match result {
             Ok(()) => None,
             Err(StoreError::NoSuchBucket { .. }) => Some(DownReason::BucketMissing),
-            Err(
-                StoreError::InvalidCredentials(_)
-                | StoreError::NoCredentials(_)
-                | StoreError::AccessDenied(_),
-            ) => Some(DownReason::CredentialsRefused),
+            // A denied listing is an answer: credentials allowed to write but
+            // not to list (a least-privilege policy) still store uploads.
+            Err(StoreError::InvalidCredentials(_) | StoreError::NoCredentials(_)) => {
+                Some(DownReason::CredentialsRefused)
+            }
             Err(e) if counts_as_down(e) => Some(DownReason::Unreachable),
             Err(_) => None,
         }
@@ -103,6 +103,21 @@ impl DownReason {
 pub struct Down {
     pub reason: DownReason,
     pub detail: String,
+}
+
+impl Down {
+    /// What a check's result says, when it says the store is down.
+    fn of_check(result: &Result<(), StoreError>) -> Option<Down> {
+        let reason = DownReason::of_check(result)?;
+        Some(Down {
+            reason,
+            detail: result
+                .as_ref()
+                .err()
+                .map(|e| sluice_store::error_chain(e))
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// See the module documentation. Shared by the engine's retry loop and its users.
@@ -205,36 +220,32 @@ impl Breaker {
         }
     }
 
-    /// One check of the store: a listing of one key under `_sluice/probe`.
+    /// One check of the store: a listing of one key under `_sluice/probe`,
+    /// given `probe_timeout` at most (the store's own stall deadline, which
+    /// grows with the waits it sees, usually ends it sooner).
     async fn check(&self) -> Result<(), StoreError> {
-        self.store
-            .list_objects(PROBE_KEY, None, 1)
-            .await
-            .map(|_| ())
+        let listing = self.store.list_objects(PROBE_KEY, None, 1);
+        match tokio::time::timeout(self.config.probe_timeout, listing).await {
+            Ok(result) => result.map(|_| ()),
+            Err(_) => Err(StoreError::Stalled {
+                after: self.config.probe_timeout,
+                store_silent: true,
+            }),
+        }
     }
 
     /// Checks the store now and opens or closes on what the answer says; the
     /// verdict, for a start-up log line.
     pub async fn check_now(self: &Arc<Self>) -> Option<Down> {
-        let result = self.check().await;
-        match DownReason::of_check(&result) {
+        let verdict = Down::of_check(&self.check().await);
+        match &verdict {
             None => {
                 self.answered();
                 self.close();
-                None
             }
-            Some(reason) => {
-                let down = Down {
-                    reason,
-                    detail: result
-                        .err()
-                        .map(|e| sluice_store::error_chain(&e))
-                        .unwrap_or_default(),
-                };
-                self.open(down.clone());
-                Some(down)
-            }
+            Some(down) => self.open(down.clone()),
         }
+        verdict
     }
 
     /// Starts one check in the background unless one is running.
@@ -257,16 +268,12 @@ impl Breaker {
     /// breaker; no answer counts as a failure like any request's.
     async fn heartbeat_check(self: &Arc<Self>) {
         let result = self.check().await;
-        match (DownReason::of_check(&result), result) {
+        match (Down::of_check(&result), result) {
             (None, _) => self.answered(),
-            (Some(DownReason::Unreachable), Err(error)) => self.failed(&error),
-            (Some(reason), result) => self.open(Down {
-                reason,
-                detail: result
-                    .err()
-                    .map(|e| sluice_store::error_chain(&e))
-                    .unwrap_or_default(),
-            }),
+            (Some(down), Err(error)) if down.reason == DownReason::Unreachable => {
+                self.failed(&error)
+            }
+            (Some(down), _) => self.open(down),
         }
     }
 
@@ -306,11 +313,17 @@ impl Breaker {
     fn open(self: &Arc<Self>, down: Down) {
         let reason = down.reason;
         let detail = down.detail.clone();
-        let was = self.open.send_replace(Some(down));
-        if let Some(was) = was {
-            if was.reason != reason {
-                tracing::warn!(reason = reason.code(), error = %detail, "the store is still down, for another reason");
+        let mut newly = false;
+        self.open.send_if_modified(|current| match current {
+            None => {
+                *current = Some(down.clone());
+                newly = true;
+                true
             }
+            Some(_) => false,
+        });
+        if !newly {
+            self.still_down(&down);
             return;
         }
         self.opened_total.fetch_add(1, Ordering::Relaxed);
@@ -335,36 +348,30 @@ impl Breaker {
         }
     }
 
+    /// While open, takes `down` as the reason (logged when it changed).
+    fn still_down(&self, down: &Down) {
+        self.open.send_if_modified(|current| match current {
+            Some(current) if current.reason != down.reason => {
+                tracing::warn!(reason = down.reason.code(), error = %down.detail, "the store is still down, for another reason");
+                *current = down.clone();
+                true
+            }
+            _ => false,
+        });
+    }
+
     async fn probe_until_answered(self: Arc<Self>) {
         loop {
             tokio::time::sleep(self.config.probe_interval).await;
-            let result = match tokio::time::timeout(self.config.probe_timeout, self.check()).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Stalled {
-                    after: self.config.probe_timeout,
-                    store_silent: true,
-                }),
-            };
-            match DownReason::of_check(&result) {
+            match Down::of_check(&self.check().await) {
                 None => {
                     self.answered();
                     self.probing.store(false, Ordering::Release);
                     self.close();
                     return;
                 }
-                Some(reason) => {
-                    let detail = result
-                        .err()
-                        .map(|e| sluice_store::error_chain(&e))
-                        .unwrap_or_default();
-                    self.open.send_if_modified(|down| match down {
-                        Some(down) if down.reason != reason => {
-                            tracing::warn!(reason = reason.code(), error = %detail, "the store is still down, for another reason");
-                            *down = Down { reason, detail };
-                            true
-                        }
-                        _ => false,
-                    });
+                Some(down) => {
+                    self.still_down(&down);
                 }
             }
         }
@@ -481,7 +488,12 @@ mod tests {
             (None, None),
             (Some(Fault::ServerError), Some(DownReason::Unreachable)),
             (Some(Fault::NoSuchBucket), Some(DownReason::BucketMissing)),
-            (Some(Fault::Denied), Some(DownReason::CredentialsRefused)),
+            (
+                Some(Fault::BadCredentials),
+                Some(DownReason::CredentialsRefused),
+            ),
+            // Allowed to write but not to list: an answer, the store is there.
+            (Some(Fault::Denied), None),
             (Some(Fault::Throttle), None),
         ];
         for (fault, want) in cases {

@@ -31,6 +31,9 @@ pub const PENDING: &str = "_sluice/direct/pending/";
 /// How far the store's clock may be behind the gateway's.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
+/// Records looked at per pass.
+const PER_PASS: usize = 1000;
+
 /// How long a gateway holds a record it is confirming.
 const CLAIM: Duration = Duration::from_secs(60);
 
@@ -115,7 +118,14 @@ pub async fn pass(state: &AppState) -> Result<Vec<Outcome>, StoreError> {
         return Ok(Vec::new());
     };
     let grace = direct.settings.expires.as_secs();
-    let page = state.store.list_objects(PENDING, None, 1000).await?;
+    // 1,000 records a pass, going on where the last pass stopped, so every
+    // record is looked at however many there are.
+    let cursor = direct.confirm_cursor.lock().expect("cursor lock").clone();
+    let page = state
+        .store
+        .list_objects(PENDING, cursor.as_deref(), PER_PASS)
+        .await?;
+    *direct.confirm_cursor.lock().expect("cursor lock") = page.next_cursor.clone();
     let mut outcomes = Vec::with_capacity(page.objects.len());
     for entry in page.objects {
         let outcome = match look(state, &entry.key, grace).await {

@@ -69,6 +69,8 @@ impl Default for DirectSettings {
 pub struct Direct {
     pub signer: Arc<dyn DirectSigner>,
     pub settings: DirectSettings,
+    /// Where the next confirmation pass goes on listing pending records.
+    pub confirm_cursor: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 pub fn router() -> Router<AppState> {

@@ -61,8 +61,10 @@ pub struct S3Config {
     /// The longest a request may make no progress (no body bytes taken, no
     /// answer) before it is cancelled and counts as a transient failure; `None`
     /// turns the check off. The deadline itself follows the store's recent
-    /// waits (see [`vitals`]), between `stall_floor` and this. Multipart
-    /// completions are not watched (the read timeout applies).
+    /// waits (see [`vitals`]), between `stall_floor` and this. Requests whose
+    /// answer comes only after long work are not watched (the read timeout
+    /// applies): multipart completions, copies, and parts streamed from files
+    /// with a checksum trailer.
     pub stall_timeout: Option<Duration>,
     /// The shortest stall deadline, however fast the store has answered.
     pub stall_floor: Duration,
@@ -639,11 +641,11 @@ impl ObjectStore for S3Store {
             .key(self.full_key(&request.key))
             .copy_source(source)
             .send()
-            .watched(&self.stall)
+            // Not watched for stalls, like a part copy: the store answers once
+            // it copied (up to 5 GiB), which takes longer than any deadline
+            // drawn from ordinary waits; the read timeout applies.
             .await
-            .map_err(|e| {
-                e.into_store_error(|e| errors::map(e, self.context(&request.source_key)))
-            })?;
+            .map_err(|e| errors::map(e, self.context(&request.source_key)))?;
         let result = output.copy_object_result;
         Ok(PutOutput {
             etag: result

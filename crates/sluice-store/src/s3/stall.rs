@@ -135,6 +135,7 @@ impl StallGuard {
         loop {
             let idle = progress.idle();
             if idle >= deadline {
+                vitals.stalled(deadline);
                 return Err(Watched::Stalled {
                     after: deadline,
                     store_silent: vitals.silent_for() >= deadline,
@@ -166,6 +167,9 @@ impl StallGuard {
             .vitals
             .as_ref()
             .is_some_and(|v| v.silent_for() >= after);
+        if let Some(vitals) = &self.vitals {
+            vitals.stalled(after);
+        }
         Watched::<std::convert::Infallible>::Stalled {
             after,
             store_silent,

@@ -6,6 +6,11 @@
 //! (5 s by default); one with 2 s hiccups gets 6 s or more, so a slow but
 //! living store is not taken for a dead one.
 //!
+//! A request that stalls counts as a wait of the deadline it hit, so after a
+//! stall the deadline grows (three times it, up to the ceiling): a store whose
+//! answers jump from milliseconds to seconds gets the time it now needs, and
+//! the window forgets the stall after [`WINDOW`] more requests.
+//!
 //! A request that stalls while the whole store has been silent for the
 //! deadline (no request in flight made progress or got an answer) reports
 //! that: the store is not slow, it is gone, and the breaker opens at once
@@ -85,6 +90,15 @@ impl Vitals {
     /// frames).
     pub(crate) fn answered(&self, wait: Duration) {
         self.alive();
+        self.record(wait);
+    }
+
+    /// A request was cancelled after `after` without progress.
+    pub(crate) fn stalled(&self, after: Duration) {
+        self.record(after);
+    }
+
+    fn record(&self, wait: Duration) {
         let mut waits = self.waits.lock().expect("vitals lock");
         if waits.len() == WINDOW {
             waits.pop_front();
@@ -148,6 +162,26 @@ mod tests {
             }
             assert_eq!(vitals.deadline(), want, "{what}");
         }
+    }
+
+    #[test]
+    fn after_stalls_the_deadline_grows_then_forgets() {
+        let vitals = Vitals::new(5000 * MS, 30_000 * MS);
+        for _ in 0..100 {
+            vitals.answered(20 * MS);
+        }
+        // A few stalls in a window of fast answers: the 99th percentile is one.
+        for _ in 0..4 {
+            vitals.stalled(5000 * MS);
+        }
+        for _ in 0..12 {
+            vitals.answered(20 * MS); // up to the next recomputation
+        }
+        assert_eq!(vitals.deadline(), 15_000 * MS);
+        for _ in 0..WINDOW {
+            vitals.answered(20 * MS);
+        }
+        assert_eq!(vitals.deadline(), 5000 * MS);
     }
 
     #[test]
