@@ -14,7 +14,7 @@ use sluice_upload::parse_size;
     about = "Streams bytes into S3-compatible object storage (or a local directory) with concurrent multipart upload",
     long_about = None,
     after_help = "Credentials for S3 come from the standard AWS chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, \
-AWS_PROFILE, web identity or instance metadata.\nExit codes: 0 success, 1 failure, 2 usage error."
+AWS_PROFILE, web identity or instance metadata.\nExit codes: 0 success (a reader of standard output that went away, as with | head, is no failure), 1 failure, 2 usage error, 130 stopped by Ctrl-C (after cleaning up)."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -31,7 +31,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
                 format!("next {at}")
             }
         };
-        println!(
+        crate::output::out!(
             "{} {} {} -> {} attempts {} {} {}",
             entry.event.id,
             serde_json::to_value(entry.event.kind)

@@ -46,7 +46,7 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     } else {
         "aborted"
     };
-    println!(
+    crate::output::out!(
         "sluice janitor: {description}{}",
         if args.dry_run {
             " (dry run: nothing changed)"
@@ -55,7 +55,7 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
         }
     );
     let r = &report.resumable;
-    println!(
+    crate::output::out!(
         "  resumable uploads: {} seen, {} expired removed, {} finished retired, {} orphaned state removed, {} with every byte in finished, {} live",
         r.seen,
         r.expired,
@@ -65,7 +65,7 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
         r.live_multipart_ids.len()
     );
     let m = &report.multipart;
-    println!(
+    crate::output::out!(
         "  multipart uploads: {} listed, {} {verb}, {} kept for live resumable uploads, {} younger than {}, {} failed",
         m.listed,
         m.aborted.len(),
@@ -81,20 +81,22 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
                 humantime::format_duration(std::time::Duration::from_secs(a.as_secs())).to_string()
             })
             .unwrap_or_else(|| "age unknown".into());
-        println!(
+        crate::output::out!(
             "  {verb} {} (upload {}, {age})",
-            upload.key, upload.upload_id
+            upload.key,
+            upload.upload_id
         );
     }
     for upload in &m.failed {
-        println!(
+        crate::output::out!(
             "  could not abort {} (upload {})",
-            upload.key, upload.upload_id
+            upload.key,
+            upload.upload_id
         );
     }
     if let Some(days) = args.install_lifecycle {
         if args.dry_run {
-            println!(
+            crate::output::out!(
                 "  would install a lifecycle rule aborting incomplete uploads after {days} day(s)"
             );
         } else {
@@ -102,7 +104,7 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
                 .install_abort_lifecycle(days)
                 .await
                 .with_context(|| format!("installing the lifecycle rule on {description}"))?;
-            println!("  lifecycle rule installed: the store aborts uploads left incomplete for {days} day(s)");
+            crate::output::out!("  lifecycle rule installed: the store aborts uploads left incomplete for {days} day(s)");
         }
     }
     if !m.failed.is_empty() {

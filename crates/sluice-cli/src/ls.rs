@@ -53,7 +53,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
         lister.one_level(&prefix).await
     }
     .with_context(|| format!("cannot list {display}{prefix}"))?;
-    if shown == 0 && !args.json {
+    if shown == 0 && !args.json && !crate::output::closed(None) {
         eprintln!("sluice: nothing under {display}{prefix}");
     }
     Ok(())
@@ -76,7 +76,9 @@ impl Lister<'_> {
                 .await?;
             for object in &page.objects {
                 if !hidden(prefix, &object.key) {
-                    self.object(object);
+                    if !self.object(object) {
+                        return Ok(shown); // the reader went away
+                    }
                     shown += 1;
                 }
             }
@@ -99,9 +101,12 @@ impl Lister<'_> {
                 if hidden(prefix, entry.name()) {
                     continue;
                 }
-                match entry {
+                let written = match entry {
                     DirectoryEntry::Object(object) => self.object(object),
                     DirectoryEntry::Prefix(sub) => self.prefix(sub),
+                };
+                if !written {
+                    return Ok(shown); // the reader went away
                 }
                 shown += 1;
             }
@@ -112,7 +117,8 @@ impl Lister<'_> {
         }
     }
 
-    fn object(&self, object: &ObjectSummary) {
+    /// One object's line; false once standard output's reader went away.
+    fn object(&self, object: &ObjectSummary) -> bool {
         if self.json {
             let line = serde_json::json!({
                 "key": object.key,
@@ -120,26 +126,25 @@ impl Lister<'_> {
                 "etag": object.etag,
                 "last_modified": rfc3339(object.last_modified),
             });
-            println!("{line}");
-            return;
+            return crate::output::out!("{line}");
         }
         let size = if self.exact {
             object.size.to_string()
         } else {
             format_size(object.size)
         };
-        println!(
+        crate::output::out!(
             "{}  {size:>12}  {}",
             rfc3339(object.last_modified),
             object.key
-        );
+        )
     }
 
-    fn prefix(&self, prefix: &str) {
+    fn prefix(&self, prefix: &str) -> bool {
         if self.json {
-            println!("{}", serde_json::json!({ "prefix": prefix }));
+            crate::output::out!("{}", serde_json::json!({ "prefix": prefix }))
         } else {
-            println!("{:20}  {:>12}  {prefix}", "", "DIR");
+            crate::output::out!("{:20}  {:>12}  {prefix}", "", "DIR")
         }
     }
 }

@@ -13,6 +13,7 @@ mod ingest;
 mod janitor;
 mod ls;
 mod many;
+mod output;
 mod packaging;
 mod rm;
 mod serve;
@@ -43,6 +44,19 @@ impl fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// Stopped by Ctrl-C (after cleaning up): reported with exit code 130, 128 +
+/// SIGINT, as shells report a program the signal stopped.
+#[derive(Debug)]
+pub struct Interrupted(pub &'static str);
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 fn main() -> ExitCode {
     // The matches are kept: `serve` layers its settings by where each value
@@ -103,10 +117,17 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(Duration::from_millis(200));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of standard output went away (`| head`): not a failure.
+        Err(error) if output::closed(Some(&error)) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("sluice: error: {error:#}");
             let usage = error.is::<UsageError>() || error.is::<ConfigError>();
-            ExitCode::from(if usage { 2 } else { 1 })
+            let interrupted = error.chain().any(|e| e.is::<Interrupted>());
+            ExitCode::from(match (usage, interrupted) {
+                (_, true) => 130,
+                (true, false) => 2,
+                (false, false) => 1,
+            })
         }
     }
 }
@@ -164,7 +185,7 @@ async fn interruptible_saying<T>(
             drop(transfer);
             eprintln!("sluice: interrupted, cleaning up");
             let _ = tokio::time::timeout(Duration::from_secs(30), engine.finish_background()).await;
-            Err(anyhow!(message))
+            Err(Interrupted(message).into())
         }
     }
 }
@@ -237,10 +258,14 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
             )
             .into());
         };
-        let result = interruptible(&engine, engine.upload_file_resuming(request, path)).await;
+        let result = interruptible_saying(
+            &engine,
+            engine.upload_file_resuming(request, path),
+            "interrupted: the parts sent so far are kept; run the same command again to continue",
+        )
+        .await;
         bar.finish();
-        let resumed = result
-            .map_err(|_| anyhow!("interrupted: the parts sent so far are kept; run the same command again to continue"))?
+        let resumed = result?
             .with_context(|| {
                 format!(
                     "upload to {} failed; the parts sent so far are kept: run the same command again to continue",
@@ -263,9 +288,10 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     };
     let detail = match outcome.parts {
         0 => "1 request".to_string(),
+        1 => format!("1 part{}", kept.unwrap_or_default()),
         n => format!("{n} parts{}", kept.unwrap_or_default()),
     };
-    println!(
+    crate::output::out!(
         "{}",
         ui::summary(
             "uploaded",
@@ -334,7 +360,7 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
     if to_stdout {
         eprintln!("{line}");
     } else {
-        println!("{line}");
+        crate::output::out!("{line}");
     }
     Ok(())
 }
@@ -450,9 +476,10 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     engine.finish_background().await;
     let detail = match outcome.parts {
         0 => "server-side copy".to_string(),
+        1 => "server-side copy in 1 part".to_string(),
         n => format!("server-side copy in {n} parts"),
     };
-    println!(
+    crate::output::out!(
         "{}",
         ui::summary(
             &format!("copied s3://{source_bucket}/{source_key} ->"),

@@ -108,7 +108,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
             }
         }
         if !args.json {
-            println!("dry run: {count} object(s) would be deleted; nothing changed");
+            crate::output::out!("dry run: {count} object(s) would be deleted; nothing changed");
         }
         return Ok(());
     }

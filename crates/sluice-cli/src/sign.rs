@@ -23,7 +23,7 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
         tenant: args.tenant,
         max_size: args.max_size,
     };
-    println!(
+    crate::output::out!(
         "{}{path}?{}",
         args.base_url.trim_end_matches('/'),
         request.query(&secret)

@@ -47,7 +47,8 @@ impl Bar {
                 bar.set_length(total);
             }
             bar.set_position(p.bytes_done);
-            bar.set_message(format!("{} parts", p.parts_done));
+            let plural = if p.parts_done == 1 { "" } else { "s" };
+            bar.set_message(format!("{} part{plural}", p.parts_done));
         }))
     }
 

@@ -215,6 +215,43 @@ fn a_store_that_cannot_be_reached_is_named_with_its_endpoint() {
     }
 }
 
+/// Issue 36, point 1: `sluice ls ... | head -1` panicked ("failed printing to
+/// stdout: Broken pipe") and `sluice get ... - | head -c1` said an error and
+/// exited 1. A closed pipe ends the program quietly, with 0, as ripgrep does.
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(store.join("photos")).unwrap();
+    for i in 0..3000 {
+        write_file(&store.join(format!("photos/{i:05}.jpg")), b"x");
+    }
+    write_file(&store.join("big.bin"), &vec![7u8; 32 * 1024 * 1024]);
+    let listing = format!("{}/photos/", store.display());
+    let object = store.join("big.bin");
+    // (command, bytes read before the reader goes away)
+    let cases: Vec<(Vec<&str>, usize)> = vec![
+        (vec!["ls", "-r", &listing], 20),
+        (vec!["get", object.to_str().unwrap(), "-"], 1),
+    ];
+    for (args, read) in cases {
+        let mut child = sluice(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut first = vec![0u8; read];
+        out.read_exact(&mut first).unwrap();
+        drop(out);
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn help_names_every_flag_and_its_variable() {
     let out = run(&["put", "--help"]);
@@ -341,9 +378,10 @@ async fn ctrl_c_aborts_the_multipart_upload() {
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
     drop(stdin);
+    // 128 + SIGINT, as shells report a program Ctrl-C stopped (issue 36, point 7).
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(130),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

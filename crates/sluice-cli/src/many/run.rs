@@ -246,7 +246,7 @@ impl Output {
             if to_stderr {
                 eprintln!("{text}");
             } else {
-                println!("{text}");
+                crate::output::out!("{text}");
             }
         };
         match &self.bar {
@@ -340,7 +340,7 @@ impl Output {
             if let Some(unchanged) = unchanged {
                 line["summary"]["unchanged"] = unchanged.into();
             }
-            println!("{line}");
+            crate::output::out!("{line}");
             return;
         }
         let mut text = format!(
@@ -360,7 +360,7 @@ impl Output {
         if report.cancelled > 0 {
             text += &format!(", {} not done", report.cancelled);
         }
-        println!("{text}");
+        crate::output::out!("{text}");
     }
 }
 

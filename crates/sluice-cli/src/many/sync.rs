@@ -262,7 +262,7 @@ async fn dry_run(
             deletes += 1;
         }
     }
-    println!(
+    crate::output::out!(
         "dry run: {copies} to copy ({}), {deletes} to delete, {} unchanged; nothing changed",
         sluice_upload::format_size(bytes),
         unchanged.load(Ordering::Relaxed),
