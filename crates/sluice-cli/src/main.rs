@@ -378,6 +378,10 @@ fn names_prefix(location: &str) -> bool {
 /// `sluice cp`: uploads and downloads as `put` and `get` do; bucket to bucket
 /// by server-side copy.
 async fn cp(args: CopyArgs) -> anyhow::Result<()> {
+    // A mistyped URL (`s3:/b/k`) is refused before either side is taken for a path.
+    for location in [&args.src, &args.dest] {
+        sluice_store::StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))?;
+    }
     let is_s3 = |location: &str| location.starts_with("s3://");
     match (is_s3(&args.src), is_s3(&args.dest)) {
         (false, true) => {

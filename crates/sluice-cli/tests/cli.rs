@@ -170,6 +170,60 @@ fn usage_errors_exit_with_2_and_store_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no object at key"));
 }
 
+/// Issue 36, point 2: `put f s3:/media/x.html` "uploaded" into a local
+/// directory `./s3:/media/`, and `serve --store s3:/uploads` served one. A
+/// mistyped S3 URL is refused with what was meant, and nothing is made.
+#[test]
+fn a_mistyped_s3_url_is_refused_and_makes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(&dir.path().join("f.html"), b"<p>hi</p>");
+    // (arguments, what the error suggests)
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["put", "f.html", "s3:/media/x.html"],
+            "s3://media/x.html",
+        ),
+        (
+            vec!["put", "f.html", "s3//media/x.html"],
+            "s3://media/x.html",
+        ),
+        (
+            vec!["cp", "f.html", "S3://media/x.html"],
+            "s3://media/x.html",
+        ),
+        (vec!["ls", "s3:/media/"], "s3://media/"),
+        (vec!["serve", "--store", "s3:/uploads"], "s3://uploads"),
+    ];
+    for (args, meant) in cases {
+        let mut child = sluice(&args)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("{args:?}: still running (took the URL for a local path)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("mistyped S3 URL") && stderr.contains(meant),
+            "{args:?}: {stderr}"
+        );
+    }
+    let made: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(made, vec![std::ffi::OsString::from("f.html")]);
+}
+
 /// Issue 35: "dns error: failed to lookup address information" said nothing of
 /// where. An error without an answer names the endpoint tried and the cause.
 #[test]

@@ -22,6 +22,11 @@ pub enum LocationError {
     InvalidBucket(String),
     #[error("unsupported scheme in {0:?} (expected s3://bucket/key or a local path)")]
     UnsupportedScheme(String),
+    /// `s3:/b/k`, `s3//b/k`, `S3://b/k`: an S3 URL mistyped, never a path.
+    #[error(
+        "{given:?} looks like a mistyped S3 URL: write {meant:?} (or ./{given} for a local path)"
+    )]
+    MistypedS3 { given: String, meant: String },
     #[error("empty location")]
     Empty,
 }
@@ -47,8 +52,20 @@ impl StoreLocation {
         if let Some(path) = text.strip_prefix("file://") {
             return Ok(StoreLocation::Local(PathBuf::from(path)));
         }
-        if let Some((scheme, _)) = text.split_once("://") {
-            if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+        if let Some(meant) = mistyped_s3(text) {
+            return Err(LocationError::MistypedS3 {
+                given: text.to_string(),
+                meant,
+            });
+        }
+        // `gs://b/k`, `http:/x`: a URL scheme (letters first, then letters,
+        // digits, `+ - .`) before the first `/`.
+        if let Some((scheme, _)) = text.split_once(':') {
+            let scheme_like = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+            if scheme_like {
                 return Err(LocationError::UnsupportedScheme(text.to_string()));
             }
         }
@@ -65,6 +82,21 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// The S3 URL a mistyped one meant (`s3:/b/k`, `s3:b/k`, `s3//b/k`,
+/// `S3://b/k`), if `text` is one.
+fn mistyped_s3(text: &str) -> Option<String> {
+    let rest = match text.get(..3) {
+        Some(head) if head.eq_ignore_ascii_case("s3:") => &text[3..],
+        Some(head) if head.eq_ignore_ascii_case("s3/") && text[3..].starts_with('/') => &text[3..],
+        _ => return None,
+    };
+    let rest = rest.trim_start_matches('/');
+    Some(match rest {
+        "" => "s3://BUCKET/KEY".to_string(),
+        rest => format!("s3://{rest}"),
+    })
+}
+
 /// Bucket naming rules that hold on AWS and everywhere else (lower case, no `_`).
 fn valid_bucket(name: &str) -> bool {
     (3..=63).contains(&name.len())
@@ -78,6 +110,13 @@ fn valid_bucket(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mistyped(given: &str, meant: &str) -> Result<StoreLocation, LocationError> {
+        Err(LocationError::MistypedS3 {
+            given: given.into(),
+            meant: meant.into(),
+        })
+    }
 
     #[test]
     fn parse_table() {
@@ -110,6 +149,37 @@ mod tests {
             ),
             ("file:///srv/x", Ok(StoreLocation::Local("/srv/x".into()))),
             ("", Err(LocationError::Empty)),
+            // Mistyped S3 URLs are not local paths (issue 36, point 2).
+            (
+                "s3:/media/x.html",
+                mistyped("s3:/media/x.html", "s3://media/x.html"),
+            ),
+            (
+                "s3//media/x.html",
+                mistyped("s3//media/x.html", "s3://media/x.html"),
+            ),
+            (
+                "s3:media/x.html",
+                mistyped("s3:media/x.html", "s3://media/x.html"),
+            ),
+            (
+                "S3://media/x.html",
+                mistyped("S3://media/x.html", "s3://media/x.html"),
+            ),
+            ("s3:/uploads", mistyped("s3:/uploads", "s3://uploads")),
+            ("s3:", mistyped("s3:", "s3://BUCKET/KEY")),
+            (
+                "http:/host/x",
+                Err(LocationError::UnsupportedScheme("http:/host/x".into())),
+            ),
+            // What clearly is a path stays one.
+            (
+                "./s3:/media/x",
+                Ok(StoreLocation::Local("./s3:/media/x".into())),
+            ),
+            ("s3-data/x", Ok(StoreLocation::Local("s3-data/x".into()))),
+            ("s3/x", Ok(StoreLocation::Local("s3/x".into()))),
+            ("/tmp/a:b", Ok(StoreLocation::Local("/tmp/a:b".into()))),
         ];
         for (text, expected) in cases {
             assert_eq!(StoreLocation::parse(text), expected, "{text}");
