@@ -322,7 +322,10 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
     let engine = Engine::new(target.store.clone(), config)?;
     let to_stdout = args.dest.as_os_str() == "-";
-    let dest = destination_path(&args.dest, &target.key);
+    let dest = match to_stdout {
+        true => PathBuf::from("-"),
+        false => destination_path(&args.dest, &target.key)?,
+    };
     let bar = ui::Bar::new(args.transfer.quiet, None);
     let started = Instant::now();
     let transfer = async {
@@ -338,7 +341,30 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
     };
     let result = interruptible(&engine, transfer).await;
     bar.finish();
-    let outcome = result?.with_context(|| format!("download of {} failed", target.display))?;
+    let outcome = match result? {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let hint = match &error {
+                sluice_upload::TransferError::Store {
+                    source: sluice_store::StoreError::NoSuchKey { .. },
+                    ..
+                } => prefix_hint(target.store.as_ref(), &target.key, &args.src).await,
+                _ => None,
+            };
+            let failed = match to_stdout {
+                true => format!("download of {} failed", target.display),
+                false => format!(
+                    "download of {} to {} failed",
+                    target.display,
+                    dest.display()
+                ),
+            };
+            return Err(match hint {
+                Some(hint) => anyhow::Error::new(error).context(failed).context(hint),
+                None => anyhow::Error::new(error).context(failed),
+            });
+        }
+    };
     let place = if to_stdout {
         "to standard output".to_string()
     } else {
@@ -498,10 +524,32 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
 }
 
 /// `DEST`, or `DEST/<last segment of key>` when DEST is a directory.
-fn destination_path(dest: &Path, key: &str) -> PathBuf {
-    if dest.is_dir() {
-        dest.join(key.rsplit('/').next().unwrap_or(key))
-    } else {
-        dest.to_path_buf()
+/// Where a downloaded object goes: into `dest` when it is a directory or is
+/// written as one (`newdir/`), else `dest` itself; the directory it lands in
+/// is made when missing, as for a prefix's files.
+fn destination_path(dest: &Path, key: &str) -> anyhow::Result<PathBuf> {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    let written_as_dir = dest.as_os_str().to_string_lossy().ends_with('/');
+    let path = match dest.is_dir() || written_as_dir {
+        true => dest.join(name),
+        false => dest.to_path_buf(),
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot make the directory {}", dir.display()))?;
     }
+    Ok(path)
+}
+
+/// When `key` is missing but objects lie under `key/`: a hint that the
+/// caller named a prefix without its `/`.
+async fn prefix_hint(
+    store: &dyn sluice_store::ObjectStore,
+    key: &str,
+    given: &str,
+) -> Option<String> {
+    let under = store.list_objects(&format!("{key}/"), None, 1).await.ok()?;
+    (!under.objects.is_empty()).then(|| {
+        format!("{given} is a prefix, not an object: add a trailing / to get what is under it ({given}/)")
+    })
 }

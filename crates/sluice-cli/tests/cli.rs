@@ -224,6 +224,56 @@ fn a_mistyped_s3_url_is_refused_and_makes_nothing() {
     assert_eq!(made, vec![std::ffi::OsString::from("f.html")]);
 }
 
+/// Issue 36, point 6: `get KEY ./newdir/` failed with "Not a directory (os
+/// error 20)" and `get KEY ./a/b/f.html` with "No such file or directory",
+/// naming no path; `get PREFIX` without the `/` said "no object at key" with
+/// no hint. Directories are made as for prefixes; errors name the path.
+#[test]
+fn get_makes_the_directories_it_needs_and_hints_at_prefixes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(store.join("www")).unwrap();
+    std::fs::create_dir_all(store.join("media/photos")).unwrap();
+    write_file(&store.join("www/index.html"), b"<p>index</p>");
+    write_file(&store.join("media/photos/a.jpg"), b"jpeg");
+    let index = store.join("www/index.html");
+    let index = index.to_str().unwrap();
+    let out = dir.path().join("out");
+    // (destination given, where the file must land)
+    let cases = [
+        (
+            format!("{}/newdir/", out.display()),
+            out.join("newdir/index.html"),
+        ),
+        (
+            format!("{}/a/b/f.html", out.display()),
+            out.join("a/b/f.html"),
+        ),
+    ];
+    for (dest, lands) in cases {
+        let output = run(&["get", index, &dest]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{dest}: {stderr}");
+        assert_eq!(std::fs::read(&lands).unwrap(), b"<p>index</p>", "{dest}");
+    }
+    // A destination that cannot be made is named.
+    write_file(&out.join("plain"), b"a file");
+    let blocked = format!("{}/plain/sub/f.html", out.display());
+    let output = run(&["get", index, &blocked]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}/plain", out.display())),
+        "{stderr}"
+    );
+    // A prefix named without its `/`.
+    let photos = store.join("media/photos");
+    let output = run(&["get", photos.to_str().unwrap(), out.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("trailing /"), "{stderr}");
+}
+
 /// Issue 35: "dns error: failed to lookup address information" said nothing of
 /// where. An error without an answer names the endpoint tried and the cause.
 #[test]
