@@ -286,6 +286,21 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
         (outcome, None)
     };
+    if args.many.json {
+        let source = args.src.display().to_string();
+        let lines = ui::json_lines(
+            "upload",
+            &source,
+            &target.display,
+            outcome.size,
+            started.elapsed(),
+            outcome.checksum,
+        );
+        for line in lines {
+            crate::output::out!("{line}");
+        }
+        return Ok(());
+    }
     let detail = match outcome.parts {
         0 => "1 request".to_string(),
         1 => format!("1 part{}", kept.unwrap_or_default()),
@@ -365,6 +380,27 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
             });
         }
     };
+    if args.many.json {
+        let dest_shown = dest.display().to_string();
+        let lines = ui::json_lines(
+            "download",
+            &target.display,
+            &dest_shown,
+            outcome.size,
+            started.elapsed(),
+            outcome.checksum,
+        );
+        for line in lines {
+            // The object itself is on standard output when the target is `-`.
+            match to_stdout {
+                true => eprintln!("{line}"),
+                false => {
+                    crate::output::out!("{line}");
+                }
+            }
+        }
+        return Ok(());
+    }
     let place = if to_stdout {
         "to standard output".to_string()
     } else {

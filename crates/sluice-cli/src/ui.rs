@@ -60,6 +60,37 @@ impl Bar {
 }
 
 /// `uploaded 1.00 GiB to s3://b/k in 4.21 s (243.2 MiB/s), 128 parts, crc32c:AbCd==`
+/// One file's transfer with `--json`: the per-file line a directory run
+/// prints, then its summary line.
+pub fn json_lines(
+    op: &str,
+    source: &str,
+    target: &str,
+    size: u64,
+    elapsed: Duration,
+    checksum: Option<Checksum>,
+) -> [serde_json::Value; 2] {
+    let seconds = (elapsed.as_secs_f64() * 1000.0).round() / 1000.0;
+    [
+        serde_json::json!({
+            "op": op,
+            "source": source,
+            "target": target,
+            "size": size,
+            "ok": true,
+            "checksum": checksum.map(|c| c.to_string()),
+        }),
+        serde_json::json!({"summary": {
+            "op": op,
+            "files": 1,
+            "bytes": size,
+            "seconds": seconds,
+            "failed": 0,
+            "cancelled": 0,
+        }}),
+    ]
+}
+
 pub fn summary(
     verb: &str,
     size: u64,

@@ -274,6 +274,56 @@ fn get_makes_the_directories_it_needs_and_hints_at_prefixes() {
     assert!(stderr.contains("trailing /"), "{stderr}");
 }
 
+/// Issue 36, point 4: `--json` was ignored for one file (a human line went to
+/// stdout). One file gives one JSON line, as a directory gives one per file,
+/// then the summary line.
+#[test]
+fn json_describes_a_single_file_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.txt");
+    write_file(&file, b"twelve bytes");
+    let store = dir.path().join("store");
+    let stored = store.join("f.txt");
+    let back = dir.path().join("back.txt");
+    // (arguments, op, source, target)
+    let cases = [
+        (
+            vec![
+                "put",
+                file.to_str().unwrap(),
+                stored.to_str().unwrap(),
+                "--json",
+            ],
+            "upload",
+        ),
+        (
+            vec![
+                "get",
+                stored.to_str().unwrap(),
+                back.to_str().unwrap(),
+                "--json",
+            ],
+            "download",
+        ),
+    ];
+    for (args, op) in cases {
+        let output = run(&args);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stdout}");
+        let lines: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{stdout}");
+        assert_eq!(lines[0]["op"], op, "{stdout}");
+        assert_eq!(lines[0]["size"], 12, "{stdout}");
+        assert_eq!(lines[0]["ok"], true, "{stdout}");
+        assert_eq!(lines[1]["summary"]["files"], 1, "{stdout}");
+        assert_eq!(lines[1]["summary"]["bytes"], 12, "{stdout}");
+    }
+    assert_eq!(std::fs::read(&back).unwrap(), b"twelve bytes");
+}
+
 /// Issue 35: "dns error: failed to lookup address information" said nothing of
 /// where. An error without an answer names the endpoint tried and the cause.
 #[test]
