@@ -489,6 +489,20 @@ impl OutageStore {
         }
     }
 
+    /// A bucket on MinIO itself (made if missing), for checking what was stored.
+    async fn bucket(&self, name: &str) -> S3Store {
+        let mut config = sluice_store::s3::S3Config::new(name);
+        config.endpoint = Some(self.minio_endpoint());
+        let store = S3Store::connect(config).await;
+        // A MinIO just started may answer 503 for a moment while it initialises.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Err(error) = store.ensure_bucket().await {
+            assert!(Instant::now() < deadline, "{error}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        store
+    }
+
     /// MinIO itself, for checking what was stored.
     fn minio_endpoint(&self) -> String {
         self.minio.as_ref().expect("running").endpoint()
@@ -577,15 +591,7 @@ async fn store_outage(outage: Outage) {
     }
     let mut outage_store = OutageStore::start(outage).await;
     let endpoint = outage_store.gateway_endpoint();
-    let mut config = sluice_store::s3::S3Config::new("outage");
-    config.endpoint = Some(outage_store.minio_endpoint());
-    let store = S3Store::connect(config).await;
-    // A MinIO just started may answer 503 for a moment while it initialises.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Err(error) = store.ensure_bucket().await {
-        assert!(Instant::now() < deadline, "{error}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let store = outage_store.bucket("outage").await;
     // With the default settings: a healthy MinIO's waits are far under the
     // floor of the stall deadline, so the deadline is the floor.
     let stall_timeout = Duration::from_secs(5);
@@ -735,14 +741,7 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
         return;
     }
     let mut outage_store = OutageStore::start(Outage::Frozen).await;
-    let mut config = sluice_store::s3::S3Config::new("frozen");
-    config.endpoint = Some(outage_store.minio_endpoint());
-    let store = S3Store::connect(config).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Err(error) = store.ensure_bucket().await {
-        assert!(Instant::now() < deadline, "{error}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    outage_store.bucket("frozen").await;
     let endpoint = outage_store.gateway_endpoint();
     let gateway = common::serve(&[
         "--listen",

@@ -284,15 +284,22 @@ async fn a_store_that_cannot_be_used_is_not_ready_and_says_why() {
             "credentials_refused",
         ),
     ];
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        &store,
+        "--endpoint",
+        &endpoint,
+    ];
+    let put = |url: String| {
+        let client = client.clone();
+        async move {
+            let put = client.put(format!("{url}/v1/objects/k")).body("x");
+            put.send().await.unwrap()
+        }
+    };
     for (what, secret, reason) in cases {
-        let args = [
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "--endpoint",
-            &endpoint,
-        ];
         let env: Vec<(&str, &str)> = secret
             .map(|s| vec![("AWS_SECRET_ACCESS_KEY", s)])
             .unwrap_or_default();
@@ -302,24 +309,11 @@ async fn a_store_that_cannot_be_used_is_not_ready_and_says_why() {
             (503, reason.to_string()),
             "{what}"
         );
-        let put = client
-            .put(format!("{}/v1/objects/k", gateway.url))
-            .body("x")
-            .send()
-            .await
-            .unwrap();
+        let put = put(gateway.url.clone()).await;
         assert_eq!(put.status(), 503, "{what}");
         assert!(put.headers().contains_key("retry-after"), "{what}");
     }
     // The bucket made while a gateway serves: ready within a probe or two.
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--store",
-        &store,
-        "--endpoint",
-        &endpoint,
-    ];
     let gateway = common::serve(&args);
     assert_eq!(ready(gateway.url.clone()).await.0, 503);
     let mut config = sluice_store::s3::S3Config::new(bucket.clone());
@@ -337,13 +331,7 @@ async fn a_store_that_cannot_be_used_is_not_ready_and_says_why() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let put = client
-        .put(format!("{}/v1/objects/k", gateway.url))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(put.status(), 201);
+    assert_eq!(put(gateway.url.clone()).await.status(), 201);
 }
 
 /// Issue 35, graceful drain. On SIGTERM `/readyz` says `draining` at once; new
@@ -493,11 +481,7 @@ async fn sigterm_drains_and_a_cut_resumable_upload_goes_on_elsewhere() {
     assert_eq!(resumed.status(), 204, "{:?}", resumed.text().await);
     let key = head_key(&client, &other_location).await;
     for (key, want) in [("in-flight".to_string(), &data), (key, &tus_data)] {
-        let stored: Vec<Bytes> =
-            futures::TryStreamExt::try_collect(store.get_object(&key, None).await.unwrap().body)
-                .await
-                .unwrap();
-        assert!(stored.concat() == *want, "{key}");
+        assert!(common::object_bytes(&store, &key).await == *want, "{key}");
     }
     assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
     eprintln!(

@@ -83,6 +83,19 @@ pub async fn minio_prefix(test: &str) -> Option<(String, String, sluice_store::s
     Some((endpoint, prefix, store))
 }
 
+/// The bytes of the object at `key`, whole.
+pub async fn object_bytes(store: &dyn ObjectStore, key: &str) -> Vec<u8> {
+    let chunks: Vec<bytes::Bytes> = store
+        .get_object(key, None)
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
+        .body
+        .try_collect()
+        .await
+        .unwrap();
+    chunks.concat()
+}
+
 /// Where scripts/test.sh installed the npm clients (tests/clients), or None
 /// (after saying so) when they are not installed and S3 tests may skip.
 pub fn npm_clients(test: &str) -> Option<String> {
