@@ -47,6 +47,15 @@ struct World {
 
 /// A gateway with HS256 tokens and direct uploads on a fresh MinIO prefix.
 async fn world(test: &str, expires: Duration) -> Option<World> {
+    world_with(test, expires, |_, _| {}).await
+}
+
+/// [`world`], with `tweak` applied to the configuration (given the secret's path).
+async fn world_with(
+    test: &str,
+    expires: Duration,
+    tweak: impl FnOnce(&mut ServerConfig, &std::path::Path),
+) -> Option<World> {
     let bucket_store = minio::store(test).await?;
     let signer = Arc::new(bucket_store.direct_signer(None));
     let store: Arc<dyn ObjectStore> = Arc::new(bucket_store);
@@ -59,9 +68,10 @@ async fn world(test: &str, expires: Duration) -> Option<World> {
         ..ServerConfig::default()
     };
     config.janitor.interval = Duration::ZERO;
-    config.auth.jwt_secret_file = Some(secret);
+    config.auth.jwt_secret_file = Some(secret.clone());
     config.direct.enabled = true;
     config.direct.expires = expires;
+    tweak(&mut config, &secret);
     let state = AppState::new(config, store.clone())
         .unwrap()
         .with_direct_signer(signer);
@@ -647,6 +657,76 @@ async fn a_policy_used_twice_announces_each_object_it_made() {
         assert_eq!(completed(state, "direct_post"), events, "use {seed}");
     }
     assert_ne!(etags[0], etags[1]);
+}
+
+/// No object without its event, with a gateway killed between announcing an
+/// object and writing down that it did (so its claim lapses and another look
+/// finds the object again): the event is written again under the same id, one
+/// entry in the outbox; a second use of the policy is another event.
+#[tokio::test]
+async fn a_confirmation_cut_short_announces_the_same_event_again() {
+    let Some(world) = world_with("direct-cut", Duration::from_secs(900), |config, secret| {
+        config.events.urls = vec!["http://127.0.0.1:9/hook".into()];
+        config.events.secret_file = Some(secret.to_path_buf());
+    })
+    .await
+    else {
+        return;
+    };
+    let state = &world.state;
+    let acme = token("acme", json!({}));
+    let (_, signed) = call(
+        state,
+        "GET",
+        "/s3/params?filename=cut.txt",
+        Some(&acme),
+        None,
+    )
+    .await;
+    let outbox = || async {
+        let page = world
+            .store
+            .list_objects("_sluice/events/pending/", None, 100)
+            .await
+            .unwrap();
+        page.objects.len()
+    };
+    // (what, bytes posted first, cut short after announcing, events in the outbox after)
+    let steps = [
+        ("the first use, cut short", Some(1u8), true, 1),
+        ("the next look finds it again", None, false, 1),
+        ("a second use", Some(2), false, 2),
+    ];
+    for (what, posted, cut, events) in steps {
+        if let Some(seed) = posted {
+            let (status, text) = post_form(&signed, &data(seed, 300)).await;
+            assert_eq!(status, 204, "{what}: {text}");
+        }
+        let outcomes = confirm::pass(state).await.unwrap();
+        assert_eq!(outcomes, vec![Outcome::Confirmed], "{what}");
+        if cut {
+            // The record as a gateway killed after the event leaves it: its
+            // claim lapsed, nothing written down as announced.
+            let page = world
+                .store
+                .list_objects(confirm::PENDING, None, 10)
+                .await
+                .unwrap();
+            let name = page.objects[0].key.clone();
+            let chunks: Vec<Bytes> = futures::TryStreamExt::try_collect(
+                world.store.get_object(&name, None).await.unwrap().body,
+            )
+            .await
+            .unwrap();
+            let mut record: confirm::Pending = serde_json::from_slice(&chunks.concat()).unwrap();
+            record.announced_etag = None;
+            record.claimed_until = 0;
+            let body = Bytes::from(serde_json::to_vec(&record).unwrap());
+            let rewrite = sluice_store::PutRequest::new(name, body);
+            world.store.put_object(rewrite).await.unwrap();
+        }
+        assert_eq!(outbox().await, events, "{what}");
+    }
 }
 
 /// The store's own prefix before the keys it hands out in form fields.
