@@ -355,6 +355,10 @@ impl ConfigError {
     }
 }
 
+/// How long a probe of the store may take when stall detection is off (the
+/// stall timeout's default).
+const PROBE_TIMEOUT_WITHOUT_STALLS: Duration = Duration::from_secs(30);
+
 impl ServerConfig {
     /// The engine configuration these settings describe.
     pub fn engine_config(&self) -> EngineConfig {
@@ -367,9 +371,7 @@ impl ServerConfig {
                 // A probe is cut by the store's own stall deadline (which grows
                 // with the waits it sees); this bounds it when that is off.
                 probe_timeout: match self.limits.store_stall_timeout {
-                    timeout if timeout.is_zero() => {
-                        sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT
-                    }
+                    timeout if timeout.is_zero() => PROBE_TIMEOUT_WITHOUT_STALLS,
                     timeout => timeout,
                 },
                 ..BreakerConfig::default()
