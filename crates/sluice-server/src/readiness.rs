@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sluice_upload::{Breaker, Down};
+use sluice_upload::{Breaker, Down, DownReason};
 
 /// Why the gateway is not ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,10 +26,16 @@ impl NotReady {
         }
     }
 
-    pub fn message(&self) -> String {
+    /// For `/readyz`, which anyone may ask: the store's own error (its
+    /// bucket, its endpoint) stays in the log.
+    pub fn message(&self) -> &'static str {
         match self {
-            NotReady::Draining => "the gateway is shutting down".into(),
-            NotReady::Store(down) => format!("the store counts as down: {}", down.detail),
+            NotReady::Draining => "the gateway is shutting down",
+            NotReady::Store(down) => match down.reason {
+                DownReason::Unreachable => "the store does not answer",
+                DownReason::BucketMissing => "the store's bucket does not exist",
+                DownReason::CredentialsRefused => "the store refuses the gateway's credentials",
+            },
         }
     }
 }

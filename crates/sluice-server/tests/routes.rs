@@ -467,6 +467,12 @@ async fn readiness_names_the_reason_and_never_waits_on_the_store() {
             _ => {
                 assert_eq!(answer["status"], "not_ready", "{what}");
                 assert_eq!(answer["reason"], reason, "{what}: {answer}");
+                // Anyone may ask: the store's own error (bucket, endpoint) stays in the log.
+                let message = answer["message"].as_str().unwrap();
+                assert!(
+                    !message.is_empty() && !message.contains("injected"),
+                    "{what}: {answer}"
+                );
                 assert!(headers.get(header::RETRY_AFTER).is_some(), "{what}");
             }
         }
