@@ -31,15 +31,27 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                 (store, rest, format!("s3://{bucket}/"))
             }
             StoreLocation::Local(path) => {
-                if !path.is_dir() {
-                    return Err(
-                        UsageError(format!("{} is not a directory store", path.display())).into(),
-                    );
-                }
+                let (root, rest) = match crate::target::enclosing_store(&path)? {
+                    Some(found) => found,
+                    None if path.is_dir() => (path.clone(), String::new()),
+                    None => {
+                        return Err(UsageError(format!(
+                            "{} is neither a directory nor in a directory store",
+                            path.display()
+                        ))
+                        .into())
+                    }
+                };
+                // `./store/photos` lists the prefix photos/ as a bucket's
+                // `s3://b/photos/` would; a plain directory lists its files.
+                let rest = match path.is_dir() || args.location.ends_with('/') {
+                    true => crate::many::as_prefix(&rest),
+                    false => rest,
+                };
                 let store =
-                    crate::target::open_store(StoreLocation::Local(path.clone()), None, None, None)
+                    crate::target::open_store(StoreLocation::Local(root.clone()), None, None, None)
                         .await?;
-                (store, String::new(), format!("{}/", path.display()))
+                (store, rest, format!("{}/", root.display()))
             }
         };
     let lister = Lister {

@@ -51,6 +51,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
     };
     let prefix = Side::open_store(
         &side_location,
+        crate::target::Intent::Read,
         args.store.endpoint.clone(),
         args.store.region.clone(),
     )

@@ -1,6 +1,9 @@
 //! Opens stores, and resolves the locations on a command line into a store and a key: `s3://bucket/key`
-//! opens the S3 backend; a local path opens the directory store rooted at the
-//! path's directory, with the file name as the key.
+//! opens the S3 backend; a local path opens the directory store it lies in
+//! (the nearest directory at or above it holding `.sluice/`, as git finds its
+//! repository), with the rest of the path as the key; a path in no store
+//! opens its directory as one, made only where it adds no bookkeeping to a
+//! directory of other files.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,13 +56,107 @@ pub async fn for_put(
             s3_target(bucket, key, transfer).await
         }
         StoreLocation::Local(path) => {
-            let (root, key) = if path.is_dir() || dest.ends_with('/') {
-                (path, file_name()?)
-            } else {
-                split_local(&path)?
+            let names_dir = path.is_dir() || dest.ends_with('/');
+            let (root, key) = match enclosing_store(&path)? {
+                Some((root, rest)) if names_dir && rest.is_empty() => (root, file_name()?),
+                Some((root, rest)) if names_dir => (root, format!("{rest}/{}", file_name()?)),
+                Some((root, rest)) => (root, rest),
+                None if names_dir => (path, file_name()?),
+                None => split_local(&path)?,
             };
-            local_target(root, key).await
+            local_target(root, key, Intent::Write).await
         }
+    }
+}
+
+/// What a command does with a directory store it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Reads or removes: a plain directory of files opens as a store and
+    /// stays as it was (the bookkeeping is made by the first write).
+    Read,
+    /// Writes: a directory that is no store becomes one only when it is new
+    /// or empty, never by adding `.sluice/` beside files of other programs.
+    Write,
+}
+
+/// The directory store a local path lies in: the nearest directory at or
+/// above it (the path made absolute, `.` and `..` taken as written) holding
+/// `.sluice/`, and the rest of the path, `/`-joined (empty for the root
+/// itself). None when no directory above holds one.
+pub fn enclosing_store(path: &Path) -> Result<Option<(PathBuf, String)>, UsageError> {
+    use std::path::Component;
+    let absolute =
+        std::path::absolute(path).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut base = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => base.push(component.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::Normal(part) => parts.push(part),
+        }
+    }
+    for depth in (0..=parts.len()).rev() {
+        let root: PathBuf = base.iter().chain(parts[..depth].iter().copied()).collect();
+        if !root.join(sluice_store::fs::INTERNAL_DIR).is_dir() {
+            continue;
+        }
+        let mut rest = String::new();
+        for part in &parts[depth..] {
+            let part = part.to_str().ok_or_else(|| {
+                UsageError(format!(
+                    "{} is not UTF-8: it cannot be a key",
+                    path.display()
+                ))
+            })?;
+            if !rest.is_empty() {
+                rest.push('/');
+            }
+            rest.push_str(part);
+        }
+        // Found from where the user stands: `./store`, not `/home/me/store`.
+        let shown = match path.is_absolute() {
+            true => root,
+            false => relative_to_cwd(&root).unwrap_or(root),
+        };
+        return Ok(Some((shown, rest)));
+    }
+    Ok(None)
+}
+
+/// `root` relative to the working directory when it lies within it.
+fn relative_to_cwd(root: &Path) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    let inner = root.strip_prefix(&cwd).ok()?;
+    Some(match inner.as_os_str().is_empty() {
+        true => PathBuf::from("."),
+        false => Path::new(".").join(inner),
+    })
+}
+
+/// Refuses to write into `root` as a new store when it already holds files
+/// of its own: `sluice put f copy.txt` in a project directory must not leave
+/// `./.sluice/` there.
+pub fn check_new_store(root: &Path) -> Result<(), UsageError> {
+    if root.join(sluice_store::fs::INTERNAL_DIR).is_dir() {
+        return Ok(());
+    }
+    let holds_files = match std::fs::read_dir(root) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(_) => false,
+    };
+    match holds_files {
+        false => Ok(()),
+        true => Err(UsageError(format!(
+            "{dir} is not a directory store (no .sluice/ in it or above it) and holds other files: \
+sluice keeps its bookkeeping in a store's .sluice/, so it writes only into a store or a new, empty directory \
+(make one with `sluice mb {dir}`, or copy plain files with cp(1))",
+            dir = root.display()
+        ))),
     }
 }
 
@@ -76,8 +173,11 @@ pub async fn for_get(src: &str, transfer: &TransferArgs) -> Result<Target, anyho
             s3_target(bucket, rest, transfer).await
         }
         StoreLocation::Local(path) => {
-            let (root, key) = split_local(&path)?;
-            local_target(root, key).await
+            let (root, key) = match enclosing_store(&path)? {
+                Some((root, rest)) if !rest.is_empty() => (root, rest),
+                _ => split_local(&path)?,
+            };
+            local_target(root, key, Intent::Read).await
         }
     }
 }
@@ -156,7 +256,10 @@ async fn s3_target(
     })
 }
 
-async fn local_target(root: PathBuf, key: String) -> Result<Target, anyhow::Error> {
+async fn local_target(root: PathBuf, key: String, intent: Intent) -> Result<Target, anyhow::Error> {
+    if intent == Intent::Write {
+        check_new_store(&root)?;
+    }
     let store = open_store(StoreLocation::Local(root.clone()), None, None, None).await?;
     Ok(Target {
         display: root.join(&key).display().to_string(),

@@ -763,3 +763,142 @@ fn completions_and_the_man_page_say_what_help_says() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
 }
+
+/// Runs sluice in `dir` as its working directory.
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    sluice(args).current_dir(dir).output().expect("run sluice")
+}
+
+/// Every file under `dir` whose path holds a `.sluice` segment, relative.
+fn bookkeeping_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).unwrap().flatten() {
+            let path = entry.path();
+            if path.file_name().unwrap() == ".sluice" {
+                found.push(path.strip_prefix(dir).unwrap().display().to_string());
+            } else if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Issue 36, point 3: `put h.txt ./sluice-data/demo/h2.txt` took `demo/` for
+/// a store of its own and wrote `demo/.sluice/sidecars/…`, which then listed
+/// as an object; `put f copy.txt` left `./.sluice/` in the working directory.
+/// A local location lies in the store that holds it; bookkeeping is never
+/// data; a directory of other files is not turned into a store.
+#[test]
+fn bookkeeping_never_shows_up_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path();
+    write_file(&cwd.join("h.txt"), b"hello");
+    write_file(&cwd.join("notes.md"), b"my own file");
+
+    // A new directory becomes a store; a path under it is a key of it.
+    let out = run_in(cwd, &["put", "h.txt", "./sluice-data/h.txt", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_in(
+        cwd,
+        &["put", "h.txt", "./sluice-data/demo/h2.txt", "--quiet"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(cwd.join("sluice-data/demo/h2.txt")).unwrap(),
+        b"hello"
+    );
+    assert_eq!(bookkeeping_under(cwd), vec!["sluice-data/.sluice"]);
+
+    // A store nested by an older release: its bookkeeping is not listed.
+    std::fs::create_dir_all(cwd.join("sluice-data/old/.sluice/sidecars")).unwrap();
+    write_file(&cwd.join("sluice-data/old/.sluice/sidecars/x.json"), b"{}");
+    write_file(&cwd.join("sluice-data/old/kept.txt"), b"kept");
+    // (listing, keys it must show)
+    let listings: [(&str, &[&str]); 3] = [
+        ("./sluice-data/", &["demo/h2.txt", "h.txt", "old/kept.txt"]),
+        ("./sluice-data/demo/", &["demo/h2.txt"]),
+        // The nested store is the nearest one holding its own path.
+        ("sluice-data/old", &["kept.txt"]),
+    ];
+    for (listing, keys) in listings {
+        let out = run_in(cwd, &["ls", "-r", "--json", listing]);
+        assert!(
+            out.status.success(),
+            "{listing}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(listed, keys, "{listing}");
+    }
+    // A directory put into a new store takes the objects, not the bookkeeping.
+    let out = run_in(cwd, &["put", "./sluice-data", "./copy/", "--quiet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cwd.join("copy/old/kept.txt").exists());
+    assert_eq!(
+        bookkeeping_under(&cwd.join("copy")),
+        vec![".sluice"],
+        "only the new store's own"
+    );
+    // A key naming bookkeeping is refused.
+    let out = run_in(
+        cwd,
+        &["get", "./sluice-data/old/.sluice/sidecars/x.json", "x.json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'.sluice'"));
+
+    // The working directory holds files of its own: no store is made in it.
+    let out = run_in(cwd, &["put", "h.txt", "copy.txt"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not a directory store") && stderr.contains("sluice mb"),
+        "{stderr}"
+    );
+    assert!(!cwd.join(".sluice").exists() && !cwd.join("copy.txt").exists());
+    // Reading a plain directory of files leaves no trace in it.
+    let plain = cwd.join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    write_file(&plain.join("a.txt"), b"a");
+    for args in [
+        vec!["ls", "./plain/"],
+        vec!["get", "./plain/a.txt", "./a-back.txt"],
+    ] {
+        let out = run_in(cwd, &args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!plain.join(".sluice").exists());
+}

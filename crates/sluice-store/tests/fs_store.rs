@@ -296,3 +296,47 @@ async fn a_sidecar_from_before_identity_names_is_still_read() {
     store.delete_object("old/object").await.unwrap();
     assert!(!dir.path().join(".sluice/meta/old").exists());
 }
+
+/// Issue 36, point 3: a store nested in another (an older CLI made one per
+/// directory) kept `demo/.sluice/sidecars/…`, which the outer store listed as
+/// objects. No `.sluice` directory at any depth is data; opening and reading
+/// a plain directory makes none.
+#[tokio::test]
+async fn bookkeeping_at_any_depth_is_not_listed_and_reading_makes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("demo/.sluice/sidecars")).unwrap();
+    std::fs::write(root.join("demo/.sluice/sidecars/x.json"), b"{}").unwrap();
+    std::fs::write(root.join("demo/h.txt"), b"h").unwrap();
+    let store = open(root);
+    let listed: Vec<String> = store
+        .list_objects("", None, 100)
+        .await
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(listed, vec!["demo/h.txt"]);
+    assert!(read(&store, "demo/h.txt").await.is_ok());
+    assert!(!root.join(".sluice").exists(), "reads made bookkeeping");
+    // (key, refused)
+    let cases = [
+        ("demo/.sluice/sidecars/x.json", true),
+        (".sluice/tmp/x", true),
+        ("demo/.sluicex", false),
+    ];
+    for (key, refused) in cases {
+        let result = store.head_object(key).await;
+        assert_eq!(
+            matches!(result, Err(StoreError::InvalidKey { .. })),
+            refused,
+            "{key}: {result:?}"
+        );
+    }
+    put(&store, "new.txt", b"n", "text/plain").await.unwrap();
+    assert!(
+        root.join(".sluice/sidecars").is_dir(),
+        "the first write makes it"
+    );
+}

@@ -9,7 +9,8 @@
 //! links to directories are not descended, so a link cycle cannot make the walk
 //! endless; both are reported as skipped with their reason, as are sockets,
 //! FIFOs and devices and names that are not UTF-8. Empty directories hold no
-//! file and make no object.
+//! file and make no object; `.sluice` directories (a directory store's
+//! bookkeeping) are not entered.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -101,6 +102,11 @@ impl Walker {
                     continue;
                 }
             };
+            // A directory store's bookkeeping is not data: `sync ./sluice-data
+            // s3://…` copies the objects, not the staging files and sidecars.
+            if is_dir && name == sluice_store::fs::INTERNAL_DIR {
+                continue;
+            }
             let mut sort_key = String::with_capacity(relative_dir.len() + name.len() + 2);
             if !relative_dir.is_empty() {
                 sort_key.push_str(relative_dir);

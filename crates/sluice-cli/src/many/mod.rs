@@ -26,6 +26,7 @@ use sluice_upload::{Engine, EngineConfig, SourceBucket};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{ManyArgs, TransferArgs};
+use crate::target::Intent;
 use crate::UsageError;
 use filter::Filter;
 use remote::Prefix;
@@ -47,10 +48,11 @@ pub enum Side {
 impl Side {
     /// A command-line location as a directory or a prefix: `s3://bucket/p`
     /// is the prefix `p/`; a local path is a directory, or with `as_store` a
-    /// directory store.
+    /// prefix of the directory store it lies in (see
+    /// [`crate::target::enclosing_store`]), opened for that intent.
     pub async fn open(
         location: &str,
-        as_store: bool,
+        as_store: Option<Intent>,
         endpoint: Option<String>,
         region: Option<String>,
     ) -> anyhow::Result<Side> {
@@ -72,18 +74,27 @@ impl Side {
                     prefix,
                 }))
             }
-            StoreLocation::Local(path) if as_store => {
+            StoreLocation::Local(path) => {
+                let Some(intent) = as_store else {
+                    return Ok(Side::Directory(path));
+                };
+                let (root, prefix) = match crate::target::enclosing_store(&path)? {
+                    Some((root, rest)) => (root, as_prefix(&rest)),
+                    None => (path, String::new()),
+                };
+                if intent == Intent::Write {
+                    crate::target::check_new_store(&root)?;
+                }
                 let store =
-                    crate::target::open_store(StoreLocation::Local(path.clone()), None, None, None)
+                    crate::target::open_store(StoreLocation::Local(root.clone()), None, None, None)
                         .await?;
                 Ok(Side::Store(Prefix {
                     store,
                     bucket: None,
-                    prefix: String::new(),
-                    display: format!("{}/", path.display()),
+                    display: format!("{}/{prefix}", root.display()),
+                    prefix,
                 }))
             }
-            StoreLocation::Local(path) => Ok(Side::Directory(path)),
         }
     }
 }
@@ -94,7 +105,7 @@ impl Side {
     pub async fn open_plain(location: &str, transfer: &TransferArgs) -> anyhow::Result<Side> {
         Side::open(
             location,
-            false,
+            None,
             transfer.endpoint.clone(),
             transfer.region.clone(),
         )
@@ -106,10 +117,11 @@ impl Side {
     /// A location as a prefix of a store: a bucket's, or a directory store's.
     pub async fn open_store(
         location: &str,
+        intent: Intent,
         endpoint: Option<String>,
         region: Option<String>,
     ) -> anyhow::Result<Prefix> {
-        match Side::open(location, true, endpoint, region).await? {
+        match Side::open(location, Some(intent), endpoint, region).await? {
             Side::Store(prefix) => Ok(prefix),
             Side::Directory(_) => unreachable!("as_store opens every location as a store"),
         }
@@ -180,7 +192,13 @@ pub async fn put_directory(
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
     refuse_local_overlap(dir, dest)?;
-    let prefix = Side::open_store(dest, transfer.endpoint.clone(), transfer.region.clone()).await?;
+    let prefix = Side::open_store(
+        dest,
+        Intent::Write,
+        transfer.endpoint.clone(),
+        transfer.region.clone(),
+    )
+    .await?;
     let walk = walk(dir, filter).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let roots = Arc::new(run::Roots {
@@ -207,7 +225,13 @@ pub async fn get_prefix(
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
     refuse_local_overlap(dir, src)?;
-    let prefix = Side::open_store(src, transfer.endpoint.clone(), transfer.region.clone()).await?;
+    let prefix = Side::open_store(
+        src,
+        Intent::Read,
+        transfer.endpoint.clone(),
+        transfer.region.clone(),
+    )
+    .await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let listing = listing(&prefix, &engine, filter).await?;
     let roots = Arc::new(run::Roots {

@@ -36,7 +36,8 @@ use crate::checksum::{Checksum, ChecksumAlgorithm, Hasher};
 use crate::error::StoreError;
 use crate::types::*;
 use crate::ObjectStore;
-use paths::{key_to_relative, relative_to_key, INTERNAL_DIR};
+pub use paths::INTERNAL_DIR;
+use paths::{key_to_relative, relative_to_key};
 use sidecar::Sidecar;
 use tree::ObjectTree;
 
@@ -83,6 +84,9 @@ struct Inner {
     uploads: PathBuf,
     fsync: bool,
     stripes: Vec<Mutex<()>>,
+    /// Whether `.sluice/` and its directories exist: made by the first write,
+    /// so that reading a plain directory of files leaves no trace in it.
+    bookkeeping_made: std::sync::atomic::AtomicBool,
 }
 
 impl FsStore {
@@ -95,9 +99,7 @@ impl FsStore {
             internal.join("sidecars"),
             internal.join("uploads"),
         );
-        for dir in [&root, &tmp, &sidecars, &uploads] {
-            fs::create_dir_all(dir)?;
-        }
+        fs::create_dir_all(&root)?;
         let inner = Inner {
             tree: ObjectTree::open(&root, config.fsync)?,
             legacy_meta: internal.join("meta"),
@@ -107,6 +109,7 @@ impl FsStore {
             root,
             fsync: config.fsync,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            bookkeeping_made: std::sync::atomic::AtomicBool::new(false),
         };
         remove_stale_staging(&inner.tmp);
         Ok(FsStore {
@@ -135,8 +138,24 @@ impl Inner {
         &self.stripes[hasher.finish() as usize % STRIPES]
     }
 
-    fn new_staging_path(&self) -> PathBuf {
-        self.tmp.join(uuid::Uuid::new_v4().simple().to_string())
+    /// A path for a new staging file (making the bookkeeping directories on
+    /// the store's first write).
+    fn new_staging_path(&self) -> Result<PathBuf, StoreError> {
+        self.make_bookkeeping()?;
+        Ok(self.tmp.join(uuid::Uuid::new_v4().simple().to_string()))
+    }
+
+    /// Makes `.sluice/tmp`, `sidecars` and `uploads` unless already made.
+    fn make_bookkeeping(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.bookkeeping_made.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        for dir in [&self.tmp, &self.sidecars, &self.uploads] {
+            fs::create_dir_all(dir)?;
+        }
+        self.bookkeeping_made.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Writes `body` to a new staging file in `dir`, verifying `expected` and
@@ -175,7 +194,7 @@ impl Inner {
     fn put_blocking(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         // A key the tree cannot hold is refused before its body is staged.
         self.tree.check_room(&request.key)?;
-        let staging = self.new_staging_path();
+        let staging = self.new_staging_path()?;
         let checksum = self.stage(
             &staging,
             BodySource::Body(&request.body),
@@ -482,7 +501,10 @@ impl Walk<'_> {
             let Some(key) = relative_to_key(&rel) else {
                 continue;
             };
-            if relative.as_os_str().is_empty() && key == INTERNAL_DIR {
+            // A store's bookkeeping, this one's or a store's nested in it
+            // (`sluice put f ./store/sub/f` before stores were found by
+            // their `.sluice/`), is never an object.
+            if entry.file_name() == INTERNAL_DIR {
                 continue;
             }
             let file_type = entry.file_type()?;
@@ -675,7 +697,7 @@ mod tests {
         first.content_type = Some("text/first".into());
         inner.put_blocking(first).unwrap();
 
-        let staging = inner.new_staging_path();
+        let staging = inner.new_staging_path().unwrap();
         fs::write(&staging, b"second").unwrap();
         let second = Sidecar {
             content_type: Some("text/second".into()),

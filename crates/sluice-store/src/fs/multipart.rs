@@ -76,6 +76,7 @@ impl Inner {
     ) -> Result<String, StoreError> {
         // A key the tree cannot hold is refused now, not after its parts.
         self.tree.check_room(&request.key)?;
+        self.make_bookkeeping()?;
         let upload_id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.uploads.join(&upload_id);
         fs::create_dir(&dir)?;
@@ -297,7 +298,7 @@ impl Inner {
             }
         }
 
-        let staging = self.new_staging_path();
+        let staging = self.new_staging_path()?;
         let assembled = (|| -> io::Result<()> {
             let mut out = File::create(&staging)?;
             for part in &chosen {
@@ -352,7 +353,13 @@ impl Inner {
         prefix: &str,
     ) -> Result<Vec<MultipartUploadInfo>, StoreError> {
         let mut uploads = Vec::new();
-        for entry in fs::read_dir(&self.uploads)? {
+        let entries = match fs::read_dir(&self.uploads) {
+            Ok(entries) => entries,
+            // A store nothing was written to has no uploads directory yet.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(uploads),
+            Err(e) => return Err(e.into()),
+        };
+        for entry in entries {
             let entry = entry?;
             let Ok(raw) = fs::read(entry.path().join("upload.json")) else {
                 continue;

@@ -7,7 +7,8 @@ use crate::error::StoreError;
 use crate::limits::MAX_KEY_LEN;
 
 /// Directory under the root where the store keeps staging files, sidecars and
-/// multipart uploads. Keys may not start with it.
+/// multipart uploads. No segment of a key may be it: a store's bookkeeping
+/// (this one's, or a store's made inside it) never reads as an object.
 pub const INTERNAL_DIR: &str = ".sluice";
 
 /// Longest path segment most filesystems accept.
@@ -38,12 +39,14 @@ pub fn key_to_relative(key: &str) -> Result<PathBuf, StoreError> {
         ));
     }
     let mut relative = PathBuf::new();
-    for (index, segment) in key.split('/').enumerate() {
+    for segment in key.split('/') {
         match segment {
             "" => return Err(invalid("the key contains an empty segment ('//')")),
             "." | ".." => return Err(invalid("the key contains a '.' or '..' segment")),
-            INTERNAL_DIR if index == 0 => {
-                return Err(invalid("keys under '.sluice/' are reserved by the store"))
+            INTERNAL_DIR => {
+                return Err(invalid(
+                    "'.sluice' is the name of a directory store's bookkeeping: no segment of a key may be it",
+                ))
             }
             s if s.len() > MAX_SEGMENT_LEN => {
                 return Err(invalid("a segment of the key is longer than 255 bytes"))
@@ -86,7 +89,8 @@ mod tests {
             ),
             ("ünïcødé/ключ", Some("ünïcødé/ключ")),
             ("..hidden", Some("..hidden")),
-            ("a/.sluice", Some("a/.sluice")),
+            ("a/.sluice", None),
+            ("a/.sluice/sidecars/x.json", None),
             ("", None),
             ("/etc/passwd", None),
             ("../escape", None),
