@@ -58,7 +58,9 @@ work=$(mktemp -d -t sluice-test.XXXXXX)
 port=$(free_port)
 console=$(free_port)
 export MINIO_ROOT_USER=sluice-test MINIO_ROOT_PASSWORD=sluice-test-secret
-minio server "$work/data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" --quiet \
+# A KMS key of MinIO's own, so that server-side encryption (--sse) can be tried.
+MINIO_KMS_SECRET_KEY="sluice-test-key:$(head -c 32 /dev/urandom | base64)" \
+  minio server "$work/data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" --quiet \
   >"$work/minio.log" 2>&1 &
 minio_pid=$!
 source scripts/kafka.sh
@@ -81,7 +83,7 @@ kafka_start "$work"
 
 # Tests use exactly this MinIO and nothing of the machine's AWS setup.
 export SLUICE_TEST_S3_ENDPOINT="http://127.0.0.1:$port"
-export SLUICE_TEST_S3_REQUIRED=1
+export SLUICE_TEST_S3_REQUIRED=1 SLUICE_TEST_KMS_KEY=sluice-test-key
 export AWS_ACCESS_KEY_ID="$MINIO_ROOT_USER" AWS_SECRET_ACCESS_KEY="$MINIO_ROOT_PASSWORD" AWS_REGION=us-east-1
 export AWS_EC2_METADATA_DISABLED=true AWS_CONFIG_FILE="$work/none" AWS_SHARED_CREDENTIALS_FILE="$work/none"
 unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL SLUICE_ENDPOINT 2>/dev/null || true

@@ -65,6 +65,16 @@ sluice put ./photos s3://media/photos/ --exclude '*.tmp' --jobs 128"
 sluice ls s3://media/photos/2026 --json"
     )]
     Ls(LsArgs),
+    /// Make a bucket, or a directory store.
+    #[command(
+        after_help = "Examples:\n  sluice mb s3://media --endpoint http://127.0.0.1:9000\n  sluice mb s3://logs --region eu-west-3\n  sluice mb ./store"
+    )]
+    Mb(MbArgs),
+    /// Remove a bucket (or a directory store), which must be empty unless --force.
+    #[command(
+        after_help = "Examples:\n  sluice rb s3://scratch\n  sluice rb s3://scratch --force   # every object and unfinished upload first\n  sluice rb ./store"
+    )]
+    Rb(RbArgs),
     /// Remove an object, or the objects under a prefix (batched, with filters and --dry-run).
     #[command(
         after_help = "Examples:\n  sluice rm s3://media/old.iso\n  sluice rm s3://media/tmp/ --dry-run\n  \
@@ -374,9 +384,8 @@ pub struct PutArgs {
     /// For a directory: the prefix its files go under (`DIR/a/b.txt` becomes
     /// `PREFIX/a/b.txt`).
     pub dest: String,
-    /// Content-Type stored with the object (with a directory: with every object).
-    #[arg(long, env = "SLUICE_CONTENT_TYPE")]
-    pub content_type: Option<String>,
+    #[command(flatten)]
+    pub object: ObjectArgs,
     /// Continue the multipart upload an earlier, interrupted run of this command
     /// left in the store: parts whose checksum matches the file are not sent
     /// again. With --resume a failed or interrupted upload keeps its parts for
@@ -471,12 +480,38 @@ pub struct IngestArgs {
     pub transfer: TransferArgs,
 }
 
+/// `sluice mb`.
+#[derive(Debug, Args)]
+pub struct MbArgs {
+    /// `s3://bucket`, or a directory to make a directory store in.
+    pub location: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `sluice rb`.
+#[derive(Debug, Args)]
+pub struct RbArgs {
+    /// `s3://bucket`, or a directory store.
+    pub location: String,
+    /// Remove every object (and abort every unfinished multipart upload)
+    /// first; for a directory store, the whole directory.
+    #[arg(long)]
+    pub force: bool,
+    /// Say what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
 /// `sluice ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
     /// `s3://bucket[/prefix]` or a local directory store. A prefix not ending in
-    /// `/` lists the objects and sub-prefixes starting with it.
-    pub location: String,
+    /// `/` lists the objects and sub-prefixes starting with it. None (or
+    /// `s3://`) lists the buckets.
+    pub location: Option<String>,
     /// Every object under the prefix, not one level.
     #[arg(long, short)]
     pub recursive: bool,
@@ -515,6 +550,55 @@ pub struct RmArgs {
     pub store: StoreArgs,
 }
 
+/// What is stored with each object an upload makes (put, and cp and sync
+/// towards a bucket or directory store).
+#[derive(Debug, Args, Default, Clone)]
+pub struct ObjectArgs {
+    /// Content-Type of every object [default: guessed from each file's
+    /// extension (or the key's), application/octet-stream when unknown].
+    #[arg(long, env = "SLUICE_CONTENT_TYPE", help_heading = "Object settings")]
+    pub content_type: Option<String>,
+    /// Store application/octet-stream rather than a type guessed from the extension.
+    #[arg(
+        long,
+        conflicts_with = "content_type",
+        help_heading = "Object settings"
+    )]
+    pub no_guess_mime_type: bool,
+    /// Cache-Control sent back with the object, e.g. `max-age=3600`.
+    #[arg(long, value_name = "VALUE", help_heading = "Object settings")]
+    pub cache_control: Option<String>,
+    /// Content-Encoding sent back with the object, e.g. `gzip` (the bytes are stored as given).
+    #[arg(long, value_name = "VALUE", help_heading = "Object settings")]
+    pub content_encoding: Option<String>,
+    /// Content-Disposition sent back with the object, e.g. `attachment; filename="a.pdf"`.
+    #[arg(long, value_name = "VALUE", help_heading = "Object settings")]
+    pub content_disposition: Option<String>,
+    /// User metadata (x-amz-meta-KEY); repeatable.
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Object settings")]
+    pub metadata: Vec<String>,
+    /// Storage class (buckets only): STANDARD, STANDARD_IA, ONEZONE_IA,
+    /// INTELLIGENT_TIERING, GLACIER_IR, GLACIER, DEEP_ARCHIVE, REDUCED_REDUNDANCY, …
+    #[arg(long, value_name = "CLASS", help_heading = "Object settings")]
+    pub storage_class: Option<String>,
+    /// Canned ACL (buckets only): private, public-read, public-read-write,
+    /// authenticated-read, aws-exec-read, bucket-owner-read, bucket-owner-full-control.
+    #[arg(long, value_name = "ACL", help_heading = "Object settings")]
+    pub acl: Option<String>,
+    /// Server-side encryption (buckets only): AES256 (keys the store
+    /// manages) or aws:kms (a KMS key: the account's default, or --sse-kms-key-id).
+    #[arg(long, value_name = "AES256|aws:kms", value_parser = ["AES256", "aws:kms"], help_heading = "Object settings")]
+    pub sse: Option<String>,
+    /// The KMS key for --sse aws:kms (id, ARN or alias).
+    #[arg(
+        long,
+        value_name = "KEY",
+        requires = "sse",
+        help_heading = "Object settings"
+    )]
+    pub sse_kms_key_id: Option<String>,
+}
+
 /// `sluice cp` and `sluice sync`.
 #[derive(Debug, Args)]
 pub struct CopyArgs {
@@ -522,6 +606,8 @@ pub struct CopyArgs {
     pub src: String,
     /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`.
     pub dest: String,
+    #[command(flatten)]
+    pub object: ObjectArgs,
     #[command(flatten)]
     pub many: ManyArgs,
     #[command(flatten)]

@@ -15,8 +15,12 @@ use crate::UsageError;
 const PAGE: usize = 1000;
 
 pub async fn run(args: LsArgs) -> anyhow::Result<()> {
+    let location = match args.location.as_deref() {
+        None | Some("s3://") => return crate::buckets::list(&args.store, args.json).await,
+        Some(location) => location,
+    };
     let (store, prefix, display) =
-        match StoreLocation::parse(&args.location).map_err(|e| UsageError(e.to_string()))? {
+        match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
             StoreLocation::S3 { bucket, rest } => {
                 let store = crate::target::open_store(
                     StoreLocation::S3 {
@@ -44,7 +48,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                 };
                 // `./store/photos` lists the prefix photos/ as a bucket's
                 // `s3://b/photos/` would; a plain directory lists its files.
-                let rest = match path.is_dir() || args.location.ends_with('/') {
+                let rest = match path.is_dir() || location.ends_with('/') {
                     true => crate::many::as_prefix(&rest),
                     false => rest,
                 };
@@ -167,6 +171,6 @@ fn hidden(prefix: &str, name: &str) -> bool {
 }
 
 /// `2026-11-25T07:00:00Z`.
-fn rfc3339(time: SystemTime) -> String {
+pub fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }

@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod buckets;
 mod chaos;
 mod environment;
 mod events;
@@ -13,6 +14,7 @@ mod ingest;
 mod janitor;
 mod ls;
 mod many;
+mod object;
 mod output;
 mod packaging;
 mod rm;
@@ -100,6 +102,8 @@ fn main() -> ExitCode {
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
             Command::Ls(args) => ls::run(args).await,
+            Command::Mb(args) => buckets::make(args).await,
+            Command::Rb(args) => buckets::remove(args).await,
             Command::Rm(args) => rm::run(args).await,
             Command::Cp(args) => cp(args).await,
             Command::Sync(args) => many::sync::run(args).await,
@@ -202,6 +206,7 @@ fn no_filters(many: &args::ManyArgs) -> Result<(), UsageError> {
 
 async fn put(args: PutArgs) -> anyhow::Result<()> {
     let config = engine_config(&args.transfer)?;
+    let object = object::ObjectSpec::from_args(&args.object)?;
     let from_stdin = args.src.as_os_str() == "-";
     let length = if from_stdin {
         None
@@ -212,19 +217,18 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
             if args.resume {
                 return Err(UsageError("--resume takes one file, not a directory".into()).into());
             }
-            return many::put_directory(
-                &args.src,
-                &args.dest,
-                args.content_type.clone(),
-                &args.many,
-                &args.transfer,
-            )
-            .await;
+            return many::put_directory(&args.src, &args.dest, object, &args.many, &args.transfer)
+                .await;
         }
         // Pipes, FIFOs and devices are read as streams of unknown length.
         meta.is_file().then_some(meta.len())
     };
     no_filters(&args.many)?;
+    if let Ok(sluice_store::StoreLocation::Local(_)) =
+        sluice_store::StoreLocation::parse(&args.dest)
+    {
+        object.check_for_directory_store()?;
+    }
     let target = target::for_put(&args.dest, &args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
     let engine = Engine::new(target.store.clone(), config)?;
@@ -246,7 +250,13 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     let bar = ui::Bar::new(args.transfer.quiet, length);
     let request = UploadRequest {
         key: target.key.clone(),
-        content_type: args.content_type.clone(),
+        // Standard input has no name: the key's extension tells.
+        content_type: object.content_type_for(match from_stdin {
+            true => &target.key,
+            false => args.src.to_str().unwrap_or(&target.key),
+        }),
+        metadata: object.metadata_with(Default::default()),
+        settings: object.settings().clone(),
         progress: bar.callback(),
         ..UploadRequest::default()
     };
@@ -445,12 +455,20 @@ async fn cp(args: CopyArgs) -> anyhow::Result<()> {
         sluice_store::StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))?;
     }
     let is_s3 = |location: &str| location.starts_with("s3://");
+    if is_s3(&args.src) && object::ObjectSpec::from_args(&args.object)?.is_given() {
+        return Err(UsageError(
+            "--content-type, --metadata and the other object settings apply to uploads (a local source); \
+a copy from a bucket keeps the source's"
+                .into(),
+        )
+        .into());
+    }
     match (is_s3(&args.src), is_s3(&args.dest)) {
         (false, true) => {
             put(PutArgs {
                 src: PathBuf::from(&args.src),
                 dest: args.dest,
-                content_type: None,
+                object: args.object,
                 resume: false,
                 many: args.many,
                 transfer: args.transfer,

@@ -96,7 +96,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         verbose: args.verbose,
         json: args.json,
         quiet: true,
-        content_type: None,
+        object: Default::default(),
     };
     if args.dry_run {
         let output = Output::new(&options);
@@ -109,7 +109,10 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
             }
         }
         if !args.json {
-            crate::output::out!("dry run: {count} object(s) would be deleted; nothing changed");
+            crate::output::out!(
+                "dry run: {} would be deleted; nothing changed",
+                crate::ui::count(count, "object")
+            );
         }
         return Ok(());
     }

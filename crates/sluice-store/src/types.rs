@@ -13,6 +13,50 @@ use futures::Stream;
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::error::StoreError;
 
+/// How an object is kept and served besides its bytes, content type and
+/// metadata: the HTTP headers S3 stores and sends back with it, its storage
+/// class, a canned ACL and server-side encryption. Unset means the bucket's
+/// defaults. A directory store keeps the headers and refuses the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_disposition: Option<String>,
+    /// `STANDARD`, `STANDARD_IA`, `GLACIER_IR`, … as the store names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// A canned ACL: `private`, `public-read`, `bucket-owner-full-control`, …
+    /// (never reported back: S3 answers it only to GetObjectAcl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+impl ObjectSettings {
+    /// What a directory store cannot keep, named for an error message.
+    pub fn bucket_only(&self) -> Option<&'static str> {
+        match (&self.storage_class, &self.acl, &self.encryption) {
+            (Some(_), _, _) => Some("a storage class"),
+            (_, Some(_), _) => Some("an ACL"),
+            (_, _, Some(_)) => Some("server-side encryption"),
+            _ => None,
+        }
+    }
+}
+
+/// Server-side encryption of an object at rest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Encryption {
+    /// `AES256`: keys the store manages (SSE-S3).
+    S3Managed,
+    /// `aws:kms`: a KMS key, the account's default one when unnamed (SSE-KMS).
+    Kms { key_id: Option<String> },
+}
+
 /// User metadata stored with an object (`x-amz-meta-*` on S3).
 pub type Metadata = BTreeMap<String, String>;
 
@@ -89,6 +133,7 @@ pub struct PutRequest {
     pub body: Body,
     pub content_type: Option<String>,
     pub metadata: Metadata,
+    pub settings: ObjectSettings,
     /// Checksum of the body, verified by the store before the object becomes visible.
     pub checksum: Option<Checksum>,
     pub condition: Option<WriteCondition>,
@@ -101,6 +146,7 @@ impl PutRequest {
             body: body.into(),
             content_type: None,
             metadata: Metadata::new(),
+            settings: ObjectSettings::default(),
             checksum: None,
             condition: None,
         }
@@ -154,6 +200,8 @@ pub struct ObjectMeta {
     pub last_modified: SystemTime,
     pub content_type: Option<String>,
     pub metadata: Metadata,
+    /// As stored (the ACL is never reported).
+    pub settings: ObjectSettings,
     /// Full-object checksum, when the store has one (composite multipart checksums
     /// are not reported: they do not describe the content).
     pub checksum: Option<Checksum>,
@@ -198,6 +246,7 @@ pub struct CreateMultipartRequest {
     pub key: String,
     pub content_type: Option<String>,
     pub metadata: Metadata,
+    pub settings: ObjectSettings,
     /// The algorithm every part will carry a checksum of; the object then gets a
     /// full-object checksum of the same algorithm.
     pub checksum_algorithm: Option<ChecksumAlgorithm>,
@@ -209,6 +258,7 @@ impl CreateMultipartRequest {
             key: key.into(),
             content_type: None,
             metadata: Metadata::new(),
+            settings: ObjectSettings::default(),
             checksum_algorithm: None,
         }
     }

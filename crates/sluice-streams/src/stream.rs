@@ -716,6 +716,7 @@ impl BatchWriter {
             key: self.key.clone(),
             content_type: Some(content_type),
             metadata,
+            settings: Default::default(),
             progress: None,
             condition: self.deterministic.then_some(WriteCondition::IfNoneMatch),
             origin: Some(Arc::new(origin)),

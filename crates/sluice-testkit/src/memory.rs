@@ -24,6 +24,7 @@ struct Upload {
     key: String,
     content_type: Option<String>,
     metadata: Metadata,
+    settings: ObjectSettings,
     algorithm: Option<ChecksumAlgorithm>,
     parts: BTreeMap<u32, (Bytes, UploadedPart)>,
     initiated: std::time::SystemTime,
@@ -190,6 +191,7 @@ impl ObjectStore for MemoryStore {
             last_modified: SystemTime::now(),
             content_type: request.content_type,
             metadata: request.metadata,
+            settings: request.settings,
             checksum: request.checksum,
         };
         state
@@ -287,6 +289,7 @@ impl ObjectStore for MemoryStore {
                 key: request.key,
                 content_type: request.content_type,
                 metadata: request.metadata,
+                settings: request.settings,
                 algorithm: request.checksum_algorithm,
                 parts: BTreeMap::new(),
                 initiated: std::time::SystemTime::now(),
@@ -437,6 +440,7 @@ impl ObjectStore for MemoryStore {
             last_modified: SystemTime::now(),
             content_type: upload.content_type,
             metadata: upload.metadata,
+            settings: upload.settings,
             checksum,
         };
         state.objects.insert(

@@ -175,6 +175,7 @@ impl EngineInner {
                         key: request.key.clone(),
                         content_type: request.content_type.clone(),
                         metadata: request.metadata.clone(),
+                        settings: request.settings.clone(),
                         checksum_algorithm: self.config.checksum,
                     });
                     let answer_lost = &answer_lost;

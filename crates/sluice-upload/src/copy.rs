@@ -102,6 +102,7 @@ impl Engine {
         let mut create = CreateMultipartRequest::new(request.key.clone());
         create.content_type = source.content_type;
         create.metadata = source.metadata;
+        create.settings = source.settings;
         let source_bucket = request.source_bucket.as_ref().map(|b| b.name.clone());
         let upload_id = inner
             .with_retries(

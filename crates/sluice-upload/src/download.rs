@@ -178,6 +178,7 @@ impl Engine {
                 last_modified: outcome.last_modified,
                 content_type: None,
                 metadata: outcome.metadata.clone(),
+                settings: Default::default(),
                 checksum: None,
             });
             if let Some(time) = stamp {
@@ -200,6 +201,7 @@ impl Engine {
             last_modified: listed.last_modified,
             content_type: None,
             metadata: Metadata::new(),
+            settings: Default::default(),
             checksum: None,
         };
         let tracker = Tracker::new(Some(listed.size), progress);

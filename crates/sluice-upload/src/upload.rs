@@ -39,6 +39,8 @@ pub struct UploadRequest {
     pub key: String,
     pub content_type: Option<String>,
     pub metadata: Metadata,
+    /// Headers, storage class, ACL and encryption of the object made.
+    pub settings: ObjectSettings,
     pub progress: Option<ProgressFn>,
     /// `IfNoneMatch` refuses to overwrite, atomically: on the single PUT, or on
     /// the completion of a multipart upload (checked before the first part too,
@@ -351,6 +353,7 @@ impl Engine {
             body,
             content_type: request.content_type.clone(),
             metadata: request.metadata.clone(),
+            settings: request.settings.clone(),
             checksum,
             condition: request.condition.clone(),
         };

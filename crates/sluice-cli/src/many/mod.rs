@@ -26,6 +26,7 @@ use sluice_upload::{Engine, EngineConfig, SourceBucket};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{ManyArgs, TransferArgs};
+use crate::object::ObjectSpec;
 use crate::target::Intent;
 use crate::UsageError;
 use filter::Filter;
@@ -155,14 +156,14 @@ pub fn engine(
     Ok(Engine::new(store, config)?)
 }
 
-pub fn options(many: &ManyArgs, transfer: &TransferArgs, content_type: Option<String>) -> Options {
+pub fn options(many: &ManyArgs, transfer: &TransferArgs, object: ObjectSpec) -> Options {
     Options {
         jobs: many.jobs,
         fail_fast: many.fail_fast,
         verbose: many.verbose,
         json: many.json,
         quiet: transfer.quiet,
-        content_type,
+        object: Arc::new(object),
     }
 }
 
@@ -186,12 +187,15 @@ pub fn local_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
 pub async fn put_directory(
     dir: &Path,
     dest: &str,
-    content_type: Option<String>,
+    object: ObjectSpec,
     many: &ManyArgs,
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
     refuse_local_overlap(dir, dest)?;
+    if let Ok(StoreLocation::Local(_)) = StoreLocation::parse(dest) {
+        object.check_for_directory_store()?;
+    }
     let prefix = Side::open_store(
         dest,
         Intent::Write,
@@ -212,7 +216,7 @@ pub async fn put_directory(
             reason: skipped.reason,
         }),
     });
-    let options = options(many, transfer, content_type);
+    let options = options(many, transfer, object);
     finish(&engine, "uploaded", jobs.boxed(), None, &options, None).await
 }
 
@@ -240,7 +244,7 @@ pub async fn get_prefix(
     });
     let dir = dir.to_path_buf();
     let jobs = listing.map(move |object| Ok(download_job(object?, &prefix, &dir, &roots)));
-    let options = options(many, transfer, None);
+    let options = options(many, transfer, ObjectSpec::default());
     finish(&engine, "downloaded", jobs.boxed(), None, &options, None).await
 }
 
@@ -270,7 +274,7 @@ pub async fn copy_prefix(
             &roots,
         )))
     });
-    let options = options(many, transfer, None);
+    let options = options(many, transfer, ObjectSpec::default());
     finish(&engine, "copied", jobs.boxed(), None, &options, None).await
 }
 
@@ -574,7 +578,7 @@ pub async fn finish(
             remove(engine, jobs, &output)
         })
         .await;
-        report.files += deleted.files;
+        report.removed += deleted.files;
         report.failures.extend(deleted.failures);
         taken.refused.extend(deleting.refused);
         taken.error = deleting.error;
@@ -786,7 +790,7 @@ mod tests {
             verbose: false,
             json: false,
             quiet: true,
-            content_type: None,
+            object: Default::default(),
         }
     }
 

@@ -138,15 +138,18 @@ pub struct Options {
     pub verbose: bool,
     pub json: bool,
     pub quiet: bool,
-    /// Content-Type of every uploaded object.
-    pub content_type: Option<String>,
+    /// What uploaded objects are stored with.
+    pub object: Arc<crate::object::ObjectSpec>,
 }
 
 /// What a run did.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Files transferred (uploaded, downloaded or copied).
     pub files: u64,
     pub bytes: u64,
+    /// Objects or files removed (`rm`, `sync --delete`).
+    pub removed: u64,
     /// (file, reason) of each failure, in the order they happened.
     pub failures: Vec<(String, String)>,
     /// After a failure with `--fail-fast`: files dropped in flight, and those
@@ -331,8 +334,10 @@ impl Output {
         if self.options.json {
             let mut line = serde_json::json!({"summary": {
                 "op": verb,
-                "files": report.files,
+                // `rm`'s files are those it removed.
+                "files": if verb == "deleted" { report.removed } else { report.files },
                 "bytes": report.bytes,
+                "deleted": report.removed,
                 "seconds": (seconds * 1000.0).round() / 1000.0,
                 "failed": failed,
                 "cancelled": report.cancelled,
@@ -343,14 +348,24 @@ impl Output {
             crate::output::out!("{line}");
             return;
         }
-        let mut text = format!(
-            "{verb} {} file{}, {} in {seconds:.2} s ({:.1} files/s, {:.1} MiB/s)",
-            report.files,
-            if report.files == 1 { "" } else { "s" },
-            format_size(report.bytes),
-            report.files as f64 / seconds,
-            report.bytes as f64 / (1024.0 * 1024.0) / seconds,
-        );
+        // `rm` only removes; a transfer reports its files, then what it removed.
+        let removing_only = verb == "deleted";
+        let mut text = match removing_only {
+            true => format!(
+                "deleted {} in {seconds:.2} s",
+                crate::ui::count(report.removed, "object")
+            ),
+            false => format!(
+                "{verb} {}, {} in {seconds:.2} s ({:.1} files/s, {:.1} MiB/s)",
+                crate::ui::count(report.files, "file"),
+                format_size(report.bytes),
+                report.files as f64 / seconds,
+                report.bytes as f64 / (1024.0 * 1024.0) / seconds,
+            ),
+        };
+        if report.removed > 0 && !removing_only {
+            text += &format!(", {} deleted", report.removed);
+        }
         if let Some(unchanged) = unchanged {
             text += &format!(", {unchanged} unchanged");
         }
@@ -434,12 +449,13 @@ async fn execute(
             key,
             modified,
         } => {
-            let mut metadata = Metadata::new();
-            metadata.insert(mtime::KEY.to_string(), mtime::encode(*modified));
+            let mut stamp = Metadata::new();
+            stamp.insert(mtime::KEY.to_string(), mtime::encode(*modified));
             let request = UploadRequest {
                 key: key.clone(),
-                content_type: options.content_type.clone(),
-                metadata,
+                content_type: options.object.content_type_for(key),
+                metadata: options.object.metadata_with(stamp),
+                settings: options.object.settings().clone(),
                 progress: progress(output, &sent),
                 ..UploadRequest::default()
             };

@@ -102,6 +102,13 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     if let (Side::Store(from), Side::Store(to)) = (&source, &dest) {
         super::refuse_nested(from, to)?;
     }
+    let object = crate::object::ObjectSpec::from_args(&copy.object)?;
+    if object.is_given() && !matches!(source, Side::Directory(_)) {
+        return Err(UsageError(
+            "--content-type, --metadata and the other object settings apply to uploads (a local source)".into(),
+        )
+        .into());
+    }
     // An engine per store side; the copies run on the destination's, or on
     // the source's when the destination is a directory.
     let side_engine = |side: &Side| match side {
@@ -209,7 +216,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         .flat_map(|jobs| futures::stream::iter(jobs.into_iter().map(|job| Ok(Listed::Job(job)))))
         .boxed()
     });
-    let options = super::options(&copy.many, &copy.transfer, None);
+    let options = super::options(&copy.many, &copy.transfer, object);
     if args.dry_run {
         return dry_run(transfers, removals, &options, &unchanged).await;
     }
@@ -468,8 +475,8 @@ impl Sides {
 /// An entry's object as HEAD answered it, read on first use.
 enum Looked {
     NotYet,
-    /// `None` for a file entry.
-    Done(Option<ObjectMeta>),
+    /// `None` for a file entry (boxed: most entries are never looked at).
+    Done(Option<Box<ObjectMeta>>),
 }
 
 impl Looked {
@@ -480,18 +487,18 @@ impl Looked {
     ) -> Result<Option<&ObjectMeta>, String> {
         if let Looked::NotYet = self {
             let meta = match (store, &entry.key) {
-                (Some(store), Some(key)) => Some(
+                (Some(store), Some(key)) => Some(Box::new(
                     store
                         .head_object(key)
                         .await
                         .map_err(|e| sluice_store::error_chain(&e))?,
-                ),
+                )),
                 _ => None,
             };
             *self = Looked::Done(meta);
         }
         match self {
-            Looked::Done(meta) => Ok(meta.as_ref()),
+            Looked::Done(meta) => Ok(meta.as_deref()),
             Looked::NotYet => unreachable!("looked at just above"),
         }
     }

@@ -348,6 +348,7 @@ async fn create_multipart(
             key: key.clone(),
             content_type,
             metadata,
+            settings: Default::default(),
             checksum_algorithm: None,
         })
         .await

@@ -117,6 +117,15 @@ impl FsStore {
         })
     }
 
+    /// Opens a store at `config.root` and makes its bookkeeping now rather
+    /// than at the first write (`sluice mb DIR`), so that the directory is
+    /// found as a store (it holds `.sluice/`) before anything is in it.
+    pub fn create(config: FsConfig) -> Result<FsStore, StoreError> {
+        let store = FsStore::open(config)?;
+        store.inner.make_bookkeeping()?;
+        Ok(store)
+    }
+
     pub fn root(&self) -> &Path {
         &self.inner.root
     }
@@ -194,6 +203,7 @@ impl Inner {
     fn put_blocking(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         // A key the tree cannot hold is refused before its body is staged.
         self.tree.check_room(&request.key)?;
+        refuse_bucket_only(&request.settings)?;
         let staging = self.new_staging_path()?;
         let checksum = self.stage(
             &staging,
@@ -204,6 +214,7 @@ impl Inner {
         let mut sidecar = Sidecar {
             content_type: request.content_type,
             metadata: request.metadata,
+            settings: request.settings,
             ..Sidecar::default()
         };
         sidecar.set_checksum(checksum);
@@ -272,6 +283,7 @@ impl Inner {
             last_modified: stat.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             content_type: sidecar.content_type,
             metadata: sidecar.metadata,
+            settings: sidecar.settings,
         })
     }
 
@@ -452,6 +464,17 @@ fn remove_empty_parents(path: &Path, stop: &Path) {
             break;
         }
         dir = d.parent();
+    }
+}
+
+/// A storage class, ACL or encryption asked of a directory store, which has
+/// none: refused rather than dropped.
+fn refuse_bucket_only(settings: &ObjectSettings) -> Result<(), StoreError> {
+    match settings.bucket_only() {
+        Some(_) => Err(StoreError::Unsupported(
+            "a directory store keeps no storage class, ACL or server-side encryption",
+        )),
+        None => Ok(()),
     }
 }
 

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use super::refuse_bucket_only;
 use super::sidecar::{self, Sidecar};
 use super::{BodySource, Inner};
 use crate::checksum::{Checksum, ChecksumAlgorithm};
@@ -27,6 +28,8 @@ struct UploadRecord {
     content_type: Option<String>,
     #[serde(default)]
     metadata: Metadata,
+    #[serde(default, flatten)]
+    settings: ObjectSettings,
     #[serde(default)]
     checksum_algorithm: Option<ChecksumAlgorithm>,
 }
@@ -76,6 +79,7 @@ impl Inner {
     ) -> Result<String, StoreError> {
         // A key the tree cannot hold is refused now, not after its parts.
         self.tree.check_room(&request.key)?;
+        refuse_bucket_only(&request.settings)?;
         self.make_bookkeeping()?;
         let upload_id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.uploads.join(&upload_id);
@@ -85,6 +89,7 @@ impl Inner {
             key: request.key,
             content_type: request.content_type,
             metadata: request.metadata,
+            settings: request.settings,
             checksum_algorithm: request.checksum_algorithm,
         };
         let json = serde_json::to_vec(&record).map_err(io::Error::other)?;
@@ -318,6 +323,7 @@ impl Inner {
         let mut object_sidecar = Sidecar {
             content_type: record.content_type,
             metadata: record.metadata,
+            settings: record.settings,
             ..Sidecar::default()
         };
         object_sidecar.set_checksum(object_checksum);

@@ -1,4 +1,5 @@
-//! Metadata kept for a data file (content type, user metadata, checksum).
+//! Metadata kept for a data file (content type, user metadata, the headers
+//! of its settings, checksum).
 //!
 //! A data file's ETag is derived from its identity (inode, modification time and
 //! size), which a rename keeps and any rewrite changes, and its sidecar is named
@@ -17,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tree::sync_dir_at;
 use crate::checksum::{Checksum, ChecksumAlgorithm};
-use crate::types::Metadata;
+use crate::types::{Metadata, ObjectSettings};
 
 /// What the sidecar file holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -27,6 +28,9 @@ pub struct Sidecar {
     pub content_type: Option<String>,
     #[serde(default, skip_serializing_if = "Metadata::is_empty")]
     pub metadata: Metadata,
+    /// The headers of [`ObjectSettings`] (a directory store keeps no others).
+    #[serde(default, flatten)]
+    pub settings: ObjectSettings,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_algorithm: Option<ChecksumAlgorithm>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

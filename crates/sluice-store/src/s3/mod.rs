@@ -7,8 +7,10 @@
 //! requests. Payload signing is off for uploads (the CRC32C/CRC64NVME checksum each
 //! write carries protects the bytes, at a fraction of SHA-256's CPU cost).
 
+mod account;
 mod errors;
 mod presign;
+mod settings;
 mod stall;
 mod trailer;
 pub mod vitals;
@@ -35,8 +37,10 @@ use crate::error::StoreError;
 use crate::types::*;
 use crate::ObjectStore;
 use errors::Context;
+use settings::{settings_of, with_settings};
 use stall::{Progress, StallGuard, WatchAnswer};
 
+pub use account::{BucketSummary, PresignedMethod};
 pub use presign::S3DirectSigner;
 
 /// Buffer for streaming a file-backed body into a request.
@@ -328,6 +332,7 @@ impl ObjectStore for S3Store {
             .set_metadata(
                 (!request.metadata.is_empty()).then(|| request.metadata.into_iter().collect()),
             );
+        call = with_settings!(call, request.settings);
         call = match request.checksum {
             Some(c) if c.algorithm == ChecksumAlgorithm::Crc32c => {
                 call.checksum_crc32_c(c.to_base64())
@@ -400,6 +405,7 @@ impl ObjectStore for S3Store {
             last_modified: to_system_time(output.last_modified.as_ref()),
             content_type: output.content_type.clone(),
             metadata: metadata_of(output.metadata.as_ref()),
+            settings: settings_of!(output),
             // A checksum describes the whole object, not a range of it.
             checksum: if range.is_none() {
                 reported_checksum(
@@ -471,6 +477,7 @@ impl ObjectStore for S3Store {
             last_modified: to_system_time(output.last_modified.as_ref()),
             content_type: output.content_type.clone(),
             metadata: metadata_of(output.metadata.as_ref()),
+            settings: settings_of!(output),
             checksum: reported_checksum(
                 output.checksum_crc32_c.as_deref(),
                 output.checksum_crc64_nvme.as_deref(),
@@ -671,6 +678,7 @@ impl ObjectStore for S3Store {
             .set_metadata(
                 (!request.metadata.is_empty()).then(|| request.metadata.into_iter().collect()),
             );
+        call = with_settings!(call, request.settings);
         if let Some(algorithm) = request.checksum_algorithm {
             call = call
                 .checksum_algorithm(sdk_algorithm(algorithm))
