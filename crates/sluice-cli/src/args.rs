@@ -65,6 +65,35 @@ sluice put ./photos s3://media/photos/ --exclude '*.tmp' --jobs 128"
 sluice ls s3://media/photos/2026 --json"
     )]
     Ls(LsArgs),
+    /// Print an object's bytes to standard output.
+    #[command(
+        after_help = "Examples:\n  sluice cat s3://logs/app.log | grep ERROR\n  sluice cat s3://www/index.html --endpoint http://127.0.0.1:9000"
+    )]
+    Cat(CatArgs),
+    /// Show what is known of an object: size, times, type, headers, storage class, encryption, metadata.
+    #[command(
+        after_help = "Examples:\n  sluice stat s3://media/photo.jpg\n  sluice stat s3://media/photo.jpg --json"
+    )]
+    Stat(StatArgs),
+    /// Total size and number of the objects under a prefix.
+    #[command(
+        after_help = "Examples:\n  sluice du s3://media/photos/\n  sluice du s3://media/ --include '*.jpg' --json"
+    )]
+    Du(DuArgs),
+    /// Print a presigned S3 URL: one GET, PUT or DELETE of an object without
+    /// credentials until it expires (SigV4 query signing, as aws s3 presign).
+    #[command(
+        after_help = "Examples:\n  sluice presign s3://media/photo.jpg --expires 1h\n  \
+curl -T photo.jpg \"$(sluice presign s3://media/photo.jpg --method PUT)\""
+    )]
+    Presign(PresignArgs),
+    /// Move: copy as cp does, then remove each source once its copy is complete.
+    #[command(
+        after_help = "A source is removed only after its copy succeeded; one that failed stays.\nExamples:\n  \
+sluice mv ./report.pdf s3://docs/2026/\n  sluice mv s3://inbox/ s3://archive/2026-11/ --include '*.eml'\n  \
+sluice mv s3://media/tmp/big.iso ./big.iso"
+    )]
+    Mv(CopyArgs),
     /// Make a bucket, or a directory store.
     #[command(
         after_help = "Examples:\n  sluice mb s3://media --endpoint http://127.0.0.1:9000\n  sluice mb s3://logs --region eu-west-3\n  sluice mb ./store"
@@ -480,6 +509,63 @@ pub struct IngestArgs {
     pub transfer: TransferArgs,
 }
 
+/// `sluice cat`.
+#[derive(Debug, Args)]
+pub struct CatArgs {
+    /// `s3://bucket/key`, or a file in a directory store.
+    pub location: String,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// `sluice stat`.
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// `s3://bucket/key`, or a file in a directory store.
+    pub location: String,
+    /// One JSON object rather than lines for people.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `sluice du`.
+#[derive(Debug, Args)]
+pub struct DuArgs {
+    /// `s3://bucket/prefix/` (or a bucket, or a directory store).
+    pub location: String,
+    /// Only keys (relative to the prefix) matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Not keys matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Sizes in bytes rather than KiB/MiB/GiB.
+    #[arg(long)]
+    pub exact: bool,
+    /// One JSON object: {"location", "objects", "bytes"}.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `sluice presign`.
+#[derive(Debug, Args)]
+pub struct PresignArgs {
+    /// `s3://bucket/key`.
+    pub location: String,
+    /// How long the URL stays good (at most 7 days).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub expires: std::time::Duration,
+    /// The request the URL allows.
+    #[arg(long, default_value = "GET", value_parser = ["GET", "PUT", "DELETE"], ignore_case = true)]
+    pub method: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
 /// `sluice mb`.
 #[derive(Debug, Args)]
 pub struct MbArgs {
@@ -633,7 +719,7 @@ pub struct SyncArgs {
 }
 
 /// Where to find a bucket (for commands that only list or remove).
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone, Default)]
 pub struct StoreArgs {
     /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
     #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
@@ -641,6 +727,16 @@ pub struct StoreArgs {
     /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
+}
+
+impl TransferArgs {
+    /// Where the store is, as the commands that transfer nothing take it.
+    pub fn reach(&self) -> StoreArgs {
+        StoreArgs {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+        }
+    }
 }
 
 /// Flags of transfers of many files.
@@ -667,6 +763,9 @@ pub struct ManyArgs {
     /// "size", "ok", "error"}), then a summary line ({"summary": …}).
     #[arg(long)]
     pub json: bool,
+    /// Set by `mv`: each source is removed once its copy is complete.
+    #[arg(skip)]
+    pub move_sources: bool,
 }
 
 /// Flags shared by every transfer.

@@ -11,6 +11,7 @@ mod chaos;
 mod environment;
 mod events;
 mod ingest;
+mod inspect;
 mod janitor;
 mod ls;
 mod many;
@@ -102,6 +103,11 @@ fn main() -> ExitCode {
             Command::Put(args) => put(args).await,
             Command::Get(args) => get(args).await,
             Command::Ls(args) => ls::run(args).await,
+            Command::Cat(args) => inspect::cat(args).await,
+            Command::Stat(args) => inspect::stat(args).await,
+            Command::Du(args) => inspect::du(args).await,
+            Command::Presign(args) => inspect::presign(args).await,
+            Command::Mv(args) => mv(args).await,
             Command::Mb(args) => buckets::make(args).await,
             Command::Rb(args) => buckets::remove(args).await,
             Command::Rm(args) => rm::run(args).await,
@@ -296,6 +302,14 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
         (outcome, None)
     };
+    if args.many.move_sources {
+        std::fs::remove_file(&args.src).with_context(|| {
+            format!(
+                "uploaded, but {} stays: it could not be removed",
+                args.src.display()
+            )
+        })?;
+    }
     if args.many.json {
         let source = args.src.display().to_string();
         let lines = ui::json_lines(
@@ -343,7 +357,7 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
     }
     no_filters(&args.many)?;
     let config = engine_config(&args.transfer)?;
-    let target = target::for_get(&args.src, &args.transfer).await?;
+    let target = target::for_get(&args.src, &args.transfer.reach()).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
     let engine = Engine::new(target.store.clone(), config)?;
     let to_stdout = args.dest.as_os_str() == "-";
@@ -390,6 +404,15 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
             });
         }
     };
+    if args.many.move_sources {
+        target.store.delete_object(&target.key).await.map_err(|e| {
+            anyhow!(
+                "downloaded, but {} stays: it could not be removed: {}",
+                target.display,
+                sluice_store::error_chain(&e)
+            )
+        })?;
+    }
     if args.many.json {
         let dest_shown = dest.display().to_string();
         let lines = ui::json_lines(
@@ -499,6 +522,20 @@ a copy from a bucket keeps the source's"
     }
 }
 
+/// `sluice mv`: `cp` that removes each source once its copy is complete
+/// (after a failure, the source stays).
+async fn mv(mut args: CopyArgs) -> anyhow::Result<()> {
+    if args.src == "-" || args.dest == "-" {
+        return Err(UsageError(
+            "mv moves files and objects: not standard input or output (use put or cat, then rm)"
+                .into(),
+        )
+        .into());
+    }
+    args.many.move_sources = true;
+    cp(args).await
+}
+
 /// One object copied bucket to bucket; a destination ending in `/` takes the
 /// source's last key segment.
 async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
@@ -558,6 +595,16 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
         .await?
         .with_context(|| format!("copy of s3://{source_bucket}/{source_key} failed"))?;
     engine.finish_background().await;
+    if args.many.move_sources {
+        sluice_store::ObjectStore::delete_object(&source_engine.retrying_store(), &source_key)
+            .await
+            .map_err(|e| {
+                anyhow!(
+                    "copied, but s3://{source_bucket}/{source_key} stays: it could not be removed: {}",
+                    sluice_store::error_chain(&e)
+                )
+            })?;
+    }
     let detail = match outcome.parts {
         0 => "server-side copy".to_string(),
         1 => "server-side copy in 1 part".to_string(),

@@ -97,6 +97,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         json: args.json,
         quiet: true,
         object: Default::default(),
+        move_sources: false,
     };
     if args.dry_run {
         let output = Output::new(&options);

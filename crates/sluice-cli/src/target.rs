@@ -12,7 +12,7 @@ use sluice_store::fs::{FsConfig, FsStore};
 use sluice_store::s3::{S3Config, S3Store};
 use sluice_store::{ObjectStore, StoreLocation};
 
-use crate::args::TransferArgs;
+use crate::args::{StoreArgs, TransferArgs};
 use crate::UsageError;
 
 /// A store and a key in it.
@@ -53,7 +53,7 @@ pub async fn for_put(
             } else {
                 rest
             };
-            s3_target(bucket, key, transfer).await
+            s3_target(bucket, key, &transfer.reach()).await
         }
         StoreLocation::Local(path) => {
             let names_dir = path.is_dir() || dest.ends_with('/');
@@ -160,8 +160,8 @@ sluice keeps its bookkeeping in a store's .sluice/, so it writes only into a sto
     }
 }
 
-/// The source of `get`.
-pub async fn for_get(src: &str, transfer: &TransferArgs) -> Result<Target, anyhow::Error> {
+/// The source of `get`, `cat`, `stat`, `presign`: one object.
+pub async fn for_get(src: &str, reach: &StoreArgs) -> Result<Target, anyhow::Error> {
     match StoreLocation::parse(src).map_err(|e| UsageError(e.to_string()))? {
         StoreLocation::S3 { bucket, rest } => {
             if rest.is_empty() || rest.ends_with('/') {
@@ -170,7 +170,7 @@ pub async fn for_get(src: &str, transfer: &TransferArgs) -> Result<Target, anyho
                 ))
                 .into());
             }
-            s3_target(bucket, rest, transfer).await
+            s3_target(bucket, rest, reach).await
         }
         StoreLocation::Local(path) => {
             let (root, key) = match enclosing_store(&path)? {
@@ -236,7 +236,7 @@ pub async fn connect_s3(
 async fn s3_target(
     bucket: String,
     key: String,
-    transfer: &TransferArgs,
+    reach: &StoreArgs,
 ) -> Result<Target, anyhow::Error> {
     let location = StoreLocation::S3 {
         bucket: bucket.clone(),
@@ -244,8 +244,8 @@ async fn s3_target(
     };
     let store = open_store(
         location,
-        transfer.endpoint.clone(),
-        transfer.region.clone(),
+        reach.endpoint.clone(),
+        reach.region.clone(),
         Some(S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await?;

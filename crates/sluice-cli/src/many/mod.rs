@@ -164,6 +164,7 @@ pub fn options(many: &ManyArgs, transfer: &TransferArgs, object: ObjectSpec) -> 
         json: many.json,
         quiet: transfer.quiet,
         object: Arc::new(object),
+        move_sources: many.move_sources,
     }
 }
 
@@ -791,6 +792,7 @@ mod tests {
             json: false,
             quiet: true,
             object: Default::default(),
+            move_sources: false,
         }
     }
 

@@ -140,6 +140,8 @@ pub struct Options {
     pub quiet: bool,
     /// What uploaded objects are stored with.
     pub object: Arc<crate::object::ObjectSpec>,
+    /// `mv`: remove each source once its copy is complete.
+    pub move_sources: bool,
 }
 
 /// What a run did.
@@ -491,7 +493,33 @@ async fn execute(
     if result.is_ok() {
         output.advance(job.size.saturating_sub(sent.load(Ordering::Relaxed)));
     }
-    result
+    match (result, options.move_sources) {
+        (Ok(()), true) => remove_source(engine, &job.action).await.map_err(|reason| {
+            format!("copied, but the source stays: it could not be removed: {reason}")
+        }),
+        (result, _) => result,
+    }
+}
+
+/// `mv`: the source of a completed transfer removed.
+async fn remove_source(engine: &Engine, action: &Action) -> Result<(), String> {
+    use sluice_store::ObjectStore;
+    let removed = match action {
+        Action::Upload { path, .. } => {
+            return tokio::fs::remove_file(path)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Action::Download { listed, .. } => engine.retrying_store().delete_object(&listed.key).await,
+        Action::Copy {
+            source_bucket: Some(bucket),
+            source_key,
+            ..
+        } => bucket.store.delete_object(source_key).await,
+        Action::Copy { source_key, .. } => engine.retrying_store().delete_object(source_key).await,
+        Action::RemoveFile { .. } | Action::RemoveKey { .. } => Ok(()),
+    };
+    removed.map_err(|e| sluice_store::error_chain(&e))
 }
 
 async fn download(

@@ -1,0 +1,330 @@
+//! The verbs users of aws s3 and s5cmd reach for besides put/get/ls/rm/cp/sync:
+//! `cat`, `stat`, `du`, `presign` (used with curl) and `mv`, against MinIO.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use sluice_testkit::{minio, test_data};
+
+fn sluice(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(args).env_remove("SLUICE_LOG");
+    command
+}
+
+fn run(endpoint: &str, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--endpoint", endpoint]);
+    sluice(&all).output().expect("run sluice")
+}
+
+fn ok(endpoint: &str, args: &[&str]) -> String {
+    let out = run(endpoint, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn failing(endpoint: &str, args: &[&str], code: i32, says: &str) {
+    let out = run(endpoint, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+    assert!(stderr.contains(says), "{args:?}: {stderr}");
+}
+
+fn write(path: &Path, data: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, data).unwrap();
+}
+
+fn curl(args: &[&str]) -> (u32, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-s", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl");
+    let mut body = out.stdout;
+    let status_at = body.iter().rposition(|b| *b == b'\n').unwrap();
+    let status = String::from_utf8_lossy(&body[status_at + 1..])
+        .parse()
+        .unwrap();
+    body.truncate(status_at);
+    (status, body)
+}
+
+/// Prepares `prefix` in the test bucket: a.txt, big.bin (9 MiB), logs/1.gz, logs/2.gz.
+fn seed(endpoint: &str, base: &str, dir: &Path) -> Vec<u8> {
+    let big = test_data(9 * 1024 * 1024, 7);
+    write(&dir.join("seed/a.txt"), b"hello, world");
+    write(&dir.join("seed/big.bin"), &big);
+    write(&dir.join("seed/logs/1.gz"), b"one");
+    write(&dir.join("seed/logs/2.gz"), b"two!");
+    ok(
+        endpoint,
+        &[
+            "put",
+            dir.join("seed").to_str().unwrap(),
+            base,
+            "--quiet",
+            "--metadata",
+            "owner=ann",
+        ],
+    );
+    big
+}
+
+#[test]
+fn cat_stat_du_and_presign() {
+    let Some(endpoint) = minio::endpoint("verbs") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(minio::store("verbs"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "s3://{}/{}",
+        minio::TEST_BUCKET,
+        minio::unique_prefix("verbs")
+    );
+    let big = seed(&endpoint, &base, dir.path());
+
+    // cat: the bytes and nothing else, however large.
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}a.txt")]),
+        "hello, world"
+    );
+    let out = run(&endpoint, &["cat", &format!("{base}big.bin")]);
+    assert!(out.status.success());
+    assert!(out.stdout == big, "cat of a ranged download differs");
+    assert!(out.stderr.is_empty() || !String::from_utf8_lossy(&out.stderr).contains("downloaded"));
+    failing(
+        &endpoint,
+        &["cat", &format!("{base}nope.txt")],
+        1,
+        "no such object",
+    );
+
+    // stat, for people and as JSON.
+    let text = ok(&endpoint, &["stat", &format!("{base}a.txt")]);
+    for row in [
+        "Size                 12 B (12 bytes)",
+        "Content-Type         text/plain",
+        "Metadata owner       ann",
+    ] {
+        assert!(text.contains(row), "{row:?} not in:\n{text}");
+    }
+    let json: Value = serde_json::from_str(&ok(
+        &endpoint,
+        &["stat", &format!("{base}big.bin"), "--json"],
+    ))
+    .unwrap();
+    assert_eq!(json["size"], 9 * 1024 * 1024);
+    assert_eq!(json["content_type"], "application/octet-stream");
+    assert_eq!(json["metadata"]["owner"], "ann");
+    assert!(
+        json["checksum"].as_str().unwrap().starts_with("crc32c:"),
+        "{json}"
+    );
+    failing(
+        &endpoint,
+        &["stat", &format!("{base}nope.txt")],
+        1,
+        "no such object",
+    );
+
+    // du: everything, a sub-prefix, a filter.
+    // (arguments, objects, bytes)
+    let cases: [(Vec<String>, u64, u64); 3] = [
+        (vec![base.clone()], 4, 12 + 9 * 1024 * 1024 + 3 + 4),
+        (vec![format!("{base}logs/")], 2, 7),
+        (vec![base.clone(), "--include".into(), "*.gz".into()], 2, 7),
+    ];
+    for (args, objects, bytes) in cases {
+        let mut all: Vec<&str> = vec!["du"];
+        all.extend(args.iter().map(String::as_str));
+        all.push("--json");
+        let json: Value = serde_json::from_str(&ok(&endpoint, &all)).unwrap();
+        assert_eq!(
+            (json["objects"].as_u64(), json["bytes"].as_u64()),
+            (Some(objects), Some(bytes)),
+            "{args:?}"
+        );
+    }
+    let human = ok(&endpoint, &["du", &format!("{base}logs/")]);
+    assert!(human.starts_with("7 B in 2 objects"), "{human}");
+
+    // presign: curl fetches, uploads and deletes with no credentials.
+    let get = ok(&endpoint, &["presign", &format!("{base}a.txt")]);
+    assert_eq!(curl(&[get.trim()]), (200, b"hello, world".to_vec()));
+    let put = ok(
+        &endpoint,
+        &[
+            "presign",
+            &format!("{base}up.txt"),
+            "--method",
+            "put",
+            "--expires",
+            "5m",
+        ],
+    );
+    let upload = dir.path().join("up.txt");
+    write(&upload, b"by curl");
+    assert_eq!(curl(&["-T", upload.to_str().unwrap(), put.trim()]).0, 200);
+    assert_eq!(ok(&endpoint, &["cat", &format!("{base}up.txt")]), "by curl");
+    let delete = ok(
+        &endpoint,
+        &["presign", &format!("{base}up.txt"), "--method", "DELETE"],
+    );
+    assert_eq!(curl(&["-X", "DELETE", delete.trim()]).0, 204);
+    failing(
+        &endpoint,
+        &["stat", &format!("{base}up.txt")],
+        1,
+        "no such object",
+    );
+    // A URL for GET does not allow PUT; an expired one nothing.
+    assert_eq!(curl(&["-T", upload.to_str().unwrap(), get.trim()]).0, 403);
+    let short = ok(
+        &endpoint,
+        &["presign", &format!("{base}a.txt"), "--expires", "1s"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    assert_eq!(curl(&[short.trim()]).0, 403);
+    failing(
+        &endpoint,
+        &["presign", &format!("{base}a.txt"), "--expires", "8d"],
+        2,
+        "7 days",
+    );
+    failing(&endpoint, &["presign", &base], 2, "names no object");
+}
+
+#[test]
+fn mv_removes_each_source_once_its_copy_is_complete() {
+    let Some(endpoint) = minio::endpoint("mv") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(minio::store("mv"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("s3://{}/{}", minio::TEST_BUCKET, minio::unique_prefix("mv"));
+    let big = seed(&endpoint, &base, dir.path());
+    let keys = |prefix: &str| -> Vec<String> {
+        ok(&endpoint, &["ls", "-r", "--json", prefix])
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["key"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+
+    // Prefix to prefix (server-side), with a filter: only what matched moves.
+    ok(
+        &endpoint,
+        &[
+            "mv",
+            &format!("{base}logs/"),
+            &format!("{base}archive/"),
+            "--include",
+            "1.gz",
+            "--quiet",
+        ],
+    );
+    let all = keys(&base);
+    // Keys are listed whole: the test's prefix, then the name.
+    let names: Vec<&str> = all.iter().map(|k| k.split_once('/').unwrap().1).collect();
+    assert_eq!(
+        names,
+        vec!["a.txt", "archive/1.gz", "big.bin", "logs/2.gz"],
+        "{all:?}"
+    );
+
+    // Object to file (ranged download), then the file back up.
+    let local = dir.path().join("down/big.bin");
+    ok(
+        &endpoint,
+        &[
+            "mv",
+            &format!("{base}big.bin"),
+            local.to_str().unwrap(),
+            "--quiet",
+        ],
+    );
+    assert_eq!(std::fs::read(&local).unwrap(), big);
+    failing(
+        &endpoint,
+        &["stat", &format!("{base}big.bin")],
+        1,
+        "no such object",
+    );
+    ok(
+        &endpoint,
+        &[
+            "mv",
+            local.to_str().unwrap(),
+            &format!("{base}up/"),
+            "--quiet",
+        ],
+    );
+    assert!(!local.exists());
+    assert_eq!(
+        run(&endpoint, &["cat", &format!("{base}up/big.bin")]).stdout,
+        big
+    );
+
+    // A directory up: its files go, each after its upload.
+    let tree = dir.path().join("tree");
+    write(&tree.join("x/1.txt"), b"1");
+    write(&tree.join("2.txt"), b"2");
+    ok(
+        &endpoint,
+        &[
+            "mv",
+            tree.to_str().unwrap(),
+            &format!("{base}tree/"),
+            "--quiet",
+        ],
+    );
+    assert_eq!(ok(&endpoint, &["cat", &format!("{base}tree/x/1.txt")]), "1");
+    assert!(!tree.join("x/1.txt").exists() && !tree.join("2.txt").exists());
+
+    // A copy that fails leaves its source: the destination is a file that
+    // is in the way of a directory.
+    let blocked = dir.path().join("blocked");
+    write(&blocked, b"a file");
+    let out = run(
+        &endpoint,
+        &[
+            "mv",
+            &format!("{base}a.txt"),
+            &format!("{}/sub/a.txt", blocked.display()),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}a.txt")]),
+        "hello, world"
+    );
+    failing(
+        &endpoint,
+        &["mv", "-", &format!("{base}x")],
+        2,
+        "standard input",
+    );
+}
