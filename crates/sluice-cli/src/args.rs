@@ -718,24 +718,33 @@ pub struct SyncArgs {
     pub dry_run: bool,
 }
 
-/// Where to find a bucket (for commands that only list or remove).
+/// Where to find a bucket and how to sign for it, as aws s3 takes them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct StoreArgs {
     /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
-    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
+    #[arg(
+        long,
+        visible_alias = "endpoint-url",
+        env = "SLUICE_ENDPOINT",
+        value_name = "URL"
+    )]
     pub endpoint: Option<String>,
     /// S3 region [default: from the AWS configuration, else us-east-1].
     #[arg(long, env = "SLUICE_REGION")]
     pub region: Option<String>,
+    /// The profile of ~/.aws/config and ~/.aws/credentials to take
+    /// credentials and region from [default: AWS_PROFILE, else default].
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Send requests unsigned, for public buckets (no credentials are looked up).
+    #[arg(long)]
+    pub no_sign_request: bool,
 }
 
 impl TransferArgs {
     /// Where the store is, as the commands that transfer nothing take it.
     pub fn reach(&self) -> StoreArgs {
-        StoreArgs {
-            endpoint: self.endpoint.clone(),
-            region: self.region.clone(),
-        }
+        self.store.clone()
     }
 }
 
@@ -771,12 +780,8 @@ pub struct ManyArgs {
 /// Flags shared by every transfer.
 #[derive(Debug, Args)]
 pub struct TransferArgs {
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
-    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
-    pub endpoint: Option<String>,
-    /// S3 region [default: from the AWS configuration, else us-east-1].
-    #[arg(long, env = "SLUICE_REGION")]
-    pub region: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     #[command(flatten)]
     pub engine: sluice_upload::EngineSettings,
     /// Transfers in flight at once: parts, ranges and whole small files

@@ -127,8 +127,11 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
     plan.validate().map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,
-        args.endpoint.clone(),
-        args.region.clone(),
+        &crate::args::StoreArgs {
+            endpoint: args.endpoint.clone(),
+            region: args.region.clone(),
+            ..Default::default()
+        },
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await?;

@@ -33,8 +33,7 @@ async fn bucket(name: &str, store: &StoreArgs) -> S3Store {
     crate::target::connect_s3(
         name.to_string(),
         String::new(),
-        store.endpoint.clone(),
-        store.region.clone(),
+        store,
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await
@@ -127,10 +126,7 @@ async fn remove_bucket(name: &str, args: &RbArgs) -> anyhow::Result<()> {
             dry_run: false,
             json: false,
             verbose: false,
-            store: StoreArgs {
-                endpoint: args.store.endpoint.clone(),
-                region: args.store.region.clone(),
-            },
+            store: args.store.clone(),
         })
         .await?;
         for upload in uploads {

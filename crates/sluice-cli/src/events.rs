@@ -12,8 +12,11 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,
-        args.endpoint.clone(),
-        args.region.clone(),
+        &crate::args::StoreArgs {
+            endpoint: args.endpoint.clone(),
+            region: args.region.clone(),
+            ..Default::default()
+        },
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await?;

@@ -42,8 +42,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,
-        args.transfer.endpoint.clone(),
-        args.transfer.region.clone(),
+        &args.transfer.store,
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await?;

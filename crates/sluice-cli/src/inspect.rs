@@ -106,13 +106,7 @@ pub async fn stat(args: StatArgs) -> anyhow::Result<()> {
 /// `sluice du`.
 pub async fn du(args: DuArgs) -> anyhow::Result<()> {
     let filter = Filter::new(&args.include, &args.exclude)?;
-    let prefix = Side::open_store(
-        &args.location,
-        Intent::Read,
-        args.store.endpoint.clone(),
-        args.store.region.clone(),
-    )
-    .await?;
+    let prefix = Side::open_store(&args.location, Intent::Read, &args.store).await?;
     let engine = Engine::new(prefix.store.clone(), sluice_upload::EngineConfig::default())?;
     let mut listing = Box::pin(many::listing(&prefix, &engine, filter).await?);
     let (mut objects, mut bytes) = (0u64, 0u64);
@@ -173,14 +167,7 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
         "DELETE" => PresignedMethod::Delete,
         _ => PresignedMethod::Get,
     };
-    let store = target::connect_s3(
-        bucket.clone(),
-        String::new(),
-        args.store.endpoint.clone(),
-        args.store.region.clone(),
-        None,
-    )
-    .await;
+    let store = target::connect_s3(bucket.clone(), String::new(), &args.store, None).await;
     let url = store
         .presign(method, &key, args.expires)
         .await

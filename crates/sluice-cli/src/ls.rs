@@ -27,8 +27,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                         bucket: bucket.clone(),
                         rest: String::new(),
                     },
-                    args.store.endpoint.clone(),
-                    args.store.region.clone(),
+                    &args.store,
                     Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
                 )
                 .await?;
@@ -52,9 +51,12 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                     true => crate::many::as_prefix(&rest),
                     false => rest,
                 };
-                let store =
-                    crate::target::open_store(StoreLocation::Local(root.clone()), None, None, None)
-                        .await?;
+                let store = crate::target::open_store(
+                    StoreLocation::Local(root.clone()),
+                    &Default::default(),
+                    None,
+                )
+                .await?;
                 (store, rest, format!("{}/", root.display()))
             }
         };

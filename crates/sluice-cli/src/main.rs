@@ -557,16 +557,14 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     let target = target::connect_s3(
         bucket.clone(),
         String::new(),
-        args.transfer.endpoint.clone(),
-        args.transfer.region.clone(),
+        &args.transfer.store,
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await;
     let source = target::connect_s3(
         source_bucket.clone(),
         String::new(),
-        args.transfer.endpoint.clone(),
-        args.transfer.region.clone(),
+        &args.transfer.store,
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await;

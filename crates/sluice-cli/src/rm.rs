@@ -49,13 +49,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         (StoreLocation::S3 { bucket, .. }, Some(_)) => format!("s3://{bucket}/"),
         _ => args.location.clone(),
     };
-    let prefix = Side::open_store(
-        &side_location,
-        crate::target::Intent::Read,
-        args.store.endpoint.clone(),
-        args.store.region.clone(),
-    )
-    .await?;
+    let prefix = Side::open_store(&side_location, crate::target::Intent::Read, &args.store).await?;
     let engine = Engine::new(prefix.store.clone(), EngineConfig::default())?;
     let store = engine.retrying_store();
     let roots = Arc::new(Roots {

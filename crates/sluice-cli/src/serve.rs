@@ -56,8 +56,11 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
             let bucket_store = crate::target::connect_s3(
                 bucket,
                 rest,
-                config.endpoint.clone(),
-                config.region.clone(),
+                &crate::args::StoreArgs {
+                    endpoint: config.endpoint.clone(),
+                    region: config.region.clone(),
+                    ..Default::default()
+                },
                 stall_timeout,
             )
             .await;
@@ -74,7 +77,7 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
             (Arc::new(bucket_store), place)
         }
         local => {
-            let store = crate::target::open_store(local, None, None, None).await?;
+            let store = crate::target::open_store(local, &Default::default(), None).await?;
             let place = store.describe();
             (store, place)
         }

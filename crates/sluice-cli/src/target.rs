@@ -200,13 +200,12 @@ fn split_local(path: &Path) -> Result<(PathBuf, String), UsageError> {
 /// `sluice serve`.
 pub async fn open_store(
     location: StoreLocation,
-    endpoint: Option<String>,
-    region: Option<String>,
+    reach: &StoreArgs,
     stall_timeout: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
     match location {
         StoreLocation::S3 { bucket, rest } => Ok(Arc::new(
-            connect_s3(bucket, rest, endpoint, region, stall_timeout).await,
+            connect_s3(bucket, rest, reach, stall_timeout).await,
         )),
         StoreLocation::Local(root) => {
             let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
@@ -221,14 +220,15 @@ pub async fn open_store(
 pub async fn connect_s3(
     bucket: String,
     prefix: String,
-    endpoint: Option<String>,
-    region: Option<String>,
+    reach: &StoreArgs,
     stall_timeout: Option<std::time::Duration>,
 ) -> S3Store {
     let mut config = S3Config::new(bucket);
     config.prefix = prefix;
-    config.endpoint = endpoint;
-    config.region = region;
+    config.endpoint = reach.endpoint.clone();
+    config.region = reach.region.clone();
+    config.profile = reach.profile.clone();
+    config.unsigned = reach.no_sign_request;
     config.stall_timeout = stall_timeout;
     S3Store::connect(config).await
 }
@@ -242,13 +242,7 @@ async fn s3_target(
         bucket: bucket.clone(),
         rest: String::new(),
     };
-    let store = open_store(
-        location,
-        reach.endpoint.clone(),
-        reach.region.clone(),
-        Some(S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await?;
+    let store = open_store(location, reach, Some(S3Config::DEFAULT_STALL_TIMEOUT)).await?;
     Ok(Target {
         display: format!("s3://{bucket}/{key}"),
         store,
@@ -260,7 +254,12 @@ async fn local_target(root: PathBuf, key: String, intent: Intent) -> Result<Targ
     if intent == Intent::Write {
         check_new_store(&root)?;
     }
-    let store = open_store(StoreLocation::Local(root.clone()), None, None, None).await?;
+    let store = open_store(
+        StoreLocation::Local(root.clone()),
+        &StoreArgs::default(),
+        None,
+    )
+    .await?;
     Ok(Target {
         display: root.join(&key).display().to_string(),
         store,

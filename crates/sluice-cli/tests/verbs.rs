@@ -328,3 +328,135 @@ fn mv_removes_each_source_once_its_copy_is_complete() {
         "standard input",
     );
 }
+
+/// A client of the test MinIO, for what sluice does not do (bucket policies).
+async fn admin(endpoint: &str) -> aws_sdk_s3::Client {
+    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let config = aws_sdk_s3::config::Builder::from(&shared)
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// `--endpoint-url`, `--profile` and `--no-sign-request` as aws takes them.
+#[test]
+fn aws_flags_mean_what_they_mean_to_aws() {
+    let Some(endpoint) = minio::endpoint("aws_flags") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = format!("public-{}", std::process::id());
+    let url = format!("s3://{bucket}");
+    let out = sluice(&["mb", &url, "--endpoint-url", &endpoint])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = dir.path().join("open.txt");
+    write(&file, b"for everyone");
+    ok(
+        &endpoint,
+        &[
+            "put",
+            file.to_str().unwrap(),
+            &format!("{url}/open.txt"),
+            "--quiet",
+        ],
+    );
+
+    // A profile of the shared files wins over credentials in the environment.
+    let config = dir.path().join("config");
+    let credentials = dir.path().join("credentials");
+    write(&config, b"[profile lab]\nregion = us-east-1\n");
+    let (key, secret) = (
+        std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+        std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
+    );
+    write(
+        &credentials,
+        format!("[lab]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n").as_bytes(),
+    );
+    let with_profile = |profile: &str| {
+        sluice(&[
+            "cat",
+            &format!("{url}/open.txt"),
+            "--endpoint-url",
+            &endpoint,
+            "--profile",
+            profile,
+        ])
+        .env("AWS_CONFIG_FILE", &config)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env("AWS_ACCESS_KEY_ID", "not-these")
+        .env("AWS_SECRET_ACCESS_KEY", "not-these-either")
+        .output()
+        .unwrap()
+    };
+    let out = with_profile("lab");
+    assert_eq!(
+        out.stdout,
+        b"for everyone",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = with_profile("nosuch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no credentials found: profile `nosuch` was not defined"),
+        "{stderr}"
+    );
+
+    // Unsigned: refused by a private bucket, served by a public one.
+    let unsigned = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--endpoint-url", &endpoint, "--no-sign-request"]);
+        sluice(&all)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap()
+    };
+    let out = unsigned(&["cat", &format!("{url}/open.txt")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("access denied"));
+    let policy = serde_json::json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"AWS": ["*"]},
+            "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")],
+        }],
+    });
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        admin(&endpoint)
+            .await
+            .put_bucket_policy()
+            .bucket(&bucket)
+            .policy(policy.to_string())
+            .send()
+            .await
+            .unwrap();
+    });
+    let out = unsigned(&["cat", &format!("{url}/open.txt")]);
+    assert_eq!(
+        out.stdout,
+        b"for everyone",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = unsigned(&["ls", &format!("{url}/")]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("open.txt"));
+    // Writing is not in the policy.
+    let out = unsigned(&["put", file.to_str().unwrap(), &format!("{url}/mine.txt")]);
+    assert_eq!(out.status.code(), Some(1));
+    ok(&endpoint, &["rb", &url, "--force"]);
+}

@@ -25,7 +25,7 @@ use sluice_store::{error_chain, ObjectStore, StoreError, StoreLocation};
 use sluice_upload::{Engine, EngineConfig, SourceBucket};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{ManyArgs, TransferArgs};
+use crate::args::{ManyArgs, StoreArgs, TransferArgs};
 use crate::object::ObjectSpec;
 use crate::target::Intent;
 use crate::UsageError;
@@ -54,8 +54,7 @@ impl Side {
     pub async fn open(
         location: &str,
         as_store: Option<Intent>,
-        endpoint: Option<String>,
-        region: Option<String>,
+        reach: &StoreArgs,
     ) -> anyhow::Result<Side> {
         match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
             StoreLocation::S3 { bucket, rest } => {
@@ -63,8 +62,7 @@ impl Side {
                 let store = crate::target::connect_s3(
                     bucket.clone(),
                     String::new(),
-                    endpoint,
-                    region,
+                    reach,
                     Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
                 )
                 .await;
@@ -87,7 +85,7 @@ impl Side {
                     crate::target::check_new_store(&root)?;
                 }
                 let store =
-                    crate::target::open_store(StoreLocation::Local(root.clone()), None, None, None)
+                    crate::target::open_store(StoreLocation::Local(root.clone()), reach, None)
                         .await?;
                 Ok(Side::Store(Prefix {
                     store,
@@ -104,13 +102,7 @@ impl Side {
     /// A location as [`Side::open`] sees it without `as_store`, with the
     /// transfer flags' endpoint and region.
     pub async fn open_plain(location: &str, transfer: &TransferArgs) -> anyhow::Result<Side> {
-        Side::open(
-            location,
-            None,
-            transfer.endpoint.clone(),
-            transfer.region.clone(),
-        )
-        .await
+        Side::open(location, None, &transfer.store).await
     }
 }
 
@@ -119,10 +111,9 @@ impl Side {
     pub async fn open_store(
         location: &str,
         intent: Intent,
-        endpoint: Option<String>,
-        region: Option<String>,
+        reach: &StoreArgs,
     ) -> anyhow::Result<Prefix> {
-        match Side::open(location, Some(intent), endpoint, region).await? {
+        match Side::open(location, Some(intent), reach).await? {
             Side::Store(prefix) => Ok(prefix),
             Side::Directory(_) => unreachable!("as_store opens every location as a store"),
         }
@@ -197,13 +188,7 @@ pub async fn put_directory(
     if let Ok(StoreLocation::Local(_)) = StoreLocation::parse(dest) {
         object.check_for_directory_store()?;
     }
-    let prefix = Side::open_store(
-        dest,
-        Intent::Write,
-        transfer.endpoint.clone(),
-        transfer.region.clone(),
-    )
-    .await?;
+    let prefix = Side::open_store(dest, Intent::Write, &transfer.store).await?;
     let walk = walk(dir, filter).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let roots = Arc::new(run::Roots {
@@ -230,13 +215,7 @@ pub async fn get_prefix(
 ) -> anyhow::Result<()> {
     let filter = Filter::new(&many.include, &many.exclude)?;
     refuse_local_overlap(dir, src)?;
-    let prefix = Side::open_store(
-        src,
-        Intent::Read,
-        transfer.endpoint.clone(),
-        transfer.region.clone(),
-    )
-    .await?;
+    let prefix = Side::open_store(src, Intent::Read, &transfer.store).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
     let listing = listing(&prefix, &engine, filter).await?;
     let roots = Arc::new(run::Roots {

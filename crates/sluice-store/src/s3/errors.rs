@@ -36,6 +36,10 @@ where
         return mapped;
     }
     let text = crate::error_chain(&error);
+    // A profile that is missing or broken (`--profile`, AWS_PROFILE).
+    if text.contains("profile") && text.contains("not defined") {
+        return StoreError::NoCredentials(root_cause(&error).unwrap_or(text));
+    }
     if text.contains("credentials") {
         return StoreError::NoCredentials(
             "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where instance or \

@@ -72,6 +72,10 @@ pub struct S3Config {
     pub stall_timeout: Option<Duration>,
     /// The shortest stall deadline, however fast the store has answered.
     pub stall_floor: Duration,
+    /// The AWS profile to take credentials and region from (else AWS_PROFILE, else default).
+    pub profile: Option<String>,
+    /// Send requests unsigned (public buckets): no credentials are looked up.
+    pub unsigned: bool,
 }
 
 impl S3Config {
@@ -88,6 +92,8 @@ impl S3Config {
             read_timeout: Duration::from_secs(120),
             stall_timeout: Some(S3Config::DEFAULT_STALL_TIMEOUT),
             stall_floor: vitals::DEFAULT_FLOOR,
+            profile: None,
+            unsigned: false,
         }
     }
 }
@@ -118,6 +124,18 @@ impl S3Store {
             .or_else(|| config.endpoint.as_ref().map(|_| "us-east-1".to_string()));
         if let Some(region) = region {
             loader = loader.region(aws_config::Region::new(region));
+        }
+        if let Some(profile) = &config.profile {
+            // A profile named on the command line wins over credentials in
+            // the environment, as with aws --profile.
+            loader = loader.profile_name(profile).credentials_provider(
+                aws_config::profile::ProfileFileCredentialsProvider::builder()
+                    .profile_name(profile)
+                    .build(),
+            );
+        }
+        if config.unsigned {
+            loader = loader.no_credentials();
         }
         let shared = loader.load().await;
         let mut builder = aws_sdk_s3::config::Builder::from(&shared)
