@@ -713,9 +713,6 @@ pub struct SyncArgs {
     /// Remove what the destination holds and the source does not (within the filters).
     #[arg(long)]
     pub delete: bool,
-    /// Print what would be copied or removed and change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
 }
 
 /// Where to find a bucket and how to sign for it, as aws s3 takes them.
@@ -772,6 +769,14 @@ pub struct ManyArgs {
     /// "size", "ok", "error"}), then a summary line ({"summary": …}).
     #[arg(long)]
     pub json: bool,
+    /// Leave a destination that exists as it is (and, for mv, its source):
+    /// an upload is made only if the key is free, checked by the store as it
+    /// is written; a download or copy checks before it starts.
+    #[arg(long, short = 'n')]
+    pub no_clobber: bool,
+    /// Print what would be transferred (or removed) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Set by `mv`: each source is removed once its copy is complete.
     #[arg(skip)]
     pub move_sources: bool,

@@ -213,6 +213,12 @@ fn no_filters(many: &args::ManyArgs) -> Result<(), UsageError> {
 async fn put(args: PutArgs) -> anyhow::Result<()> {
     let config = engine_config(&args.transfer)?;
     let object = object::ObjectSpec::from_args(&args.object)?;
+    if args.resume && args.many.no_clobber {
+        return Err(UsageError(
+            "--resume continues an upload of the key, --no-clobber refuses a key that is taken: give one".into(),
+        )
+        .into());
+    }
     let from_stdin = args.src.as_os_str() == "-";
     let length = if from_stdin {
         None
@@ -235,8 +241,23 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     {
         object.check_for_directory_store()?;
     }
+    if args.many.dry_run && !args.dest.starts_with("s3://") {
+        // Opening a directory store would make its directory.
+        return dry_run(
+            &format!("upload {}", args.src.display()),
+            &args.dest,
+            &args.many,
+        );
+    }
     let target = target::for_put(&args.dest, &args.src, &args.transfer).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
+    if args.many.dry_run {
+        return dry_run(
+            &format!("upload {}", args.src.display()),
+            &target.display,
+            &args.many,
+        );
+    }
     let engine = Engine::new(target.store.clone(), config)?;
     let source = if from_stdin {
         UploadSource::Blocking {
@@ -264,6 +285,11 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
         metadata: object.metadata_with(Default::default()),
         settings: object.settings().clone(),
         progress: bar.callback(),
+        // Refused by the store, atomically, when the key is taken.
+        condition: args
+            .many
+            .no_clobber
+            .then_some(sluice_store::WriteCondition::IfNoneMatch),
         ..UploadRequest::default()
     };
     let started = Instant::now();
@@ -299,7 +325,13 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     } else {
         let result = interruptible(&engine, engine.upload(request, source)).await;
         bar.finish();
-        let outcome = result?.with_context(|| format!("upload to {} failed", target.display))?;
+        let outcome = match result? {
+            Err(sluice_upload::TransferError::Store {
+                source: sluice_store::StoreError::PreconditionFailed,
+                ..
+            }) if args.many.no_clobber => return kept(&target.display),
+            result => result.with_context(|| format!("upload to {} failed", target.display))?,
+        };
         (outcome, None)
     };
     if args.many.move_sources {
@@ -365,6 +397,16 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
         true => PathBuf::from("-"),
         false => destination_path(&args.dest, &target.key)?,
     };
+    if args.many.dry_run {
+        return dry_run(
+            &format!("download {}", target.display),
+            &dest.display().to_string(),
+            &args.many,
+        );
+    }
+    if args.many.no_clobber && !to_stdout && std::fs::symlink_metadata(&dest).is_ok() {
+        return kept(&dest.display().to_string());
+    }
     let bar = ui::Bar::new(args.transfer.quiet, None);
     let started = Instant::now();
     let transfer = async {
@@ -522,6 +564,22 @@ a copy from a bucket keeps the source's"
     }
 }
 
+/// `--dry-run` of one file: what would be done, and nothing done.
+fn dry_run(doing: &str, target: &str, many: &args::ManyArgs) -> anyhow::Result<()> {
+    let then = match many.move_sources {
+        true => ", then remove the source",
+        false => "",
+    };
+    crate::output::out!("dry run: would {doing} to {target}{then}; nothing changed");
+    Ok(())
+}
+
+/// `--no-clobber` found `target` there: said, and not a failure.
+fn kept(target: &str) -> anyhow::Result<()> {
+    crate::output::out!("kept {target}: it exists (--no-clobber); nothing was sent");
+    Ok(())
+}
+
 /// `sluice mv`: `cp` that removes each source once its copy is complete
 /// (after a failure, the source stays).
 async fn mv(mut args: CopyArgs) -> anyhow::Result<()> {
@@ -570,6 +628,25 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     .await;
     let engine = Engine::new(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
     let source_engine = Engine::new(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
+    if args.many.dry_run {
+        return dry_run(
+            &format!("copy s3://{source_bucket}/{source_key}"),
+            &format!("s3://{bucket}/{key}"),
+            &args.many,
+        );
+    }
+    if args.many.no_clobber {
+        match sluice_store::ObjectStore::head_object(&engine.retrying_store(), &key).await {
+            Ok(_) => return kept(&format!("s3://{bucket}/{key}")),
+            Err(sluice_store::StoreError::NoSuchKey { .. }) => {}
+            Err(e) => {
+                return Err(anyhow!(
+                    "s3://{bucket}/{key}: {}",
+                    sluice_store::error_chain(&e)
+                ))
+            }
+        }
+    }
     let head = sluice_store::ObjectStore::head_object(&source_engine.retrying_store(), &source_key)
         .await
         .map_err(|e| {

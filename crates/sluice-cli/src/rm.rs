@@ -92,6 +92,8 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         quiet: true,
         object: Default::default(),
         move_sources: false,
+        no_clobber: false,
+        dry_run: false,
     };
     if args.dry_run {
         let output = Output::new(&options);

@@ -460,3 +460,111 @@ fn aws_flags_mean_what_they_mean_to_aws() {
     assert_eq!(out.status.code(), Some(1));
     ok(&endpoint, &["rb", &url, "--force"]);
 }
+
+/// `--no-clobber` leaves what is there (uploads refused by the store itself)
+/// and `--dry-run` changes nothing, on put, get, cp and mv, one file or many.
+#[test]
+fn no_clobber_keeps_and_dry_run_changes_nothing() {
+    let Some(endpoint) = minio::endpoint("no_clobber") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(minio::store("no_clobber"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "s3://{}/{}",
+        minio::TEST_BUCKET,
+        minio::unique_prefix("noclobber")
+    );
+    seed(&endpoint, &base, dir.path());
+    let newer = dir.path().join("newer");
+    write(&newer.join("a.txt"), b"newer a");
+    write(&newer.join("fresh.txt"), b"fresh");
+    let newer_arg = newer.to_str().unwrap();
+    let a = format!("{base}a.txt");
+
+    // One file: kept, exit 0, said so.
+    let out = ok(
+        &endpoint,
+        &[
+            "put",
+            newer.join("a.txt").to_str().unwrap(),
+            &a,
+            "--no-clobber",
+        ],
+    );
+    assert!(out.contains("kept") && out.contains("it exists"), "{out}");
+    assert_eq!(ok(&endpoint, &["cat", &a]), "hello, world");
+    // A directory: the taken key kept, the free one written.
+    let json = ok(&endpoint, &["put", newer_arg, &base, "-n", "--json"]);
+    let summary: Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            summary["summary"]["files"].as_u64(),
+            summary["summary"]["kept"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{json}"
+    );
+    assert_eq!(ok(&endpoint, &["cat", &a]), "hello, world");
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}fresh.txt")]),
+        "fresh"
+    );
+    // Down: an existing file is kept.
+    let local = dir.path().join("local.txt");
+    write(&local, b"mine");
+    ok(
+        &endpoint,
+        &["get", &a, local.to_str().unwrap(), "--no-clobber"],
+    );
+    assert_eq!(std::fs::read(&local).unwrap(), b"mine");
+    // mv with --no-clobber: neither side changes.
+    ok(&endpoint, &["mv", &format!("{base}fresh.txt"), &a, "-n"]);
+    assert_eq!(ok(&endpoint, &["cat", &a]), "hello, world");
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}fresh.txt")]),
+        "fresh"
+    );
+
+    // --dry-run: what would happen, and nothing happens.
+    let listing_before = ok(&endpoint, &["ls", "-r", &base]);
+    let (elsewhere, logs) = (format!("{base}elsewhere/"), format!("{base}logs/"));
+    let (newer_a, down, got) = (
+        newer.join("a.txt"),
+        dir.path().join("down"),
+        dir.path().join("got.txt"),
+    );
+    let (newer_a, down_arg, got_arg) = (
+        newer_a.to_str().unwrap(),
+        down.to_str().unwrap(),
+        got.to_str().unwrap(),
+    );
+    // (arguments, what stdout says)
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["put", newer_arg, &elsewhere], "dry run: 2 to upload"),
+        (vec!["put", newer_a, &elsewhere], "would upload"),
+        (vec!["cp", &logs, &elsewhere], "dry run: 2 to copy"),
+        (vec!["mv", &a, &elsewhere], "then remove the source"),
+        (vec!["mv", &base, down_arg], "each source then removed"),
+        (vec!["get", &a, got_arg], "would download"),
+    ];
+    for (mut args, says) in cases {
+        args.push("--dry-run");
+        let out = ok(&endpoint, &args);
+        assert!(
+            out.contains(says) && out.contains("nothing changed"),
+            "{args:?}: {out}"
+        );
+    }
+    assert_eq!(ok(&endpoint, &["ls", "-r", &base]), listing_before);
+    assert!(!down.exists() && !got.exists());
+    failing(
+        &endpoint,
+        &["put", "--resume", "-n", newer_arg, &a],
+        2,
+        "give one",
+    );
+}

@@ -156,6 +156,8 @@ pub fn options(many: &ManyArgs, transfer: &TransferArgs, object: ObjectSpec) -> 
         quiet: transfer.quiet,
         object: Arc::new(object),
         move_sources: many.move_sources,
+        no_clobber: many.no_clobber,
+        dry_run: many.dry_run,
     }
 }
 
@@ -539,6 +541,9 @@ pub async fn finish(
     options: &Options,
     unchanged: Option<&AtomicU64>,
 ) -> anyhow::Result<()> {
+    if options.dry_run {
+        return dry_run(verb, transfers, removals, options, unchanged).await;
+    }
     let output = Output::new(options);
     let started = std::time::Instant::now();
     let stop = CancellationToken::new();
@@ -580,6 +585,61 @@ pub async fn finish(
         }
         None => failures(&report),
     }
+}
+
+/// Prints every change a run would make (a line each, and a count), and
+/// makes none.
+async fn dry_run(
+    verb: &str,
+    mut transfers: Feed,
+    removals: Option<Feed>,
+    options: &Options,
+    unchanged: Option<&AtomicU64>,
+) -> anyhow::Result<()> {
+    let output = Output::new(&Options {
+        quiet: true,
+        ..options.clone()
+    });
+    let (mut files, mut bytes, mut deletes) = (0u64, 0u64, 0u64);
+    while let Some(listed) = transfers.next().await {
+        match listed? {
+            Listed::Job(job) => {
+                output.finished(&job, None, true);
+                files += 1;
+                bytes += job.size;
+            }
+            Listed::Refused { file, reason } => eprintln!("sluice: {file}: {reason}"),
+            Listed::Skipped { file, reason } => output.skipped(&file, &reason),
+        }
+    }
+    let removing = removals.is_some();
+    let mut removals = removals.unwrap_or_else(nothing);
+    while let Some(listed) = removals.next().await {
+        if let Listed::Job(job) = listed? {
+            output.finished(&job, None, true);
+            deletes += 1;
+        }
+    }
+    let action = match verb {
+        "uploaded" => "upload",
+        "downloaded" => "download",
+        _ => "copy",
+    };
+    let mut text = format!(
+        "dry run: {files} to {action} ({})",
+        sluice_upload::format_size(bytes)
+    );
+    if options.move_sources {
+        text += ", each source then removed";
+    }
+    if removing {
+        text += &format!(", {deletes} to delete");
+    }
+    if let Some(unchanged) = unchanged {
+        text += &format!(", {} unchanged", unchanged.load(Ordering::Relaxed));
+    }
+    crate::output::out!("{text}; nothing changed");
+    Ok(())
 }
 
 /// An error listing the failed files, when there are any.
@@ -772,6 +832,8 @@ mod tests {
             quiet: true,
             object: Default::default(),
             move_sources: false,
+            no_clobber: false,
+            dry_run: false,
         }
     }
 

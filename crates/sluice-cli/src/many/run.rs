@@ -13,10 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::{Stream, StreamExt};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluice_store::{Metadata, ObjectMeta, ObjectSummary};
+use sluice_store::{Metadata, ObjectMeta, ObjectSummary, StoreError, WriteCondition};
 use sluice_upload::{
-    format_size, CopyRequest, Engine, Progress, ProgressFn, SourceBucket, UploadRequest,
-    UploadSource,
+    format_size, CopyRequest, Engine, Progress, ProgressFn, SourceBucket, TransferError,
+    UploadRequest, UploadSource,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -142,6 +142,10 @@ pub struct Options {
     pub object: Arc<crate::object::ObjectSpec>,
     /// `mv`: remove each source once its copy is complete.
     pub move_sources: bool,
+    /// `--no-clobber`: a target that exists is left alone (and the source of `mv` too).
+    pub no_clobber: bool,
+    /// `--dry-run`: the jobs are shown, not run.
+    pub dry_run: bool,
 }
 
 /// What a run did.
@@ -152,6 +156,8 @@ pub struct Report {
     pub bytes: u64,
     /// Objects or files removed (`rm`, `sync --delete`).
     pub removed: u64,
+    /// Targets `--no-clobber` left as they were.
+    pub kept: u64,
     /// (file, reason) of each failure, in the order they happened.
     pub failures: Vec<(String, String)>,
     /// After a failure with `--fail-fast`: files dropped in flight, and those
@@ -163,8 +169,17 @@ pub struct Report {
 /// What one job ended with.
 enum Ended {
     Done,
+    /// `--no-clobber` and the target exists: nothing was sent.
+    Kept,
     Failed(String),
     Cancelled,
+}
+
+/// What a job that did not fail did.
+enum Executed {
+    Transferred,
+    /// `--no-clobber` found the target there.
+    Kept,
 }
 
 /// The lines a run writes: per file, then the summary.
@@ -261,6 +276,25 @@ impl Output {
     }
 
     /// Records a finished file: its line (`--verbose`, `--json`, or a failure).
+    /// A job `--no-clobber` did not run: its target exists.
+    pub fn kept(&self, job: &Job) {
+        self.files_done.fetch_add(1, Ordering::Relaxed);
+        self.show_count();
+        if self.options.json {
+            let line = serde_json::json!({
+                "op": job.action.name(),
+                "source": job.source(),
+                "target": job.target(),
+                "size": job.size,
+                "ok": true,
+                "kept": true,
+            });
+            self.line(&line.to_string(), false);
+        } else if self.options.verbose {
+            self.line(&format!("kept {} (it exists)", job.target()), false);
+        }
+    }
+
     pub fn finished(&self, job: &Job, error: Option<&str>, dry_run: bool) {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.show_count();
@@ -340,6 +374,7 @@ impl Output {
                 "files": if verb == "deleted" { report.removed } else { report.files },
                 "bytes": report.bytes,
                 "deleted": report.removed,
+                "kept": report.kept,
                 "seconds": (seconds * 1000.0).round() / 1000.0,
                 "failed": failed,
                 "cancelled": report.cancelled,
@@ -367,6 +402,9 @@ impl Output {
         };
         if report.removed > 0 && !removing_only {
             text += &format!(", {} deleted", report.removed);
+        }
+        if report.kept > 0 {
+            text += &format!(", {} kept (--no-clobber)", report.kept);
         }
         if let Some(unchanged) = unchanged {
             text += &format!(", {unchanged} unchanged");
@@ -405,7 +443,8 @@ pub async fn run(
                     biased;
                     _ = stop.cancelled() => Ended::Cancelled,
                     result = execute(engine, &job, options, output) => match result {
-                        Ok(()) => Ended::Done,
+                        Ok(Executed::Transferred) => Ended::Done,
+                        Ok(Executed::Kept) => Ended::Kept,
                         Err(error) => Ended::Failed(error),
                     },
                 };
@@ -429,6 +468,10 @@ pub async fn run(
                     stop.cancel();
                 }
             }
+            Ended::Kept => {
+                report.kept += 1;
+                output.kept(&job);
+            }
             Ended::Cancelled => report.cancelled += 1,
         }
     }
@@ -443,7 +486,10 @@ async fn execute(
     job: &Job,
     options: &Options,
     output: &Output,
-) -> Result<(), String> {
+) -> Result<Executed, String> {
+    if options.no_clobber && target_exists(engine, &job.action).await? {
+        return Ok(Executed::Kept);
+    }
     let sent = Arc::new(AtomicU64::new(0));
     let result = match &job.action {
         Action::Upload {
@@ -459,13 +505,20 @@ async fn execute(
                 metadata: options.object.metadata_with(stamp),
                 settings: options.object.settings().clone(),
                 progress: progress(output, &sent),
+                // Checked above; the store checks again as the object is made.
+                condition: options.no_clobber.then_some(WriteCondition::IfNoneMatch),
                 ..UploadRequest::default()
             };
-            engine
+            match engine
                 .upload(request, UploadSource::File(path.clone()))
                 .await
-                .map(drop)
-                .map_err(|e| sluice_store::error_chain(&e))
+            {
+                Err(TransferError::Store {
+                    source: StoreError::PreconditionFailed,
+                    ..
+                }) if options.no_clobber => return Ok(Executed::Kept),
+                result => result.map(drop).map_err(|e| sluice_store::error_chain(&e)),
+            }
         }
         Action::Download { listed, path } => {
             download(engine, listed, path, progress(output, &sent)).await
@@ -498,6 +551,25 @@ async fn execute(
             format!("copied, but the source stays: it could not be removed: {reason}")
         }),
         (result, _) => result,
+    }
+    .map(|()| Executed::Transferred)
+}
+
+/// `--no-clobber`: whether the job's target is already there (an upload's
+/// is checked again, atomically, by the store as the object is made).
+async fn target_exists(engine: &Engine, action: &Action) -> Result<bool, String> {
+    use sluice_store::ObjectStore;
+    let key = match action {
+        Action::Download { path, .. } => {
+            return Ok(tokio::fs::symlink_metadata(path).await.is_ok())
+        }
+        Action::Upload { key, .. } | Action::Copy { key, .. } => key,
+        Action::RemoveFile { .. } | Action::RemoveKey { .. } => return Ok(false),
+    };
+    match engine.retrying_store().head_object(key).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::NoSuchKey { .. }) => Ok(false),
+        Err(e) => Err(sluice_store::error_chain(&e)),
     }
 }
 

@@ -28,8 +28,8 @@ use sluice_store::{Checksum, ChecksumAlgorithm, Hasher, ObjectMeta, ObjectStore}
 use sluice_upload::{Engine, RetryingStore};
 
 use super::filter::Filter;
-use super::run::{Action, Job, Output, Roots};
-use super::{local, mtime, Feed, Listed, Side};
+use super::run::{Action, Job, Roots};
+use super::{local, mtime, Listed, Side};
 use crate::args::SyncArgs;
 use crate::UsageError;
 
@@ -217,9 +217,6 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         .boxed()
     });
     let options = super::options(&copy.many, &copy.transfer, object);
-    if args.dry_run {
-        return dry_run(transfers, removals, &options, &unchanged).await;
-    }
     super::finish(
         &engine,
         "synced",
@@ -237,44 +234,6 @@ enum Compared {
     Source(Entry, Result<Verdict, String>),
     Extra(Entry),
     Skipped { file: String, reason: String },
-}
-
-/// Prints every change a sync would make, and makes none.
-async fn dry_run(
-    mut transfers: Feed,
-    removals: Option<Feed>,
-    options: &super::run::Options,
-    unchanged: &AtomicU64,
-) -> anyhow::Result<()> {
-    let output = Output::new(&super::run::Options {
-        quiet: true,
-        ..options.clone()
-    });
-    let (mut copies, mut bytes, mut deletes) = (0u64, 0u64, 0u64);
-    while let Some(listed) = transfers.next().await {
-        match listed? {
-            Listed::Job(job) => {
-                output.finished(&job, None, true);
-                copies += 1;
-                bytes += job.size;
-            }
-            Listed::Refused { file, reason } => eprintln!("sluice: {file}: {reason}"),
-            Listed::Skipped { file, reason } => output.skipped(&file, &reason),
-        }
-    }
-    let mut removals = removals.unwrap_or_else(super::nothing);
-    while let Some(listed) = removals.next().await {
-        if let Listed::Job(job) = listed? {
-            output.finished(&job, None, true);
-            deletes += 1;
-        }
-    }
-    crate::output::out!(
-        "dry run: {copies} to copy ({}), {deletes} to delete, {} unchanged; nothing changed",
-        sluice_upload::format_size(bytes),
-        unchanged.load(Ordering::Relaxed),
-    );
-    Ok(())
 }
 
 /// Pairs the entries of the two sides by relative path, walking both in key
