@@ -61,8 +61,8 @@ sluice put ./photos s3://media/photos/ --exclude '*.tmp' --jobs 128"
     Get(GetArgs),
     /// List objects under a prefix of a bucket or a directory store.
     #[command(
-        after_help = "Examples:\n  sluice ls s3://media/\n  sluice ls s3://media/photos/ --recursive --exact\n  \
-sluice ls s3://media/photos/2026 --json"
+        after_help = "Examples:\n  sluice ls                      # the buckets\n  sluice ls s3://media/\n  \
+sluice ls s3://media/photos/ --recursive --human-readable --summarize\n  sluice ls s3://media/photos/2026 --json"
     )]
     Ls(LsArgs),
     /// Print an object's bytes to standard output.
@@ -598,13 +598,21 @@ pub struct LsArgs {
     /// `/` lists the objects and sub-prefixes starting with it. None (or
     /// `s3://`) lists the buckets.
     pub location: Option<String>,
-    /// Every object under the prefix, not one level.
+    /// Every object under the prefix (shown by its whole key), not one level.
     #[arg(long, short)]
     pub recursive: bool,
-    /// Sizes in bytes rather than KiB/MiB/GiB.
-    #[arg(long)]
+    /// Sizes in KiB, MiB, GiB rather than bytes.
+    #[arg(long, short = 'H')]
+    pub human_readable: bool,
+    /// Sizes in bytes, as they are without --human-readable (kept for scripts
+    /// of earlier releases, when sizes were human-readable by default).
+    #[arg(long, hide = true, conflicts_with = "human_readable")]
     pub exact: bool,
-    /// One JSON object per line: {"key", "size", "etag", "last_modified"} or {"prefix"}.
+    /// Then the number of objects and their total size.
+    #[arg(long)]
+    pub summarize: bool,
+    /// One JSON object per line: {"key", "size", "etag", "last_modified"}
+    /// (the whole key) or {"prefix"}; with no location, {"bucket", "created"}.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -240,12 +240,13 @@ pub async fn list(store: &StoreArgs, json: bool) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot list the buckets: {}", error_chain(&e)))?;
     for bucket in &buckets {
         let created = crate::ls::rfc3339(bucket.created);
+        let shown = crate::ls::listing_time(bucket.created);
         let written = match json {
             true => crate::output::out!(
                 "{}",
                 serde_json::json!({ "bucket": bucket.name, "created": created })
             ),
-            false => crate::output::out!("{created}  s3://{}", bucket.name),
+            false => crate::output::out!("{shown}  s3://{}", bucket.name),
         };
         if !written {
             return Ok(()); // the reader went away

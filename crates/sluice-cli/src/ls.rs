@@ -1,6 +1,8 @@
 //! `sluice ls`: the objects under a prefix of a bucket or a directory store, one
-//! level (sub-prefixes shown as `DIR`) or all of them with `--recursive`; sizes
-//! human-readable or exact, or one JSON object per line.
+//! level or all of them with `--recursive`, in aws s3 ls's form: a line per
+//! object (time, size in bytes or with `-H` in KiB/MiB/GiB, name relative to
+//! the listed directory; the whole key with `--recursive`), `PRE name/` per
+//! sub-prefix, totals with `--summarize`; or one JSON object per line.
 
 use std::time::SystemTime;
 
@@ -60,10 +62,18 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                 (store, rest, format!("{}/", root.display()))
             }
         };
+    // Names are shown after the listed "directory": `s3://b/photos/20`
+    // lists `2026/` and `2025.jpg` under `photos/`.
+    let shown_after = match prefix.rfind('/') {
+        Some(end) if !args.recursive => prefix[..=end].len(),
+        _ => 0,
+    };
     let lister = Lister {
         store: store.as_ref(),
-        exact: args.exact,
+        human: args.human_readable,
         json: args.json,
+        shown_after,
+        totals: std::cell::Cell::new((0, 0)),
     };
     let shown = if args.recursive {
         lister.recursive(&prefix).await
@@ -74,13 +84,25 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
     if shown == 0 && !args.json && !crate::output::closed(None) {
         eprintln!("sluice: nothing under {display}{prefix}");
     }
+    if args.summarize && !args.json {
+        let (objects, bytes) = lister.totals.get();
+        let size = match args.human_readable {
+            true => format_size(bytes),
+            false => format!("{bytes}"),
+        };
+        crate::output::out!("\nTotal Objects: {objects}\n   Total Size: {size}");
+    }
     Ok(())
 }
 
 struct Lister<'a> {
     store: &'a dyn ObjectStore,
-    exact: bool,
+    human: bool,
     json: bool,
+    /// How many leading bytes of a key the text form leaves out.
+    shown_after: usize,
+    /// Objects and bytes shown so far (for --summarize).
+    totals: std::cell::Cell<(u64, u64)>,
 }
 
 impl Lister<'_> {
@@ -137,6 +159,8 @@ impl Lister<'_> {
 
     /// One object's line; false once standard output's reader went away.
     fn object(&self, object: &ObjectSummary) -> bool {
+        let (objects, bytes) = self.totals.get();
+        self.totals.set((objects + 1, bytes + object.size));
         if self.json {
             let line = serde_json::json!({
                 "key": object.key,
@@ -146,23 +170,27 @@ impl Lister<'_> {
             });
             return crate::output::out!("{line}");
         }
-        let size = if self.exact {
-            object.size.to_string()
-        } else {
-            format_size(object.size)
+        let size = match self.human {
+            true => format_size(object.size),
+            false => object.size.to_string(),
         };
         crate::output::out!(
-            "{}  {size:>12}  {}",
-            rfc3339(object.last_modified),
-            object.key
+            "{} {size:>10} {}",
+            listing_time(object.last_modified),
+            self.name(&object.key)
         )
+    }
+
+    /// A key as the text form shows it.
+    fn name<'k>(&self, key: &'k str) -> &'k str {
+        key.get(self.shown_after..).unwrap_or(key)
     }
 
     fn prefix(&self, prefix: &str) -> bool {
         if self.json {
             crate::output::out!("{}", serde_json::json!({ "prefix": prefix }))
         } else {
-            crate::output::out!("{:20}  {:>12}  {prefix}", "", "DIR")
+            crate::output::out!("{:>30} {}", "PRE", self.name(prefix))
         }
     }
 }
@@ -170,6 +198,12 @@ impl Lister<'_> {
 /// sluice's own state (`_sluice/`) is left out of a listing of a whole bucket.
 fn hidden(prefix: &str, name: &str) -> bool {
     prefix.is_empty() && is_reserved_key(name)
+}
+
+/// `2026-11-25 07:00:00` (UTC), as aws s3 ls shows times.
+pub fn listing_time(time: SystemTime) -> String {
+    let text = rfc3339(time);
+    text.trim_end_matches('Z').replacen('T', " ", 1)
 }
 
 /// `2026-11-25T07:00:00Z`.
