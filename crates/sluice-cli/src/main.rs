@@ -429,7 +429,7 @@ async fn get(args: GetArgs) -> anyhow::Result<()> {
                 sluice_upload::TransferError::Store {
                     source: sluice_store::StoreError::NoSuchKey { .. },
                     ..
-                } => prefix_hint(target.store.as_ref(), &target.key, &args.src).await,
+                } => prefix_hint(target.store.as_ref(), &target.key, &args.src, "get").await,
                 _ => None,
             };
             let failed = match to_stdout {
@@ -647,14 +647,26 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let head = sluice_store::ObjectStore::head_object(&source_engine.retrying_store(), &source_key)
-        .await
-        .map_err(|e| {
-            anyhow!(
+    let source_store = source_engine.retrying_store();
+    let head = match sluice_store::ObjectStore::head_object(&source_store, &source_key).await {
+        Ok(head) => head,
+        Err(e) => {
+            let hint = match e {
+                sluice_store::StoreError::NoSuchKey { .. } => {
+                    prefix_hint(&source_store, &source_key, &args.src, "copy").await
+                }
+                _ => None,
+            };
+            let error = anyhow!(
                 "s3://{source_bucket}/{source_key}: {}",
                 sluice_store::error_chain(&e)
-            )
-        })?;
+            );
+            return Err(match hint {
+                Some(hint) => error.context(hint),
+                None => error,
+            });
+        }
+    };
     let started = Instant::now();
     let request = sluice_upload::CopyRequest {
         source_bucket: (source_bucket != bucket).then(|| sluice_upload::SourceBucket {
@@ -723,9 +735,10 @@ async fn prefix_hint(
     store: &dyn sluice_store::ObjectStore,
     key: &str,
     given: &str,
+    verb: &str,
 ) -> Option<String> {
     let under = store.list_objects(&format!("{key}/"), None, 1).await.ok()?;
     (!under.objects.is_empty()).then(|| {
-        format!("{given} is a prefix, not an object: add a trailing / to get what is under it ({given}/)")
+        format!("{given} is a prefix, not an object: add a trailing / to {verb} what is under it ({given}/)")
     })
 }

@@ -22,8 +22,28 @@ pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
 pub fn man() -> anyhow::Result<()> {
     let command = Cli::command();
     let mut out = Vec::new();
-    clap_mangen::Man::new(command.clone())
-        .render(&mut out)
+    let page = clap_mangen::Man::new(command.clone());
+    // clap_mangen's own list of subcommands names pages (sluice-put(1))
+    // that are not installed: each command is a section of this page.
+    page.render_title(&mut out)
+        .and_then(|_| page.render_name_section(&mut out))
+        .and_then(|_| page.render_synopsis_section(&mut out))
+        .and_then(|_| page.render_description_section(&mut out))
+        .and_then(|_| page.render_options_section(&mut out))
+        .context("cannot render the man page")?;
+    writeln!(out, ".SH COMMANDS")?;
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        writeln!(
+            out,
+            ".TP\n\\fBsluice {}\\fR\n{} (see SLUICE {} below)",
+            sub.get_name(),
+            about.replace('\\', "\\\\"),
+            sub.get_name().to_uppercase()
+        )?;
+    }
+    page.render_extra_section(&mut out)
+        .and_then(|_| page.render_version_section(&mut out))
         .context("cannot render the man page")?;
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         writeln!(out, ".SH \"SLUICE {}\"", sub.get_name().to_uppercase())?;

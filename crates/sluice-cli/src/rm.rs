@@ -73,10 +73,22 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
         }
         Some(key) => {
             let shown = prefix.show(&key);
-            let meta = store
-                .head_object(&key)
-                .await
-                .map_err(|e| anyhow::anyhow!("{shown}: {}", error_chain(&e)))?;
+            let meta = match store.head_object(&key).await {
+                Ok(meta) => meta,
+                Err(e) => {
+                    let hint = match e {
+                        sluice_store::StoreError::NoSuchKey { .. } => {
+                            crate::prefix_hint(&store, &key, &args.location, "remove").await
+                        }
+                        _ => None,
+                    };
+                    let error = anyhow::anyhow!("{shown}: {}", error_chain(&e));
+                    return Err(match hint {
+                        Some(hint) => error.context(hint),
+                        None => error,
+                    });
+                }
+            };
             many::known(vec![Listed::Job(Job {
                 action: Action::RemoveKey { key },
                 size: meta.size,

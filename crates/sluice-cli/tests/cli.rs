@@ -762,6 +762,23 @@ fn completions_and_the_man_page_say_what_help_says() {
     let out = run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+    // Issue 36, point 7: the page listed sluice-put(1) and others, which
+    // are not installed. Every command is a section of this page instead.
+    let page = String::from_utf8_lossy(&run(&["man"]).stdout).into_owned();
+    assert!(!page.contains("(1)"), "the page names other pages");
+    for command in [
+        "serve", "put", "get", "ls", "mv", "presign", "mb", "rb", "stat",
+    ] {
+        let upper = command.to_uppercase();
+        assert!(
+            page.contains(&format!(".SH \"SLUICE {upper}\"")),
+            "{command}"
+        );
+        assert!(
+            page.contains(&format!("(see SLUICE {upper} below)")),
+            "{command}"
+        );
+    }
 }
 
 /// Runs sluice in `dir` as its working directory.

@@ -327,6 +327,26 @@ fn mv_removes_each_source_once_its_copy_is_complete() {
         2,
         "standard input",
     );
+    // A prefix named without its `/` (issue 36, point 6): the hint says so.
+    let logs = format!("{base}logs");
+    // (command, what the hint says)
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["rm", &logs],
+            "add a trailing / to remove what is under it",
+        ),
+        (
+            &["cp", &logs, &format!("{base}x/")],
+            "add a trailing / to copy",
+        ),
+        (
+            &["get", &logs, dir.path().to_str().unwrap()],
+            "add a trailing / to get",
+        ),
+    ];
+    for (args, says) in cases {
+        failing(&endpoint, args, 1, says);
+    }
 }
 
 /// A client of the test MinIO, for what sluice does not do (bucket policies).
