@@ -788,6 +788,9 @@ pub struct ManyArgs {
     /// Set by `mv`: each source is removed once its copy is complete.
     #[arg(skip)]
     pub move_sources: bool,
+    /// Set when the source location held wildcards (it is then their base).
+    #[arg(skip)]
+    pub pattern: Option<crate::wildcard::Wildcard>,
 }
 
 /// Flags shared by every transfer.

@@ -105,8 +105,10 @@ pub async fn stat(args: StatArgs) -> anyhow::Result<()> {
 
 /// `sluice du`.
 pub async fn du(args: DuArgs) -> anyhow::Result<()> {
-    let filter = Filter::new(&args.include, &args.exclude)?;
-    let prefix = Side::open_store(&args.location, Intent::Read, &args.store).await?;
+    let wildcard = crate::wildcard::Wildcard::split(&args.location);
+    let filter = Filter::new(&args.include, &args.exclude)?.matching(wildcard.as_ref())?;
+    let location = wildcard.as_ref().map_or(&args.location, |w| &w.base);
+    let prefix = Side::open_store(location, Intent::Read, &args.store).await?;
     let engine = Engine::new(prefix.store.clone(), sluice_upload::EngineConfig::default())?;
     let mut listing = Box::pin(many::listing(&prefix, &engine, filter).await?);
     let (mut objects, mut bytes) = (0u64, 0u64);

@@ -21,6 +21,12 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
         None | Some("s3://") => return crate::buckets::list(&args.store, args.json).await,
         Some(location) => location,
     };
+    // `ls 's3://b/logs/2026-*/*.gz'`: every object under the base the
+    // pattern matches, by its whole key.
+    let wildcard = crate::wildcard::Wildcard::split(location);
+    let matcher = wildcard.as_ref().map(|w| w.matcher()).transpose()?;
+    let location = wildcard.as_ref().map_or(location, |w| w.base.as_str());
+    let recursive = args.recursive || wildcard.is_some();
     let (store, prefix, display) =
         match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
             StoreLocation::S3 { bucket, rest } => {
@@ -65,7 +71,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
     // Names are shown after the listed "directory": `s3://b/photos/20`
     // lists `2026/` and `2025.jpg` under `photos/`.
     let shown_after = match prefix.rfind('/') {
-        Some(end) if !args.recursive => prefix[..=end].len(),
+        Some(end) if !recursive => prefix[..=end].len(),
         _ => 0,
     };
     let lister = Lister {
@@ -74,8 +80,9 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
         json: args.json,
         shown_after,
         totals: std::cell::Cell::new((0, 0)),
+        matcher,
     };
-    let shown = if args.recursive {
+    let shown = if recursive {
         lister.recursive(&prefix).await
     } else {
         lister.one_level(&prefix).await
@@ -103,6 +110,8 @@ struct Lister<'a> {
     shown_after: usize,
     /// Objects and bytes shown so far (for --summarize).
     totals: std::cell::Cell<(u64, u64)>,
+    /// A location's wildcard, matched against keys relative to the prefix.
+    matcher: Option<globset::GlobMatcher>,
 }
 
 impl Lister<'_> {
@@ -115,7 +124,9 @@ impl Lister<'_> {
                 .list_objects(prefix, cursor.as_deref(), PAGE)
                 .await?;
             for object in &page.objects {
-                if !hidden(prefix, &object.key) {
+                let relative = object.key.strip_prefix(prefix).unwrap_or(&object.key);
+                let matched = self.matcher.as_ref().is_none_or(|m| m.is_match(relative));
+                if matched && !hidden(prefix, &object.key) {
                     if !self.object(object) {
                         return Ok(shown); // the reader went away
                     }

@@ -23,6 +23,7 @@ mod serve;
 mod sign;
 mod target;
 mod ui;
+mod wildcard;
 
 use std::fmt;
 use std::future::Future;
@@ -210,7 +211,10 @@ fn no_filters(many: &args::ManyArgs) -> Result<(), UsageError> {
     }
 }
 
-async fn put(args: PutArgs) -> anyhow::Result<()> {
+async fn put(mut args: PutArgs) -> anyhow::Result<()> {
+    if let Some(base) = wildcard::take(&args.src.to_string_lossy(), &mut args.many)? {
+        args.src = PathBuf::from(base);
+    }
     let config = engine_config(&args.transfer)?;
     let object = object::ObjectSpec::from_args(&args.object)?;
     if args.resume && args.many.no_clobber {
@@ -376,7 +380,10 @@ async fn put(args: PutArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn get(args: GetArgs) -> anyhow::Result<()> {
+async fn get(mut args: GetArgs) -> anyhow::Result<()> {
+    if let Some(base) = wildcard::take(&args.src, &mut args.many)? {
+        args.src = base;
+    }
     if names_prefix(&args.src) {
         if args.dest.as_os_str() == "-" {
             return Err(UsageError(format!(
@@ -514,7 +521,10 @@ fn names_prefix(location: &str) -> bool {
 
 /// `sluice cp`: uploads and downloads as `put` and `get` do; bucket to bucket
 /// by server-side copy.
-async fn cp(args: CopyArgs) -> anyhow::Result<()> {
+async fn cp(mut args: CopyArgs) -> anyhow::Result<()> {
+    if let Some(base) = wildcard::take(&args.src, &mut args.many)? {
+        args.src = base;
+    }
     // A mistyped URL (`s3:/b/k`) is refused before either side is taken for a path.
     for location in [&args.src, &args.dest] {
         sluice_store::StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))?;

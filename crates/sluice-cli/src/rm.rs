@@ -15,7 +15,11 @@ use crate::many::run::{Action, Job, Options, Output, Roots};
 use crate::many::{self, Feed, Listed, Side};
 use crate::UsageError;
 
-pub async fn run(args: RmArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
+    let wildcard = crate::wildcard::Wildcard::split(&args.location);
+    if let Some(wildcard) = &wildcard {
+        args.location = wildcard.base.clone();
+    }
     let location = StoreLocation::parse(&args.location).map_err(|e| UsageError(e.to_string()))?;
     let single_key = match &location {
         StoreLocation::S3 { rest, .. } if !rest.is_empty() && !rest.ends_with('/') => {
@@ -58,7 +62,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<()> {
     });
     let removals: Feed = match single_key {
         None => {
-            let filter = Filter::new(&args.include, &args.exclude)?;
+            let filter = Filter::new(&args.include, &args.exclude)?.matching(wildcard.as_ref())?;
             let listing = many::listing(&prefix, &engine, filter).await?;
             listing
                 .map(move |object| {

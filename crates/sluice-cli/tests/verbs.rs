@@ -588,3 +588,108 @@ fn no_clobber_keeps_and_dry_run_changes_nothing() {
         "give one",
     );
 }
+
+/// Wildcards as s5cmd takes them, on ls, get, cp, du, rm and a local
+/// source; --include/--exclude still apply on top.
+#[test]
+fn wildcards_select_keys_and_files() {
+    let Some(endpoint) = minio::endpoint("wildcards") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(minio::store("wildcards"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "s3://{}/{}",
+        minio::TEST_BUCKET,
+        minio::unique_prefix("wild")
+    );
+    let tree = dir.path().join("tree");
+    for name in [
+        "logs/2026-01/a.gz",
+        "logs/2026-02/b.gz",
+        "logs/2025-12/c.gz",
+        "logs/2026-01/keep.txt",
+        "photos/x.jpg",
+        "photos/trip/y.jpg",
+        "photos/z.png",
+    ] {
+        write(&tree.join(name), name.as_bytes());
+    }
+    // A local source with a wildcard: `*` crosses `/`, as in s5cmd.
+    let photos = format!("{}/photos/*.jpg", tree.display());
+    let out = ok(
+        &endpoint,
+        &["put", &photos, &format!("{base}jpg/"), "--json"],
+    );
+    assert!(out.contains("\"files\":2"), "{out}");
+    ok(
+        &endpoint,
+        &[
+            "put",
+            &format!("{}/logs/", tree.display()),
+            &format!("{base}logs/"),
+            "--quiet",
+        ],
+    );
+    let pattern = format!("{base}logs/2026-*/*.gz");
+
+    let keys = |listing: &str| -> Vec<String> {
+        listing
+            .lines()
+            .map(|l| {
+                l.rsplit(' ')
+                    .next()
+                    .unwrap()
+                    .rsplit_once("/logs/")
+                    .map_or(l.to_string(), |(_, k)| k.to_string())
+            })
+            .collect()
+    };
+    assert_eq!(
+        keys(&ok(&endpoint, &["ls", &pattern])),
+        ["2026-01/a.gz", "2026-02/b.gz"]
+    );
+    let jpgs = ok(&endpoint, &["ls", &format!("{base}jpg/*")]);
+    assert_eq!(jpgs.lines().count(), 2, "{jpgs}");
+    assert!(
+        jpgs.contains("jpg/trip/y.jpg") && !jpgs.contains("png"),
+        "{jpgs}"
+    );
+    let du: Value = serde_json::from_str(&ok(&endpoint, &["du", &pattern, "--json"])).unwrap();
+    assert_eq!(du["objects"], 2);
+
+    let out = dir.path().join("out");
+    ok(
+        &endpoint,
+        &["get", &pattern, out.to_str().unwrap(), "--quiet"],
+    );
+    assert_eq!(
+        std::fs::read(out.join("2026-01/a.gz")).unwrap(),
+        b"logs/2026-01/a.gz"
+    );
+    assert!(out.join("2026-02/b.gz").exists() && !out.join("2025-12").exists());
+    assert!(!out.join("2026-01/keep.txt").exists());
+
+    ok(
+        &endpoint,
+        &["cp", &pattern, &format!("{base}copied/"), "--quiet"],
+    );
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}copied/2026-02/b.gz")]),
+        "logs/2026-02/b.gz"
+    );
+    assert_eq!(
+        ok(&endpoint, &["ls", "-r", &format!("{base}copied/")])
+            .lines()
+            .count(),
+        2
+    );
+
+    // rm with a wildcard and an exclude on top; then only the rest is left.
+    ok(&endpoint, &["rm", &pattern, "--exclude", "b.gz"]);
+    let left = keys(&ok(&endpoint, &["ls", "-r", &format!("{base}logs/")]));
+    assert_eq!(left, ["2025-12/c.gz", "2026-01/keep.txt", "2026-02/b.gz"]);
+}

@@ -8,11 +8,13 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::UsageError;
 
-/// Compiled include and exclude globs.
+/// Compiled include and exclude globs, and the wildcard of the location.
 #[derive(Debug, Clone)]
 pub struct Filter {
     include: Option<Globs>,
     exclude: Option<Globs>,
+    /// From a location with wildcards ([`crate::wildcard`]): `*` crosses `/`.
+    pattern: Option<globset::GlobMatcher>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +64,22 @@ impl Filter {
         Ok(Filter {
             include: Globs::new(include, "--include")?,
             exclude: Globs::new(exclude, "--exclude")?,
+            pattern: None,
         })
+    }
+
+    /// The filter of a transfer's flags and its source's wildcard, if any.
+    pub fn of(many: &crate::args::ManyArgs) -> Result<Filter, UsageError> {
+        Filter::new(&many.include, &many.exclude)?.matching(many.pattern.as_ref())
+    }
+
+    /// Takes only what `wildcard`'s pattern matches, besides the globs.
+    pub fn matching(
+        mut self,
+        wildcard: Option<&crate::wildcard::Wildcard>,
+    ) -> Result<Filter, UsageError> {
+        self.pattern = wildcard.map(|w| w.matcher()).transpose()?;
+        Ok(self)
     }
 
     /// Takes everything.
@@ -71,11 +88,15 @@ impl Filter {
         Filter {
             include: None,
             exclude: None,
+            pattern: None,
         }
     }
 
     /// Whether the file or object at `relative` is taken.
     pub fn accepts(&self, relative: &str) -> bool {
+        if self.pattern.as_ref().is_some_and(|p| !p.is_match(relative)) {
+            return false;
+        }
         if self.exclude.as_ref().is_some_and(|g| g.matches(relative)) {
             return false;
         }

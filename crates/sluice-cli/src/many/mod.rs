@@ -185,7 +185,7 @@ pub async fn put_directory(
     many: &ManyArgs,
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
-    let filter = Filter::new(&many.include, &many.exclude)?;
+    let filter = Filter::of(many)?;
     refuse_local_overlap(dir, dest)?;
     if let Ok(StoreLocation::Local(_)) = StoreLocation::parse(dest) {
         object.check_for_directory_store()?;
@@ -215,7 +215,7 @@ pub async fn get_prefix(
     many: &ManyArgs,
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
-    let filter = Filter::new(&many.include, &many.exclude)?;
+    let filter = Filter::of(many)?;
     refuse_local_overlap(dir, src)?;
     let prefix = Side::open_store(src, Intent::Read, &transfer.store).await?;
     let engine = engine(prefix.store.clone(), transfer, many)?;
@@ -238,7 +238,7 @@ pub async fn copy_prefix(
     many: &ManyArgs,
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
-    let filter = Filter::new(&many.include, &many.exclude)?;
+    let filter = Filter::of(many)?;
     let (source, target) = store_pair(src, dest, transfer).await?;
     let engine = engine(target.store.clone(), transfer, many)?;
     let source_engine = self::engine(source.store.clone(), transfer, many)?;

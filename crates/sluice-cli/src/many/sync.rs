@@ -85,9 +85,12 @@ enum Pair {
     Skipped { file: String, reason: String },
 }
 
-pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: SyncArgs) -> anyhow::Result<()> {
+    if let Some(base) = crate::wildcard::take(&args.copy.src, &mut args.copy.many)? {
+        args.copy.src = base;
+    }
     let copy = &args.copy;
-    let filter = Filter::new(&copy.many.include, &copy.many.exclude)?;
+    let filter = Filter::of(&copy.many)?;
     let (source, dest) = (
         Side::open_plain(&copy.src, &copy.transfer).await?,
         Side::open_plain(&copy.dest, &copy.transfer).await?,
