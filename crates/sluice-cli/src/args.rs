@@ -94,6 +94,18 @@ sluice mv ./report.pdf s3://docs/2026/\n  sluice mv s3://inbox/ s3://archive/202
 sluice mv s3://media/tmp/big.iso ./big.iso"
     )]
     Mv(CopyArgs),
+    /// Run the commands of a file (or standard input), one per line as they
+    /// would follow `sluice`, several at once in this process and on one
+    /// memory budget, as s5cmd run does.
+    #[command(
+        after_help = "Lines are split as a shell splits words (quotes and \\ escapes; no variables, \
+globs or pipes: a wildcard in quotes reaches sluice as it is). Blank lines and lines starting with # are skipped. \
+The commands' own output is printed as they run; each command that fails is reported with its line number, \
+and the exit code is 1 when any failed.\nCommands: put, get, cp, mv, sync, rm, ls, cat, stat, du, presign, mb, rb.\n\
+Examples:\n  sluice run commands.txt --endpoint http://127.0.0.1:9000\n  \
+printf 'cp s3://a/1 ./1\\ncp s3://a/2 ./2\\n' | sluice run -"
+    )]
+    Run(RunArgs),
     /// Make a bucket, or a directory store.
     #[command(
         after_help = "Examples:\n  sluice mb s3://media --endpoint http://127.0.0.1:9000\n  sluice mb s3://logs --region eu-west-3\n  sluice mb ./store"
@@ -564,6 +576,26 @@ pub struct PresignArgs {
     pub method: String,
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+/// `sluice run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The file of commands, or `-` for standard input.
+    #[arg(default_value = "-")]
+    pub file: PathBuf,
+    /// Commands run at once at most.
+    #[arg(long, default_value_t = 16)]
+    pub jobs: usize,
+    /// The memory every command's transfers share.
+    #[arg(long, value_parser = parse_size, default_value = "512MiB")]
+    pub memory_limit: u64,
+    /// Given to every command that takes it (as if on each line), unless the line gives its own.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// One JSON line per command ({"line", "command", "ok", "error"}) on standard error.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `sluice mb`.

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::json;
 use sluice_store::s3::PresignedMethod;
 use sluice_store::{error_chain, Encryption, StoreError, StoreLocation};
-use sluice_upload::{format_size, Engine};
+use sluice_upload::format_size;
 
 use crate::args::{CatArgs, DuArgs, PresignArgs, StatArgs};
 use crate::many::{self, filter::Filter, Side};
@@ -17,7 +17,7 @@ use crate::UsageError;
 /// `sluice cat`: the object's bytes, checked against its stored CRC, and nothing else.
 pub async fn cat(args: CatArgs) -> anyhow::Result<()> {
     let target = target::for_get(&args.location, &args.transfer.reach()).await?;
-    let engine = Engine::new(target.store.clone(), crate::engine_config(&args.transfer)?)?;
+    let engine = crate::batch::engine(target.store.clone(), crate::engine_config(&args.transfer)?)?;
     let transfer = engine.download_to_writer(&target.key, tokio::io::stdout(), None);
     crate::interruptible(&engine, transfer)
         .await?
@@ -109,7 +109,8 @@ pub async fn du(args: DuArgs) -> anyhow::Result<()> {
     let filter = Filter::new(&args.include, &args.exclude)?.matching(wildcard.as_ref())?;
     let location = wildcard.as_ref().map_or(&args.location, |w| &w.base);
     let prefix = Side::open_store(location, Intent::Read, &args.store).await?;
-    let engine = Engine::new(prefix.store.clone(), sluice_upload::EngineConfig::default())?;
+    let engine =
+        crate::batch::engine(prefix.store.clone(), sluice_upload::EngineConfig::default())?;
     let mut listing = Box::pin(many::listing(&prefix, &engine, filter).await?);
     let (mut objects, mut bytes) = (0u64, 0u64);
     while let Some(object) = listing.next().await {

@@ -5,6 +5,7 @@
 //! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
 
 mod args;
+mod batch;
 mod bench;
 mod buckets;
 mod chaos;
@@ -92,38 +93,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => {
-                let serve = matches
-                    .subcommand_matches("serve")
-                    .cloned()
-                    .unwrap_or_default();
-                serve::run(*args, &serve).await
-            }
-            Command::Put(args) => put(args).await,
-            Command::Get(args) => get(args).await,
-            Command::Ls(args) => ls::run(args).await,
-            Command::Cat(args) => inspect::cat(args).await,
-            Command::Stat(args) => inspect::stat(args).await,
-            Command::Du(args) => inspect::du(args).await,
-            Command::Presign(args) => inspect::presign(args).await,
-            Command::Mv(args) => mv(args).await,
-            Command::Mb(args) => buckets::make(args).await,
-            Command::Rb(args) => buckets::remove(args).await,
-            Command::Rm(args) => rm::run(args).await,
-            Command::Cp(args) => cp(args).await,
-            Command::Sync(args) => many::sync::run(args).await,
-            Command::Bench(command) => bench::run(command).await,
-            Command::Janitor(args) => janitor::run(args).await,
-            Command::ChaosProxy(args) => chaos::run(args).await,
-            Command::Sign(args) => sign::run(args),
-            Command::Events(args) => events::run(args).await,
-            Command::Ingest(args) => ingest::run(*args).await,
-            Command::Completions { shell } => packaging::completions(shell),
-            Command::Man => packaging::man(),
-        }
-    });
+    let result = runtime.block_on(dispatch(cli.command, &matches));
     // A blocked read of standard input must not hold the process open.
     runtime.shutdown_timeout(Duration::from_millis(200));
     match result {
@@ -140,6 +110,41 @@ fn main() -> ExitCode {
                 (false, false) => 1,
             })
         }
+    }
+}
+
+/// Runs one command (of the command line, or a line of `sluice run`).
+async fn dispatch(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => {
+            let serve = matches
+                .subcommand_matches("serve")
+                .cloned()
+                .unwrap_or_default();
+            serve::run(*args, &serve).await
+        }
+        Command::Put(args) => put(args).await,
+        Command::Get(args) => get(args).await,
+        Command::Ls(args) => ls::run(args).await,
+        Command::Cat(args) => inspect::cat(args).await,
+        Command::Stat(args) => inspect::stat(args).await,
+        Command::Du(args) => inspect::du(args).await,
+        Command::Presign(args) => inspect::presign(args).await,
+        Command::Mv(args) => mv(args).await,
+        Command::Run(args) => batch::run(args).await,
+        Command::Mb(args) => buckets::make(args).await,
+        Command::Rb(args) => buckets::remove(args).await,
+        Command::Rm(args) => rm::run(args).await,
+        Command::Cp(args) => cp(args).await,
+        Command::Sync(args) => many::sync::run(args).await,
+        Command::Bench(command) => bench::run(command).await,
+        Command::Janitor(args) => janitor::run(args).await,
+        Command::ChaosProxy(args) => chaos::run(args).await,
+        Command::Sign(args) => sign::run(args),
+        Command::Events(args) => events::run(args).await,
+        Command::Ingest(args) => ingest::run(*args).await,
+        Command::Completions { shell } => packaging::completions(shell),
+        Command::Man => packaging::man(),
     }
 }
 
@@ -262,7 +267,7 @@ async fn put(mut args: PutArgs) -> anyhow::Result<()> {
             &args.many,
         );
     }
-    let engine = Engine::new(target.store.clone(), config)?;
+    let engine = crate::batch::engine(target.store.clone(), config)?;
     let source = if from_stdin {
         UploadSource::Blocking {
             reader: Box::new(std::io::stdin()),
@@ -398,7 +403,7 @@ async fn get(mut args: GetArgs) -> anyhow::Result<()> {
     let config = engine_config(&args.transfer)?;
     let target = target::for_get(&args.src, &args.transfer.reach()).await?;
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
-    let engine = Engine::new(target.store.clone(), config)?;
+    let engine = crate::batch::engine(target.store.clone(), config)?;
     let to_stdout = args.dest.as_os_str() == "-";
     let dest = match to_stdout {
         true => PathBuf::from("-"),
@@ -636,8 +641,9 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
         Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
     )
     .await;
-    let engine = Engine::new(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
-    let source_engine = Engine::new(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
+    let engine = crate::batch::engine(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
+    let source_engine =
+        crate::batch::engine(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
     if args.many.dry_run {
         return dry_run(
             &format!("copy s3://{source_bucket}/{source_key}"),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use sluice_store::{error_chain, ObjectStore, StoreLocation};
-use sluice_upload::{Engine, EngineConfig};
+use sluice_upload::EngineConfig;
 
 use crate::args::RmArgs;
 use crate::many::filter::Filter;
@@ -54,7 +54,7 @@ pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
         _ => args.location.clone(),
     };
     let prefix = Side::open_store(&side_location, crate::target::Intent::Read, &args.store).await?;
-    let engine = Engine::new(prefix.store.clone(), EngineConfig::default())?;
+    let engine = crate::batch::engine(prefix.store.clone(), EngineConfig::default())?;
     let store = engine.retrying_store();
     let roots = Arc::new(Roots {
         source: String::new(),

@@ -17,7 +17,7 @@ pub struct Bar(Option<ProgressBar>);
 
 impl Bar {
     pub fn new(quiet: bool, total: Option<u64>) -> Bar {
-        if quiet || !std::io::stderr().is_terminal() {
+        if quiet || !std::io::stderr().is_terminal() || crate::batch::active() {
             return Bar(None);
         }
         let bar = match total {

@@ -693,3 +693,103 @@ fn wildcards_select_keys_and_files() {
     let left = keys(&ok(&endpoint, &["ls", "-r", &format!("{base}logs/")]));
     assert_eq!(left, ["2025-12/c.gz", "2026-01/keep.txt", "2026-02/b.gz"]);
 }
+
+/// `sluice run` (s5cmd run): a file of commands, several at once; each
+/// command's output printed, each failure reported by its line, and an exit
+/// code that says whether any failed.
+#[test]
+fn a_file_of_commands_runs_and_says_what_failed() {
+    let Some(endpoint) = minio::endpoint("batch") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(minio::store("batch"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "s3://{}/{}",
+        minio::TEST_BUCKET,
+        minio::unique_prefix("batch")
+    );
+    let mut commands = String::from("# uploads, then copies back\n\n");
+    for i in 0..20 {
+        let file = dir.path().join(format!("in/{i}.txt"));
+        write(&file, format!("file {i}").as_bytes());
+        commands += &format!("put '{}' {base}up/{i}.txt --quiet\n", file.display());
+    }
+    let file = dir.path().join("commands.txt");
+    std::fs::write(&file, &commands).unwrap();
+    let out = sluice(&["run", file.to_str().unwrap(), "--endpoint", &endpoint])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 20);
+    assert!(stderr.contains("ran 20 commands: 0 failed"), "{stderr}");
+
+    // From standard input, with failures among successes.
+    let down = dir.path().join("down");
+    let lines = format!(
+        "sluice get {base}up/ '{}' --quiet\ncat {base}up/7.txt\ncat {base}up/missing.txt\nserve\ncp --frobnicate a b\nls {base}up/ --summarize\n",
+        down.display()
+    );
+    let mut child = sluice(&["run", "-", "--endpoint", &endpoint, "--jobs", "3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stdout.contains("file 7") && stdout.contains("Total Objects: 20"),
+        "{stdout}"
+    );
+    for failure in [
+        "line 3 (cat ",
+        "no such object",
+        "line 4 (serve): `serve` cannot run from a file",
+        "line 5 (cp --frobnicate a b)",
+        "ran 6 commands: 3 failed",
+    ] {
+        assert!(stderr.contains(failure), "{failure:?} not in:\n{stderr}");
+    }
+    assert_eq!(std::fs::read(down.join("19.txt")).unwrap(), b"file 19");
+
+    // --json: a line per command on standard error.
+    let mut child = sluice(&["run", "-", "--endpoint", &endpoint, "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("stat {base}up/1.txt\nstat {base}up/none\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let reports: Vec<Value> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let mut oks: Vec<(u64, bool)> = reports
+        .iter()
+        .filter_map(|r| Some((r["line"].as_u64()?, r["ok"].as_bool()?)))
+        .collect();
+    oks.sort();
+    assert_eq!(oks, [(1, true), (2, false)], "{reports:?}");
+}

@@ -144,7 +144,7 @@ pub fn engine(
         store_concurrency: Some(many.jobs.max(transfer.concurrency.tuning().max)),
         ..crate::engine_config(transfer)?
     };
-    Ok(Engine::new(store, config)?)
+    Ok(crate::batch::engine(store, config)?)
 }
 
 pub fn options(many: &ManyArgs, transfer: &TransferArgs, object: ObjectSpec) -> Options {

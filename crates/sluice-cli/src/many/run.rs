@@ -197,7 +197,11 @@ impl Output {
     /// An output with no file found yet: [`Output::found`] counts them as the
     /// listing goes, so the totals grow until [`Output::listed_all`].
     pub fn new(options: &Options) -> Output {
-        let bar = (!options.quiet && !options.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = (!options.quiet
+            && !options.json
+            && std::io::stderr().is_terminal()
+            && !crate::batch::active())
+        .then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
                 ProgressStyle::with_template(
