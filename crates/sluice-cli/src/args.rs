@@ -596,6 +596,9 @@ pub struct RunArgs {
     /// One JSON line per command ({"line", "command", "ok", "error"}) on standard error.
     #[arg(long)]
     pub json: bool,
+    /// Give --dry-run to every command that changes something: nothing changes.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `sluice mb`.
@@ -603,6 +606,9 @@ pub struct RunArgs {
 pub struct MbArgs {
     /// `s3://bucket`, or a directory to make a directory store in.
     pub location: String,
+    /// Say what would be made; make nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -666,6 +672,9 @@ pub struct RmArgs {
     /// Print what would be removed and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Take `*` and `?` as characters of the key, not as wildcards.
+    #[arg(long)]
+    pub raw: bool,
     /// One JSON line per key removed (or that would be).
     #[arg(long)]
     pub json: bool,
@@ -817,6 +826,10 @@ pub struct ManyArgs {
     /// Print what would be transferred (or removed) and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Take `*` and `?` in the source as characters of the key or path, not
+    /// as wildcards.
+    #[arg(long)]
+    pub raw: bool,
     /// Set by `mv`: each source is removed once its copy is complete.
     #[arg(skip)]
     pub move_sources: bool,

@@ -47,8 +47,15 @@ struct Line {
     parsed: Result<(crate::args::Command, clap::ArgMatches), String>,
 }
 
+/// What `sluice run` adds to each line whose command takes it.
+#[derive(Debug, Clone, Default)]
+struct Added {
+    endpoint: Option<String>,
+    dry_run: bool,
+}
+
 /// Splits and parses a line; `None` for blank lines and comments.
-fn parse(number: usize, text: &str, endpoint: Option<&str>) -> Option<Line> {
+fn parse(number: usize, text: &str, added: &Added) -> Option<Line> {
     let trimmed = text.trim();
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return None;
@@ -59,20 +66,32 @@ fn parse(number: usize, text: &str, endpoint: Option<&str>) -> Option<Line> {
             words.remove(0);
         }
         let name = words.first().ok_or("no command")?.clone();
+        // Standard input holds the commands (with `run -`), and several
+        // commands writing to standard output at once would mix their bytes.
+        if words.iter().any(|w| w == "-") {
+            return Err(
+                "`-` (standard input or output) cannot be used by a command run from a file".into(),
+            );
+        }
         if !ALLOWED.contains(&name.as_str()) {
             return Err(format!(
                 "`{name}` cannot run from a file (it may: {})",
                 ALLOWED.join(", ")
             ));
         }
-        let takes_endpoint = Cli::command()
-            .find_subcommand(&name)
-            .is_some_and(|sub| sub.get_arguments().any(|arg| arg.get_id() == "endpoint"));
-        let given = words
-            .iter()
-            .any(|w| w == "--endpoint" || w == "--endpoint-url" || w.starts_with("--endpoint"));
-        if let (Some(endpoint), true, false) = (endpoint, takes_endpoint, given) {
-            words.extend(["--endpoint".to_string(), endpoint.to_string()]);
+        let takes = |id: &str| {
+            Cli::command()
+                .find_subcommand(&name)
+                .is_some_and(|sub| sub.get_arguments().any(|arg| arg.get_id() == id))
+        };
+        let given = |words: &[String], flag: &str| words.iter().any(|w| w.starts_with(flag));
+        if let Some(endpoint) = &added.endpoint {
+            if takes("endpoint") && !given(&words, "--endpoint") {
+                words.extend(["--endpoint".to_string(), endpoint.clone()]);
+            }
+        }
+        if added.dry_run && takes("dry_run") && !given(&words, "--dry-run") {
+            words.push("--dry-run".to_string());
         }
         let argv = std::iter::once("sluice".to_string()).chain(words);
         let matches = Cli::command()
@@ -114,11 +133,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     });
-    let endpoint = args.endpoint.clone();
+    let added = Added {
+        endpoint: args.endpoint.clone(),
+        dry_run: args.dry_run,
+    };
     let lines = tokio_stream_of(receiver)
         .enumerate()
         .filter_map(move |(index, line)| {
-            let parsed = line.map(|text| parse(index + 1, &text, endpoint.as_deref()));
+            let parsed = line.map(|text| parse(index + 1, &text, &added));
             async move { parsed.transpose() }
         });
     let budget = MemoryBudget::new(args.memory_limit);
@@ -144,10 +166,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .buffer_unordered(args.jobs);
     futures::pin_mut!(results);
     let (mut ran, mut failed) = (0u64, 0u64);
-    while let Some(result) = results.next().await {
-        ran += 1;
-        if !result? {
-            failed += 1;
+    // One Ctrl-C for the whole run: no new line starts, the commands in
+    // flight are dropped (their multipart uploads aborted), exit 130.
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    loop {
+        tokio::select! {
+            next = results.next() => match next {
+                Some(result) => {
+                    ran += 1;
+                    if !result? {
+                        failed += 1;
+                    }
+                }
+                None => break,
+            },
+            _ = &mut interrupt => {
+                eprintln!("sluice: interrupted after {} ({failed} failed)", crate::ui::count(ran, "command"));
+                return Err(crate::Interrupted("interrupted: the commands not finished were stopped").into());
+            }
         }
     }
     let _ = read.await;
@@ -208,25 +245,39 @@ mod tests {
             ("run other.txt", Some(false), "cannot run from a file"),
         ];
         for (text, parsed, says) in cases {
-            let line = parse(1, text, None);
+            let line = parse(1, text, &Added::default());
             assert_eq!(line.as_ref().map(|l| l.parsed.is_ok()), parsed, "{text}");
             if let Some(Err(error)) = line.map(|l| l.parsed) {
                 assert!(error.contains(says), "{text}: {error}");
             }
         }
         // The run's --endpoint is added where the line gives none.
-        let line = parse(1, "ls s3://b/", Some("http://127.0.0.1:9")).unwrap();
+        let added = Added {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            dry_run: true,
+        };
+        let line = parse(1, "ls s3://b/", &added).unwrap();
         let (_, matches) = line.parsed.unwrap();
         assert_eq!(
             matches.get_one::<String>("endpoint").map(String::as_str),
             Some("http://127.0.0.1:9")
         );
-        let line = parse(1, "ls s3://b/ --endpoint-url http://x", Some("http://y")).unwrap();
+        let line = parse(1, "ls s3://b/ --endpoint-url http://x", &added).unwrap();
         let (_, matches) = line.parsed.unwrap();
         assert_eq!(
             matches.get_one::<String>("endpoint").map(String::as_str),
             Some("http://x")
         );
+        // --dry-run reaches the commands that change something.
+        for (text, dry) in [
+            ("rm s3://b/k", true),
+            ("cp a s3://b/", true),
+            ("stat s3://b/k", false),
+        ] {
+            let (_, matches) = parse(1, text, &added).unwrap().parsed.unwrap();
+            let has = matches.try_get_one::<bool>("dry_run").ok().flatten() == Some(&true);
+            assert_eq!(has, dry, "{text}");
+        }
     }
 
     #[tokio::test]

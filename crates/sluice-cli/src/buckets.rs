@@ -70,7 +70,16 @@ fn failed(bucket: &str, doing: &str, error: StoreError) -> anyhow::Error {
 }
 
 pub async fn make(args: MbArgs) -> anyhow::Result<()> {
-    match place(&args.location)? {
+    let place = place(&args.location)?;
+    if args.dry_run {
+        let what = match &place {
+            Place::Bucket(name) => format!("bucket s3://{name}"),
+            Place::Directory(path) => format!("directory store {}", path.display()),
+        };
+        crate::output::out!("dry run: would make {what}; nothing changed");
+        return Ok(());
+    }
+    match place {
         Place::Bucket(name) => {
             bucket(&name, &args.store)
                 .await
@@ -85,6 +94,16 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
                     "{} is already a directory store",
                     path.display()
                 ));
+            }
+            // A store inside another splits their bookkeeping: an object
+            // written through one loses its metadata read through the other.
+            if let Some((outer, _)) = crate::target::enclosing_store(&path)? {
+                return Err(UsageError(format!(
+                    "{} lies in the directory store {}: use a prefix of it",
+                    path.display(),
+                    outer.display()
+                ))
+                .into());
             }
             FsStore::create(FsConfig::new(&path))
                 .with_context(|| format!("cannot make a directory store at {}", path.display()))?;
@@ -119,16 +138,10 @@ async fn remove_bucket(name: &str, args: &RbArgs) -> anyhow::Result<()> {
             );
             return Ok(());
         }
-        crate::rm::run(crate::args::RmArgs {
-            location: format!("s3://{name}/"),
-            include: Vec::new(),
-            exclude: Vec::new(),
-            dry_run: false,
-            json: false,
-            verbose: false,
-            store: args.store.clone(),
-        })
-        .await?;
+        let removed = remove_every_object(&store)
+            .await
+            .map_err(|e| failed(name, "empty", e))?;
+        crate::output::out!("deleted {}", crate::ui::count(removed, "object"));
         for upload in uploads {
             store
                 .abort_multipart_upload(&upload.key, &upload.upload_id)
@@ -160,6 +173,30 @@ async fn remove_bucket(name: &str, args: &RbArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every key of the bucket removed, 1,000 per request, whatever it is
+/// (folder markers ending in `/` and `_sluice/` state included, which
+/// transfers leave alone): what `rb --force` needs before DeleteBucket.
+async fn remove_every_object(store: &S3Store) -> Result<u64, StoreError> {
+    let mut removed = 0;
+    loop {
+        // Each page is listed from the start: what was removed is gone.
+        let page = store.list_objects("", None, 1000).await?;
+        if page.objects.is_empty() {
+            return Ok(removed);
+        }
+        let keys: Vec<String> = page.objects.into_iter().map(|o| o.key).collect();
+        let failures = store.delete_objects(&keys).await?;
+        if let Some(failure) = failures.first() {
+            return Err(StoreError::Service {
+                status: 0,
+                code: "DeleteFailed".into(),
+                message: format!("{}: {}", failure.key, failure.reason),
+            });
+        }
+        removed += keys.len() as u64;
+    }
+}
+
 /// Objects in the bucket (whole pages; for a dry run).
 async fn count_objects(store: &S3Store) -> Result<u64, StoreError> {
     let mut cursor = None;
@@ -177,7 +214,8 @@ async fn count_objects(store: &S3Store) -> Result<u64, StoreError> {
 /// A directory store is removed only when it is one (it holds `.sluice/`);
 /// without --force only when it holds nothing but its bookkeeping.
 fn remove_directory_store(path: &Path, args: &RbArgs) -> anyhow::Result<()> {
-    if !path.join(INTERNAL_DIR).is_dir() {
+    refuse_where_you_stand(path)?;
+    if !crate::target::is_store_root(path) {
         return Err(UsageError(format!(
             "{} is not a directory store (no {INTERNAL_DIR}/ in it): rb removes only stores",
             path.display()
@@ -207,6 +245,29 @@ fn remove_directory_store(path: &Path, args: &RbArgs) -> anyhow::Result<()> {
     }
     std::fs::remove_dir_all(path).with_context(|| format!("cannot remove {}", path.display()))?;
     crate::output::out!("removed directory store {}", path.display());
+    Ok(())
+}
+
+/// Refuses to remove the working directory, a directory above it, or the
+/// home directory (or one above it): a stray `.sluice/` there, left by an
+/// older release, must not make `rb --force .` remove a user's files.
+fn refuse_where_you_stand(path: &Path) -> Result<(), UsageError> {
+    let full =
+        std::fs::canonicalize(path).map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    let places = [
+        std::env::current_dir().ok(),
+        std::env::var_os("HOME").map(std::path::PathBuf::from),
+    ];
+    for place in places.into_iter().flatten() {
+        let place = std::fs::canonicalize(&place).unwrap_or(place);
+        if place.starts_with(&full) {
+            return Err(UsageError(format!(
+                "{} holds {}: rb does not remove the working or home directory, or one above them",
+                path.display(),
+                place.display()
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -244,6 +244,8 @@ async fn put(mut args: PutArgs) -> anyhow::Result<()> {
         // Pipes, FIFOs and devices are read as streams of unknown length.
         meta.is_file().then_some(meta.len())
     };
+    // What mv checks the file against before it removes it.
+    let uploaded_mtime = std::fs::metadata(&args.src).and_then(|m| m.modified()).ok();
     no_filters(&args.many)?;
     if let Ok(sluice_store::StoreLocation::Local(_)) =
         sluice_store::StoreLocation::parse(&args.dest)
@@ -344,12 +346,8 @@ async fn put(mut args: PutArgs) -> anyhow::Result<()> {
         (outcome, None)
     };
     if args.many.move_sources {
-        std::fs::remove_file(&args.src).with_context(|| {
-            format!(
-                "uploaded, but {} stays: it could not be removed",
-                args.src.display()
-            )
-        })?;
+        many::run::remove_uploaded_file(&args.src, outcome.size, uploaded_mtime)
+            .map_err(|reason| anyhow!("uploaded, but {} stays: {reason}", args.src.display()))?;
     }
     if args.many.json {
         let source = args.src.display().to_string();
@@ -405,17 +403,18 @@ async fn get(mut args: GetArgs) -> anyhow::Result<()> {
     validate_key(&target.key).map_err(|e| UsageError(format!("key {:?}: {e}", target.key)))?;
     let engine = crate::batch::engine(target.store.clone(), config)?;
     let to_stdout = args.dest.as_os_str() == "-";
+    if args.many.dry_run {
+        // Before the destination's directories are made.
+        return dry_run(
+            &format!("download {}", target.display),
+            &args.dest.display().to_string(),
+            &args.many,
+        );
+    }
     let dest = match to_stdout {
         true => PathBuf::from("-"),
         false => destination_path(&args.dest, &target.key)?,
     };
-    if args.many.dry_run {
-        return dry_run(
-            &format!("download {}", target.display),
-            &dest.display().to_string(),
-            &args.many,
-        );
-    }
     if args.many.no_clobber && !to_stdout && std::fs::symlink_metadata(&dest).is_ok() {
         return kept(&dest.display().to_string());
     }
@@ -627,6 +626,13 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
         rest
     };
     validate_key(&key).map_err(|e| UsageError(format!("key {key:?}: {e}")))?;
+    if source_bucket == bucket && source_key == key {
+        // A multipart copy onto itself would succeed, and mv then remove it.
+        return Err(UsageError(format!(
+            "s3://{bucket}/{key} is both the source and the destination"
+        ))
+        .into());
+    }
     let target = target::connect_s3(
         bucket.clone(),
         String::new(),
@@ -733,6 +739,12 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
 /// is made when missing, as for a prefix's files.
 fn destination_path(dest: &Path, key: &str) -> anyhow::Result<PathBuf> {
     let name = key.rsplit('/').next().unwrap_or(key);
+    if name == sluice_store::fs::INTERNAL_DIR {
+        return Err(UsageError(format!(
+            "{key:?} would be written as {name}, a directory store's bookkeeping: give a file name"
+        ))
+        .into());
+    }
     let written_as_dir = dest.as_os_str().to_string_lossy().ends_with('/');
     let path = match dest.is_dir() || written_as_dir {
         true => dest.join(name),

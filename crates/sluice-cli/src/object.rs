@@ -121,8 +121,12 @@ impl ObjectSpec {
     }
 
     /// Whether any flag was given (a server-side copy keeps the source's).
+    /// SLUICE_CONTENT_TYPE in the environment is a default for uploads, not
+    /// a request made of this command.
     pub fn is_given(&self) -> bool {
-        self.content_type.is_some()
+        let from_environment = self.content_type.is_some()
+            && std::env::var("SLUICE_CONTENT_TYPE").ok() == self.content_type;
+        (self.content_type.is_some() && !from_environment)
             || !self.guess
             || !self.metadata.is_empty()
             || self.settings != ObjectSettings::default()

@@ -16,7 +16,10 @@ use crate::many::{self, Feed, Listed, Side};
 use crate::UsageError;
 
 pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
-    let wildcard = crate::wildcard::Wildcard::split(&args.location);
+    let wildcard = match args.raw {
+        true => None,
+        false => crate::wildcard::Wildcard::split(&args.location),
+    };
     if let Some(wildcard) = &wildcard {
         args.location = wildcard.base.clone();
     }
@@ -33,14 +36,23 @@ pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
             .into())
         }
         StoreLocation::S3 { .. } => None,
-        StoreLocation::Local(_) if args.location.ends_with('/') => None,
-        StoreLocation::Local(path) => {
+        StoreLocation::Local(path) if !args.location.ends_with('/') => {
             return Err(UsageError(format!(
-            "{}: a local location is a directory store and must end with / (use rm(1) for a file)",
-            path.display()
-        ))
+                "{}: a local location is a directory store and must end with / (use rm(1) for a file)",
+                path.display()
+            ))
             .into())
         }
+        // Files are removed only from a directory store: a plain directory
+        // (or a wildcard's base, `./`) is rm(1)'s to clear.
+        StoreLocation::Local(path) if crate::target::enclosing_store(path)?.is_none() => {
+            return Err(UsageError(format!(
+                "{} is not in a directory store (no .sluice/ in it or above it): use rm(1) for plain files",
+                path.display()
+            ))
+            .into())
+        }
+        StoreLocation::Local(_) => None,
     };
     if single_key.is_some() && (!args.include.is_empty() || !args.exclude.is_empty()) {
         return Err(UsageError(

@@ -102,7 +102,7 @@ pub fn enclosing_store(path: &Path) -> Result<Option<(PathBuf, String)>, UsageEr
     }
     for depth in (0..=parts.len()).rev() {
         let root: PathBuf = base.iter().chain(parts[..depth].iter().copied()).collect();
-        if !root.join(sluice_store::fs::INTERNAL_DIR).is_dir() {
+        if !is_store_root(&root) {
             continue;
         }
         let mut rest = String::new();
@@ -128,6 +128,18 @@ pub fn enclosing_store(path: &Path) -> Result<Option<(PathBuf, String)>, UsageEr
     Ok(None)
 }
 
+/// Whether `dir` holds a store's bookkeeping that this user may trust: a
+/// real `.sluice` directory (not a link to one) of the user's own, so that
+/// another user's `/tmp/.sluice` does not make `/tmp/x` part of their store
+/// (the trap git closed for its `.git`).
+pub fn is_store_root(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(dir.join(sluice_store::fs::INTERNAL_DIR)) {
+        Ok(meta) => meta.is_dir() && meta.uid() == rustix::process::getuid().as_raw(),
+        Err(_) => false,
+    }
+}
+
 /// `root` relative to the working directory when it lies within it.
 fn relative_to_cwd(root: &Path) -> Option<PathBuf> {
     let cwd = std::env::current_dir().ok()?;
@@ -142,7 +154,7 @@ fn relative_to_cwd(root: &Path) -> Option<PathBuf> {
 /// of its own: `sluice put f copy.txt` in a project directory must not leave
 /// `./.sluice/` there.
 pub fn check_new_store(root: &Path) -> Result<(), UsageError> {
-    if root.join(sluice_store::fs::INTERNAL_DIR).is_dir() {
+    if is_store_root(root) {
         return Ok(());
     }
     let holds_files = match std::fs::read_dir(root) {

@@ -26,7 +26,12 @@ const WILDCARDS: [char; 2] = ['*', '?'];
 
 impl Wildcard {
     /// Splits `location` when it holds a wildcard (in the key, for `s3://`).
+    /// A local path that exists as written is itself, not a pattern
+    /// (`what?.txt` names that file).
     pub fn split(location: &str) -> Option<Wildcard> {
+        if !location.starts_with("s3://") && std::path::Path::new(location).exists() {
+            return None;
+        }
         let searched_from = match location.strip_prefix("s3://") {
             Some(rest) => location.len() - rest.len() + rest.find('/')? + 1,
             None => 0,
@@ -59,6 +64,9 @@ pub fn take(
     location: &str,
     many: &mut crate::args::ManyArgs,
 ) -> Result<Option<String>, UsageError> {
+    if many.raw {
+        return Ok(None);
+    }
     let Some(wildcard) = Wildcard::split(location) else {
         return Ok(None);
     };

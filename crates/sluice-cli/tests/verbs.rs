@@ -793,3 +793,200 @@ fn a_file_of_commands_runs_and_says_what_failed() {
     oks.sort();
     assert_eq!(oks, [(1, true), (2, false)], "{reports:?}");
 }
+
+/// What a fresh-eyes review found could lose data or mislead, each tried.
+#[test]
+fn the_review_holes_stay_closed() {
+    let Some(endpoint) = minio::endpoint("review_holes") else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(minio::store("review_holes")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!(
+        "s3://{}/{}",
+        minio::TEST_BUCKET,
+        minio::unique_prefix("holes")
+    );
+    seed(&endpoint, &base, dir.path());
+    let a = format!("{base}a.txt");
+
+    // mv (or cp) of an object onto itself: refused, the object stays.
+    failing(
+        &endpoint,
+        &["mv", &a, &a],
+        2,
+        "both the source and the destination",
+    );
+    failing(
+        &endpoint,
+        &["mv", &a, &base],
+        2,
+        "both the source and the destination",
+    );
+    assert_eq!(ok(&endpoint, &["cat", &a]), "hello, world");
+
+    // A key with `?` in it: --raw removes that key, not what the pattern matches.
+    let odd = dir.path().join("odd");
+    write(&odd.join("what?.txt"), b"literal");
+    write(&odd.join("whatX.txt"), b"other");
+    ok(
+        &endpoint,
+        &[
+            "put",
+            odd.to_str().unwrap(),
+            &format!("{base}odd/"),
+            "--quiet",
+        ],
+    );
+    ok(&endpoint, &["rm", "--raw", &format!("{base}odd/what?.txt")]);
+    assert_eq!(
+        ok(&endpoint, &["cat", &format!("{base}odd/whatX.txt")]),
+        "other"
+    );
+    failing(
+        &endpoint,
+        &["stat", &format!("{base}odd/what?.txt")],
+        1,
+        "no such object",
+    );
+    // A local path that exists is itself, not a pattern.
+    let out = ok(
+        &endpoint,
+        &[
+            "put",
+            odd.join("what?.txt").to_str().unwrap(),
+            &format!("{base}lit/"),
+            "--json",
+        ],
+    );
+    assert!(out.contains("\"files\":1"), "{out}");
+
+    // Keys holding a `.sluice` segment are never written as local files.
+    let sidecar = dir.path().join("sidecar.json");
+    write(&sidecar, b"{}");
+    ok(
+        &endpoint,
+        &[
+            "put",
+            sidecar.to_str().unwrap(),
+            &format!("{base}tree/x/.sluice/sidecars/a.json"),
+            "--quiet",
+        ],
+    );
+    ok(
+        &endpoint,
+        &[
+            "put",
+            sidecar.to_str().unwrap(),
+            &format!("{base}tree/x/data.json"),
+            "--quiet",
+        ],
+    );
+    let down = dir.path().join("down");
+    ok(
+        &endpoint,
+        &[
+            "get",
+            &format!("{base}tree/"),
+            down.to_str().unwrap(),
+            "--quiet",
+        ],
+    );
+    assert!(down.join("x/data.json").exists() && !down.join("x/.sluice").exists());
+
+    // SLUICE_CONTENT_TYPE is a default for uploads, not a flag a copy refuses.
+    let out = sluice(&[
+        "cp",
+        &a,
+        &format!("{base}copy.txt"),
+        "--endpoint",
+        &endpoint,
+    ])
+    .env("SLUICE_CONTENT_TYPE", "text/plain")
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Commands from a file may not use standard input or output.
+    let mut child = sluice(&["run", "-", "--endpoint", &endpoint])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("get {a} -\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`-` (standard input or output)"));
+
+    // Local stores: no store inside a store, no rm in a plain directory, and
+    // rb does not remove the directory it is run from.
+    let store = dir.path().join("store");
+    ok(&endpoint, &["mb", store.to_str().unwrap()]);
+    failing(
+        &endpoint,
+        &["mb", store.join("inner").to_str().unwrap()],
+        2,
+        "lies in the directory store",
+    );
+    let plain = dir.path().join("plain");
+    write(&plain.join("keep.o"), b"object file");
+    failing(
+        &endpoint,
+        &["rm", &format!("{}/", plain.display())],
+        2,
+        "use rm(1)",
+    );
+    failing(
+        &endpoint,
+        &["rm", &format!("{}/*.o", plain.display())],
+        2,
+        "use rm(1)",
+    );
+    assert!(plain.join("keep.o").exists());
+    let out = sluice(&["rb", ".", "--force"])
+        .current_dir(&store)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(store.join(".sluice").is_dir());
+
+    // rb --force empties a bucket of what transfers leave alone: a folder
+    // marker (a key ending in /) and sluice's own _sluice/ state.
+    let bucket = format!("holes-{}", std::process::id());
+    ok(&endpoint, &["mb", &format!("s3://{bucket}")]);
+    runtime.block_on(async {
+        let client = admin(&endpoint).await;
+        for key in ["folder/", "_sluice/probe", "plain.txt"] {
+            client
+                .put_object()
+                .bucket(&bucket)
+                .key(key)
+                .body(aws_sdk_s3::primitives::ByteStream::from_static(b"x"))
+                .send()
+                .await
+                .unwrap();
+        }
+    });
+    let out = ok(&endpoint, &["rb", &format!("s3://{bucket}"), "--force"]);
+    assert!(
+        out.contains("deleted 3 objects") && out.contains("removed bucket"),
+        "{out}"
+    );
+}

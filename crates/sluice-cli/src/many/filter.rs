@@ -94,6 +94,15 @@ impl Filter {
 
     /// Whether the file or object at `relative` is taken.
     pub fn accepts(&self, relative: &str) -> bool {
+        // A directory store's bookkeeping, on either side, is never data: not
+        // uploaded, not downloaded (it would make a store of the directory),
+        // not deleted by `sync --delete`.
+        if relative
+            .split('/')
+            .any(|segment| segment == sluice_store::fs::INTERNAL_DIR)
+        {
+            return false;
+        }
         if self.pattern.as_ref().is_some_and(|p| !p.is_match(relative)) {
             return false;
         }

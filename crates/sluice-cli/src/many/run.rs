@@ -551,9 +551,9 @@ async fn execute(
         output.advance(job.size.saturating_sub(sent.load(Ordering::Relaxed)));
     }
     match (result, options.move_sources) {
-        (Ok(()), true) => remove_source(engine, &job.action).await.map_err(|reason| {
-            format!("copied, but the source stays: it could not be removed: {reason}")
-        }),
+        (Ok(()), true) => remove_source(engine, &job.action, job.size)
+            .await
+            .map_err(|reason| format!("copied, but the source stays: {reason}")),
         (result, _) => result,
     }
     .map(|()| Executed::Transferred)
@@ -577,14 +577,32 @@ async fn target_exists(engine: &Engine, action: &Action) -> Result<bool, String>
     }
 }
 
+/// `mv` of a local file: removed only when it is still what was uploaded
+/// (its size and modification time), so that what was written to it since
+/// (a log still growing) is not lost.
+pub fn remove_uploaded_file(
+    path: &std::path::Path,
+    size: u64,
+    modified: Option<SystemTime>,
+) -> Result<(), String> {
+    let now = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if now.len() != size || (modified.is_some() && now.modified().ok() != modified) {
+        return Err("it changed after its upload and is kept".into());
+    }
+    std::fs::remove_file(path).map_err(|e| format!("it could not be removed: {e}"))
+}
+
 /// `mv`: the source of a completed transfer removed.
-async fn remove_source(engine: &Engine, action: &Action) -> Result<(), String> {
+async fn remove_source(engine: &Engine, action: &Action, size: u64) -> Result<(), String> {
     use sluice_store::ObjectStore;
     let removed = match action {
-        Action::Upload { path, .. } => {
-            return tokio::fs::remove_file(path)
-                .await
-                .map_err(|e| e.to_string())
+        Action::Upload { path, modified, .. } => {
+            let (path, modified) = (path.clone(), *modified);
+            return tokio::task::spawn_blocking(move || {
+                remove_uploaded_file(&path, size, Some(modified))
+            })
+            .await
+            .map_err(|e| e.to_string())?;
         }
         Action::Download { listed, .. } => engine.retrying_store().delete_object(&listed.key).await,
         Action::Copy {
@@ -624,4 +642,52 @@ fn progress(output: &Output, sent: &Arc<AtomicU64>) -> Option<ProgressFn> {
         let before = sent.swap(p.bytes_done, Ordering::Relaxed);
         bar.inc(p.bytes_done.saturating_sub(before));
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `mv` of a file that grew (or was rewritten) after its upload keeps it.
+    #[test]
+    fn a_file_changed_after_its_upload_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.log");
+        std::fs::write(&path, b"line 1\n").unwrap();
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        // (what happens after the upload, removed)
+        let later = modified + Duration::from_secs(5);
+        let cases: [(&dyn Fn(), bool); 3] = [
+            (
+                &|| std::fs::write(&path, b"line 1\nline 2\n").unwrap(),
+                false,
+            ),
+            (
+                &|| {
+                    std::fs::write(&path, b"line 9\n").unwrap();
+                    std::fs::File::options()
+                        .write(true)
+                        .open(&path)
+                        .unwrap()
+                        .set_modified(later)
+                        .unwrap();
+                },
+                false,
+            ),
+            (&|| {}, true),
+        ];
+        for (index, (change, removed)) in cases.into_iter().enumerate() {
+            std::fs::write(&path, b"line 1\n").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(modified)
+                .unwrap();
+            change();
+            let result = remove_uploaded_file(&path, 7, Some(modified));
+            assert_eq!(result.is_ok(), removed, "case {index}: {result:?}");
+            assert_eq!(path.exists(), !removed, "case {index}");
+        }
+    }
 }
