@@ -590,9 +590,10 @@ pub struct RunArgs {
     /// The memory every command's transfers share.
     #[arg(long, value_parser = parse_size, default_value = "512MiB")]
     pub memory_limit: u64,
-    /// Given to every command that takes it (as if on each line), unless the line gives its own.
-    #[arg(long, value_name = "URL")]
-    pub endpoint: Option<String>,
+    /// Where the store is and how to sign for it: given to every line
+    /// (as if written on it) that does not give its own.
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// One JSON line per command ({"line", "command", "ok", "error"}) on standard error.
     #[arg(long)]
     pub json: bool,

@@ -50,8 +50,32 @@ struct Line {
 /// What `sluice run` adds to each line whose command takes it.
 #[derive(Debug, Clone, Default)]
 struct Added {
-    endpoint: Option<String>,
+    store: crate::args::StoreArgs,
     dry_run: bool,
+}
+
+impl Added {
+    /// The flags to add, by the id of the argument that takes each.
+    fn flags(&self) -> Vec<(&'static str, &'static str, Option<String>)> {
+        let mut flags = Vec::new();
+        let valued = [
+            ("endpoint", "--endpoint", &self.store.endpoint),
+            ("region", "--region", &self.store.region),
+            ("profile", "--profile", &self.store.profile),
+        ];
+        for (id, flag, value) in valued {
+            if let Some(value) = value {
+                flags.push((id, flag, Some(value.clone())));
+            }
+        }
+        if self.store.no_sign_request {
+            flags.push(("no_sign_request", "--no-sign-request", None));
+        }
+        if self.dry_run {
+            flags.push(("dry_run", "--dry-run", None));
+        }
+        flags
+    }
 }
 
 /// Splits and parses a line; `None` for blank lines and comments.
@@ -85,13 +109,11 @@ fn parse(number: usize, text: &str, added: &Added) -> Option<Line> {
                 .is_some_and(|sub| sub.get_arguments().any(|arg| arg.get_id() == id))
         };
         let given = |words: &[String], flag: &str| words.iter().any(|w| w.starts_with(flag));
-        if let Some(endpoint) = &added.endpoint {
-            if takes("endpoint") && !given(&words, "--endpoint") {
-                words.extend(["--endpoint".to_string(), endpoint.clone()]);
+        for (id, flag, value) in added.flags() {
+            if takes(id) && !given(&words, flag) {
+                words.push(flag.to_string());
+                words.extend(value);
             }
-        }
-        if added.dry_run && takes("dry_run") && !given(&words, "--dry-run") {
-            words.push("--dry-run".to_string());
         }
         let argv = std::iter::once("sluice".to_string()).chain(words);
         let matches = Cli::command()
@@ -134,7 +156,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     });
     let added = Added {
-        endpoint: args.endpoint.clone(),
+        store: args.store.clone(),
         dry_run: args.dry_run,
     };
     let lines = tokio_stream_of(receiver)
@@ -253,7 +275,12 @@ mod tests {
         }
         // The run's --endpoint is added where the line gives none.
         let added = Added {
-            endpoint: Some("http://127.0.0.1:9".into()),
+            store: crate::args::StoreArgs {
+                endpoint: Some("http://127.0.0.1:9".into()),
+                region: Some("eu-west-3".into()),
+                profile: None,
+                no_sign_request: true,
+            },
             dry_run: true,
         };
         let line = parse(1, "ls s3://b/", &added).unwrap();
@@ -268,6 +295,11 @@ mod tests {
             matches.get_one::<String>("endpoint").map(String::as_str),
             Some("http://x")
         );
+        assert_eq!(
+            matches.get_one::<String>("region").map(String::as_str),
+            Some("eu-west-3")
+        );
+        assert_eq!(matches.get_one::<bool>("no_sign_request"), Some(&true));
         // --dry-run reaches the commands that change something.
         for (text, dry) in [
             ("rm s3://b/k", true),
