@@ -534,13 +534,8 @@ async fn cp(mut args: CopyArgs) -> anyhow::Result<()> {
         sluice_store::StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))?;
     }
     let is_s3 = |location: &str| location.starts_with("s3://");
-    if is_s3(&args.src) && object::ObjectSpec::from_args(&args.object)?.is_given() {
-        return Err(UsageError(
-            "--content-type, --metadata and the other object settings apply to uploads (a local source); \
-a copy from a bucket keeps the source's"
-                .into(),
-        )
-        .into());
+    if is_s3(&args.src) {
+        object::ObjectSpec::from_args(&args.object)?.check_for_copy(is_s3(&args.dest))?;
     }
     match (is_s3(&args.src), is_s3(&args.dest)) {
         (false, true) => {
@@ -564,7 +559,8 @@ a copy from a bucket keeps the source's"
             .await
         }
         (true, true) if names_prefix(&args.src) => {
-            many::copy_prefix(&args.src, &args.dest, &args.many, &args.transfer).await
+            let object = object::ObjectSpec::from_args(&args.object)?;
+            many::copy_prefix(&args.src, &args.dest, object, &args.many, &args.transfer).await
         }
         (true, true) => {
             no_filters(&args.many)?;
@@ -690,7 +686,9 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
         }
     };
     let started = Instant::now();
+    let placement = object::ObjectSpec::from_args(&args.object)?.placement();
     let request = sluice_upload::CopyRequest {
+        placement,
         source_bucket: (source_bucket != bucket).then(|| sluice_upload::SourceBucket {
             name: source_bucket.clone(),
             store: source_engine.store().clone(),

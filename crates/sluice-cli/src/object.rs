@@ -120,16 +120,57 @@ impl ObjectSpec {
         })
     }
 
-    /// Whether any flag was given (a server-side copy keeps the source's).
-    /// SLUICE_CONTENT_TYPE in the environment is a default for uploads, not
-    /// a request made of this command.
+    /// Whether any flag was given.
     pub fn is_given(&self) -> bool {
+        self.headers_given() || self.placement() != ObjectSettings::default()
+    }
+
+    /// Whether a flag a server-side copy cannot apply was given: the type,
+    /// headers or metadata (a copy keeps the source's). SLUICE_CONTENT_TYPE
+    /// in the environment is a default for uploads, not a request made of
+    /// this command.
+    pub fn headers_given(&self) -> bool {
         let from_environment = self.content_type.is_some()
             && std::env::var("SLUICE_CONTENT_TYPE").ok() == self.content_type;
         (self.content_type.is_some() && !from_environment)
             || !self.guess
             || !self.metadata.is_empty()
-            || self.settings != ObjectSettings::default()
+            || self.settings.cache_control.is_some()
+            || self.settings.content_encoding.is_some()
+            || self.settings.content_disposition.is_some()
+    }
+
+    /// What a copy inside the service can be asked for: storage class, ACL
+    /// and encryption.
+    pub fn placement(&self) -> ObjectSettings {
+        ObjectSettings {
+            storage_class: self.settings.storage_class.clone(),
+            acl: self.settings.acl.clone(),
+            encryption: self.settings.encryption.clone(),
+            ..ObjectSettings::default()
+        }
+    }
+
+    /// Refuses the flags a copy from a bucket cannot apply: to a bucket, the
+    /// type, headers and metadata (the source's are kept); to local files, all.
+    pub fn check_for_copy(&self, to_bucket: bool) -> Result<(), UsageError> {
+        let refused = match to_bucket {
+            true => self.headers_given(),
+            false => self.is_given(),
+        };
+        match (refused, to_bucket) {
+            (false, _) => Ok(()),
+            (true, true) => Err(UsageError(
+                "--content-type, --metadata and the header flags apply to uploads (a local source): \
+a copy from a bucket keeps the source's (--storage-class, --acl and --sse apply to it)"
+                    .into(),
+            )),
+            (true, false) => Err(UsageError(
+                "--content-type, --metadata and the other object settings apply to what is stored in a bucket, \
+not to downloaded files"
+                    .into(),
+            )),
+        }
     }
 
     /// Refuses what a directory store cannot keep, before anything is sent.

@@ -236,10 +236,41 @@ async fn object_settings_reach_the_object() {
         None => eprintln!("SLUICE_TEST_KMS_KEY unset: server-side encryption not tried"),
     }
 
+    // A copy inside the bucket takes a storage class (and encryption) asked
+    // for, and keeps the source's type and headers, on CopyObject.
+    let copy_url = url("copied.csv");
+    let mut args = vec![
+        "cp",
+        &big_url,
+        &copy_url,
+        "--storage-class",
+        "REDUCED_REDUNDANCY",
+    ];
+    if kms.is_some() {
+        args.extend(["--sse", "AES256"]);
+    }
+    ok(&endpoint, &args);
+    let meta = head(&store, &format!("{prefix}copied.csv")).await;
+    assert_eq!(
+        meta.settings.storage_class.as_deref(),
+        Some("REDUCED_REDUNDANCY")
+    );
+    assert_eq!(meta.content_type.as_deref(), Some("text/csv"));
+    assert_eq!(meta.settings.cache_control.as_deref(), Some("max-age=1"));
+    if kms.is_some() {
+        assert_eq!(meta.settings.encryption, Some(Encryption::S3Managed));
+    }
+    // Asked for nothing, a copy sends none: the store decides (AWS takes the
+    // bucket's defaults; MinIO keeps the source's class), type and headers kept.
+    let plain_url = url("plain-copy.csv");
+    ok(&endpoint, &["cp", &big_url, &plain_url]);
+    let meta = head(&store, &format!("{prefix}plain-copy.csv")).await;
+    assert_eq!(meta.settings.cache_control.as_deref(), Some("max-age=1"));
+
     // Settings a target cannot keep, or that a copy would not apply, are
     // refused before anything is sent.
     let local = dir.path().join("local-store/x.txt");
-    let (copy_url, put_url, r_url) = (url("copy.csv"), url("put/"), url("r.pdf"));
+    let (copy_url, put_url, r_url) = (url("refused.csv"), url("put/"), url("r.pdf"));
     let down = dir.path().join("down");
     let down = down.to_str().unwrap();
     // (arguments, what the error says)
@@ -260,7 +291,7 @@ async fn object_settings_reach_the_object() {
         ),
         (
             vec!["sync", &put_url, down, "--cache-control", "x"],
-            "apply to uploads",
+            "not to downloaded files",
         ),
         (
             vec!["put", page.to_str().unwrap(), &r_url, "--acl", "world"],

@@ -337,6 +337,9 @@ pub struct CopyObjectRequest {
     pub source_key: String,
     /// As in [`CopyPartRequest::source_bucket`].
     pub source_bucket: Option<String>,
+    /// The copy's storage class, ACL and encryption (unset: the bucket's
+    /// defaults, as CopyObject has them); its headers are the source's.
+    pub placement: ObjectSettings,
 }
 
 /// A listing that stops at the next `/`: the objects directly under a prefix

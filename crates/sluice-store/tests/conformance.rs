@@ -710,6 +710,7 @@ async fn server_side_copy(store: Arc<dyn ObjectStore>) {
             key: "copy-dst/a".into(),
             source_key: "copy-src/a".into(),
             source_bucket: None,
+            placement: Default::default(),
         })
         .await;
     match copied {

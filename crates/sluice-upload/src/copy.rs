@@ -49,6 +49,9 @@ pub struct CopyRequest {
     /// copies only that version (a changed source fails it).
     pub source_etag: Option<String>,
     pub key: String,
+    /// The copy's storage class, ACL and encryption; unset, the bucket's
+    /// defaults (on both paths: its type, headers and metadata are the source's).
+    pub placement: ObjectSettings,
 }
 
 impl Engine {
@@ -63,6 +66,7 @@ impl Engine {
                         key: request.key.clone(),
                         source_key: request.source_key.clone(),
                         source_bucket: request.source_bucket.as_ref().map(|b| b.name.clone()),
+                        placement: request.placement.clone(),
                     })
                 })
                 .await?;
@@ -102,7 +106,13 @@ impl Engine {
         let mut create = CreateMultipartRequest::new(request.key.clone());
         create.content_type = source.content_type;
         create.metadata = source.metadata;
-        create.settings = source.settings;
+        // As CopyObject does: the headers travel, the placement is asked for.
+        create.settings = ObjectSettings {
+            storage_class: request.placement.storage_class.clone(),
+            acl: request.placement.acl.clone(),
+            encryption: request.placement.encryption.clone(),
+            ..source.settings
+        };
         let source_bucket = request.source_bucket.as_ref().map(|b| b.name.clone());
         let upload_id = inner
             .with_retries(
@@ -247,6 +257,7 @@ mod tests {
                 size: 6,
                 source_etag: Some(first.etag.clone()),
                 key: "dst".into(),
+                placement: Default::default(),
             });
             let during = async {
                 if let Change::DuringThePartCopy = change {
@@ -314,6 +325,7 @@ mod tests {
                         size: 6,
                         source_etag: Some(source.etag),
                         key: "dst".into(),
+                        placement: Default::default(),
                     })
                     .await
             }
@@ -351,6 +363,8 @@ mod tests {
             put.content_type = Some("image/jpeg".into());
             put.metadata
                 .insert("sluice-mtime".into(), "1700000000".into());
+            put.settings.cache_control = Some("max-age=9".into());
+            put.settings.storage_class = Some("GLACIER".into());
             let stored = source.put_object(put).await.unwrap();
             let engine = Engine::new(Arc::new(target.clone()), EngineConfig::default()).unwrap();
             let outcome = engine
@@ -363,11 +377,21 @@ mod tests {
                     size: 7,
                     source_etag: Some(stored.etag.clone()),
                     key: "dst".into(),
+                    placement: ObjectSettings {
+                        storage_class: Some("STANDARD_IA".into()),
+                        ..ObjectSettings::default()
+                    },
                 })
                 .await
                 .unwrap();
             assert_eq!(outcome.parts, 1);
             let copied = target.head_object("dst").await.unwrap();
+            // Headers travel with the copy; the placement is the one asked for.
+            assert_eq!(copied.settings.cache_control.as_deref(), Some("max-age=9"));
+            assert_eq!(
+                copied.settings.storage_class.as_deref(),
+                Some("STANDARD_IA")
+            );
             assert_eq!(target.object("dst").as_deref(), Some(&b"a photo"[..]));
             assert_eq!(
                 copied.content_type.as_deref(),

@@ -235,6 +235,7 @@ pub async fn get_prefix(
 pub async fn copy_prefix(
     src: &str,
     dest: &str,
+    object: ObjectSpec,
     many: &ManyArgs,
     transfer: &TransferArgs,
 ) -> anyhow::Result<()> {
@@ -256,7 +257,7 @@ pub async fn copy_prefix(
             &roots,
         )))
     });
-    let options = options(many, transfer, ObjectSpec::default());
+    let options = options(many, transfer, object);
     finish(&engine, "copied", jobs.boxed(), None, &options, None).await
 }
 

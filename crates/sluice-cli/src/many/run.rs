@@ -534,6 +534,7 @@ async fn execute(
             key,
         } => engine
             .copy(CopyRequest {
+                placement: options.object.placement(),
                 source_bucket: source_bucket.clone(),
                 source_key: source_key.clone(),
                 size: job.size,

@@ -106,11 +106,8 @@ pub async fn run(mut args: SyncArgs) -> anyhow::Result<()> {
         super::refuse_nested(from, to)?;
     }
     let object = crate::object::ObjectSpec::from_args(&copy.object)?;
-    if object.is_given() && !matches!(source, Side::Directory(_)) {
-        return Err(UsageError(
-            "--content-type, --metadata and the other object settings apply to uploads (a local source)".into(),
-        )
-        .into());
+    if !matches!(source, Side::Directory(_)) {
+        object.check_for_copy(matches!(dest, Side::Store(_)))?;
     }
     // An engine per store side; the copies run on the destination's, or on
     // the source's when the destination is a directory.

@@ -659,12 +659,27 @@ impl ObjectStore for S3Store {
 
     async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
         let source = self.copy_source(request.source_bucket.as_deref(), &request.source_key);
+        let (encryption, kms_key) = settings::encryption_fields(request.placement.encryption);
         let output = self
             .client
             .copy_object()
             .bucket(&self.bucket)
             .key(self.full_key(&request.key))
             .copy_source(source)
+            .set_storage_class(
+                request
+                    .placement
+                    .storage_class
+                    .map(|c| aws_sdk_s3::types::StorageClass::from(c.as_str())),
+            )
+            .set_acl(
+                request
+                    .placement
+                    .acl
+                    .map(|a| aws_sdk_s3::types::ObjectCannedAcl::from(a.as_str())),
+            )
+            .set_server_side_encryption(encryption)
+            .set_ssekms_key_id(kms_key)
             .send()
             // Not watched for stalls, like a part copy: the store answers once
             // it copied (up to 5 GiB), which takes longer than any deadline
