@@ -77,21 +77,27 @@ fn seed(endpoint: &str, base: &str, dir: &Path) -> Vec<u8> {
     big
 }
 
-#[test]
-fn cat_stat_du_and_presign() {
-    let Some(endpoint) = minio::endpoint("verbs") else {
-        return;
-    };
+/// The test MinIO's endpoint (with the test bucket made), a scratch
+/// directory and a location of the test's own; `None` when the tests may skip.
+fn prepared(test: &str, prefix: &str) -> Option<(String, tempfile::TempDir, String)> {
+    let endpoint = minio::endpoint(test)?;
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(minio::store("verbs"))
+        .block_on(minio::store(test))
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let base = format!(
         "s3://{}/{}",
         minio::TEST_BUCKET,
-        minio::unique_prefix("verbs")
+        minio::unique_prefix(prefix)
     );
+    Some((endpoint, tempfile::tempdir().unwrap(), base))
+}
+
+#[test]
+fn cat_stat_du_and_presign() {
+    let Some((endpoint, dir, base)) = prepared("verbs", "verbs") else {
+        return;
+    };
     let big = seed(&endpoint, &base, dir.path());
 
     // cat: the bytes and nothing else, however large.
@@ -485,19 +491,9 @@ fn aws_flags_mean_what_they_mean_to_aws() {
 /// and `--dry-run` changes nothing, on put, get, cp and mv, one file or many.
 #[test]
 fn no_clobber_keeps_and_dry_run_changes_nothing() {
-    let Some(endpoint) = minio::endpoint("no_clobber") else {
+    let Some((endpoint, dir, base)) = prepared("no_clobber", "noclobber") else {
         return;
     };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(minio::store("no_clobber"))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let base = format!(
-        "s3://{}/{}",
-        minio::TEST_BUCKET,
-        minio::unique_prefix("noclobber")
-    );
     seed(&endpoint, &base, dir.path());
     let newer = dir.path().join("newer");
     write(&newer.join("a.txt"), b"newer a");
@@ -593,19 +589,9 @@ fn no_clobber_keeps_and_dry_run_changes_nothing() {
 /// source; --include/--exclude still apply on top.
 #[test]
 fn wildcards_select_keys_and_files() {
-    let Some(endpoint) = minio::endpoint("wildcards") else {
+    let Some((endpoint, dir, base)) = prepared("wildcards", "wild") else {
         return;
     };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(minio::store("wildcards"))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let base = format!(
-        "s3://{}/{}",
-        minio::TEST_BUCKET,
-        minio::unique_prefix("wild")
-    );
     let tree = dir.path().join("tree");
     for name in [
         "logs/2026-01/a.gz",
@@ -699,19 +685,9 @@ fn wildcards_select_keys_and_files() {
 /// code that says whether any failed.
 #[test]
 fn a_file_of_commands_runs_and_says_what_failed() {
-    let Some(endpoint) = minio::endpoint("batch") else {
+    let Some((endpoint, dir, base)) = prepared("batch", "batch") else {
         return;
     };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(minio::store("batch"))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let base = format!(
-        "s3://{}/{}",
-        minio::TEST_BUCKET,
-        minio::unique_prefix("batch")
-    );
     let mut commands = String::from("# uploads, then copies back\n\n");
     for i in 0..20 {
         let file = dir.path().join(format!("in/{i}.txt"));
