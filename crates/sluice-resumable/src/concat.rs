@@ -94,6 +94,7 @@ impl Resumable {
             key: new.key,
             content_type: new.content_type,
             owner: new.owner,
+            protocol: new.protocol,
             phase: Phase::Finished(Finished {
                 etag: outcome.etag.clone(),
                 checksum: outcome.checksum,

@@ -29,7 +29,7 @@ use sluice_upload::Engine;
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
-pub use record::{new_id, valid_id, Phase, UploadRecord, STATE_PREFIX};
+pub use record::{new_id, valid_id, Phase, Protocol, UploadRecord, STATE_PREFIX};
 pub use write::{Chunk, NewUpload, Written};
 
 use record::Loaded;

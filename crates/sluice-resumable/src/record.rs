@@ -165,7 +165,47 @@ pub struct UploadRecord {
     pub content_type: Option<String>,
     /// Who created the upload (the tenant), when the gateway knows.
     pub owner: Option<String>,
+    /// The protocol it was created with, the only one that may continue it.
+    pub protocol: Protocol,
     pub phase: Phase,
+}
+
+/// The protocol of an upload: the same state behind either, but a client of
+/// one cannot continue an upload of the other (their offsets and completion
+/// rules are spoken differently).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// tus 1.0.
+    #[default]
+    Tus,
+    /// The IETF draft "Resumable Uploads for HTTP".
+    IetfDraft,
+}
+
+impl Protocol {
+    fn is_tus(&self) -> bool {
+        *self == Protocol::Tus
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Protocol::Tus => "tus",
+            Protocol::IetfDraft => "the IETF resumable-upload draft",
+        }
+    }
+}
+
+impl UploadRecord {
+    /// Refuses a request of `protocol` on an upload made with the other one.
+    pub fn check_protocol(&self, protocol: Protocol) -> Result<(), sluice_tus::TusError> {
+        match self.protocol == protocol {
+            true => Ok(()),
+            false => Err(sluice_tus::TusError::OtherProtocol {
+                created_with: self.protocol.name(),
+            }),
+        }
+    }
 }
 
 /// The origin of a resumable upload's object: its id, tenant, content type and
@@ -239,6 +279,8 @@ struct StoredRecord {
     content_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Protocol::is_tus")]
+    protocol: Protocol,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     phase: Option<PhaseName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,6 +346,7 @@ impl TryFrom<StoredRecord> for UploadRecord {
             key: stored.key,
             content_type: stored.content_type,
             owner: stored.owner,
+            protocol: stored.protocol,
             phase,
         })
     }
@@ -316,6 +359,7 @@ impl From<UploadRecord> for StoredRecord {
             key: record.key,
             content_type: record.content_type,
             owner: record.owner,
+            protocol: record.protocol,
             phase: None,
             multipart_id: None,
             parts: Vec::new(),
@@ -609,15 +653,20 @@ mod tests {
             }),
         ];
         for phase in phases {
-            let record = UploadRecord {
-                upload: upload(),
-                key: "k".into(),
-                content_type: None,
-                owner: Some("tenant".into()),
-                phase,
-            };
-            let json = serde_json::to_string(&record).unwrap();
-            assert_eq!(serde_json::from_str::<UploadRecord>(&json).unwrap(), record);
+            for protocol in [Protocol::Tus, Protocol::IetfDraft] {
+                let record = UploadRecord {
+                    upload: upload(),
+                    key: "k".into(),
+                    content_type: None,
+                    owner: Some("tenant".into()),
+                    protocol,
+                    phase: phase.clone(),
+                };
+                let json = serde_json::to_string(&record).unwrap();
+                assert_eq!(serde_json::from_str::<UploadRecord>(&json).unwrap(), record);
+                // A tus record reads as before this field existed.
+                assert_eq!(json.contains("protocol"), protocol != Protocol::Tus);
+            }
         }
     }
 

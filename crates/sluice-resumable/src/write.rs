@@ -36,9 +36,29 @@ use sluice_upload::{
 
 use crate::error::ResumableError;
 use crate::record::{
-    upload_prefix, Finished, Loaded, Phase, Receiving, Segment, StoredPart, TAIL_BYTES,
+    upload_prefix, Finished, Loaded, Phase, Protocol, Receiving, Segment, StoredPart, TAIL_BYTES,
 };
 use crate::{Resumable, UploadRecord};
+
+/// The length a request fixes: the one it names (tus's and the draft's
+/// Upload-Length), or, for a completing body of known size, the offset where
+/// that body ends; refused when the two disagree.
+fn fixed_length(
+    offset: u64,
+    named: Option<u64>,
+    chunk: Option<&Chunk>,
+) -> Result<Option<u64>, TusError> {
+    let ends_at = chunk
+        .filter(|c| c.completes)
+        .and_then(|c| c.declared)
+        .map(|declared| offset.saturating_add(declared));
+    match (named, ends_at) {
+        (Some(length), Some(reached)) if length != reached => {
+            Err(TusError::InconsistentLength { length, reached })
+        }
+        (named, ends_at) => Ok(named.or(ends_at)),
+    }
+}
 
 /// Segment objects an upload may have before they are merged into one.
 pub const MAX_SEGMENTS: usize = 16;
@@ -56,6 +76,7 @@ pub struct NewUpload {
     pub partial: bool,
     pub content_type: Option<String>,
     pub owner: Option<String>,
+    pub protocol: Protocol,
 }
 
 /// One request's body.
@@ -64,6 +85,10 @@ pub struct Chunk {
     /// Content-Length, when the request sent one.
     pub declared: Option<u64>,
     pub checksum: Option<UploadChecksum>,
+    /// The body ends the upload: its length is the offset where the body
+    /// ends (the draft's `Upload-Complete: ?1`; tus says so by Upload-Length).
+    /// A body that breaks off ends nothing: what came is kept.
+    pub completes: bool,
 }
 
 impl Chunk {
@@ -72,6 +97,7 @@ impl Chunk {
             body: stream::empty().boxed(),
             declared: Some(0),
             checksum: None,
+            completes: false,
         }
     }
 }
@@ -103,7 +129,7 @@ impl Resumable {
         new: NewUpload,
         chunk: Option<Chunk>,
     ) -> Result<Written, ResumableError> {
-        let length = new.length;
+        let length = fixed_length(0, new.length, chunk.as_ref())?;
         let key = if new.partial {
             // A partial upload's bytes stay hidden until a final upload uses them.
             format!("{}partial", upload_prefix(&new.id))
@@ -130,6 +156,7 @@ impl Resumable {
             key,
             content_type: new.content_type,
             owner: new.owner,
+            protocol: new.protocol,
             phase: Phase::Created,
         };
         if let (Some(chunk), Some(length)) = (&chunk, length) {
@@ -154,7 +181,7 @@ impl Resumable {
         let patch = PatchRequest {
             offset: 0,
             body_length: chunk.declared,
-            length: None,
+            length,
             checksum: chunk.checksum.clone(),
         };
         let written = self
@@ -254,9 +281,11 @@ impl Resumable {
     }
 
     /// Appends `chunk` to upload `id` as `patch` describes, under the upload's lock.
+    /// A request of one protocol never continues an upload of the other.
     pub async fn write(
         &self,
         id: &str,
+        protocol: Protocol,
         patch: &PatchRequest,
         chunk: Chunk,
     ) -> Result<Written, ResumableError> {
@@ -265,11 +294,16 @@ impl Resumable {
                 Some(loaded) => loaded,
                 None => self.records.load(id).await?,
             };
+            loaded.record.check_protocol(protocol)?;
+            let patch = PatchRequest {
+                length: fixed_length(patch.offset, patch.length, Some(&chunk))?,
+                ..patch.clone()
+            };
             let plan =
                 loaded
                     .record
                     .upload
-                    .check_patch(patch, self.clock.now(), self.config.max_size)?;
+                    .check_patch(&patch, self.clock.now(), self.config.max_size)?;
             if chunk.declared.is_some_and(|n| n > plan.max_body) {
                 return Err(self.beyond(&plan).into());
             }
@@ -308,10 +342,11 @@ impl Resumable {
     async fn write_chunk(
         &self,
         mut loaded: Loaded,
-        plan: PatchPlan,
+        mut plan: PatchPlan,
         chunk: Chunk,
         kind: UploadKind,
     ) -> Result<Written, ResumableError> {
+        let completes = chunk.completes;
         let mut receiving = match &loaded.record.phase {
             Phase::Created => Receiving::default(),
             Phase::Receiving(receiving) => receiving.clone(),
@@ -456,6 +491,23 @@ impl Resumable {
         } else {
             offset + kept
         };
+        // A completing body that ended (not broke off) fixes the length where it ended.
+        let mut error = error;
+        if completes && error.is_none() {
+            match plan.length {
+                None => plan.length = Some(new_offset),
+                Some(length) if length != new_offset => {
+                    error = Some(
+                        TusError::InconsistentLength {
+                            length,
+                            reached: new_offset,
+                        }
+                        .into(),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
         let length_set = loaded.record.upload.length != plan.length;
         // Every byte is in (a body that failed after its last byte does not
         // matter): the object is completed before anything says so.
@@ -992,6 +1044,7 @@ mod tests {
                     partial: false,
                     content_type: None,
                     owner: None,
+                    protocol: Protocol::Tus,
                 },
                 None,
             )
@@ -1009,6 +1062,7 @@ mod tests {
                 body: stream::iter([Ok(body.clone())]).boxed(),
                 declared: Some(body.len() as u64),
                 checksum: None,
+                completes: false,
             };
             (request, chunk)
         };
@@ -1016,7 +1070,7 @@ mod tests {
             let (request, chunk) = patch(from, to);
             let resumable = &resumable;
             let id = &id;
-            async move { resumable.write(id, &request, chunk).await }
+            async move { resumable.write(id, Protocol::Tus, &request, chunk).await }
         };
         send(0, 5 * MIB).await.unwrap();
         assert_eq!(memory.open_uploads(), 1);

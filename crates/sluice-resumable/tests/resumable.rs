@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_resumable::{Chunk, NewUpload, Resumable, ResumableConfig, TokioClock, Written};
+use sluice_resumable::{
+    Chunk, NewUpload, Protocol, Resumable, ResumableConfig, TokioClock, Written,
+};
 use sluice_store::ObjectStore;
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 use sluice_tus::headers::PatchRequest;
@@ -48,6 +50,7 @@ fn new_upload(length: Option<u64>, partial: bool) -> NewUpload {
         partial,
         content_type: None,
         owner: None,
+        protocol: Protocol::Tus,
     }
 }
 
@@ -57,6 +60,7 @@ fn chunk(bytes: &[u8]) -> Chunk {
         declared: Some(body.len() as u64),
         body: futures::stream::iter([Ok(body)]).boxed(),
         checksum: None,
+        completes: false,
     }
 }
 
@@ -77,7 +81,7 @@ async fn send(resumable: &Resumable, id: &str, data: &[u8], pieces: &[usize]) ->
         let piece = &data[offset..offset + len];
         last = Some(
             resumable
-                .write(id, &patch(offset as u64, len), chunk(piece))
+                .write(id, Protocol::Tus, &patch(offset as u64, len), chunk(piece))
                 .await
                 .unwrap_or_else(|e| panic!("write at {offset}: {e}")),
         );
@@ -132,6 +136,7 @@ async fn a_failed_completion_keeps_the_offset_and_the_retry_finishes() {
         .resumable
         .write(
             &id,
+            Protocol::Tus,
             &patch(17 * MIB as u64, 3 * MIB),
             chunk(&bytes[17 * MIB..]),
         )
@@ -145,6 +150,7 @@ async fn a_failed_completion_keeps_the_offset_and_the_retry_finishes() {
         .resumable
         .write(
             &id,
+            Protocol::Tus,
             &patch(17 * MIB as u64, 3 * MIB),
             chunk(&bytes[17 * MIB..]),
         )
@@ -239,4 +245,146 @@ async fn the_sweep_removes_what_expired_and_spares_the_rest() {
         "a finished upload keeps its object"
     );
     assert_eq!(stored().await, vec![done_key], "no state is left");
+}
+
+/// A body given in pieces, with or without its size known to the writer (a
+/// chunked request), and optionally breaking off after its bytes.
+fn completing(bytes: &[u8], size_known: bool, breaks_off: bool) -> Chunk {
+    let body = Bytes::copy_from_slice(bytes);
+    let mut pieces: Vec<std::io::Result<Bytes>> = body
+        .chunks(MIB)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    if breaks_off {
+        pieces.push(Err(std::io::Error::other("client gone")));
+    }
+    Chunk {
+        declared: size_known.then_some(body.len() as u64),
+        body: futures::stream::iter(pieces).boxed(),
+        checksum: None,
+        completes: true,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completing_body_fixes_the_length_where_it_ends() {
+    struct Case {
+        name: &'static str,
+        /// Bytes sent before the completing request, without a length.
+        before: usize,
+        /// Bytes of the completing request.
+        last: usize,
+        size_known: bool,
+        breaks_off: bool,
+        /// The length the request names besides (Upload-Length).
+        named: Option<u64>,
+        /// Finished with the whole object, or left at this offset with this error code.
+        expect: Result<(), (u64, &'static str)>,
+    }
+    #[rustfmt::skip]
+    let cases = [
+        Case { name: "whole at creation, size known", before: 0, last: 3 * MIB, size_known: true, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "whole at creation, chunked, many parts", before: 0, last: 21 * MIB, size_known: false, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "after a segment, chunked", before: 10, last: 7 * MIB, size_known: false, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "after parts, size known", before: 17 * MIB, last: 2 * MIB, size_known: true, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "empty completing body", before: 6 * MIB, last: 0, size_known: true, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "empty completing body, chunked", before: 100, last: 0, size_known: false, breaks_off: false, named: None, expect: Ok(()), },
+        Case { name: "named length agrees", before: 0, last: 100, size_known: true, breaks_off: false, named: Some(100), expect: Ok(()), },
+        Case { name: "named length disagrees", before: 0, last: 100, size_known: true, breaks_off: false, named: Some(101), expect: Err((0, "inconsistent_length")), },
+        Case { name: "chunked body ends short of the named length", before: 0, last: 100, size_known: false, breaks_off: false, named: Some(200), expect: Err((100, "inconsistent_length")), },
+        Case { name: "breaks off: what came is kept, nothing ends", before: 10, last: 6 * MIB, size_known: false, breaks_off: true, named: None, expect: Err((10 + 6 * MIB as u64, "body")), },
+    ];
+    for case in cases {
+        let setup = setup();
+        let bytes = data(case.before + case.last);
+        let mut new = new_upload(None, false);
+        new.protocol = Protocol::IetfDraft;
+        let (id, key) = (new.id.clone(), new.key.clone());
+        setup.resumable.create(new, None).await.unwrap();
+        if case.before > 0 {
+            let piece = &bytes[..case.before];
+            let patch = patch(0, case.before);
+            setup
+                .resumable
+                .write(&id, Protocol::IetfDraft, &patch, chunk(piece))
+                .await
+                .unwrap();
+        }
+        let request = PatchRequest {
+            offset: case.before as u64,
+            body_length: case.size_known.then_some(case.last as u64),
+            length: case.named,
+            checksum: None,
+        };
+        let body = completing(&bytes[case.before..], case.size_known, case.breaks_off);
+        let written = setup
+            .resumable
+            .write(&id, Protocol::IetfDraft, &request, body)
+            .await;
+        let status = setup.resumable.status(&id).await.unwrap();
+        match case.expect {
+            Ok(()) => {
+                let written = written.unwrap_or_else(|e| panic!("{}: {e}", case.name));
+                assert!(written.finished.is_some(), "{}", case.name);
+                assert_eq!(
+                    status.upload.length,
+                    Some(bytes.len() as u64),
+                    "{}",
+                    case.name
+                );
+                assert_eq!(
+                    setup.memory.object(&key).unwrap(),
+                    &bytes[..],
+                    "{}",
+                    case.name
+                );
+                assert_eq!(setup.memory.open_uploads(), 0, "{}", case.name);
+            }
+            Err((offset, code)) => {
+                let error = written
+                    .err()
+                    .unwrap_or_else(|| panic!("{}: no error", case.name));
+                let got = match &error {
+                    sluice_resumable::ResumableError::Protocol(tus) => tus.code(),
+                    sluice_resumable::ResumableError::Body(_) => "body",
+                    other => panic!("{}: {other}", case.name),
+                };
+                assert_eq!(got, code, "{}", case.name);
+                assert_eq!(status.upload.offset, offset, "{}", case.name);
+                assert!(!status.is_finished(), "{}", case.name);
+                assert!(setup.memory.object(&key).is_none(), "{}", case.name);
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upload_is_continued_only_with_its_own_protocol() {
+    for (made_with, continued_with) in [
+        (Protocol::Tus, Protocol::IetfDraft),
+        (Protocol::IetfDraft, Protocol::Tus),
+    ] {
+        let setup = setup();
+        let mut new = new_upload(Some(10), false);
+        new.protocol = made_with;
+        let id = new.id.clone();
+        setup.resumable.create(new, None).await.unwrap();
+        let error = setup
+            .resumable
+            .write(&id, continued_with, &patch(0, 10), chunk(&data(10)))
+            .await
+            .expect_err("the other protocol is refused");
+        assert!(
+            matches!(&error, sluice_resumable::ResumableError::Protocol(e) if e.code() == "other_protocol"),
+            "{error}"
+        );
+        let status = setup.resumable.status(&id).await.unwrap();
+        assert_eq!(status.upload.offset, 0);
+        assert_eq!(status.protocol, made_with);
+        setup
+            .resumable
+            .write(&id, made_with, &patch(0, 10), chunk(&data(10)))
+            .await
+            .unwrap();
+    }
 }

@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode}
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, options};
 use axum::Router;
-use sluice_resumable::{new_id, Chunk, NewUpload, UploadRecord};
+use sluice_resumable::{new_id, Chunk, NewUpload, Protocol, UploadRecord};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
 
@@ -114,6 +114,7 @@ fn chunk_of(
         body: state.bodies.stream(body, None),
         declared,
         checksum,
+        completes: false,
     }
 }
 
@@ -184,6 +185,7 @@ async fn create(
         partial,
         content_type,
         owner: grant.owner(),
+        protocol: Protocol::Tus,
     };
     if let Some(ConcatRequest::Final(urls)) = &request.concat {
         let ids = urls
@@ -247,6 +249,7 @@ async fn head(
     tus_headers::check_version(&headers)?;
     let record = state.resumable.status(&id).await?;
     grant.check_resume(record.owner.as_deref(), object_key(&record))?;
+    record.check_protocol(Protocol::Tus)?;
     let mut response = StatusCode::OK.into_response();
     response
         .headers_mut()
@@ -271,7 +274,7 @@ async fn patch(
     let party = Party::tenant_only(grant.tenant.clone());
     let slot = state.admission.admit(&party).await?;
     let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
-    let written = state.resumable.write(&id, &request, chunk).await;
+    let written = state.resumable.write(&id, Protocol::Tus, &request, chunk).await;
     drop(slot);
     // A PATCH that failed may still have stored what arrived (a body cut off
     // midway keeps its bytes): it counts as small, or a client could send one
@@ -310,6 +313,7 @@ async fn terminate(
     tus_headers::check_version(&headers)?;
     let record = state.resumable.status(&id).await?;
     grant.check_resume(record.owner.as_deref(), object_key(&record))?;
+    record.check_protocol(Protocol::Tus)?;
     let terminated = state.resumable.terminate(&id).await?;
     if !terminated.is_finished() && terminated.upload.concat != Concat::Partial {
         state.completion.terminated(&terminated).await?;

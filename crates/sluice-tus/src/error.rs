@@ -27,6 +27,8 @@ pub enum TusError {
     BeyondLength { length: u64 },
     #[error("the upload's length is already set")]
     LengthAlreadySet,
+    #[error("the upload's length is {length} bytes, but this request ends it at {reached}")]
+    InconsistentLength { length: u64, reached: u64 },
     #[error("the upload's length must be set (Upload-Length) before it can complete")]
     LengthNotSet,
     #[error("unsupported checksum algorithm {0:?} (supported: sha1, md5, sha256)")]
@@ -43,6 +45,8 @@ pub enum TusError {
     FinalUploadPatched,
     #[error("cannot concatenate: {0}")]
     InvalidConcat(String),
+    #[error("this upload was made with {created_with}: continue it with that protocol")]
+    OtherProtocol { created_with: &'static str },
 }
 
 impl TusError {
@@ -54,9 +58,11 @@ impl TusError {
             | InvalidHeader { .. }
             | InvalidMetadata(_)
             | LengthAlreadySet
+            | InconsistentLength { .. }
             | LengthNotSet
             | UnsupportedChecksumAlgorithm(_)
-            | InvalidConcat(_) => StatusCode::BAD_REQUEST,
+            | InvalidConcat(_)
+            | OtherProtocol { .. } => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             OffsetMismatch { .. } => StatusCode::CONFLICT,
             TooLarge { .. } | BeyondLength { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -92,6 +98,7 @@ impl TusError {
             TooLarge { .. } => "too_large",
             BeyondLength { .. } => "beyond_length",
             LengthAlreadySet => "length_already_set",
+            InconsistentLength { .. } => "inconsistent_length",
             LengthNotSet => "length_not_set",
             UnsupportedChecksumAlgorithm(_) => "checksum_algorithm_unsupported",
             ChecksumMismatch => "checksum_mismatch",
@@ -100,6 +107,7 @@ impl TusError {
             Locked { .. } => "upload_locked",
             FinalUploadPatched => "final_upload_patched",
             InvalidConcat(_) => "invalid_concat",
+            OtherProtocol { .. } => "other_protocol",
         }
     }
 }
