@@ -44,7 +44,10 @@ pub fn limits(interop: Interop, limits: Limits) -> Option<(HeaderName, HeaderVal
 /// The version echoed on every answer (harmless, and it tells the middle
 /// which protocol answered).
 pub fn version(interop: Interop) -> (HeaderName, HeaderValue) {
-    (crate::INTEROP_VERSION, HeaderValue::from(u16::from(interop.number())))
+    (
+        crate::INTEROP_VERSION,
+        HeaderValue::from(u16::from(interop.number())),
+    )
 }
 
 /// What every answer about an upload says of it: offset, completion and,

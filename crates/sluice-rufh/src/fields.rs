@@ -119,7 +119,8 @@ mod tests {
     #[test]
     fn integers_as_the_draft_sends_them() {
         let name = HeaderName::from_static("upload-offset");
-        let cases: [(&[&str], Result<Option<u64>, ()>); 11] = [
+        type Case<'a> = (&'a [&'a str], Result<Option<u64>, ()>);
+        let cases: [Case; 11] = [
             (&[], Ok(None)),
             (&["0"], Ok(Some(0))),
             (&["25000000"], Ok(Some(25_000_000))),

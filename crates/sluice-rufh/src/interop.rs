@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn versions_asked_for() {
-        let cases: [(Option<&str>, Result<Option<u8>, ()>); 8] = [
+        type Case<'a> = (Option<&'a str>, Result<Option<u8>, ()>);
+        let cases: [Case; 8] = [
             (None, Ok(None)),
             (Some("8"), Ok(Some(8))),
             (Some("3"), Ok(Some(3))),

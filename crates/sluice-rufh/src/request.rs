@@ -292,7 +292,12 @@ mod tests {
     #[test]
     fn creations_as_each_version_says_them() {
         let v = |n| Interop::new(n).unwrap();
-        let cases: [(u8, &[(&str, &str)], Result<(bool, Option<u64>), &str>); 10] = [
+        type Case<'a> = (
+            u8,
+            &'a [(&'a str, &'a str)],
+            Result<(bool, Option<u64>), &'a str>,
+        );
+        let cases: [Case; 10] = [
             (8, &[("upload-complete", "?0")], Ok((false, None))),
             (
                 8,
@@ -352,7 +357,8 @@ mod tests {
     fn appends_as_each_version_says_them() {
         let v = |n| Interop::new(n).unwrap();
         const PARTIAL: (&str, &str) = ("content-type", "application/partial-upload");
-        let cases: [(u8, &[(&str, &str)], Result<(u64, bool), &str>); 9] = [
+        type Case<'a> = (u8, &'a [(&'a str, &'a str)], Result<(u64, bool), &'a str>);
+        let cases: [Case; 9] = [
             (
                 8,
                 &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?0")],
