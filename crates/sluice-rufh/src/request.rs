@@ -297,53 +297,18 @@ mod tests {
             &'a [(&'a str, &'a str)],
             Result<(bool, Option<u64>), &'a str>,
         );
+        #[rustfmt::skip]
         let cases: [Case; 10] = [
             (8, &[("upload-complete", "?0")], Ok((false, None))),
-            (
-                8,
-                &[("upload-complete", "?1"), ("content-length", "11")],
-                Ok((true, Some(11))),
-            ),
-            (
-                8,
-                &[
-                    ("upload-complete", "?0"),
-                    ("upload-length", "100"),
-                    ("content-length", "10"),
-                ],
-                Ok((false, Some(100))),
-            ),
-            (
-                8,
-                &[
-                    ("upload-complete", "?1"),
-                    ("upload-length", "100"),
-                    ("content-length", "10"),
-                ],
-                Err("inconsistent_length"),
-            ),
-            (
-                8,
-                &[
-                    ("upload-complete", "?0"),
-                    ("upload-length", "5"),
-                    ("content-length", "10"),
-                ],
-                Err("inconsistent_length"),
-            ),
+            (8, &[("upload-complete", "?1"), ("content-length", "11")], Ok((true, Some(11)))),
+            (8, &[("upload-complete", "?0"), ("upload-length", "100"), ("content-length", "10")], Ok((false, Some(100)))),
+            (8, &[("upload-complete", "?1"), ("upload-length", "100"), ("content-length", "10")], Err("inconsistent_length")),
+            (8, &[("upload-complete", "?0"), ("upload-length", "5"), ("content-length", "10")], Err("inconsistent_length")),
             (8, &[("upload-complete", "yes")], Err("invalid_header")),
-            (
-                8,
-                &[("upload-complete", "?0"), ("upload-offset", "5")],
-                Err("header_not_allowed"),
-            ),
+            (8, &[("upload-complete", "?0"), ("upload-offset", "5")], Err("header_not_allowed")),
             (8, &[("upload-incomplete", "?1")], Err("header_not_allowed")),
             (3, &[("upload-incomplete", "?1")], Ok((false, None))),
-            (
-                3,
-                &[("upload-incomplete", "?0"), ("content-length", "4")],
-                Ok((true, Some(4))),
-            ),
+            (3, &[("upload-incomplete", "?0"), ("content-length", "4")], Ok((true, Some(4)))),
         ];
         for (version, pairs, expected) in cases {
             let got = Creation::from_headers(&headers(pairs), v(version))
@@ -358,50 +323,17 @@ mod tests {
         let v = |n| Interop::new(n).unwrap();
         const PARTIAL: (&str, &str) = ("content-type", "application/partial-upload");
         type Case<'a> = (u8, &'a [(&'a str, &'a str)], Result<(u64, bool), &'a str>);
+        #[rustfmt::skip]
         let cases: [Case; 9] = [
-            (
-                8,
-                &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?0")],
-                Ok((5, false)),
-            ),
-            (
-                8,
-                &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?1")],
-                Ok((5, true)),
-            ),
+            (8, &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?0")], Ok((5, false))),
+            (8, &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?1")], Ok((5, true))),
             (8, &[PARTIAL, ("upload-offset", "5")], Err("missing_header")),
-            (
-                8,
-                &[("upload-offset", "5"), ("upload-complete", "?0")],
-                Err("unsupported_media_type"),
-            ),
-            (
-                8,
-                &[
-                    ("content-type", "application/offset+octet-stream"),
-                    ("upload-offset", "5"),
-                    ("upload-complete", "?0"),
-                ],
-                Err("unsupported_media_type"),
-            ),
-            (
-                8,
-                &[
-                    PARTIAL,
-                    ("upload-offset", "5"),
-                    ("upload-complete", "?1"),
-                    ("upload-length", "10"),
-                    ("content-length", "4"),
-                ],
-                Err("inconsistent_length"),
-            ),
+            (8, &[("upload-offset", "5"), ("upload-complete", "?0")], Err("unsupported_media_type")),
+            (8, &[("content-type", "application/offset+octet-stream"), ("upload-offset", "5"), ("upload-complete", "?0")], Err("unsupported_media_type")),
+            (8, &[PARTIAL, ("upload-offset", "5"), ("upload-complete", "?1"), ("upload-length", "10"), ("content-length", "4")], Err("inconsistent_length")),
             (5, &[("upload-offset", "5")], Ok((5, false))),
             (3, &[("upload-offset", "5")], Ok((5, true))),
-            (
-                3,
-                &[("upload-offset", "5"), ("upload-incomplete", "?1")],
-                Ok((5, false)),
-            ),
+            (3, &[("upload-offset", "5"), ("upload-incomplete", "?1")], Ok((5, false))),
         ];
         for (version, pairs, expected) in cases {
             let got = Append::from_headers(&headers(pairs), v(version))
