@@ -188,6 +188,22 @@ impl Protocol {
         *self == Protocol::Tus
     }
 
+    /// How a creation that carried every byte is announced.
+    pub fn creation_kind(&self) -> UploadKind {
+        match self {
+            Protocol::Tus => UploadKind::TusCreation,
+            Protocol::IetfDraft => UploadKind::ResumableCreation,
+        }
+    }
+
+    /// How a write that brought the last byte is announced.
+    pub fn append_kind(&self) -> UploadKind {
+        match self {
+            Protocol::Tus => UploadKind::TusPatch,
+            Protocol::IetfDraft => UploadKind::ResumableAppend,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Protocol::Tus => "tus",

@@ -194,7 +194,7 @@ impl Resumable {
                     record: record.clone(),
                     etag,
                 };
-                self.write_chunk(loaded, plan, chunk, UploadKind::TusCreation)
+                self.write_chunk(loaded, plan, chunk, record.protocol.creation_kind())
                     .await
             })
             .await;
@@ -260,7 +260,7 @@ impl Resumable {
         let request = UploadRequest {
             key: record.key.clone(),
             content_type: record.content_type.clone(),
-            origin: record.origin(UploadKind::TusCreation),
+            origin: record.origin(record.protocol.creation_kind()),
             ..UploadRequest::default()
         };
         let source = UploadSource::Stream {
@@ -307,7 +307,7 @@ impl Resumable {
             if chunk.declared.is_some_and(|n| n > plan.max_body) {
                 return Err(self.beyond(&plan).into());
             }
-            self.write_chunk(loaded, plan, chunk, UploadKind::TusPatch)
+            self.write_chunk(loaded, plan, chunk, protocol.append_kind())
                 .await
         })
         .await

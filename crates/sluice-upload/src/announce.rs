@@ -36,6 +36,10 @@ pub enum UploadKind {
     TusConcatenation,
     /// A tus upload whose bytes were all in, finished by the janitor.
     TusRecovered,
+    /// A creation of the IETF resumable-upload draft that carried every byte.
+    ResumableCreation,
+    /// An append of the IETF resumable-upload draft that brought the last byte.
+    ResumableAppend,
     /// A browser's form POST straight to the bucket, seen there afterwards.
     DirectPost,
     /// A multipart upload straight to the bucket, completed through the gateway.
@@ -45,13 +49,15 @@ pub enum UploadKind {
 }
 
 impl UploadKind {
-    pub const ALL: [UploadKind; 9] = [
+    pub const ALL: [UploadKind; 11] = [
         UploadKind::Put,
         UploadKind::Form,
         UploadKind::TusPatch,
         UploadKind::TusCreation,
         UploadKind::TusConcatenation,
         UploadKind::TusRecovered,
+        UploadKind::ResumableCreation,
+        UploadKind::ResumableAppend,
         UploadKind::DirectPost,
         UploadKind::DirectMultipart,
         UploadKind::StreamBatch,
@@ -66,6 +72,8 @@ impl UploadKind {
             UploadKind::TusCreation => "tus_creation",
             UploadKind::TusConcatenation => "tus_concatenation",
             UploadKind::TusRecovered => "tus_recovered",
+            UploadKind::ResumableCreation => "resumable_creation",
+            UploadKind::ResumableAppend => "resumable_append",
             UploadKind::DirectPost => "direct_post",
             UploadKind::DirectMultipart => "direct_multipart",
             UploadKind::StreamBatch => "stream_batch",

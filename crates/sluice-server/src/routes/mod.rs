@@ -1,6 +1,6 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
 //! `/v1/streams/{stream}` (records, see [`crate::streams`]),
-//! `/v1/tus/` (resumable uploads, see [`crate::tus`]), `/s3/` (direct uploads,
+//! `/v1/tus/` (resumable uploads, tus and the IETF draft, see [`crate::resumable_endpoint`]), `/s3/` (direct uploads,
 //! [`crate::direct`]), the upload page and `/ui/assets/` ([`crate::ui`]),
 //! `/healthz`, `/readyz`, and `/metrics` with the dashboard (on the admin
 //! address instead when there is one); CORS for the configured browser origins;
@@ -38,7 +38,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/streams/{stream}",
             axum::routing::post(streams::post_records),
         )
-        .merge(crate::tus::router())
+        .merge(crate::resumable_endpoint::router())
         .merge(crate::direct::router())
         .merge(crate::ui::router(&state))
         .route("/healthz", get(health::healthz))
@@ -99,6 +99,10 @@ fn cors(origins: &[String], credentials: bool) -> Option<tower_http::cors::CorsL
             "location",
             "x-sluice-checksum",
             "x-request-id",
+            "upload-complete",
+            "upload-incomplete",
+            "upload-limit",
+            "upload-draft-interop-version",
         ])
         .filter_map(|h| HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).ok())
         .collect();

@@ -1,49 +1,40 @@
-//! Resumable uploads over tus 1.0 under `/v1/tus/`, as thin adapters: requests are
-//! parsed and checked by `sluice-tus`, acted on by `sluice-resumable` (state in the
-//! store, locks, chunk writes, concatenation), errors mapped in
-//! [`crate::conversions`]; an object a request makes is announced by the
-//! engine (the upload's record gives its origin). A HEAD only reads.
+//! tus 1.0 on the resumable endpoint, as a thin adapter: requests are parsed and
+//! checked by `sluice-tus`, acted on by `sluice-resumable` (state in the store,
+//! locks, chunk writes, concatenation), errors mapped in
+//! [`crate::conversions`]; an object a request makes is announced by the engine
+//! (the upload's record gives its origin). A HEAD only reads.
 
 use std::collections::BTreeMap;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, options};
-use axum::Router;
-use sluice_resumable::{new_id, Chunk, NewUpload, Protocol, UploadRecord};
+use sluice_resumable::{new_id, NewUpload, Protocol, UploadRecord};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
+use sluice_upload::UploadKind;
 
+use super::{chunk_of, object_key, pace_small_writes, with_key, BASE_PATH};
 use crate::admission::Party;
 use crate::auth::Grant;
 use crate::begin::{Asked, KeyFrom};
 use crate::error::ApiError;
 use crate::AppState;
-use sluice_upload::UploadKind;
 
-/// The header naming the object an upload becomes (percent-encoded beyond ASCII).
-pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-sluice-key");
-/// Where uploads are created; an upload's URL is this plus its id.
-pub const BASE_PATH: &str = "/v1/tus/";
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/tus", options(capabilities).post(create))
-        .route(BASE_PATH, options(capabilities).post(create))
-        .route("/v1/tus/{id}", any(dispatch))
-        .layer(axum::middleware::map_response(with_tus_resumable))
-}
-
-/// Every tus answer carries Tus-Resumable, errors included.
-async fn with_tus_resumable(mut response: Response) -> Response {
-    let (name, value) = tus_headers::resumable();
-    response.headers_mut().insert(name, value);
+/// Every tus answer carries Tus-Resumable, errors included; the draft's
+/// answers (they name their interop version) do not.
+pub(super) async fn with_tus_resumable(mut response: Response) -> Response {
+    if !response
+        .headers()
+        .contains_key(sluice_rufh::INTEROP_VERSION)
+    {
+        let (name, value) = tus_headers::resumable();
+        response.headers_mut().insert(name, value);
+    }
     response
 }
 
-async fn capabilities(State(state): State<AppState>) -> Response {
+fn capabilities(state: &AppState) -> Response {
     let mut response = StatusCode::NO_CONTENT.into_response();
     response
         .headers_mut()
@@ -51,10 +42,29 @@ async fn capabilities(State(state): State<AppState>) -> Response {
     response
 }
 
-/// Routes by method, X-HTTP-Method-Override honoured on POST.
-async fn dispatch(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+/// The creation URL: OPTIONS and POST.
+pub(super) async fn on_base(
+    state: AppState,
+    grant: Grant,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    match method {
+        Method::OPTIONS => Ok(capabilities(&state)),
+        Method::POST => create(state, grant, headers, body).await,
+        _ => Ok((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "OPTIONS, POST")],
+        )
+            .into_response()),
+    }
+}
+
+/// An upload's URL, by method, X-HTTP-Method-Override honoured on POST.
+pub(super) async fn on_upload(
+    state: AppState,
+    id: String,
     grant: Grant,
     method: Method,
     headers: HeaderMap,
@@ -64,7 +74,7 @@ async fn dispatch(
         Method::HEAD | Method::GET => head(state, id, grant, headers).await,
         Method::PATCH => patch(state, id, grant, headers, body).await,
         Method::DELETE => terminate(state, id, grant, headers).await,
-        Method::OPTIONS => Ok(capabilities(State(state)).await),
+        Method::OPTIONS => Ok(capabilities(&state)),
         _ => Ok((
             StatusCode::METHOD_NOT_ALLOWED,
             [(header::ALLOW, "HEAD, PATCH, DELETE, OPTIONS")],
@@ -73,53 +83,8 @@ async fn dispatch(
     }
 }
 
-/// A key as a header value: bytes outside visible ASCII percent-encoded.
-fn key_header(key: &str) -> HeaderValue {
-    let mut out = String::with_capacity(key.len());
-    for byte in key.bytes() {
-        if (0x21..0x7f).contains(&byte) && byte != b'%' {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    HeaderValue::from_str(&out).expect("visible ASCII")
-}
-
-/// `headers` plus the object's key, except for a partial upload (its bytes are
-/// not an object of the API).
-fn with_key(
-    mut headers: Vec<(HeaderName, HeaderValue)>,
-    record: &UploadRecord,
-) -> Vec<(HeaderName, HeaderValue)> {
-    if record.upload.concat != Concat::Partial {
-        headers.push((KEY_HEADER, key_header(&record.key)));
-    }
-    headers
-}
-
-/// The object an upload becomes; none for a partial upload.
-fn object_key(record: &UploadRecord) -> Option<&str> {
-    (record.upload.concat != Concat::Partial).then_some(record.key.as_str())
-}
-
-fn chunk_of(
-    state: &AppState,
-    body: Body,
-    declared: Option<u64>,
-    checksum: Option<sluice_tus::UploadChecksum>,
-) -> Chunk {
-    Chunk {
-        // The upload's own limits apply, in sluice-resumable.
-        body: state.bodies.stream(body, None),
-        declared,
-        checksum,
-        completes: false,
-    }
-}
-
 async fn create(
-    State(state): State<AppState>,
+    state: AppState,
     grant: Grant,
     headers: HeaderMap,
     body: Body,
@@ -219,7 +184,7 @@ async fn create(
     };
     let chunk = request
         .has_body
-        .then(|| chunk_of(&state, body, request.body_length, request.checksum));
+        .then(|| chunk_of(&state, body, request.body_length, request.checksum, false));
     let written = resumable.create(new, chunk).await?;
     let with_offset = request.has_body || written.finished.is_some();
     Ok(created(&written.record, with_offset))
@@ -273,28 +238,19 @@ async fn patch(
     // The upload's key is in its record, read only once the slot is held.
     let party = Party::tenant_only(grant.tenant.clone());
     let slot = state.admission.admit(&party).await?;
-    let chunk = chunk_of(&state, body, request.body_length, request.checksum.clone());
-    let written = state.resumable.write(&id, Protocol::Tus, &request, chunk).await;
+    let chunk = chunk_of(
+        &state,
+        body,
+        request.body_length,
+        request.checksum.clone(),
+        false,
+    );
+    let written = state
+        .resumable
+        .write(&id, Protocol::Tus, &request, chunk)
+        .await;
     drop(slot);
-    // A PATCH that failed may still have stored what arrived (a body cut off
-    // midway keeps its bytes): it counts as small, or a client could send one
-    // byte and hang up, again and again, without ever waiting.
-    let (stored, finished) = match &written {
-        Ok(w) => (
-            w.record.upload.offset.saturating_sub(request.offset),
-            w.record.is_finished(),
-        ),
-        Err(_) => (0, false),
-    };
-    let wait = state.small_patches.wait(&id, stored, finished);
-    if finished {
-        state.small_patches.forget(&id);
-    }
-    // Cut by a shutdown: answered at once, the gateway is about to exit.
-    if !wait.is_zero() && !state.bodies.cut() {
-        state.metrics.small_patch_waited(wait);
-        tokio::time::sleep(wait).await;
-    }
+    pace_small_writes(&state, &id, request.offset, &written).await;
     let written = written?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend(with_key(
