@@ -1,0 +1,650 @@
+//! The IETF resumable-upload draft on the tus endpoint, without a socket: the
+//! wire of interop 8 step by step (careful and optimistic creation, offsets,
+//! appends, the 409, completion, a completed upload, cancellation), how each
+//! interop version spells its answers, malformed requests as a table (a clear
+//! 4xx, nothing stored), and the two protocols kept apart.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use sluice_server::{AppState, ServerConfig};
+use sluice_store::ObjectStore;
+use sluice_testkit::{test_data, MemoryStore};
+use tower::ServiceExt;
+
+const MIB: usize = 1 << 20;
+const PARTIAL: &str = "application/partial-upload";
+
+fn gateway(store: &MemoryStore) -> AppState {
+    let mut config = ServerConfig {
+        max_upload_size: Some(64 * MIB as u64),
+        key_template: "{tenant}/{uuid}/{filename}".into(),
+        ..ServerConfig::default()
+    };
+    config.engine.part_size = 5 * MIB as u64;
+    config.engine.threshold = 5 * MIB as u64;
+    // Cases send tiny appends; the pacing has its own test (tus.rs).
+    config.tus.small_patches_per_second = 0.0;
+    AppState::new(config, Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap()
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_default()
+    }
+
+    /// The stable code of a problem document or of the gateway's error body.
+    fn code(&self) -> String {
+        let json = self.json();
+        json["code"]
+            .as_str()
+            .or(json["error"]["code"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+async fn send(state: &AppState, request: Request<Body>) -> Answer {
+    let response = state.router().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+/// A request of interop `version` with `headers`, and a body with its
+/// Content-Length (None: no body; chunked bodies are built apart).
+fn draft(
+    version: u8,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Request<Body> {
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("upload-draft-interop-version", version.to_string());
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    match body {
+        Some(bytes) => builder
+            .header("content-length", bytes.len().to_string())
+            .body(Body::from(bytes.to_vec()))
+            .unwrap(),
+        None => builder.body(Body::empty()).unwrap(),
+    }
+}
+
+/// A body sent in pieces with no Content-Length (chunked on the wire).
+fn chunked(bytes: &[u8]) -> Body {
+    let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
+        .chunks(MIB)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    Body::from_stream(futures::stream::iter(pieces))
+}
+
+/// Every key the store holds, the gateway's own state included.
+async fn keys(store: &MemoryStore) -> Vec<String> {
+    let page = store.list_objects("", None, 10_000).await.unwrap();
+    page.objects.into_iter().map(|o| o.key).collect()
+}
+
+/// Creates an upload of interop 8 carefully (no body); its URL.
+async fn careful(state: &AppState, length: Option<usize>) -> String {
+    let length = length.map(|l| l.to_string());
+    let mut headers = vec![("upload-complete", "?0")];
+    if let Some(length) = &length {
+        headers.push(("upload-length", length));
+    }
+    let answer = send(state, draft(8, "POST", "/v1/tus/", &headers, None)).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+    answer.header("location").unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn interop_8_careful_creation_appends_and_completes() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let data = test_data(12 * MIB, 8);
+    let length = data.len().to_string();
+
+    let created = send(
+        &state,
+        draft(
+            8,
+            "POST",
+            "/v1/tus/",
+            &[
+                ("upload-complete", "?0"),
+                ("upload-length", &length),
+                ("content-disposition", "inline; filename=\"movie.mp4\""),
+            ],
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let url = created.header("location").unwrap().to_owned();
+    assert!(url.starts_with("/v1/tus/"), "{url}");
+    assert_eq!(created.header("upload-complete"), Some("?0"));
+    assert_eq!(created.header("upload-offset"), Some("0"));
+    assert_eq!(
+        created.header("upload-limit"),
+        Some("max-size=67108864, max-age=86400")
+    );
+    assert_eq!(created.header("upload-draft-interop-version"), Some("8"));
+    assert_eq!(
+        created.header("tus-resumable"),
+        None,
+        "the draft's answers are not tus's"
+    );
+    let key = created.header("x-sluice-key").unwrap().to_owned();
+    assert!(key.ends_with("/movie.mp4"), "{key}");
+
+    let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+    assert_eq!(head.status, StatusCode::NO_CONTENT);
+    assert_eq!(head.header("upload-offset"), Some("0"));
+    assert_eq!(head.header("upload-complete"), Some("?0"));
+    assert_eq!(head.header("upload-length"), Some(length.as_str()));
+    assert!(head
+        .header("upload-limit")
+        .unwrap()
+        .starts_with("max-size=67108864, max-age="));
+    assert_eq!(head.header("cache-control"), Some("no-store"));
+
+    // The first 5 MiB, then an append at a stale offset: 409 with the real one.
+    let first = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("content-type", PARTIAL),
+                ("upload-offset", "0"),
+                ("upload-complete", "?0"),
+            ],
+            Some(&data[..5 * MIB]),
+        ),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::NO_CONTENT, "{first:?}");
+    assert_eq!(first.header("upload-complete"), Some("?0"));
+    assert_eq!(first.header("upload-offset"), Some("5242880"));
+    let stale = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("content-type", PARTIAL),
+                ("upload-offset", "0"),
+                ("upload-complete", "?0"),
+            ],
+            Some(&data[..MIB]),
+        ),
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert_eq!(stale.header("upload-offset"), Some("5242880"));
+    assert_eq!(stale.header("upload-complete"), Some("?0"));
+    assert_eq!(
+        stale.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem = stale.json();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#mismatching-upload-offset"
+    );
+    assert_eq!(problem["expected-offset"], 5 * MIB);
+    assert_eq!(problem["provided-offset"], 0);
+
+    // The rest, chunked, completing: the object, described as PUT describes it.
+    let request = Request::builder()
+        .method("PATCH")
+        .uri(&url)
+        .header("upload-draft-interop-version", "8")
+        .header("content-type", PARTIAL)
+        .header("upload-offset", "5242880")
+        .header("upload-complete", "?1")
+        .body(chunked(&data[5 * MIB..]))
+        .unwrap();
+    let last = send(&state, request).await;
+    assert_eq!(last.status, StatusCode::CREATED, "{last:?}");
+    assert_eq!(last.header("upload-complete"), Some("?1"));
+    assert_eq!(last.json()["key"], key.as_str());
+    assert_eq!(last.json()["size"], data.len());
+    assert_eq!(store.object(&key).unwrap(), &data[..]);
+    assert_eq!(store.open_uploads(), 0);
+
+    let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+    assert_eq!(head.header("upload-complete"), Some("?1"));
+    assert_eq!(head.header("upload-offset"), Some(length.as_str()));
+
+    // A completed upload takes nothing more (drafts -10/-11).
+    let empty = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("content-type", PARTIAL),
+                ("upload-offset", &length),
+                ("upload-complete", "?1"),
+            ],
+            Some(b""),
+        ),
+    )
+    .await;
+    assert_eq!(empty.status, StatusCode::GONE);
+    assert_eq!(
+        empty.json()["type"],
+        "https://iana.org/assignments/http-problem-types#completed-upload"
+    );
+    let more = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("content-type", PARTIAL),
+                ("upload-offset", &length),
+                ("upload-complete", "?1"),
+            ],
+            Some(b"more"),
+        ),
+    )
+    .await;
+    assert_eq!(more.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        more.json()["type"],
+        "https://iana.org/assignments/http-problem-types#inconsistent-upload-length"
+    );
+    assert_eq!(store.object(&key).unwrap(), &data[..]);
+}
+
+#[tokio::test]
+async fn optimistic_creation_is_answered_as_the_object() {
+    // (size, with Content-Length, method)
+    let cases = [
+        (0, true, "POST"),
+        (1000, true, "POST"),
+        (3 * MIB, false, "PUT"),
+        (11 * MIB, true, "PATCH"),
+        (11 * MIB, false, "POST"),
+    ];
+    for (size, sized, method) in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let data = test_data(size, size as u64);
+        let request = match sized {
+            true => draft(
+                8,
+                method,
+                "/v1/tus/",
+                &[("upload-complete", "?1"), ("content-type", "video/mp4")],
+                Some(&data),
+            ),
+            false => Request::builder()
+                .method(method)
+                .uri("/v1/tus/")
+                .header("upload-draft-interop-version", "8")
+                .header("upload-complete", "?1")
+                .header("content-type", "video/mp4")
+                .body(chunked(&data))
+                .unwrap(),
+        };
+        let answer = send(&state, request).await;
+        let case = format!("{size} bytes, sized {sized}, {method}");
+        assert_eq!(answer.status, StatusCode::CREATED, "{case}: {answer:?}");
+        assert_eq!(answer.header("upload-complete"), Some("?1"), "{case}");
+        assert!(answer.header("location").is_some(), "{case}");
+        let key = answer.json()["key"].as_str().unwrap().to_owned();
+        assert_eq!(store.object(&key).unwrap(), &data[..], "{case}");
+        assert_eq!(store.open_uploads(), 0, "{case}");
+        let url = answer.header("location").unwrap();
+        let head = send(&state, draft(8, "HEAD", url, &[], None)).await;
+        assert_eq!(head.header("upload-complete"), Some("?1"), "{case}");
+        assert_eq!(
+            head.header("upload-length"),
+            Some(size.to_string().as_str()),
+            "{case}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_interop_version_spells_its_answers() {
+    struct Case {
+        version: u8,
+        /// The header an unfinished upload's answers carry, and its value.
+        open: (&'static str, &'static str),
+        append_status: StatusCode,
+        limit: Option<&'static str>,
+        /// Whether an append must say application/partial-upload.
+        typed: bool,
+    }
+    #[rustfmt::skip]
+    let cases = [
+        Case { version: 3, open: ("upload-incomplete", "?1"), append_status: StatusCode::CREATED, limit: None, typed: false },
+        Case { version: 4, open: ("upload-complete", "?0"), append_status: StatusCode::CREATED, limit: None, typed: false },
+        Case { version: 5, open: ("upload-complete", "?0"), append_status: StatusCode::CREATED, limit: None, typed: false },
+        Case { version: 6, open: ("upload-complete", "?0"), append_status: StatusCode::CREATED, limit: Some("max-size=67108864, expires=86400"), typed: true },
+        Case { version: 7, open: ("upload-complete", "?0"), append_status: StatusCode::NO_CONTENT, limit: Some("max-size=67108864, max-age=86400"), typed: true },
+        Case { version: 8, open: ("upload-complete", "?0"), append_status: StatusCode::NO_CONTENT, limit: Some("max-size=67108864, max-age=86400"), typed: true },
+    ];
+    for case in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let v = case.version;
+        let data = test_data(100, v as u64);
+        let created = send(
+            &state,
+            draft(v, "POST", "/v1/tus/", &[case.open], Some(&data[..40])),
+        )
+        .await;
+        assert_eq!(
+            created.status,
+            StatusCode::CREATED,
+            "interop {v}: {created:?}"
+        );
+        assert_eq!(
+            created.header(case.open.0),
+            Some(case.open.1),
+            "interop {v}"
+        );
+        assert_eq!(created.header("upload-offset"), Some("40"), "interop {v}");
+        assert_eq!(created.header("upload-limit"), case.limit, "interop {v}");
+        assert_eq!(
+            created.header("upload-draft-interop-version"),
+            Some(v.to_string().as_str())
+        );
+        let url = created.header("location").unwrap().to_owned();
+        let mut headers = vec![("upload-offset", "40"), case.open];
+        if case.typed {
+            headers.push(("content-type", PARTIAL));
+        }
+        let middle = send(
+            &state,
+            draft(v, "PATCH", &url, &headers, Some(&data[40..70])),
+        )
+        .await;
+        assert_eq!(middle.status, case.append_status, "interop {v}: {middle:?}");
+        assert_eq!(middle.header(case.open.0), Some(case.open.1), "interop {v}");
+        assert_eq!(middle.header("upload-offset"), Some("70"), "interop {v}");
+        if case.typed {
+            let untyped = send(
+                &state,
+                draft(
+                    v,
+                    "PATCH",
+                    &url,
+                    &[("upload-offset", "70"), case.open],
+                    Some(b"x"),
+                ),
+            )
+            .await;
+            assert_eq!(
+                untyped.status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "interop {v}"
+            );
+        }
+        // The last bytes: interop 3 completes by leaving Upload-Incomplete out.
+        let mut headers = vec![("upload-offset", "70")];
+        if v != 3 {
+            headers.push(("upload-complete", "?1"));
+        }
+        if case.typed {
+            headers.push(("content-type", PARTIAL));
+        }
+        let last = send(&state, draft(v, "PATCH", &url, &headers, Some(&data[70..]))).await;
+        assert_eq!(last.status, StatusCode::CREATED, "interop {v}: {last:?}");
+        let key = last.json()["key"].as_str().unwrap().to_owned();
+        assert_eq!(store.object(&key).unwrap(), &data[..], "interop {v}");
+        let head = send(&state, draft(v, "HEAD", &url, &[], None)).await;
+        assert_eq!(head.status, StatusCode::NO_CONTENT, "interop {v}");
+        let done = match v {
+            3 => ("upload-incomplete", "?0"),
+            _ => ("upload-complete", "?1"),
+        };
+        assert_eq!(head.header(done.0), Some(done.1), "interop {v}");
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_are_refused_and_store_nothing() {
+    struct Case {
+        name: &'static str,
+        method: &'static str,
+        /// On the creation URL, or on an open upload of 100 bytes holding 10.
+        on_upload: bool,
+        version: Option<&'static str>,
+        headers: &'static [(&'static str, &'static str)],
+        body: Option<&'static [u8]>,
+        status: StatusCode,
+        code: &'static str,
+    }
+    use StatusCode as S;
+    #[rustfmt::skip]
+    let cases = [
+        Case { name: "completion not a boolean", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "yes")], body: None, status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "completion with parameters of bad syntax", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?1;A=1")], body: Some(b"x"), status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "completion sent twice", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("upload-complete", "?1")], body: None, status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "no completion on a creation", method: "POST", on_upload: false, version: Some("8"), headers: &[], body: Some(b"abc"), status: S::BAD_REQUEST, code: "missing_header" },
+        Case { name: "both protocols' headers", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("tus-resumable", "1.0.0"), ("upload-length", "10")], body: None, status: S::BAD_REQUEST, code: "both_protocols" },
+        Case { name: "a version not served", method: "POST", on_upload: false, version: Some("9"), headers: &[("upload-complete", "?0")], body: None, status: S::BAD_REQUEST, code: "interop_version_unsupported" },
+        Case { name: "a version that is no number", method: "POST", on_upload: false, version: Some("latest"), headers: &[("upload-complete", "?0")], body: None, status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "length and complete body disagree", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?1"), ("upload-length", "100")], body: Some(b"0123456789"), status: S::BAD_REQUEST, code: "inconsistent_length" },
+        Case { name: "body longer than the length", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("upload-length", "5")], body: Some(b"0123456789"), status: S::BAD_REQUEST, code: "inconsistent_length" },
+        Case { name: "negative length", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("upload-length", "-1")], body: None, status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "length over the limit", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("upload-length", "999999999999")], body: None, status: S::PAYLOAD_TOO_LARGE, code: "too_large" },
+        Case { name: "an offset on a creation", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-complete", "?0"), ("upload-offset", "7")], body: None, status: S::BAD_REQUEST, code: "header_not_allowed" },
+        Case { name: "interop 3's header in interop 8", method: "POST", on_upload: false, version: Some("8"), headers: &[("upload-incomplete", "?1")], body: None, status: S::BAD_REQUEST, code: "header_not_allowed" },
+        Case { name: "append not typed as a partial upload", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?0"), ("content-type", "application/offset+octet-stream")], body: Some(b"abc"), status: S::UNSUPPORTED_MEDIA_TYPE, code: "unsupported_media_type" },
+        Case { name: "append without an offset", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "missing_header" },
+        Case { name: "append without completion", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "missing_header" },
+        Case { name: "append past the offset", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "50"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::CONFLICT, code: "offset_mismatch" },
+        Case { name: "append past the length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(&[7; 200]), status: S::BAD_REQUEST, code: "inconsistent_length" },
+        Case { name: "append naming another length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?0"), ("upload-length", "90"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "inconsistent_length" },
+        Case { name: "completing short of the length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?1"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "inconsistent_length" },
+        Case { name: "an offset past 15 digits", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "1000000000000000"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "invalid_header" },
+        Case { name: "offset retrieval with upload fields", method: "HEAD", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10")], body: None, status: S::BAD_REQUEST, code: "" },
+        Case { name: "cancellation with upload fields", method: "DELETE", on_upload: true, version: Some("8"), headers: &[("upload-complete", "?1")], body: None, status: S::BAD_REQUEST, code: "header_not_allowed" },
+        Case { name: "a tus append on the draft's upload", method: "PATCH", on_upload: true, version: None, headers: &[("tus-resumable", "1.0.0"), ("upload-offset", "10"), ("content-type", "application/offset+octet-stream")], body: Some(b"abc"), status: S::BAD_REQUEST, code: "other_protocol" },
+        Case { name: "a tus offset retrieval on the draft's upload", method: "HEAD", on_upload: true, version: None, headers: &[("tus-resumable", "1.0.0")], body: None, status: S::BAD_REQUEST, code: "" },
+        Case { name: "GET on the creation URL", method: "GET", on_upload: false, version: Some("8"), headers: &[], body: None, status: S::METHOD_NOT_ALLOWED, code: "" },
+    ];
+    for case in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let uri = match case.on_upload {
+            true => {
+                let url = careful(&state, Some(100)).await;
+                let filled = send(
+                    &state,
+                    draft(
+                        8,
+                        "PATCH",
+                        &url,
+                        &[
+                            ("upload-offset", "0"),
+                            ("upload-complete", "?0"),
+                            ("content-type", PARTIAL),
+                        ],
+                        Some(&[1; 10]),
+                    ),
+                )
+                .await;
+                assert_eq!(filled.header("upload-offset"), Some("10"));
+                url
+            }
+            false => "/v1/tus/".to_owned(),
+        };
+        let before = keys(&store).await;
+        let mut builder = Request::builder().method(case.method).uri(&uri);
+        if let Some(version) = case.version {
+            builder = builder.header("upload-draft-interop-version", version);
+        }
+        for (name, value) in case.headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = match case.body {
+            Some(body) => builder
+                .header("content-length", body.len().to_string())
+                .body(Body::from(body))
+                .unwrap(),
+            None => builder.body(Body::empty()).unwrap(),
+        };
+        let answer = send(&state, request).await;
+        assert_eq!(answer.status, case.status, "{}: {answer:?}", case.name);
+        if !case.code.is_empty() {
+            assert_eq!(answer.code(), case.code, "{}: {answer:?}", case.name);
+        }
+        // Nothing stored: no object, no new upload, the open one as it was.
+        assert_eq!(keys(&store).await, before, "{}", case.name);
+        assert_eq!(store.open_uploads(), 0, "{}", case.name);
+        if case.on_upload {
+            let head = send(&state, draft(8, "HEAD", &uri, &[], None)).await;
+            assert_eq!(head.header("upload-offset"), Some("10"), "{}", case.name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_draft_append_on_a_tus_upload_is_refused() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let created = send(
+        &state,
+        Request::builder()
+            .method("POST")
+            .uri("/v1/tus/")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", "10")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let url = created.header("location").unwrap().to_owned();
+    for (method, headers) in [
+        (
+            "PATCH",
+            vec![
+                ("upload-offset", "0"),
+                ("upload-complete", "?1"),
+                ("content-type", PARTIAL),
+            ],
+        ),
+        ("HEAD", vec![]),
+        ("DELETE", vec![]),
+    ] {
+        let answer = send(
+            &state,
+            draft(
+                8,
+                method,
+                &url,
+                &headers,
+                (method == "PATCH").then_some(&[0u8; 10][..]),
+            ),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{method}: {answer:?}"
+        );
+    }
+    let head = send(
+        &state,
+        Request::builder()
+            .method("HEAD")
+            .uri(&url)
+            .header("tus-resumable", "1.0.0")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(head.status, StatusCode::OK, "the tus upload is still there");
+    assert_eq!(head.header("upload-offset"), Some("0"));
+}
+
+#[tokio::test]
+async fn cancellation_removes_the_upload() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let url = careful(&state, None).await;
+    let data = test_data(6 * MIB, 1);
+    let appended = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("upload-offset", "0"),
+                ("upload-complete", "?0"),
+                ("content-type", PARTIAL),
+            ],
+            Some(&data),
+        ),
+    )
+    .await;
+    assert_eq!(appended.status, StatusCode::NO_CONTENT);
+    assert_eq!(store.open_uploads(), 1, "a part was cut");
+    let cancelled = send(&state, draft(8, "DELETE", &url, &[], None)).await;
+    assert_eq!(cancelled.status, StatusCode::NO_CONTENT);
+    assert_eq!(store.open_uploads(), 0);
+    let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+    assert_eq!(head.status, StatusCode::NOT_FOUND);
+    assert!(
+        keys(&store)
+            .await
+            .iter()
+            .all(|k| !k.starts_with("_sluice/tus/")),
+        "{:?}",
+        keys(&store).await
+    );
+}
+
+#[tokio::test]
+async fn options_tell_the_limits_and_the_append_type() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    for (version, limit) in [
+        (8, Some("max-size=67108864, max-age=86400")),
+        (6, Some("max-size=67108864, expires=86400")),
+        (5, None),
+    ] {
+        let answer = send(&state, draft(version, "OPTIONS", "/v1/tus/", &[], None)).await;
+        assert!(answer.status.is_success(), "{answer:?}");
+        assert_eq!(answer.header("accept-patch"), Some(PARTIAL));
+        assert_eq!(answer.header("upload-limit"), limit, "interop {version}");
+        assert_eq!(answer.header("tus-version"), None);
+    }
+}
