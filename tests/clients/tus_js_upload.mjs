@@ -7,7 +7,9 @@
 //
 // TUS_RETRY_DELAYS (a JSON array of milliseconds) replaces the retry delays, such
 // as Uppy's defaults [0, 1000, 3000, 5000]; TUS_HEADERS (a JSON object) adds
-// headers to every request, such as {"Authorization": "Bearer ..."}.
+// headers to every request, such as {"Authorization": "Bearer ..."}; TUS_PROTOCOL
+// picks tus-js-client's protocol: tus-v1 (the default), ietf-draft-03 (the IETF
+// resumable-upload draft, interop 5) or ietf-draft-05 (interop 6).
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import * as tus from "tus-js-client";
@@ -19,6 +21,7 @@ let key = null;
 
 const upload = new tus.Upload(data, {
   endpoint,
+  protocol: process.env.TUS_PROTOCOL || "tus-v1",
   chunkSize: chunkArg === "unbounded" ? Infinity : Number(chunkArg),
   // Retries ride out a gateway restart: about 30 s in all, unless told otherwise.
   retryDelays: process.env.TUS_RETRY_DELAYS

@@ -4,7 +4,6 @@
 //! gateway killed and restarted mid-upload, two gateways on one bucket, and two
 //! writers at once.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,7 @@ const MIB: usize = 1 << 20;
 
 mod common;
 
-use common::{minio_prefix as setup, Gateway};
+use common::{client_events as events, minio_prefix as setup, Gateway};
 
 fn start(endpoint: &str, prefix: &str, listen: &str) -> Gateway {
     common::serve_on_minio(endpoint, prefix, listen, &["--tus-lock-timeout", "3s"])
@@ -82,30 +81,6 @@ fn client_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     command
-}
-
-/// Reads the client's JSON events until `stop` says so or the client ends.
-fn events(
-    child: &mut Child,
-    mut stop: impl FnMut(&serde_json::Value) -> bool,
-) -> Vec<serde_json::Value> {
-    let stdout = child.stdout.as_mut().unwrap();
-    let mut reader = BufReader::new(stdout);
-    let mut seen = Vec::new();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap() == 0 {
-            return seen;
-        }
-        let event: serde_json::Value =
-            serde_json::from_str(line.trim()).unwrap_or_else(|_| panic!("not JSON: {line}"));
-        let done = stop(&event);
-        seen.push(event);
-        if done {
-            return seen;
-        }
-    }
 }
 
 /// The object key the upload at `url` became, from HEAD.

@@ -96,6 +96,30 @@ pub async fn object_bytes(store: &dyn ObjectStore, key: &str) -> Vec<u8> {
     chunks.concat()
 }
 
+/// Reads the client's JSON events until `stop` says so or the client ends.
+pub fn client_events(
+    child: &mut Child,
+    mut stop: impl FnMut(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            return seen;
+        }
+        let event: serde_json::Value =
+            serde_json::from_str(line.trim()).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        let done = stop(&event);
+        seen.push(event);
+        if done {
+            return seen;
+        }
+    }
+}
+
 /// Where scripts/test.sh installed the npm clients (tests/clients), or None
 /// (after saying so) when they are not installed and S3 tests may skip.
 pub fn npm_clients(test: &str) -> Option<String> {
