@@ -30,7 +30,7 @@ pub use clock::{Clock, SystemClock, TokioClock};
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, Protocol, UploadRecord, STATE_PREFIX};
-pub use write::{Chunk, NewUpload, Written};
+pub use write::{Chunk, NewUpload, Superseded, Written};
 
 use record::Loaded;
 
@@ -150,7 +150,39 @@ impl Resumable {
         id: &str,
         work: impl Future<Output = Result<T, ResumableError>>,
     ) -> Result<T, ResumableError> {
-        self.locked_with(id, |_| work).await
+        self.locked_with(id, Contention::Refuse, |_| work).await
+    }
+
+    /// How long a request that ends an older one waits for it to let go: a
+    /// lease (a dead holder's lock lapses by then) and a second.
+    fn patience(&self) -> Duration {
+        self.config.lock_lease + Duration::from_secs(1)
+    }
+
+    /// The record of upload `id` once no request is writing to it: a request
+    /// still writing is asked to let go and commit first (the draft's rule for
+    /// offset retrieval, so the offset answered is the one the next append
+    /// must name). After [`Self::patience`], the record as it is.
+    pub async fn settled_status(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+        if !valid_id(id) {
+            return Err(ResumableError::not_found());
+        }
+        let settled = UploadLock::settle(
+            self.store.clone(),
+            self.lock_hints.clone(),
+            id,
+            self.clock.clone(),
+            self.patience(),
+        )
+        .await
+        .map_err(lock_error)?;
+        if !settled {
+            tracing::info!(
+                upload_id = id,
+                "an older request did not let go in time; answering the offset stored"
+            );
+        }
+        self.status(id).await
     }
 
     /// [`Self::locked`], handing `work` the record as this process last wrote
@@ -158,6 +190,7 @@ impl Resumable {
     pub(crate) async fn locked_with<T, F>(
         &self,
         id: &str,
+        contention: Contention,
         work: impl FnOnce(Held) -> F,
     ) -> Result<T, ResumableError>
     where
@@ -166,19 +199,25 @@ impl Resumable {
         if !valid_id(id) {
             return Err(ResumableError::not_found());
         }
-        let mut lock = UploadLock::acquire(
+        let (store, hints, lease, clock) = (
             self.store.clone(),
             self.lock_hints.clone(),
-            id,
             self.config.lock_lease,
             self.clock.clone(),
-        )
-        .await
+        );
+        let mut lock = match contention {
+            Contention::Refuse => UploadLock::acquire(store, hints, id, lease, clock).await,
+            Contention::TakeOver => {
+                UploadLock::acquire_taking_over(store, hints, id, lease, clock, self.patience())
+                    .await
+            }
+        }
         .map_err(lock_error)?;
         // Taken out whatever happens: this tenure may change the record.
         let written = self.records.written_here(id);
         let held = Held {
             record: written.filter(|_| lock.hinted()),
+            let_go: lock.let_go(),
         };
         let result = tokio::select! {
             result = work(held) => result,
@@ -193,8 +232,12 @@ impl Resumable {
 
     /// Removes upload `id`: its multipart upload, its object when finished (tus's
     /// termination frees the uploaded data), and every state object.
-    pub async fn terminate(&self, id: &str) -> Result<UploadRecord, ResumableError> {
-        self.locked(id, async {
+    pub async fn terminate(
+        &self,
+        id: &str,
+        contention: Contention,
+    ) -> Result<UploadRecord, ResumableError> {
+        self.locked_with(id, contention, |_| async {
             let loaded = self.records.load(id).await?;
             self.remove(&loaded.record).await?;
             tracing::info!(upload_id = %id, key = %loaded.record.key, "upload terminated");
@@ -221,6 +264,26 @@ impl Resumable {
     }
 }
 
+/// What a request does when another holds the upload it wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contention {
+    /// It is refused at once ([`ResumableError::Locked`]): tus's way.
+    Refuse,
+    /// It ends the older request and goes on once that one committed: the
+    /// IETF draft's way (see [`lock`]).
+    TakeOver,
+}
+
+impl Contention {
+    /// The way of `protocol`.
+    pub fn of(protocol: Protocol) -> Contention {
+        match protocol {
+            Protocol::Tus => Contention::Refuse,
+            Protocol::IetfDraft => Contention::TakeOver,
+        }
+    }
+}
+
 /// What a lock holder knows on taking the lock.
 #[derive(Debug)]
 pub(crate) struct Held {
@@ -229,6 +292,8 @@ pub(crate) struct Held {
     /// and so nobody has written the record, since. Reading it again would
     /// cost a store request per PATCH for nothing.
     pub record: Option<Loaded>,
+    /// Set when a newer request asks this one to let go (see [`Contention`]).
+    pub let_go: tokio::sync::watch::Receiver<bool>,
 }
 
 fn lock_error(error: LockError) -> ResumableError {

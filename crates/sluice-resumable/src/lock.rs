@@ -10,6 +10,17 @@
 //! until it lands or the lease has ended by itself; a crashed gateway's lock
 //! lapses when its lease ends.
 //!
+//! A request that may end an older one (the IETF draft's rule: a new request
+//! on an upload ends the one still running, rather than wait for it) takes
+//! the lock with [`UploadLock::acquire_taking_over`]: it asks the holder to
+//! let go and takes the lock as soon as it does, within a bounded time. A
+//! holder in this process is told at once; one in another gateway finds the
+//! request in the lock object (`let_go_asked`, written with If-Match, so its
+//! next renewal fails and it reads why) at its next renewal, a third of a
+//! lease later. Either way the holder's work sees [`UploadLock::let_go`],
+//! stops reading its body, commits what came and releases. A holder that
+//! died lets go when its lease ends.
+//!
 //! [`LockHints`] remember what this process last knew of each lock object (absent
 //! for an upload it just created, or the ETag of the ended lease it wrote), so a
 //! request that follows another on the same gateway takes the lock with one
@@ -41,6 +52,9 @@ struct LockBody {
     /// and released the lock in between.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     ended_by: String,
+    /// A newer request asks the holder to let go.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    let_go_asked: bool,
 }
 
 /// What this process last knew of upload locks, by lock key. Bounded: when full,
@@ -48,7 +62,13 @@ struct LockBody {
 #[derive(Debug, Default)]
 pub struct LockHints {
     known: Mutex<HashMap<String, Known>>,
+    /// The locks held in this process, by lock key: the holder and how to
+    /// ask it to let go.
+    held: Mutex<HashMap<String, (String, LetGo)>>,
 }
+
+/// How a holder is asked to let go: a flag its work watches.
+pub type LetGo = Arc<tokio::sync::watch::Sender<bool>>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Known {
@@ -73,6 +93,30 @@ impl LockHints {
             map.clear();
         }
         map.insert(key, known);
+    }
+
+    fn hold(&self, key: &str, holder: &str, let_go: LetGo) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.insert(key.to_owned(), (holder.to_owned(), let_go));
+    }
+
+    fn unhold(&self, key: &str, holder: &str) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.get(key).is_some_and(|(h, _)| h == holder) {
+            held.remove(key);
+        }
+    }
+
+    /// Asks the holder of `key` in this process, if any, to let go.
+    fn ask_local(&self, key: &str) -> bool {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match held.get(key) {
+            Some((_, let_go)) => {
+                let_go.send_replace(true);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The hint for `key`, forgotten as it is used: whatever happens next makes it stale.
@@ -109,6 +153,8 @@ pub struct UploadLock {
     hinted: bool,
     /// What lease ends are measured on.
     clock: Arc<dyn Clock>,
+    /// Set when a newer request asks this holder to let go.
+    let_go: LetGo,
 }
 
 impl UploadLock {
@@ -127,16 +173,21 @@ impl UploadLock {
                      store: Arc<dyn ObjectStore>,
                      key: String,
                      holder: String,
-                     hinted: bool| UploadLock {
-            store,
-            hints: hints.clone(),
-            key,
-            holder,
-            etag,
-            lease,
-            released: false,
-            hinted,
-            clock: clock.clone(),
+                     hinted: bool| {
+            let let_go: LetGo = Arc::new(tokio::sync::watch::channel(false).0);
+            hints.hold(&key, &holder, let_go.clone());
+            UploadLock {
+                store,
+                hints: hints.clone(),
+                key,
+                holder,
+                etag,
+                lease,
+                released: false,
+                hinted,
+                clock: clock.clone(),
+                let_go,
+            }
         };
         if let Some(known) = hints.take(&key) {
             let condition = match known {
@@ -201,6 +252,78 @@ impl UploadLock {
         })
     }
 
+    /// Takes the lock of upload `id`, asking a holder to let go (see the module
+    /// documentation) and waiting up to `patience` for it to do so; then
+    /// [`LockError::Held`].
+    pub async fn acquire_taking_over(
+        store: Arc<dyn ObjectStore>,
+        hints: Arc<LockHints>,
+        id: &str,
+        lease: Duration,
+        clock: Arc<dyn Clock>,
+        patience: Duration,
+    ) -> Result<UploadLock, LockError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut asked = false;
+        loop {
+            let attempt =
+                UploadLock::acquire(store.clone(), hints.clone(), id, lease, clock.clone()).await;
+            let retry_after = match attempt {
+                Err(LockError::Held { retry_after }) => retry_after,
+                other => return other,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(LockError::Held { retry_after });
+            }
+            if !asked {
+                asked = ask_to_let_go(&store, &hints, &lock_key(id), clock.as_ref()).await?;
+                tracing::debug!(upload_id = id, asked, "asked the upload's holder to let go");
+            }
+            tokio::time::sleep(TAKEOVER_POLL.min(deadline - now)).await;
+        }
+    }
+
+    /// Waits until upload `id`'s lock is free (asking a holder to let go, as
+    /// [`Self::acquire_taking_over`] does), for up to `patience`; whether it is.
+    /// Takes nothing: an answer that only reads (the draft's offset) then
+    /// reports what the holder committed.
+    pub async fn settle(
+        store: Arc<dyn ObjectStore>,
+        hints: Arc<LockHints>,
+        id: &str,
+        clock: Arc<dyn Clock>,
+        patience: Duration,
+    ) -> Result<bool, LockError> {
+        let key = lock_key(id);
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut asked = false;
+        loop {
+            let held = match read(&store, &key).await {
+                Err(e) if e.is_not_found() => false,
+                Err(e) => return Err(e.into()),
+                Ok((body, _)) => body.is_some_and(|b| b.until_ms > clock.now_ms()),
+            };
+            let now = tokio::time::Instant::now();
+            if !held {
+                return Ok(true);
+            }
+            if now >= deadline {
+                return Ok(false);
+            }
+            if !asked {
+                asked = ask_to_let_go(&store, &hints, &key, clock.as_ref()).await?;
+            }
+            tokio::time::sleep(TAKEOVER_POLL.min(deadline - now)).await;
+        }
+    }
+
+    /// Set once a newer request asks this holder to let go: the work it
+    /// protects should stop taking bytes, commit and end.
+    pub fn let_go(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.let_go.subscribe()
+    }
+
     /// Whether the lock was taken with this process's hint: the lock object was
     /// still what this process left (absent after creating the upload, or the
     /// ended lease it wrote), so nobody has held the lock since.
@@ -214,8 +337,12 @@ impl UploadLock {
     /// protects and stop the work when it returns.
     pub async fn keep_alive(&mut self) -> LockError {
         let mut confirmed = tokio::time::Instant::now();
+        let mut renew_now = false;
         loop {
-            tokio::time::sleep(self.lease / 3).await;
+            if !renew_now {
+                tokio::time::sleep(self.lease / 3).await;
+            }
+            renew_now = false;
             // With a margin for clocks that differ between gateways.
             let deadline = confirmed + self.lease.mul_f64(0.8);
             let sent = tokio::time::Instant::now();
@@ -231,7 +358,25 @@ impl UploadLock {
                     self.etag = etag;
                     confirmed = sent;
                 }
-                Ok(Err(StoreError::PreconditionFailed)) | Err(_) => {
+                // Still ours, with a newer request asking for it: the work is
+                // told to let go, and the lease kept while it commits.
+                Ok(Err(StoreError::PreconditionFailed)) => match read(&self.store, &self.key).await
+                {
+                    Ok((Some(body), etag)) if body.holder == self.holder => {
+                        if body.let_go_asked {
+                            tracing::debug!(key = %self.key, "a newer request asks this one to let go");
+                            self.let_go.send_replace(true);
+                        }
+                        self.etag = etag;
+                        renew_now = true;
+                    }
+                    _ => {
+                        return LockError::Held {
+                            retry_after: self.lease,
+                        }
+                    }
+                },
+                Err(_) => {
                     return LockError::Held {
                         retry_after: self.lease,
                     }
@@ -249,6 +394,7 @@ impl UploadLock {
     /// it waits (client gone, shutdown) does not leave the lock held.
     pub async fn release(mut self) {
         self.released = true;
+        self.hints.unhold(&self.key, &self.holder);
         let (first_done, first) = tokio::sync::oneshot::channel();
         tokio::spawn(self.take_release().until_done(Some(first_done)));
         let _ = first.await;
@@ -273,6 +419,7 @@ impl Drop for UploadLock {
         if self.released {
             return;
         }
+        self.hints.unhold(&self.key, &self.holder);
         let release = self.take_release();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -312,6 +459,7 @@ impl Release {
             holder: String::new(),
             until_ms: 0,
             ended_by: self.holder.clone(),
+            let_go_asked: false,
         };
         let json: bytes::Bytes = serde_json::to_vec(&ended)
             .expect("a lock body serialises")
@@ -377,6 +525,43 @@ impl Release {
     }
 }
 
+/// How often a request waiting for a holder to let go looks at the lock.
+const TAKEOVER_POLL: Duration = Duration::from_millis(100);
+
+/// Asks the holder of the lock at `key` to let go: at once when it is in this
+/// process, else through the lock object (If-Match, so a renewal in between
+/// only makes the caller ask again). Whether the holder was asked.
+async fn ask_to_let_go(
+    store: &Arc<dyn ObjectStore>,
+    hints: &LockHints,
+    key: &str,
+    clock: &dyn Clock,
+) -> Result<bool, StoreError> {
+    if hints.ask_local(key) {
+        return Ok(true);
+    }
+    let (body, etag) = match read(store, key).await {
+        Ok(read) => read,
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let Some(mut body) = body.filter(|b| b.until_ms > clock.now_ms()) else {
+        return Ok(false);
+    };
+    if body.let_go_asked {
+        return Ok(true);
+    }
+    body.let_go_asked = true;
+    let json = serde_json::to_vec(&body).expect("a lock body serialises");
+    let mut request = PutRequest::new(key, Body::Bytes(json.into()));
+    request.condition = Some(WriteCondition::IfMatch(etag));
+    match store.put_object(request).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::PreconditionFailed) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 async fn put(
     store: &Arc<dyn ObjectStore>,
     key: &str,
@@ -388,6 +573,7 @@ async fn put(
         holder: holder.to_owned(),
         until_ms,
         ended_by: String::new(),
+        let_go_asked: false,
     };
     let json = serde_json::to_vec(&body).expect("a lock body serialises");
     let mut request = PutRequest::new(key, Body::Bytes(json.into()));
@@ -711,5 +897,118 @@ mod tests {
             .await,
         );
         renewing.abort();
+    }
+
+    /// A holder as a request runs one: renewing its lease, and, when `obeys`,
+    /// releasing once asked to let go (after its work commits, here 50 ms).
+    /// Ends with whether it was asked.
+    fn run_holder(mut lock: UploadLock, obeys: bool) -> tokio::task::JoinHandle<bool> {
+        tokio::spawn(async move {
+            let mut let_go = lock.let_go();
+            let asked = async {
+                let _ = let_go.wait_for(|asked| *asked).await;
+            };
+            tokio::select! {
+                () = asked, if obeys => {}
+                lost = lock.keep_alive() => panic!("the holder lost its lock: {lost}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let was_asked = *lock.let_go().borrow();
+            lock.release().await;
+            was_asked
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_request_takes_over_within_a_bounded_time() {
+        const LEASE: Duration = Duration::from_secs(6);
+        const PATIENCE: Duration = Duration::from_secs(7);
+        struct Case {
+            name: &'static str,
+            /// The holder is in the newcomer's process.
+            same_process: bool,
+            /// The holder runs (renews, lets go when asked); else it died.
+            alive: bool,
+            obeys: bool,
+            /// The newcomer has the lock within this long, or is refused.
+            within: Option<Duration>,
+        }
+        #[rustfmt::skip]
+        let cases = [
+            Case { name: "holder in the same process", same_process: true, alive: true, obeys: true, within: Some(Duration::from_millis(200)) },
+            Case { name: "holder in another gateway", same_process: false, alive: true, obeys: true, within: Some(LEASE / 3 + Duration::from_millis(300)) },
+            Case { name: "holder died (its gateway was killed)", same_process: false, alive: false, obeys: true, within: Some(LEASE + Duration::from_millis(200)) },
+            Case { name: "holder that never lets go", same_process: false, alive: true, obeys: false, within: None },
+        ];
+        for case in cases {
+            let clock = clock();
+            let store = store();
+            let holder_hints = unhinted();
+            let newcomer_hints = match case.same_process {
+                true => holder_hints.clone(),
+                false => unhinted(),
+            };
+            let lock = UploadLock::acquire(store.clone(), holder_hints, ID, LEASE, clock.clone())
+                .await
+                .unwrap();
+            let holder = match case.alive {
+                true => Some(run_holder(lock, case.obeys)),
+                false => {
+                    std::mem::forget(lock); // a killed gateway releases nothing
+                    None
+                }
+            };
+            let started = tokio::time::Instant::now();
+            let taken = UploadLock::acquire_taking_over(
+                store.clone(),
+                newcomer_hints,
+                ID,
+                LEASE,
+                clock.clone(),
+                PATIENCE,
+            )
+            .await;
+            let took = started.elapsed();
+            match case.within {
+                Some(within) => {
+                    let lock = taken.unwrap_or_else(|e| panic!("{}: {e}", case.name));
+                    assert!(took <= within, "{}: took {took:?}", case.name);
+                    if let Some(holder) = holder {
+                        assert!(
+                            holder.await.unwrap(),
+                            "{}: the holder was not asked",
+                            case.name
+                        );
+                    }
+                    lock.release().await;
+                }
+                None => {
+                    held(taken);
+                    assert!(took >= PATIENCE, "{}: gave up after {took:?}", case.name);
+                    holder.unwrap().abort();
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settling_waits_for_the_holder_to_let_go_and_takes_nothing() {
+        let clock = clock();
+        let store = store();
+        let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
+            .await
+            .unwrap();
+        let holder = run_holder(lock, true);
+        let settled = UploadLock::settle(store.clone(), unhinted(), ID, clock.clone(), LONG)
+            .await
+            .unwrap();
+        assert!(settled);
+        assert!(holder.await.unwrap(), "the holder was asked");
+        // Nothing was taken: a plain request gets the lock at once.
+        UploadLock::acquire(store, unhinted(), ID, LONG, clock)
+            .await
+            .unwrap()
+            .release()
+            .await;
     }
 }

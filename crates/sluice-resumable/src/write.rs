@@ -38,7 +38,7 @@ use crate::error::ResumableError;
 use crate::record::{
     upload_prefix, Finished, Loaded, Phase, Protocol, Receiving, Segment, StoredPart, TAIL_BYTES,
 };
-use crate::{Resumable, UploadRecord};
+use crate::{Contention, Resumable, UploadRecord};
 
 /// The length a request fixes: the one it names (tus's and the draft's
 /// Upload-Length), or, for a completing body of known size, the offset where
@@ -91,7 +91,38 @@ pub struct Chunk {
     pub completes: bool,
 }
 
+/// Why a body ended early: a newer request for its upload took over.
+#[derive(Debug, thiserror::Error)]
+#[error("a newer request for this upload took over; what arrived is kept")]
+pub struct Superseded;
+
 impl Chunk {
+    /// The same chunk, its body broken off with [`Superseded`] once `let_go`
+    /// is set (what arrived before is committed, as for a client gone).
+    fn until_let_go(self, let_go: tokio::sync::watch::Receiver<bool>) -> Chunk {
+        let body = stream::unfold(
+            (self.body, let_go, false),
+            |(mut body, mut let_go, ended)| async move {
+                if ended {
+                    return None;
+                }
+                let asked = async {
+                    if let_go.wait_for(|asked| *asked).await.is_err() {
+                        // The lock is gone with its holder: nobody can ask.
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    () = asked => Some((Err(io::Error::other(Superseded)), (body, let_go, true))),
+                    next = body.next() => next.map(|item| (item, (body, let_go, false))),
+                }
+            },
+        )
+        .boxed();
+        Chunk { body, ..self }
+    }
+
     pub fn empty() -> Chunk {
         Chunk {
             body: stream::empty().boxed(),
@@ -185,7 +216,7 @@ impl Resumable {
             checksum: chunk.checksum.clone(),
         };
         let written = self
-            .locked(&id, async {
+            .locked_with(&id, Contention::Refuse, |held| async {
                 let plan =
                     record
                         .upload
@@ -194,6 +225,7 @@ impl Resumable {
                     record: record.clone(),
                     etag,
                 };
+                let chunk = chunk.until_let_go(held.let_go);
                 self.write_chunk(loaded, plan, chunk, record.protocol.creation_kind())
                     .await
             })
@@ -289,7 +321,8 @@ impl Resumable {
         patch: &PatchRequest,
         chunk: Chunk,
     ) -> Result<Written, ResumableError> {
-        self.locked_with(id, |held| async move {
+        self.locked_with(id, Contention::of(protocol), |held| async move {
+            let chunk = chunk.until_let_go(held.let_go);
             let loaded = match held.record {
                 Some(loaded) => loaded,
                 None => self.records.load(id).await?,

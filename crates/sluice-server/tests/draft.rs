@@ -648,3 +648,124 @@ async fn options_tell_the_limits_and_the_append_type() {
         assert_eq!(answer.header("tus-version"), None);
     }
 }
+
+/// A body that sends `first` and then nothing more, until dropped.
+fn trickle(first: &'static [u8]) -> Body {
+    use futures::StreamExt as _;
+    let head = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(first))]);
+    Body::from_stream(head.chain(futures::stream::pending()))
+}
+
+#[tokio::test]
+async fn a_newer_request_ends_the_one_still_writing() {
+    // (the newer request, on the same gateway or on another one on the same store)
+    let cases = [
+        ("HEAD", true),
+        ("HEAD", false),
+        ("PATCH", true),
+        ("DELETE", false),
+    ];
+    for (method, same_gateway) in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let other = gateway(&store);
+        let url = careful(&state, Some(100)).await;
+        // An append that sent 10 bytes and then went silent (a phone that lost
+        // its network, as far as the gateway can tell).
+        let stuck = {
+            let state = state.clone();
+            let request = Request::builder()
+                .method("PATCH")
+                .uri(&url)
+                .header("upload-draft-interop-version", "8")
+                .header("content-type", PARTIAL)
+                .header("upload-offset", "0")
+                .header("upload-complete", "?0")
+                .body(trickle(b"0123456789"))
+                .unwrap();
+            tokio::spawn(async move { send(&state, request).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let newer = match same_gateway {
+            true => &state,
+            false => &other,
+        };
+        let started = std::time::Instant::now();
+        let case = format!(
+            "{method} on the {} gateway",
+            if same_gateway { "same" } else { "other" }
+        );
+        let headers: &[(&str, &str)] = match method {
+            "PATCH" => &[
+                ("content-type", PARTIAL),
+                ("upload-offset", "10"),
+                ("upload-complete", "?0"),
+            ],
+            _ => &[],
+        };
+        let body = (method == "PATCH").then_some(&b"abcdefghij"[..]);
+        let answer = send(newer, draft(8, method, &url, headers, body)).await;
+        let took = started.elapsed();
+        // The older request ended, its 10 bytes kept.
+        let older = tokio::time::timeout(std::time::Duration::from_secs(5), stuck).await;
+        assert!(older.is_ok(), "{case}: the older request still runs");
+        assert!(
+            took < std::time::Duration::from_secs(4),
+            "{case}: took {took:?}"
+        );
+        match method {
+            "HEAD" => {
+                assert_eq!(answer.status, StatusCode::NO_CONTENT, "{case}: {answer:?}");
+                assert_eq!(answer.header("upload-offset"), Some("10"), "{case}");
+            }
+            "PATCH" => {
+                assert_eq!(answer.status, StatusCode::NO_CONTENT, "{case}: {answer:?}");
+                assert_eq!(answer.header("upload-offset"), Some("20"), "{case}");
+            }
+            _ => {
+                assert_eq!(answer.status, StatusCode::NO_CONTENT, "{case}: {answer:?}");
+                let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+                assert_eq!(head.status, StatusCode::NOT_FOUND, "{case}");
+            }
+        }
+        eprintln!("{case}: answered after {took:?}");
+    }
+}
+
+#[tokio::test]
+async fn tus_still_refuses_a_second_writer_at_once() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let created = send(
+        &state,
+        Request::builder()
+            .method("POST")
+            .uri("/v1/tus/")
+            .header("tus-resumable", "1.0.0")
+            .header("upload-length", "100")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let url = created.header("location").unwrap().to_owned();
+    let tus_patch = |offset: &str, body: Body| {
+        Request::builder()
+            .method("PATCH")
+            .uri(&url)
+            .header("tus-resumable", "1.0.0")
+            .header("content-type", "application/offset+octet-stream")
+            .header("upload-offset", offset)
+            .body(body)
+            .unwrap()
+    };
+    let stuck = {
+        let state = state.clone();
+        let request = tus_patch("0", trickle(b"0123456789"));
+        tokio::spawn(async move { send(&state, request).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = send(&state, tus_patch("0", Body::from("x"))).await;
+    assert_eq!(second.status, StatusCode::LOCKED, "{second:?}");
+    assert!(!stuck.is_finished(), "tus ends no request for another");
+    stuck.abort();
+}

@@ -18,7 +18,9 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use sluice_resumable::{new_id, NewUpload, Protocol, ResumableError, UploadRecord, Written};
+use sluice_resumable::{
+    new_id, Contention, NewUpload, Protocol, ResumableError, UploadRecord, Written,
+};
 use sluice_rufh::answer::{self, Limits, UploadState};
 use sluice_rufh::request::{self, Append, Creation};
 use sluice_rufh::{DraftError, Interop};
@@ -385,6 +387,12 @@ async fn offset(
 ) -> Result<Response, Failure> {
     request::check_bare(&headers)?;
     let record = visible(&state, &grant, &id).await?;
+    // A request still writing is ended first, so that the offset answered is
+    // the one the next append must name.
+    let record = match record.is_finished() {
+        true => record,
+        false => state.resumable.settled_status(&id).await?,
+    };
     let mut response = StatusCode::NO_CONTENT.into_response();
     let upload_headers = answer::state(
         interop,
@@ -448,7 +456,7 @@ async fn cancel(
 ) -> Result<Response, Failure> {
     request::check_bare(&headers)?;
     visible(&state, &grant, &id).await?;
-    let cancelled = state.resumable.terminate(&id).await?;
+    let cancelled = state.resumable.terminate(&id, Contention::TakeOver).await?;
     if !cancelled.is_finished() {
         state
             .completion

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sluice_resumable::{new_id, NewUpload, Protocol, UploadRecord};
+use sluice_resumable::{new_id, Contention, NewUpload, Protocol, UploadRecord};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
 use sluice_upload::UploadKind;
@@ -270,7 +270,7 @@ async fn terminate(
     let record = state.resumable.status(&id).await?;
     grant.check_resume(record.owner.as_deref(), object_key(&record))?;
     record.check_protocol(Protocol::Tus)?;
-    let terminated = state.resumable.terminate(&id).await?;
+    let terminated = state.resumable.terminate(&id, Contention::Refuse).await?;
     if !terminated.is_finished() && terminated.upload.concat != Concat::Partial {
         state.completion.terminated(&terminated).await?;
     }
