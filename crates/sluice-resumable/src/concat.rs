@@ -95,6 +95,7 @@ impl Resumable {
             content_type: new.content_type,
             owner: new.owner,
             protocol: new.protocol,
+            digest: None,
             phase: Phase::Finished(Finished {
                 etag: outcome.etag.clone(),
                 checksum: outcome.checksum,

@@ -12,6 +12,7 @@
 
 pub mod clock;
 pub mod concat;
+pub mod digest;
 mod error;
 pub mod janitor;
 pub mod lock;
@@ -27,6 +28,7 @@ use sluice_store::{limits, ObjectStore};
 use sluice_upload::Engine;
 
 pub use clock::{Clock, SystemClock, TokioClock};
+pub use digest::{DigestAlgorithm, Digesting, WantedDigest};
 pub use error::ResumableError;
 pub use lock::{LockError, LockHints, UploadLock};
 pub use record::{new_id, valid_id, Phase, Protocol, UploadRecord, STATE_PREFIX};

@@ -167,6 +167,9 @@ pub struct UploadRecord {
     pub owner: Option<String>,
     /// The protocol it was created with, the only one that may continue it.
     pub protocol: Protocol,
+    /// The digest the client asked the whole upload to be checked against,
+    /// with the hash of the bytes committed so far.
+    pub digest: Option<crate::Digesting>,
     pub phase: Phase,
 }
 
@@ -298,6 +301,8 @@ struct StoredRecord {
     #[serde(default, skip_serializing_if = "Protocol::is_tus")]
     protocol: Protocol,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    digest: Option<crate::Digesting>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     phase: Option<PhaseName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     multipart_id: Option<String>,
@@ -363,6 +368,7 @@ impl TryFrom<StoredRecord> for UploadRecord {
             content_type: stored.content_type,
             owner: stored.owner,
             protocol: stored.protocol,
+            digest: stored.digest,
             phase,
         })
     }
@@ -376,6 +382,7 @@ impl From<UploadRecord> for StoredRecord {
             content_type: record.content_type,
             owner: record.owner,
             protocol: record.protocol,
+            digest: record.digest,
             phase: None,
             multipart_id: None,
             parts: Vec::new(),
@@ -676,6 +683,7 @@ mod tests {
                     content_type: None,
                     owner: Some("tenant".into()),
                     protocol,
+                    digest: None,
                     phase: phase.clone(),
                 };
                 let json = serde_json::to_string(&record).unwrap();

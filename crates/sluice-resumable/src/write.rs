@@ -34,11 +34,12 @@ use sluice_upload::{
     UploadSource,
 };
 
+use crate::digest::{Feed, Running};
 use crate::error::ResumableError;
 use crate::record::{
     upload_prefix, Finished, Loaded, Phase, Protocol, Receiving, Segment, StoredPart, TAIL_BYTES,
 };
-use crate::{Contention, Resumable, UploadRecord};
+use crate::{Contention, Digesting, Resumable, UploadRecord, WantedDigest};
 
 /// The length a request fixes: the one it names (tus's and the draft's
 /// Upload-Length), or, for a completing body of known size, the offset where
@@ -60,6 +61,16 @@ fn fixed_length(
     }
 }
 
+/// Whether `chunks`, the whole upload, hash to its digest (true without one).
+fn digest_matches(digest: Option<&Digesting>, chunks: &[Bytes]) -> Result<bool, ResumableError> {
+    let Some(digesting) = digest else {
+        return Ok(true);
+    };
+    let mut running: Running = digesting.running().map_err(ResumableError::Corrupt)?;
+    chunks.iter().for_each(|c| running.update(c));
+    Ok(digesting.matches(&running))
+}
+
 /// Segment objects an upload may have before they are merged into one.
 pub const MAX_SEGMENTS: usize = 16;
 
@@ -77,6 +88,8 @@ pub struct NewUpload {
     pub content_type: Option<String>,
     pub owner: Option<String>,
     pub protocol: Protocol,
+    /// The digest the whole upload must have (the draft's Repr-Digest).
+    pub digest: Option<WantedDigest>,
 }
 
 /// One request's body.
@@ -188,6 +201,7 @@ impl Resumable {
             content_type: new.content_type,
             owner: new.owner,
             protocol: new.protocol,
+            digest: new.digest.as_ref().map(Digesting::new),
             phase: Phase::Created,
         };
         if let (Some(chunk), Some(length)) = (&chunk, length) {
@@ -235,8 +249,12 @@ impl Resumable {
             // The request itself was wrong: the upload it created goes again,
             // its multipart upload (if a part was cut) with it.
             Err(error @ ResumableError::Protocol(_)) => {
-                let current = self.records.load(&id).await?.record;
-                self.remove(&current).await?;
+                match self.records.load(&id).await {
+                    Ok(current) => self.remove(&current.record).await?,
+                    // Removed already (a body whose digest did not match).
+                    Err(gone) if gone.is_not_found() => {}
+                    Err(other) => return Err(other),
+                }
                 Err(error)
             }
             Err(error) => {
@@ -277,6 +295,10 @@ impl Resumable {
             // Every byte is in (a failure after the last one does not matter).
             _ if head.len == length && !check.matches() => {
                 return Err(TusError::ChecksumMismatch.into())
+            }
+            _ if head.len == length && !digest_matches(record.digest.as_ref(), &head.chunks)? => {
+                let algorithm = record.digest.as_ref().map_or("", |d| d.algorithm.name());
+                return Err(TusError::DigestMismatch { algorithm }.into());
             }
             _ if head.len == length => {}
             error => {
@@ -388,6 +410,15 @@ impl Resumable {
         let id = loaded.record.id().to_owned();
         let key = loaded.record.key.clone();
         let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
+        // The body hashed as it is read, when the upload is to be checked.
+        let (feed, body) = match &loaded.record.digest {
+            Some(digesting) => {
+                let running = digesting.running().map_err(ResumableError::Corrupt)?;
+                let (feed, body) = Feed::wrap(running, body);
+                (Some(feed), body)
+            }
+            None => (None, body),
+        };
         let offset = loaded.record.upload.offset;
         let carried_len = receiving.carried();
         let part_size = self.part_size(plan.length);
@@ -542,9 +573,30 @@ impl Resumable {
             }
         }
         let length_set = loaded.record.upload.length != plan.length;
+        // The hash of the committed bytes: every body byte hashed must be one
+        // committed (a failed part loses the bytes after the stored ones, and
+        // with them the hash's place: the upload then starts again).
+        let digested = match &feed {
+            Some(feed) if new_offset > offset => {
+                let (running, hashed) = feed.taken();
+                if hashed != new_offset - offset {
+                    let cause = "the digest's hash lost its place after a failed part";
+                    self.restart(&mut loaded, cause).await?;
+                    return Err(ResumableError::Conflict);
+                }
+                Some(running)
+            }
+            _ => None,
+        };
         // Every byte is in (a body that failed after its last byte does not
-        // matter): the object is completed before anything says so.
+        // matter): the object is completed before anything says so, once its
+        // digest, when one was given, is the one given.
         if plan.length == Some(new_offset) {
+            if let (Some(digesting), Some(running)) = (&loaded.record.digest, &digested) {
+                if !digesting.matches(running) {
+                    return Err(self.discard_mismatched(&loaded.record).await);
+                }
+            }
             return self
                 .finish(loaded, receiving, stored, leftover, consumed_carried, kind)
                 .await;
@@ -590,6 +642,9 @@ impl Resumable {
             retired.extend(self.merge_segments(&id, &mut receiving).await?);
         }
         let record = &mut loaded.record;
+        if let (Some(digesting), Some(running)) = (&mut record.digest, &digested) {
+            digesting.commit(running);
+        }
         record.upload.length = plan.length;
         record.upload.offset = new_offset;
         record.upload.extend(self.clock.now(), self.config.expiry);
@@ -621,7 +676,8 @@ impl Resumable {
             }
         }
         if broken {
-            self.restart(loaded, &error).await?;
+            self.restart(loaded, &sluice_store::error_chain(&error).to_string())
+                .await?;
             return Err(ResumableError::Conflict);
         }
         Err(error.into())
@@ -634,11 +690,7 @@ impl Resumable {
     /// goes back to offset 0 and the multipart upload is aborted. The client,
     /// answered 409, asks for the offset and sends the bytes again, instead
     /// of meeting the same failure on every request until the upload expires.
-    async fn restart(
-        &self,
-        loaded: &mut Loaded,
-        cause: &TransferError,
-    ) -> Result<(), ResumableError> {
+    async fn restart(&self, loaded: &mut Loaded, cause: &str) -> Result<(), ResumableError> {
         let Phase::Receiving(receiving) = &loaded.record.phase else {
             return Ok(());
         };
@@ -646,6 +698,9 @@ impl Resumable {
         let record = &mut loaded.record;
         record.upload.offset = 0;
         record.phase = Phase::Created;
+        if let Some(digesting) = &mut record.digest {
+            digesting.restart();
+        }
         loaded.etag = self.records.replace(record, &loaded.etag).await?;
         self.records.delete_segments(record.id(), &segments).await;
         if let Some(upload_id) = multipart_id {
@@ -653,8 +708,20 @@ impl Resumable {
                 tracing::warn!(key = %record.key, %upload_id, error = %sluice_store::error_chain(&abort), "could not abort a multipart upload the store cannot complete; the janitor will");
             }
         }
-        tracing::warn!(upload_id = %record.id(), key = %record.key, error = %sluice_store::error_chain(cause), "the store cannot complete this upload's parts: it starts again from offset 0");
+        tracing::warn!(upload_id = %record.id(), key = %record.key, error = %cause, "this upload starts again from offset 0");
         Ok(())
+    }
+
+    /// An upload whose bytes are all in but do not hash to the digest its
+    /// client gave: it becomes no object, and is removed (its multipart upload
+    /// aborted), as the draft says a failed digest makes a failed upload.
+    async fn discard_mismatched(&self, record: &UploadRecord) -> ResumableError {
+        let algorithm = record.digest.as_ref().map_or("", |d| d.algorithm.name());
+        tracing::warn!(upload_id = %record.id(), key = %record.key, algorithm, "the upload's bytes do not match its digest; discarded");
+        if let Err(error) = self.remove(record).await {
+            return error;
+        }
+        TusError::DigestMismatch { algorithm }.into()
     }
 
     /// An upload whose multipart upload is gone although its record says it
@@ -1078,6 +1145,7 @@ mod tests {
                     content_type: None,
                     owner: None,
                     protocol: Protocol::Tus,
+                    digest: None,
                 },
                 None,
             )

@@ -51,6 +51,7 @@ fn new_upload(length: Option<u64>, partial: bool) -> NewUpload {
         content_type: None,
         owner: None,
         protocol: Protocol::Tus,
+        digest: None,
     }
 }
 
@@ -387,4 +388,46 @@ async fn an_upload_is_continued_only_with_its_own_protocol() {
             .await
             .unwrap();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_digest_that_lost_its_place_starts_the_upload_again() {
+    use sha2::Digest as _;
+    use sluice_resumable::{DigestAlgorithm, ResumableError, WantedDigest};
+    let setup = setup();
+    let bytes = data(40 * MIB);
+    let wanted = WantedDigest::new(
+        DigestAlgorithm::Sha256,
+        sha2::Sha256::digest(&bytes).to_vec(),
+    );
+    let mut new = new_upload(None, false);
+    new.protocol = Protocol::IetfDraft;
+    new.digest = wanted;
+    let (id, key) = (new.id.clone(), new.key.clone());
+    setup.resumable.create(new, None).await.unwrap();
+    // The second part is refused for good: the first is stored, the bytes
+    // read after it are lost, and with them the hash's place.
+    let faults = setup
+        .faults
+        .clone()
+        .inject(Op::UploadPart, Some(2), Some(1), Fault::Denied);
+    let first = setup
+        .resumable
+        .write(&id, Protocol::IetfDraft, &patch(0, 40 * MIB), chunk(&bytes))
+        .await;
+    assert!(matches!(first, Err(ResumableError::Conflict)), "{first:?}");
+    assert_eq!(faults.attempts(Op::UploadPart, Some(2)), 1);
+    let status = setup.resumable.status(&id).await.unwrap();
+    assert_eq!(status.upload.offset, 0, "the upload starts again");
+    assert_eq!(setup.memory.open_uploads(), 0);
+    // Sent again, whole: checked, and made.
+    let mut last = chunk(&bytes);
+    last.completes = true;
+    let written = setup
+        .resumable
+        .write(&id, Protocol::IetfDraft, &patch(0, 40 * MIB), last)
+        .await
+        .unwrap();
+    assert!(written.finished.is_some());
+    assert_eq!(setup.memory.object(&key).unwrap(), &bytes[..]);
 }

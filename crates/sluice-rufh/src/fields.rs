@@ -89,6 +89,52 @@ pub fn boolean(headers: &HeaderMap, name: &HeaderName) -> Result<Option<bool>, F
     }
 }
 
+/// A Dictionary member holding a Byte Sequence: its key and bytes.
+pub type ByteMember = (String, Vec<u8>);
+
+/// A Dictionary whose members are Byte Sequences (`sha-256=:base64:, crc32c=:…:`,
+/// as RFC 9530's digest fields are), in the order given; members of another
+/// type are skipped (an algorithm this reader does not know may say anything).
+pub fn byte_sequences(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<Vec<ByteMember>>, FieldError> {
+    use base64::Engine as _;
+    const EXPECTED: &str = "a dictionary of byte sequences, such as sha-256=:base64:";
+    let mut lines = headers.get_all(name).iter().peekable();
+    if lines.peek().is_none() {
+        return Ok(None);
+    }
+    let mut members = Vec::new();
+    for line in lines {
+        let invalid = || FieldError::Invalid {
+            name: name.clone(),
+            expected: EXPECTED,
+            given: String::from_utf8_lossy(line.as_bytes()).into_owned(),
+        };
+        let text = line.to_str().map_err(|_| invalid())?;
+        for member in text.split(',') {
+            let member = member.trim_matches(|c| c == ' ' || c == '\t');
+            let (key, value) = member.split_once('=').ok_or_else(invalid)?;
+            let key_ok = key.starts_with(|c: char| c.is_ascii_lowercase() || c == '*')
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.*".contains(c));
+            if !key_ok {
+                return Err(invalid());
+            }
+            let value = value.split(';').next().unwrap_or("");
+            if let Some(inner) = value.strip_prefix(':').and_then(|v| v.strip_suffix(':')) {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(inner)
+                    .map_err(|_| invalid())?;
+                members.push((key.to_owned(), bytes));
+            }
+        }
+    }
+    Ok(Some(members))
+}
+
 /// A Boolean as a header value.
 pub fn boolean_value(value: bool) -> HeaderValue {
     HeaderValue::from_static(if value { "?1" } else { "?0" })
@@ -154,6 +200,32 @@ mod tests {
             let got = boolean(&with(&[value]), &name).map_err(|_| ());
             assert_eq!(got, expected, "{value:?}");
         }
+    }
+
+    #[test]
+    fn digests_as_byte_sequences() {
+        let name = HeaderName::from_static("repr-digest");
+        let headers = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(name.clone(), HeaderValue::from_str(v).unwrap());
+            h
+        };
+        let got = byte_sequences(
+            &headers("sha-256=:AAEC:, crc32c=:AQID:;x, unixsum=30"),
+            &name,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            Some(vec![
+                ("sha-256".into(), vec![0, 1, 2]),
+                ("crc32c".into(), vec![1, 2, 3])
+            ])
+        );
+        for bad in ["sha-256", "sha-256=:not base64!:", "SHA-256=:AAEC:"] {
+            assert!(byte_sequences(&headers(bad), &name).is_err(), "{bad}");
+        }
+        assert_eq!(byte_sequences(&HeaderMap::new(), &name).unwrap(), None);
     }
 
     #[test]

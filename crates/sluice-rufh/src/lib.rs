@@ -29,5 +29,7 @@ pub const UPLOAD_INCOMPLETE: http::HeaderName = http::HeaderName::from_static("u
 pub const UPLOAD_OFFSET: http::HeaderName = http::HeaderName::from_static("upload-offset");
 pub const UPLOAD_LENGTH: http::HeaderName = http::HeaderName::from_static("upload-length");
 pub const UPLOAD_LIMIT: http::HeaderName = http::HeaderName::from_static("upload-limit");
+/// RFC 9530's digest of the whole representation, sent with a creation.
+pub const REPR_DIGEST: http::HeaderName = http::HeaderName::from_static("repr-digest");
 /// The media type of an append's body (interop 6 and later).
 pub const PARTIAL_UPLOAD: &str = "application/partial-upload";

@@ -24,6 +24,8 @@ pub struct Creation {
     pub content_type: Option<String>,
     /// The file name of `Content-Disposition`.
     pub filename: Option<String>,
+    /// `Repr-Digest`'s members (algorithm, digest), in the order sent.
+    pub digests: Vec<(String, Vec<u8>)>,
 }
 
 /// An append (PATCH on the upload).
@@ -122,12 +124,14 @@ impl Creation {
             .get(CONTENT_DISPOSITION)
             .and_then(|v| v.to_str().ok())
             .and_then(disposition_filename);
+        let digests = fields::byte_sequences(headers, &crate::REPR_DIGEST)?.unwrap_or_default();
         Ok(Creation {
             complete,
             length,
             body_length,
             content_type,
             filename,
+            digests,
         })
     }
 }

@@ -769,3 +769,199 @@ async fn tus_still_refuses_a_second_writer_at_once() {
     assert!(!stuck.is_finished(), "tus ends no request for another");
     stuck.abort();
 }
+
+#[tokio::test]
+async fn repr_digest_is_checked_against_what_was_stored() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let data = test_data(7 * MIB + 123, 5);
+    let sha = b64(&sha2::Sha256::digest(&data));
+    let crc = b64(&(sluice_store::ChecksumAlgorithm::Crc32c
+        .checksum(&data)
+        .value as u32)
+        .to_be_bytes());
+    let mut wrong = data.clone();
+    wrong[4 * MIB] ^= 1;
+    let wrong_sha = b64(&sha2::Sha256::digest(&wrong));
+    struct Case {
+        name: &'static str,
+        digest: String,
+        /// Sent whole with the creation, or in three appends over two gateways.
+        whole: bool,
+        status: StatusCode,
+        code: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "sha-256 in appends",
+            digest: format!("sha-256=:{sha}:"),
+            whole: false,
+            status: StatusCode::CREATED,
+            code: "",
+        },
+        Case {
+            name: "crc32c in appends",
+            digest: format!("crc32c=:{crc}:"),
+            whole: false,
+            status: StatusCode::CREATED,
+            code: "",
+        },
+        Case {
+            name: "sha-256 preferred, others ignored",
+            digest: format!("unixsum=:AAAA:, crc32c=:AAAAAA==:, sha-256=:{sha}:"),
+            whole: false,
+            status: StatusCode::CREATED,
+            code: "",
+        },
+        Case {
+            name: "sha-256 whole",
+            digest: format!("sha-256=:{sha}:"),
+            whole: true,
+            status: StatusCode::CREATED,
+            code: "",
+        },
+        Case {
+            name: "wrong sha-256 in appends",
+            digest: format!("sha-256=:{wrong_sha}:"),
+            whole: false,
+            status: StatusCode::BAD_REQUEST,
+            code: "digest_mismatch",
+        },
+        Case {
+            name: "wrong crc32c in appends",
+            digest: "crc32c=:AAAAAA==:".into(),
+            whole: false,
+            status: StatusCode::BAD_REQUEST,
+            code: "digest_mismatch",
+        },
+        Case {
+            name: "wrong sha-256 whole",
+            digest: format!("sha-256=:{wrong_sha}:"),
+            whole: true,
+            status: StatusCode::BAD_REQUEST,
+            code: "digest_mismatch",
+        },
+    ];
+    for case in cases {
+        let store = MemoryStore::new();
+        let (one, two) = (gateway(&store), gateway(&store));
+        let last = match case.whole {
+            true => {
+                send(
+                    &one,
+                    draft(
+                        8,
+                        "POST",
+                        "/v1/tus/",
+                        &[("upload-complete", "?1"), ("repr-digest", &case.digest)],
+                        Some(&data),
+                    ),
+                )
+                .await
+            }
+            false => {
+                let created = send(
+                    &one,
+                    draft(
+                        8,
+                        "POST",
+                        "/v1/tus/",
+                        &[("upload-complete", "?0"), ("repr-digest", &case.digest)],
+                        Some(&data[..1000]),
+                    ),
+                )
+                .await;
+                assert_eq!(
+                    created.status,
+                    StatusCode::CREATED,
+                    "{}: {created:?}",
+                    case.name
+                );
+                let url = created.header("location").unwrap().to_owned();
+                let middle = send(
+                    &two,
+                    draft(
+                        8,
+                        "PATCH",
+                        &url,
+                        &[
+                            ("content-type", PARTIAL),
+                            ("upload-offset", "1000"),
+                            ("upload-complete", "?0"),
+                        ],
+                        Some(&data[1000..6 * MIB]),
+                    ),
+                )
+                .await;
+                assert_eq!(
+                    middle.status,
+                    StatusCode::NO_CONTENT,
+                    "{}: {middle:?}",
+                    case.name
+                );
+                let offset = (6 * MIB).to_string();
+                send(
+                    &one,
+                    draft(
+                        8,
+                        "PATCH",
+                        &url,
+                        &[
+                            ("content-type", PARTIAL),
+                            ("upload-offset", &offset),
+                            ("upload-complete", "?1"),
+                        ],
+                        Some(&data[6 * MIB..]),
+                    ),
+                )
+                .await
+            }
+        };
+        assert_eq!(last.status, case.status, "{}: {last:?}", case.name);
+        match case.code {
+            "" => {
+                let key = last.json()["key"].as_str().unwrap().to_owned();
+                assert_eq!(store.object(&key).unwrap(), &data[..], "{}", case.name);
+                assert!(last.header("repr-digest").is_some(), "{}", case.name);
+            }
+            code => {
+                assert_eq!(last.code(), code, "{}", case.name);
+                let objects: Vec<String> = keys(&store)
+                    .await
+                    .into_iter()
+                    .filter(|k| !k.starts_with("_sluice/"))
+                    .collect();
+                assert!(objects.is_empty(), "{}: {objects:?}", case.name);
+                assert!(
+                    keys(&store)
+                        .await
+                        .iter()
+                        .all(|k| !k.starts_with("_sluice/tus/")),
+                    "{}: the upload stays",
+                    case.name
+                );
+            }
+        }
+        assert_eq!(store.open_uploads(), 0, "{}", case.name);
+    }
+    // A digest that cannot be one is refused at creation.
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    for bad in ["sha-256=:AAAA:", "sha-256=:not base64:", "sha-256"] {
+        let answer = send(
+            &state,
+            draft(
+                8,
+                "POST",
+                "/v1/tus/",
+                &[("upload-complete", "?0"), ("repr-digest", bad)],
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{bad}: {answer:?}");
+        assert_eq!(answer.code(), "invalid_header", "{bad}");
+    }
+    assert!(keys(&store).await.is_empty());
+}

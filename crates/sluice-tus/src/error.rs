@@ -47,6 +47,8 @@ pub enum TusError {
     InvalidConcat(String),
     #[error("this upload was made with {created_with}: continue it with that protocol")]
     OtherProtocol { created_with: &'static str },
+    #[error("the upload's bytes do not match the {algorithm} digest given at its creation; the upload was discarded")]
+    DigestMismatch { algorithm: &'static str },
 }
 
 impl TusError {
@@ -62,7 +64,8 @@ impl TusError {
             | LengthNotSet
             | UnsupportedChecksumAlgorithm(_)
             | InvalidConcat(_)
-            | OtherProtocol { .. } => StatusCode::BAD_REQUEST,
+            | OtherProtocol { .. }
+            | DigestMismatch { .. } => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             OffsetMismatch { .. } => StatusCode::CONFLICT,
             TooLarge { .. } | BeyondLength { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -108,6 +111,7 @@ impl TusError {
             FinalUploadPatched => "final_upload_patched",
             InvalidConcat(_) => "invalid_concat",
             OtherProtocol { .. } => "other_protocol",
+            DigestMismatch { .. } => "digest_mismatch",
         }
     }
 }

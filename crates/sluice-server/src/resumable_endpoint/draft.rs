@@ -19,9 +19,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sluice_resumable::{
-    new_id, Contention, NewUpload, Protocol, ResumableError, UploadRecord, Written,
+    new_id, Contention, DigestAlgorithm, NewUpload, Protocol, ResumableError, UploadRecord,
+    WantedDigest, Written,
 };
 use sluice_rufh::answer::{self, Limits, UploadState};
+use sluice_rufh::fields::FieldError;
 use sluice_rufh::request::{self, Append, Creation};
 use sluice_rufh::{DraftError, Interop};
 use sluice_tus::headers::PatchRequest;
@@ -254,6 +256,17 @@ fn written_answer(
         upload_limits(state, grant, record),
     );
     headers.extend(with_key(upload_headers, record));
+    // The digest the object was checked against, once it is made.
+    if let (Some(_), Some(digesting)) = (&written.finished, &record.digest) {
+        let value = format!(
+            "{}=:{}:",
+            digesting.algorithm.name(),
+            digesting.wanted_base64()
+        );
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(sluice_rufh::REPR_DIGEST, value);
+        }
+    }
     response
 }
 
@@ -264,6 +277,26 @@ async fn visible(state: &AppState, grant: &Grant, id: &str) -> Result<UploadReco
     grant.check_resume(record.owner.as_deref(), object_key(&record))?;
     record.check_protocol(Protocol::IetfDraft)?;
     Ok(record)
+}
+
+/// The digest to check the upload against: `Repr-Digest`'s SHA-256, else its
+/// CRC32C (other algorithms are not checked, as RFC 9530 lets a recipient do).
+fn wanted_digest(members: &[(String, Vec<u8>)]) -> Result<Option<WantedDigest>, Failure> {
+    for algorithm in [DigestAlgorithm::Sha256, DigestAlgorithm::Crc32c] {
+        let Some((_, value)) = members.iter().find(|(name, _)| name == algorithm.name()) else {
+            continue;
+        };
+        return match WantedDigest::new(algorithm, value.clone()) {
+            Some(wanted) => Ok(Some(wanted)),
+            None => Err(DraftError::Field(FieldError::Invalid {
+                name: sluice_rufh::REPR_DIGEST,
+                expected: "a 32-byte sha-256 or a 4-byte crc32c digest",
+                given: format!("{} bytes of {}", value.len(), algorithm.name()),
+            })
+            .into()),
+        };
+    }
+    Ok(None)
 }
 
 /// Upload-Metadata (tus-js-client sends it in the draft's mode too), with the
@@ -311,6 +344,7 @@ async fn create(
         )
         .into());
     }
+    let digest = wanted_digest(&creation.digests)?;
     let mut metadata = metadata_of(&headers, &creation)?;
     let text: BTreeMap<String, String> = metadata
         .0
@@ -357,6 +391,7 @@ async fn create(
         content_type: begun.content_type,
         owner: grant.owner(),
         protocol: Protocol::IetfDraft,
+        digest,
     };
     // An empty careful creation moves no bytes; anything else waits its turn.
     let has_body = creation.complete || creation.body_length != Some(0);

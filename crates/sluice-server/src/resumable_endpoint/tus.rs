@@ -151,6 +151,7 @@ async fn create(
         content_type,
         owner: grant.owner(),
         protocol: Protocol::Tus,
+        digest: None,
     };
     if let Some(ConcatRequest::Final(urls)) = &request.concat {
         let ids = urls
