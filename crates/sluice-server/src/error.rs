@@ -192,7 +192,29 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        self.respond(false)
+        self.respond(Shape::Nested)
+    }
+}
+
+/// The body an error is answered with.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// `{"error": {"code", "message"}}`: the gateway's own API.
+    Nested,
+    /// `{"error": CODE, "message"}`: what Uppy's Companion client reads.
+    Flat,
+    /// An RFC 9457 problem document (`about:blank`, with the code as a
+    /// member): the IETF resumable-upload draft's routes.
+    Problem,
+}
+
+/// An [`ApiError`] answered as an RFC 9457 problem document.
+#[derive(Debug)]
+pub struct ProblemApiError(pub ApiError);
+
+impl IntoResponse for ProblemApiError {
+    fn into_response(self) -> Response {
+        self.0.respond(Shape::Problem)
     }
 }
 
@@ -209,14 +231,14 @@ impl From<ApiError> for FlatApiError {
 
 impl IntoResponse for FlatApiError {
     fn into_response(self) -> Response {
-        self.0.respond(true)
+        self.0.respond(Shape::Flat)
     }
 }
 
 impl ApiError {
-    /// The answer: status, JSON body (nested or flat), and the headers the
-    /// error calls for.
-    fn respond(self, flat: bool) -> Response {
+    /// The answer: status, JSON body (in `shape`), and the headers the error
+    /// calls for.
+    fn respond(self, shape: Shape) -> Response {
         let status = self.status();
         let message = if status.is_server_error() {
             let detail = error_chain(&self);
@@ -243,11 +265,24 @@ impl ApiError {
         } else {
             self.to_string()
         };
-        let body = match flat {
-            true => json!({ "error": self.code(), "message": message }),
-            false => json!({ "error": { "code": self.code(), "message": message } }),
+        let body = match shape {
+            Shape::Flat => json!({ "error": self.code(), "message": message }),
+            Shape::Nested => json!({ "error": { "code": self.code(), "message": message } }),
+            Shape::Problem => json!({
+                "type": "about:blank",
+                "title": status.canonical_reason().unwrap_or("error"),
+                "status": status.as_u16(),
+                "detail": message,
+                "code": self.code(),
+            }),
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if let Shape::Problem = shape {
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            );
+        }
         if self.is_offense() {
             response.extensions_mut().insert(Offense);
         }

@@ -34,7 +34,7 @@ use super::{chunk_of, object_key, pace_small_writes, with_key, BASE_PATH};
 use crate::admission::Party;
 use crate::auth::Grant;
 use crate::begin::{Asked, KeyFrom};
-use crate::error::ApiError;
+use crate::error::{ApiError, ProblemApiError};
 use crate::upload::{seconds_since, UploadResponse};
 use crate::AppState;
 
@@ -112,7 +112,7 @@ fn answer_failure(interop: Option<Interop>, failure: Failure) -> Response {
             response.headers_mut().extend(refusal.headers());
             response
         }
-        Failure::Api(error) => error.into_response(),
+        Failure::Api(error) => ProblemApiError(error).into_response(),
     };
     if let Some(interop) = interop {
         let headers = response.headers_mut();
