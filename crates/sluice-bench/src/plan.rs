@@ -26,6 +26,11 @@ pub enum Api {
     /// tus 1.0 creation-with-upload: `POST {url}` carrying the whole body, then
     /// `PATCH` for whatever the server did not take in the creation request.
     Tus,
+    /// The IETF resumable-upload draft (interop 6, the newest tusd serves):
+    /// an optimistic creation `POST {url}` with the whole body
+    /// (`Upload-Complete: ?1`), or with a chunk size a careful one (`?0`, no
+    /// body) and `PATCH`es of `application/partial-upload`, the last `?1`.
+    Draft,
     /// A record stream: `POST {url}` with NDJSON records of about 1 KiB each,
     /// the object size's worth of them (distinct records; the same body for a
     /// given upload number).
@@ -315,8 +320,8 @@ impl LoadPlan {
             );
         }
         match self.chunk_size {
-            Some(_) if self.target.api != Api::Tus => {
-                return invalid("a chunk size applies only to the tus API".into())
+            Some(_) if !matches!(self.target.api, Api::Tus | Api::Draft) => {
+                return invalid("a chunk size applies only to the tus and draft APIs".into())
             }
             Some(0) => return invalid("the chunk size must be at least 1 byte".into()),
             _ => {}

@@ -122,7 +122,8 @@ impl Uploader {
             let ending = match self.plan.target.api {
                 Api::Put => self.put(seq, &body).await,
                 Api::Form => self.form(seq, &body).await,
-                Api::Tus => self.tus(seq, &body).await,
+                Api::Tus => self.resumable(Dialect::Tus, seq, &body).await,
+                Api::Draft => self.resumable(Dialect::Draft, seq, &body).await,
                 Api::Records => self.records(&body).await,
                 Api::S3Put | Api::S3Multipart => unreachable!("handled above"),
             };
@@ -241,8 +242,14 @@ impl Uploader {
     }
 
     /// Creation (with the whole upload, unless the plan has a chunk size), then PATCH
-    /// from the offset the server reports until the upload is complete.
-    async fn tus(&self, seq: u64, body: &Bytes) -> Result<Answer, ExchangeError> {
+    /// from the offset the server reports until the upload is complete, in tus
+    /// or in the draft.
+    async fn resumable(
+        &self,
+        dialect: Dialect,
+        seq: u64,
+        body: &Bytes,
+    ) -> Result<Answer, ExchangeError> {
         let size = body.len() as u64;
         let chunk = self.plan.chunk_size.unwrap_or(u64::MAX);
         let carried = if self.plan.chunk_size.is_some() {
@@ -255,23 +262,30 @@ impl Uploader {
             base64::engine::general_purpose::STANDARD.encode(format!("{}.bin", self.key(seq)))
         );
         let create = || {
-            with_tenant(
+            let builder = with_tenant(
                 self.request(Method::POST, &self.plan.target.path),
                 self.tenant(seq),
             )
-            .header("Tus-Resumable", TUS_VERSION)
             .header("Upload-Length", size)
             .header("Upload-Metadata", &metadata)
-            .header(header::CONTENT_TYPE, "application/offset+octet-stream")
-            .header(header::CONTENT_LENGTH, carried.len())
-            .body(ChunkBody::new([carried.clone()]))
-            .expect("valid request")
+            .header(header::CONTENT_LENGTH, carried.len());
+            let builder = match dialect {
+                Dialect::Tus => builder
+                    .header("Tus-Resumable", TUS_VERSION)
+                    .header(header::CONTENT_TYPE, "application/offset+octet-stream"),
+                Dialect::Draft => builder
+                    .header("Upload-Draft-Interop-Version", DRAFT_INTEROP)
+                    .header("Upload-Complete", complete(carried.len() as u64 == size)),
+            };
+            builder
+                .body(ChunkBody::new([carried.clone()]))
+                .expect("valid request")
         };
         let answer = self
             .pool
             .exchange(create, self.plan.request_timeout)
             .await?;
-        if answer.status != StatusCode::CREATED {
+        if !answer.status.is_success() {
             return Ok(answer);
         }
         let Some(location) = answer
@@ -299,11 +313,20 @@ impl Uploader {
             let end = offset.saturating_add(chunk).min(size);
             let rest = body.slice(offset as usize..end as usize);
             let patch = || {
-                self.request(Method::PATCH, &location)
-                    .header("Tus-Resumable", TUS_VERSION)
+                let builder = self
+                    .request(Method::PATCH, &location)
                     .header("Upload-Offset", offset)
-                    .header(header::CONTENT_TYPE, "application/offset+octet-stream")
-                    .header(header::CONTENT_LENGTH, rest.len())
+                    .header(header::CONTENT_LENGTH, rest.len());
+                let builder = match dialect {
+                    Dialect::Tus => builder
+                        .header("Tus-Resumable", TUS_VERSION)
+                        .header(header::CONTENT_TYPE, "application/offset+octet-stream"),
+                    Dialect::Draft => builder
+                        .header("Upload-Draft-Interop-Version", DRAFT_INTEROP)
+                        .header(header::CONTENT_TYPE, "application/partial-upload")
+                        .header("Upload-Complete", complete(end == size)),
+                };
+                builder
                     .body(ChunkBody::new([rest.clone()]))
                     .expect("valid request")
             };
@@ -429,6 +452,24 @@ fn upload_offset(answer: &Answer) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// The two resumable protocols the load client speaks.
+#[derive(Debug, Clone, Copy)]
+enum Dialect {
+    Tus,
+    Draft,
+}
+
+/// The draft's interop version the load client sends: 6, the newest tusd serves.
+const DRAFT_INTEROP: &str = "6";
+
+fn complete(done: bool) -> &'static str {
+    if done {
+        "?1"
+    } else {
+        "?0"
+    }
 }
 
 /// The path of a Location header, which may be an absolute URL (tusd) or a path.

@@ -314,6 +314,49 @@ async fn tus_sends_chunks_of_the_chunk_size() {
 }
 
 #[tokio::test]
+async fn draft_creates_carefully_and_completes_with_the_last_chunk() {
+    async fn create(headers: HeaderMap, body: Bytes) -> axum::response::Response {
+        assert!(body.is_empty(), "a chunked upload creates without a body");
+        assert_eq!(headers["upload-draft-interop-version"], "6");
+        assert_eq!(headers["upload-complete"], "?0");
+        assert!(!headers.contains_key("tus-resumable"));
+        let host = headers["host"].to_str().unwrap();
+        (
+            StatusCode::CREATED,
+            [("location", format!("http://{host}/files/1"))],
+        )
+            .into_response()
+    }
+    async fn chunk(
+        State(seen): State<Shared>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> axum::response::Response {
+        let offset: usize = headers["upload-offset"].to_str().unwrap().parse().unwrap();
+        assert_eq!(headers["content-type"], "application/partial-upload");
+        let last = offset + body.len() == 100_000;
+        assert_eq!(headers["upload-complete"], if last { "?1" } else { "?0" });
+        seen.bytes.fetch_add(body.len(), Ordering::Relaxed);
+        (
+            StatusCode::NO_CONTENT,
+            [("upload-offset", (offset + body.len()).to_string())],
+        )
+            .into_response()
+    }
+    let seen = Shared::default();
+    let router = Router::new()
+        .route("/files/", post(create))
+        .route("/files/1", patch(chunk))
+        .with_state(seen.clone());
+    let url = format!("{}/files/", serve(router).await);
+    let mut plan = plan(&url, Api::Draft, closed(1, 1), 100_000);
+    plan.chunk_size = Some(40_000);
+    let summary = run(plan, None).await.unwrap();
+    assert_eq!(endings(&summary), [("204".to_string(), 1)]);
+    assert_eq!(seen.bytes.load(Ordering::Relaxed), 100_000);
+}
+
+#[tokio::test]
 async fn form_posts_one_file_per_upload() {
     async fn form(State(seen): State<Shared>, headers: HeaderMap, body: Bytes) -> StatusCode {
         let ct = headers["content-type"].to_str().unwrap();

@@ -306,7 +306,9 @@ pub struct LoadArgs {
     /// S3 APIs.
     pub url: String,
     /// How each object is sent: put (PUT URL/KEY), form (multipart/form-data POST to URL),
-    /// tus (creation-with-upload POST to URL, then PATCH if needed), records (POST of
+    /// tus (creation-with-upload POST to URL, then PATCH if needed), draft (the IETF
+    /// resumable-upload draft, interop 6: a POST with the whole body, or with
+    /// --chunk-size an empty POST and PATCHes), records (POST of
     /// NDJSON records of about 1 KiB, --size bytes of them, to a stream URL such as
     /// http://HOST:PORT/v1/streams/NAME), s3-put (one PutObject) or s3-multipart (a
     /// multipart upload) straight to the S3 endpoint.
@@ -353,8 +355,8 @@ pub struct LoadArgs {
     /// Longest time one request may take.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub timeout: std::time::Duration,
-    /// tus: create without a body, then PATCH chunks of this size [default: the whole
-    /// object in the creation request].
+    /// tus and draft: create without a body, then PATCH chunks of this size
+    /// [default: the whole object in the creation request].
     #[arg(long, value_parser = parse_size)]
     pub chunk_size: Option<u64>,
     /// Also write the summary as JSON to this file.
@@ -411,6 +413,7 @@ pub enum BenchApi {
     Put,
     Form,
     Tus,
+    Draft,
     Records,
     S3Put,
     S3Multipart,

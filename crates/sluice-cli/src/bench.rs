@@ -21,6 +21,7 @@ fn plan(args: &LoadArgs) -> anyhow::Result<LoadPlan> {
         BenchApi::Put => Api::Put,
         BenchApi::Form => Api::Form,
         BenchApi::Tus => Api::Tus,
+        BenchApi::Draft => Api::Draft,
         BenchApi::Records => Api::Records,
         BenchApi::S3Put => Api::S3Put,
         BenchApi::S3Multipart => Api::S3Multipart,

@@ -136,3 +136,136 @@ async fn tus_js_client_in_the_drafts_modes_resumes_after_the_gateway_is_killed()
         );
     }
 }
+
+/// The steps of tests/clients/draft_wire.mjs against one server, by name.
+fn wire_steps(
+    clients: &str,
+    origin: &str,
+    path: &str,
+    interop: u8,
+    max: u64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let output = Command::new("node")
+        .arg(format!("{clients}/draft_wire.mjs"))
+        .args([origin, path, &interop.to_string(), &max.to_string()])
+        .output()
+        .expect("run draft_wire.mjs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let step: serde_json::Value = serde_json::from_str(line).unwrap();
+            (step["step"].as_str().unwrap().to_owned(), step)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_the_draft_meets_every_step_on_the_wire() {
+    let Some((endpoint, prefix, store)) = minio_prefix("draft_wire").await else {
+        return;
+    };
+    let Some(clients) = npm_clients("draft_wire") else {
+        return;
+    };
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--max-upload-size", "64MiB"],
+    );
+    let max = 64 << 20;
+    for interop in [8u8, 7, 6, 5, 3] {
+        let steps = wire_steps(&clients, &gateway.url, "/v1/tus/", interop, max);
+        let step = |name: &str| -> &serde_json::Value {
+            steps
+                .get(name)
+                .unwrap_or_else(|| panic!("interop {interop}: no step {name}: {steps:?}"))
+        };
+        let header =
+            |name: &str, header: &str| step(name)["headers"][header].as_str().map(str::to_owned);
+        let status = |name: &str| step(name)["status"].as_u64().unwrap();
+        let (open, done) = match interop {
+            3 => (("upload-incomplete", "?1"), ("upload-incomplete", "?0")),
+            _ => (("upload-complete", "?0"), ("upload-complete", "?1")),
+        };
+        let case = format!("interop {interop}");
+        assert_eq!(status("careful creation"), 201, "{case}");
+        assert_eq!(
+            header("careful creation", open.0).as_deref(),
+            Some(open.1),
+            "{case}"
+        );
+        assert_eq!(status("offset"), 204, "{case}");
+        assert_eq!(
+            header("offset", "cache-control").as_deref(),
+            Some("no-store"),
+            "{case}"
+        );
+        assert_eq!(
+            header("append", "upload-offset").as_deref(),
+            Some("1048576"),
+            "{case}"
+        );
+        // The cut append kept what came: the offset moved on and never back.
+        let after_cut: u64 = header("offset after the cut", "upload-offset")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(after_cut > 1_048_576, "{case}: {after_cut}");
+        assert_eq!(status("stale"), 409, "{case}");
+        assert_eq!(
+            header("stale", "upload-offset"),
+            Some(after_cut.to_string()),
+            "{case}"
+        );
+        assert_eq!(
+            step("stale")["body"]["expected-offset"],
+            after_cut,
+            "{case}"
+        );
+        assert_eq!(status("last"), 201, "{case}");
+        assert_eq!(header("last", done.0).as_deref(), Some(done.1), "{case}");
+        assert_eq!(
+            header("offset when complete", done.0).as_deref(),
+            Some(done.1),
+            "{case}"
+        );
+        assert_eq!(status("after complete"), 400, "{case}");
+        assert_eq!(status("optimistic creation"), 201, "{case}");
+        assert!(
+            header("optimistic creation", "repr-digest").is_some(),
+            "{case}"
+        );
+        assert_eq!(status("optimistic creation, wrong digest"), 400, "{case}");
+        assert_eq!(status("cancel"), 204, "{case}");
+        assert_eq!(status("offset after cancel"), 404, "{case}");
+        assert_eq!(status("too large"), 413, "{case}");
+        match interop {
+            6 => assert!(
+                header("offset", "upload-limit")
+                    .unwrap()
+                    .contains("expires="),
+                "{case}"
+            ),
+            7 | 8 => assert!(
+                header("offset", "upload-limit")
+                    .unwrap()
+                    .contains("max-age="),
+                "{case}"
+            ),
+            _ => assert_eq!(header("offset", "upload-limit"), None, "{case}"),
+        }
+        // The object is the file, and the key is the one the gateway named.
+        let key = step("last")["body"]["key"].as_str().unwrap();
+        let stored = common::object_bytes(&store, key).await;
+        assert_eq!(stored.len(), 3 * 1024 * 1024 + 17, "{case}");
+    }
+    let open = store.list_multipart_uploads("").await.unwrap();
+    assert!(open.is_empty(), "open multipart uploads: {open:?}");
+}
