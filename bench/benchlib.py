@@ -151,9 +151,10 @@ def emit_report(lines, raw, out):
             f.write(text + "\n")
 
 
-def start_gateway(tool, sluice, minio_url, env, work):
+def start_gateway(tool, sluice, minio_url, env, work, extra=()):
     """Starts `sluice serve` (bucket gw-sluice) or tusd with its S3 store (bucket
-    gw-tusd) in front of MinIO on a free port; returns (process, port)."""
+    gw-tusd) in front of MinIO on a free port, with `extra` arguments; returns
+    (process, port)."""
     port = free_port()
     log = open(os.path.join(work, f"{tool}.log"), "a")
     if tool == "sluice":
@@ -162,7 +163,7 @@ def start_gateway(tool, sluice, minio_url, env, work):
     else:
         argv = ["tusd", "-host", "127.0.0.1", "-port", str(port), "-s3-bucket", "gw-tusd",
                 "-s3-endpoint", minio_url, "-upload-dir", os.path.join(work, "tusd-uploads")]
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=work)
+    proc = subprocess.Popen(argv + list(extra), env=env, stdout=log, stderr=log, cwd=work)
     wait_for_port(port)
     return proc, port
 
