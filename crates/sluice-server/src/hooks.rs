@@ -54,7 +54,8 @@ impl Default for HookSettings {
 pub struct PreCreate {
     #[serde(rename = "type")]
     pub kind: &'static str,
-    /// `put`, `form`, `tus_creation`, `tus_concatenation`, `direct_post` or
+    /// `put`, `form`, `tus_creation`, `tus_concatenation`, `resumable_creation`,
+    /// `direct_post` or
     /// `direct_multipart` (`UploadKind::as_str`).
     pub upload_kind: &'static str,
     /// The key the object would get.

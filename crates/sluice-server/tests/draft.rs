@@ -965,3 +965,210 @@ async fn repr_digest_is_checked_against_what_was_stored() {
     }
     assert!(keys(&store).await.is_empty());
 }
+
+const JWT_SECRET: &[u8] = b"the draft's test secret, thirty-two bytes or more";
+
+fn jwt(tenant: &str, extra: serde_json::Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut claims = serde_json::json!({ "sub": tenant, "exp": now + 600 });
+    for (name, value) in extra.as_object().unwrap() {
+        claims[name] = value.clone();
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET),
+    )
+    .unwrap()
+}
+
+/// The events waiting in the outbox, as (type, upload_kind, key, tenant).
+async fn outbox(store: &MemoryStore) -> Vec<(String, String, String, String)> {
+    use futures::TryStreamExt as _;
+    let mut events = Vec::new();
+    let page = store
+        .list_objects(sluice_server::events::outbox::PENDING, None, 1000)
+        .await
+        .unwrap();
+    for object in page.objects {
+        let output = store.get_object(&object.key, None).await.unwrap();
+        let bytes: Vec<Bytes> = output.body.try_collect().await.unwrap();
+        let entry: serde_json::Value = serde_json::from_slice(&bytes.concat()).unwrap();
+        let event = &entry["event"];
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        events.push((
+            text(&event["type"]),
+            text(&event["data"]["upload_kind"]),
+            text(&event["data"]["key"]),
+            text(&event["data"]["tenant"]),
+        ));
+    }
+    events.sort();
+    events
+}
+
+#[tokio::test]
+async fn tenants_limits_and_events_hold_for_the_draft() {
+    let dir = tempfile::tempdir().unwrap();
+    let (jwt_file, events_file) = (dir.path().join("jwt"), dir.path().join("events"));
+    std::fs::write(&jwt_file, JWT_SECRET).unwrap();
+    std::fs::write(&events_file, JWT_SECRET).unwrap();
+    let mut config = ServerConfig {
+        key_template: "{tenant}/{uuid}/{filename}".into(),
+        ..ServerConfig::default()
+    };
+    config.auth.jwt_secret_file = Some(jwt_file);
+    config.events.urls = vec!["http://127.0.0.1:9/hook".into()];
+    config.events.secret_file = Some(events_file);
+    config.janitor.interval = std::time::Duration::ZERO;
+    let store = MemoryStore::new();
+    let state = AppState::new(config, Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap();
+    let acme = format!("Bearer {}", jwt("acme", serde_json::json!({})));
+    let globex = format!("Bearer {}", jwt("globex", serde_json::json!({})));
+    let small = format!(
+        "Bearer {}",
+        jwt("acme", serde_json::json!({ "max_size": 100 }))
+    );
+    let as_ = |who: &str, mut request: Request<Body>| {
+        request
+            .headers_mut()
+            .insert("authorization", who.parse().unwrap());
+        request
+    };
+
+    let created = send(
+        &state,
+        as_(
+            &acme,
+            draft(
+                8,
+                "POST",
+                "/v1/tus/",
+                &[
+                    ("upload-complete", "?0"),
+                    ("content-disposition", "inline; filename=\"a.txt\""),
+                ],
+                Some(b"hello "),
+            ),
+        ),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+    let url = created.header("location").unwrap().to_owned();
+    let key = created.header("x-sluice-key").unwrap().to_owned();
+    assert!(key.starts_with("acme/") && key.ends_with("/a.txt"), "{key}");
+
+    // Another tenant's upload answers as a missing one, whatever it asks.
+    for (method, headers, body) in [
+        ("HEAD", vec![], None),
+        (
+            "PATCH",
+            vec![
+                ("content-type", PARTIAL),
+                ("upload-offset", "6"),
+                ("upload-complete", "?1"),
+            ],
+            Some(&b"x"[..]),
+        ),
+        ("DELETE", vec![], None),
+    ] {
+        let answer = send(&state, as_(&globex, draft(8, method, &url, &headers, body))).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "globex {method}: {answer:?}"
+        );
+    }
+    let none = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+
+    // A token's max_size: a length over it is refused, and so is no length.
+    let over = send(
+        &state,
+        as_(
+            &small,
+            draft(
+                8,
+                "POST",
+                "/v1/tus/",
+                &[("upload-complete", "?0"), ("upload-length", "101")],
+                None,
+            ),
+        ),
+    )
+    .await;
+    assert_eq!(over.status, StatusCode::PAYLOAD_TOO_LARGE, "{over:?}");
+    let unknown = send(
+        &state,
+        as_(
+            &small,
+            draft(8, "POST", "/v1/tus/", &[("upload-complete", "?0")], None),
+        ),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::FORBIDDEN, "{unknown:?}");
+
+    // Completed by acme: one event, of the draft's kind, with the tenant.
+    let last = send(
+        &state,
+        as_(
+            &acme,
+            draft(
+                8,
+                "PATCH",
+                &url,
+                &[
+                    ("content-type", PARTIAL),
+                    ("upload-offset", "6"),
+                    ("upload-complete", "?1"),
+                ],
+                Some(b"world"),
+            ),
+        ),
+    )
+    .await;
+    assert_eq!(last.status, StatusCode::CREATED, "{last:?}");
+    assert_eq!(store.object(&key).unwrap(), &b"hello world"[..]);
+    // And one cancelled before it finished.
+    let doomed = send(
+        &state,
+        as_(
+            &acme,
+            draft(
+                8,
+                "POST",
+                "/v1/tus/",
+                &[("upload-complete", "?0")],
+                Some(b"bye"),
+            ),
+        ),
+    )
+    .await;
+    let doomed_url = doomed.header("location").unwrap().to_owned();
+    let doomed_key = doomed.header("x-sluice-key").unwrap().to_owned();
+    let cancelled = send(
+        &state,
+        as_(&acme, draft(8, "DELETE", &doomed_url, &[], None)),
+    )
+    .await;
+    assert_eq!(cancelled.status, StatusCode::NO_CONTENT);
+    let events = outbox(&store).await;
+    let expected = vec![
+        (
+            "upload.completed".to_owned(),
+            "resumable_append".to_owned(),
+            key.clone(),
+            "acme".to_owned(),
+        ),
+        (
+            "upload.terminated".to_owned(),
+            "resumable_cancelled".to_owned(),
+            doomed_key,
+            "acme".to_owned(),
+        ),
+    ];
+    assert_eq!(events, expected);
+}

@@ -106,6 +106,8 @@ enum Route {
     Put,
     Form,
     Tus,
+    /// The IETF draft's optimistic creation.
+    Draft,
 }
 
 /// Uploads `name` by `route`; the status, the error code and the stored key.
@@ -142,6 +144,15 @@ async fn upload(
                 .body(Body::from("hello"))
                 .unwrap()
         }
+        Route::Draft => Request::builder()
+            .method("POST")
+            .uri("/v1/tus/")
+            .header("upload-draft-interop-version", "8")
+            .header("upload-complete", "?1")
+            .header("content-disposition", format!("inline; filename=\"{name}\""))
+            .header("content-length", 5)
+            .body(Body::from("hello"))
+            .unwrap(),
     };
     let response = state.router().oneshot(request).await.unwrap();
     let status = response.status();
@@ -151,14 +162,19 @@ async fn upload(
         .map(|v| v.to_str().unwrap().to_owned());
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // The gateway's error body, or the draft's problem document.
     let code = value["error"]["code"]
         .as_str()
+        .or(value["code"].as_str())
         .unwrap_or_default()
         .to_owned();
     let key = key
         .or_else(|| value["key"].as_str().map(str::to_owned))
         .or_else(|| value["objects"][0]["key"].as_str().map(str::to_owned));
-    let message = value["error"]["message"].as_str().unwrap_or_default();
+    let message = value["error"]["message"]
+        .as_str()
+        .or(value["detail"].as_str())
+        .unwrap_or_default();
     (status, format!("{code} {message}").trim().to_owned(), key)
 }
 
@@ -207,7 +223,7 @@ async fn the_pre_create_hook_decides_for_every_kind_of_upload() {
         (&url, false, "redirect-1", 403, "rejected_by_hook", None),
         (&url, true, "redirect-2", 403, "rejected_by_hook", None),
     ];
-    for route in [Route::Put, Route::Form, Route::Tus] {
+    for route in [Route::Put, Route::Form, Route::Tus, Route::Draft] {
         for (hook_url, fail_open, name, status, code, stored) in cases {
             let store = MemoryStore::new();
             let state = gateway(&store, hook_url.to_owned(), fail_open, &secret);
@@ -254,6 +270,7 @@ async fn the_pre_create_hook_decides_for_every_kind_of_upload() {
         .iter()
         .filter_map(|r| r["upload_kind"].as_str())
         .collect();
-    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert!(kinds.contains("resumable_creation"), "{kinds:?}");
     assert!(seen.iter().all(|r| r["type"] == "upload.pre_create"));
 }

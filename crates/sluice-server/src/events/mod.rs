@@ -150,7 +150,9 @@ pub struct EventData {
     /// The uploader's tenant, when the gateway authenticates.
     pub tenant: Option<String>,
     /// `put`, `form`, `tus_patch`, `tus_creation`, `tus_concatenation`,
-    /// `tus_recovered`, or `tus_terminated`.
+    /// `tus_recovered`, `resumable_creation`, `resumable_append`, ... (see
+    /// `UploadKind::as_str`); `tus_terminated` or `resumable_cancelled` for an
+    /// upload its client deleted.
     pub upload_kind: String,
     /// The tus upload id, for resumable uploads.
     pub upload_id: Option<String>,
@@ -197,7 +199,11 @@ impl Event {
                 content_type: record.content_type.clone(),
                 metadata: BTreeMap::new(),
                 tenant: record.owner.clone(),
-                upload_kind: "tus_terminated".into(),
+                upload_kind: match record.protocol {
+                    sluice_resumable::Protocol::Tus => "tus_terminated",
+                    sluice_resumable::Protocol::IetfDraft => "resumable_cancelled",
+                }
+                .into(),
                 upload_id: Some(record.id().to_owned()),
             },
         )
