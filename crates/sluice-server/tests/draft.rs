@@ -1172,3 +1172,37 @@ async fn tenants_limits_and_events_hold_for_the_draft() {
     ];
     assert_eq!(events, expected);
 }
+
+#[tokio::test]
+async fn an_idle_draft_upload_expires_like_a_tus_one() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let url = careful(&state, Some(12 * MIB)).await;
+    let data = test_data(6 * MIB, 3);
+    let appended = send(
+        &state,
+        draft(
+            8,
+            "PATCH",
+            &url,
+            &[
+                ("content-type", PARTIAL),
+                ("upload-offset", "0"),
+                ("upload-complete", "?0"),
+            ],
+            Some(&data),
+        ),
+    )
+    .await;
+    assert_eq!(appended.status, StatusCode::NO_CONTENT);
+    assert_eq!(store.open_uploads(), 1);
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(2 * 24 * 3600);
+    let report = sluice_resumable::sweep::sweep(&state.resumable, later, false)
+        .await
+        .unwrap();
+    assert_eq!((report.seen, report.expired), (1, 1));
+    assert_eq!(store.open_uploads(), 0);
+    let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+    assert_eq!(head.status, StatusCode::NOT_FOUND);
+    assert!(keys(&store).await.is_empty(), "{:?}", keys(&store).await);
+}
