@@ -234,15 +234,28 @@ impl Resumable {
 
     /// Removes upload `id`: its multipart upload, its object when finished (tus's
     /// termination frees the uploaded data), and every state object.
-    pub async fn terminate(
-        &self,
-        id: &str,
-        contention: Contention,
-    ) -> Result<UploadRecord, ResumableError> {
-        self.locked_with(id, contention, |_| async {
+    pub async fn terminate(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+        self.locked(id, async {
             let loaded = self.records.load(id).await?;
             self.remove(&loaded.record).await?;
             tracing::info!(upload_id = %id, key = %loaded.record.key, "upload terminated");
+            Ok(loaded.record)
+        })
+        .await
+    }
+
+    /// Ends upload `id` as the IETF draft cancels one, ending a request still
+    /// writing it first: an unfinished upload's multipart upload and state are
+    /// removed; a finished upload's state only (the draft's cancellation ends
+    /// the upload, not the object it made, which `DELETE /v1/objects` removes).
+    pub async fn cancel(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+        self.locked_with(id, Contention::TakeOver, |_| async {
+            let loaded = self.records.load(id).await?;
+            match loaded.record.phase {
+                Phase::Finished(_) => self.records.delete_all(id).await?,
+                _ => self.remove(&loaded.record).await?,
+            }
+            tracing::info!(upload_id = %id, key = %loaded.record.key, "upload cancelled");
             Ok(loaded.record)
         })
         .await

@@ -264,7 +264,7 @@ impl UploadLock {
         patience: Duration,
     ) -> Result<UploadLock, LockError> {
         let deadline = tokio::time::Instant::now() + patience;
-        let mut asked = false;
+        let mut pause = TAKEOVER_POLL_FIRST;
         loop {
             let attempt =
                 UploadLock::acquire(store.clone(), hints.clone(), id, lease, clock.clone()).await;
@@ -276,11 +276,13 @@ impl UploadLock {
             if now >= deadline {
                 return Err(LockError::Held { retry_after });
             }
-            if !asked {
-                asked = ask_to_let_go(&store, &hints, &lock_key(id), clock.as_ref()).await?;
-                tracing::debug!(upload_id = id, asked, "asked the upload's holder to let go");
-            }
-            tokio::time::sleep(TAKEOVER_POLL.min(deadline - now)).await;
+            // Asked each round: the holder may have changed (another newer
+            // request took the lock first); a holder already asked is not
+            // written to again.
+            let asked = ask_to_let_go(&store, &hints, &lock_key(id), clock.as_ref()).await?;
+            tracing::debug!(upload_id = id, asked, "asked the upload's holder to let go");
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(TAKEOVER_POLL_MOST);
         }
     }
 
@@ -297,7 +299,7 @@ impl UploadLock {
     ) -> Result<bool, LockError> {
         let key = lock_key(id);
         let deadline = tokio::time::Instant::now() + patience;
-        let mut asked = false;
+        let mut pause = TAKEOVER_POLL_FIRST;
         loop {
             let held = match read(&store, &key).await {
                 Err(e) if e.is_not_found() => false,
@@ -311,10 +313,9 @@ impl UploadLock {
             if now >= deadline {
                 return Ok(false);
             }
-            if !asked {
-                asked = ask_to_let_go(&store, &hints, &key, clock.as_ref()).await?;
-            }
-            tokio::time::sleep(TAKEOVER_POLL.min(deadline - now)).await;
+            ask_to_let_go(&store, &hints, &key, clock.as_ref()).await?;
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(TAKEOVER_POLL_MOST);
         }
     }
 
@@ -370,6 +371,9 @@ impl UploadLock {
                         self.etag = etag;
                         renew_now = true;
                     }
+                    // A passing fault while reading why: tried again on the
+                    // next round, until the lease would have ended.
+                    Err(e) if e.is_transient() => {}
                     _ => {
                         return LockError::Held {
                             retry_after: self.lease,
@@ -525,8 +529,11 @@ impl Release {
     }
 }
 
-/// How often a request waiting for a holder to let go looks at the lock.
-const TAKEOVER_POLL: Duration = Duration::from_millis(100);
+/// How often a request waiting for a holder to let go looks at the lock:
+/// after 50 ms, doubling up to 400 ms (a wait of the whole patience, 7 s by
+/// default, costs about twenty reads).
+const TAKEOVER_POLL_FIRST: Duration = Duration::from_millis(50);
+const TAKEOVER_POLL_MOST: Duration = Duration::from_millis(400);
 
 /// Asks the holder of the lock at `key` to let go: at once when it is in this
 /// process, else through the lock object (If-Match, so a renewal in between
@@ -936,8 +943,8 @@ mod tests {
         #[rustfmt::skip]
         let cases = [
             Case { name: "holder in the same process", same_process: true, alive: true, obeys: true, within: Some(Duration::from_millis(200)) },
-            Case { name: "holder in another gateway", same_process: false, alive: true, obeys: true, within: Some(LEASE / 3 + Duration::from_millis(300)) },
-            Case { name: "holder died (its gateway was killed)", same_process: false, alive: false, obeys: true, within: Some(LEASE + Duration::from_millis(200)) },
+            Case { name: "holder in another gateway", same_process: false, alive: true, obeys: true, within: Some(LEASE / 3 + Duration::from_millis(500)) },
+            Case { name: "holder died (its gateway was killed)", same_process: false, alive: false, obeys: true, within: Some(LEASE + Duration::from_millis(500)) },
             Case { name: "holder that never lets go", same_process: false, alive: true, obeys: false, within: None },
         ];
         for case in cases {
@@ -989,6 +996,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_newer_requests_both_get_their_turn() {
+        // A holder, then two newer requests at once from two gateways: the
+        // first to take the lock is asked in turn by the second, which must
+        // not wait out its patience on the holder it asked first.
+        const LEASE: Duration = Duration::from_secs(6);
+        let clock = clock();
+        let store = store();
+        let lock = UploadLock::acquire(store.clone(), unhinted(), ID, LEASE, clock.clone())
+            .await
+            .unwrap();
+        let first = run_holder(lock, true);
+        let newcomer = |store: Arc<dyn ObjectStore>, clock: Arc<dyn Clock>| {
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                let lock = UploadLock::acquire_taking_over(
+                    store,
+                    unhinted(),
+                    ID,
+                    LEASE,
+                    clock,
+                    LEASE + Duration::from_secs(1),
+                )
+                .await
+                .expect("a newer request gets the lock");
+                let took = started.elapsed();
+                // As a request runs: renewing, letting go when asked, or
+                // ending by itself after 3 s.
+                let mut lock = lock;
+                let mut let_go = lock.let_go();
+                tokio::select! {
+                    _ = let_go.wait_for(|asked| *asked) => {}
+                    lost = lock.keep_alive() => panic!("lost: {lost}"),
+                    () = tokio::time::sleep(Duration::from_secs(3)) => {}
+                }
+                lock.release().await;
+                took
+            })
+        };
+        let a = newcomer(store.clone(), clock.clone());
+        let b = newcomer(store.clone(), clock.clone());
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert!(first.await.unwrap());
+        let (sooner, later) = (a.min(b), a.max(b));
+        assert!(
+            sooner <= LEASE / 3 + Duration::from_millis(500),
+            "{sooner:?}"
+        );
+        assert!(
+            later <= 2 * (LEASE / 3) + Duration::from_secs(1),
+            "{later:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -555,19 +555,19 @@ impl Resumable {
         } else {
             offset + kept
         };
-        // A completing body that ended (not broke off) fixes the length where it ended.
-        let mut error = error;
+        // A completing body that ended (not broke off) fixes the length where
+        // it ended; one that ends short of a length already fixed is refused
+        // whole, its bytes not kept (as a checksum mismatch discards a chunk:
+        // parts it stored are overwritten by the next ones).
         if completes && error.is_none() {
             match plan.length {
                 None => plan.length = Some(new_offset),
                 Some(length) if length != new_offset => {
-                    error = Some(
-                        TusError::InconsistentLength {
-                            length,
-                            reached: new_offset,
-                        }
-                        .into(),
-                    )
+                    return Err(TusError::InconsistentLength {
+                        length,
+                        reached: new_offset,
+                    }
+                    .into())
                 }
                 Some(_) => {}
             }
@@ -575,22 +575,24 @@ impl Resumable {
         let length_set = loaded.record.upload.length != plan.length;
         // The hash of the committed bytes: every body byte hashed must be one
         // committed (a failed part loses the bytes after the stored ones, and
-        // with them the hash's place: the upload then starts again).
-        let digested = match &feed {
-            Some(feed) if new_offset > offset => {
+        // with them the hash's place: the upload then cannot be checked).
+        let digested = match (&feed, &loaded.record.digest) {
+            (Some(feed), _) if new_offset > offset => {
                 let (running, hashed) = feed.taken();
                 if hashed != new_offset - offset {
                     let cause = "the digest's hash lost its place after a failed part";
-                    self.restart(&mut loaded, cause).await?;
-                    return Err(ResumableError::Conflict);
+                    return Err(self.restart(&mut loaded, cause).await);
                 }
                 Some(running)
             }
+            // Nothing new: the hash of the bytes committed before.
+            (_, Some(digesting)) => Some(digesting.running().map_err(ResumableError::Corrupt)?),
             _ => None,
         };
         // Every byte is in (a body that failed after its last byte does not
         // matter): the object is completed before anything says so, once its
-        // digest, when one was given, is the one given.
+        // digest, when one was given, is the one given (also when the request
+        // that completes it brings no byte).
         if plan.length == Some(new_offset) {
             if let (Some(digesting), Some(running)) = (&loaded.record.digest, &digested) {
                 if !digesting.matches(running) {
@@ -676,9 +678,8 @@ impl Resumable {
             }
         }
         if broken {
-            self.restart(loaded, &sluice_store::error_chain(&error).to_string())
-                .await?;
-            return Err(ResumableError::Conflict);
+            let cause = sluice_store::error_chain(&error).to_string();
+            return Err(self.restart(loaded, &cause).await);
         }
         Err(error.into())
     }
@@ -690,7 +691,29 @@ impl Resumable {
     /// goes back to offset 0 and the multipart upload is aborted. The client,
     /// answered 409, asks for the offset and sends the bytes again, instead
     /// of meeting the same failure on every request until the upload expires.
-    async fn restart(&self, loaded: &mut Loaded, cause: &str) -> Result<(), ResumableError> {
+    /// An upload of the IETF draft cannot go back (its offset must never
+    /// decrease, and a server that lost state deactivates the upload): it is
+    /// removed instead, answered 410, and its client starts a new one. The
+    /// error to answer (or the one met on the way).
+    async fn restart(&self, loaded: &mut Loaded, cause: &str) -> ResumableError {
+        if loaded.record.protocol == Protocol::IetfDraft {
+            tracing::warn!(upload_id = %loaded.record.id(), key = %loaded.record.key, error = %cause, "this upload cannot go on; removed");
+            return match self.remove(&loaded.record).await {
+                Ok(()) => TusError::Gone.into(),
+                Err(error) => error,
+            };
+        }
+        match self.restart_from_zero(loaded, cause).await {
+            Ok(()) => ResumableError::Conflict,
+            Err(error) => error,
+        }
+    }
+
+    async fn restart_from_zero(
+        &self,
+        loaded: &mut Loaded,
+        cause: &str,
+    ) -> Result<(), ResumableError> {
         let Phase::Receiving(receiving) = &loaded.record.phase else {
             return Ok(());
         };

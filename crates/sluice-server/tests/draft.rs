@@ -521,6 +521,19 @@ async fn malformed_requests_are_refused_and_store_nothing() {
         };
         let answer = send(&state, request).await;
         assert_eq!(answer.status, case.status, "{}: {answer:?}", case.name);
+        if case.version.is_some() {
+            assert_eq!(
+                answer.header("tus-resumable"),
+                None,
+                "{}: the draft's answer",
+                case.name
+            );
+            assert!(
+                answer.header("upload-draft-interop-version").is_some(),
+                "{}",
+                case.name
+            );
+        }
         if !case.code.is_empty() {
             assert_eq!(answer.code(), case.code, "{}: {answer:?}", case.name);
         }
@@ -630,6 +643,34 @@ async fn cancellation_removes_the_upload() {
         "{:?}",
         keys(&store).await
     );
+}
+
+#[tokio::test]
+async fn cancelling_a_finished_upload_keeps_its_object() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    let made = send(
+        &state,
+        draft(
+            8,
+            "POST",
+            "/v1/tus/",
+            &[("upload-complete", "?1")],
+            Some(b"kept"),
+        ),
+    )
+    .await;
+    assert_eq!(made.status, StatusCode::CREATED);
+    let url = made.header("location").unwrap().to_owned();
+    let key = made.json()["key"].as_str().unwrap().to_owned();
+    let cancelled = send(&state, draft(8, "DELETE", &url, &[], None)).await;
+    assert_eq!(cancelled.status, StatusCode::NO_CONTENT);
+    assert_eq!(store.object(&key).unwrap(), &b"kept"[..]);
+    assert_eq!(
+        send(&state, draft(8, "HEAD", &url, &[], None)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(keys(&store).await, vec![key]);
 }
 
 #[tokio::test]
@@ -792,56 +833,16 @@ async fn repr_digest_is_checked_against_what_was_stored() {
         status: StatusCode,
         code: &'static str,
     }
+    #[rustfmt::skip]
     let cases = [
-        Case {
-            name: "sha-256 in appends",
-            digest: format!("sha-256=:{sha}:"),
-            whole: false,
-            status: StatusCode::CREATED,
-            code: "",
-        },
-        Case {
-            name: "crc32c in appends",
-            digest: format!("crc32c=:{crc}:"),
-            whole: false,
-            status: StatusCode::CREATED,
-            code: "",
-        },
-        Case {
-            name: "sha-256 preferred, others ignored",
-            digest: format!("unixsum=:AAAA:, crc32c=:AAAAAA==:, sha-256=:{sha}:"),
-            whole: false,
-            status: StatusCode::CREATED,
-            code: "",
-        },
-        Case {
-            name: "sha-256 whole",
-            digest: format!("sha-256=:{sha}:"),
-            whole: true,
-            status: StatusCode::CREATED,
-            code: "",
-        },
-        Case {
-            name: "wrong sha-256 in appends",
-            digest: format!("sha-256=:{wrong_sha}:"),
-            whole: false,
-            status: StatusCode::BAD_REQUEST,
-            code: "digest_mismatch",
-        },
-        Case {
-            name: "wrong crc32c in appends",
-            digest: "crc32c=:AAAAAA==:".into(),
-            whole: false,
-            status: StatusCode::BAD_REQUEST,
-            code: "digest_mismatch",
-        },
-        Case {
-            name: "wrong sha-256 whole",
-            digest: format!("sha-256=:{wrong_sha}:"),
-            whole: true,
-            status: StatusCode::BAD_REQUEST,
-            code: "digest_mismatch",
-        },
+        Case { name: "sha-256 in appends", digest: format!("sha-256=:{sha}:"), whole: false, status: StatusCode::CREATED, code: "", },
+        Case { name: "crc32c in appends", digest: format!("crc32c=:{crc}:"), whole: false, status: StatusCode::CREATED, code: "", },
+        Case { name: "sha-256 preferred, others ignored", digest: format!("unixsum=:AAAA:, crc32c=:AAAAAA==:, sha-256=:{sha}:"), whole: false, status: StatusCode::CREATED, code: "", },
+        Case { name: "sha-256 whole", digest: format!("sha-256=:{sha}:"), whole: true, status: StatusCode::CREATED, code: "", },
+        Case { name: "wrong sha-256 in appends", digest: format!("sha-256=:{wrong_sha}:"), whole: false, status: StatusCode::BAD_REQUEST, code: "digest_mismatch", },
+        Case { name: "wrong crc32c in appends", digest: "crc32c=:AAAAAA==:".into(), whole: false, status: StatusCode::BAD_REQUEST, code: "digest_mismatch", },
+        Case { name: "wrong sha-256 whole", digest: format!("sha-256=:{wrong_sha}:"), whole: true, status: StatusCode::BAD_REQUEST, code: "digest_mismatch", },
+        Case { name: "wrong sha-256, completed by an empty append", digest: format!("sha-256=:{wrong_sha}:"), whole: false, status: StatusCode::BAD_REQUEST, code: "digest_mismatch" },
     ];
     for case in cases {
         let store = MemoryStore::new();
@@ -901,21 +902,61 @@ async fn repr_digest_is_checked_against_what_was_stored() {
                     case.name
                 );
                 let offset = (6 * MIB).to_string();
-                send(
-                    &one,
-                    draft(
-                        8,
-                        "PATCH",
-                        &url,
-                        &[
-                            ("content-type", PARTIAL),
-                            ("upload-offset", &offset),
-                            ("upload-complete", "?1"),
-                        ],
-                        Some(&data[6 * MIB..]),
-                    ),
-                )
-                .await
+                if case.name.ends_with("empty append") {
+                    let rest = send(
+                        &one,
+                        draft(
+                            8,
+                            "PATCH",
+                            &url,
+                            &[
+                                ("content-type", PARTIAL),
+                                ("upload-offset", &offset),
+                                ("upload-complete", "?0"),
+                            ],
+                            Some(&data[6 * MIB..]),
+                        ),
+                    )
+                    .await;
+                    assert_eq!(
+                        rest.status,
+                        StatusCode::NO_CONTENT,
+                        "{}: {rest:?}",
+                        case.name
+                    );
+                    let end = data.len().to_string();
+                    send(
+                        &two,
+                        draft(
+                            8,
+                            "PATCH",
+                            &url,
+                            &[
+                                ("content-type", PARTIAL),
+                                ("upload-offset", &end),
+                                ("upload-complete", "?1"),
+                            ],
+                            Some(b""),
+                        ),
+                    )
+                    .await
+                } else {
+                    send(
+                        &one,
+                        draft(
+                            8,
+                            "PATCH",
+                            &url,
+                            &[
+                                ("content-type", PARTIAL),
+                                ("upload-offset", &offset),
+                                ("upload-complete", "?1"),
+                            ],
+                            Some(&data[6 * MIB..]),
+                        ),
+                    )
+                    .await
+                }
             }
         };
         assert_eq!(last.status, case.status, "{}: {last:?}", case.name);

@@ -11,16 +11,14 @@
 //! sent: hyper's server cannot send an interim response (docs/RESUMABLE.md
 //! says which clients resume all the same).
 
-use std::collections::BTreeMap;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use sluice_resumable::{
-    new_id, Contention, DigestAlgorithm, NewUpload, Protocol, ResumableError, UploadRecord,
-    WantedDigest, Written,
+    DigestAlgorithm, Protocol, ResumableError, UploadRecord, WantedDigest, Written,
 };
 use sluice_rufh::answer::{self, Limits, UploadState};
 use sluice_rufh::fields::FieldError;
@@ -30,10 +28,11 @@ use sluice_tus::headers::PatchRequest;
 use sluice_tus::{Metadata, TusError};
 use sluice_upload::UploadKind;
 
-use super::{chunk_of, object_key, pace_small_writes, with_key, BASE_PATH};
+use super::{
+    begin_upload, chunk_of, max_size, pace_small_writes, visible, with_key, Creating, BASE_PATH,
+};
 use crate::admission::Party;
 use crate::auth::Grant;
-use crate::begin::{Asked, KeyFrom};
 use crate::error::{ApiError, ProblemApiError};
 use crate::upload::{seconds_since, UploadResponse};
 use crate::AppState;
@@ -94,14 +93,18 @@ impl From<ResumableError> for Failure {
     }
 }
 
-/// A refusal as the draft answers it: the problem document (or the gateway's
-/// own error body), the version echoed, and, from interop 7 on, that the
-/// upload did not complete.
+/// A refusal as the draft answers it: a problem document (the draft's type,
+/// or `about:blank` with the gateway's code), the version echoed, and, from
+/// interop 7 on, that the upload did not complete.
 pub(super) fn refused(interop: Option<Interop>, refusal: DraftError) -> Response {
     answer_failure(interop, Failure::Draft(refusal))
 }
 
 fn answer_failure(interop: Option<Interop>, failure: Failure) -> Response {
+    // From interop 7 on, an answer to a request that did not complete the
+    // upload says so; a refusal because it is complete does not.
+    let says_incomplete = interop.is_some_and(|i| i.number() >= 7)
+        && !matches!(failure, Failure::Draft(DraftError::CompletedUpload { .. }));
     let mut response = match failure {
         Failure::Draft(refusal) => {
             let mut response = (refusal.status(), Json(refusal.problem())).into_response();
@@ -114,9 +117,12 @@ fn answer_failure(interop: Option<Interop>, failure: Failure) -> Response {
         }
         Failure::Api(error) => ProblemApiError(error).into_response(),
     };
-    if let Some(interop) = interop {
-        let headers = response.headers_mut();
-        headers.extend([answer::version(interop), answer::completion(interop, false)]);
+    // The version is echoed; a request whose version is unknown is told the
+    // newest one served (as Apple's server does), and not taken for tus's.
+    let headers = response.headers_mut();
+    headers.extend([answer::version(interop.unwrap_or(Interop::LATEST))]);
+    if let (Some(interop), true) = (interop, says_incomplete) {
+        headers.extend([answer::completion(interop, false)]);
     }
     response
 }
@@ -183,12 +189,6 @@ fn not_allowed(interop: Interop, allow: &'static str) -> Response {
     response
 }
 
-/// The largest upload this caller may make.
-fn max_size(state: &AppState, grant: &Grant) -> u64 {
-    let configured = state.resumable.config().max_size;
-    grant.max_size.unwrap_or(configured).min(configured)
-}
-
 fn new_upload_limits(state: &AppState, grant: &Grant) -> Limits {
     Limits {
         max_size: max_size(state, grant),
@@ -197,7 +197,10 @@ fn new_upload_limits(state: &AppState, grant: &Grant) -> Limits {
 }
 
 fn upload_limits(state: &AppState, grant: &Grant, record: &UploadRecord) -> Limits {
-    let now = SystemTime::now()
+    let now = state
+        .resumable
+        .clock()
+        .now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     Limits {
@@ -270,15 +273,6 @@ fn written_answer(
     response
 }
 
-/// The upload `id` as this caller may see it: someone else's answers as a
-/// missing one; one of tus is refused.
-async fn visible(state: &AppState, grant: &Grant, id: &str) -> Result<UploadRecord, Failure> {
-    let record = state.resumable.status(id).await?;
-    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
-    record.check_protocol(Protocol::IetfDraft)?;
-    Ok(record)
-}
-
 /// The digest to check the upload against: `Repr-Digest`'s SHA-256, else its
 /// CRC32C (other algorithms are not checked, as RFC 9530 lets a recipient do).
 fn wanted_digest(members: &[(String, Vec<u8>)]) -> Result<Option<WantedDigest>, Failure> {
@@ -345,54 +339,15 @@ async fn create(
         .into());
     }
     let digest = wanted_digest(&creation.digests)?;
-    let mut metadata = metadata_of(&headers, &creation)?;
-    let text: BTreeMap<String, String> = metadata
-        .0
-        .keys()
-        .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
-        .collect();
-    let content_type = text
-        .get("filetype")
-        .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
-        .cloned();
-    let id = new_id();
-    let begun = state
-        .begin
-        .begin(
-            &grant,
-            Asked {
-                kind: UploadKind::ResumableCreation,
-                key: KeyFrom::Template {
-                    filename: text.get("filename").cloned().unwrap_or_default(),
-                    id: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
-                },
-                size: creation.length,
-                content_type,
-                filename: text.get("filename").cloned(),
-                metadata: text,
-                ask_hook: true,
-            },
-        )
-        .await?;
-    if begun.metadata_replaced {
-        metadata.0 = begun
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), Some(v.clone().into_bytes())))
-            .collect();
-    }
-    let party = begun.party();
-    let new = NewUpload {
-        id,
-        key: begun.key,
-        length: creation.length,
-        metadata,
-        partial: false,
-        content_type: begun.content_type,
-        owner: grant.owner(),
+    let creating = Creating {
+        kind: UploadKind::ResumableCreation,
         protocol: Protocol::IetfDraft,
+        length: creation.length,
+        metadata: metadata_of(&headers, &creation)?,
+        partial: false,
         digest,
     };
+    let (new, party) = begin_upload(&state, &grant, creating).await?;
     // An empty careful creation moves no bytes; anything else waits its turn.
     let has_body = creation.complete || creation.body_length != Some(0);
     let _slot = match has_body {
@@ -421,7 +376,7 @@ async fn offset(
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
     request::check_bare(&headers)?;
-    let record = visible(&state, &grant, &id).await?;
+    let record = visible(&state, &grant, &id, Protocol::IetfDraft).await?;
     // A request still writing is ended first, so that the offset answered is
     // the one the next append must name.
     let record = match record.is_finished() {
@@ -450,7 +405,7 @@ async fn append(
 ) -> Result<Response, Failure> {
     let started = Instant::now();
     let append = Append::from_headers(&headers, interop)?;
-    let record = visible(&state, &grant, &id).await?;
+    let record = visible(&state, &grant, &id, Protocol::IetfDraft).await?;
     if record.is_finished() {
         return Err(interop
             .completed_upload(append.body_length == Some(0))
@@ -490,8 +445,8 @@ async fn cancel(
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
     request::check_bare(&headers)?;
-    visible(&state, &grant, &id).await?;
-    let cancelled = state.resumable.terminate(&id, Contention::TakeOver).await?;
+    visible(&state, &grant, &id, Protocol::IetfDraft).await?;
+    let cancelled = state.resumable.cancel(&id).await?;
     if !cancelled.is_finished() {
         state
             .completion

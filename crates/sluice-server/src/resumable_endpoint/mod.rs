@@ -16,11 +16,19 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use sluice_resumable::{Chunk, ResumableError, UploadRecord, Written};
-use sluice_rufh::{DraftError, Interop};
-use sluice_tus::Concat;
+use std::collections::BTreeMap;
 
+use sluice_resumable::{
+    new_id, Chunk, NewUpload, Protocol, ResumableError, UploadRecord, WantedDigest, Written,
+};
+use sluice_rufh::{DraftError, Interop};
+use sluice_tus::{Concat, Metadata};
+use sluice_upload::UploadKind;
+
+use crate::admission::Party;
 use crate::auth::Grant;
+use crate::begin::{Asked, KeyFrom};
+use crate::error::ApiError;
 use crate::AppState;
 
 /// The header naming the object an upload becomes (percent-encoded beyond ASCII).
@@ -109,6 +117,106 @@ fn with_key(
 /// The object an upload becomes; none for a partial upload.
 fn object_key(record: &UploadRecord) -> Option<&str> {
     (record.upload.concat != Concat::Partial).then_some(record.key.as_str())
+}
+
+/// What a creation of either protocol asks for.
+struct Creating {
+    kind: UploadKind,
+    protocol: Protocol,
+    length: Option<u64>,
+    /// Its metadata (`filename` fills the key template, `filetype` is the type).
+    metadata: Metadata,
+    /// A partial upload of a concatenation: its bytes become no object.
+    partial: bool,
+    digest: Option<WantedDigest>,
+}
+
+/// The one begin of a new upload of either protocol (key, authorization, the
+/// pre-create hook, metadata the hook replaced): the upload to make and the
+/// party its bytes are admitted as.
+async fn begin_upload(
+    state: &AppState,
+    grant: &Grant,
+    creating: Creating,
+) -> Result<(NewUpload, Party), ApiError> {
+    let Creating {
+        kind,
+        protocol,
+        length,
+        mut metadata,
+        partial,
+        digest,
+    } = creating;
+    let text: BTreeMap<String, String> = metadata
+        .0
+        .keys()
+        .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
+        .collect();
+    let content_type = text
+        .get("filetype")
+        .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
+        .cloned();
+    let id = new_id();
+    let begun = state
+        .begin
+        .begin(
+            grant,
+            Asked {
+                kind,
+                key: KeyFrom::Template {
+                    filename: text.get("filename").cloned().unwrap_or_default(),
+                    id: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
+                },
+                size: length,
+                content_type,
+                filename: text.get("filename").cloned(),
+                metadata: text,
+                // A partial upload becomes no object: the final upload is asked about.
+                ask_hook: !partial,
+            },
+        )
+        .await?;
+    if begun.metadata_replaced {
+        metadata.0 = begun
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone().into_bytes())))
+            .collect();
+    }
+    let party = begun.party();
+    let new = NewUpload {
+        id,
+        key: begun.key,
+        length,
+        metadata,
+        partial,
+        content_type: begun.content_type,
+        owner: grant.owner(),
+        protocol,
+        digest,
+    };
+    Ok((new, party))
+}
+
+/// The largest upload this caller may make: the gateway's limit, or its
+/// token's `max_size` when lower.
+fn max_size(state: &AppState, grant: &Grant) -> u64 {
+    let configured = state.resumable.config().max_size;
+    grant.max_size.unwrap_or(configured).min(configured)
+}
+
+/// Upload `id` as this caller may see it in `protocol`: someone else's answers
+/// as a missing one; one of the other protocol is refused.
+async fn visible(
+    state: &AppState,
+    grant: &Grant,
+    id: &str,
+    protocol: Protocol,
+) -> Result<UploadRecord, ApiError> {
+    let record = state.resumable.status(id).await?;
+    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
+    record.check_protocol(protocol)?;
+    Ok(record)
 }
 
 /// A request's body as the chunk it brings.

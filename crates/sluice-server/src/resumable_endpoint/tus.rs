@@ -4,20 +4,20 @@
 //! [`crate::conversions`]; an object a request makes is announced by the engine
 //! (the upload's record gives its origin). A HEAD only reads.
 
-use std::collections::BTreeMap;
-
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sluice_resumable::{new_id, Contention, NewUpload, Protocol, UploadRecord};
+use sluice_resumable::{Protocol, UploadRecord};
 use sluice_tus::headers::{self as tus_headers, ConcatRequest, CreateRequest, PatchRequest};
 use sluice_tus::{Concat, TusError};
 use sluice_upload::UploadKind;
 
-use super::{chunk_of, object_key, pace_small_writes, with_key, BASE_PATH};
+use super::{
+    begin_upload, chunk_of, max_size, object_key, pace_small_writes, visible, with_key, Creating,
+    BASE_PATH,
+};
 use crate::admission::Party;
 use crate::auth::Grant;
-use crate::begin::{Asked, KeyFrom};
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -90,69 +90,26 @@ async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let resumable = &state.resumable;
-    let max_size = resumable.config().max_size;
-    let request =
-        CreateRequest::from_headers(&headers, grant.max_size.unwrap_or(max_size).min(max_size))?;
+    let request = CreateRequest::from_headers(&headers, max_size(&state, &grant))?;
     if grant.max_size.is_some() && request.length.is_none() && request.concat.is_none() {
         return Err(ApiError::Forbidden(
             "a token with max_size needs the length up front (Upload-Length)".into(),
         ));
     }
-    let content_type = request
-        .metadata
-        .text("filetype")
-        .filter(|t| HeaderValue::from_str(t).is_ok() && !t.is_empty())
-        .map(str::to_owned);
-    let id = new_id();
     let partial = request.concat == Some(ConcatRequest::Partial);
-    let mut metadata = request.metadata;
-    let text: BTreeMap<String, String> = metadata
-        .0
-        .keys()
-        .filter_map(|k| Some((k.clone(), metadata.text(k)?.to_owned())))
-        .collect();
-    let begun = state
-        .begin
-        .begin(
-            &grant,
-            Asked {
-                kind: match request.concat {
-                    Some(ConcatRequest::Final(_)) => UploadKind::TusConcatenation,
-                    _ => UploadKind::TusCreation,
-                },
-                key: KeyFrom::Template {
-                    filename: text.get("filename").cloned().unwrap_or_default(),
-                    id: uuid::Uuid::parse_str(&id).expect("a fresh id is a uuid"),
-                },
-                size: request.length,
-                content_type,
-                filename: text.get("filename").cloned(),
-                metadata: text,
-                // A partial upload becomes no object: the final upload is asked about.
-                ask_hook: !partial,
-            },
-        )
-        .await?;
-    if begun.metadata_replaced {
-        metadata.0 = begun
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.clone(), Some(v.clone().into_bytes())))
-            .collect();
-    }
-    let party = begun.party();
-    let (key, content_type) = (begun.key, begun.content_type);
-    let new = NewUpload {
-        id,
-        key,
-        length: request.length,
-        metadata,
-        partial,
-        content_type,
-        owner: grant.owner(),
+    let kind = match request.concat {
+        Some(ConcatRequest::Final(_)) => UploadKind::TusConcatenation,
+        _ => UploadKind::TusCreation,
+    };
+    let creating = Creating {
+        kind,
         protocol: Protocol::Tus,
+        length: request.length,
+        metadata: request.metadata,
+        partial,
         digest: None,
     };
+    let (new, party) = begin_upload(&state, &grant, creating).await?;
     if let Some(ConcatRequest::Final(urls)) = &request.concat {
         let ids = urls
             .iter()
@@ -213,9 +170,7 @@ async fn head(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     tus_headers::check_version(&headers)?;
-    let record = state.resumable.status(&id).await?;
-    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
-    record.check_protocol(Protocol::Tus)?;
+    let record = visible(&state, &grant, &id, Protocol::Tus).await?;
     let mut response = StatusCode::OK.into_response();
     response
         .headers_mut()
@@ -268,10 +223,8 @@ async fn terminate(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     tus_headers::check_version(&headers)?;
-    let record = state.resumable.status(&id).await?;
-    grant.check_resume(record.owner.as_deref(), object_key(&record))?;
-    record.check_protocol(Protocol::Tus)?;
-    let terminated = state.resumable.terminate(&id, Contention::Refuse).await?;
+    visible(&state, &grant, &id, Protocol::Tus).await?;
+    let terminated = state.resumable.terminate(&id).await?;
     if !terminated.is_finished() && terminated.upload.concat != Concat::Partial {
         state.completion.terminated(&terminated).await?;
     }
