@@ -141,7 +141,8 @@ pub struct TusSettings {
     /// A resumable upload's writer holds a lease of this length, renewed every
     /// third of it while it writes; one left by a crashed gateway lapses within
     /// it. Short enough that a client's usual retries (Uppy's: 0, 1, 3, 5 s)
-    /// outlast it (1s to 1h).
+    /// outlast it (1s to 1h). A request of the IETF draft that ends an older
+    /// one waits for it at most this long and a second.
     #[arg(id = "tus.lock_timeout", long = "tus-lock-timeout", env = "SLUICE_TUS_LOCK_TIMEOUT", value_name = "DURATION", default_value = "6s", value_parser = duration_in(SECOND, HOUR))]
     #[serde(with = "humantime_serde")]
     pub lock_timeout: Duration,
