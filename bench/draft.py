@@ -49,8 +49,13 @@ def main():
     ap = driver_args()
     ap.add_argument("--size", type=int, default=GIB, help="bytes per upload")
     ap.add_argument("--chunks", default="5,whole", help="PATCH chunk sizes in MiB, or 'whole'")
+    ap.add_argument("--cases", default=",".join(f"{t}-{a}" for t, a in CASES),
+                    help="which of sluice-draft, sluice-tus, tusd-draft, tusd-tus to run (an A/B of two, say)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    cases = [tuple(c.split("-", 1)) for c in args.cases.split(",") if c]
+    if any(c not in CASES for c in cases):
+        sys.exit(f"--cases: expected some of {', '.join(f'{t}-{a}' for t, a in CASES)}")
     sluice = os.path.abspath(args.sluice)
 
     work = tempfile.mkdtemp(prefix="sluice-draft-bench-")
@@ -65,7 +70,7 @@ def main():
         for run in range(args.runs):
             for chunk in chunks:
                 chunk_bytes = None if chunk == "whole" else int(chunk) * MIB
-                for tool, api in (CASES if run % 2 == 0 else CASES[::-1]):
+                for tool, api in (cases if run % 2 == 0 else cases[::-1]):
                     extra = ["-enable-experimental-protocol"] if tool == "tusd" else []
                     proc, port = start_gateway(tool, sluice, minio_url, env, work, extra)
                     stats = ProcStats(proc.pid)
@@ -102,8 +107,9 @@ def main():
              "-" * 96]
     for chunk in chunks:
         def rate(tool, api):
-            return med(r["mib_s"] for r in rows if r["chunk"] == chunk and r["tool"] == tool and r["api"] == api)
-        for tool, api in CASES:
+            values = [r["mib_s"] for r in rows if r["chunk"] == chunk and r["tool"] == tool and r["api"] == api]
+            return med(values) if values else float("nan")
+        for tool, api in cases:
             rs = [r for r in rows if r["chunk"] == chunk and r["tool"] == tool and r["api"] == api]
             mib_s = rate(tool, api)
             label = chunk if chunk == "whole" else f"{chunk} MiB"
