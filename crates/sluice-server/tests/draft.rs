@@ -1125,6 +1125,19 @@ async fn tenants_limits_and_events_hold_for_the_draft() {
     }
     let none = send(&state, draft(8, "HEAD", &url, &[], None)).await;
     assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    // Refused in the protocol spoken: a problem document, no tus header.
+    let refused = send(
+        &state,
+        draft(8, "POST", "/v1/tus/", &[("upload-complete", "?0")], None),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(refused.header("tus-resumable"), None);
+    assert!(refused.header("www-authenticate").is_some());
 
     // A token's max_size: a length over it is refused, and so is no length.
     let over = send(

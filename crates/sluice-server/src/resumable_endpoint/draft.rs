@@ -100,6 +100,11 @@ pub(super) fn refused(interop: Option<Interop>, refusal: DraftError) -> Response
     answer_failure(interop, Failure::Draft(refusal))
 }
 
+/// The gateway's own refusal (no token, a bad one) as the draft answers it.
+pub(super) fn refused_by_gateway(interop: Interop, error: ApiError) -> Response {
+    answer_failure(Some(interop), Failure::Api(error))
+}
+
 fn answer_failure(interop: Option<Interop>, failure: Failure) -> Response {
     // From interop 7 on, an answer to a request that did not complete the
     // upload says so; a refusal because it is complete does not.

@@ -54,17 +54,23 @@ fn protocol_of(headers: &HeaderMap) -> Result<Option<Interop>, DraftError> {
     Ok(interop)
 }
 
+/// The caller's grant is taken here rather than refused by the extractor, so
+/// that a refusal (no token, a bad one) is answered in the protocol spoken.
 async fn on_base(
     State(state): State<AppState>,
-    grant: Grant,
+    grant: Result<Grant, ApiError>,
     method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match protocol_of(&headers) {
-        Err(refused) => draft::refused(None, refused),
-        Ok(Some(interop)) => draft::on_base(state, grant, interop, method, headers, body).await,
-        Ok(None) => tus::on_base(state, grant, method, headers, body)
+    match (protocol_of(&headers), grant) {
+        (Err(refused), _) => draft::refused(None, refused),
+        (Ok(Some(interop)), Err(error)) => draft::refused_by_gateway(interop, error),
+        (Ok(None), Err(error)) => error.into_response(),
+        (Ok(Some(interop)), Ok(grant)) => {
+            draft::on_base(state, grant, interop, method, headers, body).await
+        }
+        (Ok(None), Ok(grant)) => tus::on_base(state, grant, method, headers, body)
             .await
             .into_response(),
     }
@@ -73,17 +79,19 @@ async fn on_base(
 async fn on_upload(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    grant: Grant,
+    grant: Result<Grant, ApiError>,
     method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match protocol_of(&headers) {
-        Err(refused) => draft::refused(None, refused),
-        Ok(Some(interop)) => {
+    match (protocol_of(&headers), grant) {
+        (Err(refused), _) => draft::refused(None, refused),
+        (Ok(Some(interop)), Err(error)) => draft::refused_by_gateway(interop, error),
+        (Ok(None), Err(error)) => error.into_response(),
+        (Ok(Some(interop)), Ok(grant)) => {
             draft::on_upload(state, id, grant, interop, method, headers, body).await
         }
-        Ok(None) => tus::on_upload(state, id, grant, method, headers, body)
+        (Ok(None), Ok(grant)) => tus::on_upload(state, id, grant, method, headers, body)
             .await
             .into_response(),
     }
