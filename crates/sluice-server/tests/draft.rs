@@ -7,13 +7,15 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::{Request, StatusCode};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use sluice_server::{AppState, ServerConfig};
 use sluice_store::ObjectStore;
 use sluice_testkit::{test_data, MemoryStore};
-use tower::ServiceExt;
+
+mod support;
+
+use support::oneshot::send;
 
 const MIB: usize = 1 << 20;
 const PARTIAL: &str = "application/partial-upload";
@@ -29,43 +31,6 @@ fn gateway(store: &MemoryStore) -> AppState {
     // Cases send tiny appends; the pacing has its own test (tus.rs).
     config.tus.small_patches_per_second = 0.0;
     AppState::new(config, Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap()
-}
-
-#[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_default()
-    }
-
-    /// The stable code of a problem document or of the gateway's error body.
-    fn code(&self) -> String {
-        let json = self.json();
-        json["code"]
-            .as_str()
-            .or(json["error"]["code"].as_str())
-            .unwrap_or_default()
-            .to_owned()
-    }
-}
-
-async fn send(state: &AppState, request: Request<Body>) -> Answer {
-    let response = state.router().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
 }
 
 /// A request of interop `version` with `headers`, and a body with its
@@ -91,6 +56,23 @@ fn draft(
             .unwrap(),
         None => builder.body(Body::empty()).unwrap(),
     }
+}
+
+/// An append of interop 8 at `offset`: `application/partial-upload`, saying
+/// whether it completes the upload.
+fn append(url: &str, offset: &str, complete: bool, body: &[u8]) -> Request<Body> {
+    let flag = if complete { "?1" } else { "?0" };
+    draft(
+        8,
+        "PATCH",
+        url,
+        &[
+            ("content-type", PARTIAL),
+            ("upload-offset", offset),
+            ("upload-complete", flag),
+        ],
+        Some(body),
+    )
 }
 
 /// A body sent in pieces with no Content-Length (chunked on the wire).
@@ -172,39 +154,11 @@ async fn interop_8_careful_creation_appends_and_completes() {
     assert_eq!(head.header("cache-control"), Some("no-store"));
 
     // The first 5 MiB, then an append at a stale offset: 409 with the real one.
-    let first = send(
-        &state,
-        draft(
-            8,
-            "PATCH",
-            &url,
-            &[
-                ("content-type", PARTIAL),
-                ("upload-offset", "0"),
-                ("upload-complete", "?0"),
-            ],
-            Some(&data[..5 * MIB]),
-        ),
-    )
-    .await;
+    let first = send(&state, append(&url, "0", false, &data[..5 * MIB])).await;
     assert_eq!(first.status, StatusCode::NO_CONTENT, "{first:?}");
     assert_eq!(first.header("upload-complete"), Some("?0"));
     assert_eq!(first.header("upload-offset"), Some("5242880"));
-    let stale = send(
-        &state,
-        draft(
-            8,
-            "PATCH",
-            &url,
-            &[
-                ("content-type", PARTIAL),
-                ("upload-offset", "0"),
-                ("upload-complete", "?0"),
-            ],
-            Some(&data[..MIB]),
-        ),
-    )
-    .await;
+    let stale = send(&state, append(&url, "0", false, &data[..MIB])).await;
     assert_eq!(stale.status, StatusCode::CONFLICT);
     assert_eq!(stale.header("upload-offset"), Some("5242880"));
     assert_eq!(stale.header("upload-complete"), Some("?0"));
@@ -243,41 +197,13 @@ async fn interop_8_careful_creation_appends_and_completes() {
     assert_eq!(head.header("upload-offset"), Some(length.as_str()));
 
     // A completed upload takes nothing more (drafts -10/-11).
-    let empty = send(
-        &state,
-        draft(
-            8,
-            "PATCH",
-            &url,
-            &[
-                ("content-type", PARTIAL),
-                ("upload-offset", &length),
-                ("upload-complete", "?1"),
-            ],
-            Some(b""),
-        ),
-    )
-    .await;
+    let empty = send(&state, append(&url, &length, true, b"")).await;
     assert_eq!(empty.status, StatusCode::GONE);
     assert_eq!(
         empty.json()["type"],
         "https://iana.org/assignments/http-problem-types#completed-upload"
     );
-    let more = send(
-        &state,
-        draft(
-            8,
-            "PATCH",
-            &url,
-            &[
-                ("content-type", PARTIAL),
-                ("upload-offset", &length),
-                ("upload-complete", "?1"),
-            ],
-            Some(b"more"),
-        ),
-    )
-    .await;
+    let more = send(&state, append(&url, &length, true, b"more")).await;
     assert_eq!(more.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         more.json()["type"],
@@ -880,21 +806,7 @@ async fn repr_digest_is_checked_against_what_was_stored() {
                     case.name
                 );
                 let url = created.header("location").unwrap().to_owned();
-                let middle = send(
-                    &two,
-                    draft(
-                        8,
-                        "PATCH",
-                        &url,
-                        &[
-                            ("content-type", PARTIAL),
-                            ("upload-offset", "1000"),
-                            ("upload-complete", "?0"),
-                        ],
-                        Some(&data[1000..6 * MIB]),
-                    ),
-                )
-                .await;
+                let middle = send(&two, append(&url, "1000", false, &data[1000..6 * MIB])).await;
                 assert_eq!(
                     middle.status,
                     StatusCode::NO_CONTENT,
@@ -903,21 +815,7 @@ async fn repr_digest_is_checked_against_what_was_stored() {
                 );
                 let offset = (6 * MIB).to_string();
                 if case.name.ends_with("empty append") {
-                    let rest = send(
-                        &one,
-                        draft(
-                            8,
-                            "PATCH",
-                            &url,
-                            &[
-                                ("content-type", PARTIAL),
-                                ("upload-offset", &offset),
-                                ("upload-complete", "?0"),
-                            ],
-                            Some(&data[6 * MIB..]),
-                        ),
-                    )
-                    .await;
+                    let rest = send(&one, append(&url, &offset, false, &data[6 * MIB..])).await;
                     assert_eq!(
                         rest.status,
                         StatusCode::NO_CONTENT,
@@ -925,37 +823,9 @@ async fn repr_digest_is_checked_against_what_was_stored() {
                         case.name
                     );
                     let end = data.len().to_string();
-                    send(
-                        &two,
-                        draft(
-                            8,
-                            "PATCH",
-                            &url,
-                            &[
-                                ("content-type", PARTIAL),
-                                ("upload-offset", &end),
-                                ("upload-complete", "?1"),
-                            ],
-                            Some(b""),
-                        ),
-                    )
-                    .await
+                    send(&two, append(&url, &end, true, b"")).await
                 } else {
-                    send(
-                        &one,
-                        draft(
-                            8,
-                            "PATCH",
-                            &url,
-                            &[
-                                ("content-type", PARTIAL),
-                                ("upload-offset", &offset),
-                                ("upload-complete", "?1"),
-                            ],
-                            Some(&data[6 * MIB..]),
-                        ),
-                    )
-                    .await
+                    send(&one, append(&url, &offset, true, &data[6 * MIB..])).await
                 }
             }
         };
@@ -1166,24 +1036,7 @@ async fn tenants_limits_and_events_hold_for_the_draft() {
     assert_eq!(unknown.status, StatusCode::FORBIDDEN, "{unknown:?}");
 
     // Completed by acme: one event, of the draft's kind, with the tenant.
-    let last = send(
-        &state,
-        as_(
-            &acme,
-            draft(
-                8,
-                "PATCH",
-                &url,
-                &[
-                    ("content-type", PARTIAL),
-                    ("upload-offset", "6"),
-                    ("upload-complete", "?1"),
-                ],
-                Some(b"world"),
-            ),
-        ),
-    )
-    .await;
+    let last = send(&state, as_(&acme, append(&url, "6", true, b"world"))).await;
     assert_eq!(last.status, StatusCode::CREATED, "{last:?}");
     assert_eq!(store.object(&key).unwrap(), &b"hello world"[..]);
     // And one cancelled before it finished.
@@ -1233,21 +1086,7 @@ async fn an_idle_draft_upload_expires_like_a_tus_one() {
     let state = gateway(&store);
     let url = careful(&state, Some(12 * MIB)).await;
     let data = test_data(6 * MIB, 3);
-    let appended = send(
-        &state,
-        draft(
-            8,
-            "PATCH",
-            &url,
-            &[
-                ("content-type", PARTIAL),
-                ("upload-offset", "0"),
-                ("upload-complete", "?0"),
-            ],
-            Some(&data),
-        ),
-    )
-    .await;
+    let appended = send(&state, append(&url, "0", false, &data)).await;
     assert_eq!(appended.status, StatusCode::NO_CONTENT);
     assert_eq!(store.open_uploads(), 1);
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(2 * 24 * 3600);

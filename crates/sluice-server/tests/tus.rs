@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::{Request, StatusCode};
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use sha1::Digest as _;
 use sluice_server::{AppState, ServerConfig};
 use sluice_store::ObjectStore;
 use sluice_testkit::{test_data, MemoryStore};
-use tower::ServiceExt;
+
+mod support;
+
+use support::oneshot::{send, Answer};
 
 const MIB: usize = 1 << 20;
 
@@ -33,34 +35,6 @@ fn config() -> ServerConfig {
 
 fn gateway(store: &MemoryStore) -> AppState {
     AppState::new(config(), Arc::new(store.clone()) as Arc<dyn ObjectStore>).unwrap()
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-
-    fn code(&self) -> String {
-        serde_json::from_slice::<serde_json::Value>(&self.body)
-            .map(|v| v["error"]["code"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_default()
-    }
-}
-
-async fn send(state: &AppState, request: Request<Body>) -> Answer {
-    let response = state.router().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
 }
 
 fn tus(method: &str, uri: &str) -> axum::http::request::Builder {

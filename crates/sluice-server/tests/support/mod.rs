@@ -1,8 +1,10 @@
 //! A gateway on a loopback listener over a memory store, and raw-socket helpers
 //! for tests that speak HTTP/1.1 byte by byte (hostile clients cannot be written
-//! with a well-behaved HTTP client).
+//! with a well-behaved HTTP client); [`oneshot`] for tests without a socket.
 
 #![allow(dead_code)] // each test file uses its own subset
+
+pub mod oneshot;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
