@@ -177,6 +177,19 @@ async fn tus_upload(
                 }
             }
             other => {
+                // A 423 says how long the lock it met will last (a release the
+                // faulty store refused lapses with its lease): a client waits
+                // that long, as tus clients retrying with Uppy's delays do.
+                let wait = match &other {
+                    Ok(r) => r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .map_or(Duration::from_millis(500), |s| {
+                            Duration::from_secs(s.min(10))
+                        }),
+                    Err(_) => Duration::from_millis(500),
+                };
                 let failure = match other {
                     Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
                     Err(e) => e.to_string(),
@@ -186,7 +199,7 @@ async fn tus_upload(
                     return Err(format!("PATCH kept failing, last: {failure}"));
                 }
                 eprintln!("tus {name}: PATCH at {offset} failed ({failure}); resuming");
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(wait).await;
                 // Find out where to resume.
                 offset = head_upload(client, &url, name).await?["upload-offset"]
                     .to_str()
