@@ -508,10 +508,17 @@ pub struct IngestArgs {
     /// A top-level field with each record's time, for the time placeholders.
     #[arg(long, value_name = "FIELD")]
     pub time_field: Option<String>,
-    /// Keep invalid lines, as they came, in objects under this template (needs
-    /// {uuid}; not with Kafka, where an invalid message stops the run).
+    /// Keep invalid records, as they came, in objects under this template
+    /// instead of stopping at the first: with {uuid} for standard input; with
+    /// {partition}/{offset} for Kafka (one object per message, e.g.
+    /// "{stream}/dead/{partition}/{offset}").
     #[arg(long)]
     pub dead_letter_template: Option<String>,
+    /// Kafka messages with no value (tombstones) or an empty one: skip them
+    /// (counted), keep them in the dead letter, or stop the run at the first
+    /// [default: skip].
+    #[arg(long, value_parser = ["skip", "dead-letter", "stop"])]
+    pub empty_messages: Option<String>,
     /// The summary as one JSON line.
     #[arg(long)]
     pub json: bool,

@@ -14,7 +14,10 @@ use futures::StreamExt;
 use sluice_store::StoreLocation;
 use sluice_streams::ingest::{append_on_pool, parse_on_pool};
 use sluice_streams::records::BodyFormat;
-use sluice_streams::{Compression, CpuPool, RecordStream, StreamConfig, StreamError, Ticket};
+use sluice_streams::{
+    Compression, CpuPool, EmptyMessages, RecordSource, RecordStream, StreamConfig, StreamError,
+    Ticket,
+};
 use sluice_upload::{Engine, MemoryShare, Reservation};
 
 use crate::args::IngestArgs;
@@ -39,6 +42,13 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     if kafka.is_some() && config.key_template == StreamConfig::default().key_template {
         config.key_template = "{stream}/{partition}/{offset}".into();
     }
+    let source = match kafka {
+        Some(_) => RecordSource::Kafka,
+        None => RecordSource::Requests,
+    };
+    config
+        .check_source(source)
+        .map_err(|e| UsageError(e.to_string()))?;
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,
@@ -66,14 +76,6 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
             .template()
             .check_offset_layout()
             .map_err(|e| UsageError(format!("--key-template: {e}")))?;
-        if stream.has_dead_letter() {
-            return Err(UsageError(
-                "--dead-letter-template does not work with Kafka: an invalid message stops the run \
-                 (recovery counts a batch's messages, so batches hold consecutive ones)"
-                    .into(),
-            )
-            .into());
-        }
         let kafka = crate::interruptible_saying(
             &engine,
             sluice_streams::kafka::run(&stream, &source),
@@ -83,7 +85,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         .with_context(|| format!("ingesting {} into {description}", args.from))?;
         let summary = Summary {
             records: kafka.records,
-            dead_lettered: 0,
+            dead_lettered: kafka.dead_lettered,
             objects: kafka.objects,
             kafka: Some(kafka),
         };
@@ -179,13 +181,14 @@ fn report(
             line["replayed_skipped"] = kafka.replayed_skipped.into();
             line["pauses"] = kafka.pauses.into();
             line["revoked"] = kafka.revoked.into();
+            line["empty_skipped"] = kafka.empty_skipped.into();
         }
         println!("{line}");
     } else if !args.transfer.quiet {
         let mut notes = Vec::new();
         if summary.dead_lettered > 0 {
             notes.push(format!(
-                "{} invalid lines in the dead letter",
+                "{} invalid records in the dead letter",
                 summary.dead_lettered
             ));
         }
@@ -194,6 +197,12 @@ fn report(
                 notes.push(format!(
                     "{} messages already stored, skipped",
                     kafka.replayed_skipped
+                ));
+            }
+            if kafka.empty_skipped > 0 {
+                notes.push(format!(
+                    "{} empty messages (tombstones) skipped",
+                    kafka.empty_skipped
                 ));
             }
             if kafka.pauses > 0 {
@@ -258,6 +267,13 @@ fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
     }
     if args.dead_letter_template.is_some() {
         config.dead_letter_template = args.dead_letter_template.clone();
+    }
+    if let Some(empty) = &args.empty_messages {
+        config.empty_messages = match empty.as_str() {
+            "dead-letter" => EmptyMessages::DeadLetter,
+            "stop" => EmptyMessages::Stop,
+            _ => EmptyMessages::Skip,
+        };
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(config)

@@ -6,7 +6,12 @@
 //!   consecutive messages, keyed by its first offset);
 //! - while the store lags far behind (the partitions are paused);
 //! - across a rebalance that takes partitions away mid-run (their batches are
-//!   stored and committed before the next owner starts).
+//!   stored and committed before the next owner starts);
+//! - with values spread over lines (kept byte for byte, keys in their order),
+//!   tombstones and empty values (skipped, dead-lettered or stopping the run,
+//!   as the stream says), and invalid messages in a dead letter, replayed;
+//! - and a run stopped by an invalid message commits what it stored, and the
+//!   multipart uploads a SIGKILLed run left are aborted by the next.
 
 mod common;
 
@@ -20,7 +25,13 @@ use sluice_chaos::{ChaosConfig, ChaosProxy};
 use sluice_store::s3::S3Store;
 use sluice_store::{ObjectStore, PutRequest};
 
-use common::{minio_prefix, stored_batches, stored_records};
+use common::{minio_prefix, stored_batches, stored_lines, stored_records};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// What a Kafka test works on: the broker, and a MinIO prefix and a topic of
 /// its own.
@@ -111,6 +122,24 @@ fn record(n: u64, pad: usize) -> String {
 /// `sluice ingest` of `topic` into stream `events` under `prefix`, in the
 /// consumer group named after the topic (tests share the broker).
 fn ingest(bootstrap: &str, topic: &str, endpoint: &str, prefix: &str) -> Command {
+    ingest_in(bootstrap, topic, topic, endpoint, prefix)
+}
+
+/// [`ingest`] in consumer group `group`.
+fn ingest_in(bootstrap: &str, topic: &str, group: &str, endpoint: &str, prefix: &str) -> Command {
+    let mut command = ingest_with_defaults(bootstrap, topic, group, endpoint, prefix);
+    command.args(["--flush-records", "4000", "--flush-age", "200ms"]);
+    command
+}
+
+/// [`ingest_in`] with the default batch sizes.
+fn ingest_with_defaults(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    endpoint: &str,
+    prefix: &str,
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command.args([
         "ingest",
@@ -119,15 +148,11 @@ fn ingest(bootstrap: &str, topic: &str, endpoint: &str, prefix: &str) -> Command
         "--from",
         &format!("kafka://{bootstrap}/{topic}"),
         "--group",
-        topic,
+        group,
         "--store",
         &format!("s3://{}/{prefix}", sluice_testkit::minio::TEST_BUCKET),
         "--endpoint",
         endpoint,
-        "--flush-records",
-        "4000",
-        "--flush-age",
-        "200ms",
         "--idle-exit",
         "3s",
         "--json",
@@ -433,6 +458,315 @@ async fn kafka_partitions_revoked_mid_run_are_stored_once() {
     assert!(
         taken(&first) + taken(&second) >= RECORDS,
         "{first} {second}"
+    );
+    assert_exactly_once(&store, RECORDS).await;
+}
+
+/// A topic of one partition holding `values` in order (None: a tombstone),
+/// produced as they are: over several lines, empty, or not JSON.
+async fn topic_with(bootstrap: &str, topic: &str, values: &[Option<&[u8]>]) {
+    let config = {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap);
+        config
+    };
+    let admin: AdminClient<DefaultClientContext> = config.create().unwrap();
+    let made = admin
+        .create_topics(
+            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(made.iter().all(Result::is_ok), "{made:?}");
+    let producer: BaseProducer = config.create().unwrap();
+    for value in values {
+        let mut record = BaseRecord::<(), [u8]>::to(topic).partition(0);
+        if let Some(value) = value {
+            record = record.payload(*value);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// The offset group `group` committed for partition 0 of `topic` (None: none).
+fn committed(bootstrap: &str, group: &str, topic: &str) -> Option<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut asked = TopicPartitionList::new();
+    asked.add_partition(topic, 0);
+    let answer = consumer
+        .committed_offsets(asked, Duration::from_secs(10))
+        .unwrap();
+    match answer.find_partition(topic, 0).unwrap().offset() {
+        Offset::Offset(offset) => Some(offset),
+        _ => None,
+    }
+}
+
+/// Every stored line under `prefix`, in key order.
+async fn lines_under(store: &S3Store, prefix: &str) -> Vec<String> {
+    stored_lines(store, prefix)
+        .await
+        .into_iter()
+        .flat_map(|(_, lines)| lines)
+        .collect()
+}
+
+#[tokio::test]
+async fn kafka_values_keep_their_bytes_and_empty_messages_are_skipped_by_default() {
+    let Some(Fixture {
+        bootstrap,
+        endpoint,
+        prefix,
+        store,
+        topic,
+        ..
+    }) = fixture("kafka-values").await
+    else {
+        return;
+    };
+    let values: [Option<&[u8]>; 8] = [
+        Some(b"{\"n\":0}"),
+        Some(b"{\n  \"n\": 1,\n  \"b\": {\"z\": 1, \"y\": [2.50, \"\\u00e9\"]},\r\n  \"a\": 2\n}"),
+        None,
+        Some(b"{\"n\":3}"),
+        Some(b""),
+        Some(b"  \n"),
+        Some(b"{\"n\":6}"),
+        None,
+    ];
+    topic_with(&bootstrap, &topic, &values).await;
+    let summary = summary_of(
+        &ingest(&bootstrap, &topic, &endpoint, &prefix)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(summary["records"], 4);
+    assert_eq!(summary["empty_skipped"], 4, "{summary}");
+    assert_eq!(
+        lines_under(&store, "events/").await,
+        [
+            "{\"n\":0}",
+            "{\"n\":1,\"b\":{\"z\":1,\"y\":[2.50,\"\\u00e9\"]},\"a\":2}",
+            "{\"n\":3}",
+            "{\"n\":6}",
+        ]
+    );
+    // The trailing tombstone is done with too: nothing is left to read.
+    assert_eq!(committed(&bootstrap, &topic, &topic), Some(8));
+}
+
+#[tokio::test]
+async fn kafka_empty_and_invalid_messages_go_to_the_dead_letter_once_across_a_replay() {
+    let Some(Fixture {
+        bootstrap,
+        endpoint,
+        prefix,
+        store,
+        topic,
+        ..
+    }) = fixture("kafka-dead").await
+    else {
+        return;
+    };
+    let values: [Option<&[u8]>; 5] = [
+        Some(b"{\"n\":0}"),
+        None,
+        Some(b"{\"n\": nope"),
+        Some(b"{\"n\":3}"),
+        Some(b"{\"n\":4}"),
+    ];
+    topic_with(&bootstrap, &topic, &values).await;
+    let run = |group: &str| {
+        let mut command = ingest_in(&bootstrap, &topic, group, &endpoint, &prefix);
+        command.args([
+            "--empty-messages",
+            "dead-letter",
+            "--dead-letter-template",
+            "{stream}/dead/{partition}/{offset}",
+        ]);
+        summary_of(&command.output().unwrap())
+    };
+    let first = run(&topic);
+    assert_eq!(first["records"], 3, "{first}");
+    assert_eq!(first["dead_lettered"], 2, "{first}");
+    let dead = |store: &S3Store| {
+        let store = store.clone();
+        async move {
+            let listed = store.list_objects("events/dead/", None, 100).await.unwrap();
+            listed
+                .objects
+                .into_iter()
+                .map(|o| o.key)
+                .collect::<Vec<_>>()
+        }
+    };
+    let dead_keys = vec![
+        format!("events/dead/0/{:020}.ndjson.zst", 1),
+        format!("events/dead/0/{:020}.ndjson.zst", 2),
+    ];
+    assert_eq!(dead(&store).await, dead_keys);
+    assert_eq!(
+        lines_under(&store, "events/dead/0/").await,
+        ["", "{\"n\": nope"]
+    );
+    // Another group starts from offset 0, as a run killed before its first
+    // commit would: the stored batch is skipped, the dead letters are found
+    // stored, and nothing is written twice.
+    let replay = run(&format!("{topic}-again"));
+    assert_eq!(replay["records"], 0, "{replay}");
+    assert_eq!(replay["replayed_skipped"], 3, "{replay}");
+    assert_eq!(dead(&store).await, dead_keys);
+    assert_eq!(
+        lines_under(&store, "events/0/").await,
+        ["{\"n\":0}", "{\"n\":3}", "{\"n\":4}"]
+    );
+    assert_eq!(
+        committed(&bootstrap, &format!("{topic}-again"), &topic),
+        Some(5)
+    );
+}
+
+/// (what stops the run at offset 5000, extra arguments, the error says)
+type StopCase<'a> = (Option<&'a [u8]>, &'a [&'a str], &'a str);
+
+#[tokio::test]
+async fn kafka_a_run_stopped_by_a_message_commits_what_came_before_it() {
+    let cases: [StopCase; 2] = [
+        (Some(b"{nope"), &[], "not JSON"),
+        (None, &["--empty-messages", "stop"], "empty"),
+    ];
+    for (i, (stopper, args, says)) in cases.into_iter().enumerate() {
+        let Some(Fixture {
+            bootstrap,
+            endpoint,
+            prefix,
+            store,
+            topic,
+            ..
+        }) = fixture(&format!("kafka-stop-{i}")).await
+        else {
+            return;
+        };
+        let valid: Vec<String> = (0..5000).map(|n| record(n, 20)).collect();
+        let mut values: Vec<Option<&[u8]>> = valid.iter().map(|v| Some(v.as_bytes())).collect();
+        values.push(stopper);
+        values.push(Some(b"{\"n\":5001}"));
+        topic_with(&bootstrap, &topic, &values).await;
+        let output = ingest(&bootstrap, &topic, &endpoint, &prefix)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{says}: {stderr}");
+        assert!(
+            stderr.contains("offset 5000") && stderr.contains(says),
+            "{stderr}"
+        );
+        // Everything before the message is stored, and committed.
+        assert_exactly_once(&store, 5000).await;
+        assert_eq!(committed(&bootstrap, &topic, &topic), Some(5000), "{says}");
+    }
+}
+
+#[tokio::test]
+async fn kafka_a_sigkilled_run_s_multipart_uploads_are_aborted_by_the_next() {
+    let Some(Fixture {
+        bootstrap,
+        cp,
+        endpoint,
+        prefix,
+        store,
+        topic,
+    }) = fixture("kafka-orphans").await
+    else {
+        return;
+    };
+    // Records that do not compress away, in batches of many megabytes.
+    const RECORDS: u64 = 40_000;
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let input: String = (0..RECORDS)
+        .map(|n| {
+            let pad: String = (0..32)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    format!("{state:016x}")
+                })
+                .collect();
+            format!("{{\"n\":{n},\"pad\":\"{pad}\"}}\n")
+        })
+        .collect();
+    kafka_tool(
+        &cp,
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "1",
+        ],
+        None,
+    );
+    kafka_tool(
+        &cp,
+        "kafka.tools.ConsoleProducer",
+        &["--bootstrap-server", &bootstrap, "--topic", &topic],
+        Some(input.as_bytes()),
+    );
+    // One batch of about 20 MB, in parts of 5 MiB from the first.
+    let big_batches = [
+        "--flush-age",
+        "60s",
+        "--threshold",
+        "5MiB",
+        "--part-size",
+        "5MiB",
+    ];
+    let mut first = ingest_with_defaults(&bootstrap, &topic, &topic, &endpoint, &prefix)
+        .args(big_batches)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store
+        .list_multipart_uploads("events/")
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no multipart upload began within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(!store
+        .list_multipart_uploads("events/")
+        .await
+        .unwrap()
+        .is_empty());
+    summary_of(
+        &ingest(&bootstrap, &topic, &endpoint, &prefix)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(
+        store.list_multipart_uploads("events/").await.unwrap().len(),
+        0,
+        "the killed run's uploads are still there"
     );
     assert_exactly_once(&store, RECORDS).await;
 }

@@ -416,6 +416,7 @@ impl ServerConfig {
         for (name, stream) in &self.streams {
             sluice_streams::validate_stream_name(name)
                 .and_then(|()| stream.validate())
+                .and_then(|()| stream.check_source(sluice_streams::RecordSource::Requests))
                 .map_err(|e| ConfigError::new("streams", format!("[streams.{name}]: {e}")))?;
             let template =
                 sluice_streams::StreamKeyTemplate::parse(&stream.key_template, stream.compression);
@@ -609,6 +610,17 @@ mod tests {
                         ..Default::default()
                     };
                     c.streams.insert("big".into(), stream);
+                },
+                "streams",
+            ),
+            (
+                |c| {
+                    let stream = sluice_streams::StreamConfig {
+                        key_template: "{stream}/{uuid}".into(),
+                        dead_letter_template: Some("dead/{partition}/{offset}".into()),
+                        ..Default::default()
+                    };
+                    c.streams.insert("replayed".into(), stream);
                 },
                 "streams",
             ),

@@ -1,7 +1,8 @@
 //! One stream's settings: when a batch is flushed (size before compression,
 //! record count, age of its first record), how its object is compressed and
 //! named, how many partitions may be open at once, and what happens to invalid
-//! records. Validated once, before the stream takes a record.
+//! records and to empty Kafka messages. Validated once, before the stream
+//! takes a record; [`StreamConfig::check_source`] adds what its source needs.
 
 use std::time::Duration;
 
@@ -46,8 +47,14 @@ pub struct StreamConfig {
     /// Where invalid records go. Unset: a request with an invalid record is
     /// refused whole (400 naming the line), and `sluice ingest` stops at it.
     /// Set: they are stored under this template (same placeholders, no fields)
-    /// as they came, one per line, and the valid ones are taken.
+    /// as they came, one per line, and the valid ones are taken. HTTP and
+    /// standard input need `{uuid}` in it; Kafka needs `{partition}` and
+    /// `{offset}` instead (one object per message, at the same key on a replay).
     pub dead_letter_template: Option<String>,
+    /// Kafka messages without a value (tombstones, the delete markers of a
+    /// compacted topic) or with only whitespace in it: `skip` them (counted),
+    /// store them in the `dead_letter`, or `stop` the run at the first.
+    pub empty_messages: EmptyMessages,
     /// Largest record.
     #[serde(deserialize_with = "size")]
     pub max_record_bytes: u64,
@@ -69,10 +76,33 @@ impl Default for StreamConfig {
             time_field: None,
             max_open_partitions: 64,
             dead_letter_template: None,
+            empty_messages: EmptyMessages::Skip,
             max_record_bytes: 1 << 20,
             max_request_bytes: 64 << 20,
         }
     }
+}
+
+/// What becomes of a Kafka message with no value or an empty one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmptyMessages {
+    /// Left out, and counted (`empty_skipped`).
+    #[default]
+    Skip,
+    /// Stored in the dead letter like an invalid message (an empty line).
+    DeadLetter,
+    /// The run stops at it, as at an invalid message.
+    Stop,
+}
+
+/// Where a stream's records come from, for the settings that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordSource {
+    /// HTTP requests and standard input: the stream numbers its records.
+    Requests,
+    /// A Kafka topic: records have partitions and offsets of their own.
+    Kafka,
 }
 
 /// Largest flush size: a batch is one object, streamed as a multipart upload.
@@ -143,14 +173,76 @@ impl StreamConfig {
                     "cannot use {field:…}: invalid records have no fields".into(),
                 );
             }
-            if !parsed.uses_uuid() {
+            if !parsed.uses_uuid() && !parsed.uses_offset() {
                 return fail(
                     "dead_letter_template",
-                    "needs {uuid}: dead letters have no offsets of their own".into(),
+                    "needs {uuid} (HTTP, standard input) or {partition} and {offset} (Kafka)"
+                        .into(),
                 );
             }
         }
+        if self.empty_messages == EmptyMessages::DeadLetter && self.dead_letter_template.is_none() {
+            return fail(
+                "empty_messages",
+                "dead_letter needs a dead_letter_template".into(),
+            );
+        }
         Ok(())
+    }
+
+    /// Checks what depends on the records' source: dead letters of requests
+    /// are keyed by `{uuid}` (their offsets are this process's count, reused
+    /// by the next); a Kafka message's by its partition and offset, so that a
+    /// replay finds it stored, apart from the batches' keys.
+    pub fn check_source(&self, source: RecordSource) -> Result<(), StreamConfigError> {
+        let Some(text) = &self.dead_letter_template else {
+            return Ok(());
+        };
+        let fail = |reason: String| {
+            Err(StreamConfigError {
+                key: "dead_letter_template",
+                reason,
+            })
+        };
+        let parsed = StreamKeyTemplate::parse(text, self.compression).map_err(|reason| {
+            StreamConfigError {
+                key: "dead_letter_template",
+                reason,
+            }
+        })?;
+        match source {
+            RecordSource::Requests if !parsed.uses_uuid() => {
+                fail("needs {uuid}: dead letters of requests have no offsets of their own".into())
+            }
+            RecordSource::Requests => Ok(()),
+            RecordSource::Kafka => {
+                if let Err(reason) = parsed.check_offset_layout() {
+                    return fail(
+                        reason.replace("a Kafka stream's keys", "a Kafka stream's dead letters"),
+                    );
+                }
+                let records = StreamKeyTemplate::parse(&self.key_template, self.compression)
+                    .map_err(|reason| StreamConfigError {
+                        key: "key_template",
+                        reason,
+                    })?;
+                let partition = crate::template::PartitionKey {
+                    source_partition: Some(0),
+                    ..Default::default()
+                };
+                let (dead, batches) = (
+                    parsed.offset_prefix("s", &partition),
+                    records.offset_prefix("s", &partition),
+                );
+                if dead.starts_with(&batches) || batches.starts_with(&dead) {
+                    return fail(format!(
+                        "its keys ({dead}…) must not sit among the batches' ({batches}…): \
+                         a replay lists those to find what is stored"
+                    ));
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -241,6 +333,30 @@ mod tests {
                 Some("key_template"),
             ),
             (
+                "dead letters by offset",
+                StreamConfig {
+                    dead_letter_template: Some("dead/{partition}/{offset}".into()),
+                    ..Default::default()
+                },
+                None,
+            ),
+            (
+                "dead letters with neither",
+                StreamConfig {
+                    dead_letter_template: Some("dead/{yyyy}".into()),
+                    ..Default::default()
+                },
+                Some("dead_letter_template"),
+            ),
+            (
+                "empty messages to no dead letter",
+                StreamConfig {
+                    empty_messages: EmptyMessages::DeadLetter,
+                    ..Default::default()
+                },
+                Some("empty_messages"),
+            ),
+            (
                 "dead letters by field",
                 StreamConfig {
                     dead_letter_template: Some("dead/{field:tenant}/{uuid}".into()),
@@ -251,6 +367,33 @@ mod tests {
         ];
         for (name, config, key) in cases {
             assert_eq!(config.validate().err().map(|e| e.key), key, "{name}");
+        }
+    }
+
+    #[test]
+    fn dead_letter_keys_suit_the_source() {
+        // (dead letter template, source, error says)
+        #[rustfmt::skip]
+        let cases = [
+            ("dead/{uuid}", RecordSource::Requests, None),
+            ("dead/{partition}/{offset}", RecordSource::Requests, Some("{uuid}")),
+            ("{stream}/dead/{partition}/{offset}", RecordSource::Kafka, None),
+            ("dead/{uuid}", RecordSource::Kafka, Some("{offset}")),
+            ("{stream}/{partition}/{offset}", RecordSource::Kafka, Some("among the batches")),
+        ];
+        for (template, source, says) in cases {
+            let config = StreamConfig {
+                key_template: "{stream}/{partition}/{offset}".into(),
+                dead_letter_template: Some(template.into()),
+                ..Default::default()
+            };
+            config.validate().unwrap();
+            let got = config.check_source(source).err().map(|e| e.reason);
+            match (got, says) {
+                (None, None) => {}
+                (Some(reason), Some(says)) if reason.contains(says) => {}
+                (got, _) => panic!("{template} {source:?}: {got:?}"),
+            }
         }
     }
 

@@ -21,10 +21,11 @@ mod stream;
 mod template;
 
 pub use compress::CpuPool;
-pub use config::{Compression, StreamConfig};
+pub use config::{Compression, EmptyMessages, RecordSource, StreamConfig};
 pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
 pub use stream::{
-    records_memory, validate_stream_name, BatchResult, OnStored, RecordStream, StoredBatch, Ticket,
+    records_memory, validate_stream_name, BatchResult, DeadMessage, OnStored, RecordStream,
+    StoredBatch, Ticket,
 };
 pub use template::{PartitionKey, StreamKeyTemplate};

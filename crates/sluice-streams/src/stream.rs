@@ -29,8 +29,8 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use sluice_store::{Metadata, WriteCondition};
 use sluice_upload::{
-    Engine, LateMetadata, MemoryBudget, MemoryShare, Origin, Reservation, UploadKind,
-    UploadOutcome, UploadRequest, UploadSource,
+    Engine, LateMetadata, MemoryBudget, MemoryShare, Origin, Reservation, TransferError,
+    UploadKind, UploadOutcome, UploadRequest, UploadSource,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -133,6 +133,9 @@ struct OpenBatch {
     frame: BytesMut,
     frame_memory: Reservation,
     frames: mpsc::UnboundedSender<Frame>,
+    /// The totals again, for a writer that stops reading frames early (a
+    /// dead letter found stored).
+    totals: oneshot::Sender<BatchTotals>,
     done: watch::Receiver<Option<BatchResult>>,
 }
 
@@ -286,38 +289,63 @@ impl RecordStream {
         let partition = template.partition_of(arrival, Vec::new(), None);
         let runs = rejected
             .into_iter()
-            .map(|r| {
-                // One line per record: line breaks inside (a pretty-printed
-                // array element) become spaces, JSON whitespace.
-                let mut line: Vec<u8> = r
-                    .raw
-                    .iter()
-                    .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b })
-                    .collect();
-                line.push(b'\n');
-                Run {
-                    partition: partition.clone(),
-                    data: line.into(),
-                    records: 1,
-                    offset: None,
-                }
+            .map(|r| Run {
+                partition: partition.clone(),
+                data: dead_letter_line(&r.raw),
+                records: 1,
+                offset: None,
             })
             .collect();
         let touched = self.inner.append(runs, memory, true)?;
         Ok(touched.into_iter().map(|(ticket, _)| ticket).collect())
     }
 
+    /// Stores each invalid message of a source with offsets (Kafka) in a dead
+    /// letter object of its own, keyed by its partition and offset, so that a
+    /// replay writes it to the same key (and finds it there). Each comes back
+    /// with its ticket.
+    pub fn append_dead_messages(
+        &self,
+        dead: Vec<DeadMessage>,
+        mut memory: Reservation,
+    ) -> Result<Vec<(DeadMessage, Ticket)>, StreamError> {
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.inner.dead_letter.as_ref().ok_or(StreamError::Closed)?;
+        let mut tickets = Vec::with_capacity(dead.len());
+        for message in dead {
+            let partition = PartitionKey {
+                source_partition: Some(message.partition),
+                ..PartitionKey::default()
+            };
+            let run = Run {
+                partition: partition.clone(),
+                data: dead_letter_line(&message.raw),
+                records: 1,
+                offset: Some(message.offset),
+            };
+            let share = memory.split(run.data.len() as u64);
+            let (ticket, _) = self
+                .inner
+                .append(vec![run], share, true)?
+                .pop()
+                .expect("one record, one batch");
+            self.inner.flush_slot(&Slot {
+                partition,
+                dead_letter: true,
+            });
+            tickets.push((message, ticket));
+        }
+        Ok(tickets)
+    }
+
     /// Flushes the open batch of `partition`, if any.
     pub fn flush_partition(&self, partition: &PartitionKey) {
-        let mut open = self.inner.lock();
-        let slot = Slot {
+        self.inner.flush_slot(&Slot {
             partition: partition.clone(),
             dead_letter: false,
-        };
-        if let Some(batch) = open.batches.remove(&slot) {
-            self.inner.finish(batch);
-        }
-        self.inner.stats.set_open_partitions(open.batches.len());
+        });
     }
 
     /// Flushes every open batch now (their tickets resolve once stored).
@@ -339,6 +367,26 @@ impl RecordStream {
         self.inner.writers.close();
         self.inner.writers.wait().await;
     }
+}
+
+/// An invalid message of a source with offsets, on its way to the dead letter.
+#[derive(Debug, Clone)]
+pub struct DeadMessage {
+    pub partition: i32,
+    pub offset: u64,
+    /// The value as it came.
+    pub raw: Bytes,
+}
+
+/// One dead letter line: line breaks inside a record (a pretty-printed array
+/// element, a Kafka value) become spaces, JSON whitespace.
+fn dead_letter_line(raw: &[u8]) -> Bytes {
+    let mut line: Vec<u8> = raw
+        .iter()
+        .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b })
+        .collect();
+    line.push(b'\n');
+    line.into()
 }
 
 /// A stream's name is one key segment: it appears in keys and URLs.
@@ -465,6 +513,15 @@ impl Inner {
         Ok(touched)
     }
 
+    /// Flushes the open batch of `slot`, if any.
+    fn flush_slot(&self, slot: &Slot) {
+        let mut open = self.lock();
+        if let Some(batch) = open.batches.remove(slot) {
+            self.finish(batch);
+        }
+        self.stats.set_open_partitions(open.batches.len());
+    }
+
     /// Flushes the batch opened longest ago while the stream is at its cap.
     fn make_room(&self, open: &mut Open) {
         while open.batches.len() >= self.config.max_open_partitions {
@@ -496,6 +553,7 @@ impl Inner {
             uuid::Uuid::new_v4(),
         );
         let (frames, frames_rx) = mpsc::unbounded_channel();
+        let (totals, totals_rx) = oneshot::channel();
         let (done_tx, done) = watch::channel(None);
         let opened = Instant::now();
         let writer = BatchWriter {
@@ -511,7 +569,7 @@ impl Inner {
         };
         let span = tracing::info_span!("batch", stream = %self.name, key = %key, batch = id);
         self.writers
-            .spawn(writer.run(frames_rx, done_tx).instrument(span));
+            .spawn(writer.run(frames_rx, totals_rx, done_tx).instrument(span));
         // The age flush.
         let stream = self.myself.clone();
         let deadline = opened + self.config.flush_age;
@@ -536,6 +594,7 @@ impl Inner {
             frame: BytesMut::new(),
             frame_memory: self.memory.nothing(),
             frames,
+            totals,
             done,
         }
     }
@@ -568,12 +627,14 @@ impl Inner {
     /// Flushes `batch`: its last frame, then the end of its object.
     fn finish(&self, mut batch: OpenBatch) {
         self.send_frame(&mut batch);
-        let _ = batch.frames.send(Frame::End(BatchTotals {
+        let totals = BatchTotals {
             records: batch.records,
             record_bytes: batch.record_bytes,
             last_offset: batch.last_offset,
             flushed: Instant::now(),
-        }));
+        };
+        let _ = batch.frames.send(Frame::End(totals));
+        let _ = batch.totals.send(totals);
     }
 }
 
@@ -659,6 +720,7 @@ impl BatchWriter {
     async fn run(
         self,
         frames: mpsc::UnboundedReceiver<Frame>,
+        flushed: oneshot::Receiver<BatchTotals>,
         done: watch::Sender<Option<BatchResult>>,
     ) {
         let inner = self.stream.clone();
@@ -725,8 +787,14 @@ impl BatchWriter {
             stream: body.boxed(),
             length: None,
         };
-        let uploaded = inner.engine.upload(request, source).await;
-        let totals = *totals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut uploaded = inner.engine.upload(request, source).await;
+        let mut totals = *totals.lock().unwrap_or_else(|e| e.into_inner());
+        if self.deterministic && self.dead_letter && is_precondition_failure(&uploaded) {
+            // A replay's dead letter, stored by the run before: it is there
+            // (the engine may have refused before reading every frame).
+            uploaded = self.found_stored(&inner).await;
+            totals = flushed.await.ok();
+        }
         let result = match (uploaded, totals) {
             (Ok(outcome), Some(totals)) => {
                 let stored = Arc::new(StoredBatch {
@@ -767,4 +835,37 @@ impl BatchWriter {
         };
         let _ = done.send(Some(result));
     }
+
+    /// The object already stored at this batch's key, as an outcome.
+    async fn found_stored(&self, inner: &Inner) -> Result<UploadOutcome, TransferError> {
+        use sluice_store::ObjectStore;
+        let meta = inner
+            .engine
+            .retrying_store()
+            .head_object(&self.key)
+            .await
+            .map_err(|source| TransferError::Store {
+                operation: "HeadObject",
+                source,
+            })?;
+        tracing::info!(key = %self.key, "the dead letter is stored already (a replay)");
+        Ok(UploadOutcome {
+            key: self.key.clone(),
+            size: meta.size,
+            etag: meta.etag,
+            checksum: None,
+            parts: 0,
+        })
+    }
+}
+
+/// Whether the store refused an upload because its key is taken.
+fn is_precondition_failure(uploaded: &Result<UploadOutcome, TransferError>) -> bool {
+    matches!(
+        uploaded,
+        Err(TransferError::Store {
+            source: sluice_store::StoreError::PreconditionFailed,
+            ..
+        })
+    )
 }

@@ -158,6 +158,24 @@ pub async fn stored_batches(
     store: &sluice_store::s3::S3Store,
     prefix: &str,
 ) -> Vec<(String, Vec<serde_json::Value>)> {
+    stored_lines(store, prefix)
+        .await
+        .into_iter()
+        .map(|(key, lines)| {
+            let records = lines
+                .iter()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect();
+            (key, records)
+        })
+        .collect()
+}
+
+/// Every zstd object under `prefix` (in key order) and its lines, as stored.
+pub async fn stored_lines(
+    store: &sluice_store::s3::S3Store,
+    prefix: &str,
+) -> Vec<(String, Vec<String>)> {
     let mut batches = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -166,20 +184,16 @@ pub async fn stored_batches(
             .await
             .unwrap();
         for object in &page.objects {
-            let mut body = store.get_object(&object.key, None).await.unwrap().body;
-            let mut data = Vec::new();
-            while let Some(chunk) = body.try_next().await.unwrap() {
-                data.extend_from_slice(&chunk);
-            }
+            let data = object_bytes(store, &object.key).await;
             let plain =
                 sluice_streams::compress::decompress(sluice_streams::Compression::Zstd, &data)
                     .unwrap_or_else(|e| panic!("{} is not whole: {e}", object.key));
-            let records = String::from_utf8(plain)
+            let lines = String::from_utf8(plain)
                 .unwrap()
                 .lines()
-                .map(|line| serde_json::from_str(line).unwrap())
+                .map(str::to_string)
                 .collect();
-            batches.push((object.key.clone(), records));
+            batches.push((object.key.clone(), lines));
         }
         match page.next_cursor {
             Some(next) => cursor = Some(next),

@@ -12,6 +12,15 @@
 //! record twice nor loses one. Batch boundaries need not repeat: a replay reads
 //! what was stored, whatever flushed it.
 //!
+//! Messages that are not records: an empty one (a tombstone) is skipped,
+//! dead-lettered or stops the run, as the stream's `empty_messages` says; an
+//! invalid one is dead-lettered when the stream has a dead letter and stops
+//! the run otherwise. Which one a message is depends on the message alone, so
+//! a replay decides the same: it counts only records against a stored batch,
+//! and writes a dead letter again to its own key (one object per message, at
+//! its partition and offset), where it finds it stored. A run that stops
+//! stores and commits what came before the message that stopped it.
+//!
 //! Memory: librdkafka's prefetch queue and the gatherings on their way to the
 //! ingest task (an eighth of the record memory each) are reserved from the
 //! streams' record memory when the run starts; records in open batches are reserved
@@ -31,11 +40,10 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_upload::Reservation;
 
+use crate::config::{EmptyMessages, RecordSource};
 use crate::error::{BadRecord, StreamError};
-use crate::records::{
-    compact_json, line_copy, RecordChecker, RecordRules, Rejected, Run, RunBuilder,
-};
-use crate::stream::{RecordStream, Ticket};
+use crate::records::{compact_json, line_copy, RecordChecker, RecordRules, Run, RunBuilder};
+use crate::stream::{DeadMessage, RecordStream, Ticket};
 use crate::template::PartitionKey;
 
 mod poller;
@@ -96,6 +104,10 @@ pub struct KafkaSummary {
     pub pauses: u64,
     /// Partitions revoked by a rebalance (their batches stored and committed first).
     pub revoked: u64,
+    /// Invalid or empty messages stored in the dead letter.
+    pub dead_lettered: u64,
+    /// Empty messages (tombstones) left out.
+    pub empty_skipped: u64,
 }
 
 /// Why the source stopped.
@@ -103,6 +115,8 @@ pub struct KafkaSummary {
 pub enum KafkaError {
     #[error("the stream's key template does not suit Kafka: {0}")]
     Template(String),
+    #[error(transparent)]
+    Config(#[from] crate::error::StreamConfigError),
     #[error("Kafka: {0}")]
     Client(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
@@ -132,6 +146,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
         .template()
         .check_offset_layout()
         .map_err(KafkaError::Template)?;
+    stream.config().check_source(RecordSource::Kafka)?;
     // What waits before the ingest task takes it: librdkafka's prefetch queue
     // and the gatherings on their way, each an eighth of the record memory
     // at most (16 MiB each with the default budget).
@@ -194,10 +209,15 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 }
             }
             _ = tick.tick() => {
-                let committed = stored_offsets(&source.topic, &mut partitions, &mut summary)
-                    .and_then(|offsets| commit(&consumer, offsets, CommitMode::Async));
-                if let Err(e) = committed {
+                let (offsets, failed) = match stored_offsets(&source.topic, &mut partitions, &mut summary) {
+                    Ok(stored) => stored,
+                    Err(e) => break Err(e),
+                };
+                if let Err(e) = commit(&consumer, offsets, CommitMode::Async) {
                     break Err(e);
+                }
+                if let Some(e) = failed {
+                    break Err(e.into());
                 }
                 // Idle counts from the assignment on (a group still waiting for a
                 // dead member's session to lapse has given us nothing to read
@@ -224,11 +244,14 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     drop(polled);
     let _ = poller.await;
     summary.pauses = handover.pauses();
+    // However the run ended, what it stored in order is committed (a run
+    // stopped by an invalid message stores what came before it).
     stream.close().await;
     let finished = async {
+        let (offsets, failed) = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
+        commit_sync(&consumer, offsets).await?;
         result?;
-        let offsets = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
-        commit_sync(&consumer, offsets).await
+        failed.map_or(Ok(()), |e| Err(e.into()))
     }
     .await;
     // Closing the consumer leaves the group (a round trip to the broker): off
@@ -269,8 +292,11 @@ async fn give_up(
             ticket.stored().await?;
         }
     }
-    let offsets = stored_offsets(topic, partitions, summary)?;
+    let (offsets, failed) = stored_offsets(topic, partitions, summary)?;
     commit_sync(consumer, offsets).await?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
     for partition in revoked {
         partitions.remove(partition);
     }
@@ -287,6 +313,8 @@ async fn take(
 ) -> Result<(), KafkaError> {
     let Gathered { data, messages } = gathered;
     let mut fresh = Vec::with_capacity(messages.len());
+    let rules = kafka_rules(stream);
+    let judge = Judge::new(stream, &rules);
     for message in messages {
         let state = partitions.entry(message.partition).or_default();
         if state.next == Some(message.offset) && state.skip == 0 && state.stored.is_empty() {
@@ -351,8 +379,29 @@ async fn take(
         }
         let state = partitions.entry(message.partition).or_default();
         if state.skip > 0 {
-            state.skip -= 1;
-            summary.replayed_skipped += 1;
+            // Inside a batch an earlier run stored: only records count against
+            // it; a dead letter is written again (to its own key, where it is
+            // found stored), and what stops a run stops it again.
+            match judge.verdict(&data[message.start..message.end], &message) {
+                Verdict::Record(..) => {
+                    state.skip -= 1;
+                    summary.replayed_skipped += 1;
+                }
+                Verdict::Skipped => summary.empty_skipped += 1,
+                Verdict::DeadLetter(_) | Verdict::Stop(_) => {
+                    // Queued now, before the records after it are done with.
+                    fresh.push(message);
+                    append_fresh(
+                        stream,
+                        partitions,
+                        &data,
+                        std::mem::take(&mut fresh),
+                        summary,
+                    )
+                    .await?;
+                    continue;
+                }
+            }
             // Stored already: committed once the batches before it are.
             match state.batches.back_mut() {
                 Some((None, at)) => *at = message.offset,
@@ -365,7 +414,9 @@ async fn take(
     append_fresh(stream, partitions, &data, fresh, summary).await
 }
 
-/// Checks `fresh` messages on the CPU pool and appends them.
+/// Checks `fresh` messages on the CPU pool, appends the records and stores
+/// the dead letters; a message that stops the run does so once what came
+/// before it is appended.
 async fn append_fresh(
     stream: &RecordStream,
     partitions: &mut HashMap<i32, PartitionState>,
@@ -384,6 +435,8 @@ async fn append_fresh(
         .run(move || check_and_append(&job_stream, &data, &fresh, memory))
         .await?;
     summary.records += appended.records;
+    summary.dead_lettered += appended.dead.len() as u64;
+    summary.empty_skipped += appended.skipped.len() as u64;
     for (partition, touched) in appended.batches {
         let state = partitions.entry(partition).or_default();
         for (ticket, last) in touched {
@@ -393,37 +446,70 @@ async fn append_fresh(
             }
         }
     }
-    Ok(())
+    // Offsets that are not records are done once everything queued before
+    // them is: a skipped one stretches the last entry (or is one), a dead
+    // letter's object is waited for after it.
+    let mut others: Vec<(i32, i64, Option<Ticket>)> = appended
+        .skipped
+        .into_iter()
+        .map(|(partition, offset)| (partition, offset, None))
+        .chain(
+            appended
+                .dead
+                .into_iter()
+                .map(|(m, ticket)| (m.partition, m.offset as i64, Some(ticket))),
+        )
+        .collect();
+    others.sort_by_key(|(partition, offset, _)| (*partition, *offset));
+    for (partition, offset, ticket) in others {
+        let state = partitions.entry(partition).or_default();
+        match (ticket, state.batches.back_mut()) {
+            (None, Some((_, at))) => *at = (*at).max(offset),
+            (None, None) => state.batches.push_back((None, offset)),
+            (Some(ticket), back) => {
+                let at = back.map_or(offset, |(_, at)| (*at).max(offset));
+                state.batches.push_back((Some(ticket), at));
+            }
+        }
+    }
+    match appended.stop {
+        Some(first) => Err(StreamError::BadRecords { first, count: 1 }.into()),
+        None => Ok(()),
+    }
 }
 
 /// What fresh messages became: per Kafka partition, the batches they went
-/// into, in order, with the last offset each holds so far.
+/// into, in order, with the last offset each holds so far; the dead letters
+/// and the skipped messages; and the message that stops the run, if any.
 struct Appended {
     records: u64,
     batches: Vec<(i32, Vec<(Ticket, u64)>)>,
+    dead: Vec<(DeadMessage, Ticket)>,
+    /// (partition, offset) of empty messages left out.
+    skipped: Vec<(i32, i64)>,
+    stop: Option<BadRecord>,
 }
 
 /// Checks fresh messages and appends them (a CPU pool job: appending copies
-/// the records into their batches' frames); nothing is appended when one is
-/// invalid.
+/// the records into their batches' frames), up to a message that stops the
+/// run.
 fn check_and_append(
     stream: &RecordStream,
     data: &Bytes,
     messages: &[Placed],
     mut memory: Reservation,
 ) -> Result<Appended, KafkaError> {
-    let (runs, rejected, took) = check(stream, data, messages);
+    let Checked {
+        runs,
+        dead,
+        skipped,
+        stop,
+        took,
+    } = check(stream, data, messages);
     stream.stats().parsed(took);
-    if let Some(first) = rejected.first() {
-        // No dead letter for Kafka: a batch must hold consecutive messages for
-        // recovery to count them, so an invalid one stops the run.
-        stream.stats().rejected(rejected.len() as u64);
-        return Err(StreamError::BadRecords {
-            first: first.why.clone(),
-            count: rejected.len() as u64,
-        }
-        .into());
-    }
+    stream
+        .stats()
+        .rejected(dead.len() as u64 + u64::from(stop.is_some()));
     let records = runs.iter().map(|run| run.records).sum();
     // Per partition, in offset order: one append each, whose batches come
     // back in order with their last offsets.
@@ -438,104 +524,187 @@ fn check_and_append(
         let share = memory.split(group);
         batches.push((partition, stream.append_tracked(runs, share)?));
     }
-    Ok(Appended { records, batches })
+    let dead = stream.append_dead_messages(dead, memory)?;
+    Ok(Appended {
+        records,
+        batches,
+        dead,
+        skipped,
+        stop,
+    })
 }
 
-/// Runs of consecutive messages of a partition (slices of the gathering when
-/// their values are clean one-line JSON, offsets kept) and the invalid
-/// messages, off the I/O tasks.
-fn check(
-    stream: &RecordStream,
-    data: &Bytes,
-    messages: &[Placed],
-) -> (Vec<Run>, Vec<Rejected>, Duration) {
+/// Fresh messages sorted out, off the I/O tasks.
+struct Checked {
+    /// Runs of consecutive records of a partition (slices of the gathering
+    /// when their values are clean one-line JSON, offsets kept).
+    runs: Vec<Run>,
+    dead: Vec<DeadMessage>,
+    skipped: Vec<(i32, i64)>,
+    /// The message that stops the run; those after it are not looked at.
+    stop: Option<BadRecord>,
+    took: Duration,
+}
+
+fn check(stream: &RecordStream, data: &Bytes, messages: &[Placed]) -> Checked {
     let started = std::time::Instant::now();
-    let config = stream.config();
+    let rules = kafka_rules(stream);
+    let judge = Judge::new(stream, &rules);
     let mut runs = RunBuilder::default();
-    let mut rejected = Vec::new();
-    // Kafka templates have no time or field placeholders (checked at start):
-    // one checker serves every message, and the partition is the message's.
-    let rules = RecordRules {
-        template: stream.template(),
-        time_field: config.time_field.as_deref(),
-        max_record_bytes: config.max_record_bytes,
-        arrival: time::OffsetDateTime::now_utc(),
-        source_partition: None,
-        first_line: 0,
+    let mut checked = Checked {
+        runs: Vec::new(),
+        dead: Vec::new(),
+        skipped: Vec::new(),
+        stop: None,
+        took: Duration::ZERO,
     };
-    let checker = RecordChecker::new(&rules);
     for message in messages {
         let value = &data[message.start..message.end];
-        let trimmed = value.trim_ascii();
-        let checked = compact_json(trimmed)
-            .ok_or_else(|| "not JSON".to_string())
-            .and_then(|line| checker.check(&line).map(|partition| (line, partition)));
-        match checked {
-            Ok((line, mut partition)) => {
+        match judge.verdict(value, message) {
+            Verdict::Record(line, mut partition) => {
                 partition.source_partition = Some(message.partition);
                 let offset = Some(message.offset as u64);
-                if matches!(line, Cow::Borrowed(_)) && trimmed.len() == value.len() {
+                if matches!(line, Cow::Borrowed(_)) && line.len() == value.len() {
                     // The value and the `\n` the poller put after it.
                     runs.push_slice(data, message.start, message.end + 1, partition, offset);
                 } else {
                     runs.push_owned(data, line_copy(&line), partition, offset);
                 }
             }
-            Err(reason) => rejected.push(Rejected {
-                why: BadRecord {
-                    place: "offset",
-                    number: message.offset as u64,
-                    reason: format!("partition {}: {reason}", message.partition),
-                },
-                raw: data.slice(message.start..message.end),
-            }),
+            Verdict::Skipped => checked.skipped.push((message.partition, message.offset)),
+            Verdict::DeadLetter(why) => {
+                tracing::info!(%why, "a message for the dead letter");
+                checked.dead.push(DeadMessage {
+                    partition: message.partition,
+                    offset: message.offset as u64,
+                    raw: data.slice(message.start..message.end),
+                });
+            }
+            Verdict::Stop(why) => {
+                checked.stop = Some(why);
+                break;
+            }
         }
     }
-    (runs.finish(data), rejected, started.elapsed())
+    checked.runs = runs.finish(data);
+    checked.took = started.elapsed();
+    checked
+}
+
+/// The rules every message is checked under: Kafka templates have no time or
+/// field placeholders (checked at start), so one set serves every message,
+/// and the partition is the message's.
+fn kafka_rules(stream: &RecordStream) -> RecordRules<'_> {
+    let config = stream.config();
+    RecordRules {
+        template: stream.template(),
+        time_field: config.time_field.as_deref(),
+        max_record_bytes: config.max_record_bytes,
+        arrival: time::OffsetDateTime::now_utc(),
+        source_partition: None,
+        first_line: 0,
+    }
+}
+
+/// What one message is.
+enum Verdict<'v> {
+    /// A record, on one line (borrowed: the value itself, trimmed).
+    Record(Cow<'v, [u8]>, PartitionKey),
+    /// An empty message the stream leaves out.
+    Skipped,
+    /// Kept in the dead letter, as it came.
+    DeadLetter(BadRecord),
+    /// Stops the run.
+    Stop(BadRecord),
+}
+
+/// Sorts messages out; the verdict depends on the message alone (and the
+/// stream's settings), so that a replay reaches the same one.
+struct Judge<'a> {
+    checker: RecordChecker<'a>,
+    empty: EmptyMessages,
+    dead_letter: bool,
+}
+
+impl<'a> Judge<'a> {
+    fn new(stream: &RecordStream, rules: &'a RecordRules<'a>) -> Judge<'a> {
+        Judge {
+            checker: RecordChecker::new(rules),
+            empty: stream.config().empty_messages,
+            dead_letter: stream.has_dead_letter(),
+        }
+    }
+
+    fn verdict<'v>(&self, value: &'v [u8], message: &Placed) -> Verdict<'v> {
+        let why = |reason: &str| BadRecord {
+            place: "offset",
+            number: message.offset as u64,
+            reason: format!("partition {}: {reason}", message.partition),
+        };
+        let trimmed = value.trim_ascii();
+        if trimmed.is_empty() {
+            return match self.empty {
+                EmptyMessages::Skip => Verdict::Skipped,
+                EmptyMessages::DeadLetter => Verdict::DeadLetter(why("an empty message")),
+                EmptyMessages::Stop => Verdict::Stop(why(
+                    "an empty message (a tombstone, or no value); --empty-messages skip leaves them out",
+                )),
+            };
+        }
+        let checked = compact_json(trimmed)
+            .ok_or_else(|| "not JSON".to_string())
+            .and_then(|line| self.checker.check(&line).map(|partition| (line, partition)));
+        match checked {
+            Ok((line, partition)) => Verdict::Record(line, partition),
+            Err(reason) if self.dead_letter => Verdict::DeadLetter(why(&reason)),
+            Err(reason) => Verdict::Stop(why(&reason)),
+        }
+    }
 }
 
 /// Per partition, the offset after the last batch stored in order (taken off
-/// the partition's queue: the caller commits them); a failed batch ends the
-/// run (nothing after it is committed).
+/// the partition's queue: the caller commits them), and the first batch that
+/// failed, if one did (nothing after it is committed; the run ends).
 fn stored_offsets(
     topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     summary: &mut KafkaSummary,
-) -> Result<TopicPartitionList, KafkaError> {
+) -> Result<(TopicPartitionList, Option<StreamError>), KafkaError> {
     let mut commits = TopicPartitionList::new();
+    let mut failed = None;
     let mut seen = std::collections::HashSet::new();
     for (partition, state) in partitions.iter_mut() {
-        let mut done = None;
+        if state.skip > 0 {
+            // Part-way through a batch an earlier run stored: a commit here
+            // would make the next owner miss that batch (it lists batches from
+            // the committed offset on) and write the rest of its records again.
+            continue;
+        }
+        let mut done: Option<i64> = None;
         while let Some((ticket, last)) = state.batches.front() {
-            let Some(ticket) = ticket else {
-                if state.skip > 0 && state.batches.len() == 1 {
-                    // Part-way through a batch an earlier run stored: a commit
-                    // here would make the next owner miss that batch (it lists
-                    // batches from the committed offset on) and write the rest
-                    // of its records again.
-                    break;
-                }
-                done = Some(*last);
-                state.batches.pop_front();
-                continue;
-            };
-            match ticket.peek() {
-                None => break,
-                Some(Ok(stored)) => {
-                    if seen.insert(stored.key.clone()) {
-                        summary.objects += 1;
+            let last = *last;
+            if let Some(ticket) = ticket {
+                match ticket.peek() {
+                    None => break,
+                    Some(Ok(stored)) => {
+                        if seen.insert(stored.key.clone()) {
+                            summary.objects += 1;
+                        }
                     }
-                    done = Some(*last);
-                    state.batches.pop_front();
+                    Some(Err(e)) => {
+                        failed.get_or_insert(e);
+                        break;
+                    }
                 }
-                Some(Err(e)) => return Err(e.into()),
             }
+            done = Some(done.map_or(last, |d| d.max(last)));
+            state.batches.pop_front();
         }
         if let Some(last) = done {
             commits.add_partition_offset(topic, *partition, Offset::Offset(last + 1))?;
         }
     }
-    Ok(commits)
+    Ok((commits, failed))
 }
 
 /// Commits `offsets` (nothing when empty); `Async` does not block.

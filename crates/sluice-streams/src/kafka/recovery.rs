@@ -1,7 +1,9 @@
 //! Recovery when a partition is taken up: the batches that earlier runs stored
 //! from the committed offset on (a run that died after storing them and before
 //! committing), with their record counts, found by listing the partition's
-//! keys and reading the batches back.
+//! keys and reading the batches back; and the multipart uploads a run killed
+//! mid-batch left under the partition's keys, aborted (the partition is this
+//! member's now: an owner that gave it up stored its batches first).
 
 use std::collections::VecDeque;
 
@@ -51,6 +53,7 @@ pub(super) async fn stored_from(
         }
     }
     batches.sort();
+    abort_left_uploads(store.as_ref(), &prefix).await?;
     let mut stored = VecDeque::new();
     for (first, key) in batches {
         let mut body = store
@@ -77,4 +80,33 @@ pub(super) async fn stored_from(
         stored.push_back((first, lines));
     }
     Ok(stored)
+}
+
+/// Aborts the multipart uploads under `prefix`: batches of a run that died
+/// before completing them (their records are read again from the committed
+/// offset).
+async fn abort_left_uploads(
+    store: &dyn sluice_store::ObjectStore,
+    prefix: &str,
+) -> Result<(), KafkaError> {
+    let recovery = |key: &str, reason: String| KafkaError::Recovery {
+        key: key.to_string(),
+        reason,
+    };
+    let left = store
+        .list_multipart_uploads(prefix)
+        .await
+        .map_err(|e| recovery(prefix, e.to_string()))?;
+    for upload in left {
+        match store
+            .abort_multipart_upload(&upload.key, &upload.upload_id)
+            .await
+        {
+            Ok(()) | Err(sluice_store::StoreError::NoSuchUpload { .. }) => {
+                tracing::info!(key = %upload.key, "aborted the upload of a batch an earlier run left unfinished");
+            }
+            Err(e) => return Err(recovery(&upload.key, e.to_string())),
+        }
+    }
+    Ok(())
 }
