@@ -502,6 +502,15 @@ pub struct IngestArgs {
     /// zstd, gzip or none [default: zstd].
     #[arg(long, value_parser = ["zstd", "gzip", "none"])]
     pub compression: Option<String>,
+    /// What each batch is stored as: ndjson (compressed lines) or parquet (one
+    /// Parquet file, columns compressed with --compression, its schema
+    /// inferred from the records and widened as new fields appear)
+    /// [default: ndjson].
+    #[arg(long, value_parser = ["ndjson", "parquet"])]
+    pub format: Option<String>,
+    /// Parquet: rows per row group [default: 1048576].
+    #[arg(long, value_name = "N")]
+    pub row_group_records: Option<u64>,
     /// Compression level (zstd 1-19, gzip 1-9) [default: 3 for zstd, 6 for gzip].
     #[arg(long)]
     pub level: Option<i32>,

@@ -15,8 +15,8 @@ use sluice_store::StoreLocation;
 use sluice_streams::ingest::{append_on_pool, parse_on_pool};
 use sluice_streams::records::BodyFormat;
 use sluice_streams::{
-    Compression, CpuPool, EmptyMessages, RecordSource, RecordStream, StreamConfig, StreamError,
-    Ticket,
+    Compression, CpuPool, EmptyMessages, RecordFormat, RecordSource, RecordStream, StreamConfig,
+    StreamError, Ticket,
 };
 use sluice_upload::{Engine, MemoryShare, Reservation};
 
@@ -259,6 +259,15 @@ fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
             _ => Compression::Zstd,
         };
     }
+    if let Some(format) = &args.format {
+        config.format = match format.as_str() {
+            "parquet" => RecordFormat::Parquet,
+            _ => RecordFormat::Ndjson,
+        };
+    }
+    if let Some(rows) = args.row_group_records {
+        config.row_group_records = rows;
+    }
     if args.level.is_some() {
         config.level = args.level;
     }
@@ -298,12 +307,21 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
         input,
         stream.config().max_record_bytes,
     );
+    // Each block is parsed in a task of its own: a parse waiting in the
+    // buffer for its turn must not hold a slot of the CPU pool that the append
+    // of the block before it needs (the pool hands slots out in order).
     let mut parsed = blocks
-        .map(|block| async move {
-            let (data, memory, first_line) = block?;
-            let arrival = time::OffsetDateTime::now_utc();
-            let parsed = parse_on_pool(stream, data, BodyFormat::Ndjson, arrival, first_line).await;
-            Ok::<_, anyhow::Error>((parsed, arrival, memory, first_line))
+        .map(|block| {
+            let stream = stream.clone();
+            async move {
+                let (data, memory, first_line) = block?;
+                let arrival = time::OffsetDateTime::now_utc();
+                let parsed = tokio::spawn(async move {
+                    parse_on_pool(&stream, data, BodyFormat::Ndjson, arrival, first_line).await
+                })
+                .await?;
+                Ok::<_, anyhow::Error>((parsed, arrival, memory, first_line))
+            }
         })
         .buffered(width);
     let mut summary = Summary::default();

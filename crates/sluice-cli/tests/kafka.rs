@@ -792,6 +792,10 @@ fn kafka_sources_are_checked_before_connecting() {
             ],
             "{partition}",
         ),
+        (
+            vec!["--from", "kafka://127.0.0.1:1/t", "--format", "parquet"],
+            "parquet",
+        ),
     ];
     for (args, says) in cases {
         let dir = tempfile::tempdir().unwrap();

@@ -196,3 +196,159 @@ fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
         }
     }
 }
+
+/// The Python with pyarrow and DuckDB (scripts/test.sh installs them), or
+/// None when the test may skip.
+fn parquet_readers(test: &str) -> Option<(String, String)> {
+    match (
+        std::env::var("SLUICE_TEST_CLIENTS"),
+        std::env::var("SLUICE_TEST_PYTHON"),
+    ) {
+        (Ok(dir), Ok(python)) if !dir.is_empty() => Some((dir, python)),
+        _ if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") => {
+            panic!("{test}: the Parquet readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)")
+        }
+        _ => {
+            eprintln!("SKIPPED {test}: no Parquet readers (run scripts/test.sh)");
+            None
+        }
+    }
+}
+
+/// Records that bring fields as they go (a column, a list, a nested object),
+/// with nulls, non-ASCII text and, at `conflict`, a type conflict.
+fn changing_records(count: u64, conflict: u64) -> Vec<serde_json::Value> {
+    (0..count)
+        .map(|n| {
+            let mut record = serde_json::json!({
+                "id": n,
+                "name": format!("r{n} ünïcødé \"q\""),
+                "price": n as f64 * 0.25,
+                "pad": "x".repeat(200),
+            });
+            if n >= count / 4 {
+                record["tags"] =
+                    serde_json::json!(if n % 3 == 0 { vec![] } else { vec!["a", "b"] });
+            }
+            if n >= count / 2 {
+                record["where"] = serde_json::json!({"x": n, "y": null, "z": [1.5, 2]});
+            }
+            if n % 10 == 0 {
+                record["name"] = serde_json::Value::Null;
+            }
+            if n == conflict {
+                record["price"] = serde_json::json!("free");
+            }
+            record
+        })
+        .collect()
+}
+
+#[test]
+fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
+    let Some((clients, python)) = parquet_readers("parquet-readback") else {
+        return;
+    };
+    const RECORDS: u64 = 40_000;
+    const CONFLICT: u64 = 30_000;
+    let records = changing_records(RECORDS, CONFLICT);
+    let input: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let ingest = |extra: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["ingest", "--stream", "t", "--format", "parquet", "--json"])
+            .args([
+                "--flush-records",
+                "7000",
+                "--row-group-records",
+                "2000",
+                "--store",
+            ])
+            .arg(dir.path())
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A run that stops at a record stops reading: the rest meets a closed pipe.
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.clone();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        let output = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        output
+    };
+    // Without a dead letter the conflict stops the run, naming line and field.
+    let refused = ingest(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains(&format!("line {}", CONFLICT + 1)) && stderr.contains("`price`"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir.path().join("t")).ok();
+    // With one, it goes there and nothing else stops.
+    let output = ingest(&["--dead-letter-template", "dead/{uuid}"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["records"], RECORDS - 1, "{summary}");
+    assert_eq!(summary["dead_lettered"], 1, "{summary}");
+    let read = Command::new(&python)
+        .arg(format!("{clients}/parquet_read.py"))
+        .arg(dir.path().join("t"))
+        .arg("id")
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert!(read["files"].as_u64().unwrap() >= 6, "{}", read["files"]);
+    let columns = ["id", "name", "price", "pad", "tags", "where"];
+    let want: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|r| r["id"] != CONFLICT)
+        .map(|r| {
+            let mut row = serde_json::Map::new();
+            for column in columns {
+                row.insert(column.into(), r.get(column).cloned().unwrap_or_default());
+            }
+            serde_json::Value::Object(row)
+        })
+        .collect();
+    for reader in ["pyarrow", "duckdb"] {
+        let rows = read[reader].as_array().unwrap();
+        assert_eq!(rows.len(), want.len(), "{reader}");
+        for (row, want) in rows.iter().zip(&want) {
+            assert_eq!(comparable(row), comparable(want), "{reader}");
+        }
+    }
+}
+
+/// A value as a table gives it back: a member that is null and one that is
+/// absent are the same (a field only ever null has no column yet), and
+/// numbers compare as numbers (an integer in a float column reads as a float).
+fn comparable(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), comparable(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}

@@ -93,6 +93,7 @@ pub async fn parse_on_pool(
                 arrival,
                 source_partition: None,
                 first_line,
+                schema: job_stream.schema(),
             };
             (parse_records(body, format, &rules), started.elapsed())
         })

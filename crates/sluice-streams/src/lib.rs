@@ -18,10 +18,11 @@ pub mod kafka;
 pub mod records;
 mod stats;
 mod stream;
+pub mod table;
 mod template;
 
 pub use compress::CpuPool;
-pub use config::{Compression, EmptyMessages, RecordSource, StreamConfig};
+pub use config::{Compression, EmptyMessages, RecordFormat, RecordSource, StreamConfig};
 pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
 pub use stream::{

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::error::{BadRecord, StreamError};
+use crate::table::schema::{StreamSchema, Version};
 use crate::template::{PartitionKey, StreamKeyTemplate};
 
 /// How a body holds its records.
@@ -36,6 +37,9 @@ pub struct RecordRules<'a> {
     pub source_partition: Option<i32>,
     /// Lines before this block (numbers in errors continue from it).
     pub first_line: u64,
+    /// A Parquet stream's schema: every record is an object that fits it
+    /// (growing it with new fields).
+    pub schema: Option<&'a StreamSchema>,
 }
 
 /// Consecutive records of one partition, each followed by `\n`.
@@ -240,6 +244,14 @@ fn check_record(
         ));
     }
     let picked = picker.pick(record).map_err(|e| format!("not JSON: {e}"))?;
+    if let Some((schema, seen)) = &picker.schema {
+        // Parsed again, whole: the fields' types are what a table needs.
+        let value: serde_json::Value =
+            serde_json::from_slice(record).map_err(|e| format!("not JSON: {e}"))?;
+        schema
+            .check(seen, &value)
+            .map_err(|conflict| conflict.to_string())?;
+    }
     let mut time = rules.arrival;
     let mut fields = Vec::with_capacity(picker.fields);
     for (i, value) in picked.into_iter().enumerate() {
@@ -352,6 +364,8 @@ struct Picker<'a> {
     names: Vec<&'a str>,
     /// How many of `names` are template fields (the time field comes last).
     fields: usize,
+    /// The Parquet schema, and the version records are checked against first.
+    schema: Option<(&'a StreamSchema, std::sync::Arc<Version>)>,
 }
 
 impl<'a> Picker<'a> {
@@ -359,7 +373,12 @@ impl<'a> Picker<'a> {
         let mut names: Vec<&str> = rules.template.fields().iter().map(String::as_str).collect();
         let fields = names.len();
         names.extend(rules.time_field);
-        Picker { names, fields }
+        let schema = rules.schema.map(|schema| (schema, schema.current()));
+        Picker {
+            names,
+            fields,
+            schema,
+        }
     }
 
     fn pick(&self, record: &[u8]) -> Result<Vec<Option<Scalar>>, serde_json::Error> {
@@ -528,6 +547,7 @@ mod tests {
             arrival: time::macros::datetime!(2026-11-25 10:30 UTC),
             source_partition: None,
             first_line: 0,
+            schema: None,
         }
     }
 

@@ -38,10 +38,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::compress::{CpuPool, FRAME_BYTES, FRAME_SLACK};
-use crate::config::{Compression, StreamConfig};
+use crate::config::{Compression, RecordFormat, StreamConfig};
 use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
 use crate::stats::StreamStats;
+use crate::table::file::{FileSettings, ParquetFile};
+use crate::table::schema::{Shape, StreamSchema};
 use crate::template::{PartitionKey, StreamKeyTemplate};
 
 /// A batch that was stored.
@@ -136,6 +138,8 @@ struct OpenBatch {
     /// The totals again, for a writer that stops reading frames early (a
     /// dead letter found stored).
     totals: oneshot::Sender<BatchTotals>,
+    /// A Parquet batch's file, and the schema version it was opened under.
+    parquet: Option<(Arc<ParquetFile>, u64)>,
     done: watch::Receiver<Option<BatchResult>>,
 }
 
@@ -158,6 +162,8 @@ struct Inner {
     memory: MemoryShare,
     pool: CpuPool,
     on_stored: Option<OnStored>,
+    /// A Parquet stream's schema.
+    schema: Option<Arc<StreamSchema>>,
     open: Mutex<Open>,
     writers: TaskTracker,
     stats: Arc<StreamStats>,
@@ -189,7 +195,16 @@ impl RecordStream {
                 .map(|t| t.with_shard_prefix(config.shard_prefix))
                 .map_err(|reason| StreamConfigError { key, reason })
         };
-        let template = parse(&config.key_template, "key_template")?;
+        let template =
+            parse(&config.key_template, "key_template")?.with_extension(config.extension());
+        let schema = (config.format == RecordFormat::Parquet).then(|| {
+            let declared = config
+                .schema
+                .iter()
+                .filter_map(|(name, kind)| Some((name.clone(), Shape::declared(kind)?)))
+                .collect();
+            Arc::new(StreamSchema::new(declared))
+        });
         let dead_letter = match &config.dead_letter_template {
             Some(text) => Some(parse(text, "dead_letter_template")?),
             None => None,
@@ -204,6 +219,7 @@ impl RecordStream {
                 engine,
                 pool,
                 on_stored,
+                schema,
                 open: Mutex::new(Open {
                     batches: HashMap::new(),
                     next_id: 0,
@@ -245,6 +261,11 @@ impl RecordStream {
 
     pub fn stats(&self) -> &Arc<StreamStats> {
         &self.inner.stats
+    }
+
+    /// A Parquet stream's schema (None for NDJSON).
+    pub fn schema(&self) -> Option<&StreamSchema> {
+        self.inner.schema.as_deref()
     }
 
     /// Whether invalid records go to a dead letter instead of refusing input.
@@ -444,10 +465,16 @@ impl Inner {
                     partition: run.partition.clone(),
                     dead_letter,
                 };
-                let usable = open
-                    .batches
-                    .get(&slot)
-                    .is_some_and(|b| b.done.borrow().is_none());
+                // A Parquet file has one schema: records checked under a newer
+                // version go to a new file.
+                let version = self.schema.as_ref().map(|schema| schema.current().number);
+                let usable = open.batches.get(&slot).is_some_and(|b| {
+                    b.done.borrow().is_none()
+                        && match (&b.parquet, version) {
+                            (Some((_, opened)), Some(now)) => *opened >= now,
+                            _ => true,
+                        }
+                });
                 let next_offset = run.offset.unwrap_or(open.next_offset);
                 if !usable {
                     if let Some(failed) = open.batches.remove(&slot) {
@@ -554,6 +581,25 @@ impl Inner {
         );
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let (totals, totals_rx) = oneshot::channel();
+        let parquet = match &self.schema {
+            Some(schema) if !slot.dead_letter => {
+                let version = schema.current();
+                let settings = FileSettings {
+                    compression: self.config.compression,
+                    level: self.config.level(),
+                    row_group_records: self.config.row_group_records as usize,
+                };
+                let file = ParquetFile::new(
+                    version.arrow_schema(),
+                    settings,
+                    self.pool.clone(),
+                    self.stats.clone(),
+                )
+                .expect("settings validated at start");
+                Some((file, version.number))
+            }
+            _ => None,
+        };
         let (done_tx, done) = watch::channel(None);
         let opened = Instant::now();
         let writer = BatchWriter {
@@ -595,6 +641,7 @@ impl Inner {
             frame_memory: self.memory.nothing(),
             frames,
             totals,
+            parquet,
             done,
         }
     }
@@ -606,6 +653,12 @@ impl Inner {
         }
         let frame = std::mem::take(&mut batch.frame).freeze();
         let memory = std::mem::replace(&mut batch.frame_memory, self.memory.nothing());
+        if let Some((file, _)) = &batch.parquet {
+            let _ = batch
+                .frames
+                .send(Frame::Bytes(file.send(Some(frame), memory)));
+            return;
+        }
         let (tx, rx) = oneshot::channel();
         let (compression, level) = (self.config.compression, self.config.level());
         if compression == Compression::None {
@@ -627,6 +680,11 @@ impl Inner {
     /// Flushes `batch`: its last frame, then the end of its object.
     fn finish(&self, mut batch: OpenBatch) {
         self.send_frame(&mut batch);
+        if let Some((file, _)) = &batch.parquet {
+            // The footer.
+            let footer = file.send(None, self.memory.nothing());
+            let _ = batch.frames.send(Frame::Bytes(footer));
+        }
         let totals = BatchTotals {
             records: batch.records,
             record_bytes: batch.record_bytes,
@@ -733,22 +791,26 @@ impl BatchWriter {
             let seen_totals = seen_totals.clone();
             let seen_late = seen_late.clone();
             async move {
-                match frames.recv().await? {
-                    Frame::End(end) => {
-                        let mut late = seen_late.lock().unwrap_or_else(|e| e.into_inner());
-                        late.insert("records".into(), end.records.to_string());
-                        late.insert("record_bytes".into(), end.record_bytes.to_string());
-                        late.insert("last_offset".into(), end.last_offset.to_string());
-                        *seen_totals.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
-                        None
-                    }
-                    Frame::Bytes(compressing) => {
-                        let item = match compressing.await {
-                            Ok(Ok((bytes, _memory))) => Ok(bytes),
-                            Ok(Err(e)) => Err(e),
-                            Err(_) => Err(io::Error::other("a frame's compression was lost")),
-                        };
-                        Some((item, frames))
+                loop {
+                    match frames.recv().await? {
+                        Frame::End(end) => {
+                            let mut late = seen_late.lock().unwrap_or_else(|e| e.into_inner());
+                            late.insert("records".into(), end.records.to_string());
+                            late.insert("record_bytes".into(), end.record_bytes.to_string());
+                            late.insert("last_offset".into(), end.last_offset.to_string());
+                            *seen_totals.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
+                            return None;
+                        }
+                        Frame::Bytes(compressing) => {
+                            let item = match compressing.await {
+                                // A Parquet frame that filled no row group yet.
+                                Ok(Ok((bytes, _memory))) if bytes.is_empty() => continue,
+                                Ok(Ok((bytes, _memory))) => Ok(bytes),
+                                Ok(Err(e)) => Err(e),
+                                Err(_) => Err(io::Error::other("a frame's compression was lost")),
+                            };
+                            return Some((item, frames));
+                        }
                     }
                 }
             }
@@ -756,11 +818,16 @@ impl BatchWriter {
         let mut metadata = Metadata::new();
         metadata.insert("sluice-stream".into(), inner.name.clone());
         metadata.insert("sluice-first-offset".into(), self.first_offset.to_string());
-        let content_type = inner
-            .config
-            .compression
-            .content_type(self.dead_letter)
-            .to_owned();
+        let content_type = match inner.config.format {
+            RecordFormat::Parquet if !self.dead_letter => {
+                crate::table::PARQUET_CONTENT_TYPE.to_owned()
+            }
+            _ => inner
+                .config
+                .compression
+                .content_type(self.dead_letter)
+                .to_owned(),
+        };
         let mut announced = Metadata::new();
         announced.insert("stream".into(), inner.name.clone());
         announced.insert("first_offset".into(), self.first_offset.to_string());

@@ -116,6 +116,12 @@ impl StreamKeyTemplate {
         Ok(template)
     }
 
+    /// Keys end with `extension` instead (`.parquet`).
+    pub fn with_extension(mut self, extension: &'static str) -> Self {
+        self.extension = extension;
+        self
+    }
+
     pub fn with_shard_prefix(mut self, on: bool) -> Self {
         self.shard_prefix = on;
         self

@@ -603,6 +603,7 @@ fn kafka_rules(stream: &RecordStream) -> RecordRules<'_> {
         arrival: time::OffsetDateTime::now_utc(),
         source_partition: None,
         first_line: 0,
+        schema: stream.schema(),
     }
 }
 

@@ -1,0 +1,212 @@
+//! One batch as one Parquet file, encoded while the batch grows: each frame of
+//! checked NDJSON records is decoded with arrow-json under the file's schema
+//! and written with the `parquet` crate's `ArrowWriter`; what the writer has
+//! flushed (whole row groups) goes on to the upload, and the footer comes
+//! with the last frame. Frames of one file are encoded in order, one at a time
+//! (jobs of the CPU pool take them from the file's queue in the order they
+//! were sent); files of different batches encode in parallel.
+//!
+//! Memory: the row group being built is the unit held. It keeps the
+//! reservation of the records it came from, shrunk to the writer's own count
+//! of its buffered bytes, and what a frame sends on carries its share.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression as ParquetCompression, GzipLevel, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use sluice_upload::Reservation;
+use tokio::sync::oneshot;
+
+use crate::compress::{Compression, CpuPool};
+use crate::stats::StreamStats;
+
+/// What a frame became: the file's bytes to send on, and their memory.
+pub(crate) type Encoded = io::Result<(Bytes, Reservation)>;
+
+/// How files are written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FileSettings {
+    pub compression: Compression,
+    pub level: i32,
+    pub row_group_records: usize,
+}
+
+/// A frame waiting for its turn: records, or the end of the file.
+struct Queued {
+    records: Option<Bytes>,
+    memory: Reservation,
+    done: oneshot::Sender<Encoded>,
+}
+
+struct State {
+    queue: VecDeque<Queued>,
+    writer: Option<ArrowWriter<Vec<u8>>>,
+    schema: SchemaRef,
+    /// The row group being built.
+    held: Option<Reservation>,
+    failed: Option<String>,
+}
+
+/// One Parquet file being written.
+pub(crate) struct ParquetFile {
+    state: Mutex<State>,
+    pool: CpuPool,
+    stats: Arc<StreamStats>,
+}
+
+impl ParquetFile {
+    pub(crate) fn new(
+        schema: SchemaRef,
+        settings: FileSettings,
+        pool: CpuPool,
+        stats: Arc<StreamStats>,
+    ) -> Result<Arc<ParquetFile>, String> {
+        let compression = match settings.compression {
+            Compression::Zstd => ParquetCompression::ZSTD(
+                ZstdLevel::try_new(settings.level).map_err(|e| e.to_string())?,
+            ),
+            Compression::Gzip => ParquetCompression::GZIP(
+                GzipLevel::try_new(settings.level as u32).map_err(|e| e.to_string())?,
+            ),
+            Compression::None => ParquetCompression::UNCOMPRESSED,
+        };
+        let properties = WriterProperties::builder()
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(settings.row_group_records))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties))
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(ParquetFile {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                writer: Some(writer),
+                schema,
+                held: None,
+                failed: None,
+            }),
+            pool,
+            stats,
+        }))
+    }
+
+    /// Queues a frame of records (None: the end of the file, its footer) and
+    /// starts a job; the receiver resolves with the bytes to send on.
+    pub(crate) fn send(
+        self: &Arc<Self>,
+        records: Option<Bytes>,
+        memory: Reservation,
+    ) -> oneshot::Receiver<Encoded> {
+        let (done, encoded) = oneshot::channel();
+        self.lock().queue.push_back(Queued {
+            records,
+            memory,
+            done,
+        });
+        let file = self.clone();
+        tokio::spawn(async move {
+            let pool = file.pool.clone();
+            pool.run(move || file.encode_queued()).await;
+        });
+        encoded
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Encodes what is queued, in order (a job that finds the queue empty
+    /// was overtaken by another, which did its frame).
+    fn encode_queued(&self) {
+        let started = std::time::Instant::now();
+        let mut state = self.lock();
+        while let Some(item) = state.queue.pop_front() {
+            let result = state.encode(item.records, item.memory);
+            let _ = item.done.send(result);
+        }
+        drop(state);
+        self.stats.compressed(started.elapsed());
+    }
+}
+
+impl State {
+    fn encode(&mut self, records: Option<Bytes>, memory: Reservation) -> Encoded {
+        if let Some(failed) = &self.failed {
+            return Err(io::Error::other(failed.clone()));
+        }
+        let result = match records {
+            Some(records) => self.write(&records, memory),
+            None => self.close(memory),
+        };
+        if let Err(e) = &result {
+            self.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    fn write(&mut self, records: &[u8], memory: Reservation) -> Encoded {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the file is closed"))?;
+        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
+            .with_batch_size(8192)
+            .build_decoder()
+            .map_err(io::Error::other)?;
+        // The decoder stops at a whole record once it holds a batch's rows.
+        let mut rest = records;
+        loop {
+            let read = decoder.decode(rest).map_err(io::Error::other)?;
+            rest = &rest[read..];
+            if let Some(batch) = decoder.flush().map_err(io::Error::other)? {
+                writer.write(&batch).map_err(io::Error::other)?;
+            }
+            if rest.is_empty() {
+                break;
+            }
+        }
+        let held = match self.held.take() {
+            Some(mut held) => {
+                held.absorb(memory);
+                held
+            }
+            None => memory,
+        };
+        Ok(self.take_flushed(held))
+    }
+
+    fn close(&mut self, memory: Reservation) -> Encoded {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the file is closed"))?;
+        writer.finish().map_err(io::Error::other)?;
+        let held = match self.held.take() {
+            Some(mut held) => {
+                held.absorb(memory);
+                held
+            }
+            None => memory,
+        };
+        let out = self.take_flushed(held);
+        self.writer = None;
+        Ok(out)
+    }
+
+    /// The bytes the writer has flushed, with their share of `held`; the rest
+    /// of `held` stays with the row group in progress.
+    fn take_flushed(&mut self, mut held: Reservation) -> (Bytes, Reservation) {
+        let writer = self.writer.as_mut().expect("open while writing");
+        let flushed = Bytes::from(std::mem::take(writer.inner_mut()));
+        let sent = held.split(flushed.len() as u64);
+        held.shrink_to(writer.memory_size() as u64);
+        self.held = Some(held);
+        (flushed, sent)
+    }
+}

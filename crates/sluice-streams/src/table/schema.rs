@@ -1,0 +1,360 @@
+//! The schema of a Parquet stream: the fields declared in its settings (or
+//! none), widened as records bring new fields (top level or nested). Every
+//! record is checked against it before it is taken: a value of another type is
+//! a conflict that names the field, so that decoding a batch with arrow-json
+//! never fails part-way. The schema only grows; each growth is a new version,
+//! and a batch opened under an older version is flushed before records checked
+//! under a newer one join it (a Parquet file has one schema).
+
+use std::sync::{Arc, Mutex};
+
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use serde_json::Value;
+
+/// What the values of one field have been.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// Only nulls (or empty arrays) so far: left out of files until known.
+    Null,
+    Bool,
+    Int,
+    Float,
+    Text,
+    List(Box<Shape>),
+    Struct(Vec<(String, Shape)>),
+}
+
+impl Shape {
+    /// From a declared type name (`bool`, `int64`, `float64`, `string`).
+    pub fn declared(name: &str) -> Option<Shape> {
+        match name {
+            "bool" | "boolean" => Some(Shape::Bool),
+            "int" | "int64" | "bigint" | "long" => Some(Shape::Int),
+            "float" | "float64" | "double" => Some(Shape::Float),
+            "string" | "text" | "utf8" => Some(Shape::Text),
+            _ => None,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Shape::Null => "null",
+            Shape::Bool => "a boolean",
+            Shape::Int => "an integer",
+            Shape::Float => "a number",
+            Shape::Text => "a string",
+            Shape::List(_) => "an array",
+            Shape::Struct(_) => "an object",
+        }
+    }
+
+    /// The Arrow type; None while nothing but nulls was seen.
+    fn arrow(&self) -> Option<DataType> {
+        Some(match self {
+            Shape::Null => return None,
+            Shape::Bool => DataType::Boolean,
+            Shape::Int => DataType::Int64,
+            Shape::Float => DataType::Float64,
+            Shape::Text => DataType::Utf8,
+            Shape::List(item) => DataType::List(Arc::new(Field::new("item", item.arrow()?, true))),
+            Shape::Struct(fields) => {
+                let fields: Fields = fields
+                    .iter()
+                    .filter_map(|(name, shape)| Some(Field::new(name, shape.arrow()?, true)))
+                    .collect();
+                if fields.is_empty() {
+                    return None;
+                }
+                DataType::Struct(fields)
+            }
+        })
+    }
+}
+
+/// A value that does not fit its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The field, dotted (`a.b`; `[]` for an array's items).
+    pub field: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "field `{}`: {}", self.field, self.reason)
+    }
+}
+
+/// Whether `value` fits `shape`; `Ok(true)` when it fits only once `shape`
+/// grows (done in place).
+fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Conflict> {
+    let conflict = |shape: &Shape, value: &str, path: &str| Conflict {
+        field: path.to_string(),
+        reason: format!("{value} where the column holds {}", shape.name()),
+    };
+    match (&mut *shape, value) {
+        (_, Value::Null) => Ok(false),
+        (Shape::Bool, Value::Bool(_)) => Ok(false),
+        (Shape::Text, Value::String(_)) => Ok(false),
+        (Shape::Float, Value::Number(_)) => Ok(false),
+        (Shape::Int, Value::Number(n)) if n.is_i64() => Ok(false),
+        (Shape::Int, Value::Number(n)) if n.is_u64() => Err(Conflict {
+            field: path.clone(),
+            reason: format!("{n} is past the largest 64-bit integer"),
+        }),
+        (Shape::Int, Value::Number(n)) => {
+            Err(conflict(shape, &format!("{n} (with a fraction)"), path))
+        }
+        (Shape::List(item), Value::Array(items)) => {
+            let mut grew = false;
+            let len = path.len();
+            path.push_str("[]");
+            for element in items {
+                grew |= merge(item, element, path)?;
+            }
+            path.truncate(len);
+            Ok(grew)
+        }
+        (Shape::Struct(fields), Value::Object(map)) => {
+            let mut grew = false;
+            for (key, value) in map {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                match fields.iter_mut().find(|(name, _)| name == key) {
+                    Some((_, field)) => grew |= merge(field, value, path)?,
+                    None => {
+                        let mut field = Shape::Null;
+                        merge(&mut field, value, path)?;
+                        // A field with no type yet waits for one.
+                        if field.arrow().is_some() {
+                            fields.push((key.clone(), field));
+                            grew = true;
+                        }
+                    }
+                }
+                path.truncate(len);
+            }
+            Ok(grew)
+        }
+        (Shape::Null, value) => {
+            let mut grown = match value {
+                Value::Bool(_) => Shape::Bool,
+                Value::Number(n) if n.is_i64() => Shape::Int,
+                Value::Number(n) if n.is_u64() => {
+                    return Err(Conflict {
+                        field: path.clone(),
+                        reason: format!("{n} is past the largest 64-bit integer"),
+                    })
+                }
+                Value::Number(_) => Shape::Float,
+                Value::String(_) => Shape::Text,
+                Value::Array(_) => Shape::List(Box::new(Shape::Null)),
+                Value::Object(_) => Shape::Struct(Vec::new()),
+                Value::Null => unreachable!("matched above"),
+            };
+            merge(&mut grown, value, path)?;
+            // An empty array or object is still nothing known.
+            let known = grown.arrow().is_some();
+            if known {
+                *shape = grown;
+            }
+            Ok(known)
+        }
+        (shape, value) => {
+            let what = match value {
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                Value::Array(_) => "an array",
+                Value::Object(_) => "an object",
+                Value::Null => "null",
+            };
+            Err(conflict(shape, what, path))
+        }
+    }
+}
+
+/// One version of a stream's schema.
+#[derive(Debug, Clone)]
+pub struct Version {
+    pub number: u64,
+    root: Shape,
+}
+
+impl Version {
+    /// The schema of a file written under this version (fields known so far).
+    pub fn arrow_schema(&self) -> SchemaRef {
+        match self.root.arrow() {
+            Some(DataType::Struct(fields)) => Arc::new(Schema::new(fields)),
+            _ => Arc::new(Schema::empty()),
+        }
+    }
+}
+
+/// A stream's schema, shared by everything that checks its records.
+#[derive(Debug)]
+pub struct StreamSchema {
+    current: Mutex<Arc<Version>>,
+}
+
+impl StreamSchema {
+    /// Starts from declared top-level fields (name, shape).
+    pub fn new(declared: Vec<(String, Shape)>) -> StreamSchema {
+        StreamSchema {
+            current: Mutex::new(Arc::new(Version {
+                number: 0,
+                root: Shape::Struct(declared),
+            })),
+        }
+    }
+
+    pub fn current(&self) -> Arc<Version> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Checks one record (a JSON object) against `seen` (a recent version),
+    /// growing the schema when it brings something new; the version it needs.
+    pub fn check(&self, seen: &Arc<Version>, record: &Value) -> Result<u64, Conflict> {
+        if !record.is_object() {
+            return Err(Conflict {
+                field: String::new(),
+                reason: "a Parquet stream's records are JSON objects".into(),
+            });
+        }
+        let mut root = seen.root.clone();
+        if !merge(&mut root, record, &mut String::new())? {
+            return Ok(seen.number);
+        }
+        // Something new: merged again into the latest version, under the lock,
+        // so that two records growing the schema at once both count.
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut root = current.root.clone();
+        if merge(&mut root, record, &mut String::new())? {
+            *current = Arc::new(Version {
+                number: current.number + 1,
+                root,
+            });
+        }
+        Ok(current.number)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (records in order, each Ok(schema version needed) or Err(field))
+    type Case<'a> = (&'a str, Vec<(&'a str, Result<u64, &'a str>)>, &'a str);
+
+    #[test]
+    fn records_grow_the_schema_or_conflict_with_it() {
+        let cases: Vec<Case> = vec![
+            (
+                "new fields grow it once each",
+                vec![
+                    (r#"{"a":1}"#, Ok(1)),
+                    (r#"{"a":2}"#, Ok(1)),
+                    (r#"{"a":3,"b":"x"}"#, Ok(2)),
+                    (r#"{"b":null}"#, Ok(2)),
+                ],
+                "a: Int64, b: Utf8",
+            ),
+            (
+                "a type conflict names the field and grows nothing",
+                vec![
+                    (r#"{"a":1}"#, Ok(1)),
+                    (r#"{"a":"one","c":true}"#, Err("a")),
+                    (r#"{"a":1.5}"#, Err("a")),
+                ],
+                "a: Int64",
+            ),
+            (
+                "integers fit a float column",
+                vec![(r#"{"p":1.5}"#, Ok(1)), (r#"{"p":2}"#, Ok(1))],
+                "p: Float64",
+            ),
+            (
+                "nulls and empty arrays wait for a type",
+                vec![
+                    (r#"{"n":null,"l":[]}"#, Ok(0)),
+                    (r#"{"l":[1,2]}"#, Ok(1)),
+                    (r#"{"n":"x"}"#, Ok(2)),
+                ],
+                "l: List(Int64), n: Utf8",
+            ),
+            (
+                "nested fields grow and conflict by path",
+                vec![
+                    (r#"{"o":{"x":1}}"#, Ok(1)),
+                    (r#"{"o":{"y":[true]}}"#, Ok(2)),
+                    (r#"{"o":{"y":[1]}}"#, Err("o.y[]")),
+                ],
+                "o: Struct(x: Int64, y: List(Boolean))",
+            ),
+            (
+                "records are objects",
+                vec![("[1]", Err("")), ("7", Err(""))],
+                "",
+            ),
+            (
+                "integers past i64",
+                vec![(r#"{"big":18446744073709551615}"#, Err("big"))],
+                "",
+            ),
+        ];
+        for (name, records, want) in cases {
+            let schema = StreamSchema::new(Vec::new());
+            for (record, expected) in records {
+                let value: Value = serde_json::from_str(record).unwrap();
+                let seen = schema.current();
+                let got = schema.check(&seen, &value).map_err(|c| c.field);
+                assert_eq!(got, expected.map_err(str::to_string), "{name}: {record}");
+            }
+            let fields: Vec<String> = schema
+                .current()
+                .arrow_schema()
+                .fields()
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), short(f.data_type())))
+                .collect();
+            assert_eq!(fields.join(", "), want, "{name}");
+        }
+    }
+
+    fn short(data_type: &DataType) -> String {
+        match data_type {
+            DataType::List(item) => format!("List({})", short(item.data_type())),
+            DataType::Struct(fields) => format!(
+                "Struct({})",
+                fields
+                    .iter()
+                    .map(|f| format!("{}: {}", f.name(), short(f.data_type())))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn declared_fields_come_first_and_hold_their_type() {
+        let schema = StreamSchema::new(vec![("price".into(), Shape::Float)]);
+        let seen = schema.current();
+        let record: Value = serde_json::from_str(r#"{"price":3,"sku":"a"}"#).unwrap();
+        assert_eq!(schema.check(&seen, &record), Ok(1));
+        let names: Vec<String> = schema
+            .current()
+            .arrow_schema()
+            .fields()
+            .iter()
+            .map(|f| format!("{}:{}", f.name(), f.data_type()))
+            .collect();
+        assert_eq!(names, ["price:Float64", "sku:Utf8"]);
+    }
+}
