@@ -242,16 +242,6 @@ impl StreamConfig {
     /// by the next); a Kafka message's by its partition and offset, so that a
     /// replay finds it stored, apart from the batches' keys.
     pub fn check_source(&self, source: RecordSource) -> Result<(), StreamConfigError> {
-        if source == RecordSource::Kafka && self.format == RecordFormat::Parquet {
-            // A replay counts a stored batch's records by reading it back,
-            // which knows NDJSON only so far.
-            return Err(StreamConfigError {
-                key: "format",
-                reason:
-                    "parquet does not work with a Kafka source yet (standard input and HTTP only)"
-                        .into(),
-            });
-        }
         let Some(text) = &self.dead_letter_template else {
             return Ok(());
         };

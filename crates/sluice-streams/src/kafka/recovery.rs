@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use futures::TryStreamExt;
 
 use super::KafkaError;
+use crate::config::{Compression, RecordFormat};
 use crate::stream::RecordStream;
 use crate::template::PartitionKey;
 
@@ -69,17 +70,38 @@ pub(super) async fn stored_from(
         {
             data.extend_from_slice(&chunk);
         }
-        let compression = stream.config().compression;
-        let plain = stream
+        let (compression, format) = (stream.config().compression, stream.config().format);
+        let records = stream
             .pool()
-            .run(move || crate::compress::decompress(compression, &data))
+            .run(move || records_in(format, compression, data))
             .await
-            .map_err(|e| recovery(&key, e.to_string()))?;
-        let lines = plain.iter().filter(|&&b| b == b'\n').count() as u64;
-        tracing::info!(key = %key, records = lines, "a stored batch of an earlier run: its records are skipped");
-        stored.push_back((first, lines));
+            .map_err(|e| recovery(&key, e))?;
+        tracing::info!(key = %key, records, "a stored batch of an earlier run: its records are skipped");
+        stored.push_back((first, records));
     }
     Ok(stored)
+}
+
+/// How many records a stored batch holds: its lines (NDJSON), or the rows its
+/// Parquet footer counts.
+fn records_in(
+    format: RecordFormat,
+    compression: Compression,
+    data: Vec<u8>,
+) -> Result<u64, String> {
+    match format {
+        RecordFormat::Ndjson => {
+            let plain =
+                crate::compress::decompress(compression, &data).map_err(|e| e.to_string())?;
+            Ok(plain.iter().filter(|&&b| b == b'\n').count() as u64)
+        }
+        RecordFormat::Parquet => {
+            use parquet::file::reader::FileReader;
+            let file = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(data))
+                .map_err(|e| e.to_string())?;
+            Ok(file.metadata().file_metadata().num_rows().max(0) as u64)
+        }
+    }
 }
 
 /// Aborts the multipart uploads under `prefix`: batches of a run that died
