@@ -352,3 +352,81 @@ fn comparable(value: &serde_json::Value) -> serde_json::Value {
         other => other.clone(),
     }
 }
+
+#[tokio::test]
+async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
+    let Some((clients, python)) = parquet_readers("parquet-gateway") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.orders]\nkey_template = \"{stream}/{uuid}\"\nformat = \"parquet\"\n\
+         flush_age = \"100ms\"\nschema = { price = \"float64\" }\n",
+    )
+    .unwrap();
+    let store = dir.path().join("store");
+    let gateway = common::serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        store.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let url = format!("{}/v1/streams/orders", gateway.url);
+    let client = reqwest::Client::new();
+    let post = |body: String| {
+        client
+            .post(&url)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+    };
+    // (body, status, the answer holds)
+    let requests = [
+        (
+            "{\"id\":1,\"price\":2}\n{\"id\":2,\"price\":2.5}\n",
+            200,
+            "\"records\":2",
+        ),
+        (
+            "{\"id\":3,\"price\":1,\"tag\":{\"k\":\"v\"}}\n",
+            200,
+            "\"records\":1",
+        ),
+        (
+            "{\"id\":4,\"price\":3}\n{\"id\":5,\"price\":\"free\"}\n",
+            400,
+            "line 2: field `price`: a string where the column holds a number",
+        ),
+        ("[1,2]\n", 400, "records are JSON objects"),
+    ];
+    for (body, status, says) in requests {
+        let answer = post(body.to_string()).await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{body}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let read = Command::new(&python)
+        .arg(format!("{clients}/parquet_read.py"))
+        .arg(store.join("orders"))
+        .arg("id")
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let want = serde_json::json!([
+        {"id": 1, "price": 2.0},
+        {"id": 2, "price": 2.5},
+        {"id": 3, "price": 1.0, "tag": {"k": "v"}},
+    ]);
+    for reader in ["pyarrow", "duckdb"] {
+        assert_eq!(comparable(&read[reader]), comparable(&want), "{reader}");
+    }
+}
