@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use time::OffsetDateTime;
 
 use crate::error::{BadRecord, StreamError};
-use crate::table::schema::{StreamSchema, Version};
+use crate::table::schema::{fits_as_is, StreamSchema, Version};
 use crate::template::{PartitionKey, StreamKeyTemplate};
 
 /// How a body holds its records.
@@ -243,15 +243,25 @@ fn check_record(
             rules.max_record_bytes
         ));
     }
-    let picked = picker.pick(record).map_err(|e| format!("not JSON: {e}"))?;
-    if let Some((schema, seen)) = &picker.schema {
-        // Parsed again, whole: the fields' types are what a table needs.
-        let value: serde_json::Value =
-            serde_json::from_slice(record).map_err(|e| format!("not JSON: {e}"))?;
-        schema
-            .check(seen, &value)
-            .map_err(|conflict| conflict.to_string())?;
-    }
+    let not_json = |e: serde_json::Error| format!("not JSON: {e}");
+    let picked = match &picker.schema {
+        Some((schema, seen)) => {
+            // One pass checks the JSON and its fit (the common case); a record
+            // that brings something new is read whole to grow the schema.
+            if !fits_as_is(seen, record).map_err(not_json)? {
+                let value: serde_json::Value = serde_json::from_slice(record).map_err(not_json)?;
+                schema
+                    .check(seen, &value)
+                    .map_err(|conflict| conflict.to_string())?;
+            }
+            if picker.names.is_empty() {
+                Vec::new()
+            } else {
+                picker.pick(record).map_err(not_json)?
+            }
+        }
+        None => picker.pick(record).map_err(not_json)?,
+    };
     let mut time = rules.arrival;
     let mut fields = Vec::with_capacity(picker.fields);
     for (i, value) in picked.into_iter().enumerate() {

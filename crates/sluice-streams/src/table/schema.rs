@@ -177,6 +177,106 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
     }
 }
 
+/// Whether the JSON `record` fits `version` as it is (no new field, no
+/// conflict), read in one pass without building it: the common case, after
+/// which the record is taken. `Ok(false)`: something new or a conflict, for
+/// [`StreamSchema::check`] to sort out. An error: not JSON.
+pub fn fits_as_is(version: &Version, record: &[u8]) -> Result<bool, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(record);
+    let fits = Fit(&version.root).deserialize(&mut de)?;
+    de.end()?;
+    Ok(fits)
+}
+
+/// Reads one value against a shape; true when it fits without growing it.
+struct Fit<'s>(&'s Shape);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Fit<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Fit<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(true)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Bool))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Int | Shape::Float))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<bool, E> {
+        Ok(match self.0 {
+            Shape::Int => i64::try_from(n).is_ok(),
+            Shape::Float => true,
+            _ => false,
+        })
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Float))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Text))
+    }
+    fn visit_borrowed_str<E>(self, _: &'de str) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Text))
+    }
+    fn visit_string<E>(self, _: String) -> Result<bool, E> {
+        Ok(matches!(self.0, Shape::Text))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let item = match self.0 {
+            Shape::List(item) => Some(&**item),
+            _ => None,
+        };
+        let mut fits = true;
+        loop {
+            let next = match item {
+                Some(item) if fits => seq.next_element_seed(Fit(item))?,
+                _ => seq.next_element::<serde::de::IgnoredAny>()?.map(|_| false),
+            };
+            match next {
+                Some(element) => fits &= element,
+                None => break,
+            }
+        }
+        // An empty array fits a list, and is nothing new anywhere else.
+        Ok(fits && (item.is_some() || matches!(self.0, Shape::Null)))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let fields = match self.0 {
+            Shape::Struct(fields) => Some(fields),
+            _ => None,
+        };
+        let mut fits = fields.is_some();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let field = fields.and_then(|f| f.iter().find(|(name, _)| *name == key));
+            match field {
+                Some((_, shape)) if fits => fits &= map.next_value_seed(Fit(shape))?,
+                _ => {
+                    // Unknown: new unless it is null (a field with no type yet).
+                    let value = map.next_value::<serde_json::Value>()?;
+                    fits &= value.is_null() && fields.is_some();
+                }
+            }
+        }
+        Ok(fits)
+    }
+}
+
 /// One version of a stream's schema.
 #[derive(Debug, Clone)]
 pub struct Version {
@@ -340,6 +440,49 @@ mod tests {
             ),
             other => format!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_one_pass_check_agrees_with_the_full_one() {
+        let schema = StreamSchema::new(Vec::new());
+        let seed: Value = serde_json::from_str(
+            r#"{"i":1,"f":1.5,"s":"x","b":true,"l":[1],"o":{"x":1,"l":["a"]}}"#,
+        )
+        .unwrap();
+        schema.check(&schema.current(), &seed).unwrap();
+        let version = schema.current();
+        // (record, fits as it is)
+        #[rustfmt::skip]
+        let cases = [
+            (r#"{"i":2,"f":2,"s":"y","b":false,"l":[],"o":{"x":2,"l":[]}}"#, true),
+            (r#"{"i":null,"o":null,"l":null}"#, true),
+            (r#"{}"#, true),
+            (r#"{"new":null}"#, true),
+            (r#"{"new":1}"#, false),
+            (r#"{"o":{"y":1}}"#, false),
+            (r#"{"i":"x"}"#, false),
+            (r#"{"i":1.5}"#, false),
+            (r#"{"i":18446744073709551615}"#, false),
+            (r#"{"l":[1,"a"]}"#, false),
+            (r#"{"l":{"a":1}}"#, false),
+            (r#"{"o":[1]}"#, false),
+            (r#"[1]"#, false),
+            (r#"3"#, false),
+        ];
+        for (record, want) in cases {
+            let fast = fits_as_is(&version, record.as_bytes()).unwrap();
+            assert_eq!(fast, want, "{record}");
+            // When it fits as is, the full check agrees and grows nothing.
+            if fast {
+                let value: Value = serde_json::from_str(record).unwrap();
+                assert_eq!(
+                    schema.check(&version, &value),
+                    Ok(version.number),
+                    "{record}"
+                );
+            }
+        }
+        assert!(fits_as_is(&version, b"{\"i\":").is_err());
     }
 
     #[test]
