@@ -463,7 +463,7 @@ impl<'de> Visitor<'de> for PickSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut picked = vec![None; self.names.len()];
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(JsonKey(key)) = map.next_key::<JsonKey<'de>>()? {
             match self.names.iter().position(|n| *n == key) {
                 Some(i) => picked[i] = map.next_value::<MaybeScalar>()?.0,
                 None => {
@@ -496,6 +496,32 @@ impl<'de> Visitor<'de> for PickSeed<'_> {
     }
     fn visit_unit<E>(self) -> Result<Self::Value, E> {
         Ok(vec![None; self.names.len()])
+    }
+}
+
+/// An object's key, borrowed from the input when it has no escapes (serde's
+/// own `Cow<str>` always allocates).
+pub(crate) struct JsonKey<'de>(pub Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for JsonKey<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = JsonKey<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<JsonKey<'de>, E> {
+                Ok(JsonKey(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<JsonKey<'de>, E> {
+                Ok(JsonKey(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<JsonKey<'de>, E> {
+                Ok(JsonKey(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 

@@ -262,7 +262,9 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
             _ => None,
         };
         let mut fits = fields.is_some();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(crate::records::JsonKey(key)) =
+            map.next_key::<crate::records::JsonKey<'de>>()?
+        {
             let field = fields.and_then(|f| f.iter().find(|(name, _)| *name == key));
             match field {
                 Some((_, shape)) if fits => fits &= map.next_value_seed(Fit(shape))?,
@@ -457,6 +459,7 @@ mod tests {
             (r#"{"i":2,"f":2,"s":"y","b":false,"l":[],"o":{"x":2,"l":[]}}"#, true),
             (r#"{"i":null,"o":null,"l":null}"#, true),
             (r#"{}"#, true),
+            (r#"{"\u0069":3}"#, true),
             (r#"{"new":null}"#, true),
             (r#"{"new":1}"#, false),
             (r#"{"o":{"y":1}}"#, false),
