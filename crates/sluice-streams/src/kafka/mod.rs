@@ -327,9 +327,12 @@ async fn take(
         let pending = partitions
             .get(&message.partition)
             .is_some_and(|state| state.batches.iter().any(|(ticket, _)| ticket.is_some()));
+        // Taken up: the first message, or one before the last (a seek back).
+        // A gap forward is not (compaction, transaction markers): a replay
+        // part-way through a stored batch goes on counting it.
         let taken_up = partitions
             .get(&message.partition)
-            .is_none_or(|state| state.next != Some(message.offset));
+            .is_none_or(|state| state.next.is_none_or(|next| message.offset < next));
         if taken_up && !pending && !fresh.is_empty() {
             // What came before is appended (and queued) before recovery looks.
             append_fresh(

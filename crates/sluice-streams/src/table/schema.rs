@@ -183,6 +183,10 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
 /// [`StreamSchema::check`] to sort out. An error: not JSON.
 pub fn fits_as_is(version: &Version, record: &[u8]) -> Result<bool, serde_json::Error> {
     use serde::de::DeserializeSeed;
+    // Only an object can be a row, and only once some field has a type.
+    if record.first() != Some(&b'{') || version.root.arrow().is_none() {
+        return Ok(false);
+    }
     let mut de = serde_json::Deserializer::from_slice(record);
     let fits = Fit(&version.root).deserialize(&mut de)?;
     de.end()?;
@@ -330,7 +334,17 @@ impl StreamSchema {
             });
         }
         let mut root = seen.root.clone();
-        if !merge(&mut root, record, &mut String::new())? {
+        let grew = merge(&mut root, record, &mut String::new())?;
+        if root.arrow().is_none() {
+            // A Parquet file without a column holds no rows.
+            return Err(Conflict {
+                field: String::new(),
+                reason: "no field has had a value yet, and a Parquet row needs one \
+                         (declare a schema to take such records)"
+                    .into(),
+            });
+        }
+        if !grew {
             return Ok(seen.number);
         }
         // Something new: merged again into the latest version, under the lock,
@@ -384,7 +398,7 @@ mod tests {
             (
                 "nulls and empty arrays wait for a type",
                 vec![
-                    (r#"{"n":null,"l":[]}"#, Ok(0)),
+                    (r#"{"n":null,"l":[]}"#, Err("")),
                     (r#"{"l":[1,2]}"#, Ok(1)),
                     (r#"{"n":"x"}"#, Ok(2)),
                 ],
@@ -401,8 +415,19 @@ mod tests {
             ),
             (
                 "records are objects",
-                vec![("[1]", Err("")), ("7", Err(""))],
+                vec![("[1]", Err("")), ("7", Err("")), ("null", Err(""))],
                 "",
+            ),
+            (
+                "a row needs a typed field, then may have none",
+                vec![
+                    ("{}", Err("")),
+                    (r#"{"x":null}"#, Err("")),
+                    (r#"{"a":1}"#, Ok(1)),
+                    ("{}", Ok(1)),
+                    (r#"{"x":null}"#, Ok(1)),
+                ],
+                "a: Int64",
             ),
             (
                 "integers past i64",
@@ -470,6 +495,7 @@ mod tests {
             (r#"{"l":{"a":1}}"#, false),
             (r#"{"o":[1]}"#, false),
             (r#"[1]"#, false),
+            ("null", false),
             (r#"3"#, false),
         ];
         for (record, want) in cases {
