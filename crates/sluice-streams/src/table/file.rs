@@ -44,7 +44,6 @@ struct Queued {
 }
 
 struct State {
-    queue: VecDeque<Queued>,
     writer: Option<ArrowWriter<Vec<u8>>>,
     schema: SchemaRef,
     /// The row group being built.
@@ -54,6 +53,10 @@ struct State {
 
 /// One Parquet file being written.
 pub(crate) struct ParquetFile {
+    /// Frames waiting, in the order they were sent. Its own lock: sending
+    /// (under the stream's lock) never waits for an encoding.
+    queue: Mutex<VecDeque<Queued>>,
+    /// The writer; whoever holds it encodes the queue.
     state: Mutex<State>,
     pool: CpuPool,
     stats: Arc<StreamStats>,
@@ -84,8 +87,8 @@ impl ParquetFile {
         let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(ParquetFile {
+            queue: Mutex::default(),
             state: Mutex::new(State {
-                queue: VecDeque::new(),
                 writer: Some(writer),
                 schema,
                 held: None,
@@ -104,7 +107,7 @@ impl ParquetFile {
         memory: Reservation,
     ) -> oneshot::Receiver<Encoded> {
         let (done, encoded) = oneshot::channel();
-        self.lock().queue.push_back(Queued {
+        self.queued().push_back(Queued {
             records,
             memory,
             done,
@@ -117,21 +120,35 @@ impl ParquetFile {
         encoded
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn queued(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Encodes what is queued, in order (a job that finds the queue empty
-    /// was overtaken by another, which did its frame).
+    /// Encodes what is queued, in order. A job that finds the writer taken
+    /// leaves at once (its pool slot goes to other work): the holder encodes
+    /// its frame, and looks at the queue again once it lets go, so that a
+    /// frame sent while it was letting go is not left behind.
     fn encode_queued(&self) {
-        let started = std::time::Instant::now();
-        let mut state = self.lock();
-        while let Some(item) = state.queue.pop_front() {
-            let result = state.encode(item.records, item.memory);
-            let _ = item.done.send(result);
+        loop {
+            let mut state = match self.state.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            let started = std::time::Instant::now();
+            loop {
+                let Some(item) = self.queued().pop_front() else {
+                    break;
+                };
+                let result = state.encode(item.records, item.memory);
+                let _ = item.done.send(result);
+            }
+            drop(state);
+            self.stats.compressed(started.elapsed());
+            if self.queued().is_empty() {
+                return;
+            }
         }
-        drop(state);
-        self.stats.compressed(started.elapsed());
     }
 }
 
