@@ -160,6 +160,25 @@ fn ingest_with_defaults(
     command
 }
 
+/// Stores `lines` as the zstd batch of partition 0 an earlier run wrote from
+/// `first_offset` on (and died before committing).
+async fn store_batch(store: &S3Store, first_offset: u64, lines: &[String]) {
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let frame = sluice_streams::compress::compress_frame(
+        sluice_streams::Compression::Zstd,
+        3,
+        text.as_bytes(),
+    )
+    .unwrap();
+    store
+        .put_object(PutRequest::new(
+            format!("events/0/{first_offset:020}.ndjson.zst"),
+            frame,
+        ))
+        .await
+        .unwrap();
+}
+
 /// The summary of a run that succeeded.
 fn summary_of(output: &Output) -> serde_json::Value {
     assert!(
@@ -288,20 +307,8 @@ async fn kafka_batches_hold_consecutive_messages_around_one_stored_out_of_order(
     topic_of(&cp, &bootstrap, &topic, 1, 1000, 20);
     // An earlier run stored the batch of offsets 300..400 and died before the
     // one before it was stored (batches of a partition go up concurrently).
-    let lines: String = (300..400).map(|n| record(n, 20) + "\n").collect();
-    let frame = sluice_streams::compress::compress_frame(
-        sluice_streams::Compression::Zstd,
-        3,
-        lines.as_bytes(),
-    )
-    .unwrap();
-    store
-        .put_object(PutRequest::new(
-            format!("events/0/{:020}.ndjson.zst", 300),
-            frame,
-        ))
-        .await
-        .unwrap();
+    let lines: Vec<String> = (300..400).map(|n| record(n, 20)).collect();
+    store_batch(&store, 300, &lines).await;
     let summary = summary_of(
         &ingest(&bootstrap, &topic, &endpoint, &prefix)
             .output()
@@ -382,20 +389,7 @@ async fn kafka_a_replay_goes_on_counting_a_stored_batch_across_offset_gaps() {
     // An earlier run stored records 0..150 (offsets 0..=99 and 101..=150)
     // and died before committing: its batch spans a gap, and nothing of this
     // run is pending when the replay meets it.
-    let lines: String = records[..150].iter().map(|r| format!("{r}\n")).collect();
-    let frame = sluice_streams::compress::compress_frame(
-        sluice_streams::Compression::Zstd,
-        3,
-        lines.as_bytes(),
-    )
-    .unwrap();
-    store
-        .put_object(PutRequest::new(
-            format!("events/0/{:020}.ndjson.zst", 0),
-            frame,
-        ))
-        .await
-        .unwrap();
+    store_batch(&store, 0, &records[..150]).await;
     let summary = summary_of(
         &ingest(&bootstrap, &topic, &endpoint, &prefix)
             .output()

@@ -215,6 +215,23 @@ fn parquet_readers(test: &str) -> Option<(String, String)> {
     }
 }
 
+/// What pyarrow and DuckDB read from the Parquet files under `dir`, rows
+/// ordered by `id` (tests/clients/parquet_read.py).
+fn read_parquet(clients: &str, python: &str, dir: &std::path::Path) -> serde_json::Value {
+    let read = Command::new(python)
+        .arg(format!("{clients}/parquet_read.py"))
+        .arg(dir)
+        .arg("id")
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    serde_json::from_slice(&read.stdout).unwrap()
+}
+
 /// Records that bring fields as they go (a column, a list, a nested object),
 /// with nulls, non-ASCII text and, at `conflict`, a type conflict.
 fn changing_records(count: u64, conflict: u64) -> Vec<serde_json::Value> {
@@ -300,18 +317,7 @@ fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(summary["records"], RECORDS - 1, "{summary}");
     assert_eq!(summary["dead_lettered"], 1, "{summary}");
-    let read = Command::new(&python)
-        .arg(format!("{clients}/parquet_read.py"))
-        .arg(dir.path().join("t"))
-        .arg("id")
-        .output()
-        .unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let read = read_parquet(&clients, &python, &dir.path().join("t"));
     assert!(read["files"].as_u64().unwrap() >= 6, "{}", read["files"]);
     let columns = ["id", "name", "price", "pad", "tags", "where"];
     let want: Vec<serde_json::Value> = records
@@ -409,18 +415,7 @@ async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
         let text = answer.text().await.unwrap();
         assert!(text.contains(says), "{body}: {text}");
     }
-    let read = Command::new(&python)
-        .arg(format!("{clients}/parquet_read.py"))
-        .arg(store.join("orders"))
-        .arg("id")
-        .output()
-        .unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let read = read_parquet(&clients, &python, &store.join("orders"));
     let want = serde_json::json!([
         {"id": 1, "price": 2.0},
         {"id": 2, "price": 2.5},
