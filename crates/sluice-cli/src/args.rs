@@ -504,8 +504,8 @@ pub struct IngestArgs {
     pub compression: Option<String>,
     /// What each batch is stored as: ndjson (compressed lines) or parquet (one
     /// Parquet file, columns compressed with --compression, its schema
-    /// inferred from the records and widened as new fields appear)
-    /// [default: ndjson].
+    /// inferred from the records and widened as new fields appear; standard
+    /// input only, not yet with --from kafka://) [default: ndjson].
     #[arg(long, value_parser = ["ndjson", "parquet"])]
     pub format: Option<String>,
     /// Parquet: rows per row group [default: 1048576].
