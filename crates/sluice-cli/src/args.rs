@@ -504,10 +504,21 @@ pub struct IngestArgs {
     pub compression: Option<String>,
     /// What each batch is stored as: ndjson (compressed lines) or parquet (one
     /// Parquet file, columns compressed with --compression, its schema
-    /// inferred from the records and widened as new fields appear; standard
-    /// input only, not yet with --from kafka://) [default: ndjson].
+    /// inferred from the records and widened as new fields appear; with
+    /// --from kafka:// only into a --table) [default: ndjson, parquet with
+    /// --table].
     #[arg(long, value_parser = ["ndjson", "parquet"])]
     pub format: Option<String>,
+    /// delta: commit each Parquet file to a Delta Lake table at
+    /// --table-location (conditional writes, exactly once; readable at once
+    /// by DuckDB, Spark, Polars, deltalake) [default: none].
+    #[arg(long, value_parser = ["none", "delta"])]
+    pub table: Option<String>,
+    /// The Delta table's root key [default: the stream's name]. The key
+    /// template must put files under it; its NAME=… directories become
+    /// partition columns.
+    #[arg(long, value_name = "KEY")]
+    pub table_location: Option<String>,
     /// Parquet: rows per row group [default: 1048576].
     #[arg(long, value_name = "N")]
     pub row_group_records: Option<u64>,

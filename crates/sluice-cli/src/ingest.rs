@@ -58,7 +58,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     .await?;
     let description = store.describe();
     let engine = Engine::new(store, crate::engine_config(&args.transfer)?)?;
-    let stream = RecordStream::new(
+    let stream = RecordStream::open(
         &args.stream,
         config,
         engine.clone(),
@@ -66,6 +66,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         CpuPool::per_core(),
         None,
     )
+    .await
     .map_err(|e| UsageError(e.to_string()))?;
     if let Some(address) = args.metrics_listen {
         serve_metrics(address, &stream, &engine).await?;
@@ -264,6 +265,15 @@ fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
             "parquet" => RecordFormat::Parquet,
             _ => RecordFormat::Ndjson,
         };
+    }
+    if args.table.as_deref() == Some("delta") {
+        config.table = sluice_streams::TableFormat::Delta;
+        if args.format.is_none() {
+            config.format = RecordFormat::Parquet;
+        }
+    }
+    if args.table_location.is_some() {
+        config.table_location = args.table_location.clone();
     }
     if let Some(rows) = args.row_group_records {
         config.row_group_records = rows;

@@ -98,6 +98,10 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
         None => None,
     };
     let mut state = AppState::new(config, store).map_err(|e| UsageError(e.to_string()))?;
+    state
+        .open_tables()
+        .await
+        .map_err(|e| UsageError(e.to_string()))?;
     if let Some(signer) = direct_signer {
         state = state.with_direct_signer(signer);
     }

@@ -78,7 +78,7 @@ impl From<sluice_streams::StreamError> for ApiError {
         match error {
             StreamError::BadInput(reason) => ApiError::BadRequest(reason),
             StreamError::BadRecords { .. } => ApiError::InvalidRecords(error.to_string()),
-            StreamError::NotStored(_) => ApiError::RecordsNotStored,
+            StreamError::NotStored(_) | StreamError::NotCommitted(_) => ApiError::RecordsNotStored,
             StreamError::Closed => ApiError::ShuttingDown { retry_after: 1 },
             StreamError::Busy => ApiError::Overloaded { retry_after: 1 },
         }

@@ -85,6 +85,14 @@ pub struct AppState {
 
 impl AppState {
     /// Builds the state for `config` on top of `backend`. The config must be valid.
+    /// Opens the streams that have a table (reading each table takes the
+    /// store); before serving.
+    pub async fn open_tables(&mut self) -> Result<(), ConfigError> {
+        self.streams.open_tables(&self.engine).await?;
+        self.metrics.watch_streams(self.streams.stats());
+        Ok(())
+    }
+
     pub fn new(
         config: ServerConfig,
         backend: Arc<dyn ObjectStore>,

@@ -113,7 +113,7 @@ struct Inner {
     part_seconds: Histogram,
     stream_ack_seconds: Family<StreamLabels, Histogram>,
     /// The streams' own counters, read at scrape time.
-    streams: std::sync::OnceLock<Vec<(String, Arc<StreamStats>)>>,
+    streams: std::sync::Mutex<Vec<(String, Arc<StreamStats>)>>,
 }
 
 impl Default for Metrics {
@@ -170,7 +170,7 @@ impl Metrics {
             stream_ack_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
             }),
-            streams: std::sync::OnceLock::new(),
+            streams: std::sync::Mutex::new(Vec::new()),
             registry: Registry::default(),
         };
         registry.register(
@@ -517,7 +517,7 @@ impl Metrics {
     /// budget, retries, adaptive limits) read now.
     /// Reads these streams' counters at every scrape.
     pub fn watch_streams(&self, streams: Vec<(String, Arc<StreamStats>)>) {
-        let _ = self.inner.streams.set(streams);
+        *self.inner.streams.lock().unwrap_or_else(|e| e.into_inner()) = streams;
     }
 
     pub fn stream_acknowledged(&self, stream: &str, seconds: f64) {
@@ -531,9 +531,15 @@ impl Metrics {
 
     /// The per-stream lines, in the text format, before the closing `# EOF`.
     fn render_streams(&self, text: &mut String) {
-        let Some(streams) = self.inner.streams.get().filter(|s| !s.is_empty()) else {
+        let streams = self
+            .inner
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if streams.is_empty() {
             return;
-        };
+        }
         let snapshots: Vec<(&str, StatsSnapshot)> = streams
             .iter()
             .map(|(name, stats)| (name.as_str(), stats.snapshot()))

@@ -17,6 +17,11 @@ use crate::config::ConfigError;
 #[derive(Clone, Default)]
 pub struct Streams {
     by_name: Arc<BTreeMap<String, RecordStream>>,
+    /// Streams with a table, opened by [`Streams::open_tables`] (reading a
+    /// table takes the store).
+    with_tables: Arc<BTreeMap<String, sluice_streams::StreamConfig>>,
+    /// What the streams share: the CPU pool and the records' memory.
+    shared: Option<(CpuPool, sluice_upload::MemoryShare)>,
 }
 
 impl Streams {
@@ -28,7 +33,15 @@ impl Streams {
         // One share for every stream's records: half the budget together.
         let memory = sluice_streams::records_memory(engine.budget());
         let mut by_name = BTreeMap::new();
+        let mut with_tables = BTreeMap::new();
         for (name, config) in configs {
+            if config.table != sluice_streams::TableFormat::None {
+                config
+                    .validate()
+                    .map_err(|e| ConfigError::new("streams", format!("[streams.{name}]: {e}")))?;
+                with_tables.insert(name.clone(), config.clone());
+                continue;
+            }
             let stream = RecordStream::new(
                 name,
                 config.clone(),
@@ -42,7 +55,37 @@ impl Streams {
         }
         Ok(Streams {
             by_name: Arc::new(by_name),
+            with_tables: Arc::new(with_tables),
+            shared: Some((pool, memory)),
         })
+    }
+
+    /// Opens the streams that have a table: each reads its table (its
+    /// schema, whether it may append) before taking records.
+    pub async fn open_tables(&mut self, engine: &Engine) -> Result<(), ConfigError> {
+        let (pool, memory) = self.shared.clone().unwrap_or_else(|| {
+            (
+                CpuPool::per_core(),
+                sluice_streams::records_memory(engine.budget()),
+            )
+        });
+        let mut by_name = (*self.by_name).clone();
+        for (name, config) in self.with_tables.iter() {
+            let stream = RecordStream::open(
+                name,
+                config.clone(),
+                engine.clone(),
+                memory.clone(),
+                pool.clone(),
+                None,
+            )
+            .await
+            .map_err(|e| ConfigError::new("streams", format!("[streams.{name}]: {e}")))?;
+            by_name.insert(name.clone(), stream);
+        }
+        self.by_name = Arc::new(by_name);
+        self.with_tables = Arc::default();
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<&RecordStream> {

@@ -38,6 +38,13 @@ pub struct StreamConfig {
     /// What a batch is stored as: `ndjson` (compressed lines) or `parquet`
     /// (one Parquet file, its columns compressed with `compression`).
     pub format: RecordFormat,
+    /// `delta`: each Parquet file is committed to the stream's Delta Lake
+    /// table once stored (needs `format = "parquet"`); `none`: files only.
+    pub table: TableFormat,
+    /// The table's root key (default: the stream's name). The key template
+    /// must put files under it; its `name=…` directories become the table's
+    /// partition columns.
+    pub table_location: Option<String>,
     /// Parquet: rows per row group (the unit a file is built in, in memory).
     pub row_group_records: u64,
     /// Parquet: declared top-level fields and their types (`bool`, `int64`,
@@ -82,6 +89,8 @@ impl Default for StreamConfig {
             flush_age: Duration::from_secs(1),
             compression: Compression::Zstd,
             format: RecordFormat::Ndjson,
+            table: TableFormat::None,
+            table_location: None,
             row_group_records: 1 << 20,
             schema: Default::default(),
             level: None,
@@ -104,6 +113,17 @@ pub enum RecordFormat {
     Ndjson,
     /// One Parquet file per batch, under the stream's schema.
     Parquet,
+}
+
+/// The table a stream's files join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableFormat {
+    /// None: the files are the output.
+    #[default]
+    None,
+    /// A Delta Lake table, committed to with conditional writes.
+    Delta,
 }
 
 /// What becomes of a Kafka message with no value or an empty one.
@@ -187,6 +207,26 @@ impl StreamConfig {
         }
         if !self.schema.is_empty() && self.format != RecordFormat::Parquet {
             return fail("schema", "a schema is for format = \"parquet\"".into());
+        }
+        if self.table == TableFormat::Delta {
+            if self.format != RecordFormat::Parquet {
+                return fail("table", "a Delta table holds Parquet files: set format = \"parquet\"".into());
+            }
+            if self.shard_prefix {
+                return fail("shard_prefix", "a Delta table's files sit under its location, not under hash prefixes".into());
+            }
+        } else if self.table_location.is_some() {
+            return fail("table_location", "is for table = \"delta\"".into());
+        }
+        if let Some(location) = &self.table_location {
+            let fine = !location.is_empty()
+                && !location.starts_with('/')
+                && !location.ends_with('/')
+                && !location.contains('{')
+                && !location.split('/').any(|s| s.is_empty() || s == "." || s == "..");
+            if !fine {
+                return fail("table_location", format!("{location:?} is not a key prefix (segments separated by '/', no placeholders)"));
+            }
         }
         if self.max_open_partitions == 0 {
             return fail("max_open_partitions", "must be at least 1".into());

@@ -38,6 +38,10 @@ pub enum StreamError {
     /// refused); the records are not acknowledged.
     #[error("the batch was not stored: {0}")]
     NotStored(Arc<TransferError>),
+    /// The batch was stored but not committed to the stream's table: its
+    /// records are not acknowledged (the file is an orphan, for vacuum).
+    #[error("the batch was stored but not added to its table: {0}")]
+    NotCommitted(Arc<crate::table::delta::TableError>),
     /// The stream is closing and takes no more records.
     #[error("the stream is closing")]
     Closed,

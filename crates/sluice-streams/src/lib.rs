@@ -22,7 +22,9 @@ pub mod table;
 mod template;
 
 pub use compress::CpuPool;
-pub use config::{Compression, EmptyMessages, RecordFormat, RecordSource, StreamConfig};
+pub use config::{
+    Compression, EmptyMessages, RecordFormat, RecordSource, StreamConfig, TableFormat,
+};
 pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
 pub use stream::{

@@ -43,7 +43,10 @@ use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
 use crate::stats::StreamStats;
 use crate::table::file::{FileSettings, ParquetFile};
-use crate::table::schema::{Shape, StreamSchema};
+use crate::config::TableFormat;
+use crate::table::delta::{DeltaTable, NewFile, TableLayout};
+use crate::table::schema::{Shape, StreamSchema, Version};
+use crate::table::sink::TableSink;
 use crate::template::{PartitionKey, StreamKeyTemplate};
 
 /// A batch that was stored.
@@ -66,6 +69,9 @@ pub struct StoredBatch {
     pub dead_letter: bool,
     /// From the batch's flush to the object being stored.
     pub flush_time: Duration,
+    /// The table version that added the file (a stream with a table whose
+    /// own writer commits; None otherwise).
+    pub table_version: Option<u64>,
 }
 
 /// How a batch ended, for every ticket of it.
@@ -164,6 +170,8 @@ struct Inner {
     on_stored: Option<OnStored>,
     /// A Parquet stream's schema.
     schema: Option<Arc<StreamSchema>>,
+    /// The table its files join, if any.
+    table: Option<Arc<TableSink>>,
     open: Mutex<Open>,
     writers: TaskTracker,
     stats: Arc<StreamStats>,
@@ -180,6 +188,8 @@ impl RecordStream {
     /// A stream named `name` storing through `engine`, compressing on `pool`,
     /// its records drawing on `memory` (the process's [`records_memory`],
     /// shared by all its streams).
+    ///
+    /// A stream with a table needs it read first: see [`RecordStream::open`].
     pub fn new(
         name: &str,
         config: StreamConfig,
@@ -187,6 +197,102 @@ impl RecordStream {
         memory: MemoryShare,
         pool: CpuPool,
         on_stored: Option<OnStored>,
+    ) -> Result<RecordStream, StreamConfigError> {
+        if config.table != TableFormat::None {
+            return Err(StreamConfigError {
+                key: "table",
+                reason: "a stream with a table is opened with RecordStream::open".into(),
+            });
+        }
+        Self::build(name, config, engine, memory, pool, on_stored, None)
+    }
+
+    /// [`RecordStream::new`], for any stream: one with a Delta table reads
+    /// the table first (creating nothing yet), takes its schema as where the
+    /// stream's starts, and checks that it may append to it.
+    pub async fn open(
+        name: &str,
+        config: StreamConfig,
+        engine: Engine,
+        memory: MemoryShare,
+        pool: CpuPool,
+        on_stored: Option<OnStored>,
+    ) -> Result<RecordStream, StreamConfigError> {
+        if config.table == TableFormat::None {
+            return Self::new(name, config, engine, memory, pool, on_stored);
+        }
+        config.validate()?;
+        validate_stream_name(name)?;
+        let fail = |reason: String| StreamConfigError {
+            key: "table",
+            reason,
+        };
+        let location = config
+            .table_location
+            .clone()
+            .unwrap_or_else(|| name.to_string());
+        let keys = config.key_template.replace("{stream}", name);
+        if !keys.starts_with(&format!("{location}/")) {
+            return Err(StreamConfigError {
+                key: "key_template",
+                reason: format!(
+                    "{:?} must put files under the table's location {location:?}/",
+                    config.key_template
+                ),
+            });
+        }
+        let layout = TableLayout::from_template(&location, &keys);
+        let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(engine.retrying_store());
+        let table = Arc::new(DeltaTable::new(store, layout));
+        let snapshot = table.snapshot().await.map_err(|e| fail(e.to_string()))?;
+        if let Some(reason) = snapshot
+            .protocol
+            .as_ref()
+            .and_then(crate::table::delta::log::Protocol::refuses_append)
+        {
+            return Err(fail(format!("the Delta table at {location}: {reason}")));
+        }
+        if let Some(metadata) = &snapshot.metadata {
+            if metadata.partition_columns != table.layout().partition_columns {
+                return Err(fail(format!(
+                    "the Delta table at {location} is partitioned by {:?}; the key template makes {:?}",
+                    metadata.partition_columns,
+                    table.layout().partition_columns
+                )));
+            }
+        }
+        let mut known: Vec<(String, Shape)> = snapshot
+            .schema()
+            .and_then(|s| crate::table::delta::schema::struct_fields(&s))
+            .unwrap_or_default();
+        known.retain(|(field, _)| !table.layout().partition_columns.contains(field));
+        for (field, kind) in &config.schema {
+            let declared = Shape::declared(kind).expect("validated");
+            match known.iter().find(|(k, _)| k == field) {
+                Some((_, shape)) if *shape != declared => {
+                    return Err(StreamConfigError {
+                        key: "schema",
+                        reason: format!(
+                            "{field} = {kind:?}, but the Delta table at {location} holds it as another type"
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => known.push((field.clone(), declared)),
+            }
+        }
+        let sink = Arc::new(TableSink::new(table, name));
+        Self::build(name, config, engine, memory, pool, on_stored, Some((sink, known)))
+    }
+
+    fn build(
+        name: &str,
+        config: StreamConfig,
+        engine: Engine,
+        memory: MemoryShare,
+        pool: CpuPool,
+        on_stored: Option<OnStored>,
+        table: Option<(Arc<TableSink>, Vec<(String, Shape)>)>,
     ) -> Result<RecordStream, StreamConfigError> {
         config.validate()?;
         validate_stream_name(name)?;
@@ -197,12 +303,18 @@ impl RecordStream {
         };
         let template =
             parse(&config.key_template, "key_template")?.with_extension(config.extension());
+        let (table, known) = match table {
+            Some((sink, known)) => (Some(sink), Some(known)),
+            None => (None, None),
+        };
         let schema = (config.format == RecordFormat::Parquet).then(|| {
-            let declared = config
-                .schema
-                .iter()
-                .filter_map(|(name, kind)| Some((name.clone(), Shape::declared(kind)?)))
-                .collect();
+            let declared = known.unwrap_or_else(|| {
+                config
+                    .schema
+                    .iter()
+                    .filter_map(|(name, kind)| Some((name.clone(), Shape::declared(kind)?)))
+                    .collect()
+            });
             Arc::new(StreamSchema::new(declared))
         });
         let dead_letter = match &config.dead_letter_template {
@@ -220,6 +332,7 @@ impl RecordStream {
                 pool,
                 on_stored,
                 schema,
+                table,
                 open: Mutex::new(Open {
                     batches: HashMap::new(),
                     next_id: 0,
@@ -266,6 +379,11 @@ impl RecordStream {
     /// A Parquet stream's schema (None for NDJSON).
     pub fn schema(&self) -> Option<&StreamSchema> {
         self.inner.schema.as_deref()
+    }
+
+    /// The table the stream's files join, if any.
+    pub fn table(&self) -> Option<&Arc<TableSink>> {
+        self.inner.table.as_ref()
     }
 
     /// Whether invalid records go to a dead letter instead of refusing input.
@@ -540,6 +658,43 @@ impl Inner {
         Ok(touched)
     }
 
+    /// The columns of a file written under `version`: the table's partition
+    /// columns are in its directories, not in the file.
+    fn file_schema(&self, version: &Version) -> arrow_schema::SchemaRef {
+        let schema = version.arrow_schema();
+        let Some(sink) = &self.table else {
+            return schema;
+        };
+        let partition_columns = &sink.table().layout().partition_columns;
+        let fields: Vec<_> = schema
+            .fields()
+            .iter()
+            .filter(|f| !partition_columns.contains(f.name()))
+            .cloned()
+            .collect();
+        Arc::new(arrow_schema::Schema::new(fields))
+    }
+
+    /// The stream's columns as a Delta struct type, for a commit (partition
+    /// columns left out: the table adds them).
+    pub(crate) fn table_schema(&self) -> serde_json::Value {
+        let empty = crate::table::delta::schema::empty_struct();
+        let (Some(schema), Some(sink)) = (&self.schema, &self.table) else {
+            return empty;
+        };
+        let partition_columns = &sink.table().layout().partition_columns;
+        let mut columns = crate::table::delta::schema::delta_type(schema.current().root())
+            .unwrap_or(empty);
+        if let Some(fields) = columns.get_mut("fields").and_then(|f| f.as_array_mut()) {
+            fields.retain(|f| {
+                !f.get("name")
+                    .and_then(|n| n.as_str())
+                    .is_some_and(|n| partition_columns.iter().any(|c| c == n))
+            });
+        }
+        columns
+    }
+
     /// Flushes the open batch of `slot`, if any.
     fn flush_slot(&self, slot: &Slot) {
         let mut open = self.lock();
@@ -590,7 +745,7 @@ impl Inner {
                     row_group_records: self.config.row_group_records as usize,
                 };
                 let file = ParquetFile::new(
-                    version.arrow_schema(),
+                    self.file_schema(&version),
                     settings,
                     self.pool.clone(),
                     self.stats.clone(),
@@ -863,7 +1018,15 @@ impl BatchWriter {
             totals = flushed.await.ok();
         }
         let result = match (uploaded, totals) {
-            (Ok(outcome), Some(totals)) => {
+            (Ok(outcome), Some(totals)) => 'stored: {
+                let table_version = match self.commit_to_table(&inner, &outcome, totals).await {
+                    Ok(version) => version,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "batch stored, not committed to its table");
+                        inner.stats.failed();
+                        break 'stored Err(StreamError::NotCommitted(Arc::new(e)));
+                    }
+                };
                 let stored = Arc::new(StoredBatch {
                     stream: inner.name.clone(),
                     key: self.key,
@@ -876,6 +1039,7 @@ impl BatchWriter {
                     partition: self.partition,
                     dead_letter: self.dead_letter,
                     flush_time: totals.flushed.elapsed(),
+                    table_version,
                 });
                 inner.stats.stored(
                     stored.records,
@@ -901,6 +1065,31 @@ impl BatchWriter {
             }
         };
         let _ = done.send(Some(result));
+    }
+
+    /// Adds the stored file to the stream's table, when the stream's writer
+    /// commits (not a source's, not a dead letter); the version that holds it.
+    async fn commit_to_table(
+        &self,
+        inner: &Inner,
+        outcome: &UploadOutcome,
+        totals: BatchTotals,
+    ) -> Result<Option<u64>, crate::table::delta::TableError> {
+        let Some(sink) = &inner.table else {
+            return Ok(None);
+        };
+        if self.dead_letter || sink.commits_by_source() {
+            return Ok(None);
+        }
+        let file = NewFile {
+            key: outcome.key.clone(),
+            size: outcome.size,
+            records: totals.records,
+        };
+        match sink.add(file, || inner.table_schema()).await? {
+            crate::table::delta::Committed::Version(version) => Ok(Some(version)),
+            crate::table::delta::Committed::Already => Ok(None),
+        }
     }
 
     /// The object already stored at this batch's key, as an outcome.

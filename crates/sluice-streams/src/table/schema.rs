@@ -291,6 +291,11 @@ pub struct Version {
 }
 
 impl Version {
+    /// The fields known so far, as a struct shape.
+    pub fn root(&self) -> &Shape {
+        &self.root
+    }
+
     /// The schema of a file written under this version (fields known so far).
     pub fn arrow_schema(&self) -> SchemaRef {
         match self.root.arrow() {

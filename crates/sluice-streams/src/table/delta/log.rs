@@ -1,0 +1,312 @@
+//! The Delta Lake transaction log's actions, as they are spelled in a commit
+//! file (`_delta_log/00000000000000000042.json`, one action per line) — the
+//! part of the Delta protocol that appending writers and their readers need:
+//! `protocol`, `metaData`, `add`, `remove`, `txn` (application transactions,
+//! the exactly-once marker) and `commitInfo`. Fields this writer does not use
+//! are read past (a table other writers also append to has them), and every
+//! action another writer may add is ignored but for these.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The reader and writer versions a table needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Protocol {
+    pub min_reader_version: i32,
+    pub min_writer_version: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader_features: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_features: Option<Vec<String>>,
+}
+
+impl Protocol {
+    /// What sluice writes: plain Parquet files and application transactions
+    /// (writer version 2, which every Delta reader reads).
+    pub fn written() -> Protocol {
+        Protocol {
+            min_reader_version: 1,
+            min_writer_version: 2,
+            reader_features: None,
+            writer_features: None,
+        }
+    }
+
+    /// Why sluice must not append to a table under this protocol (a writer
+    /// that ignored a feature it does not know could break the table).
+    pub fn refuses_append(&self) -> Option<String> {
+        let known = ["appendOnly", "invariants"];
+        match self.min_writer_version {
+            ..=2 => None,
+            7 => self
+                .writer_features
+                .iter()
+                .flatten()
+                .find(|f| !known.contains(&f.as_str()))
+                .map(|f| format!("the table needs writer feature `{f}`, which sluice does not know")),
+            v => Some(format!(
+                "the table needs writer version {v}; sluice writes versions 1 and 2"
+            )),
+        }
+    }
+}
+
+/// The table's description: its id, schema and partition columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetaData {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub format: Format,
+    /// The schema as a JSON document (a Delta struct type).
+    pub schema_string: String,
+    #[serde(default)]
+    pub partition_columns: Vec<String>,
+    #[serde(default)]
+    pub created_time: Option<i64>,
+    #[serde(default)]
+    pub configuration: BTreeMap<String, Option<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Format {
+    pub provider: String,
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// A data file joining the table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Add {
+    /// Relative to the table's root, percent-encoded (a URI reference).
+    pub path: String,
+    #[serde(default)]
+    pub partition_values: BTreeMap<String, Option<String>>,
+    pub size: i64,
+    pub modification_time: i64,
+    pub data_change: bool,
+    /// A JSON document: `numRecords`, and what else the writer computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<String>,
+}
+
+/// A data file leaving the table (compaction, or another writer's delete).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Remove {
+    pub path: String,
+    #[serde(default)]
+    pub deletion_timestamp: Option<i64>,
+    pub data_change: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_file_metadata: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_values: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+}
+
+/// An application transaction: the latest `version` an application (a
+/// writer, a Kafka partition) committed, kept by the table with the data it
+/// came with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Txn {
+    pub app_id: String,
+    pub version: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<i64>,
+}
+
+/// One line of a commit file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Action {
+    #[serde(rename = "commitInfo")]
+    CommitInfo(serde_json::Value),
+    #[serde(rename = "protocol")]
+    Protocol(Protocol),
+    #[serde(rename = "metaData")]
+    MetaData(MetaData),
+    #[serde(rename = "txn")]
+    Txn(Txn),
+    #[serde(rename = "add")]
+    Add(Add),
+    #[serde(rename = "remove")]
+    Remove(Remove),
+}
+
+/// A line as read: one of the actions above, or one this writer leaves alone
+/// (`cdc`, `domainMetadata`, …).
+#[derive(Debug, Default, Deserialize)]
+struct Line {
+    #[serde(rename = "commitInfo")]
+    commit_info: Option<serde_json::Value>,
+    protocol: Option<Protocol>,
+    #[serde(rename = "metaData")]
+    meta_data: Option<MetaData>,
+    txn: Option<Txn>,
+    add: Option<Add>,
+    remove: Option<Remove>,
+}
+
+/// The actions of one commit file.
+pub fn parse_commit(bytes: &[u8]) -> Result<Vec<Action>, String> {
+    let mut actions = Vec::new();
+    for (number, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let line: Line =
+            serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", number + 1))?;
+        actions.extend(
+            [
+                line.commit_info.map(Action::CommitInfo),
+                line.protocol.map(Action::Protocol),
+                line.meta_data.map(Action::MetaData),
+                line.txn.map(Action::Txn),
+                line.add.map(Action::Add),
+                line.remove.map(Action::Remove),
+            ]
+            .into_iter()
+            .flatten(),
+        );
+    }
+    Ok(actions)
+}
+
+/// A commit file's bytes.
+pub fn write_commit(actions: &[Action]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for action in actions {
+        serde_json::to_writer(&mut out, action).expect("actions serialize");
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The key of commit `version` under the log's prefix.
+pub fn commit_name(version: u64) -> String {
+    format!("{version:020}.json")
+}
+
+/// The version a log file name holds, and whether it is a commit (`….json`)
+/// rather than a checkpoint.
+pub fn version_of(name: &str) -> Option<(u64, bool)> {
+    let digits = name.get(..20)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let version = digits.parse().ok()?;
+    match &name[20..] {
+        ".json" => Some((version, true)),
+        rest if rest.starts_with(".checkpoint") && rest.ends_with(".parquet") => {
+            Some((version, false))
+        }
+        _ => None,
+    }
+}
+
+/// A table-relative path as a URI reference: what Delta keeps in `add.path`.
+/// Keys are already limited to safe characters; the rest are escaped.
+pub fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => out.push(b as char),
+            b'-' | b'_' | b'.' | b'~' | b'/' | b'=' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')'
+            | b'*' | b'+' | b',' | b';' | b'@' | b':' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The inverse of [`encode_path`] (and of other writers' escaping).
+pub fn decode_path(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_of_another_writer_reads_with_what_sluice_needs() {
+        // Written by the Python deltalake package 1.6.0.
+        let commit = br#"{"commitInfo":{"timestamp":1795801454175,"operation":"WRITE","operationParameters":{"mode":"ErrorIfExists","partitionBy":"[\"d\"]"},"engineInfo":"delta-rs:py-1.6.0","clientVersion":"delta-rs.py-1.6.0"}}
+{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}
+{"metaData":{"id":"6d6e3883-cd32-4760-b4e0-619ea303b2fc","name":null,"description":null,"format":{"provider":"parquet","options":{}},"schemaString":"{\"type\":\"struct\",\"fields\":[{\"name\":\"a\",\"type\":\"long\",\"nullable\":true,\"metadata\":{}}]}","partitionColumns":["d"],"createdTime":1795801454172,"configuration":{}}}
+{"add":{"path":"d=2026-11-27/part-00000-ac2f.snappy.parquet","partitionValues":{"d":"2026-11-27"},"size":738,"modificationTime":1795801454175,"dataChange":true,"stats":"{\"numRecords\":2}","tags":null,"baseRowId":null,"defaultRowCommitVersion":null,"clusteringProvider":null}}
+{"domainMetadata":{"domain":"x","configuration":"{}","removed":false}}
+"#;
+        let actions = parse_commit(commit).unwrap();
+        let kinds: Vec<&str> = actions
+            .iter()
+            .map(|a| match a {
+                Action::CommitInfo(_) => "commitInfo",
+                Action::Protocol(_) => "protocol",
+                Action::MetaData(_) => "metaData",
+                Action::Txn(_) => "txn",
+                Action::Add(_) => "add",
+                Action::Remove(_) => "remove",
+            })
+            .collect();
+        assert_eq!(kinds, ["commitInfo", "protocol", "metaData", "add"]);
+        let again = parse_commit(&write_commit(&actions)).unwrap();
+        assert_eq!(again, actions);
+    }
+
+    #[test]
+    fn log_names() {
+        let cases = [
+            ("00000000000000000000.json", Some((0, true))),
+            ("00000000000000000042.json", Some((42, true))),
+            ("00000000000000000100.checkpoint.parquet", Some((100, false))),
+            (
+                "00000000000000000100.checkpoint.0000000001.0000000002.parquet",
+                Some((100, false)),
+            ),
+            ("00000000000000000042.crc", None),
+            ("_last_checkpoint", None),
+            ("0000000000000000004.json", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(version_of(name), want, "{name}");
+        }
+        assert_eq!(commit_name(7), "00000000000000000007.json");
+    }
+
+    #[test]
+    fn paths_escape_and_come_back() {
+        let cases = [
+            ("d=2026-11-27/a.parquet", "d=2026-11-27/a.parquet"),
+            ("t=a b/c%.parquet", "t=a%20b/c%25.parquet"),
+            ("é/x", "%C3%A9/x"),
+        ];
+        for (path, encoded) in cases {
+            assert_eq!(encode_path(path), encoded);
+            assert_eq!(decode_path(encoded), path);
+        }
+    }
+}

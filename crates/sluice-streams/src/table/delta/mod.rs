@@ -1,0 +1,465 @@
+//! A Delta Lake table in the stream's store, committed to by sluice itself:
+//! the log is read (from version 0, or from a checkpoint) into a
+//! [`Snapshot`], and a commit is the next version's file written with
+//! `If-None-Match: *`, the S3 conditional write that lets exactly one writer
+//! have each version (no DynamoDB, no catalog). A writer that loses a version
+//! reads what won and tries the next one, unless what won moved one of its
+//! application transactions: then another owner has that data's place, and
+//! this writer is [`TableError::Fenced`].
+//!
+//! Application transactions (`txn`) make commits exactly once: each commit
+//! names, per transaction, the version the table must hold before it
+//! (`after`) and the one it holds after (`version`). A Kafka partition's is
+//! its next offset; a gateway's or `sluice ingest`'s is its own count of
+//! commits. A commit whose answer was lost is found in the log on the next
+//! read ([`Committed::Already`]).
+//!
+//! Only appends are written here; other writers' actions (removes, other
+//! transactions, schema changes) are read and kept.
+
+pub mod log;
+pub mod schema;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use futures::TryStreamExt;
+use serde_json::{json, Value};
+use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
+
+use log::{Action, Add, MetaData, Protocol, Txn};
+
+/// Why a table could not be read or committed to.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TableError {
+    #[error("the Delta table at {root}: {source}")]
+    Store {
+        root: String,
+        source: Arc<StoreError>,
+    },
+    #[error("the Delta log {key} does not read: {reason}")]
+    Log { key: String, reason: String },
+    #[error("the Delta table at {root} cannot be appended to: {reason}")]
+    Protocol { root: String, reason: String },
+    #[error("the Delta table at {root}: {reason}")]
+    Schema { root: String, reason: String },
+    /// Another writer committed this transaction's data: the files of this
+    /// commit are not in the table, and must not be.
+    #[error(
+        "another writer committed transaction {app_id} first (the table holds {found:?}, \
+         this writer expected {expected:?}); its files were left out"
+    )]
+    Fenced {
+        app_id: String,
+        expected: Option<i64>,
+        found: Option<i64>,
+    },
+    #[error("{key} is not under the table's location {root}")]
+    Outside { key: String, root: String },
+}
+
+/// The table as of one version.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// None: no commit yet (the table does not exist).
+    pub version: Option<u64>,
+    pub protocol: Option<Protocol>,
+    pub metadata: Option<MetaData>,
+    /// Application transactions: app id → latest version.
+    pub txns: HashMap<String, i64>,
+    /// The data files (path as in the log → its add), when tracked.
+    pub files: Option<BTreeMap<String, Add>>,
+    /// The last log key read (the next listing starts after it).
+    listed: Option<String>,
+}
+
+impl Snapshot {
+    /// The table's schema (a Delta struct type), if it has one.
+    pub fn schema(&self) -> Option<Value> {
+        let metadata = self.metadata.as_ref()?;
+        serde_json::from_str(&metadata.schema_string).ok()
+    }
+
+    fn apply(&mut self, version: u64, actions: Vec<Action>) {
+        self.version = Some(version);
+        for action in actions {
+            match action {
+                Action::Protocol(p) => self.protocol = Some(p),
+                Action::MetaData(m) => self.metadata = Some(m),
+                Action::Txn(t) => {
+                    self.txns.insert(t.app_id, t.version);
+                }
+                Action::Add(add) => {
+                    if let Some(files) = &mut self.files {
+                        files.insert(add.path.clone(), add);
+                    }
+                }
+                Action::Remove(remove) => {
+                    if let Some(files) = &mut self.files {
+                        files.remove(&remove.path);
+                    }
+                }
+                Action::CommitInfo(_) => {}
+            }
+        }
+    }
+}
+
+/// A data file stored under the table's location, to be added.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    /// The object's key in the store.
+    pub key: String,
+    pub size: u64,
+    pub records: u64,
+}
+
+/// One application transaction of a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transaction {
+    pub app_id: String,
+    /// The version the table must hold now (None: none yet).
+    pub after: Option<i64>,
+    /// The version it holds once this commit is in.
+    pub version: i64,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The table's new version.
+    Version(u64),
+    /// Its transactions were in the table already (a commit whose answer
+    /// was lost): nothing was written.
+    Already,
+}
+
+/// What a stream's table is: where, and its partition columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableLayout {
+    /// The table's root key, without a trailing `/` (`events`).
+    pub location: String,
+    /// Partition columns: the `name=` directories of the key template.
+    pub partition_columns: Vec<String>,
+}
+
+impl TableLayout {
+    /// Partition columns are the key template's `name=…` directories below
+    /// the table's root.
+    pub fn from_template(location: &str, rendered_template: &str) -> TableLayout {
+        let below = rendered_template
+            .strip_prefix(location)
+            .unwrap_or(rendered_template);
+        let mut segments: Vec<&str> = below.split('/').filter(|s| !s.is_empty()).collect();
+        segments.pop(); // the file's own name
+        let partition_columns = segments
+            .iter()
+            .filter_map(|s| s.split_once('=').map(|(name, _)| name))
+            .filter(|name| is_column_name(name))
+            .map(str::to_string)
+            .collect();
+        TableLayout {
+            location: location.trim_end_matches('/').to_string(),
+            partition_columns,
+        }
+    }
+
+    /// A stored file's add action: its path relative to the table, and the
+    /// partition values its directories name.
+    fn add(&self, file: &NewFile, now_ms: i64) -> Result<Add, TableError> {
+        let root = format!("{}/", self.location);
+        let relative = file
+            .key
+            .strip_prefix(&root)
+            .ok_or_else(|| TableError::Outside {
+                key: file.key.clone(),
+                root: self.location.clone(),
+            })?;
+        let mut values: BTreeMap<String, Option<String>> = self
+            .partition_columns
+            .iter()
+            .map(|c| (c.clone(), None))
+            .collect();
+        let mut dirs: Vec<&str> = relative.split('/').collect();
+        dirs.pop();
+        for dir in dirs {
+            if let Some((name, value)) = dir.split_once('=') {
+                if let Some(slot) = values.get_mut(name) {
+                    *slot = Some(value.to_string());
+                }
+            }
+        }
+        Ok(Add {
+            path: log::encode_path(relative),
+            partition_values: values,
+            size: file.size as i64,
+            modification_time: now_ms,
+            data_change: true,
+            stats: Some(json!({"numRecords": file.records}).to_string()),
+        })
+    }
+}
+
+/// A partition column's name: what a Hive-style directory can name.
+fn is_column_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains(['{', '}'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One Delta table, as one writer sees it.
+pub struct DeltaTable {
+    store: Arc<dyn ObjectStore>,
+    layout: TableLayout,
+    log_prefix: String,
+    /// The latest snapshot read; commits take it in turn.
+    snapshot: tokio::sync::Mutex<Snapshot>,
+}
+
+impl std::fmt::Debug for DeltaTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeltaTable({})", self.layout.location)
+    }
+}
+
+fn now_ms() -> i64 {
+    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+impl DeltaTable {
+    /// The table at `layout.location` in `store` (not read yet).
+    pub fn new(store: Arc<dyn ObjectStore>, layout: TableLayout) -> DeltaTable {
+        let log_prefix = format!("{}/_delta_log/", layout.location);
+        DeltaTable {
+            store,
+            layout,
+            log_prefix,
+            snapshot: tokio::sync::Mutex::new(Snapshot::default()),
+        }
+    }
+
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+
+    fn store_error(&self, source: StoreError) -> TableError {
+        TableError::Store {
+            root: self.layout.location.clone(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// The table as it is now (read from where the last read stopped).
+    pub async fn snapshot(&self) -> Result<Snapshot, TableError> {
+        let mut snapshot = self.snapshot.lock().await;
+        self.refresh(&mut snapshot).await?;
+        Ok(snapshot.clone())
+    }
+
+    /// The whole table, its data files included, read afresh.
+    pub async fn read_with_files(&self) -> Result<Snapshot, TableError> {
+        let mut snapshot = Snapshot {
+            files: Some(BTreeMap::new()),
+            ..Snapshot::default()
+        };
+        self.refresh(&mut snapshot).await?;
+        Ok(snapshot)
+    }
+
+    /// Reads the commits after `snapshot`'s into it.
+    async fn refresh(&self, snapshot: &mut Snapshot) -> Result<(), TableError> {
+        loop {
+            let page = self
+                .store
+                .list_objects(&self.log_prefix, snapshot.listed.as_deref(), 1000)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            let last_page = page.next_cursor.is_none();
+            for object in page.objects {
+                let name = &object.key[self.log_prefix.len()..];
+                snapshot.listed = Some(object.key.clone());
+                let Some((version, true)) = log::version_of(name) else {
+                    continue;
+                };
+                let expected = snapshot.version.map_or(0, |v| v + 1);
+                if version < expected {
+                    continue;
+                }
+                if version > expected {
+                    return Err(TableError::Log {
+                        key: object.key.clone(),
+                        reason: format!(
+                            "version {expected} is missing (a log cleaned up after a \
+                             checkpoint: reading checkpoints is not supported yet)"
+                        ),
+                    });
+                }
+                let actions = self.read_commit(&object.key).await?;
+                snapshot.apply(version, actions);
+            }
+            if last_page {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn read_commit(&self, key: &str) -> Result<Vec<Action>, TableError> {
+        let output = self
+            .store
+            .get_object(key, None)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let mut bytes = BytesMut::new();
+        let mut body = output.body;
+        while let Some(chunk) = body.try_next().await.map_err(|e| self.store_error(e))? {
+            bytes.extend_from_slice(&chunk);
+        }
+        log::parse_commit(&bytes).map_err(|reason| TableError::Log {
+            key: key.to_string(),
+            reason,
+        })
+    }
+
+    /// Adds `files` to the table in one commit with `transactions`, widening
+    /// the table's schema with `schema` (a Delta struct type of the files'
+    /// columns) where the files bring new ones.
+    pub async fn commit(
+        &self,
+        files: &[NewFile],
+        transactions: &[Transaction],
+        schema: &Value,
+    ) -> Result<Committed, TableError> {
+        let mut snapshot = self.snapshot.lock().await;
+        loop {
+            self.refresh(&mut snapshot).await?;
+            // Where the transactions stand: all in (a lost answer), all at
+            // their `after` (go), or another writer moved one (fenced).
+            let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
+            if !transactions.is_empty() && transactions.iter().all(|t| found(t) == Some(t.version))
+            {
+                return Ok(Committed::Already);
+            }
+            if let Some(t) = transactions.iter().find(|t| found(t) != t.after) {
+                return Err(TableError::Fenced {
+                    app_id: t.app_id.clone(),
+                    expected: t.after,
+                    found: found(t),
+                });
+            }
+            if let Some(reason) = snapshot.protocol.as_ref().and_then(Protocol::refuses_append) {
+                return Err(TableError::Protocol {
+                    root: self.layout.location.clone(),
+                    reason,
+                });
+            }
+            let version = snapshot.version.map_or(0, |v| v + 1);
+            let now = now_ms();
+            let mut actions = vec![Action::CommitInfo(json!({
+                "timestamp": now,
+                "operation": "STREAMING UPDATE",
+                "operationParameters": {"outputMode": "Append"},
+                "isBlindAppend": true,
+                "clientVersion": concat!("sluice-", env!("CARGO_PKG_VERSION")),
+            }))];
+            actions.extend(self.metadata_actions(&snapshot, schema, now)?);
+            actions.extend(transactions.iter().map(|t| {
+                Action::Txn(Txn {
+                    app_id: t.app_id.clone(),
+                    version: t.version,
+                    last_updated: Some(now),
+                })
+            }));
+            for file in files {
+                actions.push(Action::Add(self.layout.add(file, now)?));
+            }
+            let key = format!("{}{}", self.log_prefix, log::commit_name(version));
+            let mut put = PutRequest::new(key.clone(), log::write_commit(&actions));
+            put.content_type = Some("application/json".into());
+            put.condition = Some(WriteCondition::IfNoneMatch);
+            match self.store.put_object(put).await {
+                Ok(_) => {
+                    snapshot.apply(version, actions);
+                    return Ok(Committed::Version(version));
+                }
+                // Another writer has this version: read it, and go on.
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(e) => {
+                    // The answer may be lost with the commit in: the log tells.
+                    tracing::warn!(key, error = %sluice_store::error_chain(&e), "a Delta commit failed; reading the log to see whether it landed");
+                    let landed = self.refresh(&mut snapshot).await.is_ok()
+                        && !transactions.is_empty()
+                        && transactions.iter().all(|t| found_in(&snapshot, t));
+                    if landed {
+                        return Ok(Committed::Version(version));
+                    }
+                    return Err(self.store_error(e));
+                }
+            }
+        }
+    }
+
+    /// A new table's protocol and metadata, or the metadata widened by
+    /// `schema`, or nothing.
+    fn metadata_actions(
+        &self,
+        snapshot: &Snapshot,
+        schema: &Value,
+        now: i64,
+    ) -> Result<Vec<Action>, TableError> {
+        let schema_error = |reason: String| TableError::Schema {
+            root: self.layout.location.clone(),
+            reason,
+        };
+        let partition_fields = || {
+            let fields = self
+                .layout
+                .partition_columns
+                .iter()
+                .map(|c| schema::field(c, json!("string")))
+                .collect::<Vec<_>>();
+            json!({"type": "struct", "fields": fields})
+        };
+        let Some(metadata) = &snapshot.metadata else {
+            let mut first = schema::empty_struct();
+            schema::merge_into(&mut first, schema, "").map_err(schema_error)?;
+            schema::merge_into(&mut first, &partition_fields(), "").map_err(schema_error)?;
+            return Ok(vec![
+                Action::Protocol(Protocol::written()),
+                Action::MetaData(MetaData {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    name: None,
+                    description: None,
+                    format: log::Format {
+                        provider: "parquet".into(),
+                        options: BTreeMap::new(),
+                    },
+                    schema_string: first.to_string(),
+                    partition_columns: self.layout.partition_columns.clone(),
+                    created_time: Some(now),
+                    configuration: BTreeMap::new(),
+                }),
+            ]);
+        };
+        if metadata.partition_columns != self.layout.partition_columns {
+            return Err(schema_error(format!(
+                "its partition columns are {:?}; the stream's key template makes {:?}",
+                metadata.partition_columns, self.layout.partition_columns
+            )));
+        }
+        let mut table: Value = serde_json::from_str(&metadata.schema_string)
+            .map_err(|e| schema_error(format!("its schema does not read: {e}")))?;
+        if !schema::merge_into(&mut table, schema, "").map_err(schema_error)? {
+            return Ok(Vec::new());
+        }
+        let mut widened = metadata.clone();
+        widened.schema_string = table.to_string();
+        Ok(vec![Action::MetaData(widened)])
+    }
+}
+
+fn found_in(snapshot: &Snapshot, t: &Transaction) -> bool {
+    snapshot.txns.get(&t.app_id) == Some(&t.version)
+}
