@@ -40,7 +40,13 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     };
     let mut config = stream_config(&args)?;
     if kafka.is_some() && config.key_template == StreamConfig::default().key_template {
-        config.key_template = "{stream}/{partition}/{offset}".into();
+        // Into a table, the table says where partitions resume: keys need
+        // only to stay apart. Otherwise replays list the offsets in keys.
+        config.key_template = match config.table {
+            sluice_streams::TableFormat::Delta => "{stream}/{partition}/{offset}-{uuid}",
+            sluice_streams::TableFormat::None => "{stream}/{partition}/{offset}",
+        }
+        .into();
     }
     let source = match kafka {
         Some(_) => RecordSource::Kafka,
@@ -73,10 +79,11 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     if let Some(source) = kafka {
-        stream
-            .template()
-            .check_offset_layout()
-            .map_err(|e| UsageError(format!("--key-template: {e}")))?;
+        let layout = match stream.table() {
+            Some(_) => stream.template().check_table_layout(),
+            None => stream.template().check_offset_layout(),
+        };
+        layout.map_err(|e| UsageError(format!("--key-template: {e}")))?;
         let kafka = crate::interruptible_saying(
             &engine,
             sluice_streams::kafka::run(&stream, &source),
@@ -183,6 +190,7 @@ fn report(
             line["pauses"] = kafka.pauses.into();
             line["revoked"] = kafka.revoked.into();
             line["empty_skipped"] = kafka.empty_skipped.into();
+            line["table_commits"] = kafka.table_commits.into();
         }
         println!("{line}");
     } else if !args.transfer.quiet {

@@ -880,3 +880,165 @@ fn kafka_sources_are_checked_before_connecting() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// `sluice ingest … --table delta` into the Delta table `events` through
+/// `endpoint`, in consumer group `group`.
+fn ingest_delta(fixture: &Fixture, endpoint: &str, group: &str) -> Command {
+    let mut command =
+        ingest_with_defaults(&fixture.bootstrap, &fixture.topic, group, endpoint, &fixture.prefix);
+    command.args(["--table", "delta", "--flush-records", "2000", "--flush-age", "300ms"]);
+    command
+}
+
+/// Produces `records` lines `{"n":N,"pad":"…"}` (100 bytes of pad) to
+/// `topic` in chunks of 20,000 with the console producer, `every` apart.
+fn produce_paced(
+    cp: &str,
+    bootstrap: &str,
+    topic: &str,
+    records: u64,
+    every: Duration,
+) -> std::thread::JoinHandle<()> {
+    let (cp, bootstrap, topic) = (cp.to_string(), bootstrap.to_string(), topic.to_string());
+    std::thread::spawn(move || {
+        const CHUNK: u64 = 20_000;
+        for start in (0..records).step_by(CHUNK as usize) {
+            let began = Instant::now();
+            let input: String = (start..(start + CHUNK).min(records))
+                .map(|n| record(n, 100) + "\n")
+                .collect();
+            kafka_tool(
+                &cp,
+                "kafka.tools.ConsoleProducer",
+                &["--bootstrap-server", &bootstrap, "--topic", &topic],
+                Some(input.as_bytes()),
+            );
+            std::thread::sleep(every.saturating_sub(began.elapsed()));
+        }
+    })
+}
+
+/// The Delta table's commits so far.
+async fn table_commits(store: &S3Store) -> usize {
+    store
+        .list_objects("events/_delta_log/", None, 1000)
+        .await
+        .unwrap()
+        .objects
+        .iter()
+        .filter(|o| o.key.ends_with(".json"))
+        .count()
+}
+
+/// Waits until the table has more than `commits` commits.
+async fn table_grows_past(store: &S3Store, commits: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while table_commits(store).await <= commits {
+        assert!(Instant::now() < deadline, "no table commit within 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigkills_and_a_rebalance(
+) {
+    let Some(readers) = common::python_readers("kafka-delta") else {
+        return;
+    };
+    let Some(fixture) = fixture("kafka-delta").await else {
+        return;
+    };
+    const RECORDS: u64 = 300_000;
+    kafka_tool(
+        &fixture.cp,
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--bootstrap-server",
+            &fixture.bootstrap,
+            "--create",
+            "--topic",
+            &fixture.topic,
+            "--partitions",
+            "8",
+        ],
+        None,
+    );
+    // Records arrive while the runs below come and go (20,000 every 3 s),
+    // so that each dies part-way through the topic.
+    let producer = produce_paced(
+        &fixture.cp,
+        &fixture.bootstrap,
+        &fixture.topic,
+        RECORDS,
+        Duration::from_secs(3),
+    );
+    let group = fixture.topic.clone();
+    let endpoint = fixture.endpoint.clone();
+    // Twice, a run ends right after a table commit and before the group's:
+    // the group's offsets lag the table's, and the next run must go by the table.
+    for at in [1, 2] {
+        let died = ingest_delta(&fixture, &endpoint, &group)
+            .env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", at.to_string())
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            died.status.code(),
+            Some(137),
+            "{}",
+            String::from_utf8_lossy(&died.stderr)
+        );
+    }
+    // Three SIGKILLs from outside, each once the run has committed once.
+    for _ in 0..3 {
+        let before = table_commits(&fixture.store).await;
+        let run = Running::spawn(
+            ingest_delta(&fixture, &endpoint, &group)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        table_grows_past(&fixture.store, before).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(run);
+    }
+    // A second member joins, takes half the partitions, and is killed: they
+    // come back to the first once its session lapses.
+    let first = Running::spawn(
+        ingest_delta(&fixture, &endpoint, &group)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = table_commits(&fixture.store).await;
+    let second = Running::spawn(
+        ingest_delta(&fixture, &endpoint, &group)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    table_grows_past(&fixture.store, before).await;
+    drop(second);
+    tokio::task::spawn_blocking(move || producer.join().unwrap())
+        .await
+        .unwrap();
+    let first = summary_of(&finished(first).await);
+    assert!(
+        first["revoked"].as_u64().unwrap() >= 1,
+        "the second member's joining revoked nothing: {first}"
+    );
+    let table = format!(
+        "s3://{}/{}/events",
+        sluice_testkit::minio::TEST_BUCKET,
+        fixture.prefix.trim_end_matches('/')
+    );
+    let read = common::read_delta(&readers, Some(&fixture.endpoint), &table, "n", false);
+    for reader in ["deltalake", "duckdb"] {
+        let got = &read[reader];
+        assert_eq!(got["rows"], RECORDS, "{reader}: {got}");
+        assert_eq!(got["distinct"], RECORDS, "{reader}: records twice: {got}");
+        assert_eq!(got["min"], 0, "{reader}: {got}");
+        assert_eq!(got["max"], RECORDS - 1, "{reader}: {got}");
+        // Every pad equal to what was produced.
+        assert_eq!(got["distinct_values"]["pad"], 1, "{reader}: {got}");
+    }
+}

@@ -197,23 +197,6 @@ fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
     }
 }
 
-/// The Python with pyarrow and DuckDB (scripts/test.sh installs them), or
-/// None when the test may skip.
-fn parquet_readers(test: &str) -> Option<(String, String)> {
-    match (
-        std::env::var("SLUICE_TEST_CLIENTS"),
-        std::env::var("SLUICE_TEST_PYTHON"),
-    ) {
-        (Ok(dir), Ok(python)) if !dir.is_empty() => Some((dir, python)),
-        _ if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") => {
-            panic!("{test}: the Parquet readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)")
-        }
-        _ => {
-            eprintln!("SKIPPED {test}: no Parquet readers (run scripts/test.sh)");
-            None
-        }
-    }
-}
 
 /// What pyarrow and DuckDB read from the Parquet files under `dir`, rows
 /// ordered by `id` (tests/clients/parquet_read.py).
@@ -263,7 +246,7 @@ fn changing_records(count: u64, conflict: u64) -> Vec<serde_json::Value> {
 
 #[test]
 fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
-    let Some((clients, python)) = parquet_readers("parquet-readback") else {
+    let Some((clients, python)) = common::python_readers("parquet-readback") else {
         return;
     };
     const RECORDS: u64 = 40_000;
@@ -361,7 +344,7 @@ fn comparable(value: &serde_json::Value) -> serde_json::Value {
 
 #[tokio::test]
 async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
-    let Some((clients, python)) = parquet_readers("parquet-gateway") else {
+    let Some((clients, python)) = common::python_readers("parquet-gateway") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

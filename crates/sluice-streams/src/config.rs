@@ -282,14 +282,18 @@ impl StreamConfig {
     /// by the next); a Kafka message's by its partition and offset, so that a
     /// replay finds it stored, apart from the batches' keys.
     pub fn check_source(&self, source: RecordSource) -> Result<(), StreamConfigError> {
-        if source == RecordSource::Kafka && self.format == RecordFormat::Parquet {
+        if source == RecordSource::Kafka
+            && self.format == RecordFormat::Parquet
+            && self.table == TableFormat::None
+        {
             // A replay must judge each message as the run before did; with a
             // schema learned from the messages, that needs the schema kept in
             // the bucket, which is not done yet.
             return Err(StreamConfigError {
                 key: "format",
-                reason: "parquet does not work with a Kafka source yet: a replay would judge \
-                         messages against a schema learned afresh"
+                reason: "parquet from Kafka needs table = \"delta\": the table keeps the schema \
+                         and each partition's offset, so a replay judges messages as the run \
+                         before did"
                     .into(),
             });
         }

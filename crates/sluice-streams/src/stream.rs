@@ -386,6 +386,12 @@ impl RecordStream {
         self.inner.table.as_ref()
     }
 
+    /// The stream's columns as a Delta struct type (for a source that
+    /// commits to the table itself).
+    pub(crate) fn table_schema(&self) -> serde_json::Value {
+        self.inner.table_schema()
+    }
+
     /// Whether invalid records go to a dead letter instead of refusing input.
     pub fn has_dead_letter(&self) -> bool {
         self.inner.dead_letter.is_some()

@@ -184,6 +184,20 @@ impl StreamKeyTemplate {
         }
     }
 
+    /// Checks that keys hold `{partition}` and `{uuid}`: what a Kafka stream
+    /// into a table needs (files from different partitions apart; a replay's
+    /// file never in the way of the one a killed run stored and did not
+    /// commit).
+    pub fn check_table_layout(&self) -> Result<(), String> {
+        if self.pieces.contains(&Piece::Partition) && self.pieces.contains(&Piece::Uuid) {
+            return Ok(());
+        }
+        Err("a Kafka stream into a table needs {partition} and {uuid} in its keys \
+             (such as {stream}/{partition}/{offset}-{uuid}): a replay writes its files \
+             beside those a killed run stored and did not commit"
+            .into())
+    }
+
     /// What every key of `partition`'s batches starts with, up to the offset
     /// (for templates that pass [`Self::check_offset_layout`]).
     pub fn offset_prefix(&self, stream: &str, partition: &PartitionKey) -> String {

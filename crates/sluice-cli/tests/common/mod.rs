@@ -202,3 +202,54 @@ pub async fn stored_lines(
     }
     batches
 }
+
+/// The Python with pyarrow and DuckDB (scripts/test.sh installs them), or
+/// None when the test may skip.
+pub fn python_readers(test: &str) -> Option<(String, String)> {
+    match (
+        std::env::var("SLUICE_TEST_CLIENTS"),
+        std::env::var("SLUICE_TEST_PYTHON"),
+    ) {
+        (Ok(dir), Ok(python)) if !dir.is_empty() => Some((dir, python)),
+        _ if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") => {
+            panic!("{test}: the Python readers (pyarrow, DuckDB, deltalake) are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)")
+        }
+        _ => {
+            eprintln!("SKIPPED {test}: no Python readers (run scripts/test.sh)");
+            None
+        }
+    }
+}
+
+/// What the Python deltalake package and DuckDB read from the Delta table at
+/// `table` (a directory, or s3://bucket/prefix on `endpoint`), by `key`
+/// (tests/clients/delta_read.py).
+pub fn read_delta(
+    readers: &(String, String),
+    endpoint: Option<&str>,
+    table: &str,
+    key: &str,
+    rows: bool,
+) -> serde_json::Value {
+    let (clients, python) = readers;
+    let mut command = std::process::Command::new(python);
+    command.arg(format!("{clients}/delta_read.py")).args([table, key]);
+    if rows {
+        command.arg("--rows");
+    }
+    if let Some(endpoint) = endpoint {
+        command.env("AWS_ENDPOINT_URL", endpoint);
+    }
+    let read = command.output().unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(
+        read["deltalake"]["rows"], read["duckdb"]["rows"],
+        "the readers disagree"
+    );
+    read
+}

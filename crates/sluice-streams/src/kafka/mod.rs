@@ -39,6 +39,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_upload::Reservation;
+use tracing::Instrument;
 
 use crate::config::{EmptyMessages, RecordSource};
 use crate::error::{BadRecord, StreamError};
@@ -48,12 +49,19 @@ use crate::template::PartitionKey;
 
 mod poller;
 mod recovery;
+mod table;
 
 use poller::{Gathered, Handover, Placed, Polled, SourceConsumer, SourceContext};
 use recovery::stored_from;
+use table::TableOffsets;
+
+use crate::table::delta::{NewFile, TableError, Transaction};
 
 /// How often stored batches are committed and idleness checked.
 const TICK: Duration = Duration::from_millis(100);
+/// How often, at most, a stream into a table commits to it while running
+/// (each commit is one log file: fewer, larger commits read faster).
+const TABLE_COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// librdkafka's wait before fetching again for a partition whose prefetch
 /// queue was full. Its default of one second left the consumer idle most of
 /// the time once the queue had filled (1.6x slower end to end).
@@ -108,6 +116,8 @@ pub struct KafkaSummary {
     pub dead_lettered: u64,
     /// Empty messages (tombstones) left out.
     pub empty_skipped: u64,
+    /// Commits to the stream's table.
+    pub table_commits: u64,
 }
 
 /// Why the source stopped.
@@ -123,6 +133,8 @@ pub enum KafkaError {
     Stream(#[from] StreamError),
     #[error("reading stored batch {key}: {reason}")]
     Recovery { key: String, reason: String },
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
 /// One partition's progress.
@@ -138,15 +150,46 @@ struct PartitionState {
     /// Batches in append order with the last offset each holds so far; `None`
     /// for messages skipped because an earlier run stored them.
     batches: VecDeque<(Option<Ticket>, i64)>,
+    /// A stream into a table: the partition's version in the table that
+    /// this member's next commit follows (its next offset; None: none yet).
+    table_at: Option<i64>,
+}
+
+/// A partition's batches stored in order, ready to be committed.
+struct Ready {
+    partition: i32,
+    /// The offset after the last message they cover.
+    next: i64,
+    /// The files among them (not dead letters).
+    files: Vec<NewFile>,
 }
 
 /// Consumes `source` into `stream` until idle (when asked) or an error.
 pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSummary, KafkaError> {
-    stream
-        .template()
-        .check_offset_layout()
-        .map_err(KafkaError::Template)?;
     stream.config().check_source(RecordSource::Kafka)?;
+    let table_offsets = match stream.table() {
+        Some(sink) => {
+            stream
+                .template()
+                .check_table_layout()
+                .map_err(KafkaError::Template)?;
+            sink.commit_by_source();
+            Some(Arc::new(TableOffsets::new(
+                sink.table().clone(),
+                &source.group,
+                &source.topic,
+                tokio::runtime::Handle::current(),
+            )))
+        }
+        None => {
+            stream
+                .template()
+                .check_offset_layout()
+                .map_err(KafkaError::Template)?;
+            None
+        }
+    };
+    let mut last_table_commit = tokio::time::Instant::now();
     // What waits before the ingest task takes it: librdkafka's prefetch queue
     // and the gatherings on their way, each an eighth of the record memory
     // at most (16 MiB each with the default budget).
@@ -158,8 +201,12 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     let _waiting = memory
         .reserve(prefetch + gathering_buffer * poller::GATHERINGS_HELD as u64)
         .await;
-    let (handover, mut polled) =
-        Handover::new(&source.topic, gather_bytes as usize, stream.stats().clone());
+    let (handover, mut polled) = Handover::new(
+        &source.topic,
+        gather_bytes as usize,
+        stream.stats().clone(),
+        table_offsets.clone(),
+    );
     let consumer: Arc<SourceConsumer> = Arc::new(
         ClientConfig::new()
             .set("bootstrap.servers", &source.brokers)
@@ -193,11 +240,11 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 let outcome = match next {
                     Some(Ok(Polled::Messages(gathered))) => {
                         last_message = tokio::time::Instant::now();
-                        take(stream, &mut partitions, gathered, &mut summary).await
+                        take(stream, table_offsets.as_deref(), &mut partitions, gathered, &mut summary).await
                     }
                     Some(Ok(Polled::Revoked(revoked, done))) => {
                         last_message = tokio::time::Instant::now();
-                        let outcome = give_up(stream, &consumer, &source.topic, &mut partitions, &revoked, &mut summary).await;
+                        let outcome = give_up(stream, &consumer, table_offsets.as_deref(), &source.topic, &mut partitions, &revoked, &mut summary).await;
                         drop(done);
                         outcome
                     }
@@ -209,15 +256,18 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 }
             }
             _ = tick.tick() => {
-                let (offsets, failed) = match stored_offsets(&source.topic, &mut partitions, &mut summary) {
-                    Ok(stored) => stored,
-                    Err(e) => break Err(e),
-                };
-                if let Err(e) = commit(&consumer, offsets, CommitMode::Async) {
-                    break Err(e);
-                }
-                if let Some(e) = failed {
-                    break Err(e.into());
+                // A table is committed to once a second at most; the group
+                // at every tick.
+                let due = table_offsets.is_none() || last_table_commit.elapsed() >= TABLE_COMMIT_EVERY;
+                if due {
+                    last_table_commit = tokio::time::Instant::now();
+                    let (ready, failed) = stored_offsets(&mut partitions, &mut summary);
+                    if let Err(e) = commit_ready(stream, &consumer, table_offsets.as_deref(), &source.topic, &mut partitions, ready, CommitMode::Async, &mut summary).await {
+                        break Err(e);
+                    }
+                    if let Some(e) = failed {
+                        break Err(e.into());
+                    }
                 }
                 // Idle counts from the assignment on (a group still waiting for a
                 // dead member's session to lapse has given us nothing to read
@@ -248,8 +298,18 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     // stopped by an invalid message stores what came before it).
     stream.close().await;
     let finished = async {
-        let (offsets, failed) = stored_offsets(&source.topic, &mut partitions, &mut summary)?;
-        commit_sync(&consumer, offsets).await?;
+        let (ready, failed) = stored_offsets(&mut partitions, &mut summary);
+        commit_ready(
+            stream,
+            &consumer,
+            table_offsets.as_deref(),
+            &source.topic,
+            &mut partitions,
+            ready,
+            CommitMode::Sync,
+            &mut summary,
+        )
+        .await?;
         result?;
         failed.map_or(Ok(()), |e| Err(e.into()))
     }
@@ -266,6 +326,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
 async fn give_up(
     stream: &RecordStream,
     consumer: &Arc<SourceConsumer>,
+    table_offsets: Option<&TableOffsets>,
     topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     revoked: &[i32],
@@ -292,8 +353,18 @@ async fn give_up(
             ticket.stored().await?;
         }
     }
-    let (offsets, failed) = stored_offsets(topic, partitions, summary)?;
-    commit_sync(consumer, offsets).await?;
+    let (ready, failed) = stored_offsets(partitions, summary);
+    commit_ready(
+        stream,
+        consumer,
+        table_offsets,
+        topic,
+        partitions,
+        ready,
+        CommitMode::Sync,
+        summary,
+    )
+    .await?;
     if let Some(e) = failed {
         return Err(e.into());
     }
@@ -307,6 +378,7 @@ async fn give_up(
 /// Skips what earlier runs stored, checks the rest and appends it.
 async fn take(
     stream: &RecordStream,
+    table_offsets: Option<&TableOffsets>,
     partitions: &mut HashMap<i32, PartitionState>,
     gathered: Gathered,
     summary: &mut KafkaSummary,
@@ -346,8 +418,14 @@ async fn take(
         }
         let state = partitions.entry(message.partition).or_default();
         if taken_up && !pending {
-            // Taken up here (start, restart, rebalance): find what is stored.
-            state.stored = stored_from(stream, message.partition, message.offset).await?;
+            // Taken up here (start, restart, rebalance): where the table says
+            // this member's commits follow, or what earlier runs stored.
+            match table_offsets {
+                Some(offsets) => state.table_at = offsets.taken_up(message.partition).await?,
+                None => {
+                    state.stored = stored_from(stream, message.partition, message.offset).await?
+                }
+            }
             state.skip = 0;
         }
         state.next = Some(message.offset + 1);
@@ -666,15 +744,14 @@ impl<'a> Judge<'a> {
     }
 }
 
-/// Per partition, the offset after the last batch stored in order (taken off
-/// the partition's queue: the caller commits them), and the first batch that
-/// failed, if one did (nothing after it is committed; the run ends).
+/// Per partition, the batches stored in order (taken off the partition's
+/// queue: the caller commits them), and the first batch that failed, if one
+/// did (nothing after it is committed; the run ends).
 fn stored_offsets(
-    topic: &str,
     partitions: &mut HashMap<i32, PartitionState>,
     summary: &mut KafkaSummary,
-) -> Result<(TopicPartitionList, Option<StreamError>), KafkaError> {
-    let mut commits = TopicPartitionList::new();
+) -> (Vec<Ready>, Option<StreamError>) {
+    let mut ready = Vec::new();
     let mut failed = None;
     let mut seen = std::collections::HashSet::new();
     for (partition, state) in partitions.iter_mut() {
@@ -685,6 +762,7 @@ fn stored_offsets(
             continue;
         }
         let mut done: Option<i64> = None;
+        let mut files = Vec::new();
         while let Some((ticket, last)) = state.batches.front() {
             let last = *last;
             if let Some(ticket) = ticket {
@@ -693,6 +771,13 @@ fn stored_offsets(
                     Some(Ok(stored)) => {
                         if seen.insert(stored.key.clone()) {
                             summary.objects += 1;
+                            if !stored.dead_letter {
+                                files.push(NewFile {
+                                    key: stored.key.clone(),
+                                    size: stored.outcome.size,
+                                    records: stored.records,
+                                });
+                            }
                         }
                     }
                     Some(Err(e)) => {
@@ -705,10 +790,65 @@ fn stored_offsets(
             state.batches.pop_front();
         }
         if let Some(last) = done {
-            commits.add_partition_offset(topic, *partition, Offset::Offset(last + 1))?;
+            ready.push(Ready {
+                partition: *partition,
+                next: last + 1,
+                files,
+            });
         }
     }
-    Ok((commits, failed))
+    (ready, failed)
+}
+
+/// Commits what is `ready`: to the stream's table first (one commit, with
+/// each partition's transaction moving to its next offset), then the
+/// group's offsets (for a table, a hint for lag monitors).
+#[allow(clippy::too_many_arguments)]
+async fn commit_ready(
+    stream: &RecordStream,
+    consumer: &Arc<SourceConsumer>,
+    table_offsets: Option<&TableOffsets>,
+    topic: &str,
+    partitions: &mut HashMap<i32, PartitionState>,
+    ready: Vec<Ready>,
+    mode: CommitMode,
+    summary: &mut KafkaSummary,
+) -> Result<(), KafkaError> {
+    if ready.is_empty() {
+        return Ok(());
+    }
+    if let Some(offsets) = table_offsets {
+        let transactions: Vec<Transaction> = ready
+            .iter()
+            .map(|r| Transaction {
+                app_id: offsets.app_id(r.partition),
+                after: partitions.get(&r.partition).and_then(|s| s.table_at),
+                version: r.next,
+            })
+            .collect();
+        let files: Vec<NewFile> = ready.iter().flat_map(|r| r.files.clone()).collect();
+        let span = tracing::info_span!("delta_commit", files = files.len(), partitions = ready.len());
+        offsets
+            .table()
+            .commit(&files, &transactions, &stream.table_schema())
+            .instrument(span)
+            .await?;
+        summary.table_commits += 1;
+        table::exit_after_table_commit(summary.table_commits);
+        for r in &ready {
+            if let Some(state) = partitions.get_mut(&r.partition) {
+                state.table_at = Some(r.next);
+            }
+        }
+    }
+    let mut commits = TopicPartitionList::new();
+    for r in &ready {
+        commits.add_partition_offset(topic, r.partition, Offset::Offset(r.next))?;
+    }
+    match mode {
+        CommitMode::Sync => commit_sync(consumer, commits).await,
+        CommitMode::Async => commit(consumer, commits, CommitMode::Async),
+    }
 }
 
 /// Commits `offsets` (nothing when empty); `Async` does not block.

@@ -100,6 +100,8 @@ pub(super) struct Handover {
     /// poller resumes what it is given unless it is paused itself.
     assigned: AtomicBool,
     stats: Arc<StreamStats>,
+    /// A stream into a table: where assigned partitions resume.
+    table_offsets: Option<Arc<super::table::TableOffsets>>,
 }
 
 #[derive(Default)]
@@ -145,6 +147,7 @@ impl Handover {
         topic: &str,
         gather_bytes: usize,
         stats: Arc<StreamStats>,
+        table_offsets: Option<Arc<super::table::TableOffsets>>,
     ) -> (Arc<Handover>, mpsc::Receiver<KafkaResult<Polled>>) {
         let (sender, receiver) = mpsc::channel(GATHERINGS_QUEUED);
         let handover = Handover {
@@ -157,6 +160,7 @@ impl Handover {
             paused: AtomicBool::new(false),
             assigned: AtomicBool::new(false),
             stats,
+            table_offsets,
         };
         (Arc::new(handover), receiver)
     }
@@ -220,6 +224,12 @@ impl ConsumerContext for SourceContext {
     }
 
     fn pre_rebalance(&self, rebalance: &Rebalance<'_>) {
+        if let (Rebalance::Assign(list), Some(offsets)) = (rebalance, &self.handover.table_offsets) {
+            // Before librdkafka assigns: the offsets set here are where
+            // the partitions start.
+            offsets.on_assign(&self.handover.topic, list);
+            return;
+        }
         let Rebalance::Revoke(list) = rebalance else {
             return;
         };

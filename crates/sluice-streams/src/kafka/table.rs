@@ -1,0 +1,114 @@
+//! Kafka into a Delta table, exactly once: the table, not the consumer group,
+//! says where each partition resumes. Each partition has an application
+//! transaction in the table (`sluice-<group>-<topic>-<partition>`) whose
+//! version is the partition's next offset, committed with the files that
+//! hold the records before it. On assignment the rebalance callback reads
+//! those versions and starts each partition there; every commit then names
+//! the version it follows, so an owner that lost the partition (a revoked
+//! member still running) finds the table moved, is fenced, and its files
+//! never join. The group's offsets are committed after the table's, as a hint
+//! for lag monitors only. A file stored by a run killed before its commit is
+//! an orphan: the replay writes its records again under a new key, and
+//! `sluice tables vacuum` removes the orphan.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::table::delta::{DeltaTable, TableError};
+
+/// Where the assigned partitions resume, as the table says.
+pub(super) struct TableOffsets {
+    table: Arc<DeltaTable>,
+    /// `sluice-<group>-<topic>-`.
+    app_prefix: String,
+    runtime: tokio::runtime::Handle,
+    /// Per partition, the table's version when it was last assigned here.
+    assigned: Mutex<HashMap<i32, Result<Option<i64>, TableError>>>,
+}
+
+impl TableOffsets {
+    pub(super) fn new(
+        table: Arc<DeltaTable>,
+        group: &str,
+        topic: &str,
+        runtime: tokio::runtime::Handle,
+    ) -> TableOffsets {
+        TableOffsets {
+            table,
+            app_prefix: format!("sluice-{group}-{topic}-"),
+            runtime,
+            assigned: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(super) fn table(&self) -> &Arc<DeltaTable> {
+        &self.table
+    }
+
+    /// The application transaction of `partition`.
+    pub(super) fn app_id(&self, partition: i32) -> String {
+        format!("{}{partition}", self.app_prefix)
+    }
+
+    /// In the rebalance callback (on the poller's blocking thread): reads the
+    /// table and starts each newly assigned partition at its version.
+    pub(super) fn on_assign(&self, topic: &str, list: &TopicPartitionList) {
+        let snapshot = self.runtime.block_on(self.table.snapshot());
+        let mut assigned = self.lock();
+        for mut element in list.elements_for_topic(topic) {
+            let partition = element.partition();
+            let found = match &snapshot {
+                Ok(snapshot) => Ok(snapshot.txns.get(&self.app_id(partition)).copied()),
+                Err(e) => Err(e.clone()),
+            };
+            if let Ok(Some(next)) = found {
+                if let Err(e) = element.set_offset(Offset::Offset(next)) {
+                    tracing::error!(partition, error = %e, "cannot start the partition where the table says");
+                }
+            }
+            tracing::info!(partition, table_offset = ?found.as_ref().ok(), "partition assigned; resuming where the table says");
+            assigned.insert(partition, found);
+        }
+    }
+
+    /// The table's version for `partition` when it was assigned (what its
+    /// first commit here must follow); the table is read when the
+    /// assignment did not.
+    pub(super) async fn taken_up(&self, partition: i32) -> Result<Option<i64>, TableError> {
+        let known = self.lock().get(&partition).cloned();
+        match known {
+            Some(found) => found,
+            None => Ok(self
+                .table
+                .snapshot()
+                .await?
+                .txns
+                .get(&self.app_id(partition))
+                .copied()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Result<Option<i64>, TableError>>> {
+        self.assigned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A fault for tests: with `SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS=N`, the
+/// process ends at once (exit status 137, as SIGKILL's; nothing flushed, the
+/// group not left) right after its N-th table commit and before the group's
+/// offsets are committed: the window between the two commits, which a
+/// SIGKILL from outside hits only by luck.
+pub(super) fn exit_after_table_commit(commits: u64) {
+    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        std::env::var("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if *at == Some(commits) {
+        eprintln!("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS: exiting after table commit {commits}, before the group's");
+        std::process::exit(137);
+    }
+}

@@ -1,0 +1,81 @@
+"""Reads a Delta Lake table with two readers that are not sluice's (the Python
+deltalake package and DuckDB's delta extension) and prints one JSON document:
+per reader, the row count, the distinct keys, the key range, each column's
+count of distinct values, and (with --rows) every row ordered by KEY.
+
+A TABLE of s3://bucket/prefix is read from the endpoint in AWS_ENDPOINT_URL
+(MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION.
+
+usage: delta_read.py TABLE KEY [--rows]
+"""
+import json
+import os
+import sys
+from urllib.parse import urlparse
+
+import deltalake
+import duckdb
+import duckdb_extension_delta
+import duckdb_extension_httpfs
+
+table, key = sys.argv[1], sys.argv[2]
+with_rows = "--rows" in sys.argv[3:]
+
+storage_options = None
+if table.startswith("s3://"):
+    storage_options = {
+        "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"],
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+    }
+
+
+def summary(rows, columns):
+    keys = [row[key] for row in rows]
+    out = {
+        "rows": len(rows),
+        "distinct": len(set(keys)),
+        "min": min(keys) if keys else None,
+        "max": max(keys) if keys else None,
+        "columns": columns,
+        "distinct_values": {
+            c: len({json.dumps(row.get(c), sort_keys=True) for row in rows}) for c in columns
+        },
+    }
+    if with_rows:
+        out["rows_by_key"] = sorted(rows, key=lambda row: row[key])
+    return out
+
+
+dt = deltalake.DeltaTable(table, storage_options=storage_options)
+arrow = dt.to_pyarrow_table()
+result = {"version": dt.version(), "deltalake": summary(arrow.to_pylist(), arrow.column_names)}
+
+
+def extension(module, name):
+    base = os.path.dirname(module.__file__)
+    return os.path.join(base, "extensions", "v" + duckdb.__version__, name + ".duckdb_extension")
+
+
+con = duckdb.connect()
+con.execute(f"LOAD '{extension(duckdb_extension_delta, 'delta')}'")
+if storage_options:
+    con.execute(f"LOAD '{extension(duckdb_extension_httpfs, 'httpfs')}'")
+    endpoint = urlparse(storage_options["AWS_ENDPOINT_URL"])
+    con.execute(
+        "CREATE SECRET minio (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+        "URL_STYLE 'path', USE_SSL false)",
+        [
+            storage_options["AWS_ACCESS_KEY_ID"],
+            storage_options["AWS_SECRET_ACCESS_KEY"],
+            storage_options["AWS_REGION"],
+            endpoint.netloc,
+        ],
+    )
+relation = con.sql(f"SELECT * FROM delta_scan('{table}')")
+names = relation.columns
+rows = [dict(zip(names, row)) for row in relation.fetchall()]
+result["duckdb"] = summary(rows, names)
+json.dump(result, sys.stdout, default=str)
