@@ -884,9 +884,21 @@ fn kafka_sources_are_checked_before_connecting() {
 /// `sluice ingest … --table delta` into the Delta table `events` through
 /// `endpoint`, in consumer group `group`.
 fn ingest_delta(fixture: &Fixture, endpoint: &str, group: &str) -> Command {
-    let mut command =
-        ingest_with_defaults(&fixture.bootstrap, &fixture.topic, group, endpoint, &fixture.prefix);
-    command.args(["--table", "delta", "--flush-records", "2000", "--flush-age", "300ms"]);
+    let mut command = ingest_with_defaults(
+        &fixture.bootstrap,
+        &fixture.topic,
+        group,
+        endpoint,
+        &fixture.prefix,
+    );
+    command.args([
+        "--table",
+        "delta",
+        "--flush-records",
+        "2000",
+        "--flush-age",
+        "300ms",
+    ]);
     command
 }
 

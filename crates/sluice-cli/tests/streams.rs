@@ -197,7 +197,6 @@ fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
     }
 }
 
-
 /// What pyarrow and DuckDB read from the Parquet files under `dir`, rows
 /// ordered by `id` (tests/clients/parquet_read.py).
 fn read_parquet(clients: &str, python: &str, dir: &std::path::Path) -> serde_json::Value {
@@ -406,5 +405,109 @@ async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
     ]);
     for reader in ["pyarrow", "duckdb"] {
         assert_eq!(comparable(&read[reader]), comparable(&want), "{reader}");
+    }
+}
+
+/// `sluice ingest --table delta` of `input` into stream `t` under `store`
+/// (flushing every 5,000 records, invalid ones to a dead letter).
+fn ingest_into_delta(store: &std::path::Path, input: &str) -> serde_json::Value {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
+        .args([
+            "--flush-records",
+            "5000",
+            "--dead-letter-template",
+            "dead/{uuid}",
+        ])
+        .arg("--store")
+        .arg(store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn delta_tables_grow_columns_refuse_conflicts_and_share_the_table_with_python_deltalake() {
+    let Some(readers) = common::python_readers("delta-interop") else {
+        return;
+    };
+    const RECORDS: u64 = 30_000;
+    const CONFLICT: u64 = 20_000;
+    let mut records = changing_records(RECORDS, CONFLICT);
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    let lines = |records: &[serde_json::Value]| -> String {
+        records.iter().map(|r| format!("{r}\n")).collect()
+    };
+    // 1. sluice: fields that appear mid-stream become columns; the conflict
+    //    goes to the dead letter and stops nothing else.
+    let first = ingest_into_delta(store.path(), &lines(&records));
+    assert_eq!(first["records"], RECORDS - 1, "{first}");
+    assert_eq!(first["dead_lettered"], 1, "{first}");
+    records.remove(CONFLICT as usize);
+    // 2. Another writer appends, with a column of its own.
+    let theirs = serde_json::json!([
+        {"id": 1_000_000, "name": "from python", "origin": "deltalake"},
+        {"id": 1_000_001, "price": 1.5, "origin": "deltalake"},
+    ]);
+    let appended = Command::new(&readers.1)
+        .arg(format!("{}/delta_append.py", readers.0))
+        .arg(&table)
+        .arg(theirs.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        appended.status.success(),
+        "{}",
+        String::from_utf8_lossy(&appended.stderr)
+    );
+    records.extend(theirs.as_array().unwrap().iter().cloned());
+    // 3. sluice again: it takes the table's schema as it is now (Python's
+    //    column included, as a string), so a number there is a conflict.
+    let ours = vec![
+        serde_json::json!({"id": 2_000_000, "origin": "sluice", "late": true}),
+        serde_json::json!({"id": 2_000_001, "origin": 7}),
+    ];
+    let second = ingest_into_delta(store.path(), &lines(&ours));
+    assert_eq!(second["records"], 1, "{second}");
+    assert_eq!(second["dead_lettered"], 1, "{second}");
+    records.push(ours[0].clone());
+    // Both readers read every row as it was written, by whichever writer.
+    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);
+    let mut want: Vec<serde_json::Value> = records.iter().map(comparable).collect();
+    want.sort_by_key(|r| r["id"].as_f64().unwrap() as u64);
+    for reader in ["deltalake", "duckdb"] {
+        let got: Vec<serde_json::Value> = read[reader]["rows_by_key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(comparable)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{reader}");
+        for (got, want) in got.iter().zip(&want) {
+            assert_eq!(got, want, "{reader}");
+        }
+        let columns = &read[reader]["columns"];
+        for column in ["id", "tags", "where", "origin", "late"] {
+            assert!(
+                columns.as_array().unwrap().iter().any(|c| c == column),
+                "{reader}: no column {column}: {columns}"
+            );
+        }
     }
 }

@@ -210,10 +210,16 @@ impl StreamConfig {
         }
         if self.table == TableFormat::Delta {
             if self.format != RecordFormat::Parquet {
-                return fail("table", "a Delta table holds Parquet files: set format = \"parquet\"".into());
+                return fail(
+                    "table",
+                    "a Delta table holds Parquet files: set format = \"parquet\"".into(),
+                );
             }
             if self.shard_prefix {
-                return fail("shard_prefix", "a Delta table's files sit under its location, not under hash prefixes".into());
+                return fail(
+                    "shard_prefix",
+                    "a Delta table's files sit under its location, not under hash prefixes".into(),
+                );
             }
         } else if self.table_location.is_some() {
             return fail("table_location", "is for table = \"delta\"".into());
@@ -223,7 +229,9 @@ impl StreamConfig {
                 && !location.starts_with('/')
                 && !location.ends_with('/')
                 && !location.contains('{')
-                && !location.split('/').any(|s| s.is_empty() || s == "." || s == "..");
+                && !location
+                    .split('/')
+                    .any(|s| s.is_empty() || s == "." || s == "..");
             if !fine {
                 return fail("table_location", format!("{location:?} is not a key prefix (segments separated by '/', no placeholders)"));
             }

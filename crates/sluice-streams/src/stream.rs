@@ -38,13 +38,13 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::compress::{CpuPool, FRAME_BYTES, FRAME_SLACK};
+use crate::config::TableFormat;
 use crate::config::{Compression, RecordFormat, StreamConfig};
 use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
 use crate::stats::StreamStats;
-use crate::table::file::{FileSettings, ParquetFile};
-use crate::config::TableFormat;
 use crate::table::delta::{DeltaTable, NewFile, TableLayout};
+use crate::table::file::{FileSettings, ParquetFile};
 use crate::table::schema::{Shape, StreamSchema, Version};
 use crate::table::sink::TableSink;
 use crate::template::{PartitionKey, StreamKeyTemplate};
@@ -282,7 +282,15 @@ impl RecordStream {
             }
         }
         let sink = Arc::new(TableSink::new(table, name));
-        Self::build(name, config, engine, memory, pool, on_stored, Some((sink, known)))
+        Self::build(
+            name,
+            config,
+            engine,
+            memory,
+            pool,
+            on_stored,
+            Some((sink, known)),
+        )
     }
 
     fn build(
@@ -388,6 +396,7 @@ impl RecordStream {
 
     /// The stream's columns as a Delta struct type (for a source that
     /// commits to the table itself).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) fn table_schema(&self) -> serde_json::Value {
         self.inner.table_schema()
     }
@@ -689,8 +698,8 @@ impl Inner {
             return empty;
         };
         let partition_columns = &sink.table().layout().partition_columns;
-        let mut columns = crate::table::delta::schema::delta_type(schema.current().root())
-            .unwrap_or(empty);
+        let mut columns =
+            crate::table::delta::schema::delta_type(schema.current().root()).unwrap_or(empty);
         if let Some(fields) = columns.get_mut("fields").and_then(|f| f.as_array_mut()) {
             fields.retain(|f| {
                 !f.get("name")

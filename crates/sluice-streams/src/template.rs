@@ -192,10 +192,12 @@ impl StreamKeyTemplate {
         if self.pieces.contains(&Piece::Partition) && self.pieces.contains(&Piece::Uuid) {
             return Ok(());
         }
-        Err("a Kafka stream into a table needs {partition} and {uuid} in its keys \
+        Err(
+            "a Kafka stream into a table needs {partition} and {uuid} in its keys \
              (such as {stream}/{partition}/{offset}-{uuid}): a replay writes its files \
              beside those a killed run stored and did not commit"
-            .into())
+                .into(),
+        )
     }
 
     /// What every key of `partition`'s batches starts with, up to the offset

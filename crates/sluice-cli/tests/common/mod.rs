@@ -233,7 +233,9 @@ pub fn read_delta(
 ) -> serde_json::Value {
     let (clients, python) = readers;
     let mut command = std::process::Command::new(python);
-    command.arg(format!("{clients}/delta_read.py")).args([table, key]);
+    command
+        .arg(format!("{clients}/delta_read.py"))
+        .args([table, key]);
     if rows {
         command.arg("--rows");
     }

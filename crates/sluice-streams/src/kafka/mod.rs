@@ -827,7 +827,11 @@ async fn commit_ready(
             })
             .collect();
         let files: Vec<NewFile> = ready.iter().flat_map(|r| r.files.clone()).collect();
-        let span = tracing::info_span!("delta_commit", files = files.len(), partitions = ready.len());
+        let span = tracing::info_span!(
+            "delta_commit",
+            files = files.len(),
+            partitions = ready.len()
+        );
         offsets
             .table()
             .commit(&files, &transactions, &stream.table_schema())

@@ -224,7 +224,8 @@ impl ConsumerContext for SourceContext {
     }
 
     fn pre_rebalance(&self, rebalance: &Rebalance<'_>) {
-        if let (Rebalance::Assign(list), Some(offsets)) = (rebalance, &self.handover.table_offsets) {
+        if let (Rebalance::Assign(list), Some(offsets)) = (rebalance, &self.handover.table_offsets)
+        {
             // Before librdkafka assigns: the offsets set here are where
             // the partitions start.
             offsets.on_assign(&self.handover.topic, list);

@@ -95,7 +95,8 @@ impl TableSink {
                 }
             }
         }
-        rx.await.unwrap_or_else(|_| unreachable!("sent before the turn ends"))
+        rx.await
+            .unwrap_or_else(|_| unreachable!("sent before the turn ends"))
     }
 
     /// Commits `waiting` as this writer's next transaction after `last`.

@@ -45,7 +45,9 @@ impl Protocol {
                 .iter()
                 .flatten()
                 .find(|f| !known.contains(&f.as_str()))
-                .map(|f| format!("the table needs writer feature `{f}`, which sluice does not know")),
+                .map(|f| {
+                    format!("the table needs writer feature `{f}`, which sluice does not know")
+                }),
             v => Some(format!(
                 "the table needs writer version {v}; sluice writes versions 1 and 2"
             )),
@@ -282,7 +284,10 @@ mod tests {
         let cases = [
             ("00000000000000000000.json", Some((0, true))),
             ("00000000000000000042.json", Some((42, true))),
-            ("00000000000000000100.checkpoint.parquet", Some((100, false))),
+            (
+                "00000000000000000100.checkpoint.parquet",
+                Some((100, false)),
+            ),
             (
                 "00000000000000000100.checkpoint.0000000001.0000000002.parquet",
                 Some((100, false)),

@@ -130,8 +130,10 @@ pub struct Transaction {
 pub enum Committed {
     /// The table's new version.
     Version(u64),
-    /// Its transactions were in the table already (a commit whose answer
-    /// was lost): nothing was written.
+    /// Its transactions were at their new versions already: this writer's
+    /// commit whose answer was lost, or another owner's commit of the same
+    /// offsets (its records are in, through that owner's files). Nothing was
+    /// written: these files are not in the table.
     Already,
 }
 
@@ -349,7 +351,11 @@ impl DeltaTable {
                     found: found(t),
                 });
             }
-            if let Some(reason) = snapshot.protocol.as_ref().and_then(Protocol::refuses_append) {
+            if let Some(reason) = snapshot
+                .protocol
+                .as_ref()
+                .and_then(Protocol::refuses_append)
+            {
                 return Err(TableError::Protocol {
                     root: self.layout.location.clone(),
                     reason,

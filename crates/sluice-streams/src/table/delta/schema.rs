@@ -153,7 +153,12 @@ mod tests {
     use super::*;
 
     fn shape(fields: &[(&str, Shape)]) -> Shape {
-        Shape::Struct(fields.iter().map(|(n, s)| (n.to_string(), s.clone())).collect())
+        Shape::Struct(
+            fields
+                .iter()
+                .map(|(n, s)| (n.to_string(), s.clone()))
+                .collect(),
+        )
     }
 
     #[test]
@@ -233,7 +238,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             shape_of(&nested),
-            Some(shape(&[("o", shape(&[("x", Shape::Int), ("y", Shape::Bool)]))]))
+            Some(shape(&[(
+                "o",
+                shape(&[("x", Shape::Int), ("y", Shape::Bool)])
+            )]))
         );
     }
 }

@@ -1,0 +1,144 @@
+//! Delta commits against a real MinIO (its conditional writes decide who has
+//! each version): writers that own the same Kafka partition at once (a
+//! revoked member still running) race for the same transaction, and exactly
+//! one wins each round while the other is fenced and its file never joins;
+//! writers with transactions of their own (two gateways on one table) both
+//! get in, the loser of a version taking the next.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::json;
+use sluice_store::ObjectStore;
+use sluice_streams::table::delta::{
+    Committed, DeltaTable, NewFile, TableError, TableLayout, Transaction,
+};
+
+fn layout() -> TableLayout {
+    TableLayout {
+        location: "events".into(),
+        partition_columns: Vec::new(),
+    }
+}
+
+fn schema() -> serde_json::Value {
+    json!({"type": "struct", "fields": [
+        {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
+}
+
+fn file(name: &str) -> NewFile {
+    NewFile {
+        key: format!("events/0/{name}.parquet"),
+        size: 100,
+        records: 10,
+    }
+}
+
+/// The table's files and transactions, read afresh by a third writer.
+async fn table_files(
+    store: Arc<dyn ObjectStore>,
+) -> (BTreeSet<String>, sluice_streams::table::delta::Snapshot) {
+    let snapshot = DeltaTable::new(store, layout())
+        .read_with_files()
+        .await
+        .unwrap();
+    let files = snapshot
+        .files
+        .as_ref()
+        .unwrap()
+        .keys()
+        .map(|path| format!("events/{path}"))
+        .collect();
+    (files, snapshot)
+}
+
+#[tokio::test]
+async fn owners_of_one_partition_race_and_exactly_one_commit_wins_each_round() {
+    let Some(store) = sluice_testkit::minio::store("delta-zombies").await else {
+        return;
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(store);
+    let owner = DeltaTable::new(store.clone(), layout());
+    let zombie = DeltaTable::new(store.clone(), layout());
+    let app_id = "sluice-group-topic-0";
+    let mut at: Option<i64> = None;
+    let mut winners = BTreeSet::new();
+    let mut wins = [0, 0];
+    for round in 0..24 {
+        // Both have read the table as it is now.
+        owner.snapshot().await.unwrap();
+        zombie.snapshot().await.unwrap();
+        // The two read the same messages; on odd rounds the zombie's batch
+        // ended earlier (its own flush).
+        let ends = [
+            at.unwrap_or(0) + 1000,
+            at.unwrap_or(0) + 1000 - 100 * (round % 2),
+        ];
+        let transactions = ends.map(|version| Transaction {
+            app_id: app_id.into(),
+            after: at,
+            version,
+        });
+        let (a, b) = (
+            file(&format!("{round}-owner")),
+            file(&format!("{round}-zombie")),
+        );
+        let schema = schema();
+        let (by_owner, by_zombie) = tokio::join!(
+            owner.commit(std::slice::from_ref(&a), &transactions[..1], &schema),
+            zombie.commit(std::slice::from_ref(&b), &transactions[1..], &schema),
+        );
+        // The loser is fenced, or finds the same offsets committed (the
+        // records are in, through the winner's file; its own file is not).
+        let lost = |r: &Result<Committed, TableError>| {
+            matches!(r, Err(TableError::Fenced { .. }) | Ok(Committed::Already))
+        };
+        let winner = match (&by_owner, &by_zombie) {
+            (Ok(Committed::Version(_)), theirs) if lost(theirs) => 0,
+            (ours, Ok(Committed::Version(_))) if lost(ours) => 1,
+            other => panic!("round {round}: not exactly one winner: {other:?}"),
+        };
+        winners.insert([a, b][winner].key.clone());
+        wins[winner] += 1;
+        at = Some(ends[winner]);
+    }
+    eprintln!("wins (owner, zombie): {wins:?}");
+    let (files, snapshot) = table_files(store).await;
+    assert_eq!(files, winners, "the losers' files must not be in the table");
+    assert_eq!(snapshot.txns.get(app_id).copied(), at);
+    assert_eq!(snapshot.version, Some(23));
+}
+
+#[tokio::test]
+async fn writers_with_transactions_of_their_own_both_get_in() {
+    let Some(store) = sluice_testkit::minio::store("delta-two-writers").await else {
+        return;
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(store);
+    let writers = [
+        DeltaTable::new(store.clone(), layout()),
+        DeltaTable::new(store.clone(), layout()),
+    ];
+    let mut expected = BTreeSet::new();
+    for round in 0..10i64 {
+        let commits = writers.iter().enumerate().map(|(i, writer)| {
+            let file = file(&format!("{round}-{i}"));
+            expected.insert(file.key.clone());
+            let transaction = Transaction {
+                app_id: format!("sluice-gateway-{i}"),
+                after: (round > 0).then_some(round),
+                version: round + 1,
+            };
+            async move { writer.commit(&[file], &[transaction], &schema()).await }
+        });
+        for committed in futures::future::join_all(commits).await {
+            assert!(
+                matches!(committed, Ok(Committed::Version(_))),
+                "{committed:?}"
+            );
+        }
+    }
+    let (files, snapshot) = table_files(store).await;
+    assert_eq!(files, expected);
+    assert_eq!(snapshot.version, Some(19));
+}
