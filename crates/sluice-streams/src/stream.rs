@@ -289,7 +289,7 @@ impl RecordStream {
             memory,
             pool,
             on_stored,
-            Some((sink, known)),
+            Some(OpenedTable { sink, known }),
         )
     }
 
@@ -300,7 +300,7 @@ impl RecordStream {
         memory: MemoryShare,
         pool: CpuPool,
         on_stored: Option<OnStored>,
-        table: Option<(Arc<TableSink>, Vec<(String, Shape)>)>,
+        table: Option<OpenedTable>,
     ) -> Result<RecordStream, StreamConfigError> {
         config.validate()?;
         validate_stream_name(name)?;
@@ -312,7 +312,7 @@ impl RecordStream {
         let template =
             parse(&config.key_template, "key_template")?.with_extension(config.extension());
         let (table, known) = match table {
-            Some((sink, known)) => (Some(sink), Some(known)),
+            Some(OpenedTable { sink, known }) => (Some(sink), Some(known)),
             None => (None, None),
         };
         let schema = (config.format == RecordFormat::Parquet).then(|| {
@@ -521,6 +521,13 @@ impl RecordStream {
         self.inner.writers.close();
         self.inner.writers.wait().await;
     }
+}
+
+/// A stream's table as read at start: its writer, and the fields its schema
+/// already holds (where the stream's schema starts).
+struct OpenedTable {
+    sink: Arc<TableSink>,
+    known: Vec<(String, Shape)>,
 }
 
 /// An invalid message of a source with offsets, on its way to the dead letter.
