@@ -347,7 +347,7 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
     let result = async {
         while let Some(block) = parsed.next().await {
             let (parsed, arrival, memory, first_line) = block?;
-            let submitted = match append_on_pool(stream, parsed?, arrival, memory).await {
+            let submitted = match append_on_pool(stream, parsed?, arrival, memory, None).await {
                 Err(StreamError::BadRecords { first, count }) => {
                     let kept = match first_line {
                         0 => "nothing was stored".to_string(),

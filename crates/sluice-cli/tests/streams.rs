@@ -511,3 +511,154 @@ fn delta_tables_grow_columns_refuse_conflicts_and_share_the_table_with_python_de
         }
     }
 }
+
+/// `sluice serve` with stream `clicks` into a Delta table on MinIO (fresh
+/// port), with `env`.
+fn delta_gateway(
+    endpoint: &str,
+    prefix: &str,
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> common::Gateway {
+    let store = format!("s3://{}/{prefix}", sluice_testkit::minio::TEST_BUCKET);
+    common::serve_with_env(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--endpoint",
+            endpoint,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        env,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delta_gateway_requests_retried_across_gateway_deaths_count_once() {
+    let Some(readers) = common::python_readers("delta-gateway-kill") else {
+        return;
+    };
+    let Some((endpoint, prefix, _store)) = minio_prefix("delta-gateway-kill").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.clicks]\ntable = \"delta\"\nformat = \"parquet\"\n\
+         key_template = \"{stream}/{uuid}\"\nflush_age = \"150ms\"\nflush_records = 2000\n",
+    )
+    .unwrap();
+    // The first gateway dies right after its third table commit, before it
+    // answers the requests in it; the second is killed from outside.
+    let gateway = delta_gateway(
+        &endpoint,
+        &prefix,
+        &config,
+        &[("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "3")],
+    );
+    let url: Arc<Mutex<String>> =
+        Arc::new(Mutex::new(format!("{}/v1/streams/clicks", gateway.url)));
+    let replayed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    const CLIENTS: u64 = 8;
+    const REQUESTS: u64 = 40;
+    const PER_REQUEST: u64 = 100;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (client, url, replayed) = (client.clone(), url.clone(), replayed.clone());
+            tokio::spawn(async move {
+                for request in 0..REQUESTS {
+                    let body: String = (0..PER_REQUEST)
+                        .map(|r| {
+                            let id = c * 1_000_000 + request * PER_REQUEST + r;
+                            format!(
+                                "{{\"id\":{id},\"client\":{c},\"pad\":\"{}\"}}\n",
+                                "p".repeat(100)
+                            )
+                        })
+                        .collect();
+                    // Retried with its key until acknowledged, through
+                    // whichever gateway is up.
+                    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+                    loop {
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "client {c} request {request} never acknowledged"
+                        );
+                        let target = url.lock().unwrap().clone();
+                        let answer = client
+                            .post(&target)
+                            .header("idempotency-key", format!("c{c}-r{request}"))
+                            .body(body.clone())
+                            .send()
+                            .await;
+                        if let Ok(answer) = answer {
+                            if answer.status() == 200 {
+                                let ack: serde_json::Value = answer.json().await.unwrap();
+                                if ack["replayed"] == true {
+                                    replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                break;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut gateway = gateway;
+    assert!(
+        tokio::task::spawn_blocking(move || {
+            let status = gateway.child.wait().unwrap();
+            status.code() == Some(137)
+        })
+        .await
+        .unwrap(),
+        "the first gateway did not die at its third commit"
+    );
+    let mut second = delta_gateway(&endpoint, &prefix, &config, &[]);
+    *url.lock().unwrap() = format!("{}/v1/streams/clicks", second.url);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    let mut third = delta_gateway(&endpoint, &prefix, &config, &[]);
+    *url.lock().unwrap() = format!("{}/v1/streams/clicks", third.url);
+    for client in clients {
+        client.await.unwrap();
+    }
+    third.child.kill().unwrap();
+    third.child.wait().unwrap();
+    let replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{replayed} retried requests were found committed and not appended again");
+    assert!(
+        replayed >= 1,
+        "no request was committed and left unanswered"
+    );
+    let table = format!(
+        "s3://{}/{}/clicks",
+        sluice_testkit::minio::TEST_BUCKET,
+        prefix.trim_end_matches('/')
+    );
+    let read = common::read_delta(&readers, Some(&endpoint), &table, "id", false);
+    for reader in ["deltalake", "duckdb"] {
+        let got = &read[reader];
+        assert_eq!(
+            got["rows"],
+            CLIENTS * REQUESTS * PER_REQUEST,
+            "{reader}: {got}"
+        );
+        assert_eq!(
+            got["distinct"],
+            CLIENTS * REQUESTS * PER_REQUEST,
+            "{reader}: {got}"
+        );
+    }
+}

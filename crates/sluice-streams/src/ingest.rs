@@ -56,6 +56,19 @@ pub async fn submit_body(
     format: BodyFormat,
     memory: Reservation,
 ) -> Result<Submitted, StreamError> {
+    submit_keyed_body(stream, body, encoding, format, memory, None).await
+}
+
+/// [`submit_body`] for a request with an idempotency key that the stream's
+/// table sink started (see [`crate::table::sink::TableSink::start_keyed`]).
+pub async fn submit_keyed_body(
+    stream: &RecordStream,
+    body: Bytes,
+    encoding: BodyEncoding,
+    format: BodyFormat,
+    memory: Reservation,
+    key: Option<String>,
+) -> Result<Submitted, StreamError> {
     let limit = stream.config().max_request_bytes;
     let (body, memory) = match encoding {
         BodyEncoding::Identity => (body, memory),
@@ -68,7 +81,7 @@ pub async fn submit_body(
     }
     let arrival = time::OffsetDateTime::now_utc();
     let parsed = parse_on_pool(stream, body, format, arrival, 0).await?;
-    append_on_pool(stream, parsed, arrival, memory).await
+    append_on_pool(stream, parsed, arrival, memory, key).await
 }
 
 /// Parses a block of records on the stream's CPU pool; `first_line` numbers
@@ -109,11 +122,12 @@ pub async fn append_on_pool(
     parsed: ParsedRecords,
     arrival: time::OffsetDateTime,
     memory: Reservation,
+    key: Option<String>,
 ) -> Result<Submitted, StreamError> {
     let job_stream = stream.clone();
     stream
         .pool()
-        .run(move || append_parsed(&job_stream, parsed, arrival, memory))
+        .run(move || append_parsed(&job_stream, parsed, arrival, memory, key.as_deref()))
         .await
 }
 
@@ -124,6 +138,7 @@ pub fn append_parsed(
     parsed: ParsedRecords,
     arrival: time::OffsetDateTime,
     mut memory: Reservation,
+    key: Option<&str>,
 ) -> Result<Submitted, StreamError> {
     let rejected = parsed.rejected.len() as u64;
     stream.stats().rejected(rejected);
@@ -135,7 +150,7 @@ pub fn append_parsed(
         });
     }
     let dead_memory = memory.split(parsed.rejected.iter().map(|r| r.raw.len() as u64 + 1).sum());
-    let mut tickets = stream.append(parsed.runs, memory)?;
+    let mut tickets = stream.append_keyed(parsed.runs, memory, key)?;
     tickets.extend(stream.append_rejected(parsed.rejected, arrival, dead_memory)?);
     Ok(Submitted {
         tickets,

@@ -414,7 +414,19 @@ impl RecordStream {
     /// Appends `runs` to their partitions' batches, taking their bytes' share
     /// of `memory`; one ticket per batch touched, in no particular order.
     pub fn append(&self, runs: Vec<Run>, memory: Reservation) -> Result<Vec<Ticket>, StreamError> {
-        let touched = self.inner.append(runs, memory, false)?;
+        self.append_keyed(runs, memory, None)
+    }
+
+    /// [`Self::append`] for a request with an idempotency key, started with
+    /// [`TableSink::start_keyed`]: the batches it touches are told to the
+    /// table's sink as they are, so that its records are committed whole.
+    pub fn append_keyed(
+        &self,
+        runs: Vec<Run>,
+        memory: Reservation,
+        key: Option<&str>,
+    ) -> Result<Vec<Ticket>, StreamError> {
+        let touched = self.inner.append_request(runs, memory, false, key)?;
         Ok(touched.into_iter().map(|(ticket, _)| ticket).collect())
     }
 
@@ -587,9 +599,25 @@ impl Inner {
     fn append(
         &self,
         runs: Vec<Run>,
-        mut memory: Reservation,
+        memory: Reservation,
         dead_letter: bool,
     ) -> Result<Vec<(Ticket, u64)>, StreamError> {
+        self.append_request(runs, memory, dead_letter, None)
+    }
+
+    /// Appends `runs`; the batches a keyed request touches are told to the
+    /// table's sink before any of them can be stored.
+    fn append_request(
+        &self,
+        runs: Vec<Run>,
+        mut memory: Reservation,
+        dead_letter: bool,
+        key: Option<&str>,
+    ) -> Result<Vec<(Ticket, u64)>, StreamError> {
+        let keyed = match (key, &self.table) {
+            (Some(key), Some(sink)) if !dead_letter => Some((key, sink)),
+            _ => None,
+        };
         // Batches touched, in first-touch order, with the last offset put in each.
         let mut touched: Vec<(Ticket, u64)> = Vec::new();
         let mut open = self.lock();
@@ -667,6 +695,10 @@ impl Inner {
                         batch.last_offset,
                     )),
                 }
+                if let Some((key, sink)) = keyed {
+                    // Before the batch can be flushed (below, or by its age).
+                    sink.touched(key, batch.id);
+                }
                 if batch.records >= self.config.flush_records
                     || batch.record_bytes >= self.config.flush_bytes
                 {
@@ -674,6 +706,9 @@ impl Inner {
                     self.finish(full);
                 }
             }
+        }
+        if let Some((key, sink)) = keyed {
+            sink.appended(key);
         }
         self.stats.accepted(records, bytes, dead_letter);
         self.stats.set_open_partitions(open.batches.len());
@@ -780,6 +815,7 @@ impl Inner {
         let (done_tx, done) = watch::channel(None);
         let opened = Instant::now();
         let writer = BatchWriter {
+            id,
             stream: self
                 .myself
                 .upgrade()
@@ -941,6 +977,7 @@ fn cut_run(run: &mut Run, records: u64, bytes: u64) -> Run {
 
 /// The task that streams one batch's frames into its object.
 struct BatchWriter {
+    id: u64,
     stream: Arc<Inner>,
     key: String,
     partition: PartitionKey,
@@ -1077,11 +1114,17 @@ impl BatchWriter {
             (Ok(_), None) => {
                 // The stream ended without its totals: the stream itself went
                 // away mid-batch.
+                if let Some(sink) = inner.table.as_ref().filter(|_| !self.dead_letter) {
+                    sink.failed(self.id);
+                }
                 inner.stats.failed();
                 Err(StreamError::Closed)
             }
             (Err(e), _) => {
                 tracing::warn!(error = %sluice_store::error_chain(&e), "batch not stored");
+                if let Some(sink) = inner.table.as_ref().filter(|_| !self.dead_letter) {
+                    sink.failed(self.id);
+                }
                 inner.stats.failed();
                 Err(StreamError::NotStored(Arc::new(e)))
             }
@@ -1108,7 +1151,7 @@ impl BatchWriter {
             size: outcome.size,
             records: totals.records,
         };
-        match sink.add(file, || inner.table_schema()).await? {
+        match sink.add(file, self.id, inner.table_schema()).await? {
             crate::table::delta::Committed::Version(version) => Ok(Some(version)),
             crate::table::delta::Committed::Already => Ok(None),
         }

@@ -5,6 +5,11 @@
 //! request with 400 naming its line, unless the stream has a dead letter), and
 //! answered 200 only when every batch holding its records is stored, with their
 //! keys; when a batch fails, 503 + Retry-After and nothing is acknowledged.
+//!
+//! On a stream with a table, `Idempotency-Key: KEY` makes a request count
+//! once: its records join the table whole, with a transaction of the key's,
+//! and a retry of a request the table holds is answered (`"replayed": true`)
+//! without appending anything.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -13,8 +18,9 @@ use axum::Json;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::Serialize;
-use sluice_streams::ingest::{acknowledge, submit_body, BodyEncoding};
+use sluice_streams::ingest::{acknowledge, submit_keyed_body, BodyEncoding};
 use sluice_streams::records::BodyFormat;
+use sluice_streams::table::sink::{KeyedRequest, TableSink};
 use sluice_streams::RecordStream;
 
 use crate::admission::Party;
@@ -32,6 +38,10 @@ pub struct StreamAck {
     pub dead_lettered: u64,
     /// Keys of the objects holding this request's records (dead letter included).
     pub objects: Vec<String>,
+    /// The table held this request's idempotency key already: nothing was
+    /// appended (the counts are this retry's, zero).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 pub async fn post_records(
@@ -66,8 +76,33 @@ pub async fn post_records(
             prefix: Some(name.clone()),
         })
         .await?;
+    let key = idempotency_key(&headers, &stream)?;
+    let _started = match (&key, stream.table()) {
+        (Some(key), Some(sink)) => match sink.start_keyed(key).await {
+            Ok(None) => Some(KeyedGuard(sink.clone(), key.clone())),
+            Ok(Some(KeyedRequest::Committed)) => {
+                return Ok(Json(StreamAck {
+                    records: 0,
+                    dead_lettered: 0,
+                    objects: Vec::new(),
+                    replayed: true,
+                }))
+            }
+            Ok(Some(KeyedRequest::InFlight)) => {
+                return Err(ApiError::Conflict(
+                    "a request with this Idempotency-Key is in progress here; retry once it is answered"
+                        .into(),
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the stream's table cannot be read");
+                return Err(ApiError::RecordsNotStored);
+            }
+        },
+        _ => None,
+    };
     let (body, memory) = read_body(&state, &stream, body, length, limit).await?;
-    let submitted = submit_body(&stream, body, encoding, format, memory).await?;
+    let submitted = submit_keyed_body(&stream, body, encoding, format, memory, key).await?;
     let (records, dead_lettered) = (submitted.records, submitted.dead_lettered);
     let stored = acknowledge(submitted.tickets).await?;
     state
@@ -80,7 +115,43 @@ pub async fn post_records(
         records,
         dead_lettered,
         objects,
+        replayed: false,
     }))
+}
+
+/// A keyed request started at the table's sink, ended however the handler
+/// ends.
+struct KeyedGuard(std::sync::Arc<TableSink>, String);
+
+impl Drop for KeyedGuard {
+    fn drop(&mut self) {
+        self.0.end(&self.1);
+    }
+}
+
+/// The request's `Idempotency-Key`: 1-128 of A-Z a-z 0-9 - _ . :, and only
+/// on a stream with a table (elsewhere it could not be kept).
+fn idempotency_key(headers: &HeaderMap, stream: &RecordStream) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or_default().trim_matches('"');
+    let fine = (1..=128).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if !fine {
+        return Err(ApiError::BadRequest(
+            "Idempotency-Key: 1-128 of A-Z a-z 0-9 - _ . :".into(),
+        ));
+    }
+    if stream.table().is_none() {
+        return Err(ApiError::BadRequest(
+            "Idempotency-Key is kept by streams with a table (table = \"delta\"); this stream has none"
+                .into(),
+        ));
+    }
+    Ok(Some(key.to_string()))
 }
 
 /// NDJSON unless the body says it is one JSON document.

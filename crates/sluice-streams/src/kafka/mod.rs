@@ -838,7 +838,7 @@ async fn commit_ready(
             .instrument(span)
             .await?;
         summary.table_commits += 1;
-        table::exit_after_table_commit(summary.table_commits);
+        crate::table::exit_after_table_commit(summary.table_commits);
         for r in &ready {
             if let Some(state) = partitions.get_mut(&r.partition) {
                 state.table_at = Some(r.next);

@@ -94,21 +94,3 @@ impl TableOffsets {
         self.assigned.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
-
-/// A fault for tests: with `SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS=N`, the
-/// process ends at once (exit status 137, as SIGKILL's; nothing flushed, the
-/// group not left) right after its N-th table commit and before the group's
-/// offsets are committed: the window between the two commits, which a
-/// SIGKILL from outside hits only by luck.
-pub(super) fn exit_after_table_commit(commits: u64) {
-    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let at = AT.get_or_init(|| {
-        std::env::var("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    });
-    if *at == Some(commits) {
-        eprintln!("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS: exiting after table commit {commits}, before the group's");
-        std::process::exit(137);
-    }
-}

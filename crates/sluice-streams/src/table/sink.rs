@@ -1,45 +1,108 @@
 //! Where a stream's stored files go next: its Delta table. A [`TableSink`]
 //! commits the files of batches stored at about the same time together (one
-//! commit for all that queued while the last was being written: group
-//! commit), under this writer's own application transaction, so that a
-//! commit retried after a lost answer is found in the log instead of being
-//! added twice. A source with positions of its own (Kafka) commits through
-//! the table itself, with one transaction per partition.
+//! commit for all that are ready when the last commit is done: group commit),
+//! under this writer's own application transaction, so that a commit retried
+//! after a lost answer is found in the log instead of being added twice. A
+//! source with positions of its own (Kafka) commits through the table itself,
+//! with one transaction per partition.
 //!
-//! An Iceberg table would be another sink with the same two entry points.
+//! Requests with an idempotency key ([`TableSink::begin`]) are committed whole
+//! and once: the files holding a keyed request's records join the table in
+//! one commit, with the request's own transaction
+//! (`sluice-<stream>-request-<key>`), once every batch it touched is stored —
+//! and every other keyed request sharing those files is whole too (batches are
+//! shared: group commit). A retry of a request the table holds is answered
+//! without appending. A keyed request whose batch failed withdraws the files
+//! it shares (their requests fail and are retried; nothing of them is in).
+//!
+//! An Iceberg table would be another sink with the same entry points.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::delta::{Committed, DeltaTable, NewFile, TableError, Transaction};
+use super::delta::{schema, Committed, DeltaTable, NewFile, TableError, Transaction};
 
-type Waiting = (NewFile, oneshot::Sender<Result<Committed, TableError>>);
+/// A stored file waiting for its commit.
+struct Waiting {
+    file: NewFile,
+    batch: u64,
+    /// The stream's columns when it was stored.
+    schema: Value,
+    done: oneshot::Sender<Result<Committed, TableError>>,
+}
+
+/// A keyed request in flight.
+#[derive(Default)]
+struct Request {
+    /// The batches it touched.
+    batches: HashSet<u64>,
+    /// Its records are all appended (no more batches).
+    appended: bool,
+    /// One of its batches failed: the files it shares are withdrawn.
+    failed: bool,
+    /// Its batches whose files are settled: committed, withdrawn or failed.
+    settled: HashSet<u64>,
+    /// Its handler is done with it (answered, or gone with its client): it
+    /// goes once its batches are settled, so that a request whose client left
+    /// is still committed whole, with its key.
+    ended: bool,
+}
+
+impl Request {
+    fn done(&self) -> bool {
+        self.ended && self.batches.iter().all(|b| self.settled.contains(b))
+    }
+}
+
+#[derive(Default)]
+struct Gate {
+    waiting: Vec<Waiting>,
+    requests: HashMap<String, Request>,
+    /// Batch → the keyed requests with records in it.
+    touched_by: HashMap<u64, Vec<String>>,
+    /// Batches committed of requests still in flight.
+    committed: HashSet<u64>,
+}
+
+/// Why a request with an idempotency key cannot start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyedRequest {
+    /// The table holds it: it was committed before (answer, do not append).
+    Committed,
+    /// A request with this key is in flight here.
+    InFlight,
+}
 
 /// One stream's table, as its writer.
 pub struct TableSink {
     table: Arc<DeltaTable>,
+    stream: String,
     /// This writer's application transaction: one per stream per process.
     app_id: String,
-    /// Files stored and waiting for a commit.
-    waiting: Mutex<Vec<Waiting>>,
+    gate: Mutex<Gate>,
     /// Whose turn it is to commit, and this writer's last committed version
     /// (None: unsure, after a commit that failed; the table tells).
     turn: tokio::sync::Mutex<Option<Option<i64>>>,
     /// Whether the source commits (with transactions of its own) instead.
     by_source: std::sync::atomic::AtomicBool,
+    /// Commits made, for the test fault (see [`super::exit_after_table_commit`]).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl TableSink {
     pub fn new(table: Arc<DeltaTable>, stream: &str) -> TableSink {
         TableSink {
             table,
+            stream: stream.to_string(),
             app_id: format!("sluice-{stream}-{}", uuid::Uuid::new_v4()),
-            waiting: Mutex::new(Vec::new()),
+            gate: Mutex::new(Gate::default()),
             turn: tokio::sync::Mutex::new(Some(None)),
             by_source: false.into(),
+            commits: 0.into(),
         }
     }
 
@@ -57,75 +120,297 @@ impl TableSink {
         self.by_source.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Adds a stored file to the table; returns once a commit holds it.
-    /// `schema` gives the files' columns (a Delta struct type) when the
-    /// commit is made: the stream's latest, which holds every waiting file's.
-    pub async fn add(
-        &self,
-        file: NewFile,
-        schema: impl Fn() -> Value,
-    ) -> Result<Committed, TableError> {
-        let (tx, rx) = oneshot::channel();
-        self.lock_waiting().push((file, tx));
-        {
-            let mut turn = self.turn.lock().await;
-            // Everything that queued meanwhile goes in this commit (this
-            // file too, unless the commit before took it).
-            let waiting = std::mem::take(&mut *self.lock_waiting());
-            if !waiting.is_empty() {
-                let last = match *turn {
-                    Some(last) => Ok(last),
-                    None => self
-                        .table
-                        .snapshot()
-                        .await
-                        .map(|snapshot| snapshot.txns.get(&self.app_id).copied()),
-                };
-                let result = match last {
-                    Ok(last) => self.commit(last, &waiting, &schema()).await,
-                    Err(e) => Err(e),
-                };
-                *turn = match &result {
-                    Ok((_, version)) => Some(Some(*version)),
-                    // Landed or not: the table tells before the next.
-                    Err(_) => None,
-                };
-                for (_, done) in waiting {
-                    let _ = done.send(result.clone().map(|(committed, _)| committed));
-                }
-            }
-        }
-        rx.await
-            .unwrap_or_else(|_| unreachable!("sent before the turn ends"))
+    /// The application transaction of a keyed request.
+    fn request_app_id(&self, key: &str) -> String {
+        format!("sluice-{}-request-{key}", self.stream)
     }
 
-    /// Commits `waiting` as this writer's next transaction after `last`.
+    /// Starts a request with idempotency key `key`, unless the table holds
+    /// it already or one is in flight here (see [`KeyedRequest`]). Once
+    /// started, whatever happens next, end it with [`TableSink::end`].
+    pub async fn start_keyed(&self, key: &str) -> Result<Option<KeyedRequest>, TableError> {
+        if self.lock().requests.contains_key(key) {
+            return Ok(Some(KeyedRequest::InFlight));
+        }
+        let snapshot = self.table.snapshot().await?;
+        if snapshot.txns.contains_key(&self.request_app_id(key)) {
+            return Ok(Some(KeyedRequest::Committed));
+        }
+        let mut gate = self.lock();
+        if gate.requests.contains_key(key) {
+            return Ok(Some(KeyedRequest::InFlight));
+        }
+        gate.requests.insert(key.to_string(), Request::default());
+        Ok(None)
+    }
+
+    /// Records of keyed request `key` went into `batch` (called while they
+    /// are appended, before the batch can be stored).
+    pub(crate) fn touched(&self, key: &str, batch: u64) {
+        let mut gate = self.lock();
+        if let Some(request) = gate.requests.get_mut(key) {
+            if request.batches.insert(batch) {
+                gate.touched_by
+                    .entry(batch)
+                    .or_default()
+                    .push(key.to_string());
+            }
+        }
+    }
+
+    /// Every record of `key` is appended: its batches are known.
+    pub(crate) fn appended(self: &Arc<Self>, key: &str) {
+        if let Some(request) = self.lock().requests.get_mut(key) {
+            request.appended = true;
+        }
+        self.commit_soon();
+    }
+
+    /// `batch` was not stored: the keyed requests in it fail, and withdraw
+    /// the files they share.
+    pub(crate) fn failed(self: &Arc<Self>, batch: u64) {
+        self.lock().settle(&[batch], true);
+        self.commit_soon();
+    }
+
+    /// The keyed request's handler is done with it (see [`Request::ended`]).
+    pub fn end(self: &Arc<Self>, key: &str) {
+        let mut gate = self.lock();
+        if let Some(request) = gate.requests.get_mut(key) {
+            request.ended = true;
+        }
+        gate.forget_done();
+        drop(gate);
+        // Files it held back may be ready now.
+        self.commit_soon();
+    }
+
+    /// Adds the stored file of `batch` to the table; returns once a commit
+    /// holds it. `schema` is the stream's columns (a Delta struct type).
+    pub async fn add(
+        self: &Arc<Self>,
+        file: NewFile,
+        batch: u64,
+        schema: Value,
+    ) -> Result<Committed, TableError> {
+        let (done, committed) = oneshot::channel();
+        {
+            let mut gate = self.lock();
+            gate.waiting.push(Waiting {
+                file,
+                batch,
+                schema,
+                done,
+            });
+        }
+        self.commit_ready().await;
+        match committed.await {
+            Ok(result) => result,
+            // Only a sink dropped mid-commit: the file is not known to be in.
+            Err(_) => Err(TableError::Withdrawn {
+                reason: "the stream closed before its commit".into(),
+            }),
+        }
+    }
+
+    fn commit_soon(self: &Arc<Self>) {
+        let sink = self.clone();
+        tokio::spawn(async move { sink.commit_ready().await });
+    }
+
+    /// Commits every waiting file that is ready (one turn at a time).
+    async fn commit_ready(&self) {
+        let mut turn = self.turn.lock().await;
+        let (ready, withdrawn, requests) = self.sort_waiting();
+        let batches: Vec<u64> = withdrawn.iter().map(|w| w.batch).collect();
+        self.lock().settle(&batches, true);
+        for waiting in withdrawn {
+            let _ = waiting.done.send(Err(TableError::Withdrawn {
+                reason: "it holds records of a request whose other records were not stored".into(),
+            }));
+        }
+        if ready.is_empty() {
+            return;
+        }
+        let last = match *turn {
+            Some(last) => Ok(last),
+            None => self
+                .table
+                .snapshot()
+                .await
+                .map(|snapshot| snapshot.txns.get(&self.app_id).copied()),
+        };
+        let result = match last {
+            Ok(last) => self.commit(last, &ready, &requests).await,
+            Err(e) => Err(e),
+        };
+        if result.is_ok() {
+            let commits = self
+                .commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            super::exit_after_table_commit(commits);
+        }
+        *turn = match &result {
+            Ok((_, version)) => Some(Some(*version)),
+            // Landed or not: the table tells before the next.
+            Err(_) => None,
+        };
+        {
+            let mut gate = self.lock();
+            let batches: Vec<u64> = ready.iter().map(|w| w.batch).collect();
+            if result.is_ok() {
+                for batch in &batches {
+                    if gate.touched_by.contains_key(batch) {
+                        gate.committed.insert(*batch);
+                    }
+                }
+            }
+            // A commit that failed fails its keyed requests: what else of
+            // them waits is withdrawn.
+            gate.settle(&batches, result.is_err());
+        }
+        for waiting in ready {
+            let _ = waiting
+                .done
+                .send(result.clone().map(|(committed, _)| committed));
+        }
+    }
+
+    /// Sorts the waiting files: those that may be committed now (every keyed
+    /// request in them whole: appended, each of its batches stored, and
+    /// those files committable too), those withdrawn (a keyed request in
+    /// them failed), and the keyed requests the ready ones complete.
+    fn sort_waiting(&self) -> (Vec<Waiting>, Vec<Waiting>, Vec<String>) {
+        let mut gate = self.lock();
+        let failed = |gate: &Gate, batch: u64| {
+            gate.touched_by.get(&batch).is_some_and(|keys| {
+                keys.iter()
+                    .any(|k| gate.requests.get(k).is_some_and(|r| r.failed))
+            })
+        };
+        let waiting = std::mem::take(&mut gate.waiting);
+        let (withdrawn, waiting): (Vec<Waiting>, Vec<Waiting>) =
+            waiting.into_iter().partition(|w| failed(&gate, w.batch));
+        // Candidates, narrowed until every keyed request they hold is whole
+        // among them (or committed before).
+        let mut ready: HashSet<u64> = waiting.iter().map(|w| w.batch).collect();
+        loop {
+            let whole = |batch: &u64| {
+                gate.touched_by.get(batch).is_none_or(|keys| {
+                    keys.iter().all(|key| {
+                        gate.requests.get(key).is_some_and(|r| {
+                            r.appended
+                                && r.batches
+                                    .iter()
+                                    .all(|b| gate.committed.contains(b) || ready.contains(b))
+                        })
+                    })
+                })
+            };
+            let out: Vec<u64> = ready.iter().filter(|b| !whole(b)).copied().collect();
+            if out.is_empty() {
+                break;
+            }
+            for batch in out {
+                ready.remove(&batch);
+            }
+        }
+        let mut requests: Vec<String> = ready
+            .iter()
+            .filter_map(|batch| gate.touched_by.get(batch))
+            .flatten()
+            .cloned()
+            .collect();
+        requests.sort();
+        requests.dedup();
+        let (now, later): (Vec<Waiting>, Vec<Waiting>) =
+            waiting.into_iter().partition(|w| ready.contains(&w.batch));
+        gate.waiting = later;
+        (now, withdrawn, requests)
+    }
+
+    /// Commits `ready` as this writer's next transaction after `last`, with
+    /// the transactions of the keyed `requests` they complete.
     async fn commit(
         &self,
         last: Option<i64>,
-        waiting: &[Waiting],
-        schema: &Value,
+        ready: &[Waiting],
+        requests: &[String],
     ) -> Result<(Committed, i64), TableError> {
-        let files: Vec<NewFile> = waiting.iter().map(|(f, _)| f.clone()).collect();
+        let files: Vec<NewFile> = ready.iter().map(|w| w.file.clone()).collect();
+        let mut columns = schema::empty_struct();
+        for waiting in ready {
+            schema::merge_into(&mut columns, &waiting.schema, "").map_err(|reason| {
+                TableError::Schema {
+                    root: self.table.layout().location.clone(),
+                    reason,
+                }
+            })?;
+        }
         let version = last.map_or(1, |v| v + 1);
-        let transaction = Transaction {
+        let mut transactions = vec![Transaction {
             app_id: self.app_id.clone(),
             after: last,
             version,
-        };
+        }];
+        transactions.extend(requests.iter().map(|key| Transaction {
+            app_id: self.request_app_id(key),
+            after: None,
+            version: 1,
+        }));
         let span = tracing::info_span!(
             "delta_commit",
             table = %self.table.layout().location,
-            files = files.len()
+            files = files.len(),
+            requests = requests.len()
         );
         self.table
-            .commit(&files, &[transaction], schema)
+            .commit(&files, &transactions, &columns)
             .instrument(span)
             .await
             .map(|committed| (committed, version))
     }
 
-    fn lock_waiting(&self) -> std::sync::MutexGuard<'_, Vec<Waiting>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Gate {
+    /// `batches` are settled (and, when `failed`, their keyed requests fail).
+    fn settle(&mut self, batches: &[u64], failed: bool) {
+        for batch in batches {
+            for key in self.touched_by.get(batch).cloned().unwrap_or_default() {
+                if let Some(request) = self.requests.get_mut(&key) {
+                    request.settled.insert(*batch);
+                    request.failed |= failed;
+                }
+            }
+        }
+        self.forget_done();
+    }
+
+    /// Forgets the requests whose handlers are done and whose batches are
+    /// settled, and the batches no request in flight holds.
+    fn forget_done(&mut self) {
+        let done: Vec<String> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.done())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in done {
+            let request = self.requests.remove(&key).expect("listed");
+            for batch in request.batches {
+                if let Some(keys) = self.touched_by.get_mut(&batch) {
+                    keys.retain(|k| *k != key);
+                    if keys.is_empty() {
+                        self.touched_by.remove(&batch);
+                        self.committed.remove(&batch);
+                    }
+                }
+            }
+        }
     }
 }

@@ -55,6 +55,9 @@ pub enum TableError {
         expected: Option<i64>,
         found: Option<i64>,
     },
+    /// The file was left out of the table on purpose.
+    #[error("the file was not added to the table: {reason}")]
+    Withdrawn { reason: String },
     #[error("{key} is not under the table's location {root}")]
     Outside { key: String, root: String },
 }
