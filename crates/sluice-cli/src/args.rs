@@ -173,11 +173,16 @@ consumer group, commits a partition's offset once the batches holding its record
 batches {stream}/{partition}/{offset} (written only if absent), so a restart neither loses nor repeats a \
 record.\nExamples:\n  \
 app | sluice ingest --stream clicks --store s3://events --endpoint http://127.0.0.1:9000\n  \
+app | sluice ingest --stream clicks --store s3://events --table delta\n  \
 zcat logs.ndjson.gz | sluice ingest --stream logs --store ./sluice-data --key-template '{stream}/{field:service}/{offset}'\n  \
 sluice ingest --stream clicks --store s3://events --config clicks.toml < records.ndjson\n  \
 sluice ingest --stream clicks --from kafka://127.0.0.1:9092/clicks --group sluice --store s3://events"
     )]
     Ingest(Box<IngestArgs>),
+    /// Keep a stream's Delta Lake table fast to read: compact small files,
+    /// vacuum files no version reads, write a checkpoint.
+    #[command(subcommand)]
+    Tables(TablesCommand),
     /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
     /// for a gateway started with the same --url-secret-file.
     #[command(
@@ -906,6 +911,68 @@ pub struct ServeArgs {
     pub no_upload_page: bool,
     #[command(flatten)]
     pub settings: sluice_server::ServerConfig,
+}
+
+/// `sluice tables …`.
+#[derive(Debug, Subcommand)]
+pub enum TablesCommand {
+    /// Bin-pack each partition's small files into larger ones, in one commit
+    /// that changes no data (readers of older versions still read the old files).
+    #[command(
+        after_help = "Examples:\n  sluice tables compact --store s3://events --endpoint http://127.0.0.1:9000 clicks\n  \
+sluice tables compact --store ./sluice-data clicks --target-size 128MiB"
+    )]
+    Compact(TableCompactArgs),
+    /// Delete the table's files that no version within --retain reads, and
+    /// files writers stored and never committed, once older than --retain.
+    #[command(
+        after_help = "Examples:\n  sluice tables vacuum --store s3://events clicks --dry-run\n  \
+sluice tables vacuum --store s3://events clicks --retain 48h"
+    )]
+    Vacuum(TableVacuumArgs),
+    /// Write a checkpoint of the table's current version (writers write one
+    /// every 100 versions by themselves).
+    Checkpoint(TableArgs),
+}
+
+/// Which table.
+#[derive(Debug, Args)]
+pub struct TableArgs {
+    /// The store: s3://bucket[/prefix] or a local directory.
+    #[arg(long, env = "SLUICE_STORE")]
+    pub store: String,
+    #[command(flatten)]
+    pub store_args: StoreArgs,
+    /// The table's root key under the store (a stream's table_location; by
+    /// default the stream's name).
+    pub table: String,
+}
+
+/// `sluice tables compact`.
+#[derive(Debug, Args)]
+pub struct TableCompactArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// Files this large are left alone; small ones are packed up to it.
+    #[arg(long, value_parser = sluice_upload::parse_size, default_value = "256MiB")]
+    pub target_size: u64,
+    /// Compact a partition once it has this many small files.
+    #[arg(long, default_value_t = 4)]
+    pub min_files: usize,
+}
+
+/// `sluice tables vacuum`.
+#[derive(Debug, Args)]
+pub struct TableVacuumArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// Keep what versions this recent read, and any file this young (a
+    /// writer's file not committed yet); at least 1h.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "7days")]
+    pub retain: std::time::Duration,
+    /// Print what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `sluice janitor`.

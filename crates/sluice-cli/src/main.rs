@@ -22,6 +22,7 @@ mod packaging;
 mod rm;
 mod serve;
 mod sign;
+mod tables;
 mod target;
 mod ui;
 mod wildcard;
@@ -143,6 +144,7 @@ async fn dispatch(command: Command, matches: &clap::ArgMatches) -> anyhow::Resul
         Command::Sign(args) => sign::run(args),
         Command::Events(args) => events::run(args).await,
         Command::Ingest(args) => ingest::run(*args).await,
+        Command::Tables(command) => tables::run(command).await,
         Command::Completions { shell } => packaging::completions(shell),
         Command::Man => packaging::man(),
     }

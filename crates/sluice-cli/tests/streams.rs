@@ -662,3 +662,100 @@ async fn delta_gateway_requests_retried_across_gateway_deaths_count_once() {
         );
     }
 }
+
+/// `sluice tables ARGS…` on the directory store `store`; its stdout.
+fn tables(store: &std::path::Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("tables")
+        .arg(args[0])
+        .arg("--store")
+        .arg(store)
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
+    let Some(readers) = common::python_readers("delta-upkeep") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    // Twenty small files, as twenty one-second flushes would make.
+    for run in 0..20u64 {
+        let input: String = (0..500)
+            .map(|n| format!("{{\"id\":{},\"run\":{run}}}\n", run * 500 + n))
+            .collect();
+        ingest_into_delta(store.path(), &input);
+    }
+    let parquet_files = || {
+        walk(&table)
+            .into_iter()
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "parquet")
+                    && !p.to_string_lossy().contains("_delta_log")
+            })
+            .count()
+    };
+    assert_eq!(parquet_files(), 20);
+    // An orphan: a file a writer stored and never committed, a day ago.
+    let orphan = table.join("orphan.parquet");
+    std::fs::write(&orphan, b"PAR1 not committed").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&orphan)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
+        .unwrap();
+    let said = tables(store.path(), &["compact", "t", "--min-files", "4"]);
+    assert!(said.contains("20 files rewritten as 1"), "{said}");
+    let said = tables(store.path(), &["checkpoint", "t"]);
+    assert!(said.contains("checkpoint at version"), "{said}");
+    let said = tables(store.path(), &["vacuum", "t", "--retain", "1h"]);
+    // The orphan goes; the compacted-away files stay for readers of older
+    // versions until they are older than the retention.
+    assert!(said.contains("deleted 1 files"), "{said}");
+    assert!(!orphan.exists());
+    assert_eq!(parquet_files(), 21);
+    // A writer after the checkpoint, then both readers.
+    ingest_into_delta(store.path(), "{\"id\":10000,\"run\":20}\n");
+    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
+    for reader in ["deltalake", "duckdb"] {
+        assert_eq!(read[reader]["rows"], 10_001, "{reader}: {}", read[reader]);
+        assert_eq!(
+            read[reader]["distinct"], 10_001,
+            "{reader}: {}",
+            read[reader]
+        );
+    }
+    // Refused: a retention that could delete what a writer is committing.
+    let refused = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tables", "vacuum", "--store"])
+        .arg(store.path())
+        .args(["t", "--retain", "10m"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("at least 1h"));
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}

@@ -142,3 +142,47 @@ async fn writers_with_transactions_of_their_own_both_get_in() {
     assert_eq!(files, expected);
     assert_eq!(snapshot.version, Some(19));
 }
+
+#[tokio::test]
+async fn every_hundredth_version_is_checkpointed_and_a_new_reader_starts_there() {
+    let Some(store) = sluice_testkit::minio::store("delta-checkpoints").await else {
+        return;
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(store);
+    let writer = Arc::new(DeltaTable::new(store.clone(), layout()));
+    for version in 0..=100i64 {
+        let transaction = Transaction {
+            app_id: "sluice-writer".into(),
+            after: (version > 0).then_some(version),
+            version: version + 1,
+        };
+        let committed = writer
+            .commit(&[file(&version.to_string())], &[transaction], &schema())
+            .await
+            .unwrap();
+        if let Committed::Version(v) = committed {
+            writer.after_commit(v);
+        }
+    }
+    // The checkpoint is written off the commit's way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store
+        .head_object("events/_delta_log/_last_checkpoint")
+        .await
+        .is_err()
+    {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // With the commits before it gone, a new reader still sees everything.
+    for version in 0..100u64 {
+        store
+            .delete_object(&format!("events/_delta_log/{version:020}.json"))
+            .await
+            .unwrap();
+    }
+    let (files, snapshot) = table_files(store).await;
+    assert_eq!(snapshot.version, Some(100));
+    assert_eq!(files.len(), 101);
+    assert_eq!(snapshot.txns.get("sluice-writer").copied(), Some(101));
+}

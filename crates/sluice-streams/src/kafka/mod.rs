@@ -832,11 +832,14 @@ async fn commit_ready(
             files = files.len(),
             partitions = ready.len()
         );
-        offsets
+        let committed = offsets
             .table()
             .commit(&files, &transactions, &stream.table_schema())
             .instrument(span)
             .await?;
+        if let crate::table::delta::Committed::Version(version) = committed {
+            offsets.table().after_commit(version);
+        }
         summary.table_commits += 1;
         crate::table::exit_after_table_commit(summary.table_commits);
         for r in &ready {

@@ -244,6 +244,9 @@ impl TableSink {
             Ok(last) => self.commit(last, &ready, &requests).await,
             Err(e) => Err(e),
         };
+        if let Ok((Committed::Version(version), _)) = &result {
+            self.table.after_commit(*version);
+        }
         if result.is_ok() {
             let commits = self
                 .commits

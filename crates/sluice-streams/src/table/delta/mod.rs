@@ -17,8 +17,10 @@
 //! Only appends are written here; other writers' actions (removes, other
 //! transactions, schema changes) are read and kept.
 
+pub mod checkpoint;
 pub mod log;
 pub mod schema;
+pub mod upkeep;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -28,7 +30,7 @@ use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
 
-use log::{Action, Add, MetaData, Protocol, Txn};
+use log::{Action, Add, MetaData, Protocol, Remove, Txn};
 
 /// Why a table could not be read or committed to.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -73,6 +75,9 @@ pub struct Snapshot {
     pub txns: HashMap<String, i64>,
     /// The data files (path as in the log → its add), when tracked.
     pub files: Option<BTreeMap<String, Add>>,
+    /// Files removed (path → its remove), tracked with the files: vacuum
+    /// keeps them for the retention, checkpoints carry them.
+    pub tombstones: Option<BTreeMap<String, Remove>>,
     /// The last log key read (the next listing starts after it).
     listed: Option<String>,
 }
@@ -94,6 +99,9 @@ impl Snapshot {
                     self.txns.insert(t.app_id, t.version);
                 }
                 Action::Add(add) => {
+                    if let Some(tombstones) = &mut self.tombstones {
+                        tombstones.remove(&add.path);
+                    }
                     if let Some(files) = &mut self.files {
                         files.insert(add.path.clone(), add);
                     }
@@ -101,6 +109,9 @@ impl Snapshot {
                 Action::Remove(remove) => {
                     if let Some(files) = &mut self.files {
                         files.remove(&remove.path);
+                    }
+                    if let Some(tombstones) = &mut self.tombstones {
+                        tombstones.insert(remove.path.clone(), remove);
                     }
                 }
                 Action::CommitInfo(_) => {}
@@ -230,6 +241,10 @@ impl std::fmt::Debug for DeltaTable {
     }
 }
 
+/// How long removed files stay in checkpoints and out of vacuum's reach
+/// (Delta's default `delta.deletedFileRetentionDuration`: a week).
+pub const TOMBSTONE_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+
 fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
@@ -268,14 +283,19 @@ impl DeltaTable {
     pub async fn read_with_files(&self) -> Result<Snapshot, TableError> {
         let mut snapshot = Snapshot {
             files: Some(BTreeMap::new()),
+            tombstones: Some(BTreeMap::new()),
             ..Snapshot::default()
         };
         self.refresh(&mut snapshot).await?;
         Ok(snapshot)
     }
 
-    /// Reads the commits after `snapshot`'s into it.
+    /// Reads the commits after `snapshot`'s into it (a snapshot not read
+    /// yet starts at the latest checkpoint).
     async fn refresh(&self, snapshot: &mut Snapshot) -> Result<(), TableError> {
+        if snapshot.version.is_none() && snapshot.listed.is_none() {
+            self.start_at_checkpoint(snapshot).await?;
+        }
         loop {
             let page = self
                 .store
@@ -312,6 +332,15 @@ impl DeltaTable {
     }
 
     async fn read_commit(&self, key: &str) -> Result<Vec<Action>, TableError> {
+        let bytes = self.read_object(key).await?;
+        log::parse_commit(&bytes).map_err(|reason| TableError::Log {
+            key: key.to_string(),
+            reason,
+        })
+    }
+
+    /// A whole (small) object of the table.
+    async fn read_object(&self, key: &str) -> Result<bytes::Bytes, TableError> {
         let output = self
             .store
             .get_object(key, None)
@@ -322,10 +351,134 @@ impl DeltaTable {
         while let Some(chunk) = body.try_next().await.map_err(|e| self.store_error(e))? {
             bytes.extend_from_slice(&chunk);
         }
-        log::parse_commit(&bytes).map_err(|reason| TableError::Log {
-            key: key.to_string(),
-            reason,
-        })
+        Ok(bytes.freeze())
+    }
+
+    /// Loads the latest checkpoint, if the table has one, into `snapshot`.
+    async fn start_at_checkpoint(&self, snapshot: &mut Snapshot) -> Result<(), TableError> {
+        let last_key = format!("{}_last_checkpoint", self.log_prefix);
+        let last = match self.read_object(&last_key).await {
+            Ok(bytes) => bytes,
+            Err(TableError::Store { source, .. }) if source.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let last: checkpoint::LastCheckpoint =
+            serde_json::from_slice(&last).map_err(|e| TableError::Log {
+                key: last_key.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut actions = Vec::new();
+        for part in checkpoint::part_names(last.version, last.parts) {
+            let key = format!("{}{part}", self.log_prefix);
+            let bytes = self.read_object(&key).await?;
+            let read = tokio::task::spawn_blocking(move || checkpoint::read_checkpoint(bytes))
+                .await
+                .map_err(|e| TableError::Log {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                })?;
+            actions.extend(read.map_err(|reason| TableError::Log { key, reason })?);
+        }
+        snapshot.apply(last.version, actions);
+        snapshot.listed = Some(format!(
+            "{}{}",
+            self.log_prefix,
+            log::commit_name(last.version)
+        ));
+        tracing::debug!(version = last.version, "table read from its checkpoint");
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the table as it is now; its version.
+    pub async fn checkpoint(&self) -> Result<u64, TableError> {
+        let snapshot = self.read_with_files().await?;
+        let Some(version) = snapshot.version else {
+            return Err(TableError::Log {
+                key: self.log_prefix.clone(),
+                reason: "the table has no commit yet".into(),
+            });
+        };
+        let mut actions: Vec<Action> = Vec::new();
+        actions.extend(snapshot.protocol.clone().map(Action::Protocol));
+        actions.extend(snapshot.metadata.clone().map(Action::MetaData));
+        let mut txns: Vec<(&String, &i64)> = snapshot.txns.iter().collect();
+        txns.sort();
+        actions.extend(txns.into_iter().map(|(app_id, version)| {
+            Action::Txn(Txn {
+                app_id: app_id.clone(),
+                version: *version,
+                last_updated: None,
+            })
+        }));
+        actions.extend(
+            snapshot
+                .files
+                .iter()
+                .flatten()
+                .map(|(_, add)| Action::Add(add.clone())),
+        );
+        // Tombstones within the default retention: vacuum by other engines
+        // must not delete what a reader of a recent version still reads.
+        let since = now_ms() - TOMBSTONE_RETENTION_MS;
+        actions.extend(
+            snapshot
+                .tombstones
+                .iter()
+                .flatten()
+                .filter(|(_, r)| r.deletion_timestamp.unwrap_or(i64::MAX) >= since)
+                .map(|(_, r)| Action::Remove(r.clone())),
+        );
+        let size = actions.len() as u64;
+        let file = tokio::task::spawn_blocking(move || checkpoint::write_checkpoint(&actions))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|written| written)
+            .map_err(|reason| TableError::Log {
+                key: checkpoint::checkpoint_name(version),
+                reason,
+            })?;
+        let key = format!(
+            "{}{}",
+            self.log_prefix,
+            checkpoint::checkpoint_name(version)
+        );
+        self.store
+            .put_object(PutRequest::new(key, file))
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let last = checkpoint::LastCheckpoint {
+            version,
+            size,
+            parts: None,
+        };
+        let last = serde_json::to_vec(&last).expect("serializes");
+        self.store
+            .put_object(PutRequest::new(
+                format!("{}_last_checkpoint", self.log_prefix),
+                last,
+            ))
+            .await
+            .map_err(|e| self.store_error(e))?;
+        Ok(version)
+    }
+
+    /// After this writer made `version`: a checkpoint every
+    /// [`checkpoint::CHECKPOINT_EVERY`] versions, off the commit's way.
+    pub fn after_commit(self: &Arc<Self>, version: u64) {
+        if version == 0 || version % checkpoint::CHECKPOINT_EVERY != 0 {
+            return;
+        }
+        let table = self.clone();
+        tokio::spawn(async move {
+            match table.checkpoint().await {
+                Ok(version) => {
+                    tracing::info!(version, table = %table.layout.location, "checkpoint written")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "checkpoint not written (the next one will be)")
+                }
+            }
+        });
     }
 
     /// Adds `files` to the table in one commit with `transactions`, widening

@@ -1,0 +1,343 @@
+//! Upkeep of a Delta table, so that one fed every second for a month stays
+//! fast to read: compaction (small files of a partition bin-packed into
+//! larger ones, committed as a rewrite that changes no data) and vacuum
+//! (files no version within the retention reads, and orphans a writer stored
+//! and never committed, deleted once older than the retention).
+//!
+//! Compaction reads the files through JSON into the union of their schemas
+//! (arrow-json fills what a file lacks, nested fields included), so files
+//! written under older, narrower schemas merge with newer ones. Its commit
+//! removes and adds in one version, and is refused if another writer removed
+//! one of the files meanwhile; the files it wrote are then orphans for vacuum.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arrow_schema::Schema;
+use bytes::Bytes;
+use serde_json::json;
+use sluice_store::{PutRequest, StoreError, WriteCondition};
+
+use super::log::{self, Action, Add, Remove};
+use super::{now_ms, DeltaTable, TableError};
+
+/// What compaction takes and makes.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactOptions {
+    /// Files at least this large are left alone; bins are filled up to it.
+    pub target_bytes: u64,
+    /// A partition's small files are compacted once there are this many.
+    pub min_files: usize,
+}
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        CompactOptions {
+            target_bytes: 256 << 20,
+            min_files: 4,
+        }
+    }
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    pub files_before: usize,
+    pub files_after: usize,
+    /// Files rewritten, and the files they became.
+    pub removed: usize,
+    pub added: usize,
+    /// The version that holds the rewrite (None: nothing to do).
+    pub version: Option<u64>,
+}
+
+/// What a vacuum found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VacuumReport {
+    /// Deleted (or, in a dry run, to be deleted): not read by any version
+    /// within the retention, and older than it.
+    pub deleted: Vec<String>,
+    /// Not referenced, but younger than the retention (may be a file being
+    /// committed right now): kept.
+    pub kept_young: usize,
+    /// Read by the table (or by a version within the retention).
+    pub referenced: usize,
+}
+
+impl DeltaTable {
+    /// Bin-packs each partition's small files into files of about
+    /// `options.target_bytes`, in one commit.
+    pub async fn compact(&self, options: CompactOptions) -> Result<CompactReport, TableError> {
+        let snapshot = self.read_with_files().await?;
+        let files = snapshot.files.clone().unwrap_or_default();
+        let mut report = CompactReport {
+            files_before: files.len(),
+            files_after: files.len(),
+            ..CompactReport::default()
+        };
+        // Per partition, the small files, oldest first.
+        let mut partitions: BTreeMap<String, Vec<Add>> = BTreeMap::new();
+        for add in files.values() {
+            if (add.size as u64) < options.target_bytes {
+                let key = serde_json::to_string(&add.partition_values).expect("serializes");
+                partitions.entry(key).or_default().push(add.clone());
+            }
+        }
+        let mut bins: Vec<Vec<Add>> = Vec::new();
+        for (_, mut small) in partitions {
+            if small.len() < options.min_files.max(2) {
+                continue;
+            }
+            small.sort_by_key(|a| (a.modification_time, a.path.clone()));
+            let mut bin: Vec<Add> = Vec::new();
+            let mut bytes = 0u64;
+            for add in small {
+                if !bin.is_empty() && bytes + add.size as u64 > options.target_bytes {
+                    bins.push(std::mem::take(&mut bin));
+                    bytes = 0;
+                }
+                bytes += add.size as u64;
+                bin.push(add);
+            }
+            bins.push(bin);
+        }
+        bins.retain(|bin| bin.len() >= 2);
+        if bins.is_empty() {
+            return Ok(report);
+        }
+        let mut removed = Vec::new();
+        let mut added = Vec::new();
+        for bin in bins {
+            let new = self.rewrite(&bin).await?;
+            removed.extend(bin);
+            added.push(new);
+        }
+        let version = self.replace_files(&removed, &added).await?;
+        report.removed = removed.len();
+        report.added = added.len();
+        report.files_after = report.files_before - removed.len() + added.len();
+        report.version = Some(version);
+        Ok(report)
+    }
+
+    /// Writes the rows of `bin` (files of one partition) as one new file.
+    async fn rewrite(&self, bin: &[Add]) -> Result<Add, TableError> {
+        let root = format!("{}/", self.layout.location);
+        let mut parts: Vec<Bytes> = Vec::with_capacity(bin.len());
+        for add in bin {
+            parts.push(
+                self.read_object(&format!("{root}{}", log::decode_path(&add.path)))
+                    .await?,
+            );
+        }
+        let first = log::decode_path(&bin[0].path);
+        let dir = first.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let relative = match dir {
+            "" => format!("part-compacted-{}.parquet", uuid::Uuid::new_v4().simple()),
+            dir => format!(
+                "{dir}/part-compacted-{}.parquet",
+                uuid::Uuid::new_v4().simple()
+            ),
+        };
+        let key = format!("{root}{relative}");
+        let (file, records) = tokio::task::spawn_blocking(move || merge_files(parts))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|merged| merged)
+            .map_err(|reason| TableError::Log {
+                key: key.clone(),
+                reason: format!("compacting: {reason}"),
+            })?;
+        let size = file.len() as i64;
+        let mut put = PutRequest::new(key.clone(), file);
+        put.content_type = Some(crate::table::PARQUET_CONTENT_TYPE.into());
+        self.store
+            .put_object(put)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        Ok(Add {
+            path: log::encode_path(&relative),
+            partition_values: bin[0].partition_values.clone(),
+            size,
+            modification_time: now_ms(),
+            data_change: false,
+            stats: Some(json!({"numRecords": records}).to_string()),
+        })
+    }
+
+    /// Commits `removed` out and `added` in as one version that changes no
+    /// data; refused if another writer removed one of `removed` first.
+    async fn replace_files(&self, removed: &[Add], added: &[Add]) -> Result<u64, TableError> {
+        loop {
+            let snapshot = self.read_with_files().await?;
+            let files = snapshot.files.as_ref().expect("tracked");
+            if let Some(gone) = removed.iter().find(|r| !files.contains_key(&r.path)) {
+                return Err(TableError::Log {
+                    key: gone.path.clone(),
+                    reason: "another writer removed this file while it was being compacted; \
+                             the compacted files are orphans for vacuum"
+                        .into(),
+                });
+            }
+            let version = snapshot.version.map_or(0, |v| v + 1);
+            let now = now_ms();
+            let mut actions = vec![Action::CommitInfo(json!({
+                "timestamp": now,
+                "operation": "OPTIMIZE",
+                "operationParameters": {"targetSize": added.iter().map(|a| a.size).max()},
+                "clientVersion": concat!("sluice-", env!("CARGO_PKG_VERSION")),
+            }))];
+            actions.extend(removed.iter().map(|r| {
+                Action::Remove(Remove {
+                    path: r.path.clone(),
+                    deletion_timestamp: Some(now),
+                    data_change: false,
+                    extended_file_metadata: Some(true),
+                    partition_values: Some(r.partition_values.clone()),
+                    size: Some(r.size),
+                })
+            }));
+            actions.extend(added.iter().cloned().map(Action::Add));
+            let key = format!("{}{}", self.log_prefix, log::commit_name(version));
+            let mut put = PutRequest::new(key, log::write_commit(&actions));
+            put.condition = Some(WriteCondition::IfNoneMatch);
+            match self.store.put_object(put).await {
+                Ok(_) => return Ok(version),
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(e) => return Err(self.store_error(e)),
+            }
+        }
+    }
+
+    /// Deletes the files under the table's root that no version within
+    /// `retain` reads and that are older than `retain` (nothing in a dry run).
+    pub async fn vacuum(
+        &self,
+        retain: Duration,
+        dry_run: bool,
+    ) -> Result<VacuumReport, TableError> {
+        let snapshot = self.read_with_files().await?;
+        let since_ms = now_ms() - retain.as_millis() as i64;
+        let root = format!("{}/", self.layout.location);
+        let mut referenced: HashSet<String> = snapshot
+            .files
+            .iter()
+            .flatten()
+            .map(|(path, _)| format!("{root}{}", log::decode_path(path)))
+            .collect();
+        referenced.extend(
+            snapshot
+                .tombstones
+                .iter()
+                .flatten()
+                .filter(|(_, r)| r.deletion_timestamp.unwrap_or(i64::MAX) >= since_ms)
+                .map(|(path, _)| format!("{root}{}", log::decode_path(path))),
+        );
+        let cutoff = SystemTime::now() - retain;
+        let mut report = VacuumReport::default();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list_objects(&root, cursor.as_deref(), 1000)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            for object in page.objects {
+                let rest = &object.key[root.len()..];
+                // The log, and hidden files (`_`/`.` first, as Delta has it).
+                if rest.starts_with("_delta_log/")
+                    || rest
+                        .split('/')
+                        .any(|s| s.starts_with('_') || s.starts_with('.'))
+                {
+                    continue;
+                }
+                if referenced.contains(&object.key) {
+                    report.referenced += 1;
+                } else if object.last_modified > cutoff {
+                    report.kept_young += 1;
+                } else {
+                    report.deleted.push(object.key);
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        if !dry_run {
+            for key in &report.deleted {
+                self.store
+                    .delete_object(key)
+                    .await
+                    .map_err(|e| self.store_error(e))?;
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The rows of Parquet files `parts` as one zstd Parquet file under the union
+/// of their schemas; and its row count.
+fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64), String> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let mut schemas = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let builder =
+            ParquetRecordBatchReaderBuilder::try_new(part.clone()).map_err(|e| e.to_string())?;
+        schemas.push(
+            builder
+                .schema()
+                .as_ref()
+                .clone()
+                .with_metadata(Default::default()),
+        );
+    }
+    let schema = Arc::new(Schema::try_merge(schemas).map_err(|e| e.to_string())?);
+    let properties = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .set_max_row_group_row_count(Some(1 << 20))
+        .build();
+    let mut out = Vec::new();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(&mut out, schema.clone(), Some(properties))
+            .map_err(|e| e.to_string())?;
+    let mut records = 0u64;
+    for part in parts {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(part)
+            .map_err(|e| e.to_string())?
+            .build()
+            .map_err(|e| e.to_string())?;
+        for batch in reader {
+            let batch = batch.map_err(|e| e.to_string())?;
+            let mut lines = Vec::new();
+            {
+                let mut json = arrow_json::WriterBuilder::new()
+                    .with_explicit_nulls(false)
+                    .build::<_, arrow_json::writer::LineDelimited>(&mut lines);
+                json.write(&batch).map_err(|e| e.to_string())?;
+                json.finish().map_err(|e| e.to_string())?;
+            }
+            let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(batch.num_rows().max(1))
+                .build_decoder()
+                .map_err(|e| e.to_string())?;
+            let mut rest = &lines[..];
+            while !rest.is_empty() {
+                let read = decoder.decode(rest).map_err(|e| e.to_string())?;
+                rest = &rest[read..];
+                if let Some(merged) = decoder.flush().map_err(|e| e.to_string())? {
+                    records += merged.num_rows() as u64;
+                    writer.write(&merged).map_err(|e| e.to_string())?;
+                }
+            }
+            if let Some(merged) = decoder.flush().map_err(|e| e.to_string())? {
+                records += merged.num_rows() as u64;
+                writer.write(&merged).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    writer.close().map_err(|e| e.to_string())?;
+    Ok((out, records))
+}
