@@ -10,9 +10,14 @@
 #      in 8 partitions, read whole by Kafka's own ConsumerPerformance and by
 #      `sluice ingest --from kafka://…` (which also compresses and stores), each
 #      run with fresh consumer groups: records/s and their ratio.
+#   4. smallfiles: an hour-equivalent of one-second flushes (3,600 files of 100
+#      records) committed to one Delta table, then `sluice tables compact`:
+#      files before and after.
+#   --table delta sends cases 1 and 3 into Delta tables (Parquet, flush_age 1s).
 #
-#   bench/ingest.sh [--runs N] [--cases http,stdin,kafka] [--seconds S] [--stdin-mib M]
-#                   [--kafka-records N] [--out FILE]
+#   bench/ingest.sh [--runs N] [--cases http,stdin,kafka,smallfiles] [--table delta]
+#                   [--seconds S] [--stdin-mib M] [--kafka-records N] [--small-files N]
+#                   [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh

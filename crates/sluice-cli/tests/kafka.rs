@@ -140,6 +140,18 @@ fn ingest_with_defaults(
     endpoint: &str,
     prefix: &str,
 ) -> Command {
+    ingest_with_idle(bootstrap, topic, group, endpoint, prefix, "3s")
+}
+
+/// [`ingest_with_defaults`], ending once idle for `idle`.
+fn ingest_with_idle(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    endpoint: &str,
+    prefix: &str,
+    idle: &str,
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command.args([
         "ingest",
@@ -154,7 +166,7 @@ fn ingest_with_defaults(
         "--endpoint",
         endpoint,
         "--idle-exit",
-        "3s",
+        idle,
         "--json",
     ]);
     command
@@ -884,12 +896,18 @@ fn kafka_sources_are_checked_before_connecting() {
 /// `sluice ingest … --table delta` into the Delta table `events` through
 /// `endpoint`, in consumer group `group`.
 fn ingest_delta(fixture: &Fixture, endpoint: &str, group: &str) -> Command {
-    let mut command = ingest_with_defaults(
+    ingest_delta_idle(fixture, endpoint, group, "3s")
+}
+
+/// [`ingest_delta`], ending once idle for `idle`.
+fn ingest_delta_idle(fixture: &Fixture, endpoint: &str, group: &str, idle: &str) -> Command {
+    let mut command = ingest_with_idle(
         &fixture.bootstrap,
         &fixture.topic,
         group,
         endpoint,
         &fixture.prefix,
+        idle,
     );
     command.args([
         "--table",
@@ -903,20 +921,20 @@ fn ingest_delta(fixture: &Fixture, endpoint: &str, group: &str) -> Command {
 }
 
 /// Produces `records` lines `{"n":N,"pad":"…"}` (100 bytes of pad) to
-/// `topic` in chunks of 20,000 with the console producer, `every` apart.
+/// `topic` in chunks of `chunk` with the console producer, `every` apart.
 fn produce_paced(
     cp: &str,
     bootstrap: &str,
     topic: &str,
     records: u64,
+    chunk: u64,
     every: Duration,
 ) -> std::thread::JoinHandle<()> {
     let (cp, bootstrap, topic) = (cp.to_string(), bootstrap.to_string(), topic.to_string());
     std::thread::spawn(move || {
-        const CHUNK: u64 = 20_000;
-        for start in (0..records).step_by(CHUNK as usize) {
+        for start in (0..records).step_by(chunk as usize) {
             let began = Instant::now();
-            let input: String = (start..(start + CHUNK).min(records))
+            let input: String = (start..(start + chunk).min(records))
                 .map(|n| record(n, 100) + "\n")
                 .collect();
             kafka_tool(
@@ -960,7 +978,11 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
     let Some(fixture) = fixture("kafka-delta").await else {
         return;
     };
-    const RECORDS: u64 = 300_000;
+    // SLUICE_KAFKA_DELTA_RECORDS raises it for a longer proof by hand.
+    let records: u64 = std::env::var("SLUICE_KAFKA_DELTA_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000);
     kafka_tool(
         &fixture.cp,
         "org.apache.kafka.tools.TopicCommand",
@@ -975,13 +997,14 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
         ],
         None,
     );
-    // Records arrive while the runs below come and go (20,000 every 3 s),
-    // so that each dies part-way through the topic.
+    // Records arrive while the runs below come and go (in 15 chunks, 3 s
+    // apart), so that each dies part-way through the topic.
     let producer = produce_paced(
         &fixture.cp,
         &fixture.bootstrap,
         &fixture.topic,
-        RECORDS,
+        records,
+        (records / 15).max(20_000),
         Duration::from_secs(3),
     );
     let group = fixture.topic.clone();
@@ -1014,13 +1037,15 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
         drop(run);
     }
     // A second member joins, takes half the partitions, and is killed: they
-    // come back to the first once its session lapses.
+    // come back to the first once its session lapses. The first stays up
+    // (idle for 20 s at most) however fast the topic drains.
+    let before = table_commits(&fixture.store).await;
     let first = Running::spawn(
-        ingest_delta(&fixture, &endpoint, &group)
+        ingest_delta_idle(&fixture, &endpoint, &group, "20s")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    table_grows_past(&fixture.store, before).await;
     let before = table_commits(&fixture.store).await;
     let second = Running::spawn(
         ingest_delta(&fixture, &endpoint, &group)
@@ -1046,10 +1071,10 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
     let read = common::read_delta(&readers, Some(&fixture.endpoint), &table, "n", false);
     for reader in ["deltalake", "duckdb"] {
         let got = &read[reader];
-        assert_eq!(got["rows"], RECORDS, "{reader}: {got}");
-        assert_eq!(got["distinct"], RECORDS, "{reader}: records twice: {got}");
+        assert_eq!(got["rows"], records, "{reader}: {got}");
+        assert_eq!(got["distinct"], records, "{reader}: records twice: {got}");
         assert_eq!(got["min"], 0, "{reader}: {got}");
-        assert_eq!(got["max"], RECORDS - 1, "{reader}: {got}");
+        assert_eq!(got["max"], records - 1, "{reader}: {got}");
         // Every pad equal to what was produced.
         assert_eq!(got["distinct_values"]["pad"], 1, "{reader}: {got}");
     }

@@ -535,6 +535,16 @@ impl RecordStream {
     }
 }
 
+/// Tells a table's sink that a keyed request's append is over, however it
+/// ended.
+struct AppendedOnDrop(Arc<TableSink>, String);
+
+impl Drop for AppendedOnDrop {
+    fn drop(&mut self) {
+        self.0.appended(&self.1);
+    }
+}
+
 /// A stream's table as read at start: its writer, and the fields its schema
 /// already holds (where the stream's schema starts).
 struct OpenedTable {
@@ -618,6 +628,15 @@ impl Inner {
             (Some(key), Some(sink)) if !dead_letter => Some((key, sink)),
             _ => None,
         };
+        if let Some((key, sink)) = keyed {
+            if !sink.append_started(key) {
+                // Its handler is gone and its key forgotten: appended now,
+                // the records would be kept without it.
+                return Err(StreamError::Closed);
+            }
+        }
+        // Whatever ends the append, the sink learns the request's batches are all known.
+        let _appended = keyed.map(|(key, sink)| AppendedOnDrop(sink.clone(), key.to_string()));
         // Batches touched, in first-touch order, with the last offset put in each.
         let mut touched: Vec<(Ticket, u64)> = Vec::new();
         let mut open = self.lock();
@@ -706,9 +725,6 @@ impl Inner {
                     self.finish(full);
                 }
             }
-        }
-        if let Some((key, sink)) = keyed {
-            sink.appended(key);
         }
         self.stats.accepted(records, bytes, dead_letter);
         self.stats.set_open_partitions(open.batches.len());

@@ -188,14 +188,25 @@ impl StreamKeyTemplate {
     /// into a table needs (files from different partitions apart; a replay's
     /// file never in the way of the one a killed run stored and did not
     /// commit).
+    ///
+    /// And nothing else varies (no time or field placeholder): one batch per
+    /// partition is open at a time, so that its offsets run in order and a
+    /// commit's offset covers exactly the files it adds.
     pub fn check_table_layout(&self) -> Result<(), String> {
-        if self.pieces.contains(&Piece::Partition) && self.pieces.contains(&Piece::Uuid) {
+        let fixed = self.pieces.iter().all(|p| {
+            matches!(
+                p,
+                Piece::Text(_) | Piece::Stream | Piece::Partition | Piece::Offset | Piece::Uuid
+            )
+        });
+        if fixed && self.pieces.contains(&Piece::Partition) && self.pieces.contains(&Piece::Uuid) {
             return Ok(());
         }
         Err(
-            "a Kafka stream into a table needs {partition} and {uuid} in its keys \
-             (such as {stream}/{partition}/{offset}-{uuid}): a replay writes its files \
-             beside those a killed run stored and did not commit"
+            "a Kafka stream into a table needs {partition} and {uuid} in its keys and no time \
+             or field placeholder (such as {stream}/{partition}/{offset}-{uuid}): a replay writes \
+             its files beside those a killed run stored and did not commit, and a partition's \
+             batches must hold its offsets in order"
                 .into(),
         )
     }

@@ -153,6 +153,9 @@ struct PartitionState {
     /// A stream into a table: the partition's version in the table that
     /// this member's next commit follows (its next offset; None: none yet).
     table_at: Option<i64>,
+    /// A table commit failed (it may have landed or not): nothing more of
+    /// this run is committed; the next owner resumes where the table says.
+    table_unsure: bool,
 }
 
 /// A partition's batches stored in order, ready to be committed.
@@ -761,33 +764,55 @@ fn stored_offsets(
             // the committed offset on) and write the rest of its records again.
             continue;
         }
-        let mut done: Option<i64> = None;
-        let mut files = Vec::new();
-        while let Some((ticket, last)) = state.batches.front() {
-            let last = *last;
+        // The entries stored in order from the front.
+        let mut whole = 0;
+        for (ticket, _) in &state.batches {
             if let Some(ticket) = ticket {
                 match ticket.peek() {
                     None => break,
-                    Some(Ok(stored)) => {
-                        if seen.insert(stored.key.clone()) {
-                            summary.objects += 1;
-                            if !stored.dead_letter {
-                                files.push(NewFile {
-                                    key: stored.key.clone(),
-                                    size: stored.outcome.size,
-                                    records: stored.records,
-                                });
-                            }
-                        }
-                    }
+                    Some(Ok(_)) => {}
                     Some(Err(e)) => {
                         failed.get_or_insert(e);
                         break;
                     }
                 }
             }
+            whole += 1;
+        }
+        // A batch with an entry after those (records after a dead letter
+        // still queued) is not done with: the commit stops before its first
+        // entry, so that a committed offset never passes a record of a file
+        // left out, nor a file's records pass the committed offset.
+        let later: std::collections::HashSet<u64> = state
+            .batches
+            .iter()
+            .skip(whole)
+            .filter_map(|(ticket, _)| ticket.as_ref().map(Ticket::batch))
+            .collect();
+        if let Some(cut) = state
+            .batches
+            .iter()
+            .take(whole)
+            .position(|(ticket, _)| ticket.as_ref().is_some_and(|t| later.contains(&t.batch())))
+        {
+            whole = cut;
+        }
+        let mut done: Option<i64> = None;
+        let mut files = Vec::new();
+        for (ticket, last) in state.batches.drain(..whole) {
+            if let Some(Ok(stored)) = ticket.as_ref().and_then(Ticket::peek) {
+                if seen.insert(stored.key.clone()) {
+                    summary.objects += 1;
+                    if !stored.dead_letter {
+                        files.push(NewFile {
+                            key: stored.key.clone(),
+                            size: stored.outcome.size,
+                            records: stored.records,
+                        });
+                    }
+                }
+            }
             done = Some(done.map_or(last, |d| d.max(last)));
-            state.batches.pop_front();
         }
         if let Some(last) = done {
             ready.push(Ready {
@@ -818,6 +843,9 @@ async fn commit_ready(
         return Ok(());
     }
     if let Some(offsets) = table_offsets {
+        if partitions.values().any(|state| state.table_unsure) {
+            return Ok(());
+        }
         let transactions: Vec<Transaction> = ready
             .iter()
             .map(|r| Transaction {
@@ -832,11 +860,22 @@ async fn commit_ready(
             files = files.len(),
             partitions = ready.len()
         );
-        let committed = offsets
+        let committed = match offsets
             .table()
             .commit(&files, &transactions, &stream.table_schema())
             .instrument(span)
-            .await?;
+            .await
+        {
+            Ok(committed) => committed,
+            Err(e) => {
+                // What was taken off the queues is neither in nor out for
+                // sure: commit nothing after it.
+                for state in partitions.values_mut() {
+                    state.table_unsure = true;
+                }
+                return Err(e.into());
+            }
+        };
         if let crate::table::delta::Committed::Version(version) = committed {
             offsets.table().after_commit(version);
         }

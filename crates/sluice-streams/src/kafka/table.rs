@@ -59,13 +59,18 @@ impl TableOffsets {
         let mut assigned = self.lock();
         for mut element in list.elements_for_topic(topic) {
             let partition = element.partition();
-            let found = match &snapshot {
+            let mut found = match &snapshot {
                 Ok(snapshot) => Ok(snapshot.txns.get(&self.app_id(partition)).copied()),
                 Err(e) => Err(e.clone()),
             };
             if let Ok(Some(next)) = found {
                 if let Err(e) = element.set_offset(Offset::Offset(next)) {
-                    tracing::error!(partition, error = %e, "cannot start the partition where the table says");
+                    // Started elsewhere, its commits would not follow the
+                    // table's: the run stops at its first message.
+                    found = Err(TableError::Log {
+                        key: self.app_id(partition),
+                        reason: format!("cannot start the partition at offset {next}: {e}"),
+                    });
                 }
             }
             tracing::info!(partition, table_offset = ?found.as_ref().ok(), "partition assigned; resuming where the table says");

@@ -46,6 +46,8 @@ struct Request {
     failed: bool,
     /// Its batches whose files are settled: committed, withdrawn or failed.
     settled: HashSet<u64>,
+    /// Its append began (a pool job that runs even when the handler is gone).
+    started: bool,
     /// Its handler is done with it (answered, or gone with its client): it
     /// goes once its batches are settled, so that a request whose client left
     /// is still committed whole, with its key.
@@ -53,8 +55,13 @@ struct Request {
 }
 
 impl Request {
+    /// Its handler is done with it and nothing of it is pending: no append
+    /// began (none will: see [`TableSink::append_started`]), or it ended and
+    /// every batch it touched is settled.
     fn done(&self) -> bool {
-        self.ended && self.batches.iter().all(|b| self.settled.contains(b))
+        self.ended
+            && (!self.started
+                || (self.appended && self.batches.iter().all(|b| self.settled.contains(b))))
     }
 }
 
@@ -66,6 +73,9 @@ struct Gate {
     touched_by: HashMap<u64, Vec<String>>,
     /// Batches committed of requests still in flight.
     committed: HashSet<u64>,
+    /// Batches that failed (recent ones): a keyed request's records that
+    /// reach one after it failed fail the request too.
+    failed: HashSet<u64>,
 }
 
 /// Why a request with an idempotency key cannot start.
@@ -132,8 +142,12 @@ impl TableSink {
         if self.lock().requests.contains_key(key) {
             return Ok(Some(KeyedRequest::InFlight));
         }
-        let snapshot = self.table.snapshot().await?;
-        if snapshot.txns.contains_key(&self.request_app_id(key)) {
+        if self
+            .table
+            .txn_version(&self.request_app_id(key))
+            .await?
+            .is_some()
+        {
             return Ok(Some(KeyedRequest::Committed));
         }
         let mut gate = self.lock();
@@ -144,12 +158,29 @@ impl TableSink {
         Ok(None)
     }
 
+    /// The append of keyed request `key` begins; false when its handler
+    /// ended it first (nothing may be appended: its key would not be kept).
+    pub(crate) fn append_started(&self, key: &str) -> bool {
+        match self.lock().requests.get_mut(key) {
+            Some(request) => {
+                request.started = true;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Records of keyed request `key` went into `batch` (called while they
     /// are appended, before the batch can be stored).
     pub(crate) fn touched(&self, key: &str, batch: u64) {
         let mut gate = self.lock();
+        let failed = gate.failed.contains(&batch);
         if let Some(request) = gate.requests.get_mut(key) {
             if request.batches.insert(batch) {
+                if failed {
+                    request.failed = true;
+                    request.settled.insert(batch);
+                }
                 gate.touched_by
                     .entry(batch)
                     .or_default()
@@ -169,7 +200,14 @@ impl TableSink {
     /// `batch` was not stored: the keyed requests in it fail, and withdraw
     /// the files they share.
     pub(crate) fn failed(self: &Arc<Self>, batch: u64) {
-        self.lock().settle(&[batch], true);
+        {
+            let mut gate = self.lock();
+            if gate.failed.len() >= 10_000 {
+                gate.failed.clear();
+            }
+            gate.failed.insert(batch);
+            gate.settle(&[batch], true);
+        }
         self.commit_soon();
     }
 
@@ -253,6 +291,17 @@ impl TableSink {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                 + 1;
             super::exit_after_table_commit(commits);
+        }
+        if let Ok((Committed::Already, _)) = &result {
+            // This writer's transaction was found at the version it meant to
+            // write: a commit it took for failed landed late. These files
+            // are not in: they wait for the next turn, which reads the
+            // table's version first.
+            *turn = None;
+            self.lock().waiting.extend(ready);
+            drop(turn);
+            Box::pin(self.commit_ready()).await;
+            return;
         }
         *turn = match &result {
             Ok((_, version)) => Some(Some(*version)),

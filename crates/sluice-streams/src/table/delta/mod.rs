@@ -241,10 +241,6 @@ impl std::fmt::Debug for DeltaTable {
     }
 }
 
-/// How long removed files stay in checkpoints and out of vacuum's reach
-/// (Delta's default `delta.deletedFileRetentionDuration`: a week).
-pub const TOMBSTONE_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
-
 fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
@@ -305,25 +301,26 @@ impl DeltaTable {
             let last_page = page.next_cursor.is_none();
             for object in page.objects {
                 let name = &object.key[self.log_prefix.len()..];
-                snapshot.listed = Some(object.key.clone());
-                let Some((version, true)) = log::version_of(name) else {
-                    continue;
-                };
                 let expected = snapshot.version.map_or(0, |v| v + 1);
-                if version < expected {
-                    continue;
+                match log::version_of(name) {
+                    Some((version, true)) if version == expected => {
+                        let actions = self.read_commit(&object.key).await?;
+                        snapshot.apply(version, actions);
+                    }
+                    Some((version, true)) if version > expected => {
+                        return Err(TableError::Log {
+                            key: object.key.clone(),
+                            reason: format!(
+                                "version {expected} is missing, and no checkpoint after it \
+                                 (a log cleaned up past its checkpoints)"
+                            ),
+                        });
+                    }
+                    _ => {}
                 }
-                if version > expected {
-                    return Err(TableError::Log {
-                        key: object.key.clone(),
-                        reason: format!(
-                            "version {expected} is missing (a log cleaned up after a \
-                             checkpoint: reading checkpoints is not supported yet)"
-                        ),
-                    });
-                }
-                let actions = self.read_commit(&object.key).await?;
-                snapshot.apply(version, actions);
+                // Only past what was read: a commit that failed to read is
+                // listed again next time.
+                snapshot.listed = Some(object.key.clone());
             }
             if last_page {
                 return Ok(());
@@ -392,6 +389,7 @@ impl DeltaTable {
     /// Writes a checkpoint of the table as it is now; its version.
     pub async fn checkpoint(&self) -> Result<u64, TableError> {
         let snapshot = self.read_with_files().await?;
+        self.check_protocol(&snapshot)?;
         let Some(version) = snapshot.version else {
             return Err(TableError::Log {
                 key: self.log_prefix.clone(),
@@ -417,15 +415,13 @@ impl DeltaTable {
                 .flatten()
                 .map(|(_, add)| Action::Add(add.clone())),
         );
-        // Tombstones within the default retention: vacuum by other engines
-        // must not delete what a reader of a recent version still reads.
-        let since = now_ms() - TOMBSTONE_RETENTION_MS;
+        // Every tombstone: vacuum (ours, with any retention, and other
+        // engines') must know what readers of older versions still read.
         actions.extend(
             snapshot
                 .tombstones
                 .iter()
                 .flatten()
-                .filter(|(_, r)| r.deletion_timestamp.unwrap_or(i64::MAX) >= since)
                 .map(|(_, r)| Action::Remove(r.clone())),
         );
         let size = actions.len() as u64;
@@ -481,6 +477,14 @@ impl DeltaTable {
         });
     }
 
+    /// The latest version of application transaction `app_id` (the table
+    /// read up to now), without copying the snapshot.
+    pub async fn txn_version(&self, app_id: &str) -> Result<Option<i64>, TableError> {
+        let mut snapshot = self.snapshot.lock().await;
+        self.refresh(&mut snapshot).await?;
+        Ok(snapshot.txns.get(app_id).copied())
+    }
+
     /// Adds `files` to the table in one commit with `transactions`, widening
     /// the table's schema with `schema` (a Delta struct type of the files'
     /// columns) where the files bring new ones.
@@ -490,9 +494,38 @@ impl DeltaTable {
         transactions: &[Transaction],
         schema: &Value,
     ) -> Result<Committed, TableError> {
+        if let Some(t) = transactions
+            .iter()
+            .find(|t| t.after.is_some_and(|after| t.version <= after))
+        {
+            return Err(TableError::Log {
+                key: t.app_id.clone(),
+                reason: format!(
+                    "a transaction must move forward (from {:?} to {})",
+                    t.after, t.version
+                ),
+            });
+        }
         let mut snapshot = self.snapshot.lock().await;
+        // Versions lost to other writers in a row without the log moving on:
+        // one that exists but cannot be read.
+        let mut stuck = 0;
         loop {
+            let before = snapshot.version;
             self.refresh(&mut snapshot).await?;
+            if stuck > 0 && snapshot.version == before {
+                if stuck >= 5 {
+                    return Err(TableError::Log {
+                        key: format!(
+                            "{}{}",
+                            self.log_prefix,
+                            log::commit_name(before.map_or(0, |v| v + 1))
+                        ),
+                        reason: "the version exists but the log does not list or read it".into(),
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100 << stuck)).await;
+            }
             // Where the transactions stand: all in (a lost answer), all at
             // their `after` (go), or another writer moved one (fenced).
             let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
@@ -547,7 +580,10 @@ impl DeltaTable {
                     return Ok(Committed::Version(version));
                 }
                 // Another writer has this version: read it, and go on.
-                Err(StoreError::PreconditionFailed) => continue,
+                Err(StoreError::PreconditionFailed) => {
+                    stuck += 1;
+                    continue;
+                }
                 Err(e) => {
                     // The answer may be lost with the commit in: the log tells.
                     tracing::warn!(key, error = %sluice_store::error_chain(&e), "a Delta commit failed; reading the log to see whether it landed");
@@ -560,6 +596,22 @@ impl DeltaTable {
                     return Err(self.store_error(e));
                 }
             }
+        }
+    }
+
+    /// Refuses a table whose protocol sluice must not write to (features it
+    /// does not know: deletion vectors, column mapping, …).
+    pub(crate) fn check_protocol(&self, snapshot: &Snapshot) -> Result<(), TableError> {
+        match snapshot
+            .protocol
+            .as_ref()
+            .and_then(Protocol::refuses_append)
+        {
+            Some(reason) => Err(TableError::Protocol {
+                root: self.layout.location.clone(),
+                reason,
+            }),
+            None => Ok(()),
         }
     }
 

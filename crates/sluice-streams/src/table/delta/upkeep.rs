@@ -70,6 +70,7 @@ impl DeltaTable {
     /// `options.target_bytes`, in one commit.
     pub async fn compact(&self, options: CompactOptions) -> Result<CompactReport, TableError> {
         let snapshot = self.read_with_files().await?;
+        self.check_protocol(&snapshot)?;
         let files = snapshot.files.clone().unwrap_or_default();
         let mut report = CompactReport {
             files_before: files.len(),
@@ -171,6 +172,7 @@ impl DeltaTable {
     async fn replace_files(&self, removed: &[Add], added: &[Add]) -> Result<u64, TableError> {
         loop {
             let snapshot = self.read_with_files().await?;
+            self.check_protocol(&snapshot)?;
             let files = snapshot.files.as_ref().expect("tracked");
             if let Some(gone) = removed.iter().find(|r| !files.contains_key(&r.path)) {
                 return Err(TableError::Log {
@@ -218,6 +220,23 @@ impl DeltaTable {
         dry_run: bool,
     ) -> Result<VacuumReport, TableError> {
         let snapshot = self.read_with_files().await?;
+        self.check_protocol(&snapshot)?;
+        let absolute = |path: &String| path.contains("://");
+        if let Some(path) = snapshot
+            .files
+            .iter()
+            .flatten()
+            .map(|(path, _)| path)
+            .chain(snapshot.tombstones.iter().flatten().map(|(path, _)| path))
+            .find(|path| absolute(path))
+        {
+            return Err(TableError::Log {
+                key: path.clone(),
+                reason: "the table names files by absolute URI; vacuum only knows paths \
+                         relative to the table"
+                    .into(),
+            });
+        }
         let since_ms = now_ms() - retain.as_millis() as i64;
         let root = format!("{}/", self.layout.location);
         let mut referenced: HashSet<String> = snapshot
