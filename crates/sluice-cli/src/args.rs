@@ -142,7 +142,8 @@ sluice sync s3://www/ ./mirror --delete --dry-run\n  sluice sync ./data s3://bac
     #[command(
         after_help = "Live resumable uploads (unexpired tus state) keep their multipart uploads.\nExamples:\n  \
 sluice janitor --store s3://uploads --endpoint http://127.0.0.1:9000 --dry-run\n  \
-sluice janitor --store s3://uploads --older-than 0s\n  sluice janitor --store s3://uploads --install-lifecycle 7"
+sluice janitor --store s3://uploads --older-than 0s\n  sluice janitor --store s3://uploads --install-lifecycle 7\n  \
+sluice janitor --store s3://events --table clicks"
     )]
     Janitor(JanitorArgs),
     /// Run a fault-injecting proxy in front of an S3 server (for testing).
@@ -999,6 +1000,12 @@ pub struct JanitorArgs {
     /// MinIO refuses such rules and purges stale uploads by itself).
     #[arg(long, value_name = "DAYS", num_args = 0..=1, default_missing_value = "1")]
     pub install_lifecycle: Option<u32>,
+    /// Also vacuum this stream's Delta table (its root key; repeatable):
+    /// Parquet files a writer stored and never committed, and files no
+    /// version reads, once older than --older-than (at least 1h), as
+    /// `sluice tables vacuum --retain` does.
+    #[arg(long = "table", value_name = "KEY")]
+    pub tables: Vec<String>,
 }
 
 /// `sluice chaos-proxy`.

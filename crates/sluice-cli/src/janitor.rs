@@ -110,6 +110,40 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
             crate::output::out!("  lifecycle rule installed: the store aborts uploads left incomplete for {days} day(s)");
         }
     }
+    for table in &args.tables {
+        // A writer's file waits seconds for its commit; readers of recent
+        // versions keep theirs: an hour at least, as `tables vacuum`.
+        let retain = args.older_than.max(crate::tables::MIN_RETAIN);
+        let table_args = crate::args::TableArgs {
+            store: args.store.clone(),
+            store_args: crate::args::StoreArgs {
+                endpoint: args.endpoint.clone(),
+                region: args.region.clone(),
+                ..Default::default()
+            },
+            table: table.clone(),
+        };
+        let (delta, place) = crate::tables::open(&table_args).await?;
+        let vacuumed = delta
+            .vacuum(retain, args.dry_run)
+            .await
+            .with_context(|| format!("vacuuming {place}"))?;
+        let deleted = if args.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        };
+        crate::output::out!(
+            "  table {table}: {deleted} {} files no version reads (orphans included), kept {} it reads and {} younger than {}",
+            vacuumed.deleted.len(),
+            vacuumed.referenced,
+            vacuumed.kept_young,
+            humantime::format_duration(retain)
+        );
+        for key in &vacuumed.deleted {
+            crate::output::out!("  {deleted} {key}");
+        }
+    }
     if !m.failed.is_empty() {
         return Err(anyhow!(
             "{} multipart upload(s) could not be aborted",

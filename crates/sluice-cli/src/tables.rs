@@ -16,7 +16,7 @@ use crate::UsageError;
 
 /// The shortest vacuum retention: a writer's stored file waits for its
 /// commit at most seconds, and a reader's query rarely runs an hour.
-const MIN_RETAIN: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(crate) const MIN_RETAIN: std::time::Duration = std::time::Duration::from_secs(3600);
 
 pub async fn run(command: TablesCommand) -> anyhow::Result<()> {
     match command {
@@ -92,7 +92,7 @@ pub async fn run(command: TablesCommand) -> anyhow::Result<()> {
 }
 
 /// The table, through an engine's retrying store.
-async fn open(args: &TableArgs) -> anyhow::Result<(Arc<DeltaTable>, String)> {
+pub(crate) async fn open(args: &TableArgs) -> anyhow::Result<(Arc<DeltaTable>, String)> {
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
     let store = crate::target::open_store(
         location,

@@ -724,6 +724,29 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     assert!(said.contains("deleted 1 files"), "{said}");
     assert!(!orphan.exists());
     assert_eq!(parquet_files(), 21);
+    // The janitor does the same for the tables it is given.
+    std::fs::write(&orphan, b"PAR1 not committed").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&orphan)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
+        .unwrap();
+    let janitor = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["janitor", "--store"])
+        .arg(store.path())
+        .args(["--table", "t"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&janitor.stdout);
+    assert!(
+        janitor.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&janitor.stderr)
+    );
+    assert!(said.contains("table t: deleted 1 files"), "{said}");
+    assert!(!orphan.exists());
+    assert_eq!(parquet_files(), 21);
     // A writer after the checkpoint, then both readers.
     ingest_into_delta(store.path(), "{\"id\":10000,\"run\":20}\n");
     let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
