@@ -540,6 +540,13 @@ pub struct IngestArgs {
     /// "{stream}/dead/{partition}/{offset}").
     #[arg(long)]
     pub dead_letter_template: Option<String>,
+    /// Standard input into a --table: load the whole input exactly once under
+    /// this key (1-128 of A-Z a-z 0-9 - _ . :). Its files join the table in
+    /// one commit at the end, with the key; a rerun with the same key after a
+    /// crash loads it again if nothing was committed, and appends nothing if
+    /// it was.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     /// Kafka messages with no value (tombstones) or an empty one: skip them
     /// (counted), keep them in the dead letter, or stop the run at the first
     /// [default: skip].

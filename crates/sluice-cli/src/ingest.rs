@@ -78,6 +78,12 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
         serve_metrics(address, &stream, &engine).await?;
     }
     let started = Instant::now();
+    if kafka.is_some() && args.idempotency_key.is_some() {
+        return Err(UsageError(
+            "--idempotency-key is for standard input: a Kafka source is exactly once by its offsets".into(),
+        )
+        .into());
+    }
     if let Some(source) = kafka {
         let layout = match stream.table() {
             Some(_) => stream.template().check_table_layout(),
@@ -96,16 +102,53 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
             dead_lettered: kafka.dead_lettered,
             objects: kafka.objects,
             kafka: Some(kafka),
+            replayed: false,
         };
         report(&args, &stream, &summary, &description, started);
         return Ok(());
     }
+    let key = match (&args.idempotency_key, stream.table()) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(UsageError("--idempotency-key needs --table delta".into()).into())
+        }
+        (Some(key), Some(sink)) => {
+            let fine = (1..=128).contains(&key.len())
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+            if !fine {
+                return Err(
+                    UsageError("--idempotency-key: 1-128 of A-Z a-z 0-9 - _ . :".into()).into(),
+                );
+            }
+            match sink
+                .start_keyed(key)
+                .await
+                .with_context(|| format!("reading the table on {description}"))?
+            {
+                None => Some((sink.clone(), key.clone())),
+                Some(_) => {
+                    // Committed before: the input is in the table.
+                    let summary = Summary {
+                        replayed: true,
+                        ..Summary::default()
+                    };
+                    report(&args, &stream, &summary, &description, started);
+                    return Ok(());
+                }
+            }
+        }
+    };
     let outcome = crate::interruptible_saying(
         &engine,
-        ingest(&stream, Box::new(std::io::stdin())),
+        ingest(&stream, Box::new(std::io::stdin()), key.clone()),
         "interrupted: the batches stored before stay; the records after them were not stored",
     )
     .await?;
+    if let Some((sink, key)) = &key {
+        sink.end(key);
+    }
     let summary = outcome.with_context(|| format!("ingesting into {description}"))?;
     report(&args, &stream, &summary, &description, started);
     Ok(())
@@ -185,6 +228,9 @@ fn report(
             "stored_bytes": stats.batch_stored_bytes,
             "seconds": seconds,
         });
+        if args.idempotency_key.is_some() {
+            line["replayed"] = summary.replayed.into();
+        }
         if let Some(kafka) = &summary.kafka {
             line["replayed_skipped"] = kafka.replayed_skipped.into();
             line["pauses"] = kafka.pauses.into();
@@ -314,11 +360,26 @@ pub struct Summary {
     pub objects: u64,
     /// What only a Kafka source counts.
     pub kafka: Option<sluice_streams::kafka::KafkaSummary>,
+    /// The table held the input's idempotency key: nothing was appended.
+    pub replayed: bool,
 }
 
 /// Ingests every line of `input`, then closes the stream and waits for its
-/// batches.
-pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyhow::Result<Summary> {
+/// batches. An input with an idempotency key (started at the stream's table
+/// sink) has its files committed together once it has ended, or withdrawn
+/// when it fails part-way.
+async fn ingest(
+    stream: &RecordStream,
+    input: Box<dyn Read + Send>,
+    key: Option<(
+        std::sync::Arc<sluice_streams::table::sink::TableSink>,
+        String,
+    )>,
+) -> anyhow::Result<Summary> {
+    let request = key.as_ref().map(|(_, key)| sluice_streams::RequestKey {
+        key: key.clone(),
+        last: false,
+    });
     let width = std::thread::available_parallelism().map_or(2, |n| n.get()) + 1;
     let blocks = blocks(
         stream.memory().clone(),
@@ -347,19 +408,20 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
     let result = async {
         while let Some(block) = parsed.next().await {
             let (parsed, arrival, memory, first_line) = block?;
-            let submitted = match append_on_pool(stream, parsed?, arrival, memory, None).await {
-                Err(StreamError::BadRecords { first, count }) => {
-                    let kept = match first_line {
-                        0 => "nothing was stored".to_string(),
-                        n => format!("the {n} lines before its block are stored"),
-                    };
-                    return Err(anyhow!(
-                        "{first} ({count} invalid in its block); {kept} \
+            let submitted =
+                match append_on_pool(stream, parsed?, arrival, memory, request.clone()).await {
+                    Err(StreamError::BadRecords { first, count }) => {
+                        let kept = match first_line {
+                            0 => "nothing was stored".to_string(),
+                            n => format!("the {n} lines before its block are stored"),
+                        };
+                        return Err(anyhow!(
+                            "{first} ({count} invalid in its block); {kept} \
                          (--dead-letter-template keeps invalid lines aside instead)"
-                    ));
-                }
-                other => other?,
-            };
+                        ));
+                    }
+                    other => other?,
+                };
             summary.records += submitted.records;
             summary.dead_lettered += submitted.dead_lettered;
             for ticket in submitted.tickets {
@@ -386,6 +448,14 @@ pub async fn ingest(stream: &RecordStream, input: Box<dyn Read + Send>) -> anyho
     }
     .await;
     drop(parsed);
+    // The input is over: a keyed one's files may be committed now, or, had
+    // it failed, none of them may (before closing: the batches wait for it).
+    if let Some((sink, key)) = &key {
+        match &result {
+            Ok(()) => sink.appended(key),
+            Err(_) => sink.abandon(key),
+        }
+    }
     stream.close().await;
     result?;
     for ticket in waiting.into_values() {

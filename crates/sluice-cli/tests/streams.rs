@@ -782,3 +782,109 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// `sluice ingest --table delta --idempotency-key KEY` on `store`, stream `t`.
+fn keyed_ingest(store: &std::path::Path, key: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
+        .args([
+            "--flush-records",
+            "1000",
+            "--idempotency-key",
+            key,
+            "--store",
+        ])
+        .arg(store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+#[test]
+fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit() {
+    let Some(readers) = common::python_readers("delta-keyed-stdin") else {
+        return;
+    };
+    // About 7 MiB: several of ingest's 1 MiB blocks.
+    const RECORDS: u64 = 100_000;
+    let input: String = (0..RECORDS)
+        .map(|n| format!("{{\"id\":{n},\"pad\":\"{}\"}}\n", "q".repeat(50)))
+        .collect();
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    let stored_files = || {
+        walk(store.path())
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .count()
+    };
+    // 1. SIGKILLed part-way, with files stored and none committed.
+    let mut first = keyed_ingest(store.path(), "load-1").spawn().unwrap();
+    let mut stdin = first.stdin.take().unwrap();
+    stdin
+        .write_all(&input.as_bytes()[..input.len() / 2])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stored_files() < 3 {
+        assert!(std::time::Instant::now() < deadline, "no file stored");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    drop(stdin);
+    assert!(!table.join("_delta_log").exists() || walk(&table.join("_delta_log")).is_empty());
+    // 2. Again with the same key, dying right after its one commit, before
+    //    it could say so.
+    let mut second = keyed_ingest(store.path(), "load-1")
+        .env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1")
+        .spawn()
+        .unwrap();
+    second
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    assert_eq!(second.wait_with_output().unwrap().status.code(), Some(137));
+    // 3. Once more: the table holds the key, nothing is appended.
+    let mut third = keyed_ingest(store.path(), "load-1").spawn().unwrap();
+    let mut stdin = third.stdin.take().unwrap();
+    let _ = stdin.write_all(input.as_bytes());
+    drop(stdin);
+    let output = third.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["replayed"], true, "{summary}");
+    assert_eq!(summary["records"], 0, "{summary}");
+    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
+    for reader in ["deltalake", "duckdb"] {
+        assert_eq!(read[reader]["rows"], RECORDS, "{reader}: {}", read[reader]);
+        assert_eq!(
+            read[reader]["distinct"], RECORDS,
+            "{reader}: {}",
+            read[reader]
+        );
+    }
+    // Refused: a key without a table.
+    let refused = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "ingest",
+            "--stream",
+            "s",
+            "--idempotency-key",
+            "k",
+            "--store",
+        ])
+        .arg(store.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --table delta"));
+}

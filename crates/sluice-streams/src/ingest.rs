@@ -11,7 +11,7 @@ use sluice_upload::Reservation;
 
 use crate::error::StreamError;
 use crate::records::{parse_records, BodyFormat, ParsedRecords, RecordRules};
-use crate::stream::{RecordStream, StoredBatch, Ticket};
+use crate::stream::{RecordStream, RequestKey, StoredBatch, Ticket};
 
 /// Bytes decoded per step (each step reserves its output first).
 const DECODE_STEP: usize = 1 << 20;
@@ -81,6 +81,7 @@ pub async fn submit_keyed_body(
     }
     let arrival = time::OffsetDateTime::now_utc();
     let parsed = parse_on_pool(stream, body, format, arrival, 0).await?;
+    let key = key.map(|key| RequestKey { key, last: true });
     append_on_pool(stream, parsed, arrival, memory, key).await
 }
 
@@ -122,12 +123,12 @@ pub async fn append_on_pool(
     parsed: ParsedRecords,
     arrival: time::OffsetDateTime,
     memory: Reservation,
-    key: Option<String>,
+    key: Option<RequestKey>,
 ) -> Result<Submitted, StreamError> {
     let job_stream = stream.clone();
     stream
         .pool()
-        .run(move || append_parsed(&job_stream, parsed, arrival, memory, key.as_deref()))
+        .run(move || append_parsed(&job_stream, parsed, arrival, memory, key.as_ref()))
         .await
 }
 
@@ -138,7 +139,7 @@ pub fn append_parsed(
     parsed: ParsedRecords,
     arrival: time::OffsetDateTime,
     mut memory: Reservation,
-    key: Option<&str>,
+    key: Option<&RequestKey>,
 ) -> Result<Submitted, StreamError> {
     let rejected = parsed.rejected.len() as u64;
     stream.stats().rejected(rejected);

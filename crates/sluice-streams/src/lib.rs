@@ -29,6 +29,6 @@ pub use error::{BadRecord, StreamConfigError, StreamError};
 pub use stats::{prometheus_lines, StatsSnapshot, StreamStats};
 pub use stream::{
     records_memory, validate_stream_name, BatchResult, DeadMessage, OnStored, RecordStream,
-    StoredBatch, Ticket,
+    RequestKey, StoredBatch, Ticket,
 };
 pub use template::{PartitionKey, StreamKeyTemplate};

@@ -424,7 +424,7 @@ impl RecordStream {
         &self,
         runs: Vec<Run>,
         memory: Reservation,
-        key: Option<&str>,
+        key: Option<&RequestKey>,
     ) -> Result<Vec<Ticket>, StreamError> {
         let touched = self.inner.append_request(runs, memory, false, key)?;
         Ok(touched.into_iter().map(|(ticket, _)| ticket).collect())
@@ -535,6 +535,15 @@ impl RecordStream {
     }
 }
 
+/// A keyed request's append: its idempotency key, and whether it is the
+/// request's last (an HTTP request's one; the end of `sluice ingest`'s input
+/// is told with [`TableSink::appended`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey {
+    pub key: String,
+    pub last: bool,
+}
+
 /// Tells a table's sink that a keyed request's append is over, however it
 /// ended.
 struct AppendedOnDrop(Arc<TableSink>, String);
@@ -622,10 +631,10 @@ impl Inner {
         runs: Vec<Run>,
         mut memory: Reservation,
         dead_letter: bool,
-        key: Option<&str>,
+        request: Option<&RequestKey>,
     ) -> Result<Vec<(Ticket, u64)>, StreamError> {
-        let keyed = match (key, &self.table) {
-            (Some(key), Some(sink)) if !dead_letter => Some((key, sink)),
+        let keyed = match (request, &self.table) {
+            (Some(request), Some(sink)) if !dead_letter => Some((request.key.as_str(), sink)),
             _ => None,
         };
         if let Some((key, sink)) = keyed {
@@ -635,8 +644,11 @@ impl Inner {
                 return Err(StreamError::Closed);
             }
         }
-        // Whatever ends the append, the sink learns the request's batches are all known.
-        let _appended = keyed.map(|(key, sink)| AppendedOnDrop(sink.clone(), key.to_string()));
+        // Whatever ends the request's last append, the sink learns its
+        // batches are all known.
+        let _appended = keyed
+            .filter(|_| request.is_some_and(|r| r.last))
+            .map(|(key, sink)| AppendedOnDrop(sink.clone(), key.to_string()));
         // Batches touched, in first-touch order, with the last offset put in each.
         let mut touched: Vec<(Ticket, u64)> = Vec::new();
         let mut open = self.lock();

@@ -189,8 +189,9 @@ impl TableSink {
         }
     }
 
-    /// Every record of `key` is appended: its batches are known.
-    pub(crate) fn appended(self: &Arc<Self>, key: &str) {
+    /// Every record of `key` is appended: its batches are known (for a
+    /// request appended in parts, such as `sluice ingest`'s input).
+    pub fn appended(self: &Arc<Self>, key: &str) {
         if let Some(request) = self.lock().requests.get_mut(key) {
             request.appended = true;
         }
@@ -207,6 +208,17 @@ impl TableSink {
             }
             gate.failed.insert(batch);
             gate.settle(&[batch], true);
+        }
+        self.commit_soon();
+    }
+
+    /// Gives a keyed request up (its input failed part-way): the files
+    /// holding its records are withdrawn, none of them joins the table.
+    pub fn abandon(self: &Arc<Self>, key: &str) {
+        if let Some(request) = self.lock().requests.get_mut(key) {
+            // Its files are withdrawn as they come to be committed.
+            request.failed = true;
+            request.appended = true;
         }
         self.commit_soon();
     }
