@@ -102,6 +102,25 @@ async fn acknowledged_records_survive_a_sigkill_of_the_gateway() {
     );
 }
 
+/// Runs `command` with `input` on its standard input (written from a thread
+/// of its own: a run that stops early closes the pipe), capturing its output.
+fn fed(command: &mut Command, input: &[u8]) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    output
+}
+
 #[tokio::test]
 async fn ingest_from_standard_input_into_minio() {
     let Some((endpoint, prefix, store)) = minio_prefix("streams-ingest").await else {
@@ -110,8 +129,8 @@ async fn ingest_from_standard_input_into_minio() {
     let input: String = (0..50_000)
         .map(|n| format!("{{\"n\":{n},\"svc\":\"s{}\"}}\n", n % 4))
         .collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
+    let output = fed(
+        Command::new(env!("CARGO_BIN_EXE_sluice")).args([
             "ingest",
             "--stream",
             "logs",
@@ -124,18 +143,9 @@ async fn ingest_from_standard_input_into_minio() {
             "--flush-records",
             "5000",
             "--json",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+        ]),
+        input.as_bytes(),
+    );
     assert!(output.status.success());
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(summary["records"], 50_000);
@@ -171,22 +181,13 @@ fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
     ];
     for (extra, input, code, says) in cases {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["ingest", "--stream", "s", "--store"])
-            .arg(dir.path())
-            .args(&extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
+        let output = fed(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["ingest", "--stream", "s", "--store"])
+                .arg(dir.path())
+                .args(&extra),
+            input.as_bytes(),
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(code), "{extra:?}: {stderr}");
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
@@ -254,31 +255,22 @@ fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
     let input: String = records.iter().map(|r| format!("{r}\n")).collect();
     let dir = tempfile::tempdir().unwrap();
     let ingest = |extra: &[&str]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["ingest", "--stream", "t", "--format", "parquet", "--json"])
-            .args([
-                "--flush-records",
-                "7000",
-                "--row-group-records",
-                "2000",
-                "--store",
-            ])
-            .arg(dir.path())
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // A run that stops at a record stops reading: the rest meets a closed pipe.
-        let mut stdin = child.stdin.take().unwrap();
-        let input = input.clone();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(input.as_bytes());
-        });
-        let output = child.wait_with_output().unwrap();
-        writer.join().unwrap();
-        output
+        // A run that stops at a record stops reading: `fed` writes from a
+        // thread of its own.
+        fed(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["ingest", "--stream", "t", "--format", "parquet", "--json"])
+                .args([
+                    "--flush-records",
+                    "7000",
+                    "--row-group-records",
+                    "2000",
+                    "--store",
+                ])
+                .arg(dir.path())
+                .args(extra),
+            input.as_bytes(),
+        )
     };
     // Without a dead letter the conflict stops the run, naming line and field.
     let refused = ingest(&[]);
@@ -411,28 +403,19 @@ async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
 /// `sluice ingest --table delta` of `input` into stream `t` under `store`
 /// (flushing every 5,000 records, invalid ones to a dead letter).
 fn ingest_into_delta(store: &std::path::Path, input: &str) -> serde_json::Value {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
-        .args([
-            "--flush-records",
-            "5000",
-            "--dead-letter-template",
-            "dead/{uuid}",
-        ])
-        .arg("--store")
-        .arg(store)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = fed(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
+            .args([
+                "--flush-records",
+                "5000",
+                "--dead-letter-template",
+                "dead/{uuid}",
+            ])
+            .arg("--store")
+            .arg(store),
+        input.as_bytes(),
+    );
     assert!(
         output.status.success(),
         "{}",
@@ -837,23 +820,13 @@ fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit
     assert!(!table.join("_delta_log").exists() || walk(&table.join("_delta_log")).is_empty());
     // 2. Again with the same key, dying right after its one commit, before
     //    it could say so.
-    let mut second = keyed_ingest(store.path(), "load-1")
-        .env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1")
-        .spawn()
-        .unwrap();
-    second
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    assert_eq!(second.wait_with_output().unwrap().status.code(), Some(137));
+    let second = fed(
+        keyed_ingest(store.path(), "load-1").env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1"),
+        input.as_bytes(),
+    );
+    assert_eq!(second.status.code(), Some(137));
     // 3. Once more: the table holds the key, nothing is appended.
-    let mut third = keyed_ingest(store.path(), "load-1").spawn().unwrap();
-    let mut stdin = third.stdin.take().unwrap();
-    let _ = stdin.write_all(input.as_bytes());
-    drop(stdin);
-    let output = third.wait_with_output().unwrap();
+    let output = fed(&mut keyed_ingest(store.path(), "load-1"), input.as_bytes());
     assert!(
         output.status.success(),
         "{}",
