@@ -106,6 +106,13 @@ impl Ticket {
     pub fn peek(&self) -> Option<BatchResult> {
         self.done.borrow().clone()
     }
+
+    /// A ticket of batch `batch` that has ended with `result`, or not yet.
+    #[cfg(test)]
+    pub(crate) fn ended(batch: u64, result: Option<BatchResult>) -> Ticket {
+        let (_, done) = watch::channel(result);
+        Ticket { batch, done }
+    }
 }
 
 /// A batch's place: its partition, or the dead letter of it.

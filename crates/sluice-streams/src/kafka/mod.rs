@@ -928,6 +928,87 @@ async fn commit_sync(
 mod tests {
     use super::*;
 
+    /// A stored batch (or a dead letter) at `key`.
+    fn stored(key: &str, dead_letter: bool) -> Option<crate::stream::BatchResult> {
+        Some(Ok(Arc::new(crate::stream::StoredBatch {
+            stream: "s".into(),
+            key: key.into(),
+            records: 1,
+            record_bytes: 1,
+            outcome: sluice_upload::UploadOutcome {
+                key: key.into(),
+                size: 10,
+                etag: String::new(),
+                checksum: None,
+                parts: 0,
+            },
+            compression: crate::config::Compression::Zstd,
+            first_offset: 0,
+            last_offset: 0,
+            partition: PartitionKey::default(),
+            dead_letter,
+            flush_time: Duration::ZERO,
+            table_version: None,
+        })))
+    }
+
+    #[test]
+    fn a_commit_never_passes_a_batch_whose_records_continue_after_a_queued_entry() {
+        // (entries: batch id, stored?, dead letter?, last offset) → (next, files)
+        type Entry = (u64, bool, bool, i64);
+        let cases: Vec<(&str, Vec<Entry>, Option<(i64, Vec<&str>)>)> = vec![
+            (
+                "records after a dead letter still being stored: nothing yet",
+                vec![
+                    (1, true, false, 10),
+                    (2, false, true, 11),
+                    (1, true, false, 20),
+                ],
+                None,
+            ),
+            (
+                "the dead letter stored: the batch and its records after it",
+                vec![
+                    (1, true, false, 10),
+                    (2, true, true, 11),
+                    (1, true, false, 20),
+                ],
+                Some((21, vec!["b1"])),
+            ),
+            (
+                "a stored batch before one still open: up to its end",
+                vec![(1, true, false, 10), (3, false, false, 20)],
+                Some((11, vec!["b1"])),
+            ),
+            (
+                "a skipped message stretches what is done",
+                vec![(1, true, false, 10)],
+                Some((11, vec!["b1"])),
+            ),
+        ];
+        for (name, entries, want) in cases {
+            let mut state = PartitionState::default();
+            for (batch, done, dead_letter, last) in entries {
+                let result = done
+                    .then(|| stored(&format!("b{batch}"), dead_letter))
+                    .flatten();
+                state
+                    .batches
+                    .push_back((Some(Ticket::ended(batch, result)), last));
+            }
+            let mut partitions = HashMap::from([(0, state)]);
+            let (ready, failed) = stored_offsets(&mut partitions, &mut KafkaSummary::default());
+            assert!(failed.is_none(), "{name}");
+            let got = ready.first().map(|r| {
+                (
+                    r.next,
+                    r.files.iter().map(|f| f.key.as_str()).collect::<Vec<_>>(),
+                )
+            });
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
     #[test]
     fn source_urls() {
         let cases = [
