@@ -956,7 +956,8 @@ mod tests {
     fn a_commit_never_passes_a_batch_whose_records_continue_after_a_queued_entry() {
         // (entries: batch id, stored?, dead letter?, last offset) → (next, files)
         type Entry = (u64, bool, bool, i64);
-        let cases: Vec<(&str, Vec<Entry>, Option<(i64, Vec<&str>)>)> = vec![
+        type Case<'a> = (&'a str, Vec<Entry>, Option<(i64, Vec<&'a str>)>);
+        let cases: Vec<Case> = vec![
             (
                 "records after a dead letter still being stored: nothing yet",
                 vec![
