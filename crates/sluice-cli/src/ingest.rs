@@ -465,6 +465,11 @@ async fn ingest(
     Ok(summary)
 }
 
+/// How many lines end in `block`.
+fn line_ends(block: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', block).count() as u64
+}
+
 /// The input as blocks of whole lines, each with its memory and the number
 /// of lines before it.
 fn blocks(
@@ -533,24 +538,21 @@ fn blocks(
             state.done = true;
         } else {
             // Whole lines only: the tail goes with the next block.
-            let cut = buffer
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
+            let cut = memchr::memrchr(b'\n', &buffer).map_or(0, |i| i + 1);
             state.carry = buffer.split_off(cut);
             if state.carry.len() as u64 > max_line + 2 {
                 state.done = true;
                 return Some((
                     Err(anyhow!(
                         "line {} is longer than the largest record ({max_line} bytes)",
-                        state.lines + buffer.iter().filter(|&&b| b == b'\n').count() as u64 + 1
+                        state.lines + line_ends(&buffer) + 1
                     )),
                     state,
                 ));
             }
         }
         let first_line = state.lines;
-        state.lines += buffer.iter().filter(|&&b| b == b'\n').count() as u64;
+        state.lines += line_ends(&buffer);
         memory.shrink_to(buffer.len() as u64);
         Some((Ok((Bytes::from(buffer), memory, first_line)), state))
     })

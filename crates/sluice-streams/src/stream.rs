@@ -108,7 +108,7 @@ impl Ticket {
     }
 
     /// A ticket of batch `batch` that has ended with `result`, or not yet.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "kafka"))]
     pub(crate) fn ended(batch: u64, result: Option<BatchResult>) -> Ticket {
         let (_, done) = watch::channel(result);
         Ticket { batch, done }

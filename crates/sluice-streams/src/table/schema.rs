@@ -48,6 +48,17 @@ impl Shape {
         }
     }
 
+    /// Whether some value has a type (what [`Shape::arrow`] answers with
+    /// `Some`), without building the type: asked of every record.
+    fn is_known(&self) -> bool {
+        match self {
+            Shape::Null => false,
+            Shape::Bool | Shape::Int | Shape::Float | Shape::Text => true,
+            Shape::List(item) => item.is_known(),
+            Shape::Struct(fields) => fields.iter().any(|(_, shape)| shape.is_known()),
+        }
+    }
+
     /// The Arrow type; None while nothing but nulls was seen.
     fn arrow(&self) -> Option<DataType> {
         Some(match self {
@@ -129,7 +140,7 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
                         let mut field = Shape::Null;
                         merge(&mut field, value, path)?;
                         // A field with no type yet waits for one.
-                        if field.arrow().is_some() {
+                        if field.is_known() {
                             fields.push((key.clone(), field));
                             grew = true;
                         }
@@ -157,7 +168,7 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
             };
             merge(&mut grown, value, path)?;
             // An empty array or object is still nothing known.
-            let known = grown.arrow().is_some();
+            let known = grown.is_known();
             if known {
                 *shape = grown;
             }
@@ -184,10 +195,21 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
 pub fn fits_as_is(version: &Version, record: &[u8]) -> Result<bool, serde_json::Error> {
     use serde::de::DeserializeSeed;
     // Only an object can be a row, and only once some field has a type.
-    if record.first() != Some(&b'{') || version.root.arrow().is_none() {
+    if record.first() != Some(&b'{') || !version.root.is_known() {
         return Ok(false);
     }
-    let mut de = serde_json::Deserializer::from_slice(record);
+    // Checking the UTF-8 once for the whole record (ASCII goes by words) lets
+    // the parser skip checking each string.
+    let text = match std::str::from_utf8(record) {
+        Ok(text) => text,
+        Err(e) => {
+            return Err(serde::de::Error::custom(format_args!(
+                "invalid UTF-8 at byte {}",
+                e.valid_up_to()
+            )))
+        }
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
     let fits = Fit(&version.root).deserialize(&mut de)?;
     de.end()?;
     Ok(fits)
@@ -266,16 +288,26 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
             _ => None,
         };
         let mut fits = fields.is_some();
+        // Records mostly list their fields in the schema's order: the field
+        // after the last one found is tried first.
+        let mut next = 0;
         while let Some(crate::records::JsonKey(key)) =
             map.next_key::<crate::records::JsonKey<'de>>()?
         {
-            let field = fields.and_then(|f| f.iter().find(|(name, _)| *name == key));
+            let field = fields.and_then(|fields| {
+                let at = match fields.get(next) {
+                    Some((name, _)) if *name == key => next,
+                    _ => fields.iter().position(|(name, _)| *name == key)?,
+                };
+                next = at + 1;
+                Some(&fields[at])
+            });
             match field {
                 Some((_, shape)) if fits => fits &= map.next_value_seed(Fit(shape))?,
                 _ => {
                     // Unknown: new unless it is null (a field with no type yet).
-                    let value = map.next_value::<serde_json::Value>()?;
-                    fits &= value.is_null() && fields.is_some();
+                    let value = map.next_value::<Option<serde::de::IgnoredAny>>()?;
+                    fits &= value.is_none() && fields.is_some();
                 }
             }
         }
@@ -340,7 +372,7 @@ impl StreamSchema {
         }
         let mut root = seen.root.clone();
         let grew = merge(&mut root, record, &mut String::new())?;
-        if root.arrow().is_none() {
+        if !root.is_known() {
             // A Parquet file without a column holds no rows.
             return Err(Conflict {
                 field: String::new(),
@@ -491,6 +523,9 @@ mod tests {
             (r#"{}"#, true),
             (r#"{"\u0069":3}"#, true),
             (r#"{"new":null}"#, true),
+            (r#"{"o":{"l":["b"],"x":3},"s":"z","i":4}"#, true),
+            (r#"{"new":{"a":1}}"#, false),
+            (r#"{"new":[]}"#, false),
             (r#"{"new":1}"#, false),
             (r#"{"o":{"y":1}}"#, false),
             (r#"{"i":"x"}"#, false),
@@ -516,7 +551,9 @@ mod tests {
                 );
             }
         }
-        assert!(fits_as_is(&version, b"{\"i\":").is_err());
+        for not_json in [&b"{\"i\":"[..], b"{\"s\":\"\xff\"}", b"{\"s\":\"\\ud800\"}"] {
+            assert!(fits_as_is(&version, not_json).is_err(), "{not_json:?}");
+        }
     }
 
     #[test]
