@@ -55,6 +55,23 @@ pub enum Fault {
     Delay(Duration),
     /// A GET whose body breaks off (a reset) after this many bytes.
     CutBody(u64),
+    /// The request is carried out, and its answer is lost (a reset).
+    AnswerLost,
+    /// The request is carried out, and answered 412 PreconditionFailed: what
+    /// the retry of a conditional write whose answer was lost gets, when
+    /// nothing above tells it that its own write is the one in place.
+    LandsThenRefused,
+    /// Waits this long, then fails with 500 InternalError, not carried out
+    /// (a request that hangs, while others go on, and fails).
+    FailsLate(Duration),
+}
+
+/// What a matching request does.
+enum Effect {
+    /// Goes through (a body fault, for the caller, if any).
+    Pass(Option<u64>),
+    /// Goes through, then answers with this error.
+    Answer(StoreError),
 }
 
 impl Fault {
@@ -72,7 +89,10 @@ impl Fault {
             Fault::NoSuchBucket => Some(StoreError::NoSuchBucket {
                 bucket: "injected".into(),
             }),
-            Fault::Delay(_) | Fault::CutBody(_) => None,
+            Fault::FailsLate(_) => Fault::ServerError.error(),
+            Fault::Delay(_) | Fault::CutBody(_) | Fault::AnswerLost | Fault::LandsThenRefused => {
+                None
+            }
         }
     }
 }
@@ -148,12 +168,7 @@ impl FaultyStore {
 
     /// Counts the request and applies the fault that matches it; a body fault is
     /// handed back for the caller to apply.
-    async fn before(
-        &self,
-        op: Op,
-        part: Option<u32>,
-        key: &str,
-    ) -> Result<Option<u64>, StoreError> {
+    async fn before(&self, op: Op, part: Option<u32>, key: &str) -> Result<Effect, StoreError> {
         *self.attempts.lock().unwrap().entry((op, part)).or_insert(0) += 1;
         let fault = {
             let mut rules = self.rules.lock().unwrap();
@@ -175,11 +190,37 @@ impl FaultyStore {
         match fault {
             Some(Fault::Delay(d)) => {
                 tokio::time::sleep(d).await;
-                Ok(None)
+                Ok(Effect::Pass(None))
             }
-            Some(Fault::CutBody(after)) => Ok(Some(after)),
+            Some(Fault::FailsLate(d)) => {
+                tokio::time::sleep(d).await;
+                Err(Fault::FailsLate(d).error().expect("failing fault"))
+            }
+            Some(Fault::CutBody(after)) => Ok(Effect::Pass(Some(after))),
+            Some(Fault::AnswerLost) => Ok(Effect::Answer(StoreError::transport(
+                "injected: connection reset before the answer",
+            ))),
+            Some(Fault::LandsThenRefused) => Ok(Effect::Answer(StoreError::PreconditionFailed)),
             Some(f) => Err(f.error().expect("failing fault")),
-            None => Ok(None),
+            None => Ok(Effect::Pass(None)),
+        }
+    }
+
+    /// Counts the request, applies its fault, and carries it out unless the
+    /// fault says otherwise.
+    async fn call<T>(
+        &self,
+        op: Op,
+        part: Option<u32>,
+        key: &str,
+        request: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.before(op, part, key).await? {
+            Effect::Pass(_) => request.await,
+            Effect::Answer(error) => {
+                request.await?;
+                Err(error)
+            }
         }
     }
 }
@@ -193,15 +234,22 @@ impl ObjectStore for FaultyStore {
         self.inner.check_key(key).await
     }
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
-        self.before(Op::Put, None, &request.key).await?;
-        self.inner.put_object(request).await
+        let key = request.key.clone();
+        self.call(Op::Put, None, &key, self.inner.put_object(request))
+            .await
     }
     async fn get_object(
         &self,
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<GetOutput, StoreError> {
-        let cut = self.before(Op::Get, None, key).await?;
+        let cut = match self.before(Op::Get, None, key).await? {
+            Effect::Pass(cut) => cut,
+            Effect::Answer(error) => {
+                self.inner.get_object(key, range).await?;
+                return Err(error);
+            }
+        };
         let mut output = self.inner.get_object(key, range).await?;
         if let Some(after) = cut {
             use futures::StreamExt;
@@ -225,8 +273,8 @@ impl ObjectStore for FaultyStore {
         Ok(output)
     }
     async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
-        self.before(Op::Head, None, key).await?;
-        self.inner.head_object(key).await
+        self.call(Op::Head, None, key, self.inner.head_object(key))
+            .await
     }
     async fn delete_object(&self, key: &str) -> Result<(), StoreError> {
         self.inner.delete_object(key).await
@@ -237,36 +285,68 @@ impl ObjectStore for FaultyStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
-        self.before(Op::List, None, prefix).await?;
-        self.inner.list_objects(prefix, cursor, limit).await
+        self.call(
+            Op::List,
+            None,
+            prefix,
+            self.inner.list_objects(prefix, cursor, limit),
+        )
+        .await
     }
     async fn create_multipart_upload(
         &self,
         request: CreateMultipartRequest,
     ) -> Result<String, StoreError> {
-        self.before(Op::Create, None, &request.key).await?;
-        self.inner.create_multipart_upload(request).await
+        let key = request.key.clone();
+        self.call(
+            Op::Create,
+            None,
+            &key,
+            self.inner.create_multipart_upload(request),
+        )
+        .await
     }
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
-        self.before(Op::UploadPart, Some(request.part_number), &request.key)
-            .await?;
-        self.inner.upload_part(request).await
+        let key = request.key.clone();
+        self.call(
+            Op::UploadPart,
+            Some(request.part_number),
+            &key,
+            self.inner.upload_part(request),
+        )
+        .await
     }
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
-        self.before(Op::UploadPart, Some(request.part_number), &request.key)
-            .await?;
-        self.inner.upload_part_copy(request).await
+        let key = request.key.clone();
+        self.call(
+            Op::UploadPart,
+            Some(request.part_number),
+            &key,
+            self.inner.upload_part_copy(request),
+        )
+        .await
     }
     async fn complete_multipart_upload(
         &self,
         request: CompleteMultipartRequest,
     ) -> Result<PutOutput, StoreError> {
-        self.before(Op::Complete, None, &request.key).await?;
-        self.inner.complete_multipart_upload(request).await
+        let key = request.key.clone();
+        self.call(
+            Op::Complete,
+            None,
+            &key,
+            self.inner.complete_multipart_upload(request),
+        )
+        .await
     }
     async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
-        self.before(Op::Abort, None, key).await?;
-        self.inner.abort_multipart_upload(key, upload_id).await
+        self.call(
+            Op::Abort,
+            None,
+            key,
+            self.inner.abort_multipart_upload(key, upload_id),
+        )
+        .await
     }
     async fn list_parts(
         &self,

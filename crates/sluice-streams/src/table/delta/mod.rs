@@ -11,8 +11,10 @@
 //! names, per transaction, the version the table must hold before it
 //! (`after`) and the one it holds after (`version`). A Kafka partition's is
 //! its next offset; a gateway's or `sluice ingest`'s is its own count of
-//! commits. A commit whose answer was lost is found in the log on the next
-//! read ([`Committed::Already`]).
+//! commits. A commit whose answer was lost (or whose retry was refused by
+//! its own precondition) is found by reading back the version it wrote: it
+//! is this writer's only when that version holds exactly its bytes; the same
+//! transactions moved by another commit are [`Committed::Already`].
 //!
 //! Only appends are written here; other writers' actions (removes, other
 //! transactions, schema changes) are read and kept.
@@ -25,7 +27,7 @@ pub mod upkeep;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
@@ -144,10 +146,10 @@ pub struct Transaction {
 pub enum Committed {
     /// The table's new version.
     Version(u64),
-    /// Its transactions were at their new versions already: this writer's
-    /// commit whose answer was lost, or another owner's commit of the same
-    /// offsets (its records are in, through that owner's files). Nothing was
-    /// written: these files are not in the table.
+    /// Its transactions were at their new versions already, by another
+    /// commit: an earlier attempt that landed late, or another owner's commit
+    /// of the same offsets (its records are in, through that commit's files).
+    /// Nothing was written: these files are not in the table.
     Already,
 }
 
@@ -336,6 +338,17 @@ impl DeltaTable {
         })
     }
 
+    /// Whether log version `version` is exactly `body` (a commit this writer
+    /// wrote); false when it is another's or does not exist.
+    async fn log_holds(&self, version: u64, body: &[u8]) -> Result<bool, TableError> {
+        let key = format!("{}{}", self.log_prefix, log::commit_name(version));
+        match self.read_object(&key).await {
+            Ok(found) => Ok(found == body),
+            Err(TableError::Store { source, .. }) if source.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A whole (small) object of the table.
     async fn read_object(&self, key: &str) -> Result<bytes::Bytes, TableError> {
         let output = self
@@ -510,6 +523,9 @@ impl DeltaTable {
         // Versions lost to other writers in a row without the log moving on:
         // one that exists but cannot be read.
         let mut stuck = 0;
+        // Commits refused because their version exists: one may be this
+        // very commit, landed, its answer lost and its retry refused.
+        let mut refused: Vec<(u64, Bytes)> = Vec::new();
         loop {
             let before = snapshot.version;
             self.refresh(&mut snapshot).await?;
@@ -531,6 +547,15 @@ impl DeltaTable {
             let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
             if !transactions.is_empty() && transactions.iter().all(|t| found(t) == Some(t.version))
             {
+                // Ours, if one of the versions refused holds what we wrote;
+                // otherwise another commit of these transactions (its files,
+                // not these).
+                for (version, body) in refused.iter().rev() {
+                    if self.log_holds(*version, body).await? {
+                        tracing::info!(version, "a Delta commit whose answer was lost had landed");
+                        return Ok(Committed::Version(*version));
+                    }
+                }
                 return Ok(Committed::Already);
             }
             if let Some(t) = transactions.iter().find(|t| found(t) != t.after) {
@@ -571,7 +596,8 @@ impl DeltaTable {
                 actions.push(Action::Add(self.layout.add(file, now)?));
             }
             let key = format!("{}{}", self.log_prefix, log::commit_name(version));
-            let mut put = PutRequest::new(key.clone(), log::write_commit(&actions));
+            let body = Bytes::from(log::write_commit(&actions));
+            let mut put = PutRequest::new(key.clone(), body.clone());
             put.content_type = Some("application/json".into());
             put.condition = Some(WriteCondition::IfNoneMatch);
             match self.store.put_object(put).await {
@@ -581,16 +607,17 @@ impl DeltaTable {
                 }
                 // Another writer has this version: read it, and go on.
                 Err(StoreError::PreconditionFailed) => {
+                    refused.push((version, body));
                     stuck += 1;
                     continue;
                 }
                 Err(e) => {
-                    // The answer may be lost with the commit in: the log tells.
+                    // The answer may be lost with the commit in: the log tells,
+                    // by holding at this version what was written (the same
+                    // transactions landing in another commit are not this one).
                     tracing::warn!(key, error = %sluice_store::error_chain(&e), "a Delta commit failed; reading the log to see whether it landed");
-                    let landed = self.refresh(&mut snapshot).await.is_ok()
-                        && !transactions.is_empty()
-                        && transactions.iter().all(|t| found_in(&snapshot, t));
-                    if landed {
+                    if let Ok(true) = self.log_holds(version, &body).await {
+                        let _ = self.refresh(&mut snapshot).await;
                         return Ok(Committed::Version(version));
                     }
                     return Err(self.store_error(e));
@@ -672,8 +699,4 @@ impl DeltaTable {
         widened.schema_string = table.to_string();
         Ok(vec![Action::MetaData(widened)])
     }
-}
-
-fn found_in(snapshot: &Snapshot, t: &Transaction) -> bool {
-    snapshot.txns.get(&t.app_id) == Some(&t.version)
 }

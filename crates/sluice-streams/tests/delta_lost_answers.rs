@@ -1,0 +1,151 @@
+//! Delta commits whose answers go wrong, on an in-memory store with faults a
+//! real server cannot be made to produce on demand: a commit that lands and
+//! whose answer is lost, a retry of it refused by its own precondition, and a
+//! commit that fails while another commit of the same transaction lands. In
+//! each, the writer must say exactly what is in the table: its files when its
+//! commit is the one in the log, never when another's is.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_store::ObjectStore;
+use sluice_streams::table::delta::{
+    Committed, DeltaTable, NewFile, TableError, TableLayout, Transaction,
+};
+use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+
+const LOG: &str = "events/_delta_log/";
+
+fn layout() -> TableLayout {
+    TableLayout {
+        location: "events".into(),
+        partition_columns: Vec::new(),
+    }
+}
+
+fn schema() -> serde_json::Value {
+    json!({"type": "struct", "fields": [
+        {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
+}
+
+fn file(name: &str) -> NewFile {
+    NewFile {
+        key: format!("events/{name}.parquet"),
+        size: 100,
+        records: 10,
+    }
+}
+
+fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
+    Transaction {
+        app_id: app_id.into(),
+        after,
+        version,
+    }
+}
+
+/// The table's files and one transaction's version, read afresh.
+async fn table_files(store: Arc<dyn ObjectStore>, app_id: &str) -> (BTreeSet<String>, Option<i64>) {
+    let snapshot = DeltaTable::new(store, layout())
+        .read_with_files()
+        .await
+        .unwrap();
+    let files = snapshot
+        .files
+        .as_ref()
+        .unwrap()
+        .keys()
+        .map(|path| format!("events/{path}"))
+        .collect();
+    (files, snapshot.txns.get(app_id).copied())
+}
+
+#[tokio::test]
+async fn a_commit_that_landed_is_the_writers_whatever_its_answer() {
+    // (what the commit's PUT meets, what the writer must say)
+    let cases = [
+        (Fault::AnswerLost, Committed::Version(1)),
+        (Fault::LandsThenRefused, Committed::Version(1)),
+    ];
+    for (fault, want) in cases {
+        let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let faulty = FaultyStore::new(memory.clone());
+        let table = DeltaTable::new(Arc::new(faulty.clone()), layout());
+        let app_id = "sluice-events-writer";
+        let first = table
+            .commit(&[file("a")], &[step(app_id, None, 1)], &schema())
+            .await
+            .unwrap();
+        assert_eq!(first, Committed::Version(0));
+        faulty.inject_under(Op::Put, LOG, Some(1), fault);
+        let second = table
+            .commit(&[file("b")], &[step(app_id, Some(1), 2)], &schema())
+            .await;
+        assert_eq!(second.unwrap(), want, "{fault:?}");
+        let (files, version) = table_files(memory, app_id).await;
+        assert_eq!(
+            files,
+            ["events/a.parquet", "events/b.parquet"]
+                .map(String::from)
+                .into()
+        );
+        assert_eq!(version, Some(2), "{fault:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_own() {
+    // A writer's commit hangs and fails; meanwhile an earlier attempt of the
+    // same transaction (one it took for failed) lands with other files. The
+    // writer must not report its files as in.
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let faulty = FaultyStore::new(memory.clone());
+    let writer = Arc::new(DeltaTable::new(Arc::new(faulty.clone()), layout()));
+    let late = DeltaTable::new(memory.clone(), layout());
+    let app_id = "sluice-events-writer";
+    writer
+        .commit(&[file("a")], &[step(app_id, None, 1)], &schema())
+        .await
+        .unwrap();
+    late.snapshot().await.unwrap();
+    faulty.inject_under(
+        Op::Put,
+        LOG,
+        Some(1),
+        Fault::FailsLate(Duration::from_secs(2)),
+    );
+    let hanging = tokio::spawn({
+        let writer = writer.clone();
+        async move {
+            writer
+                .commit(&[file("b")], &[step(app_id, Some(1), 2)], &schema())
+                .await
+        }
+    });
+    while faulty.attempts(Op::Put, None) < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let landed = late
+        .commit(&[file("c")], &[step(app_id, Some(1), 2)], &schema())
+        .await
+        .unwrap();
+    assert_eq!(landed, Committed::Version(1));
+    let result = hanging.await.unwrap();
+    assert!(
+        matches!(
+            result,
+            Ok(Committed::Already) | Err(TableError::Store { .. })
+        ),
+        "the writer's files are not in, and it must not say they are: {result:?}"
+    );
+    let (files, version) = table_files(memory, app_id).await;
+    assert_eq!(
+        files,
+        ["events/a.parquet", "events/c.parquet"]
+            .map(String::from)
+            .into()
+    );
+    assert_eq!(version, Some(2));
+}
