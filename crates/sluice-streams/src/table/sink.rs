@@ -478,3 +478,107 @@ impl Gate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use sluice_testkit::MemoryStore;
+
+    use super::*;
+    use crate::table::delta::TableLayout;
+
+    fn sink() -> Arc<TableSink> {
+        let layout = TableLayout {
+            location: "events".into(),
+            partition_columns: Vec::new(),
+        };
+        let table = Arc::new(DeltaTable::new(Arc::new(MemoryStore::new()), layout));
+        Arc::new(TableSink::new(table, "events"))
+    }
+
+    fn file(batch: u64) -> NewFile {
+        NewFile {
+            key: format!("events/{batch}.parquet"),
+            size: 100,
+            records: 10,
+        }
+    }
+
+    fn columns() -> Value {
+        json!({"type": "struct", "fields": [
+            {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
+    }
+
+    /// Adds a file, failing the test rather than waiting forever.
+    async fn add(sink: &Arc<TableSink>, batch: u64) -> Result<Committed, TableError> {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            sink.add(file(batch), batch, columns()),
+        )
+        .await
+        .expect("the commit of a file whose requests are whole")
+    }
+
+    /// The files in the table.
+    async fn files_in(sink: &TableSink) -> Vec<String> {
+        let snapshot = sink.table().read_with_files().await.unwrap();
+        let mut files: Vec<String> = snapshot.files.unwrap().keys().cloned().collect();
+        files.sort();
+        files
+    }
+
+    #[tokio::test]
+    async fn a_keyed_request_reaching_a_batch_that_failed_withdraws_what_it_shares() {
+        let sink = sink();
+        assert_eq!(sink.start_keyed("k").await.unwrap(), None);
+        assert!(sink.append_started("k"));
+        // Batch 7 failed before the request's records reached it.
+        sink.failed(7);
+        sink.touched("k", 7);
+        sink.touched("k", 8);
+        sink.appended("k");
+        let result = add(&sink, 8).await;
+        assert!(
+            matches!(result, Err(TableError::Withdrawn { .. })),
+            "batch 8 holds records of a request that lost some: {result:?}"
+        );
+        sink.end("k");
+        assert!(files_in(&sink).await.is_empty());
+        // Nothing of it is in, so a retry of it starts.
+        assert_eq!(sink.start_keyed("k").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_keyed_request_whose_handler_leaves_mid_append_is_still_committed_whole_once() {
+        let sink = sink();
+        assert_eq!(sink.start_keyed("k").await.unwrap(), None);
+        assert!(sink.append_started("k"));
+        sink.touched("k", 1);
+        // The client went away: its handler ends while the append goes on.
+        sink.end("k");
+        let first = tokio::spawn({
+            let sink = sink.clone();
+            async move { add(&sink, 1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !first.is_finished(),
+            "a file of a request still being appended waits for the rest"
+        );
+        assert!(files_in(&sink).await.is_empty());
+        sink.touched("k", 2);
+        sink.appended("k");
+        let second = add(&sink, 2).await.unwrap();
+        let first = first.await.unwrap().unwrap();
+        assert!(matches!(first, Committed::Version(_)), "{first:?}");
+        assert_eq!(first, second, "one commit holds the whole request");
+        assert_eq!(files_in(&sink).await, ["1.parquet", "2.parquet"]);
+        // Its key is kept: a retry appends nothing.
+        assert_eq!(
+            sink.start_keyed("k").await.unwrap(),
+            Some(KeyedRequest::Committed)
+        );
+    }
+}

@@ -1,9 +1,11 @@
-//! Delta commits whose answers go wrong, on an in-memory store with faults a
-//! real server cannot be made to produce on demand: a commit that lands and
-//! whose answer is lost, a retry of it refused by its own precondition, and a
-//! commit that fails while another commit of the same transaction lands. In
-//! each, the writer must say exactly what is in the table: its files when its
-//! commit is the one in the log, never when another's is.
+//! Delta commits and log reads that go wrong, on an in-memory store with
+//! faults a real server cannot be made to produce on demand: a commit that
+//! lands and whose answer is lost, a retry of it refused by its own
+//! precondition, a commit that fails while another commit of the same
+//! transaction lands, and a log version that fails to read once. The writer
+//! must say exactly what is in the table (its files when its commit is the
+//! one in the log, never when another's is), and a reader must see every
+//! version once it can read it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -148,4 +150,40 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
             .into()
     );
     assert_eq!(version, Some(2));
+}
+
+#[tokio::test]
+async fn a_log_read_that_fails_hides_no_version_from_the_next_read() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let writer = DeltaTable::new(memory.clone(), layout());
+    let faulty = FaultyStore::new(memory.clone());
+    let reader = DeltaTable::new(Arc::new(faulty.clone()), layout());
+    let app_id = "sluice-events-writer";
+    let mut last = None;
+    let mut commit = |n: i64| {
+        let transactions = [step(app_id, last, n)];
+        last = Some(n);
+        let writer = &writer;
+        async move {
+            writer
+                .commit(&[file(&n.to_string())], &transactions, &schema())
+                .await
+                .unwrap()
+        }
+    };
+    commit(1).await;
+    assert_eq!(reader.snapshot().await.unwrap().version, Some(0));
+    commit(2).await;
+    commit(3).await;
+    // Version 1 cannot be read once; version 2 can.
+    faulty.inject_under(
+        Op::Get,
+        &format!("{LOG}00000000000000000001.json"),
+        Some(1),
+        Fault::ServerError,
+    );
+    assert!(reader.snapshot().await.is_err());
+    let snapshot = reader.snapshot().await.unwrap();
+    assert_eq!(snapshot.version, Some(2));
+    assert_eq!(snapshot.txns.get(app_id).copied(), Some(3));
 }
