@@ -5,7 +5,8 @@
 //! transaction lands, and a log version that fails to read once. The writer
 //! must say exactly what is in the table (its files when its commit is the
 //! one in the log, never when another's is), and a reader must see every
-//! version once it can read it.
+//! version once it can read it. Also what a checkpoint keeps of the
+//! transactions (idempotency keys for their retention, the rest for good).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -186,4 +187,69 @@ async fn a_log_read_that_fails_hides_no_version_from_the_next_read() {
     let snapshot = reader.snapshot().await.unwrap();
     assert_eq!(snapshot.version, Some(2));
     assert_eq!(snapshot.txns.get(app_id).copied(), Some(3));
+}
+
+#[tokio::test]
+async fn checkpoints_keep_idempotency_keys_for_their_retention_and_every_other_transaction() {
+    use sluice_streams::table::delta::{key_txn, KEY_RETENTION};
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let table = DeltaTable::new(memory.clone(), layout());
+    let (writer, fresh, old) = (
+        "sluice-events-writer",
+        key_txn("events", "fresh"),
+        key_txn("events", "old"),
+    );
+    table
+        .commit(
+            &[file("a")],
+            &[step(writer, None, 1), step(&fresh, None, 1)],
+            &schema(),
+        )
+        .await
+        .unwrap();
+    // Another writer's commit of a key, a day past the retention, and of a
+    // transaction that is not a key, as old.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let long_ago = now - KEY_RETENTION.as_millis() as i64 - 24 * 3600 * 1000;
+    let commit = format!(
+        "{}\n{}\n{}\n",
+        json!({"commitInfo": {"timestamp": now}}),
+        json!({"txn": {"appId": old, "version": 1, "lastUpdated": long_ago}}),
+        json!({"txn": {"appId": "sluice-group-topic-3", "version": 40, "lastUpdated": long_ago}}),
+    );
+    memory
+        .put_object(sluice_store::PutRequest::new(
+            format!("{LOG}00000000000000000001.json"),
+            commit.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(table.checkpoint().await.unwrap(), 1);
+    for version in 0..=1 {
+        memory
+            .delete_object(&format!("{LOG}{version:020}.json"))
+            .await
+            .unwrap();
+    }
+    // (transaction, its version read from the checkpoint alone)
+    let cases = [
+        (writer.to_string(), Some(1)),
+        (fresh.clone(), Some(1)),
+        ("sluice-group-topic-3".to_string(), Some(40)),
+        (old.clone(), None),
+    ];
+    let snapshot = DeltaTable::new(memory, layout()).snapshot().await.unwrap();
+    for (app_id, want) in cases {
+        assert_eq!(snapshot.txns.get(&app_id).copied(), want, "{app_id}");
+    }
+    assert!(
+        snapshot
+            .txn_updated
+            .get(&fresh)
+            .is_some_and(|&at| at > long_ago),
+        "the time a key was committed survives the checkpoint"
+    );
 }

@@ -132,7 +132,7 @@ impl TableSink {
 
     /// The application transaction of a keyed request.
     fn request_app_id(&self, key: &str) -> String {
-        format!("sluice-{}-request-{key}", self.stream)
+        super::delta::key_txn(&self.stream, key)
     }
 
     /// Starts a request with idempotency key `key`, unless the table holds

@@ -75,6 +75,8 @@ pub struct Snapshot {
     pub metadata: Option<MetaData>,
     /// Application transactions: app id → latest version.
     pub txns: HashMap<String, i64>,
+    /// When each transaction last moved (ms since the epoch), when known.
+    pub txn_updated: HashMap<String, i64>,
     /// The data files (path as in the log → its add), when tracked.
     pub files: Option<BTreeMap<String, Add>>,
     /// Files removed (path → its remove), tracked with the files: vacuum
@@ -85,6 +87,32 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Whether `app_id` is an idempotency key committed more than
+    /// [`KEY_RETENTION`] before `now`: checkpoints leave it out. Every other
+    /// transaction (writers, Kafka partitions) is kept for good.
+    fn key_expired(&self, app_id: &str, now: i64) -> bool {
+        is_key_txn(app_id)
+            && self
+                .txn_updated
+                .get(app_id)
+                .is_some_and(|&at| at < now - KEY_RETENTION.as_millis() as i64)
+    }
+
+    /// Forgets the expired idempotency keys (a long-running writer's memory).
+    fn forget_expired_keys(&mut self) {
+        let now = now_ms();
+        let expired: Vec<String> = self
+            .txns
+            .keys()
+            .filter(|app_id| self.key_expired(app_id, now))
+            .cloned()
+            .collect();
+        for app_id in expired {
+            self.txns.remove(&app_id);
+            self.txn_updated.remove(&app_id);
+        }
+    }
+
     /// The table's schema (a Delta struct type), if it has one.
     pub fn schema(&self) -> Option<Value> {
         let metadata = self.metadata.as_ref()?;
@@ -98,6 +126,10 @@ impl Snapshot {
                 Action::Protocol(p) => self.protocol = Some(p),
                 Action::MetaData(m) => self.metadata = Some(m),
                 Action::Txn(t) => {
+                    match t.last_updated {
+                        Some(at) => self.txn_updated.insert(t.app_id.clone(), at),
+                        None => self.txn_updated.remove(&t.app_id),
+                    };
                     self.txns.insert(t.app_id, t.version);
                 }
                 Action::Add(add) => {
@@ -139,6 +171,23 @@ pub struct Transaction {
     pub after: Option<i64>,
     /// The version it holds once this commit is in.
     pub version: i64,
+}
+
+/// How long a request's idempotency key is kept after its commit: a retry
+/// within it is answered from the table; checkpoints written after it leave
+/// the key out (a table fed keyed requests for months would otherwise carry
+/// every key ever used in every checkpoint and every reader's memory).
+pub const KEY_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// The application transaction of a request with idempotency key `key` in
+/// stream `stream`.
+pub fn key_txn(stream: &str, key: &str) -> String {
+    format!("sluice-{stream}-request-{key}")
+}
+
+/// Whether `app_id` is a request's idempotency key (see [`key_txn`]).
+fn is_key_txn(app_id: &str) -> bool {
+    app_id.starts_with("sluice-") && app_id.contains("-request-")
 }
 
 /// What a commit did.
@@ -412,13 +461,18 @@ impl DeltaTable {
         let mut actions: Vec<Action> = Vec::new();
         actions.extend(snapshot.protocol.clone().map(Action::Protocol));
         actions.extend(snapshot.metadata.clone().map(Action::MetaData));
-        let mut txns: Vec<(&String, &i64)> = snapshot.txns.iter().collect();
+        let now = now_ms();
+        let mut txns: Vec<(&String, &i64)> = snapshot
+            .txns
+            .iter()
+            .filter(|(app_id, _)| !snapshot.key_expired(app_id, now))
+            .collect();
         txns.sort();
         actions.extend(txns.into_iter().map(|(app_id, version)| {
             Action::Txn(Txn {
                 app_id: app_id.clone(),
                 version: *version,
-                last_updated: None,
+                last_updated: snapshot.txn_updated.get(app_id).copied(),
             })
         }));
         actions.extend(
@@ -479,6 +533,7 @@ impl DeltaTable {
         }
         let table = self.clone();
         tokio::spawn(async move {
+            table.snapshot.lock().await.forget_expired_keys();
             match table.checkpoint().await {
                 Ok(version) => {
                     tracing::info!(version, table = %table.layout.location, "checkpoint written")
