@@ -117,7 +117,7 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
         Op::Put,
         LOG,
         Some(1),
-        Fault::FailsLate(Duration::from_secs(2)),
+        Fault::FailsLate(Duration::from_secs(5)),
     );
     let hanging = tokio::spawn({
         let writer = writer.clone();
@@ -135,6 +135,10 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
         .await
         .unwrap();
     assert_eq!(landed, Committed::Version(1));
+    assert!(
+        !hanging.is_finished(),
+        "the other commit landed while the writer's was in flight"
+    );
     let result = hanging.await.unwrap();
     assert!(
         matches!(
@@ -207,19 +211,22 @@ async fn checkpoints_keep_idempotency_keys_for_their_retention_and_every_other_t
         )
         .await
         .unwrap();
-    // Another writer's commit of a key, a day past the retention, and of a
-    // transaction that is not a key, as old.
+    // Another writer's commit of a key, a day past the retention, and of
+    // transactions that are not keys, as old: Kafka partitions (a topic may
+    // be named `request-logs`).
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
     let long_ago = now - KEY_RETENTION.as_millis() as i64 - 24 * 3600 * 1000;
-    let commit = format!(
-        "{}\n{}\n{}\n",
+    let commit = [
         json!({"commitInfo": {"timestamp": now}}),
         json!({"txn": {"appId": old, "version": 1, "lastUpdated": long_ago}}),
         json!({"txn": {"appId": "sluice-group-topic-3", "version": 40, "lastUpdated": long_ago}}),
-    );
+        json!({"txn": {"appId": "sluice-events-request-logs-3", "version": 41, "lastUpdated": long_ago}}),
+    ]
+    .map(|action| format!("{action}\n"))
+    .concat();
     memory
         .put_object(sluice_store::PutRequest::new(
             format!("{LOG}00000000000000000001.json"),
@@ -239,6 +246,7 @@ async fn checkpoints_keep_idempotency_keys_for_their_retention_and_every_other_t
         (writer.to_string(), Some(1)),
         (fresh.clone(), Some(1)),
         ("sluice-group-topic-3".to_string(), Some(40)),
+        ("sluice-events-request-logs-3".to_string(), Some(41)),
         (old.clone(), None),
     ];
     let snapshot = DeltaTable::new(memory, layout()).snapshot().await.unwrap();

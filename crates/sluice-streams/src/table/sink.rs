@@ -9,7 +9,7 @@
 //! Requests with an idempotency key ([`TableSink::begin`]) are committed whole
 //! and once: the files holding a keyed request's records join the table in
 //! one commit, with the request's own transaction
-//! (`sluice-<stream>-request-<key>`), once every batch it touched is stored —
+//! (`sluice/key/<stream>/<key>`), once every batch it touched is stored —
 //! and every other keyed request sharing those files is whole too (batches are
 //! shared: group commit). A retry of a request the table holds is answered
 //! without appending. A keyed request whose batch failed withdraws the files

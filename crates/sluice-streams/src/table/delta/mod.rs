@@ -180,14 +180,19 @@ pub struct Transaction {
 pub const KEY_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// The application transaction of a request with idempotency key `key` in
-/// stream `stream`.
+/// stream `stream`: `sluice/key/<stream>/<key>`. Every other transaction
+/// sluice writes starts `sluice-` (a writer's `sluice-<stream>-<uuid>`, a
+/// Kafka partition's `sluice-<group>-<topic>-<partition>`, whose group and
+/// topic may hold any text), so no name of theirs can pass for a key.
 pub fn key_txn(stream: &str, key: &str) -> String {
-    format!("sluice-{stream}-request-{key}")
+    format!("{KEY_TXN_PREFIX}{stream}/{key}")
 }
+
+const KEY_TXN_PREFIX: &str = "sluice/key/";
 
 /// Whether `app_id` is a request's idempotency key (see [`key_txn`]).
 fn is_key_txn(app_id: &str) -> bool {
-    app_id.starts_with("sluice-") && app_id.contains("-request-")
+    app_id.starts_with(KEY_TXN_PREFIX)
 }
 
 /// What a commit did.
@@ -578,8 +583,9 @@ impl DeltaTable {
         // Versions lost to other writers in a row without the log moving on:
         // one that exists but cannot be read.
         let mut stuck = 0;
-        // Commits refused because their version exists: one may be this
-        // very commit, landed, its answer lost and its retry refused.
+        // Commits refused because their version exists and not read back:
+        // one may be this very commit, landed, its answer lost and its retry
+        // refused.
         let mut refused: Vec<(u64, Bytes)> = Vec::new();
         loop {
             let before = snapshot.version;
@@ -661,8 +667,20 @@ impl DeltaTable {
                     return Ok(Committed::Version(version));
                 }
                 // Another writer has this version: read it, and go on.
+                // Another writer has this version, or this commit does (it
+                // landed, its answer was lost, its retry refused): read it.
                 Err(StoreError::PreconditionFailed) => {
-                    refused.push((version, body));
+                    match self.log_holds(version, &body).await {
+                        Ok(true) => {
+                            tracing::info!(key, "a Delta commit whose answer was lost had landed");
+                            let _ = self.refresh(&mut snapshot).await;
+                            return Ok(Committed::Version(version));
+                        }
+                        Ok(false) => {}
+                        // Unread: looked at again if the transactions turn
+                        // out to be in.
+                        Err(_) => refused.push((version, body)),
+                    }
                     stuck += 1;
                     continue;
                 }
