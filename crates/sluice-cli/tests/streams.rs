@@ -690,13 +690,16 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     assert_eq!(parquet_files(), 20);
     // An orphan: a file a writer stored and never committed, a day ago.
     let orphan = table.join("orphan.parquet");
-    std::fs::write(&orphan, b"PAR1 not committed").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&orphan)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
-        .unwrap();
+    let plant_orphan = || {
+        std::fs::write(&orphan, b"PAR1 not committed").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&orphan)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
+            .unwrap();
+    };
+    plant_orphan();
     let said = tables(store.path(), &["compact", "t", "--min-files", "4"]);
     assert!(said.contains("20 files rewritten as 1"), "{said}");
     let said = tables(store.path(), &["checkpoint", "t"]);
@@ -708,13 +711,7 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     assert!(!orphan.exists());
     assert_eq!(parquet_files(), 21);
     // The janitor does the same for the tables it is given.
-    std::fs::write(&orphan, b"PAR1 not committed").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&orphan)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
-        .unwrap();
+    plant_orphan();
     let janitor = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["janitor", "--store"])
         .arg(store.path())

@@ -5,52 +5,14 @@
 //! writers with transactions of their own (two gateways on one table) both
 //! get in, the loser of a version taking the next.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::json;
+use common::{file, layout, schema, table_files};
 use sluice_store::ObjectStore;
-use sluice_streams::table::delta::{
-    Committed, DeltaTable, NewFile, TableError, TableLayout, Transaction,
-};
-
-fn layout() -> TableLayout {
-    TableLayout {
-        location: "events".into(),
-        partition_columns: Vec::new(),
-    }
-}
-
-fn schema() -> serde_json::Value {
-    json!({"type": "struct", "fields": [
-        {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
-}
-
-fn file(name: &str) -> NewFile {
-    NewFile {
-        key: format!("events/0/{name}.parquet"),
-        size: 100,
-        records: 10,
-    }
-}
-
-/// The table's files and transactions, read afresh by a third writer.
-async fn table_files(
-    store: Arc<dyn ObjectStore>,
-) -> (BTreeSet<String>, sluice_streams::table::delta::Snapshot) {
-    let snapshot = DeltaTable::new(store, layout())
-        .read_with_files()
-        .await
-        .unwrap();
-    let files = snapshot
-        .files
-        .as_ref()
-        .unwrap()
-        .keys()
-        .map(|path| format!("events/{path}"))
-        .collect();
-    (files, snapshot)
-}
+use sluice_streams::table::delta::{Committed, DeltaTable, TableError, Transaction};
 
 #[tokio::test]
 async fn owners_of_one_partition_race_and_exactly_one_commit_wins_each_round() {

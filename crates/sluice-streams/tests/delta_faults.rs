@@ -8,38 +8,19 @@
 //! version once it can read it. Also what a checkpoint keeps of the
 //! transactions (idempotency keys for their retention, the rest for good).
 
-use std::collections::BTreeSet;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use sluice_store::ObjectStore;
-use sluice_streams::table::delta::{
-    Committed, DeltaTable, NewFile, TableError, TableLayout, Transaction,
-};
+use sluice_streams::table::delta::{Committed, DeltaTable, TableError, Transaction};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 
+use common::{file, layout, schema, table_files};
+
 const LOG: &str = "events/_delta_log/";
-
-fn layout() -> TableLayout {
-    TableLayout {
-        location: "events".into(),
-        partition_columns: Vec::new(),
-    }
-}
-
-fn schema() -> serde_json::Value {
-    json!({"type": "struct", "fields": [
-        {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
-}
-
-fn file(name: &str) -> NewFile {
-    NewFile {
-        key: format!("events/{name}.parquet"),
-        size: 100,
-        records: 10,
-    }
-}
 
 fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
     Transaction {
@@ -47,22 +28,6 @@ fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
         after,
         version,
     }
-}
-
-/// The table's files and one transaction's version, read afresh.
-async fn table_files(store: Arc<dyn ObjectStore>, app_id: &str) -> (BTreeSet<String>, Option<i64>) {
-    let snapshot = DeltaTable::new(store, layout())
-        .read_with_files()
-        .await
-        .unwrap();
-    let files = snapshot
-        .files
-        .as_ref()
-        .unwrap()
-        .keys()
-        .map(|path| format!("events/{path}"))
-        .collect();
-    (files, snapshot.txns.get(app_id).copied())
 }
 
 #[tokio::test]
@@ -87,7 +52,8 @@ async fn a_commit_that_landed_is_the_writers_whatever_its_answer() {
             .commit(&[file("b")], &[step(app_id, Some(1), 2)], &schema())
             .await;
         assert_eq!(second.unwrap(), want, "{fault:?}");
-        let (files, version) = table_files(memory, app_id).await;
+        let (files, snapshot) = table_files(memory).await;
+        let version = snapshot.txns.get(app_id).copied();
         assert_eq!(
             files,
             ["events/a.parquet", "events/b.parquet"]
@@ -147,7 +113,8 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
         ),
         "the writer's files are not in, and it must not say they are: {result:?}"
     );
-    let (files, version) = table_files(memory, app_id).await;
+    let (files, snapshot) = table_files(memory).await;
+    let version = snapshot.txns.get(app_id).copied();
     assert_eq!(
         files,
         ["events/a.parquet", "events/c.parquet"]
