@@ -448,3 +448,208 @@ async fn concatenation_on_minio_copies_partials_server_side() {
     );
     no_multipart_left(&store).await;
 }
+
+/// The protocols whose one long request a crash must not throw away.
+#[derive(Debug, Clone, Copy)]
+enum LongRequest {
+    /// tus: creation with Upload-Length, then one PATCH of everything
+    /// (tus-js-client's and Uppy's default `chunkSize: Infinity`).
+    TusPatch,
+    /// The IETF draft (interop 8): careful creation, then one append with
+    /// `Upload-Complete: ?1`.
+    DraftAppend,
+}
+
+impl LongRequest {
+    async fn create(self, client: &reqwest::Client, gateway: &str, length: usize) -> String {
+        let request = client.post(format!("{gateway}/v1/tus/"));
+        let request = match self {
+            LongRequest::TusPatch => request
+                .header("tus-resumable", "1.0.0")
+                .header("upload-length", length),
+            LongRequest::DraftAppend => request
+                .header("upload-draft-interop-version", "8")
+                .header("upload-complete", "?0")
+                .header("upload-length", length)
+                .header("content-length", 0),
+        };
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 201, "{self:?}: creation");
+        response.headers()["location"].to_str().unwrap().to_owned()
+    }
+
+    fn append(
+        self,
+        client: &reqwest::Client,
+        url: &str,
+        offset: usize,
+        length: usize,
+        body: reqwest::Body,
+    ) -> reqwest::RequestBuilder {
+        let request = match self {
+            LongRequest::TusPatch => patch(client, url, offset, body),
+            LongRequest::DraftAppend => client
+                .patch(url)
+                .header("upload-draft-interop-version", "8")
+                .header("content-type", "application/partial-upload")
+                .header("upload-offset", offset)
+                .header("upload-complete", "?1")
+                .body(body),
+        };
+        request.header("content-length", length)
+    }
+
+    /// The offset HEAD reports (the draft's waits for a dead writer's lease).
+    async fn offset(self, client: &reqwest::Client, url: &str) -> u64 {
+        self.head(client, url).await["upload-offset"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    async fn head(self, client: &reqwest::Client, url: &str) -> reqwest::header::HeaderMap {
+        let request = match self {
+            LongRequest::TusPatch => client.head(url).header("tus-resumable", "1.0.0"),
+            LongRequest::DraftAppend => {
+                client.head(url).header("upload-draft-interop-version", "8")
+            }
+        };
+        let response = request.send().await.unwrap();
+        assert!(
+            response.status().is_success(),
+            "{self:?}: HEAD {}",
+            response.status()
+        );
+        response.headers().clone()
+    }
+}
+
+/// A body that sends `data` at about 12 MiB/s, as a browser on a fast link does.
+fn trickled(data: Vec<u8>) -> reqwest::Body {
+    use futures::StreamExt as _;
+    let pieces: Vec<Bytes> = data.chunks(MIB).map(Bytes::copy_from_slice).collect();
+    let stream = futures::stream::iter(pieces).then(|piece| async move {
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        Ok::<_, std::io::Error>(piece)
+    });
+    reqwest::Body::wrap_stream(stream)
+}
+
+/// The parts the store holds of the prefix's one open multipart upload.
+async fn parts_in_the_bucket(store: &sluice_store::s3::S3Store) -> Vec<sluice_store::UploadedPart> {
+    let open = store.list_multipart_uploads("").await.unwrap();
+    match open.first() {
+        Some(upload) => store
+            .list_parts(&upload.key, &upload.upload_id)
+            .await
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// Issue 47: one long request (tus PATCH or draft append of 96 MiB), its
+/// gateway SIGKILLed once three parts are in the bucket. Whether the same
+/// gateway comes back or another one that was up all along answers, HEAD
+/// reports at least what those parts hold less one part (the one whose
+/// record write the kill may have cut), the client resumes from there, and
+/// the object is byte-exact with no multipart upload left. Default settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_keeps_the_parts_one_long_request_stored() {
+    let cases = [
+        (LongRequest::TusPatch, false),
+        (LongRequest::TusPatch, true),
+        (LongRequest::DraftAppend, false),
+        (LongRequest::DraftAppend, true),
+    ];
+    for (n, (protocol, second_gateway)) in cases.into_iter().enumerate() {
+        let case = format!("{protocol:?}, second gateway: {second_gateway}");
+        let Some((endpoint, prefix, store)) = setup("tus_crash_progress").await else {
+            return;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut first = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
+        let other =
+            second_gateway.then(|| common::serve_on_minio(&endpoint, &prefix, "127.0.0.1:0", &[]));
+        let client = reqwest::Client::new();
+        let data = test_data(96 * MIB, 60 + n as u64);
+        let path = protocol.create(&client, &first.url, data.len()).await;
+        let long = protocol
+            .append(
+                &client,
+                &format!("{}{path}", first.url),
+                0,
+                data.len(),
+                trickled(data.clone()),
+            )
+            .send();
+        let long = tokio::spawn(long);
+        // Wait for three parts in the bucket, then kill the gateway without warning.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let stored_parts = loop {
+            let parts = parts_in_the_bucket(&store).await;
+            if parts.len() >= 3 {
+                break parts;
+            }
+            assert!(Instant::now() < deadline, "{case}: {} parts", parts.len());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        first.child.kill().unwrap();
+        first.child.wait().unwrap();
+        let _ = long.await;
+        let in_bucket: u64 = stored_parts.iter().map(|p| p.size).sum();
+        let largest = stored_parts.iter().map(|p| p.size).max().unwrap();
+        let (_restarted, gateway) = match &other {
+            Some(other) => (None, other.url.clone()),
+            None => {
+                let restarted = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
+                let url = restarted.url.clone();
+                (Some(restarted), url)
+            }
+        };
+        let url = format!("{gateway}{path}");
+        let offset = protocol.offset(&client, &url).await;
+        assert!(
+            offset >= in_bucket - largest,
+            "{case}: HEAD reports {offset} with {} parts ({in_bucket} bytes) in the bucket",
+            stored_parts.len()
+        );
+        assert!(offset <= data.len() as u64, "{case}: {offset}");
+        // The client resumes from there; the dead request's lock lapses meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let offset = protocol.offset(&client, &url).await as usize;
+            let rest = data[offset..].to_vec();
+            let response = protocol
+                .append(&client, &url, offset, rest.len(), rest.into())
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            if status == 204 || status == 200 || status == 201 {
+                break;
+            }
+            assert!(
+                matches!(status, 423 | 409 | 503) && Instant::now() < deadline,
+                "{case}: resuming at {offset}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let head = protocol.head(&client, &url).await;
+        let key = head["x-sluice-key"].to_str().unwrap().to_owned();
+        assert!(
+            stored(&store, &key).await == data,
+            "{case}: content differs"
+        );
+        no_multipart_left(&store).await;
+        eprintln!(
+            "{case}: {} parts in the bucket at the kill, HEAD then said {offset}",
+            stored_parts.len()
+        );
+    }
+}

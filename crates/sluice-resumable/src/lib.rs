@@ -2,7 +2,8 @@
 //! transfer engine, and nothing of HTTP: each upload's record in the store
 //! ([`record`]), one writer at a time through a leased lock made of conditional
 //! writes ([`lock`]), creation and chunk writes that move the bytes through the
-//! engine ([`write`]), concatenation ([`concat`]), and the expiry sweep and
+//! engine ([`write`]), progress recorded while a long request still sends
+//! (`checkpoint`), concatenation ([`concat`]), and the expiry sweep and
 //! janitor pass ([`sweep`], [`janitor`]). Nothing is kept on local disk or in
 //! memory between requests, so any gateway instance serves any request.
 //!
@@ -10,6 +11,7 @@
 //! the gateway parses requests with it, calls [`Resumable`], and turns a
 //! [`Written::finished`] upload into its completion record.
 
+mod checkpoint;
 pub mod clock;
 pub mod concat;
 pub mod digest;
@@ -137,7 +139,7 @@ impl Resumable {
     /// uploads, 410 once an unfinished upload expired. Never changes anything.
     pub async fn status(&self, id: &str) -> Result<UploadRecord, ResumableError> {
         let loaded = self.records.load(id).await?;
-        if loaded.record.upload.is_expired(self.clock.now()) {
+        if loaded.record.upload.is_expired(self.clock.now()) || loaded.record.is_invalid() {
             return Err(sluice_tus::TusError::Gone.into());
         }
         Ok(loaded.record)
@@ -234,9 +236,20 @@ impl Resumable {
 
     /// Removes upload `id`: its multipart upload, its object when finished (tus's
     /// termination frees the uploaded data), and every state object.
-    pub async fn terminate(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+    /// `before_removal` runs first, under the lock, with the record as it is
+    /// (the gateway records the upload's termination there: when that fails,
+    /// nothing is removed and the client's retry finds the upload still there).
+    pub async fn terminate<F>(
+        &self,
+        id: &str,
+        before_removal: impl FnOnce(UploadRecord) -> F,
+    ) -> Result<UploadRecord, ResumableError>
+    where
+        F: Future<Output = Result<(), sluice_store::StoreError>>,
+    {
         self.locked(id, async {
             let loaded = self.records.load(id).await?;
+            before_removal(loaded.record.clone()).await?;
             self.remove(&loaded.record).await?;
             tracing::info!(upload_id = %id, key = %loaded.record.key, "upload terminated");
             Ok(loaded.record)
@@ -248,9 +261,18 @@ impl Resumable {
     /// writing it first: an unfinished upload's multipart upload and state are
     /// removed; a finished upload's state only (the draft's cancellation ends
     /// the upload, not the object it made, which `DELETE /v1/objects` removes).
-    pub async fn cancel(&self, id: &str) -> Result<UploadRecord, ResumableError> {
+    /// `before_removal` as for [`Self::terminate`].
+    pub async fn cancel<F>(
+        &self,
+        id: &str,
+        before_removal: impl FnOnce(UploadRecord) -> F,
+    ) -> Result<UploadRecord, ResumableError>
+    where
+        F: Future<Output = Result<(), sluice_store::StoreError>>,
+    {
         self.locked_with(id, Contention::TakeOver, |_| async {
             let loaded = self.records.load(id).await?;
+            before_removal(loaded.record.clone()).await?;
             match loaded.record.phase {
                 Phase::Finished(_) => self.records.delete_all(id).await?,
                 _ => self.remove(&loaded.record).await?,
@@ -272,7 +294,7 @@ impl Resumable {
                 }
             }
             Phase::Finished(_) => self.store.delete_object(&record.key).await?,
-            Phase::Created => {}
+            Phase::Created | Phase::Invalid => {}
         }
         self.records.delete_all(record.id()).await?;
         Ok(())

@@ -7,7 +7,8 @@
 //!
 //! An upload is in exactly one [`Phase`]: created (no bytes yet), receiving (a
 //! multipart upload with parts and carried bytes, always short of the whole
-//! length) or finished (the object is complete). The step that brings the last
+//! length), finished (the object is complete) or invalid (ended by a request
+//! the protocol says ends it; answered 410 until it expires). The step that brings the last
 //! bytes completes the object before it records anything, so a record never
 //! says "all bytes in" without the object existing.
 
@@ -152,6 +153,10 @@ pub enum Phase {
     Created,
     Receiving(Receiving),
     Finished(Finished),
+    /// Ended by a request the protocol says ends it (an IETF draft append past
+    /// the upload's length): its bytes are gone, every later request is
+    /// answered 410 until the record expires and is swept.
+    Invalid,
 }
 
 /// The stored record of one upload.
@@ -277,6 +282,11 @@ impl UploadRecord {
         matches!(self.phase, Phase::Finished(_))
     }
 
+    /// Ended by a request the protocol says ends it (see [`Phase::Invalid`]).
+    pub fn is_invalid(&self) -> bool {
+        matches!(self.phase, Phase::Invalid)
+    }
+
     pub fn multipart_id(&self) -> Option<&str> {
         match &self.phase {
             Phase::Receiving(r) => r.multipart_id.as_deref(),
@@ -327,6 +337,7 @@ enum PhaseName {
     Created,
     Receiving,
     Finished,
+    Invalid,
 }
 
 impl TryFrom<StoredRecord> for UploadRecord {
@@ -361,6 +372,7 @@ impl TryFrom<StoredRecord> for UploadRecord {
                     .ok_or("a finished upload without its object's ETag")?,
                 checksum: stored.checksum.as_deref().and_then(parse_checksum),
             }),
+            PhaseName::Invalid => Phase::Invalid,
         };
         Ok(UploadRecord {
             upload: stored.upload,
@@ -407,6 +419,7 @@ impl From<UploadRecord> for StoredRecord {
                 stored.checksum = f.checksum.as_ref().map(checksum_text);
                 PhaseName::Finished
             }
+            Phase::Invalid => PhaseName::Invalid,
         });
         stored
     }
@@ -714,6 +727,7 @@ mod tests {
                 Phase::Created => "created",
                 Phase::Receiving(_) => "receiving",
                 Phase::Finished(_) => "finished",
+                Phase::Invalid => "invalid",
             };
             assert_eq!(got, expected);
         }

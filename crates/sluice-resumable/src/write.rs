@@ -17,7 +17,9 @@
 //! then, and recorded before its first part, so that expiry can always abort it.
 //!
 //! Progress is committed even when the body breaks off midway (that is what makes
-//! the upload resumable); a chunk with an Upload-Checksum is all or nothing.
+//! the upload resumable), and while a long body is still arriving, as each part
+//! lands (see `checkpoint`), so that a crash keeps what reached the bucket; a
+//! chunk with an Upload-Checksum is all or nothing.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -34,6 +36,7 @@ use sluice_upload::{
     UploadSource,
 };
 
+use crate::checkpoint::Checkpoints;
 use crate::digest::{Feed, Running};
 use crate::error::ResumableError;
 use crate::record::{
@@ -350,22 +353,73 @@ impl Resumable {
                 None => self.records.load(id).await?,
             };
             loaded.record.check_protocol(protocol)?;
-            let patch = PatchRequest {
-                length: fixed_length(patch.offset, patch.length, Some(&chunk))?,
-                ..patch.clone()
-            };
-            let plan =
-                loaded
-                    .record
-                    .upload
-                    .check_patch(&patch, self.clock.now(), self.config.max_size)?;
-            if chunk.declared.is_some_and(|n| n > plan.max_body) {
-                return Err(self.beyond(&plan).into());
+            if loaded.record.is_invalid() {
+                return Err(TusError::Gone.into());
             }
-            self.write_chunk(loaded, plan, chunk, protocol.append_kind())
-                .await
+            // A body declared to end past the upload's known length, at the
+            // upload's offset (one at another offset is only a stale client).
+            let upload = &loaded.record.upload;
+            let declared_past = upload.length.is_some_and(|length| {
+                patch.offset == upload.offset
+                    && chunk
+                        .declared
+                        .is_some_and(|n| upload.offset.saturating_add(n) > length)
+            });
+            let written = async {
+                let patch = PatchRequest {
+                    length: fixed_length(patch.offset, patch.length, Some(&chunk))?,
+                    ..patch.clone()
+                };
+                let plan = loaded.record.upload.check_patch(
+                    &patch,
+                    self.clock.now(),
+                    self.config.max_size,
+                )?;
+                if chunk.declared.is_some_and(|n| n > plan.max_body) {
+                    return Err(self.beyond(&plan).into());
+                }
+                self.write_chunk(loaded, plan, chunk, protocol.append_kind())
+                    .await
+            }
+            .await;
+            let overran = match &written {
+                Err(ResumableError::Protocol(TusError::BeyondLength { .. })) => true,
+                Err(ResumableError::Protocol(_)) => declared_past,
+                _ => false,
+            };
+            if overran && protocol == Protocol::IetfDraft {
+                self.invalidate(id).await?;
+            }
+            written
         })
         .await
+    }
+
+    /// An upload of the IETF draft that an append tried to run past its known
+    /// length (draft -11 §4.4.2: the request is rejected *and* the upload
+    /// marked invalid). The record says so first (every later request is
+    /// answered 410 until it expires); then its multipart upload is aborted
+    /// and its carried bytes deleted (a crash in between leaves the multipart
+    /// upload to the janitor: no record names it any more).
+    async fn invalidate(&self, id: &str) -> Result<(), ResumableError> {
+        let mut loaded = self.records.load(id).await?;
+        let before = std::mem::replace(&mut loaded.record.phase, Phase::Invalid);
+        loaded.etag = self.records.replace(&loaded.record, &loaded.etag).await?;
+        self.records.remember_written(&loaded);
+        tracing::info!(upload_id = %id, key = %loaded.record.key, "an append ran past the upload's length; the upload is invalid");
+        if let Phase::Receiving(receiving) = before {
+            if let Some(upload_id) = &receiving.multipart_id {
+                if let Err(error) = self
+                    .engine
+                    .abort_multipart(&loaded.record.key, upload_id)
+                    .await
+                {
+                    tracing::warn!(key = %loaded.record.key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort an invalid upload's multipart upload; the janitor will");
+                }
+            }
+            self.records.delete_segments(id, &receiving.segments).await;
+        }
+        Ok(())
     }
 
     fn beyond(&self, plan: &PatchPlan) -> TusError {
@@ -406,6 +460,7 @@ impl Resumable {
             Phase::Created => Receiving::default(),
             Phase::Receiving(receiving) => receiving.clone(),
             Phase::Finished(_) => return Ok(Written::unchanged(loaded.record)),
+            Phase::Invalid => return Err(TusError::Gone.into()),
         };
         let id = loaded.record.id().to_owned();
         let key = loaded.record.key.clone();
@@ -479,6 +534,12 @@ impl Resumable {
             let mut front = self.read_carried(&id, &receiving).await?;
             front.extend(head.chunks);
             let rest = body;
+            // Parts are recorded as they land (see checkpoint.rs) when their
+            // bytes would be kept on a clean break anyway.
+            let checkpointed = !check.required() && loaded.record.digest.is_none();
+            let (parts_stored, landed) = tokio::sync::watch::channel(Vec::new());
+            let mut checkpoints =
+                Checkpoints::new(self, &loaded, &receiving, first_part, offset - carried_len);
             let request = AppendRequest {
                 key: key.clone(),
                 upload_id,
@@ -488,17 +549,18 @@ impl Resumable {
                 last: false,
                 remaining,
                 carried_memory: Some(head_memory),
+                parts_stored: checkpointed.then_some(parts_stored),
             };
-            let mut appended = self
-                .engine
-                .append_parts(
-                    request,
-                    UploadSource::Stream {
-                        stream: rest,
-                        length: None,
-                    },
-                )
-                .await;
+            let appending = self.engine.append_parts(
+                request,
+                UploadSource::Stream {
+                    stream: rest,
+                    length: None,
+                },
+            );
+            let (mut appended, ()) = tokio::join!(appending, checkpoints.follow(landed));
+            // The commit below writes over the last checkpoint.
+            loaded.etag = checkpoints.etag().to_owned();
             stored = std::mem::take(&mut appended.parts);
             leftover = std::mem::take(&mut appended.leftover);
             _leftover_memory = appended.leftover_memory.take();
@@ -556,9 +618,9 @@ impl Resumable {
             offset + kept
         };
         // A completing body that ended (not broke off) fixes the length where
-        // it ended; one that ends short of a length already fixed is refused
-        // whole, its bytes not kept (as a checksum mismatch discards a chunk:
-        // parts it stored are overwritten by the next ones).
+        // it ended; one that ends short of a length already fixed is refused,
+        // its bytes after the last part recorded midway not kept (parts
+        // stored and not recorded are overwritten by the next ones).
         if completes && error.is_none() {
             match plan.length {
                 None => plan.length = Some(new_offset),
@@ -966,6 +1028,7 @@ impl Resumable {
                         last: true,
                         remaining: None,
                         carried_memory: None,
+                        parts_stored: None,
                     };
                     let empty = UploadSource::Stream {
                         stream: stream::empty().boxed(),

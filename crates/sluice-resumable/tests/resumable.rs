@@ -430,3 +430,89 @@ async fn a_digest_that_lost_its_place_ends_the_upload() {
     assert_eq!(setup.memory.open_uploads(), 0);
     assert!(setup.memory.object(&key).is_none());
 }
+
+/// A long request whose body stops arriving after `sent` bytes (a client or
+/// a network frozen mid-PATCH); `hold` keeps it stopped until dropped.
+fn stalled_chunk(
+    data: &[u8],
+    sent: usize,
+    checksum: Option<sluice_tus::UploadChecksum>,
+) -> (Chunk, tokio::sync::oneshot::Sender<()>) {
+    let (hold, released) = tokio::sync::oneshot::channel::<()>();
+    let head: Vec<std::io::Result<Bytes>> = data[..sent]
+        .chunks(MIB)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    let stall = futures::stream::once(async move {
+        let _ = released.await;
+        Err(std::io::Error::other("the client went away"))
+    });
+    let chunk = Chunk {
+        declared: Some(data.len() as u64),
+        body: futures::stream::iter(head).chain(stall).boxed(),
+        checksum,
+        completes: false,
+    };
+    (chunk, hold)
+}
+
+/// Issue 47: while one long request is still sending, each part that lands
+/// is recorded, so that another reader (a gateway after this one's crash)
+/// sees the offset of the parts stored. Not for a chunk with an
+/// Upload-Checksum, which is all or nothing: its offset moves only when it
+/// ends.
+#[tokio::test(start_paused = true)]
+async fn parts_are_recorded_while_a_long_request_still_sends() {
+    let part = 16 * MIB;
+    let data = sluice_testkit::test_data(4 * part, 47);
+    let cases: [(&str, bool, u64); 2] = [
+        ("plain", false, 2 * part as u64),
+        ("with an Upload-Checksum", true, 0),
+    ];
+    for (case, with_checksum, recorded) in cases {
+        let s = setup();
+        let upload = new_upload(Some(data.len() as u64), false);
+        let id = upload.id.clone();
+        s.resumable.create(upload, None).await.unwrap();
+        // Two parts and half of a third arrive, then nothing.
+        let sent = 2 * part + part / 2;
+        let checksum = with_checksum.then(|| sluice_tus::UploadChecksum {
+            algorithm: sluice_tus::ChecksumAlgorithm::Sha1,
+            digest: vec![0; 20],
+        });
+        let (chunk, hold) = stalled_chunk(&data, sent, checksum);
+        let mut request = patch(0, data.len());
+        request.checksum = chunk.checksum.clone();
+        let (writer, writing_id) = (s.resumable.clone(), id.clone());
+        let writing = tokio::spawn(async move {
+            writer
+                .write(&writing_id, Protocol::Tus, &request, chunk)
+                .await
+        });
+        // The parts reach the store; the record follows each.
+        let mut seen = 0;
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            seen = s.resumable.status(&id).await.unwrap().upload.offset;
+            if recorded > 0 && seen >= recorded {
+                break;
+            }
+        }
+        assert_eq!(
+            seen, recorded,
+            "{case}: offset seen while the request still runs"
+        );
+        drop(hold);
+        let ended = writing.await.unwrap();
+        let after = s.resumable.status(&id).await.unwrap().upload.offset;
+        match with_checksum {
+            // All or nothing: the checksum was not met, nothing is kept.
+            true => {
+                assert!(ended.is_err(), "{case}");
+                assert_eq!(after, 0, "{case}");
+            }
+            // The body broke off: the parts and the carried half are kept.
+            false => assert_eq!(after, sent as u64, "{case}: {ended:?}"),
+        }
+    }
+}

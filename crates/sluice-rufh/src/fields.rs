@@ -1,7 +1,9 @@
 //! The structured fields (RFC 9651) the draft's headers are: an Item holding an
 //! Integer (`Upload-Offset`, `Upload-Length`, the interop version) or a Boolean
-//! (`Upload-Complete`), parameters allowed and ignored, and the Dictionary of
-//! integers `Upload-Limit` is. A field sent on two lines is no Item.
+//! (`Upload-Complete`), parameters parsed (a field whose parameters do not
+//! parse is invalid as a whole) and then ignored, and the Dictionaries of byte
+//! sequences (`Repr-Digest`) and of integers (`Upload-Limit`). Parsing is the
+//! `sfv` crate's. A field sent on two lines is no Item.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -18,13 +20,15 @@ pub enum FieldError {
     },
 }
 
-/// The bare item of the one field line of `name`, its parameters checked and
-/// dropped; None when absent.
-fn bare_item<'a>(
-    headers: &'a HeaderMap,
+/// The bare item of the one field line of `name`, parsed as RFC 9651's Item
+/// (parameters included, then dropped: the draft defines none); None when
+/// absent. A field that does not parse as a whole is invalid (§4.2: invalid
+/// values make the field be ignored, which the draft turns into a refusal).
+fn bare_item(
+    headers: &HeaderMap,
     name: &HeaderName,
     expected: &'static str,
-) -> Result<Option<&'a str>, FieldError> {
+) -> Result<Option<sfv::BareItem>, FieldError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -32,29 +36,20 @@ fn bare_item<'a>(
     if values.next().is_some() {
         return Err(FieldError::Repeated { name: name.clone() });
     }
-    let invalid = || FieldError::Invalid {
-        name: name.clone(),
-        expected,
-        given: String::from_utf8_lossy(value.as_bytes()).into_owned(),
-    };
-    let text = value.to_str().map_err(|_| invalid())?.trim_matches(' ');
-    let mut pieces = text.split(';');
-    let bare = pieces.next().unwrap_or("");
-    for parameter in pieces {
-        let key = parameter
-            .split('=')
-            .next()
-            .unwrap_or("")
-            .trim_start_matches(' ');
-        let key_ok = key.starts_with(|c: char| c.is_ascii_lowercase() || c == '*')
-            && key
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.*".contains(c));
-        if !key_ok {
-            return Err(invalid());
-        }
-    }
-    Ok(Some(bare))
+    let item: sfv::Item =
+        sfv::Parser::new(value.as_bytes())
+            .parse()
+            .map_err(|_| FieldError::Invalid {
+                name: name.clone(),
+                expected,
+                given: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            })?;
+    Ok(Some(item.bare_item))
+}
+
+/// The text of `value` for an error message.
+fn given(value: &sfv::BareItem) -> String {
+    sfv::ItemSerializer::new().bare_item(value).finish()
 }
 
 /// A non-negative Integer of at most 15 digits, as the draft's offsets and lengths are.
@@ -63,13 +58,12 @@ pub fn integer(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u64>, Fi
     let Some(bare) = bare_item(headers, name, EXPECTED)? else {
         return Ok(None);
     };
-    let valid = !bare.is_empty() && bare.len() <= 15 && bare.bytes().all(|b| b.is_ascii_digit());
-    match valid {
-        true => Ok(Some(bare.parse().expect("15 digits fit"))),
-        false => Err(FieldError::Invalid {
+    match bare.as_integer().map(i64::from) {
+        Some(n) if n >= 0 => Ok(Some(n as u64)),
+        _ => Err(FieldError::Invalid {
             name: name.clone(),
             expected: EXPECTED,
-            given: bare.to_owned(),
+            given: given(&bare),
         }),
     }
 }
@@ -77,61 +71,56 @@ pub fn integer(headers: &HeaderMap, name: &HeaderName) -> Result<Option<u64>, Fi
 /// A Boolean: `?1` or `?0`.
 pub fn boolean(headers: &HeaderMap, name: &HeaderName) -> Result<Option<bool>, FieldError> {
     const EXPECTED: &str = "a structured boolean, ?1 or ?0";
-    match bare_item(headers, name, EXPECTED)? {
-        None => Ok(None),
-        Some("?1") => Ok(Some(true)),
-        Some("?0") => Ok(Some(false)),
-        Some(other) => Err(FieldError::Invalid {
+    let Some(bare) = bare_item(headers, name, EXPECTED)? else {
+        return Ok(None);
+    };
+    match bare.as_boolean() {
+        Some(value) => Ok(Some(value)),
+        None => Err(FieldError::Invalid {
             name: name.clone(),
             expected: EXPECTED,
-            given: other.to_owned(),
+            given: given(&bare),
         }),
     }
 }
 
-/// A Dictionary member holding a Byte Sequence: its key and bytes.
-pub type ByteMember = (String, Vec<u8>);
+/// A Dictionary member that should hold a Byte Sequence: its key, and its
+/// bytes (None when it holds something else).
+pub type ByteMember = (String, Option<Vec<u8>>);
 
 /// A Dictionary whose members are Byte Sequences (`sha-256=:base64:, crc32c=:…:`,
-/// as RFC 9530's digest fields are), in the order given; members of another
-/// type are skipped (an algorithm this reader does not know may say anything).
+/// as RFC 9530's digest fields are), in the order given; a member of another
+/// type has no bytes (the caller decides: an algorithm it does not know may say
+/// anything, one it checks must be a byte sequence).
+/// Field lines are combined as RFC 9651 §4.2 says (joined with commas).
 pub fn byte_sequences(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<Vec<ByteMember>>, FieldError> {
-    use base64::Engine as _;
     const EXPECTED: &str = "a dictionary of byte sequences, such as sha-256=:base64:";
-    let mut lines = headers.get_all(name).iter().peekable();
-    if lines.peek().is_none() {
+    let lines: Vec<&[u8]> = headers.get_all(name).iter().map(|v| v.as_bytes()).collect();
+    if lines.is_empty() {
         return Ok(None);
     }
-    let mut members = Vec::new();
-    for line in lines {
-        let invalid = || FieldError::Invalid {
-            name: name.clone(),
-            expected: EXPECTED,
-            given: String::from_utf8_lossy(line.as_bytes()).into_owned(),
-        };
-        let text = line.to_str().map_err(|_| invalid())?;
-        for member in text.split(',') {
-            let member = member.trim_matches(|c| c == ' ' || c == '\t');
-            let (key, value) = member.split_once('=').ok_or_else(invalid)?;
-            let key_ok = key.starts_with(|c: char| c.is_ascii_lowercase() || c == '*')
-                && key
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.*".contains(c));
-            if !key_ok {
-                return Err(invalid());
-            }
-            let value = value.split(';').next().unwrap_or("");
-            if let Some(inner) = value.strip_prefix(':').and_then(|v| v.strip_suffix(':')) {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(inner)
-                    .map_err(|_| invalid())?;
-                members.push((key.to_owned(), bytes));
-            }
-        }
-    }
+    let combined = lines.join(&b", "[..]);
+    let dictionary: sfv::Dictionary =
+        sfv::Parser::new(&combined)
+            .parse()
+            .map_err(|_| FieldError::Invalid {
+                name: name.clone(),
+                expected: EXPECTED,
+                given: String::from_utf8_lossy(&combined).into_owned(),
+            })?;
+    let members = dictionary
+        .iter()
+        .map(|(key, entry)| {
+            let bytes = match entry {
+                sfv::ListEntry::Item(item) => item.bare_item.as_byte_sequence().map(<[u8]>::to_vec),
+                sfv::ListEntry::InnerList(_) => None,
+            };
+            (key.as_str().to_owned(), bytes)
+        })
+        .collect();
     Ok(Some(members))
 }
 
@@ -166,18 +155,29 @@ mod tests {
     fn integers_as_the_draft_sends_them() {
         let name = HeaderName::from_static("upload-offset");
         type Case<'a> = (&'a [&'a str], Result<Option<u64>, ()>);
-        let cases: [Case; 11] = [
+        let cases: [Case; 20] = [
             (&[], Ok(None)),
             (&["0"], Ok(Some(0))),
             (&["25000000"], Ok(Some(25_000_000))),
             (&[" 12 "], Ok(Some(12))),
             (&["12;x=1"], Ok(Some(12))),
+            (&["12;x"], Ok(Some(12))),
+            (&["12; x=?0;y=\"s\";z=:AAEC:;w=tok;v=1.5"], Ok(Some(12))),
             (&["999999999999999"], Ok(Some(999_999_999_999_999))),
             (&["1000000000000000"], Err(())),
             (&["-1"], Err(())),
             (&["1.5"], Err(())),
             (&["12;X=1"], Err(())),
             (&["1", "2"], Err(())),
+            // Issue 47: parameters whose values are no bare items (RFC 9651
+            // §4.2.3.2) make the field invalid.
+            (&["16;x="], Err(())),
+            (&["100000;x="], Err(())),
+            (&["12;a=\"x"], Err(())),
+            (&["12;a=b=c"], Err(())),
+            (&["12;"], Err(())),
+            (&["12;a=1,"], Err(())),
+            (&["?1"], Err(())),
         ];
         for (values, expected) in cases {
             let got = integer(&with(values), &name).map_err(|_| ());
@@ -188,13 +188,19 @@ mod tests {
     #[test]
     fn booleans_are_question_marks() {
         let name = HeaderName::from_static("upload-offset");
-        let cases: [(&str, Result<Option<bool>, ()>); 6] = [
+        let cases: [(&str, Result<Option<bool>, ()>); 11] = [
             ("?1", Ok(Some(true))),
             ("?0", Ok(Some(false))),
             ("?1;a", Ok(Some(true))),
+            ("?1;a=\"x\"", Ok(Some(true))),
             ("true", Err(())),
             ("1", Err(())),
             ("?", Err(())),
+            // Issue 47: invalid parameters.
+            ("?1;a=", Err(())),
+            ("?1;a=\"x", Err(())),
+            ("?1;a=b=c", Err(())),
+            ("?1;A", Err(())),
         ];
         for (value, expected) in cases {
             let got = boolean(&with(&[value]), &name).map_err(|_| ());
@@ -218,11 +224,21 @@ mod tests {
         assert_eq!(
             got,
             Some(vec![
-                ("sha-256".into(), vec![0, 1, 2]),
-                ("crc32c".into(), vec![1, 2, 3])
+                ("sha-256".into(), Some(vec![0, 1, 2])),
+                ("crc32c".into(), Some(vec![1, 2, 3])),
+                ("unixsum".into(), None),
             ])
         );
-        for bad in ["sha-256", "sha-256=:not base64!:", "SHA-256=:AAEC:"] {
+        // A member that is no byte sequence has no bytes (a Boolean here).
+        assert_eq!(
+            byte_sequences(&headers("sha-256"), &name).unwrap(),
+            Some(vec![("sha-256".into(), None)])
+        );
+        for bad in [
+            "sha-256=:not base64!:",
+            "SHA-256=:AAEC:",
+            "sha-256=:AAEC:;x=",
+        ] {
             assert!(byte_sequences(&headers(bad), &name).is_err(), "{bad}");
         }
         assert_eq!(byte_sequences(&HeaderMap::new(), &name).unwrap(), None);

@@ -25,7 +25,7 @@ pub struct Creation {
     /// The file name of `Content-Disposition`.
     pub filename: Option<String>,
     /// `Repr-Digest`'s members (algorithm, digest), in the order sent.
-    pub digests: Vec<(String, Vec<u8>)>,
+    pub digests: Vec<fields::ByteMember>,
 }
 
 /// An append (PATCH on the upload).

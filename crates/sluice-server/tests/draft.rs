@@ -75,7 +75,6 @@ fn append(url: &str, offset: &str, complete: bool, body: &[u8]) -> Request<Body>
     )
 }
 
-/// A body sent in pieces with no Content-Length (chunked on the wire).
 /// The `Upload-Limit` of an upload just created, as `want` says, or with
 /// its lifetime one second shorter: a second boundary may pass between the
 /// upload's creation and its answer (its expiry and the clock are whole
@@ -91,6 +90,7 @@ fn assert_fresh_limit(got: Option<&str>, want: Option<&str>, context: &str) {
     );
 }
 
+/// A body sent in pieces with no Content-Length (chunked on the wire).
 fn chunked(bytes: &[u8]) -> Body {
     let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
         .chunks(MIB)
@@ -414,7 +414,6 @@ async fn malformed_requests_are_refused_and_store_nothing() {
         Case { name: "append without an offset", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "missing_header" },
         Case { name: "append without completion", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "missing_header" },
         Case { name: "append past the offset", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "50"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::CONFLICT, code: "offset_mismatch" },
-        Case { name: "append past the length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(&[7; 200]), status: S::BAD_REQUEST, code: "inconsistent_length" },
         Case { name: "append naming another length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?0"), ("upload-length", "90"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "inconsistent_length" },
         Case { name: "completing short of the length", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "10"), ("upload-complete", "?1"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "inconsistent_length" },
         Case { name: "an offset past 15 digits", method: "PATCH", on_upload: true, version: Some("8"), headers: &[("upload-offset", "1000000000000000"), ("upload-complete", "?0"), ("content-type", PARTIAL)], body: Some(b"abc"), status: S::BAD_REQUEST, code: "invalid_header" },
@@ -1118,4 +1117,75 @@ async fn an_idle_draft_upload_expires_like_a_tus_one() {
     let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
     assert_eq!(head.status, StatusCode::NOT_FOUND);
     assert!(keys(&store).await.is_empty(), "{:?}", keys(&store).await);
+}
+
+/// Issue 47, draft -11 §4.4.2: an append that would run past the upload's
+/// known length is rejected *and* makes the upload invalid: every later
+/// request on it (HEAD, append, DELETE) is answered 410, and nothing of it
+/// stays in the store but its record (swept when it expires). With a Content-Length that says so at
+/// once, and with a chunked body found too long midway, after parts stored.
+#[tokio::test]
+async fn an_append_past_the_length_invalidates_the_upload() {
+    // (case, bytes appended before, Content-Length sent, Upload-Complete)
+    let cases: [(&str, usize, bool, bool); 4] = [
+        ("declared past the length, completing", 1, true, true),
+        ("declared past the length, not completing", 1, true, false),
+        (
+            "chunked past the length, a part stored",
+            6 * MIB,
+            false,
+            true,
+        ),
+        ("chunked past the length, nothing stored", 1, false, true),
+    ];
+    for (case, first, declared, completing) in cases {
+        let store = MemoryStore::new();
+        let state = gateway(&store);
+        let data = test_data(8 * MIB, 9);
+        let url = careful(&state, Some(data.len())).await;
+        let answer = send(&state, append(&url, "0", false, &data[..first])).await;
+        assert_eq!(answer.status, StatusCode::NO_CONTENT, "{case}: {answer:?}");
+        // The rest and a byte more.
+        let mut past = data[first..].to_vec();
+        past.push(0);
+        let request = match declared {
+            true => append(&url, &first.to_string(), completing, &past),
+            false => Request::builder()
+                .method("PATCH")
+                .uri(&url)
+                .header("upload-draft-interop-version", "8")
+                .header("content-type", PARTIAL)
+                .header("upload-offset", first.to_string())
+                .header("upload-complete", "?1")
+                .body(chunked(&past))
+                .unwrap(),
+        };
+        let answer = send(&state, request).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{case}: {answer:?}");
+        assert!(
+            answer.json()["type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("inconsistent-upload-length")),
+            "{case}: {}",
+            answer.json()
+        );
+        let head = send(&state, draft(8, "HEAD", &url, &[], None)).await;
+        assert_eq!(head.status, StatusCode::GONE, "{case}: HEAD {head:?}");
+        let again = send(
+            &state,
+            append(&url, &first.to_string(), true, &data[first..]),
+        )
+        .await;
+        assert_eq!(again.status, StatusCode::GONE, "{case}: append {again:?}");
+        let open = store.list_multipart_uploads("").await.unwrap();
+        assert!(open.is_empty(), "{case}: {open:?}");
+        let left: Vec<String> = keys(&store)
+            .await
+            .into_iter()
+            .filter(|k| !k.ends_with("/state") && !k.ends_with("/lock"))
+            .collect();
+        assert!(left.is_empty(), "{case}: {left:?}");
+        let cancelled = send(&state, draft(8, "DELETE", &url, &[], None)).await;
+        assert_eq!(cancelled.status, StatusCode::GONE, "{case}: {cancelled:?}");
+    }
 }

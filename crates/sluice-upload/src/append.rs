@@ -122,7 +122,16 @@ pub struct AppendRequest {
     pub remaining: Option<u64>,
     /// The memory holding the carried bytes, if the caller has it.
     pub carried_memory: Option<HeldMemory>,
+    /// Told of each part as the store takes it (in the order they land, which
+    /// need not be their numbers'), so that the caller can record progress
+    /// while the call still runs: what a crash then costs is the parts not yet
+    /// recorded, not the whole call.
+    pub parts_stored: Option<PartsStored>,
 }
+
+/// Where [`Engine::append_parts`] reports each part stored: every part the
+/// store took so far in this call, in the order they landed.
+pub type PartsStored = tokio::sync::watch::Sender<Vec<UploadedPart>>;
 
 /// What one call stored.
 #[derive(Debug)]
@@ -339,6 +348,9 @@ impl Engine {
             &request.upload_id,
             Tracker::new(None, None),
         );
+        if let Some(stored) = request.parts_stored {
+            parts.report_to(stored);
+        }
         let mut error = None;
         let mut part_failed = false;
         loop {

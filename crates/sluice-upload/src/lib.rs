@@ -45,7 +45,8 @@ use tokio_util::task::TaskTracker;
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use announce::{Announcer, Intent, LateMetadata, Making, Origin, UploadKind};
 pub use append::{
-    AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
+    AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, PartsStored,
+    ReadUpTo,
 };
 pub use breaker::{Breaker, BreakerConfig, Down, DownReason};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};

@@ -34,6 +34,8 @@ pub(crate) struct PartPipeline {
     failed: Option<(u32, TransferError)>,
     /// The transfer slot [`PartPipeline::wait_for_slot`] took for the next part.
     slot: Option<TransferSlot>,
+    /// Told of each part as it is stored (see [`crate::append::PartsStored`]).
+    report: Option<crate::append::PartsStored>,
 }
 
 impl PartPipeline {
@@ -53,7 +55,13 @@ impl PartPipeline {
             first: None,
             failed: None,
             slot: None,
+            report: None,
         }
+    }
+
+    /// Tells `stored` of every part as the store takes it.
+    pub(crate) fn report_to(&mut self, stored: crate::append::PartsStored) {
+        self.report = Some(stored);
     }
 
     pub(crate) fn upload_id(&self) -> &str {
@@ -144,10 +152,11 @@ impl PartPipeline {
             );
             TransferSlot::unlimited()
         });
-        let (key, upload_id, tracker) = (
+        let (key, upload_id, tracker, report) = (
             self.key.clone(),
             self.upload_id.clone(),
             self.tracker.clone(),
+            self.report.clone(),
         );
         let span = tracing::debug_span!("part", number, size = body.len());
         self.tasks.spawn(
@@ -157,6 +166,9 @@ impl PartPipeline {
                 if let Ok(part) = &result {
                     slot.finish(part.size);
                     tracker.advance(part.size, true);
+                    if let Some(report) = &report {
+                        report.send_modify(|stored| stored.push(part.clone()));
+                    }
                 }
                 (number, result)
             }

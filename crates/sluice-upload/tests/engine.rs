@@ -713,6 +713,7 @@ async fn append_reads_every_kind_of_source() {
                     last: false,
                     remaining: None,
                     carried_memory: None,
+                    parts_stored: None,
                 },
                 source(kind, &data, &dir),
             )
@@ -860,6 +861,7 @@ async fn a_completion_in_flight_runs_to_its_answer_when_the_breaker_opens() {
                 last: true,
                 remaining: None,
                 carried_memory: None,
+                parts_stored: None,
             },
             UploadSource::Stream {
                 stream: futures::stream::iter([Ok(data.clone())]).boxed(),

@@ -272,6 +272,7 @@ async fn a_completion_whose_caller_goes_away_still_completes() {
                     last: true,
                     remaining: None,
                     carried_memory: None,
+                    parts_stored: None,
                 },
                 UploadSource::Stream {
                     stream: futures::stream::iter(

@@ -22,7 +22,7 @@ pub const INTENTS: &str = "_sluice/events/intents/";
 /// An intent as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentRecord {
-    /// 32 hex digits; the event is `evt_` and this.
+    /// 32 hex digits: the intent's name (its event's id is `Completion::event_id`).
     pub id: String,
     /// When the intent was written (ms since the epoch).
     pub at_ms: u64,

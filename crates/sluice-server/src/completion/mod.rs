@@ -21,6 +21,7 @@ pub mod reconcile;
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest, Sha256};
 use sluice_store::{Checksum, ObjectStore, StoreError};
 pub use sluice_upload::UploadKind;
 use sluice_upload::{Intent, UploadOutcome};
@@ -45,7 +46,7 @@ pub struct Completion {
     pub upload_id: Option<String>,
     /// The uploader's tenant, when the gateway authenticates.
     pub owner: Option<String>,
-    /// The intent's id: the event is `evt_` and this.
+    /// The intent it settles (see [`Completion::event_id`] for the event's).
     pub intent_id: String,
     /// When the intent was written (ms since the epoch).
     pub at_ms: u64,
@@ -97,11 +98,40 @@ impl Completion {
         }
     }
 
-    /// Its `upload.completed` event: the same id and time however often it is
-    /// written.
+    /// The id of its `upload.completed` event, from what the object is: the
+    /// protocol's upload (or, for an upload that has none, such as a PUT, the
+    /// intent of its one request), its key and its ETag. Every attempt at
+    /// making the same object (a finishing request cut after the object was
+    /// made and tried again through a new multipart upload, a reconciliation,
+    /// a completion found after a crash) therefore names one event.
+    pub fn event_id(&self) -> String {
+        let mut hasher = Sha256::new();
+        match &self.upload_id {
+            Some(upload_id) => {
+                hasher.update(b"upload\0");
+                hasher.update(upload_id.as_bytes());
+            }
+            None => {
+                hasher.update(b"intent\0");
+                hasher.update(self.intent_id.as_bytes());
+            }
+        }
+        hasher.update([0]);
+        hasher.update(self.key.as_bytes());
+        hasher.update([0]);
+        hasher.update(self.etag.trim_matches('"').as_bytes());
+        let hex: String = hasher.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("evt_{hex}")
+    }
+
+    /// Its `upload.completed` event: the same id however often, and by
+    /// whichever attempt, it is written.
     pub fn event(&self) -> Event {
         Event::with_id(
-            format!("evt_{}", self.intent_id),
+            self.event_id(),
             EventType::UploadCompleted,
             self.at_ms,
             EventData {
@@ -274,6 +304,67 @@ impl sluice_upload::Announcer for CompletionPoint {
         let id = IntentRecord::of(intent).id;
         if let Err(error) = self.intents.remove(&id).await {
             tracing::debug!(key = %intent.key, %id, error = %sluice_store::error_chain(&error), "an abandoned intent stays for the reconciliation");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_upload::{Making, Origin};
+
+    fn intent(kind: UploadKind, upload_id: Option<&str>, making: Making) -> IntentRecord {
+        let mut origin = Origin::new(kind);
+        origin.upload_id = upload_id.map(str::to_owned);
+        IntentRecord::of(&Intent::new(&origin, "a/tus-98.bin", 3, None, making))
+    }
+
+    fn event_id(intent: &IntentRecord, etag: &str) -> String {
+        let made = Made {
+            size: 3,
+            etag,
+            checksum: None,
+            described: None,
+        };
+        Completion::of(intent, &made).event().id
+    }
+
+    /// Issue 47: a tus upload whose finishing request was cut after its object
+    /// was made, and finished again by a new request through a new multipart
+    /// upload, was announced under two ids. An object's event id comes from
+    /// what the object is (its upload, key and ETag), never from an attempt.
+    #[test]
+    fn an_objects_event_id_depends_on_the_object_not_the_attempt() {
+        let multipart = |upload| Making::Multipart {
+            upload_id: String::from(upload),
+        };
+        let put = |nonce| Making::Put { nonce };
+        let tus = |making| intent(UploadKind::TusPatch, Some("u98"), making);
+        let cases = [
+            // (first attempt, its ETag, second attempt, its ETag, same id)
+            (tus(multipart("m1")), "e", tus(multipart("m2")), "e", true),
+            (tus(multipart("m1")), "e", tus(put(7)), "e", true),
+            (tus(multipart("m1")), "e", tus(multipart("m1")), "f", false),
+            (
+                tus(multipart("m1")),
+                "e",
+                intent(UploadKind::TusPatch, Some("u99"), multipart("m1")),
+                "e",
+                false,
+            ),
+            // Two PUTs are two uploads, even of the same bytes.
+            (
+                intent(UploadKind::Put, None, put(1)),
+                "e",
+                intent(UploadKind::Put, None, put(2)),
+                "e",
+                false,
+            ),
+        ];
+        for (n, (first, first_etag, second, second_etag, same)) in cases.iter().enumerate() {
+            let (a, b) = (event_id(first, first_etag), event_id(second, second_etag));
+            assert_eq!(a == b, *same, "case {n}: {a} {b}");
+            assert!(a.starts_with("evt_") && a.len() == 36, "{a}");
         }
     }
 }

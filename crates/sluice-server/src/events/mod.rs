@@ -158,22 +158,7 @@ pub struct EventData {
     pub upload_id: Option<String>,
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 impl Event {
-    fn new(kind: EventType, data: EventData) -> Event {
-        Event {
-            id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
-            kind,
-            created_at: now_rfc3339(),
-            data,
-        }
-    }
-
     /// An event whose id and time are given (the same on every write of it).
     pub fn with_id(id: String, kind: EventType, at_ms: u64, data: EventData) -> Event {
         let at = time::OffsetDateTime::UNIX_EPOCH + time::Duration::milliseconds(at_ms as i64);
@@ -187,10 +172,20 @@ impl Event {
         }
     }
 
-    /// A resumable upload cancelled by its client before it finished.
+    /// A resumable upload cancelled by its client before it finished: one id
+    /// for the upload, however often a termination of it is recorded (one
+    /// whose removal failed, tried again by its client).
     pub fn terminated(record: &sluice_resumable::UploadRecord) -> Event {
-        Event::new(
+        use sha2::Digest;
+        let digest = sha2::Sha256::new()
+            .chain_update(b"terminated\0")
+            .chain_update(record.id().as_bytes())
+            .finalize();
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Event::with_id(
+            format!("evt_{hex}"),
             EventType::UploadTerminated,
+            crate::events::outbox::now_ms(),
             EventData {
                 key: record.key.clone(),
                 size: record.upload.offset,

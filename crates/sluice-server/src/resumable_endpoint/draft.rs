@@ -21,7 +21,7 @@ use sluice_resumable::{
     DigestAlgorithm, Protocol, ResumableError, UploadRecord, WantedDigest, Written,
 };
 use sluice_rufh::answer::{self, Limits, UploadState};
-use sluice_rufh::fields::FieldError;
+use sluice_rufh::fields::{ByteMember, FieldError};
 use sluice_rufh::request::{self, Append, Creation};
 use sluice_rufh::{DraftError, Interop};
 use sluice_tus::headers::PatchRequest;
@@ -280,19 +280,25 @@ fn written_answer(
 
 /// The digest to check the upload against: `Repr-Digest`'s SHA-256, else its
 /// CRC32C (other algorithms are not checked, as RFC 9530 lets a recipient do).
-fn wanted_digest(members: &[(String, Vec<u8>)]) -> Result<Option<WantedDigest>, Failure> {
+fn wanted_digest(members: &[ByteMember]) -> Result<Option<WantedDigest>, Failure> {
     for algorithm in [DigestAlgorithm::Sha256, DigestAlgorithm::Crc32c] {
         let Some((_, value)) = members.iter().find(|(name, _)| name == algorithm.name()) else {
             continue;
         };
+        let invalid = |given: String| {
+            Err(DraftError::Field(FieldError::Invalid {
+                name: sluice_rufh::REPR_DIGEST,
+                expected: "a 32-byte sha-256 or a 4-byte crc32c digest, as a byte sequence",
+                given,
+            })
+            .into())
+        };
+        let Some(value) = value else {
+            return invalid(format!("{} that is no byte sequence", algorithm.name()));
+        };
         return match WantedDigest::new(algorithm, value.clone()) {
             Some(wanted) => Ok(Some(wanted)),
-            None => Err(DraftError::Field(FieldError::Invalid {
-                name: sluice_rufh::REPR_DIGEST,
-                expected: "a 32-byte sha-256 or a 4-byte crc32c digest",
-                given: format!("{} bytes of {}", value.len(), algorithm.name()),
-            })
-            .into()),
+            None => invalid(format!("{} bytes of {}", value.len(), algorithm.name())),
         };
     }
     Ok(None)
@@ -451,14 +457,17 @@ async fn cancel(
 ) -> Result<Response, Failure> {
     request::check_bare(&headers)?;
     visible(&state, &grant, &id, Protocol::IetfDraft).await?;
-    let cancelled = state.resumable.cancel(&id).await?;
-    if !cancelled.is_finished() {
-        state
-            .completion
-            .terminated(&cancelled)
-            .await
-            .map_err(ApiError::from)?;
-    }
+    // Its event is in the outbox before anything is removed (see tus.rs).
+    let completion = state.completion.clone();
+    state
+        .resumable
+        .cancel(&id, |record| async move {
+            if record.is_finished() {
+                return Ok(());
+            }
+            completion.terminated(&record).await
+        })
+        .await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     response.headers_mut().extend([answer::version(interop)]);
     Ok(response)

@@ -224,9 +224,17 @@ async fn terminate(
 ) -> Result<Response, ApiError> {
     tus_headers::check_version(&headers)?;
     visible(&state, &grant, &id, Protocol::Tus).await?;
-    let terminated = state.resumable.terminate(&id).await?;
-    if !terminated.is_finished() && terminated.upload.concat != Concat::Partial {
-        state.completion.terminated(&terminated).await?;
-    }
+    // Its event is in the outbox before anything is removed: a failed write
+    // removes nothing, and the client's retry records the same event.
+    let completion = state.completion.clone();
+    state
+        .resumable
+        .terminate(&id, |record| async move {
+            if record.is_finished() || record.upload.concat == Concat::Partial {
+                return Ok(());
+            }
+            completion.terminated(&record).await
+        })
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
