@@ -209,15 +209,8 @@ sluice completions zsh > \"${fpath[1]}/_sluice\"\n  sluice completions fish > ~/
 /// `sluice events`.
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
-    #[arg(long, env = "SLUICE_STORE")]
-    pub store: String,
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
-    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
-    pub endpoint: Option<String>,
-    /// S3 region [default: from the AWS configuration, else us-east-1].
-    #[arg(long, env = "SLUICE_REGION")]
-    pub region: Option<String>,
+    #[command(flatten)]
+    pub store: OpenStoreArgs,
     /// The events given up on (kept under _sluice/events/failed/) instead of
     /// those still being delivered.
     #[arg(long)]
@@ -482,9 +475,8 @@ pub struct IngestArgs {
     /// stored and committed (default: run until stopped).
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub idle_exit: Option<std::time::Duration>,
-    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
-    #[arg(long, env = "SLUICE_STORE")]
-    pub store: String,
+    #[command(flatten)]
+    pub store: StoreFlag,
     /// A TOML file with the stream's settings (the keys of a gateway's
     /// `[streams.NAME]` table); the flags below override it.
     #[arg(long, value_name = "FILE")]
@@ -562,6 +554,10 @@ pub struct IngestArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Where the `upload.completed` events of the objects the run stores go
+    /// (written to the store's outbox, delivered by the gateways on it).
+    #[command(flatten)]
+    pub events: sluice_server::events::EventSettings,
 }
 
 /// `sluice cat`.
@@ -808,6 +804,49 @@ pub struct SyncArgs {
     pub delete: bool,
 }
 
+/// The store a command works on: the one definition of `--store` and
+/// `SLUICE_STORE` for every command that takes one (`serve` reads the same
+/// variable, with the same meaning, as its setting `store`, docs/CONFIG.md).
+#[derive(Debug, Args, Clone)]
+pub struct StoreFlag {
+    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
+    #[arg(long = "store", env = "SLUICE_STORE", value_name = "STORE")]
+    pub location: String,
+}
+
+/// A store and how to reach it, for the commands that open one themselves.
+#[derive(Debug, Args, Clone)]
+pub struct OpenStoreArgs {
+    #[command(flatten)]
+    pub location: StoreFlag,
+    #[command(flatten)]
+    pub reach: StoreArgs,
+}
+
+impl OpenStoreArgs {
+    /// The store, its requests stalled past S3's default stall timeout retried.
+    pub async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
+        self.location.open(&self.reach).await
+    }
+}
+
+impl StoreFlag {
+    /// The store, reached as `reach` says.
+    pub async fn open(
+        &self,
+        reach: &StoreArgs,
+    ) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
+        let location = sluice_store::StoreLocation::parse(&self.location)
+            .map_err(|e| crate::UsageError(e.to_string()))?;
+        crate::target::open_store(
+            location,
+            reach,
+            Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+        )
+        .await
+    }
+}
+
 /// Where to find a bucket and how to sign for it, as aws s3 takes them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct StoreArgs {
@@ -946,11 +985,8 @@ sluice tables vacuum --store s3://events clicks --retain 48h"
 /// Which table.
 #[derive(Debug, Args)]
 pub struct TableArgs {
-    /// The store: s3://bucket[/prefix] or a local directory.
-    #[arg(long, env = "SLUICE_STORE")]
-    pub store: String,
     #[command(flatten)]
-    pub store_args: StoreArgs,
+    pub store: OpenStoreArgs,
     /// The table's root key under the store (a stream's table_location; by
     /// default the stream's name).
     pub table: String,
@@ -986,15 +1022,8 @@ pub struct TableVacuumArgs {
 /// `sluice janitor`.
 #[derive(Debug, Args)]
 pub struct JanitorArgs {
-    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
-    #[arg(long, env = "SLUICE_STORE")]
-    pub store: String,
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
-    #[arg(long, env = "SLUICE_ENDPOINT", value_name = "URL")]
-    pub endpoint: Option<String>,
-    /// S3 region [default: from the AWS configuration, else us-east-1].
-    #[arg(long, env = "SLUICE_REGION")]
-    pub region: Option<String>,
+    #[command(flatten)]
+    pub store: OpenStoreArgs,
     /// Abort incomplete multipart uploads initiated longer ago than this (0s: all
     /// that no live resumable upload owns, including uploads in flight right now).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "24h")]
@@ -1013,6 +1042,10 @@ pub struct JanitorArgs {
     /// `sluice tables vacuum --retain` does.
     #[arg(long = "table", value_name = "KEY")]
     pub tables: Vec<String>,
+    /// Where the `upload.completed` events of the uploads this pass finishes
+    /// go (written to the store's outbox, delivered by the gateways on it).
+    #[command(flatten)]
+    pub events: sluice_server::events::EventSettings,
 }
 
 /// `sluice chaos-proxy`.

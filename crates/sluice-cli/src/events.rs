@@ -3,23 +3,11 @@
 
 use anyhow::Context;
 use sluice_server::events::outbox::Outbox;
-use sluice_store::StoreLocation;
 
 use crate::args::EventsArgs;
-use crate::UsageError;
 
 pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
-    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
-    let store = crate::target::open_store(
-        location,
-        &crate::args::StoreArgs {
-            endpoint: args.endpoint.clone(),
-            region: args.region.clone(),
-            ..Default::default()
-        },
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await?;
+    let store = args.store.open().await?;
     let description = store.describe();
     let entries = Outbox::new(store)
         .entries(args.failed, args.limit)

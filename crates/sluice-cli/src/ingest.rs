@@ -11,7 +11,6 @@ use std::time::Instant;
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_store::StoreLocation;
 use sluice_streams::ingest::{append_on_pool, parse_on_pool};
 use sluice_streams::records::BodyFormat;
 use sluice_streams::{
@@ -55,15 +54,12 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     config
         .check_source(source)
         .map_err(|e| UsageError(e.to_string()))?;
-    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
-    let store = crate::target::open_store(
-        location,
-        &args.transfer.store,
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await?;
+    let store = args.store.open(&args.transfer.store).await?;
     let description = store.describe();
     let engine = Engine::new(store, crate::engine_config(&args.transfer)?)?;
+    // Every batch is announced as the gateway announces its objects.
+    let announcing = crate::announcing::Announcing::through(&engine, &args.events)?;
+    let _reconciling = announcing.reconcile_meanwhile();
     let stream = RecordStream::open(
         &args.stream,
         config,
@@ -75,7 +71,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     .await
     .map_err(|e| UsageError(e.to_string()))?;
     if let Some(address) = args.metrics_listen {
-        serve_metrics(address, &stream, &engine).await?;
+        serve_metrics(address, &stream, &engine, &announcing.metrics).await?;
     }
     let started = Instant::now();
     if kafka.is_some() && args.idempotency_key.is_some() {
@@ -154,36 +150,21 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves the stream's figures and the memory budget's at `address`/metrics
-/// until the process ends.
+/// Serves the stream's figures, the memory budget's and the objects announced
+/// (the gateway's metrics, docs/METRICS.md) at `address`/metrics until the
+/// process ends.
 async fn serve_metrics(
     address: std::net::SocketAddr,
     stream: &RecordStream,
     engine: &Engine,
+    metrics: &sluice_server::metrics::Metrics,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("--metrics-listen {address}"))?;
-    let (stream, engine) = (stream.clone(), engine.clone());
-    let render = move || {
-        let budget = engine.budget();
-        let mut text = format!(
-            "# HELP sluice_memory_budget_in_use_bytes Bytes of the memory budget reserved.\n\
-             # TYPE sluice_memory_budget_in_use_bytes gauge\n\
-             sluice_memory_budget_in_use_bytes {}\n\
-             # HELP sluice_memory_budget_bytes Size of the memory budget.\n\
-             # TYPE sluice_memory_budget_bytes gauge\n\
-             sluice_memory_budget_bytes {}\n",
-            budget.in_use(),
-            budget.capacity()
-        );
-        text.push_str(&sluice_streams::prometheus_lines(&[(
-            stream.name(),
-            stream.stats().snapshot(),
-        )]));
-        text.push_str("# EOF\n");
-        text
-    };
+    metrics.watch_streams(vec![(stream.name().to_owned(), stream.stats().clone())]);
+    let (metrics, engine) = (metrics.clone(), engine.clone());
+    let render = move || metrics.render(&engine);
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {

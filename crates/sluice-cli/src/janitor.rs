@@ -1,39 +1,26 @@
 //! `sluice janitor`: one janitor pass over a store (expired resumable uploads,
 //! stale multipart uploads), printed as it went; optionally installs the bucket
 //! lifecycle rule that makes S3 abort incomplete uploads by itself. An upload
-//! it finishes leaves an intent, which a gateway with events on the same store
-//! turns into the upload's `upload.completed` event.
+//! it finishes is announced through the gateway's completion point: with
+//! `--event-url`, its `upload.completed` event is in the store's outbox when
+//! the pass ends (the gateways on the store deliver it), and the pass settles
+//! the intents that runs killed midway left.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{anyhow, Context};
 use sluice_resumable::{Resumable, ResumableConfig};
-use sluice_server::completion::intents::{Intents, IntentsOnly};
-use sluice_store::StoreLocation;
 use sluice_upload::{Engine, EngineConfig};
 
 use crate::args::JanitorArgs;
-use crate::UsageError;
 
 pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
-    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
-    let store = crate::target::open_store(
-        location,
-        &crate::args::StoreArgs {
-            endpoint: args.endpoint.clone(),
-            region: args.region.clone(),
-            ..Default::default()
-        },
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await?;
+    let store = args.store.open().await?;
     let description = store.describe();
     let engine = Engine::new(store.clone(), EngineConfig::default())?;
-    // An upload this pass finishes leaves its intent; the reconciliation of a
-    // gateway with events on this store turns it into the upload's event.
-    let intents = Intents::new(Arc::new(engine.retrying_store()));
-    engine.set_announcer(Arc::new(IntentsOnly { intents }));
+    // An upload this pass finishes is announced as the gateway announces one:
+    // with --event-url its event is in the outbox when the pass ends.
+    let announcing = crate::announcing::Announcing::through(&engine, &args.events)?;
     // Expiry is recorded in each upload; the defaults only shape how it is swept.
     let resumable = Resumable::new(engine, ResumableConfig::default());
     let report = sluice_resumable::janitor::run_once(
@@ -97,6 +84,18 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
             upload.upload_id
         );
     }
+    // Intents left by a run killed between an object and its event (this
+    // command's, a gateway's, `sluice ingest`'s) become their events now.
+    if !args.dry_run {
+        if let Some(settled) = announcing.reconcile_now().await {
+            crate::output::out!(
+                "  intents: {} announced, {} dropped (never made), {} waiting",
+                settled.confirmed,
+                settled.dropped,
+                settled.waiting
+            );
+        }
+    }
     if let Some(days) = args.install_lifecycle {
         if args.dry_run {
             crate::output::out!(
@@ -116,11 +115,6 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
         let retain = args.older_than.max(crate::tables::MIN_RETAIN);
         let table_args = crate::args::TableArgs {
             store: args.store.clone(),
-            store_args: crate::args::StoreArgs {
-                endpoint: args.endpoint.clone(),
-                region: args.region.clone(),
-                ..Default::default()
-            },
             table: table.clone(),
         };
         let (delta, place) = crate::tables::open(&table_args).await?;

@@ -4,6 +4,7 @@
 //! and turns the outcome into a summary line and an exit code (0 success, 1 failure).
 //! Ctrl-C aborts a transfer cleanly: a multipart upload in progress is aborted.
 
+mod announcing;
 mod args;
 mod batch;
 mod bench;

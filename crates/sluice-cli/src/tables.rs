@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use sluice_store::StoreLocation;
 use sluice_streams::table::delta::upkeep::CompactOptions;
 use sluice_streams::table::delta::{DeltaTable, TableLayout};
 use sluice_upload::{Engine, EngineConfig};
@@ -93,13 +92,7 @@ pub async fn run(command: TablesCommand) -> anyhow::Result<()> {
 
 /// The table, through an engine's retrying store.
 pub(crate) async fn open(args: &TableArgs) -> anyhow::Result<(Arc<DeltaTable>, String)> {
-    let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
-    let store = crate::target::open_store(
-        location,
-        &args.store_args,
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await?;
+    let store = args.store.open().await?;
     let place = format!("{}/{}", store.describe().trim_end_matches('/'), args.table);
     let table_location = args.table.trim_matches('/').to_string();
     if table_location.is_empty() || table_location.contains('{') {

@@ -7,8 +7,8 @@
 //! restarted on the same port each time. A real receiver verifies every
 //! signature and fails a third of the deliveries. At the end:
 //!
-//! - every object in the bucket (outside `_sluice/`) has at least one
-//!   delivered, correctly signed `upload.completed` event;
+//! - every object in the bucket (outside `_sluice/`) has a delivered,
+//!   correctly signed `upload.completed` event, under exactly one id;
 //! - every event names an object that exists (nothing is deleted here);
 //! - every 2xx a client got names an object that exists.
 //!
@@ -556,6 +556,16 @@ async fn every_object_has_its_event_through_repeated_kills() {
         receiver.requests.load(Ordering::SeqCst),
     );
     assert!(missing.is_empty(), "objects without an event: {missing:?}");
+    // Issue 47: an object's event has one id, whatever step a kill cut.
+    let two_ids: Vec<(&String, &BTreeSet<String>)> = events
+        .iter()
+        .filter(|(_, (ids, _))| ids.len() > 1)
+        .map(|(key, (ids, _))| (key, ids))
+        .collect();
+    assert!(
+        two_ids.is_empty(),
+        "objects announced under two ids: {two_ids:?}"
+    );
     let phantom: Vec<&String> = events.keys().filter(|k| !objects.contains(*k)).collect();
     assert!(phantom.is_empty(), "events naming no object: {phantom:?}");
     let lost: Vec<&(String, &str)> = acknowledged

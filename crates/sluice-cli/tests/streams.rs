@@ -157,6 +157,79 @@ async fn ingest_from_standard_input_into_minio() {
     assert_eq!(numbers, (0..50_000).collect::<Vec<u64>>());
 }
 
+/// Issue 47: every object `sluice ingest` stores is announced as the
+/// gateway's are. With `--event-url`, each batch has its `upload.completed`
+/// event in the store's outbox (for the gateways on the store to deliver)
+/// when the run ends, and no intent is left; without one, no intent is
+/// written at all (nothing would settle it).
+#[tokio::test]
+async fn ingest_announces_every_batch_it_stores() {
+    use sluice_store::ObjectStore;
+    let input: String = (0..3_000).map(|n| format!("{{\"n\":{n}}}\n")).collect();
+    for with_events in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("events.secret");
+        std::fs::write(&secret, b"the ingest events secret, 32 bytes or more").unwrap();
+        let store = dir.path().join("store");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args([
+                "ingest",
+                "--stream",
+                "logs",
+                "--flush-records",
+                "1000",
+                "--store",
+            ])
+            .arg(&store);
+        if with_events {
+            command
+                .args([
+                    "--event-url",
+                    "http://127.0.0.1:9/hook",
+                    "--event-secret-file",
+                ])
+                .arg(&secret);
+        }
+        let output = fed(&mut command, input.as_bytes());
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let fs = sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(&store)).unwrap();
+        let listed = |prefix: &'static str| {
+            let fs = &fs;
+            async move {
+                let page = fs.list_objects(prefix, None, 1000).await.unwrap();
+                page.objects.into_iter().map(|o| o.key).collect::<Vec<_>>()
+            }
+        };
+        let batches = listed("logs/").await;
+        assert_eq!(batches.len(), 3, "{batches:?}");
+        assert!(
+            listed("_sluice/events/intents/").await.is_empty(),
+            "events {with_events}: intents left behind"
+        );
+        let events = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["events", "--store"])
+            .arg(&store)
+            .output()
+            .unwrap();
+        let listed_events = String::from_utf8_lossy(&events.stdout).into_owned();
+        let mut announced: Vec<String> = listed_events
+            .lines()
+            .filter(|line| line.contains("upload.completed"))
+            .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
+            .collect();
+        announced.sort();
+        match with_events {
+            true => assert_eq!(announced, batches, "{listed_events}"),
+            false => assert!(announced.is_empty(), "{listed_events}"),
+        }
+    }
+}
+
 /// (arguments after `ingest --stream s --store DIR`, input, exit code, stderr holds)
 type UsageCase = (Vec<&'static str>, &'static str, i32, &'static str);
 

@@ -2,7 +2,8 @@
 //! existed", tried at the steps where a gateway can fail between making an
 //! object and recording its event: an outbox write that fails after a tus
 //! upload's last byte, an intent write that fails, the janitor finishing an
-//! upload (in the gateway and from `sluice janitor`), a client gone while its
+//! upload (in the gateway and from `sluice janitor`, whose own completion point
+//! settles what it wrote), a client gone while its
 //! completion runs, and each row of the reconciliation's table. The gateway
 //! runs without its delivery worker, so events stay in the outbox to be read.
 
@@ -17,9 +18,12 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use sluice_resumable::record::{Receiving, RecordStore};
 use sluice_resumable::Phase;
-use sluice_server::completion::intents::{Intents, IntentsOnly, INTENTS};
+use sluice_server::completion::intents::INTENTS;
 use sluice_server::completion::reconcile::{reconcile_once, ReconcileReport, DROP_PUT_AFTER};
+use sluice_server::completion::CompletionPoint;
 use sluice_server::events::outbox::PENDING;
+use sluice_server::events::{EventSettings, Events};
+use sluice_server::metrics::Metrics;
 use sluice_server::{AppState, ServerConfig};
 use sluice_store::{CreateMultipartRequest, ObjectStore, PutRequest};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
@@ -326,16 +330,22 @@ async fn an_upload_the_gateways_janitor_finishes_has_its_event() {
 }
 
 #[tokio::test]
-async fn an_upload_sluice_janitor_finishes_gets_its_event_from_a_gateways_reconciliation() {
+async fn an_upload_sluice_janitor_finishes_has_its_event_in_the_outbox_when_the_pass_ends() {
     let gateway = gateway();
     let (location, key) = create(&gateway.state, 5).await;
     stuck(&gateway.store, &location, b"hello").await;
-    // As `sluice janitor` runs: an engine of its own that writes intents only.
+    // As `sluice janitor --event-url` runs: an engine of its own announcing
+    // through a completion point of its own (crates/sluice-cli/src/announcing.rs).
     let store: Arc<dyn ObjectStore> = Arc::new(gateway.store.clone());
     let engine = sluice_upload::Engine::new(store.clone(), Default::default()).unwrap();
-    engine.set_announcer(Arc::new(IntentsOnly {
-        intents: Intents::new(store),
-    }));
+    let settings = EventSettings {
+        urls: vec!["http://127.0.0.1:9/hook".into()],
+        secret_file: Some(gateway._dir.path().join("events.secret")),
+        ..EventSettings::default()
+    };
+    let metrics = Metrics::new();
+    let events = Events::new(&settings, store.clone(), metrics.clone()).unwrap();
+    engine.set_announcer(Arc::new(CompletionPoint::new(metrics, events, store)));
     let resumable = sluice_resumable::Resumable::new(engine, Default::default());
     let report = sluice_resumable::janitor::run_once(
         &resumable,
@@ -346,16 +356,11 @@ async fn an_upload_sluice_janitor_finishes_gets_its_event_from_a_gateways_reconc
     .await
     .unwrap();
     assert_eq!(report.resumable.finished.len(), 1);
-    assert!(completed_events(&gateway.store, &key).await.is_empty());
-    assert_eq!(
-        reconcile_later(&gateway, Duration::from_secs(60))
-            .await
-            .confirmed,
-        1
-    );
     let events = completed_events(&gateway.store, &key).await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].0, "tus_recovered");
+    // Its intent is settled by the pass that wrote it.
+    assert!(keys(&gateway.store, INTENTS).await.is_empty());
 }
 
 #[tokio::test]

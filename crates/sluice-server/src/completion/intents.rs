@@ -183,24 +183,6 @@ impl Intents {
     }
 }
 
-/// Writes the intents of an engine that makes objects but delivers no events
-/// (`sluice janitor`): a gateway with events on the same store turns them into
-/// events by its reconciliation.
-pub struct IntentsOnly {
-    pub intents: Intents,
-}
-
-#[async_trait::async_trait]
-impl sluice_upload::Announcer for IntentsOnly {
-    async fn intend(&self, intent: &Intent) -> Result<(), StoreError> {
-        self.intents.write(&IntentRecord::of(intent)).await
-    }
-
-    async fn made(&self, _intent: &Intent, _made: &sluice_upload::UploadOutcome) {}
-
-    async fn found(&self, _intent: &Intent, _made: &sluice_upload::UploadOutcome) {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

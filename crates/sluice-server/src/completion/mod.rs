@@ -46,7 +46,7 @@ pub struct Completion {
     pub upload_id: Option<String>,
     /// The uploader's tenant, when the gateway authenticates.
     pub owner: Option<String>,
-    /// The intent it settles (see [`Completion::event_id`] for the event's).
+    /// The intent it settles (the event's id is [`Completion::event_id`]).
     pub intent_id: String,
     /// When the intent was written (ms since the epoch).
     pub at_ms: u64,
@@ -98,12 +98,12 @@ impl Completion {
         }
     }
 
-    /// The id of its `upload.completed` event, from what the object is: the
-    /// protocol's upload (or, for an upload that has none, such as a PUT, the
-    /// intent of its one request), its key and its ETag. Every attempt at
-    /// making the same object (a finishing request cut after the object was
-    /// made and tried again through a new multipart upload, a reconciliation,
-    /// a completion found after a crash) therefore names one event.
+    /// The id of its `upload.completed` event, from what the object is: its
+    /// key and ETag, and the protocol's upload id when there is one (a tus or
+    /// direct upload). Every attempt at making the same object (a finishing
+    /// request cut after the object was made and tried again through a new
+    /// multipart upload, a PUT sent again after its answer was lost, a
+    /// reconciliation, a completion found after a crash) names one event.
     pub fn event_id(&self) -> String {
         let mut hasher = Sha256::new();
         match &self.upload_id {
@@ -111,10 +111,7 @@ impl Completion {
                 hasher.update(b"upload\0");
                 hasher.update(upload_id.as_bytes());
             }
-            None => {
-                hasher.update(b"intent\0");
-                hasher.update(self.intent_id.as_bytes());
-            }
+            None => hasher.update(b"object"),
         }
         hasher.update([0]);
         hasher.update(self.key.as_bytes());
@@ -352,12 +349,19 @@ mod tests {
                 "e",
                 false,
             ),
-            // Two PUTs are two uploads, even of the same bytes.
+            // A PUT sent again (its answer lost) makes the same object.
             (
                 intent(UploadKind::Put, None, put(1)),
                 "e",
                 intent(UploadKind::Put, None, put(2)),
                 "e",
+                true,
+            ),
+            (
+                intent(UploadKind::Put, None, put(1)),
+                "e",
+                intent(UploadKind::Put, None, put(2)),
+                "f",
                 false,
             ),
         ];

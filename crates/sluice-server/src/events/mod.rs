@@ -30,7 +30,9 @@ use crate::metrics::Metrics;
 #[command(next_help_heading = "Upload events")]
 pub struct EventSettings {
     /// POST signed upload events (upload.completed, upload.terminated) to URL;
-    /// repeat or separate with commas; see docs/EVENTS.md [default: no events].
+    /// repeat or separate with commas; see docs/EVENTS.md. `serve` delivers
+    /// them; `ingest` and `janitor` put theirs in the store's outbox for the
+    /// gateways on the store to deliver [default: no events].
     #[arg(id = "events.urls", long = "event-url", env = "SLUICE_EVENT_URL", value_name = "URL", value_delimiter = ',', value_parser = crate::values::http_url)]
     pub urls: Vec<String>,
     /// The secret in FILE events are signed with (HMAC-SHA256; at least 32 bytes;
@@ -47,11 +49,12 @@ pub struct EventSettings {
     #[arg(id = "events.retry_for", long = "event-retry-for", env = "SLUICE_EVENT_RETRY_FOR", value_name = "DURATION", default_value = "24h", value_parser = crate::values::duration_in(std::time::Duration::ZERO, std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub retry_for: Duration,
-    /// How long one delivery attempt may take.
+    /// How long one delivery attempt may take (a gateway's delivery).
     #[arg(id = "events.timeout", long = "event-timeout", env = "SLUICE_EVENT_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
-    /// How often the outbox is scanned for events that are due.
+    /// How often the outbox is scanned for events that are due (a gateway's
+    /// delivery).
     #[arg(id = "events.poll_interval", long = "event-poll-interval", env = "SLUICE_EVENT_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
