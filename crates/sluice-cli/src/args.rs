@@ -823,30 +823,6 @@ pub struct OpenStoreArgs {
     pub reach: StoreArgs,
 }
 
-impl OpenStoreArgs {
-    /// The store, its requests stalled past S3's default stall timeout retried.
-    pub async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
-        self.location.open(&self.reach).await
-    }
-}
-
-impl StoreFlag {
-    /// The store, reached as `reach` says.
-    pub async fn open(
-        &self,
-        reach: &StoreArgs,
-    ) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
-        let location = sluice_store::StoreLocation::parse(&self.location)
-            .map_err(|e| crate::UsageError(e.to_string()))?;
-        crate::target::open_store(
-            location,
-            reach,
-            Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-        )
-        .await
-    }
-}
-
 /// Where to find a bucket and how to sign for it, as aws s3 takes them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct StoreArgs {
@@ -919,6 +895,28 @@ pub struct ManyArgs {
     /// Set when the source location held wildcards (it is then their base).
     #[arg(skip)]
     pub pattern: Option<crate::wildcard::Wildcard>,
+}
+
+impl ManyArgs {
+    /// When `location` holds wildcards: its base, with the pattern set here
+    /// for the transfer's filter (a second pattern is refused).
+    pub fn take_wildcard(&mut self, location: &str) -> Result<Option<String>, crate::UsageError> {
+        if self.raw {
+            return Ok(None);
+        }
+        let Some(wildcard) = crate::wildcard::Wildcard::split(location) else {
+            return Ok(None);
+        };
+        wildcard.matcher()?;
+        if self.pattern.is_some() {
+            return Err(crate::UsageError(format!(
+                "{location}: only the source may hold wildcards"
+            )));
+        }
+        let base = wildcard.base.clone();
+        self.pattern = Some(wildcard);
+        Ok(Some(base))
+    }
 }
 
 /// Flags shared by every transfer.

@@ -204,7 +204,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 None => break,
             },
             _ = &mut interrupt => {
-                eprintln!("sluice: interrupted after {} ({failed} failed)", crate::ui::count(ran, "command"));
+                eprintln!("sluice: interrupted after {} ({failed} failed)", crate::output::count(ran, "command"));
                 return Err(crate::Interrupted("interrupted: the commands not finished were stopped").into());
             }
         }
@@ -213,7 +213,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !json {
         eprintln!(
             "sluice: ran {}: {} failed",
-            crate::ui::count(ran, "command"),
+            crate::output::count(ran, "command"),
             failed
         );
     }
@@ -221,7 +221,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         0 => Ok(()),
         n => Err(anyhow::anyhow!(
             "{} of {} failed",
-            crate::ui::count(n, "command"),
+            crate::output::count(n, "command"),
             ran
         )),
     }

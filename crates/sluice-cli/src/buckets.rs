@@ -133,15 +133,15 @@ async fn remove_bucket(name: &str, args: &RbArgs) -> anyhow::Result<()> {
                 .map_err(|e| failed(name, "list", e))?;
             crate::output::out!(
                 "dry run: s3://{name} would be removed with {} and {}; nothing changed",
-                crate::ui::count(objects, "object"),
-                crate::ui::count(uploads.len() as u64, "unfinished upload")
+                crate::output::count(objects, "object"),
+                crate::output::count(uploads.len() as u64, "unfinished upload")
             );
             return Ok(());
         }
         let removed = remove_every_object(&store)
             .await
             .map_err(|e| failed(name, "empty", e))?;
-        crate::output::out!("deleted {}", crate::ui::count(removed, "object"));
+        crate::output::out!("deleted {}", crate::output::count(removed, "object"));
         for upload in uploads {
             store
                 .abort_multipart_upload(&upload.key, &upload.upload_id)
@@ -160,7 +160,7 @@ async fn remove_bucket(name: &str, args: &RbArgs) -> anyhow::Result<()> {
             0 => crate::output::out!("dry run: s3://{name} would be removed; nothing changed"),
             n => crate::output::out!(
                 "dry run: s3://{name} holds {}: it would not be removed without --force",
-                crate::ui::count(n, "object")
+                crate::output::count(n, "object")
             ),
         };
         return Ok(());
@@ -228,7 +228,7 @@ fn remove_directory_store(path: &Path, args: &RbArgs) -> anyhow::Result<()> {
         crate::output::out!(
             "dry run: {} ({}) would {}; nothing changed",
             path.display(),
-            crate::ui::count(files, "file"),
+            crate::output::count(files, "file"),
             match files == 0 || args.force {
                 true => "be removed",
                 false => "not be removed without --force",
@@ -240,7 +240,7 @@ fn remove_directory_store(path: &Path, args: &RbArgs) -> anyhow::Result<()> {
         return Err(anyhow::anyhow!(
             "{} is not empty ({}): remove its objects first, or use --force",
             path.display(),
-            crate::ui::count(files, "file")
+            crate::output::count(files, "file")
         ));
     }
     std::fs::remove_dir_all(path).with_context(|| format!("cannot remove {}", path.display()))?;
@@ -300,8 +300,8 @@ pub async fn list(store: &StoreArgs, json: bool) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot list the buckets: {}", error_chain(&e)))?;
     for bucket in &buckets {
-        let created = crate::ls::rfc3339(bucket.created);
-        let shown = crate::ls::listing_time(bucket.created);
+        let created = crate::output::rfc3339(bucket.created);
+        let shown = crate::output::listing_time(bucket.created);
         let written = match json {
             true => crate::output::out!(
                 "{}",

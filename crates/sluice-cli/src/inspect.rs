@@ -47,7 +47,7 @@ pub async fn stat(args: StatArgs) -> anyhow::Result<()> {
             StoreError::NoSuchKey { .. } => anyhow::anyhow!("{}: no such object", target.display),
             e => anyhow::anyhow!("{}: {}", target.display, error_chain(&e)),
         })?;
-    let modified = crate::ls::rfc3339(meta.last_modified);
+    let modified = crate::output::rfc3339(meta.last_modified);
     let encryption = meta.settings.encryption.as_ref().map(|e| match e {
         Encryption::S3Managed => "AES256".to_string(),
         Encryption::Kms { key_id: None } => "aws:kms".to_string(),
@@ -131,7 +131,7 @@ pub async fn du(args: DuArgs) -> anyhow::Result<()> {
     };
     crate::output::out!(
         "{size} in {}  {}",
-        crate::ui::count(objects, "object"),
+        crate::output::count(objects, "object"),
         prefix.display
     );
     Ok(())

@@ -4,8 +4,6 @@
 //! the listed directory; the whole key with `--recursive`), `PRE name/` per
 //! sub-prefix, totals with `--summarize`; or one JSON object per line.
 
-use std::time::SystemTime;
-
 use anyhow::Context;
 use sluice_store::{is_reserved_key, DirectoryEntry, ObjectStore, ObjectSummary, StoreLocation};
 use sluice_upload::format_size;
@@ -177,7 +175,7 @@ impl Lister<'_> {
                 "key": object.key,
                 "size": object.size,
                 "etag": object.etag,
-                "last_modified": rfc3339(object.last_modified),
+                "last_modified": crate::output::rfc3339(object.last_modified),
             });
             return crate::output::out!("{line}");
         }
@@ -187,7 +185,7 @@ impl Lister<'_> {
         };
         crate::output::out!(
             "{} {size:>10} {}",
-            listing_time(object.last_modified),
+            crate::output::listing_time(object.last_modified),
             self.name(&object.key)
         )
     }
@@ -209,15 +207,4 @@ impl Lister<'_> {
 /// sluice's own state (`_sluice/`) is left out of a listing of a whole bucket.
 fn hidden(prefix: &str, name: &str) -> bool {
     prefix.is_empty() && is_reserved_key(name)
-}
-
-/// `2026-11-25 07:00:00` (UTC), as aws s3 ls shows times.
-pub fn listing_time(time: SystemTime) -> String {
-    let text = rfc3339(time);
-    text.trim_end_matches('Z').replacen('T', " ", 1)
-}
-
-/// `2026-11-25T07:00:00Z`.
-pub fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
 }

@@ -220,7 +220,7 @@ fn no_filters(many: &args::ManyArgs) -> Result<(), UsageError> {
 }
 
 async fn put(mut args: PutArgs) -> anyhow::Result<()> {
-    if let Some(base) = wildcard::take(&args.src.to_string_lossy(), &mut args.many)? {
+    if let Some(base) = args.many.take_wildcard(&args.src.to_string_lossy())? {
         args.src = PathBuf::from(base);
     }
     let config = engine_config(&args.transfer)?;
@@ -387,7 +387,7 @@ async fn put(mut args: PutArgs) -> anyhow::Result<()> {
 }
 
 async fn get(mut args: GetArgs) -> anyhow::Result<()> {
-    if let Some(base) = wildcard::take(&args.src, &mut args.many)? {
+    if let Some(base) = args.many.take_wildcard(&args.src)? {
         args.src = base;
     }
     if names_prefix(&args.src) {
@@ -529,7 +529,7 @@ fn names_prefix(location: &str) -> bool {
 /// `sluice cp`: uploads and downloads as `put` and `get` do; bucket to bucket
 /// by server-side copy.
 async fn cp(mut args: CopyArgs) -> anyhow::Result<()> {
-    if let Some(base) = wildcard::take(&args.src, &mut args.many)? {
+    if let Some(base) = args.many.take_wildcard(&args.src)? {
         args.src = base;
     }
     // A mistyped URL (`s3:/b/k`) is refused before either side is taken for a path.

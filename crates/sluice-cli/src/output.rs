@@ -44,3 +44,22 @@ macro_rules! out {
     };
 }
 pub(crate) use out;
+
+/// `n` and `noun`, plural unless `n` is 1: "1 object", "3 objects".
+pub fn count(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
+/// `2026-11-25 07:00:00` (UTC), as aws s3 ls shows times.
+pub fn listing_time(time: std::time::SystemTime) -> String {
+    let text = rfc3339(time);
+    text.trim_end_matches('Z').replacen('T', " ", 1)
+}
+
+/// `2026-11-25T07:00:00Z`.
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}

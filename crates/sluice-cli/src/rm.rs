@@ -136,7 +136,7 @@ pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
         if !args.json {
             crate::output::out!(
                 "dry run: {} would be deleted; nothing changed",
-                crate::ui::count(count, "object")
+                crate::output::count(count, "object")
             );
         }
         return Ok(());

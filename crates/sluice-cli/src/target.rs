@@ -278,3 +278,27 @@ async fn local_target(root: PathBuf, key: String, intent: Intent) -> Result<Targ
         key,
     })
 }
+
+impl crate::args::OpenStoreArgs {
+    /// The store, its requests stalled past S3's default stall timeout retried.
+    pub async fn open(&self) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
+        self.location.open(&self.reach).await
+    }
+}
+
+impl crate::args::StoreFlag {
+    /// The store, reached as `reach` says.
+    pub async fn open(
+        &self,
+        reach: &StoreArgs,
+    ) -> anyhow::Result<std::sync::Arc<dyn sluice_store::ObjectStore>> {
+        let location = sluice_store::StoreLocation::parse(&self.location)
+            .map_err(|e| crate::UsageError(e.to_string()))?;
+        crate::target::open_store(
+            location,
+            reach,
+            Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+        )
+        .await
+    }
+}

@@ -111,11 +111,3 @@ pub fn summary(
         format_size(size)
     )
 }
-
-/// `n` and `noun`, plural unless `n` is 1: "1 object", "3 objects".
-pub fn count(n: u64, noun: &str) -> String {
-    match n {
-        1 => format!("1 {noun}"),
-        n => format!("{n} {noun}s"),
-    }
-}

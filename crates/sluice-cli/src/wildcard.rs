@@ -58,29 +58,6 @@ impl Wildcard {
     }
 }
 
-/// When `location` holds wildcards: its base, with the pattern set on
-/// `many` for the transfer's filter (a second pattern is refused).
-pub fn take(
-    location: &str,
-    many: &mut crate::args::ManyArgs,
-) -> Result<Option<String>, UsageError> {
-    if many.raw {
-        return Ok(None);
-    }
-    let Some(wildcard) = Wildcard::split(location) else {
-        return Ok(None);
-    };
-    wildcard.matcher()?;
-    if many.pattern.is_some() {
-        return Err(UsageError(format!(
-            "{location}: only the source may hold wildcards"
-        )));
-    }
-    let base = wildcard.base.clone();
-    many.pattern = Some(wildcard);
-    Ok(Some(base))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ pub mod compress;
 mod config;
 mod error;
 pub mod ingest;
+mod json_key;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod records;

@@ -10,6 +10,8 @@ use std::fmt;
 use bytes::{Bytes, BytesMut};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+
+use crate::json_key::JsonKey;
 use time::OffsetDateTime;
 
 use crate::error::{BadRecord, StreamError};
@@ -496,32 +498,6 @@ impl<'de> Visitor<'de> for PickSeed<'_> {
     }
     fn visit_unit<E>(self) -> Result<Self::Value, E> {
         Ok(vec![None; self.names.len()])
-    }
-}
-
-/// An object's key, borrowed from the input when it has no escapes (serde's
-/// own `Cow<str>` always allocates).
-pub(crate) struct JsonKey<'de>(pub Cow<'de, str>);
-
-impl<'de> de::Deserialize<'de> for JsonKey<'de> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JsonKey<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<JsonKey<'de>, E> {
-                Ok(JsonKey(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<JsonKey<'de>, E> {
-                Ok(JsonKey(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<JsonKey<'de>, E> {
-                Ok(JsonKey(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
     }
 }
 

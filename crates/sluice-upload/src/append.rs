@@ -126,12 +126,8 @@ pub struct AppendRequest {
     /// need not be their numbers'), so that the caller can record progress
     /// while the call still runs: what a crash then costs is the parts not yet
     /// recorded, not the whole call.
-    pub parts_stored: Option<PartsStored>,
+    pub parts_stored: Option<crate::parts::PartsStored>,
 }
-
-/// Where [`Engine::append_parts`] reports each part stored: every part the
-/// store took so far in this call, in the order they landed.
-pub type PartsStored = tokio::sync::watch::Sender<Vec<UploadedPart>>;
 
 /// What one call stored.
 #[derive(Debug)]

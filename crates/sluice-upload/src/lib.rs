@@ -45,8 +45,7 @@ use tokio_util::task::TaskTracker;
 pub use adaptive::{AdaptiveConfig, PrefixLimit};
 pub use announce::{Announcer, Intent, LateMetadata, Making, Origin, UploadKind};
 pub use append::{
-    AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, PartsStored,
-    ReadUpTo,
+    AppendRequest, Appended, BodyHead, HeadRequest, HeldMemory, MultipartGuard, ReadUpTo,
 };
 pub use breaker::{Breaker, BreakerConfig, Down, DownReason};
 pub use budget::{MemoryBudget, MemoryShare, Reservation};
@@ -56,6 +55,7 @@ pub use download::DownloadOutcome;
 pub use error::{ConfigError, TransferError};
 pub use filling::cut_floor;
 pub use janitor::{StaleUpload, StaleUploadFilter, StaleUploadReport};
+pub use parts::PartsStored;
 pub use progress::{Progress, ProgressFn};
 pub use resume::ResumeOutcome;
 pub use retry::{RetryBudgetConfig, RetryStats};

@@ -21,6 +21,10 @@ use crate::EngineInner;
 
 type PartResult = (u32, Result<UploadedPart, TransferError>);
 
+/// Where a pipeline reports each part stored (see `AppendRequest::parts_stored`):
+/// every part the store took so far, in the order they landed.
+pub type PartsStored = tokio::sync::watch::Sender<Vec<UploadedPart>>;
+
 pub(crate) struct PartPipeline {
     inner: Arc<EngineInner>,
     key: String,
@@ -34,8 +38,8 @@ pub(crate) struct PartPipeline {
     failed: Option<(u32, TransferError)>,
     /// The transfer slot [`PartPipeline::wait_for_slot`] took for the next part.
     slot: Option<TransferSlot>,
-    /// Told of each part as it is stored (see [`crate::append::PartsStored`]).
-    report: Option<crate::append::PartsStored>,
+    /// Told of each part as it is stored (see [`PartsStored`]).
+    report: Option<PartsStored>,
 }
 
 impl PartPipeline {
@@ -60,7 +64,7 @@ impl PartPipeline {
     }
 
     /// Tells `stored` of every part as the store takes it.
-    pub(crate) fn report_to(&mut self, stored: crate::append::PartsStored) {
+    pub(crate) fn report_to(&mut self, stored: PartsStored) {
         self.report = Some(stored);
     }
 

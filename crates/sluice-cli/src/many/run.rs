@@ -394,11 +394,11 @@ impl Output {
         let mut text = match removing_only {
             true => format!(
                 "deleted {} in {seconds:.2} s",
-                crate::ui::count(report.removed, "object")
+                crate::output::count(report.removed, "object")
             ),
             false => format!(
                 "{verb} {}, {} in {seconds:.2} s ({:.1} files/s, {:.1} MiB/s)",
-                crate::ui::count(report.files, "file"),
+                crate::output::count(report.files, "file"),
                 format_size(report.bytes),
                 report.files as f64 / seconds,
                 report.bytes as f64 / (1024.0 * 1024.0) / seconds,

@@ -86,7 +86,7 @@ enum Pair {
 }
 
 pub async fn run(mut args: SyncArgs) -> anyhow::Result<()> {
-    if let Some(base) = crate::wildcard::take(&args.copy.src, &mut args.copy.many)? {
+    if let Some(base) = args.copy.many.take_wildcard(&args.copy.src)? {
         args.copy.src = base;
     }
     let copy = &args.copy;

@@ -291,8 +291,8 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
         // Records mostly list their fields in the schema's order: the field
         // after the last one found is tried first.
         let mut next = 0;
-        while let Some(crate::records::JsonKey(key)) =
-            map.next_key::<crate::records::JsonKey<'de>>()?
+        while let Some(crate::json_key::JsonKey(key)) =
+            map.next_key::<crate::json_key::JsonKey<'de>>()?
         {
             let field = fields.and_then(|fields| {
                 let at = match fields.get(next) {
