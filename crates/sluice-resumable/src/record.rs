@@ -30,7 +30,7 @@ use sluice_upload::{Origin, UploadKind};
 use crate::error::ResumableError;
 
 /// Where resumable-upload state lives; client keys may not start with it.
-pub const STATE_PREFIX: &str = "_sluice/tus/";
+pub const STATE_PREFIX: &str = sluice_store::reserved_key!("tus/");
 
 pub fn upload_prefix(id: &str) -> String {
     format!("{STATE_PREFIX}{id}/")

@@ -29,6 +29,17 @@ pub use types::*;
 /// take it, or a directory store could no longer hold that state.
 pub const RESERVED_SEGMENT: &str = "_sluice";
 
+/// A key (or prefix) of sluice's own state, under [`RESERVED_SEGMENT`], as a
+/// constant: `reserved_key!("tus/")` is `"_sluice/tus/"`. Every such key is
+/// made with it, so the segment is spelled in one place (a test checks the two
+/// agree).
+#[macro_export]
+macro_rules! reserved_key {
+    ($rest:literal) => {
+        concat!("_sluice/", $rest)
+    };
+}
+
 /// True for `_sluice` and keys under `_sluice/`.
 pub fn is_reserved_key(key: &str) -> bool {
     key.split('/').next() == Some(RESERVED_SEGMENT)
@@ -235,5 +246,14 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
         let _ = days;
         Err(StoreError::Unsupported("lifecycle rules"))
+    }
+}
+
+#[cfg(test)]
+mod reserved_tests {
+    #[test]
+    fn reserved_keys_are_under_the_reserved_segment() {
+        assert_eq!(reserved_key!(""), format!("{}/", super::RESERVED_SEGMENT));
+        assert!(super::is_reserved_key(reserved_key!("tus/x/state")));
     }
 }

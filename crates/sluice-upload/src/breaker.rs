@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The prefix checks list; whether anything is there does not matter.
-const PROBE_KEY: &str = "_sluice/probe";
+const PROBE_KEY: &str = sluice_store::reserved_key!("probe");
 
 /// When the breaker opens and how it probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use sluice_store::{Checksum, ObjectStore, PutRequest, StoreError};
 use sluice_upload::{Intent, Making};
 
-pub const INTENTS: &str = "_sluice/events/intents/";
+pub const INTENTS: &str = sluice_store::reserved_key!("events/intents/");
 
 /// An intent as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

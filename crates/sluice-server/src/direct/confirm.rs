@@ -26,7 +26,7 @@ use sluice_store::{Metadata, ObjectStore, PutRequest, StoreError, WriteCondition
 use crate::AppState;
 use sluice_upload::{Intent, Making, Origin, UploadKind, UploadOutcome};
 
-pub const PENDING: &str = "_sluice/direct/pending/";
+pub const PENDING: &str = sluice_store::reserved_key!("direct/pending/");
 
 /// How far the store's clock may be behind the gateway's.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);

@@ -16,8 +16,8 @@ use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
 
 use super::Event;
 
-pub const PENDING: &str = "_sluice/events/pending/";
-pub const FAILED: &str = "_sluice/events/failed/";
+pub const PENDING: &str = sluice_store::reserved_key!("events/pending/");
+pub const FAILED: &str = sluice_store::reserved_key!("events/failed/");
 
 pub fn now_ms() -> u64 {
     SystemTime::now()

@@ -26,7 +26,7 @@ use sluice_input::range::{parse_range, RangeSpec};
 
 /// Where the gateway keeps its own state (resumable uploads, the event
 /// outbox): never listed, never a client's key.
-const GATEWAY_STATE: &str = "_sluice/";
+const GATEWAY_STATE: &str = sluice_store::reserved_key!("");
 
 /// Largest total of user metadata, as S3 allows.
 const MAX_METADATA_BYTES: usize = 2048;
