@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod background;
 pub mod begin;
 pub mod body;
 pub mod completion;

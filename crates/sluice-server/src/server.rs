@@ -124,51 +124,16 @@ pub async fn serve<S: Into<Stop>>(
 ) {
     let router = state.router();
     let limits = state.config.limits.clone();
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.http2_max_streams)
-        .keep_alive_interval(limits.http2_keep_alive)
-        .keep_alive_timeout(limits.http2_keep_alive);
+    let builder = connection_builder(&limits);
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let held = Arc::new(Semaphore::new(MAX_HELD));
     let offenders = state.offenders.clone();
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
-    let janitor = (!state.config.janitor.interval.is_zero()).then(|| {
-        crate::janitor::spawn(
-            state.resumable.clone(),
-            state.config.janitor.interval,
-            state.config.janitor.older_than,
-        )
-    });
-    let key_reloader = state.auth.spawn_key_reloader();
-    let delivery = state.completion.events().spawn_delivery();
-    let reconcile = state.completion.events().settings().map(|events| {
-        crate::completion::reconcile::spawn(
-            state.completion.clone(),
-            events.reconcile_interval,
-            events.reconcile_after,
-        )
-    });
-    let direct_confirm = crate::direct::confirm::spawn(state.clone());
+    // The gateway's own work beside the requests, stopped when it stops serving.
+    let background = crate::background::Background::start(&state);
     let tls = state.tls.clone();
-    let tls_reloader = tls.as_ref().map(|tls| {
-        let metrics = state.metrics.clone();
-        state.metrics.tls_certificate_loaded(tls.not_after());
-        tls.spawn_reloader(move |expires| metrics.tls_certificate_loaded(expires))
-    });
-    // A store that dies while no upload asks it is noticed all the same.
-    let heartbeat = state
-        .engine
-        .breaker()
-        .map(|breaker| breaker.spawn_heartbeat());
     tokio::pin!(shutdown);
     // Armed once asked to stop: until it fires new connections are still taken.
     let mut draining = false;
@@ -214,110 +179,17 @@ pub async fn serve<S: Into<Stop>>(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                // Set once the first request's head is in and reaches the router.
-                let started = Arc::new(AtomicBool::new(false));
-                let cut = CancellationToken::new();
-                // Cancelled by an offense of a penalized address on HTTP/2.
-                let penalized = CancellationToken::new();
-                let service = {
-                    let started = started.clone();
-                    let router = router.clone();
-                    let cut = ConnectionCut(cut.clone());
-                    let offenders = offenders.clone();
-                    let metrics = state.metrics.clone();
-                    let penalized = penalized.clone();
-                    tower::service_fn(move |request: Request<hyper::body::Incoming>| {
-                        started.store(true, Ordering::Relaxed);
-                        let version = request.version();
-                        let mut request = request.map(axum::body::Body::new);
-                        request.extensions_mut().insert(cut.clone());
-                        let answer = router.clone().oneshot(request);
-                        let offenders = offenders.clone();
-                        let metrics = metrics.clone();
-                        let penalized = penalized.clone();
-                        async move {
-                            let mut response = answer.await?;
-                            if response.extensions().get::<Offense>().is_some() {
-                                let (standing, newly_penalized) =
-                                    offenders.offense(peer.ip(), tokio::time::Instant::now());
-                                metrics.offense(newly_penalized);
-                                if newly_penalized {
-                                    tracing::warn!(%peer, "penalized a client address for its malformed requests");
-                                }
-                                match (standing, version <= Version::HTTP_11) {
-                                    (Standing::Tolerated, _) => {}
-                                    (Standing::Penalized(_), true) => {
-                                        response.headers_mut().insert(
-                                            header::CONNECTION,
-                                            HeaderValue::from_static("close"),
-                                        );
-                                    }
-                                    // No Connection header in HTTP/2, and one
-                                    // connection carries many requests at once.
-                                    (Standing::Penalized(_), false) => penalized.cancel(),
-                                }
-                            }
-                            Ok::<_, std::convert::Infallible>(response)
-                        }
-                    })
+                let connection = Connection {
+                    stream,
+                    peer,
+                    slot,
+                    router: router.clone(),
+                    offenders: offenders.clone(),
+                    metrics: state.metrics.clone(),
+                    tls: tls.clone(),
+                    first_request: limits.header_read_timeout,
                 };
-                let service = TowerToHyperService::new(service);
-                let watcher = graceful.watcher();
-                let builder = builder.clone();
-                let tls = tls.clone();
-                let metrics = state.metrics.clone();
-                let first_request = tokio::time::sleep(limits.header_read_timeout);
-                connections.spawn(async move {
-                    let _slot = OpenConnection::new(slot, metrics.clone());
-                    tokio::pin!(first_request);
-                    // The handshake counts against the time to the first request.
-                    let io: Box<dyn Io> = match tls {
-                        None => Box::new(stream),
-                        Some(tls) => tokio::select! {
-                            handshake = tls.accept(stream) => match handshake {
-                                Ok(stream) => Box::new(stream),
-                                Err(error) => {
-                                    metrics.tls_handshake_failed();
-                                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                                    return;
-                                }
-                            },
-                            () = &mut first_request => {
-                                metrics.connection_timed_out();
-                                tracing::debug!(%peer, "closed a connection whose TLS handshake did not finish in time");
-                                return;
-                            }
-                        },
-                    };
-                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
-                    let connection = watcher.watch(connection);
-                    tokio::pin!(connection);
-                    let mut awaiting_first = true;
-                    let ended = loop {
-                        tokio::select! {
-                            ended = &mut connection => break ended,
-                            () = &mut first_request, if awaiting_first => {
-                                if !started.load(Ordering::Relaxed) {
-                                    metrics.connection_timed_out();
-                                    tracing::debug!(%peer, "closed a connection that sent no request in time");
-                                    return;
-                                }
-                                awaiting_first = false;
-                            }
-                            () = cut.cancelled() => {
-                                tracing::info!(%peer, "closed a connection past its download deadline");
-                                return;
-                            }
-                            () = penalized.cancelled() => {
-                                tracing::debug!(%peer, "closed an HTTP/2 connection of a penalized address");
-                                return;
-                            }
-                        }
-                    };
-                    if let Err(error) = ended {
-                        tracing::debug!(%peer, %error, "connection ended with an error");
-                    }
-                });
+                connections.spawn(connection.run(builder.clone(), graceful.watcher()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             stop = &mut shutdown, if !draining => {
@@ -337,29 +209,171 @@ pub async fn serve<S: Into<Stop>>(
         }
     }
     drop(listener);
-    if let Some(heartbeat) = heartbeat {
-        heartbeat.abort();
+    background.stop();
+    finish_in_flight(&state, graceful, connections).await;
+    tracing::info!("stopped");
+}
+
+/// One accepted connection, under its place in `limits.max_connections`.
+struct Connection {
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    router: axum::Router,
+    offenders: Arc<crate::offenders::Offenders>,
+    metrics: Metrics,
+    tls: Option<crate::tls::Tls>,
+    /// How long until its first request's head must be in (handshake included).
+    first_request: Duration,
+}
+
+impl Connection {
+    /// Serves the connection's requests until it ends, is cut (a download
+    /// past its deadline, a penalized address on HTTP/2) or sends no request
+    /// in time; `watcher` lets the shutdown end it gracefully.
+    async fn run(
+        self,
+        builder: Builder<TokioExecutor>,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let Connection {
+            stream,
+            peer,
+            slot,
+            router,
+            offenders,
+            metrics,
+            tls,
+            first_request,
+        } = self;
+        // Set once the first request's head is in and reaches the router.
+        let started = Arc::new(AtomicBool::new(false));
+        let cut = CancellationToken::new();
+        // Cancelled by an offense of a penalized address on HTTP/2.
+        let penalized = CancellationToken::new();
+        let service = {
+            let started = started.clone();
+            let router = router.clone();
+            let cut = ConnectionCut(cut.clone());
+            let offenders = offenders.clone();
+            let metrics = metrics.clone();
+            let penalized = penalized.clone();
+            tower::service_fn(move |request: Request<hyper::body::Incoming>| {
+                started.store(true, Ordering::Relaxed);
+                let version = request.version();
+                let mut request = request.map(axum::body::Body::new);
+                request.extensions_mut().insert(cut.clone());
+                let answer = router.clone().oneshot(request);
+                let offenders = offenders.clone();
+                let metrics = metrics.clone();
+                let penalized = penalized.clone();
+                async move {
+                    let mut response = answer.await?;
+                    if response.extensions().get::<Offense>().is_some() {
+                        let (standing, newly_penalized) =
+                            offenders.offense(peer.ip(), tokio::time::Instant::now());
+                        metrics.offense(newly_penalized);
+                        if newly_penalized {
+                            tracing::warn!(%peer, "penalized a client address for its malformed requests");
+                        }
+                        match (standing, version <= Version::HTTP_11) {
+                            (Standing::Tolerated, _) => {}
+                            (Standing::Penalized(_), true) => {
+                                response
+                                    .headers_mut()
+                                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                            }
+                            // No Connection header in HTTP/2, and one
+                            // connection carries many requests at once.
+                            (Standing::Penalized(_), false) => penalized.cancel(),
+                        }
+                    }
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            })
+        };
+        let service = TowerToHyperService::new(service);
+        let first_request = tokio::time::sleep(first_request);
+        let _slot = OpenConnection::new(slot, metrics.clone());
+        tokio::pin!(first_request);
+        // The handshake counts against the time to the first request.
+        let io: Box<dyn Io> = match tls {
+            None => Box::new(stream),
+            Some(tls) => tokio::select! {
+                handshake = tls.accept(stream) => match handshake {
+                    Ok(stream) => Box::new(stream),
+                    Err(error) => {
+                        metrics.tls_handshake_failed();
+                        tracing::debug!(%peer, %error, "TLS handshake failed");
+                        return;
+                    }
+                },
+                () = &mut first_request => {
+                    metrics.connection_timed_out();
+                    tracing::debug!(%peer, "closed a connection whose TLS handshake did not finish in time");
+                    return;
+                }
+            },
+        };
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let connection = watcher.watch(connection);
+        tokio::pin!(connection);
+        let mut awaiting_first = true;
+        let ended = loop {
+            tokio::select! {
+                ended = &mut connection => break ended,
+                () = &mut first_request, if awaiting_first => {
+                    if !started.load(Ordering::Relaxed) {
+                        metrics.connection_timed_out();
+                        tracing::debug!(%peer, "closed a connection that sent no request in time");
+                        return;
+                    }
+                    awaiting_first = false;
+                }
+                () = cut.cancelled() => {
+                    tracing::info!(%peer, "closed a connection past its download deadline");
+                    return;
+                }
+                () = penalized.cancelled() => {
+                    tracing::debug!(%peer, "closed an HTTP/2 connection of a penalized address");
+                    return;
+                }
+            }
+        };
+        if let Err(error) = ended {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
     }
-    if let Some(reloader) = tls_reloader {
-        reloader.abort();
-    }
-    if let Some(janitor) = janitor {
-        janitor.abort();
-    }
-    if let Some(reloader) = key_reloader {
-        reloader.abort();
-    }
-    if let Some(confirm) = direct_confirm {
-        confirm.abort();
-    }
-    if let Some(delivery) = delivery {
-        // What is not delivered stays in the outbox for the next gateway.
-        delivery.abort();
-    }
-    if let Some(reconcile) = reconcile {
-        // Intents not settled stay for the next pass of any gateway.
-        reconcile.abort();
-    }
+}
+
+/// HTTP/1.1 and HTTP/2 as `limits` bound them.
+fn connection_builder(limits: &crate::config::Limits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_streams)
+        .keep_alive_interval(limits.http2_keep_alive)
+        .keep_alive_timeout(limits.http2_keep_alive);
+    builder
+}
+
+/// After the listener closed: no new uploads are admitted, waiting stream
+/// requests are answered, in-flight requests get the grace (then their bodies
+/// are cut so they keep what came, then they are dropped), and the engine's
+/// aborts finish.
+async fn finish_in_flight(
+    state: &AppState,
+    graceful: GracefulShutdown,
+    mut connections: JoinSet<()>,
+) {
+    let limits = &state.config.limits;
     state.admission.close();
     // Requests waiting for their batch are answered now, not at its age.
     state.streams.flush_all();
@@ -389,7 +403,6 @@ pub async fn serve<S: Into<Stop>>(
     tracing::debug!("connections closed");
     state.streams.close_all().await;
     state.engine.finish_background().await;
-    tracing::info!("stopped");
 }
 
 /// A connection's place under `limits.max_connections`, counted in the metrics.

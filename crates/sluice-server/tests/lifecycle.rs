@@ -41,6 +41,11 @@ struct Gateway {
 
 /// A gateway with events on (default settings) over a memory store that faults can be put into.
 fn gateway() -> Gateway {
+    gateway_with(|_| {})
+}
+
+/// [`gateway`] with its settings changed by `adjust`.
+fn gateway_with(adjust: impl FnOnce(&mut ServerConfig)) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("events.secret");
     std::fs::write(&secret, SECRET).unwrap();
@@ -50,6 +55,7 @@ fn gateway() -> Gateway {
     config.janitor.interval = Duration::ZERO;
     config.events.urls = vec!["http://127.0.0.1:9/hook".into()];
     config.events.secret_file = Some(secret);
+    adjust(&mut config);
     let state = AppState::new(config, Arc::new(faults.clone())).unwrap();
     Gateway {
         state,
@@ -392,6 +398,38 @@ async fn a_put_whose_client_leaves_during_its_completion_still_gets_its_event() 
 
 /// An intent as the engine forms it, written by `gateway`'s completion point
 /// `ahead` after now (an object made now is older than it).
+/// The gateway's background tasks run without a socket (background.rs):
+/// what a request left (an intent whose outbox write failed) becomes its
+/// event by the gateway's own reconciliation, with nobody calling it.
+#[tokio::test]
+async fn the_gateways_background_tasks_settle_what_a_request_left() {
+    let gateway = gateway_with(|config| {
+        config.events.reconcile_after = Duration::ZERO;
+        config.events.reconcile_interval = Duration::from_millis(50);
+    });
+    let state = &gateway.state;
+    let (location, key) = create(state, 5).await;
+    gateway
+        .faults
+        .inject_under(Op::Put, PENDING, Some(1), Fault::Denied);
+    let (status, _) = send(state, patch(&location, 0, "01234")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(completed_events(&gateway.store, &key).await.is_empty());
+    let background = sluice_server::background::Background::start(state);
+    let running = background.running();
+    for task in ["event delivery", "intent reconciliation", "store heartbeat"] {
+        assert!(running.contains(&task), "{task} not among {running:?}");
+    }
+    assert!(!running.contains(&"janitor"), "the janitor is off here");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while completed_events(&gateway.store, &key).await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no event");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(keys(&gateway.store, INTENTS).await.is_empty());
+    background.stop();
+}
+
 async fn intend_at(gateway: &Gateway, key: &str, size: u64, making: Making, ahead: Duration) {
     let mut intent = Intent::new(&Origin::new(UploadKind::Put), key, size, None, making);
     intent.at += ahead;
