@@ -2,7 +2,8 @@
 //! transfer engine, and nothing of HTTP: each upload's record in the store
 //! ([`record`]), one writer at a time through a leased lock made of conditional
 //! writes ([`lock`]), creation and chunk writes that move the bytes through the
-//! engine ([`write`]), progress recorded while a long request still sends
+//! engine ([`write`]; one request's body planned, stored and committed in
+//! `chunk`), progress recorded while a long request still sends
 //! (`checkpoint`), concatenation ([`concat`]), and the expiry sweep and
 //! janitor pass ([`sweep`], [`janitor`]). Nothing is kept on local disk or in
 //! memory between requests, so any gateway instance serves any request.
@@ -12,6 +13,7 @@
 //! [`Written::finished`] upload into its completion record.
 
 mod checkpoint;
+mod chunk;
 pub mod clock;
 pub mod concat;
 pub mod digest;

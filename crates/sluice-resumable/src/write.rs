@@ -16,6 +16,8 @@
 //! engine stores parts from "carried + body"; the multipart upload is started
 //! then, and recorded before its first part, so that expiry can always abort it.
 //!
+//! Appending one body is `chunk`'s: planning, storing parts, committing.
+//!
 //! Progress is committed even when the body breaks off midway (that is what makes
 //! the upload resumable), and while a long body is still arriving, as each part
 //! lands (see `checkpoint`), so that a crash keeps what reached the bucket; a
@@ -24,9 +26,9 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
-use sluice_store::{limits, UploadedPart};
+use sluice_store::UploadedPart;
 use sluice_tus::checksum::ChunkHasher;
 use sluice_tus::headers::PatchRequest;
 use sluice_tus::upload::PatchPlan;
@@ -36,11 +38,10 @@ use sluice_upload::{
     UploadSource,
 };
 
-use crate::checkpoint::Checkpoints;
-use crate::digest::{Feed, Running};
+use crate::digest::Running;
 use crate::error::ResumableError;
 use crate::record::{
-    upload_prefix, Finished, Loaded, Phase, Protocol, Receiving, Segment, StoredPart, TAIL_BYTES,
+    upload_prefix, Finished, Loaded, Phase, Protocol, Receiving, Segment, StoredPart,
 };
 use crate::{Contention, Digesting, Resumable, UploadRecord, WantedDigest};
 
@@ -158,7 +159,7 @@ pub struct Written {
 }
 
 impl Written {
-    fn unchanged(record: UploadRecord) -> Written {
+    pub(crate) fn unchanged(record: UploadRecord) -> Written {
         Written {
             record,
             finished: None,
@@ -422,7 +423,7 @@ impl Resumable {
         Ok(())
     }
 
-    fn beyond(&self, plan: &PatchPlan) -> TusError {
+    pub(crate) fn beyond(&self, plan: &PatchPlan) -> TusError {
         match plan.length {
             Some(length) => TusError::BeyondLength { length },
             None => TusError::TooLarge {
@@ -444,283 +445,6 @@ impl Resumable {
                 .await
         })
         .await
-    }
-
-    /// Appends one body (already checked against the record as `plan`) at the
-    /// record's offset; see the module documentation.
-    async fn write_chunk(
-        &self,
-        mut loaded: Loaded,
-        mut plan: PatchPlan,
-        chunk: Chunk,
-        kind: UploadKind,
-    ) -> Result<Written, ResumableError> {
-        let completes = chunk.completes;
-        let mut receiving = match &loaded.record.phase {
-            Phase::Created => Receiving::default(),
-            Phase::Receiving(receiving) => receiving.clone(),
-            Phase::Finished(_) => return Ok(Written::unchanged(loaded.record)),
-            Phase::Invalid => return Err(TusError::Gone.into()),
-        };
-        let id = loaded.record.id().to_owned();
-        let key = loaded.record.key.clone();
-        let (check, body) = ChunkCheck::new(chunk.checksum, limited(chunk.body, plan.max_body));
-        // The body hashed as it is read, when the upload is to be checked.
-        let (feed, body) = match &loaded.record.digest {
-            Some(digesting) => {
-                let running = digesting.running().map_err(ResumableError::Corrupt)?;
-                let (feed, body) = Feed::wrap(running, body);
-                (Some(feed), body)
-            }
-            None => (None, body),
-        };
-        let offset = loaded.record.upload.offset;
-        let carried_len = receiving.carried();
-        let part_size = self.part_size(plan.length);
-        let room = part_size.saturating_sub(carried_len).max(1);
-        let first_part = receiving.parts.len() as u32 + 1;
-        // From the first carried byte to the end of the object, when known.
-        let remaining = plan.length.map(|length| length - (offset - carried_len));
-
-        // Read up to what completes the next part: the carried bytes and the
-        // head of the body are one part's worth, their memory taken as the
-        // head's bytes arrive. When memory is short the head stops at S3's
-        // 5 MiB minimum and goes out as a part, as long as the parts left fit.
-        let cut_at = remaining.map_or(limits::MIN_PART_SIZE, |remaining| {
-            sluice_upload::cut_floor(remaining, first_part, part_size)
-        });
-        let head = self
-            .engine
-            .read_head(
-                body,
-                HeadRequest {
-                    want: room,
-                    front: carried_len,
-                    cut_at: Some(cut_at),
-                },
-            )
-            .await;
-        let body = head.rest;
-        let head_memory = head.memory;
-        let mut stored: Vec<UploadedPart> = Vec::new();
-        let leftover: Vec<Bytes>;
-        let mut _leftover_memory = None;
-        let consumed_carried;
-        let failure: Option<io::Error>;
-        let mut part_error: Option<TransferError> = None;
-        // A part is cut when the body fills one, and also when the carried bytes
-        // and the body make S3's 5 MiB minimum (clients that send 5 MiB chunks then
-        // cost one part per PATCH and no segments), as long as the parts left
-        // still fit in S3's 10,000.
-        let fits_early = match plan.length {
-            Some(length) => {
-                let after = offset + head.len;
-                receiving.parts.len() as u64 + 1 + length.saturating_sub(after).div_ceil(part_size)
-                    <= limits::MAX_PARTS as u64
-            }
-            None => true,
-        };
-        let cut =
-            head.len >= room || (fits_early && carried_len + head.len >= limits::MIN_PART_SIZE);
-        if cut && head.error.is_none() {
-            let upload_id = match &receiving.multipart_id {
-                Some(upload_id) => upload_id.clone(),
-                None => {
-                    let upload_id = self.start_multipart(&mut loaded, &receiving).await?;
-                    receiving.multipart_id = Some(upload_id.clone());
-                    upload_id
-                }
-            };
-            let mut front = self.read_carried(&id, &receiving).await?;
-            front.extend(head.chunks);
-            let rest = body;
-            // Parts are recorded as they land (see checkpoint.rs) when their
-            // bytes would be kept on a clean break anyway.
-            let checkpointed = !check.required() && loaded.record.digest.is_none();
-            let (parts_stored, landed) = tokio::sync::watch::channel(Vec::new());
-            let mut checkpoints =
-                Checkpoints::new(self, &loaded, &receiving, first_part, offset - carried_len);
-            let request = AppendRequest {
-                key: key.clone(),
-                upload_id,
-                first_part,
-                carried: front,
-                part_size,
-                last: false,
-                remaining,
-                carried_memory: Some(head_memory),
-                parts_stored: checkpointed.then_some(parts_stored),
-            };
-            let appending = self.engine.append_parts(
-                request,
-                UploadSource::Stream {
-                    stream: rest,
-                    length: None,
-                },
-            );
-            let (mut appended, ()) = tokio::join!(appending, checkpoints.follow(landed));
-            // The commit below writes over the last checkpoint.
-            loaded.etag = checkpoints.etag().to_owned();
-            stored = std::mem::take(&mut appended.parts);
-            leftover = std::mem::take(&mut appended.leftover);
-            _leftover_memory = appended.leftover_memory.take();
-            consumed_carried = true;
-            match appended.error {
-                Some(TransferError::Source(io)) => failure = Some(io),
-                Some(other) => {
-                    failure = None;
-                    part_error = Some(other);
-                }
-                None => failure = None,
-            }
-        } else {
-            _leftover_memory = Some(head_memory);
-            leftover = head.chunks;
-            consumed_carried = false;
-            failure = head.error;
-        }
-        if part_error.as_ref().is_some_and(is_no_such_upload) {
-            // The multipart upload is gone: completed by a request whose record
-            // update was lost (then the object is there), or aborted.
-            if let Some(written) = self.recover_completed(&mut loaded, kind).await? {
-                return Ok(written);
-            }
-        }
-
-        // What went wrong, and whether the progress made may be kept.
-        let (error, keep) = match (failure, part_error) {
-            (Some(io), _) if is_overflow(&io) => (Some(self.beyond(&plan).into()), false),
-            (Some(io), _) => (Some(ResumableError::Body(io)), true),
-            (None, Some(transfer)) => (Some(ResumableError::Transfer(transfer)), true),
-            (None, None) => (None, true),
-        };
-        let (error, keep) = match (check.required(), error) {
-            (true, Some(error)) => (Some(error), false),
-            (true, None) if !check.matches() => (Some(TusError::ChecksumMismatch.into()), false),
-            (_, error) => (error, keep),
-        };
-        if !keep {
-            return Err(error.expect("only a failure discards progress"));
-        }
-        // The first part cut holds every carried byte: when it was not stored,
-        // nothing moved and the carried segments stay as they are.
-        if consumed_carried && stored.is_empty() {
-            return match error {
-                Some(error) => Err(error),
-                None => Ok(Written::unchanged(loaded.record)),
-            };
-        }
-        let kept: u64 = stored.iter().map(|p| p.size).sum::<u64>()
-            + leftover.iter().map(|b| b.len() as u64).sum::<u64>();
-        let new_offset = if consumed_carried {
-            offset - carried_len + kept
-        } else {
-            offset + kept
-        };
-        // A completing body that ended (not broke off) fixes the length where
-        // it ended; one that ends short of a length already fixed is refused,
-        // its bytes after the last part recorded midway not kept (parts
-        // stored and not recorded are overwritten by the next ones).
-        if completes && error.is_none() {
-            match plan.length {
-                None => plan.length = Some(new_offset),
-                Some(length) if length != new_offset => {
-                    return Err(TusError::InconsistentLength {
-                        length,
-                        reached: new_offset,
-                    }
-                    .into())
-                }
-                Some(_) => {}
-            }
-        }
-        let length_set = loaded.record.upload.length != plan.length;
-        // The hash of the committed bytes: every body byte hashed must be one
-        // committed (a failed part loses the bytes after the stored ones, and
-        // with them the hash's place: the upload then cannot be checked).
-        let digested = match (&feed, &loaded.record.digest) {
-            (Some(feed), _) if new_offset > offset => {
-                let (running, hashed) = feed.taken();
-                if hashed != new_offset - offset {
-                    let cause = "the digest's hash lost its place after a failed part";
-                    return Err(self.restart(&mut loaded, cause).await);
-                }
-                Some(running)
-            }
-            // Nothing new: the hash of the bytes committed before.
-            (_, Some(digesting)) => Some(digesting.running().map_err(ResumableError::Corrupt)?),
-            _ => None,
-        };
-        // Every byte is in (a body that failed after its last byte does not
-        // matter): the object is completed before anything says so, once its
-        // digest, when one was given, is the one given (also when the request
-        // that completes it brings no byte).
-        if plan.length == Some(new_offset) {
-            if let (Some(digesting), Some(running)) = (&loaded.record.digest, &digested) {
-                if !digesting.matches(running) {
-                    return Err(self.discard_mismatched(&loaded.record).await);
-                }
-            }
-            return self
-                .finish(loaded, receiving, stored, leftover, consumed_carried, kind)
-                .await;
-        }
-        if new_offset == offset && !length_set {
-            return match error {
-                Some(error) => Err(error),
-                None => Ok(Written::unchanged(loaded.record)),
-            };
-        }
-
-        // Commit: the new carried bytes first, then the record that names them.
-        let mut retired = if consumed_carried {
-            receiving.tail = Bytes::new();
-            std::mem::take(&mut receiving.segments)
-        } else {
-            Vec::new()
-        };
-        receiving
-            .parts
-            .extend(stored.iter().map(StoredPart::from_uploaded));
-        let leftover_len = leftover.iter().map(|b| b.len()).sum::<usize>();
-        if receiving.tail.len() + leftover_len <= TAIL_BYTES {
-            let mut tail = BytesMut::with_capacity(receiving.tail.len() + leftover_len);
-            tail.extend_from_slice(&receiving.tail);
-            leftover.iter().for_each(|b| tail.extend_from_slice(b));
-            receiving.tail = tail.freeze();
-        } else {
-            // The tail goes first into the segment: carried bytes stay in order.
-            let mut bytes = Vec::with_capacity(leftover.len() + 1);
-            bytes.extend((!receiving.tail.is_empty()).then(|| std::mem::take(&mut receiving.tail)));
-            bytes.extend(leftover);
-            let segment = Segment::new(
-                receiving.next_segment,
-                (bytes.iter().map(|b| b.len()).sum::<usize>()) as u64,
-            );
-            // On failure the parts stored stay valid but unrecorded; the client resends.
-            self.records.write_segment(&id, &segment, bytes).await?;
-            receiving.segments.push(segment);
-            receiving.next_segment += 1;
-        }
-        if receiving.segments.len() > MAX_SEGMENTS {
-            retired.extend(self.merge_segments(&id, &mut receiving).await?);
-        }
-        let record = &mut loaded.record;
-        if let (Some(digesting), Some(running)) = (&mut record.digest, &digested) {
-            digesting.commit(running);
-        }
-        record.upload.length = plan.length;
-        record.upload.offset = new_offset;
-        record.upload.extend(self.clock.now(), self.config.expiry);
-        record.phase = Phase::Receiving(receiving);
-        loaded.etag = self.records.replace(record, &loaded.etag).await?;
-        self.records.remember_written(&loaded);
-        self.records.delete_segments(&id, &retired).await;
-        tracing::debug!(upload_id = %id, offset = new_offset, "chunk committed");
-        match error {
-            Some(error) => Err(error),
-            None => Ok(Written::unchanged(loaded.record)),
-        }
     }
 
     /// On a multipart upload found gone, the upload as [`Self::recover_completed`]
@@ -757,7 +481,7 @@ impl Resumable {
     /// decrease, and a server that lost state deactivates the upload): it is
     /// removed instead, answered 410, and its client starts a new one. The
     /// error to answer (or the one met on the way).
-    async fn restart(&self, loaded: &mut Loaded, cause: &str) -> ResumableError {
+    pub(crate) async fn restart(&self, loaded: &mut Loaded, cause: &str) -> ResumableError {
         if loaded.record.protocol == Protocol::IetfDraft {
             tracing::warn!(upload_id = %loaded.record.id(), key = %loaded.record.key, error = %cause, "this upload cannot go on; removed");
             return match self.remove(&loaded.record).await {
@@ -800,7 +524,7 @@ impl Resumable {
     /// An upload whose bytes are all in but do not hash to the digest its
     /// client gave: it becomes no object, and is removed (its multipart upload
     /// aborted), as the draft says a failed digest makes a failed upload.
-    async fn discard_mismatched(&self, record: &UploadRecord) -> ResumableError {
+    pub(crate) async fn discard_mismatched(&self, record: &UploadRecord) -> ResumableError {
         let algorithm = record.digest.as_ref().map_or("", |d| d.algorithm.name());
         tracing::warn!(upload_id = %record.id(), key = %record.key, algorithm, "the upload's bytes do not match its digest; discarded");
         if let Err(error) = self.remove(record).await {
@@ -814,7 +538,7 @@ impl Resumable {
     /// store outage) before its record said so. When the object is there with the
     /// upload's length, written since the upload began, the upload is finished
     /// now (and this request reports the completion the stopped one could not).
-    async fn recover_completed(
+    pub(crate) async fn recover_completed(
         &self,
         loaded: &mut Loaded,
         kind: UploadKind,
@@ -871,7 +595,7 @@ impl Resumable {
     /// The carried bytes of an upload, in order: each segment read into a buffer
     /// of the memory budget's pool (the caller holds the reservation), then the
     /// record's tail.
-    async fn read_carried(
+    pub(crate) async fn read_carried(
         &self,
         id: &str,
         receiving: &Receiving,
@@ -912,7 +636,7 @@ impl Resumable {
     }
 
     /// Starts the upload's multipart upload and records it before any part exists.
-    async fn start_multipart(
+    pub(crate) async fn start_multipart(
         &self,
         loaded: &mut Loaded,
         receiving: &Receiving,
@@ -946,7 +670,7 @@ impl Resumable {
 
     /// Merges every segment into one (the tail stays in the record); returns the
     /// segments it replaced.
-    async fn merge_segments(
+    pub(crate) async fn merge_segments(
         &self,
         id: &str,
         receiving: &mut Receiving,
@@ -964,7 +688,7 @@ impl Resumable {
     /// stored, and the bytes after them (with the carried segments when this
     /// request did not use them yet); then records it finished. Nothing is recorded
     /// when a step fails: the client sends the last chunk again.
-    async fn finish(
+    pub(crate) async fn finish(
         &self,
         mut loaded: Loaded,
         receiving: Receiving,
@@ -1079,7 +803,7 @@ fn is_invalid_part(error: &TransferError) -> bool {
     )
 }
 
-fn is_no_such_upload(error: &TransferError) -> bool {
+pub(crate) fn is_no_such_upload(error: &TransferError) -> bool {
     matches!(
         error,
         TransferError::Store {
@@ -1092,15 +816,15 @@ fn is_no_such_upload(error: &TransferError) -> bool {
 /// A body that ran past what the request may carry.
 #[derive(Debug, thiserror::Error)]
 #[error("the body runs past what the upload may still take")]
-struct Overflow;
+pub(crate) struct Overflow;
 
-fn is_overflow(error: &io::Error) -> bool {
+pub(crate) fn is_overflow(error: &io::Error) -> bool {
     error.get_ref().is_some_and(|inner| inner.is::<Overflow>())
 }
 
 /// `body`, failing with [`Overflow`] once more than `max` bytes arrive, and
 /// ending after its first error.
-fn limited(
+pub(crate) fn limited(
     body: BoxStream<'static, io::Result<Bytes>>,
     max: u64,
 ) -> BoxStream<'static, io::Result<Bytes>> {
@@ -1297,7 +1021,7 @@ mod tests {
             let request = HeadRequest {
                 want: room,
                 front: 0,
-                cut_at: Some(limits::MIN_PART_SIZE),
+                cut_at: Some(sluice_store::limits::MIN_PART_SIZE),
             };
             let head = engine.read_head(body(), request).await;
             assert_eq!(head.chunks.concat(), chunks, "room {room}");
