@@ -478,60 +478,12 @@ pub struct IngestArgs {
     #[command(flatten)]
     pub store: StoreFlag,
     /// A TOML file with the stream's settings (the keys of a gateway's
-    /// `[streams.NAME]` table); the flags below override it.
+    /// `[streams.NAME]` table); the stream settings' flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Object keys: {stream}, {yyyy} {mm} {dd} {hh}, {field:NAME}, {partition},
-    /// {offset} (the batch's first record's position in the input, or its Kafka
-    /// offset), {uuid} [default: {stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}; from
-    /// Kafka {stream}/{partition}/{offset}: Kafka keys may hold only {stream},
-    /// {partition}, a '/', {offset} and fixed text].
-    #[arg(long)]
-    pub key_template: Option<String>,
-    /// Flush a batch at this many bytes of records (before compression) [default: 64MiB].
-    #[arg(long, value_parser = parse_size)]
-    pub flush_bytes: Option<u64>,
-    /// Flush a batch at this many records [default: 1000000].
-    #[arg(long)]
-    pub flush_records: Option<u64>,
-    /// Flush a batch this long after its first record [default: 1s].
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub flush_age: Option<std::time::Duration>,
-    /// zstd, gzip or none [default: zstd].
-    #[arg(long, value_parser = ["zstd", "gzip", "none"])]
-    pub compression: Option<String>,
-    /// What each batch is stored as: ndjson (compressed lines) or parquet (one
-    /// Parquet file, columns compressed with --compression, its schema
-    /// inferred from the records and widened as new fields appear; with
-    /// --from kafka:// only into a --table) [default: ndjson, parquet with
-    /// --table].
-    #[arg(long, value_parser = ["ndjson", "parquet"])]
-    pub format: Option<String>,
-    /// delta: commit each Parquet file to a Delta Lake table at
-    /// --table-location (conditional writes, exactly once; readable at once
-    /// by DuckDB, Spark, Polars, deltalake) [default: none].
-    #[arg(long, value_parser = ["none", "delta"])]
-    pub table: Option<String>,
-    /// The Delta table's root key [default: the stream's name]. The key
-    /// template must put files under it; its NAME=… directories become
-    /// partition columns.
-    #[arg(long, value_name = "KEY")]
-    pub table_location: Option<String>,
-    /// Parquet: rows per row group [default: 1048576].
-    #[arg(long, value_name = "N")]
-    pub row_group_records: Option<u64>,
-    /// Compression level (zstd 1-19, gzip 1-9) [default: 3 for zstd, 6 for gzip].
-    #[arg(long)]
-    pub level: Option<i32>,
-    /// A top-level field with each record's time, for the time placeholders.
-    #[arg(long, value_name = "FIELD")]
-    pub time_field: Option<String>,
-    /// Keep invalid records, as they came, in objects under this template
-    /// instead of stopping at the first: with {uuid} for standard input; with
-    /// {partition}/{offset} for Kafka (one object per message, e.g.
-    /// "{stream}/dead/{partition}/{offset}").
-    #[arg(long)]
-    pub dead_letter_template: Option<String>,
+    /// The stream's settings, defined once with the gateway's `[streams.NAME]`.
+    #[command(flatten)]
+    pub settings: sluice_streams::StreamConfig,
     /// Standard input into a --table: load the whole input exactly once under
     /// this key (1-128 of A-Z a-z 0-9 - _ . :). Its files join the table in
     /// one commit at the end, with the key; a rerun with the same key after a
@@ -539,11 +491,6 @@ pub struct IngestArgs {
     /// it was.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
-    /// Kafka messages with no value (tombstones) or an empty one: skip them
-    /// (counted), keep them in the dead letter, or stop the run at the first
-    /// [default: skip].
-    #[arg(long, value_parser = ["skip", "dead-letter", "stop"])]
-    pub empty_messages: Option<String>,
     /// The summary as one JSON line.
     #[arg(long)]
     pub json: bool,

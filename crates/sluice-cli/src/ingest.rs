@@ -14,8 +14,7 @@ use futures::StreamExt;
 use sluice_streams::ingest::{append_on_pool, parse_on_pool};
 use sluice_streams::records::BodyFormat;
 use sluice_streams::{
-    Compression, CpuPool, EmptyMessages, RecordFormat, RecordSource, RecordStream, StreamConfig,
-    StreamError, Ticket,
+    CpuPool, RecordFormat, RecordSource, RecordStream, StreamConfig, StreamError, Ticket,
 };
 use sluice_upload::{Engine, MemoryShare, Reservation};
 
@@ -25,7 +24,7 @@ use crate::UsageError;
 /// Bytes read from the input per block.
 const BLOCK: usize = 1 << 20;
 
-pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
+pub async fn run(args: IngestArgs, matches: &clap::ArgMatches) -> anyhow::Result<()> {
     let kafka = match args.from.as_str() {
         "-" => None,
         url => Some(
@@ -37,7 +36,7 @@ pub async fn run(args: IngestArgs) -> anyhow::Result<()> {
                 .map_err(|e| UsageError(format!("--from: {e}")))?,
         ),
     };
-    let mut config = stream_config(&args)?;
+    let mut config = stream_config(&args, matches)?;
     if kafka.is_some() && config.key_template == StreamConfig::default().key_template {
         // Into a table, the table says where partitions resume: keys need
         // only to stay apart. Otherwise replays list the offsets in keys.
@@ -267,67 +266,47 @@ fn report(
 }
 
 /// The file's settings, then the flags.
-fn stream_config(args: &IngestArgs) -> anyhow::Result<StreamConfig> {
-    let mut config = match &args.config {
+/// The stream's settings: the `--config` file's over the definitions'
+/// defaults, and the flags given on the command line over both (clap says
+/// where each value came from, so no setting is overlaid by hand); validated.
+/// `--table delta` with no format anywhere means Parquet.
+fn stream_config(args: &IngestArgs, matches: &clap::ArgMatches) -> anyhow::Result<StreamConfig> {
+    use clap::parser::ValueSource;
+    use clap::Args as _;
+    let (mut table, path) = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
-            toml::from_str(&text).map_err(|e| UsageError(format!("{}: {e}", path.display())))?
+            let name = path.display().to_string();
+            // The file alone first: its mistakes are reported with their line.
+            toml::from_str::<StreamConfig>(&text)
+                .map_err(|e| UsageError(format!("{name}: {e}")))?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| UsageError(format!("{name}: {e}")))?;
+            (table, name)
         }
-        None => StreamConfig::default(),
+        None => (toml::Table::new(), "(flags)".to_owned()),
     };
-    if let Some(template) = &args.key_template {
-        config.key_template = template.clone();
-    }
-    if let Some(bytes) = args.flush_bytes {
-        config.flush_bytes = bytes;
-    }
-    if let Some(records) = args.flush_records {
-        config.flush_records = records;
-    }
-    if let Some(age) = args.flush_age {
-        config.flush_age = age;
-    }
-    if let Some(compression) = &args.compression {
-        config.compression = match compression.as_str() {
-            "gzip" => Compression::Gzip,
-            "none" => Compression::None,
-            _ => Compression::Zstd,
-        };
-    }
-    if let Some(format) = &args.format {
-        config.format = match format.as_str() {
-            "parquet" => RecordFormat::Parquet,
-            _ => RecordFormat::Ndjson,
-        };
-    }
-    if args.table.as_deref() == Some("delta") {
-        config.table = sluice_streams::TableFormat::Delta;
-        if args.format.is_none() {
-            config.format = RecordFormat::Parquet;
+    let format_in_file = table.contains_key("format");
+    let flags = toml::Table::try_from(&args.settings)
+        .map_err(|e| UsageError(format!("stream settings: {e}")))?;
+    let definitions = sluice_streams::StreamConfig::augment_args(clap::Command::new("stream"));
+    for arg in definitions.get_arguments() {
+        let id = arg.get_id().as_str();
+        if matches.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if let Some(value) = flags.get(id) {
+            table.insert(id.to_owned(), value.clone());
         }
     }
-    if args.table_location.is_some() {
-        config.table_location = args.table_location.clone();
-    }
-    if let Some(rows) = args.row_group_records {
-        config.row_group_records = rows;
-    }
-    if args.level.is_some() {
-        config.level = args.level;
-    }
-    if args.time_field.is_some() {
-        config.time_field = args.time_field.clone();
-    }
-    if args.dead_letter_template.is_some() {
-        config.dead_letter_template = args.dead_letter_template.clone();
-    }
-    if let Some(empty) = &args.empty_messages {
-        config.empty_messages = match empty.as_str() {
-            "dead-letter" => EmptyMessages::DeadLetter,
-            "stop" => EmptyMessages::Stop,
-            _ => EmptyMessages::Skip,
-        };
+    let mut config: StreamConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| UsageError(format!("{path}: {e}")))?;
+    let format_given =
+        format_in_file || matches.value_source("format") == Some(ValueSource::CommandLine);
+    if config.table == sluice_streams::TableFormat::Delta && !format_given {
+        config.format = RecordFormat::Parquet;
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(config)

@@ -9,7 +9,8 @@
 use std::time::SystemTime;
 
 use anyhow::{anyhow, Context};
-use sluice_resumable::{Resumable, ResumableConfig};
+use sluice_resumable::Resumable;
+use sluice_server::ServerConfig;
 use sluice_upload::{Engine, EngineConfig};
 
 use crate::args::JanitorArgs;
@@ -21,8 +22,9 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     // An upload this pass finishes is announced as the gateway announces one:
     // with --event-url its event is in the outbox when the pass ends.
     let announcing = crate::announcing::Announcing::through(&engine, &args.events)?;
-    // Expiry is recorded in each upload; the defaults only shape how it is swept.
-    let resumable = Resumable::new(engine, ResumableConfig::default());
+    // Expiry is recorded in each upload; the gateway's defaults only shape how
+    // it is swept.
+    let resumable = Resumable::new(engine, ServerConfig::default().resumable_config());
     let report = sluice_resumable::janitor::run_once(
         &resumable,
         args.older_than,

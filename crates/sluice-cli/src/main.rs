@@ -144,7 +144,13 @@ async fn dispatch(command: Command, matches: &clap::ArgMatches) -> anyhow::Resul
         Command::ChaosProxy(args) => chaos::run(args).await,
         Command::Sign(args) => sign::run(args),
         Command::Events(args) => events::run(args).await,
-        Command::Ingest(args) => ingest::run(*args).await,
+        Command::Ingest(args) => {
+            let ingest = matches
+                .subcommand_matches("ingest")
+                .cloned()
+                .unwrap_or_default();
+            ingest::run(*args, &ingest).await
+        }
         Command::Tables(command) => tables::run(command).await,
         Command::Completions { shell } => packaging::completions(shell),
         Command::Man => packaging::man(),

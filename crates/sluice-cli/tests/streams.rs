@@ -230,6 +230,67 @@ async fn ingest_announces_every_batch_it_stores() {
     }
 }
 
+/// `sluice ingest`'s stream settings are the gateway's `[streams.NAME]`
+/// definitions: a `--config` file's keys over the defaults, flags over both,
+/// and `--table delta` alone meaning Parquet. Seen in the objects a run of 20
+/// records makes.
+#[test]
+fn ingest_settings_come_from_the_definitions_then_the_file_then_the_flags() {
+    let input: String = (0..20).map(|n| format!("{{\"n\":{n}}}\n")).collect();
+    // (file, flags, objects, ending)
+    let cases: [(Option<&str>, &[&str], usize, &str); 4] = [
+        (None, &[], 1, ".ndjson.zst"),
+        (
+            Some("flush_records = 10\ncompression = \"gzip\"\n"),
+            &[],
+            2,
+            ".ndjson.gz",
+        ),
+        (
+            Some("flush_records = 10\n"),
+            &["--flush-records", "5"],
+            4,
+            ".ndjson.zst",
+        ),
+        (
+            None,
+            &["--table", "delta", "--flush-records", "5"],
+            4,
+            ".parquet",
+        ),
+    ];
+    for (file, flags, objects, ending) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(["ingest", "--stream", "s", "--store"])
+            .arg(&store)
+            .args(flags);
+        if let Some(text) = file {
+            let path = dir.path().join("stream.toml");
+            std::fs::write(&path, text).unwrap();
+            command.arg("--config").arg(&path);
+        }
+        let output = fed(&mut command, input.as_bytes());
+        let case = format!("{file:?} {flags:?}");
+        assert!(
+            output.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stored: Vec<std::path::PathBuf> = walk(&store.join("s"))
+            .into_iter()
+            .filter(|p| !p.components().any(|c| c.as_os_str() == "_delta_log"))
+            .collect();
+        assert_eq!(stored.len(), objects, "{case}: {stored:?}");
+        assert!(
+            stored.iter().all(|p| p.to_string_lossy().ends_with(ending)),
+            "{case}: {stored:?}"
+        );
+    }
+}
+
 /// (arguments after `ingest --stream s --store DIR`, input, exit code, stderr holds)
 type UsageCase = (Vec<&'static str>, &'static str, i32, &'static str);
 
@@ -243,7 +304,14 @@ fn ingest_refuses_bad_settings_and_stops_at_an_invalid_line() {
             "{uuid} or {offset}",
         ),
         (vec!["--level", "40"], "", 2, "level"),
-        (vec!["--flush-records", "0"], "", 2, "flush_records"),
+        (vec!["--flush-records", "0"], "", 2, "--flush-records"),
+        (vec!["--format", "csv"], "", 2, "--format"),
+        (
+            vec!["--table", "delta", "--format", "ndjson"],
+            "",
+            2,
+            "Parquet",
+        ),
         (vec![], "{\"a\":1}\n{oops\n", 1, "line 2: not JSON"),
         (
             vec!["--dead-letter-template", "dead/{uuid}"],

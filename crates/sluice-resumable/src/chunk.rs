@@ -448,7 +448,7 @@ pub(crate) struct ChunkEnding {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
@@ -534,10 +534,22 @@ mod tests {
 
     use crate::{NewUpload, Protocol, ResumableConfig, TokioClock};
 
+    /// The gateway's defaults (docs/CONFIG.md), as the unit tests assume them.
+    pub(crate) fn gateway_defaults() -> ResumableConfig {
+        ResumableConfig {
+            expiry: std::time::Duration::from_secs(24 * 3600),
+            lock_lease: std::time::Duration::from_secs(6),
+            max_size: limits::MAX_OBJECT_SIZE,
+            part_size: 16 * MIB,
+            threshold: 16 * MIB,
+            max_partials: 1000,
+        }
+    }
+
     async fn fresh() -> (MemoryStore, Resumable, Loaded) {
         let memory = MemoryStore::new();
         let engine = Engine::new(Arc::new(memory.clone()), EngineConfig::default()).unwrap();
-        let resumable = Resumable::new(engine, ResumableConfig::default())
+        let resumable = Resumable::new(engine, gateway_defaults())
             .with_clock(Arc::new(TokioClock::now_on_tokio()));
         let id = crate::new_id();
         let upload = NewUpload {

@@ -40,7 +40,9 @@ pub use write::{Chunk, NewUpload, Superseded, Written};
 
 use record::Loaded;
 
-/// How resumable uploads behave.
+/// How resumable uploads behave. It has no defaults of its own: the gateway
+/// builds it from its settings' definitions (`ServerConfig::resumable_config`,
+/// docs/CONFIG.md), and so does every command that sweeps uploads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumableConfig {
     /// An unfinished upload idle this long expires.
@@ -55,19 +57,6 @@ pub struct ResumableConfig {
     pub threshold: u64,
     /// Most partial uploads one concatenation may join.
     pub max_partials: usize,
-}
-
-impl Default for ResumableConfig {
-    fn default() -> Self {
-        ResumableConfig {
-            expiry: Duration::from_secs(24 * 3600),
-            lock_lease: Duration::from_secs(6),
-            max_size: limits::MAX_OBJECT_SIZE,
-            part_size: 16 << 20,
-            threshold: 16 << 20,
-            max_partials: 1000,
-        }
-    }
 }
 
 /// Resumable uploads on one engine (and its store). Cheap to clone.

@@ -936,7 +936,7 @@ mod tests {
             crate::ResumableConfig {
                 part_size: 5 * MIB as u64,
                 threshold: MIB as u64,
-                ..crate::ResumableConfig::default()
+                ..crate::chunk::tests::gateway_defaults()
             },
         );
         let data: Bytes = (0..6 * MIB)

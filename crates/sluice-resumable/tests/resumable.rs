@@ -19,6 +19,18 @@ use sluice_upload::{Engine, EngineConfig};
 
 const MIB: usize = 1 << 20;
 
+/// The gateway's defaults (docs/CONFIG.md), as these tests assume them.
+fn gateway_defaults() -> ResumableConfig {
+    ResumableConfig {
+        expiry: Duration::from_secs(24 * 3600),
+        lock_lease: Duration::from_secs(6),
+        max_size: sluice_store::limits::MAX_OBJECT_SIZE,
+        part_size: 16 << 20,
+        threshold: 16 << 20,
+        max_partials: 1000,
+    }
+}
+
 struct Setup {
     memory: MemoryStore,
     faults: FaultyStore,
@@ -31,7 +43,7 @@ fn setup() -> Setup {
     let faults = FaultyStore::new(Arc::new(memory.clone()));
     let engine = Engine::new(Arc::new(faults.clone()), EngineConfig::default()).unwrap();
     let clock = Arc::new(TokioClock::now_on_tokio());
-    let resumable = Resumable::new(engine, ResumableConfig::default()).with_clock(clock.clone());
+    let resumable = Resumable::new(engine, gateway_defaults()).with_clock(clock.clone());
     Setup {
         memory,
         faults,

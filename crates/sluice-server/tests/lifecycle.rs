@@ -352,7 +352,8 @@ async fn an_upload_sluice_janitor_finishes_has_its_event_in_the_outbox_when_the_
     let metrics = Metrics::new();
     let events = Events::new(&settings, store.clone(), metrics.clone()).unwrap();
     engine.set_announcer(Arc::new(CompletionPoint::new(metrics, events, store)));
-    let resumable = sluice_resumable::Resumable::new(engine, Default::default());
+    let resumable =
+        sluice_resumable::Resumable::new(engine, ServerConfig::default().resumable_config());
     let report = sluice_resumable::janitor::run_once(
         &resumable,
         Duration::from_secs(3600),

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 /// How a batch's object is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     Zstd,

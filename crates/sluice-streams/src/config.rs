@@ -13,52 +13,126 @@ pub use crate::compress::Compression;
 use crate::error::StreamConfigError;
 use crate::template::StreamKeyTemplate;
 
-/// Everything one stream can be told (`[streams.NAME]` in the gateway's file,
-/// flags of `sluice ingest`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything one stream can be told: one definition per setting, read as a
+/// `[streams.NAME]` table of the gateway's file (serde) and as the flags of
+/// `sluice ingest` (clap), with the defaults the definitions give (docs/STREAMS.md's
+/// table is generated from them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, default)]
+#[command(next_help_heading = "Stream settings (the keys of [streams.NAME])")]
 pub struct StreamConfig {
     /// Object keys: `{stream}`, `{yyyy}` `{mm}` `{dd}` `{hh}` (arrival time, or
     /// `time_field`), `{field:NAME}` (a top-level field of the record),
     /// `{partition}` and `{offset}` (Kafka; for standard input the record's
     /// position), `{uuid}`. The compression's ending (`.ndjson.zst`) is added.
+    /// `sluice ingest` from Kafka takes `{stream}/{partition}/{offset}` (into a
+    /// table `{stream}/{partition}/{offset}-{uuid}`) when this is left as it is.
+    #[arg(
+        id = "key_template",
+        long = "key-template",
+        value_name = "TEMPLATE",
+        default_value = "{stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}"
+    )]
     pub key_template: String,
     /// Prefix keys with a short hash so that batches spread over S3 partitions.
+    #[arg(
+        id = "shard_prefix",
+        long = "shard-prefix",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub shard_prefix: bool,
     /// Flush a batch once it holds this many bytes of records (before compression).
+    #[arg(
+        id = "flush_bytes",
+        long = "flush-bytes",
+        value_name = "SIZE",
+        default_value = "64MiB",
+        value_parser = sluice_upload::size_in(1, MAX_FLUSH_BYTES)
+    )]
     #[serde(deserialize_with = "size")]
     pub flush_bytes: u64,
     /// Flush a batch once it holds this many records.
+    #[arg(
+        id = "flush_records",
+        long = "flush-records",
+        value_name = "N",
+        default_value = "1000000",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     pub flush_records: u64,
     /// Flush a batch this long after its first record came in: the longest an
     /// HTTP client waits for its acknowledgement, less the store's time.
+    #[arg(
+        id = "flush_age",
+        long = "flush-age",
+        value_name = "DURATION",
+        default_value = "1s",
+        value_parser = humantime::parse_duration
+    )]
     #[serde(with = "humantime_serde")]
     pub flush_age: Duration,
+    /// How a batch's object (or a Parquet file's columns) is compressed.
+    #[arg(
+        id = "compression",
+        long = "compression",
+        value_enum,
+        default_value = "zstd"
+    )]
     pub compression: Compression,
     /// What a batch is stored as: `ndjson` (compressed lines) or `parquet`
-    /// (one Parquet file, its columns compressed with `compression`).
+    /// (one Parquet file, its columns compressed with `compression`; its
+    /// schema inferred from the records and widened as new fields appear).
+    /// `sluice ingest --table delta` takes `parquet` when this is not given.
+    #[arg(id = "format", long = "format", value_enum, default_value = "ndjson")]
     pub format: RecordFormat,
     /// `delta`: each Parquet file is committed to the stream's Delta Lake
-    /// table once stored (needs `format = "parquet"`); `none`: files only.
+    /// table once stored (needs `format = "parquet"`; conditional writes,
+    /// exactly once; readable at once by DuckDB, Spark, Polars, deltalake);
+    /// `none`: files only.
+    #[arg(id = "table", long = "table", value_enum, default_value = "none")]
     pub table: TableFormat,
-    /// The table's root key (default: the stream's name). The key template
+    /// The table's root key [default: the stream's name]. The key template
     /// must put files under it; its `name=…` directories become the table's
     /// partition columns.
+    #[arg(id = "table_location", long = "table-location", value_name = "KEY")]
     pub table_location: Option<String>,
     /// Parquet: rows per row group (the unit a file is built in, in memory).
+    #[arg(
+        id = "row_group_records",
+        long = "row-group-records",
+        value_name = "N",
+        default_value = "1048576",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     pub row_group_records: u64,
     /// Parquet: declared top-level fields and their types (`bool`, `int64`,
     /// `float64`, `string`); fields the records bring besides are inferred
-    /// and added as they appear.
+    /// and added as they appear. In the file only (a table of NAME = TYPE).
+    #[arg(skip)]
     pub schema: std::collections::BTreeMap<String, String>,
     /// Compression level (zstd 1–19, default 3; gzip 1–9, default 6).
+    #[arg(id = "level", long = "level", value_name = "N")]
     pub level: Option<i32>,
     /// A top-level record field holding the record's time (RFC 3339 text, or
     /// seconds or milliseconds since 1970) for the time placeholders; records
     /// without a usable one use their arrival time.
+    #[arg(id = "time_field", long = "time-field", value_name = "FIELD")]
     pub time_field: Option<String>,
     /// Batches open at once; a record for one more partition first flushes the
     /// batch opened longest ago.
+    #[arg(
+        id = "max_open_partitions",
+        long = "max-open-partitions",
+        value_name = "N",
+        default_value = "64",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
     pub max_open_partitions: usize,
     /// Where invalid records go. Unset: a request with an invalid record is
     /// refused whole (400 naming the line), and `sluice ingest` stops at it.
@@ -66,46 +140,53 @@ pub struct StreamConfig {
     /// as they came, one per line, and the valid ones are taken. HTTP and
     /// standard input need `{uuid}` in it; Kafka needs `{partition}` and
     /// `{offset}` instead (one object per message, at the same key on a replay).
+    #[arg(
+        id = "dead_letter_template",
+        long = "dead-letter-template",
+        value_name = "TEMPLATE"
+    )]
     pub dead_letter_template: Option<String>,
     /// Kafka messages without a value (tombstones, the delete markers of a
     /// compacted topic) or with only whitespace in it: `skip` them (counted),
-    /// store them in the `dead_letter`, or `stop` the run at the first.
+    /// store them in the dead letter (`dead-letter`), or `stop` the run at the first.
+    #[arg(
+        id = "empty_messages",
+        long = "empty-messages",
+        value_enum,
+        default_value = "skip"
+    )]
     pub empty_messages: EmptyMessages,
     /// Largest record.
+    #[arg(
+        id = "max_record_bytes",
+        long = "max-record-bytes",
+        value_name = "SIZE",
+        default_value = "1MiB",
+        value_parser = sluice_upload::size_in(1, MAX_FLUSH_BYTES)
+    )]
     #[serde(deserialize_with = "size")]
     pub max_record_bytes: u64,
     /// Largest HTTP request body once decompressed.
+    #[arg(
+        id = "max_request_bytes",
+        long = "max-request-bytes",
+        value_name = "SIZE",
+        default_value = "64MiB",
+        value_parser = sluice_upload::size_in(1, MAX_FLUSH_BYTES)
+    )]
     #[serde(deserialize_with = "size")]
     pub max_request_bytes: u64,
 }
 
 impl Default for StreamConfig {
+    /// What the definitions give when nothing is said.
     fn default() -> Self {
-        StreamConfig {
-            key_template: "{stream}/{yyyy}/{mm}/{dd}/{hh}/{uuid}".into(),
-            shard_prefix: false,
-            flush_bytes: 64 << 20,
-            flush_records: 1_000_000,
-            flush_age: Duration::from_secs(1),
-            compression: Compression::Zstd,
-            format: RecordFormat::Ndjson,
-            table: TableFormat::None,
-            table_location: None,
-            row_group_records: 1 << 20,
-            schema: Default::default(),
-            level: None,
-            time_field: None,
-            max_open_partitions: 64,
-            dead_letter_template: None,
-            empty_messages: EmptyMessages::Skip,
-            max_record_bytes: 1 << 20,
-            max_request_bytes: 64 << 20,
-        }
+        sluice_upload::defaults()
     }
 }
 
 /// What a stream's batches are stored as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordFormat {
     /// Compressed NDJSON, the records' bytes as they came.
@@ -116,7 +197,7 @@ pub enum RecordFormat {
 }
 
 /// The table a stream's files join.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TableFormat {
     /// None: the files are the output.
@@ -127,13 +208,15 @@ pub enum TableFormat {
 }
 
 /// What becomes of a Kafka message with no value or an empty one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum EmptyMessages {
     /// Left out, and counted (`empty_skipped`).
     #[default]
     Skip,
-    /// Stored in the dead letter like an invalid message (an empty line).
+    /// Stored in the dead letter like an invalid message (an empty line);
+    /// `dead_letter` in the file.
+    #[value(alias = "dead_letter")]
     DeadLetter,
     /// The run stops at it, as at an invalid message.
     Stop,
@@ -369,9 +452,67 @@ fn size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     }
 }
 
+/// docs/STREAMS.md's table of every stream setting, as the definitions make
+/// it: key, `sluice ingest` flag, default, meaning (written by its test).
+#[cfg(test)]
+fn settings_table() -> String {
+    use clap::Args as _;
+    let command = StreamConfig::augment_args(clap::Command::new("stream"));
+    let mut text = String::from(
+        "| key | `sluice ingest` flag | default | what it does |\n| --- | --- | --- | --- |\n",
+    );
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        let default = match default.is_empty() {
+            true => "none".to_owned(),
+            false => format!("`{}`", default.join(",")),
+        };
+        let doc = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map(|h| h.to_string().replace('\n', " ").replace('|', "\\|"))
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "| `{}` | `--{long}` | {default} | {doc} |\n",
+            arg.get_id()
+        ));
+    }
+    text.push_str(
+        "| `schema` | (the file only) | none | Parquet: declared top-level fields and their types \
+         (`bool`, `int64`, `float64`, `string`), a table of NAME = TYPE; fields the records bring \
+         besides are inferred and added as they appear. |\n",
+    );
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STREAMS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/STREAMS.md");
+    const BEGIN: &str = "<!-- stream settings: generated from StreamConfig, do not edit -->\n";
+    const END: &str = "<!-- end of stream settings -->\n";
+
+    /// docs/STREAMS.md with its settings table as the definitions make it.
+    #[test]
+    fn the_docs_table_of_stream_settings_is_what_the_definitions_say() {
+        let written = std::fs::read_to_string(STREAMS_DOC).unwrap();
+        let (before, rest) = written
+            .split_once(BEGIN)
+            .expect("the table's opening marker");
+        let (_, after) = rest.split_once(END).expect("the table's closing marker");
+        let rendered = format!("{before}{BEGIN}{}{END}{after}", settings_table());
+        sluice_testkit::assert_generated_file(
+            STREAMS_DOC,
+            &rendered,
+            "cargo test -p sluice-streams the_docs_table",
+        );
+    }
 
     #[test]
     fn validation_names_the_key() {
