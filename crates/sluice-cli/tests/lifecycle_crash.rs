@@ -1,7 +1,8 @@
 //! No object without its event, through crashes: the built gateway on MinIO,
 //! with default settings, takes uploads of every kind (PUT small and multipart,
 //! form, tus with a final PATCH, tus concatenation, direct multipart through
-//! `/s3/*`, stream batches) from clients that resume or retry as real ones do,
+//! `/s3/*`, stream batches, and tus uploads their clients terminate) from
+//! clients that resume or retry as real ones do,
 //! while it is SIGKILLed at random moments and at targeted ones (a few ms into a
 //! final PATCH, a multipart PUT's completion, a direct completion, a batch) and
 //! restarted on the same port each time. A real receiver verifies every
@@ -10,6 +11,7 @@
 //! - every object in the bucket (outside `_sluice/`) has a delivered,
 //!   correctly signed `upload.completed` event, under exactly one id;
 //! - every event names an object that exists (nothing is deleted here);
+//! - every termination answered has its `upload.terminated` event, under one id;
 //! - every 2xx a client got names an object that exists.
 //!
 //! `SLUICE_CRASH_UPLOADS` and `SLUICE_CRASH_KILLS` make a longer run.
@@ -47,6 +49,8 @@ struct Receiver {
     requests: AtomicU64,
     bad_signatures: AtomicU64,
     events: Mutex<BTreeMap<String, Seen>>,
+    /// `upload.terminated` event ids by tus upload id.
+    terminations: Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
 async fn receive(
@@ -64,6 +68,13 @@ async fn receive(
         return StatusCode::INTERNAL_SERVER_ERROR;
     }
     let event: Value = serde_json::from_slice(&body).unwrap();
+    if event["type"] == "upload.terminated" {
+        let upload = event["data"]["upload_id"].as_str().unwrap().to_owned();
+        let mut terminations = receiver.terminations.lock().unwrap();
+        let ids = terminations.entry(upload).or_default();
+        ids.insert(event["id"].as_str().unwrap().to_owned());
+        return StatusCode::NO_CONTENT;
+    }
     if event["type"] != "upload.completed" {
         return StatusCode::NO_CONTENT;
     }
@@ -94,6 +105,9 @@ struct Run {
     finishing: Notify,
     /// Keys named by 2xx answers, with the kind of upload.
     acknowledged: Mutex<Vec<(String, &'static str)>>,
+    /// tus uploads whose termination was answered (204, or 404 to a DELETE
+    /// sent again after the first one's answer was lost).
+    terminated: Mutex<Vec<String>>,
     /// Requests that failed on a dead gateway (connection refused or cut, 5xx).
     failures: AtomicUsize,
     stop_killing: AtomicBool,
@@ -153,11 +167,12 @@ async fn json_of(answer: reqwest::Response) -> Result<Value, Retry> {
     answer.json().await.map_err(|_| Retry)
 }
 
-/// Upload `i`, of kind `i % 7` (a large PUT every 40th).
+/// Upload `i`, of kind `i % 8` (a large PUT every 40th).
 async fn upload(run: &Run, i: usize) {
     let gateway = &run.gateway;
     let body = format!("upload {i} ").repeat(200 + i % 300).into_bytes();
-    match i % 7 {
+    match i % 8 {
+        7 => tus_termination(run, i, body).await,
         0 => {
             let (key, body) = match i % 40 {
                 0 => (format!("crash/large/{i}"), vec![i as u8; 17 << 20]),
@@ -280,6 +295,50 @@ async fn tus_upload(run: &Run, i: usize, body: Vec<u8>) {
         }
     }
     run.acknowledge(key, "tus");
+}
+
+/// A tus upload given half its bytes, then terminated by its client (DELETE
+/// sent again until answered): its `upload.terminated` event must come, under
+/// one id, whatever the kills cut.
+async fn tus_termination(run: &Run, i: usize, body: Vec<u8>) {
+    let gateway = &run.gateway;
+    let location = run
+        .until(|| async {
+            let answer = run
+                .send(
+                    tus(run.client.post(format!("{gateway}/v1/tus/")))
+                        .header("upload-length", body.len()),
+                )
+                .await?;
+            assert_eq!(answer.status(), 201, "tus {i} to terminate");
+            Ok(answer.headers()["location"].to_str().unwrap().to_owned())
+        })
+        .await;
+    let url = format!("{gateway}{location}");
+    let half = body.len() / 2;
+    // The first half, once (a kill may cut it: what came is kept).
+    let _ = run
+        .send(
+            tus(run.client.patch(&url))
+                .header("upload-offset", 0)
+                .header("content-type", "application/offset+octet-stream")
+                .body(body[..half].to_vec()),
+        )
+        .await;
+    run.finishing.notify_one();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "tus {i} was never terminated");
+        match run.send(tus(run.client.delete(&url))).await {
+            Ok(answer) if answer.status() == 204 || answer.status() == 404 => break,
+            // The lock of a killed request: it lapses.
+            Ok(answer) if answer.status() == 423 => run.pause().await,
+            Ok(answer) => panic!("tus {i} DELETE: {}", answer.status()),
+            Err(Retry) => run.pause().await,
+        }
+    }
+    let id = location.rsplit('/').next().unwrap().to_owned();
+    run.terminated.lock().unwrap().push(id);
 }
 
 /// Where a tus upload stands, once the gateway answers.
@@ -455,6 +514,7 @@ async fn every_object_has_its_event_through_repeated_kills() {
             .unwrap(),
         finishing: Notify::new(),
         acknowledged: Mutex::default(),
+        terminated: Mutex::default(),
         failures: AtomicUsize::new(0),
         stop_killing: AtomicBool::new(false),
     });
@@ -529,7 +589,8 @@ async fn every_object_has_its_event_through_repeated_kills() {
         }
     };
     let deadline = Instant::now() + Duration::from_secs(240);
-    let (objects, missing) = loop {
+    let terminated = run.terminated.lock().unwrap().clone();
+    let (objects, missing, unannounced) = loop {
         let objects = objects().await;
         let events = receiver.events.lock().unwrap().clone();
         let missing: Vec<String> = objects
@@ -537,11 +598,28 @@ async fn every_object_has_its_event_through_repeated_kills() {
             .filter(|k| !events.contains_key(*k))
             .cloned()
             .collect();
-        if missing.is_empty() || Instant::now() > deadline {
-            break (objects, missing);
+        let terminations = receiver.terminations.lock().unwrap().clone();
+        let unannounced: Vec<String> = terminated
+            .iter()
+            .filter(|id| !terminations.contains_key(*id))
+            .cloned()
+            .collect();
+        if (missing.is_empty() && unannounced.is_empty()) || Instant::now() > deadline {
+            break (objects, missing, unannounced);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    assert!(
+        unannounced.is_empty(),
+        "terminations answered with no upload.terminated event: {unannounced:?}"
+    );
+    let terminations = receiver.terminations.lock().unwrap().clone();
+    let twice: Vec<_> = terminations
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "terminations under two ids: {twice:?}");
+    assert!(!terminated.is_empty(), "no termination was tried");
     let events = receiver.events.lock().unwrap().clone();
     let acknowledged = run.acknowledged.lock().unwrap().clone();
     let kinds: BTreeSet<String> = events.values().flat_map(|(_, k)| k.clone()).collect();
