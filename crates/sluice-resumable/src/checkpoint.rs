@@ -12,6 +12,9 @@
 //! part and usually fewer. A crash then costs the parts whose record write it
 //! cut, never what an earlier checkpoint named: those parts are in the bucket
 //! under the numbers the record gives, and the next writer carries on after them.
+//! A checkpoint never names the upload's last byte: the part holding it is left
+//! to the request's commit, which completes the object before any record says
+//! every byte is in.
 //!
 //! Only bytes the request would keep on a clean break are recorded this way: a
 //! chunk with an Upload-Checksum (all or nothing) and an upload checked against a
@@ -37,6 +40,9 @@ pub(crate) struct Checkpoints<'a> {
     first_part: u32,
     /// The offset of the first byte the request's parts hold (the first carried one).
     start: u64,
+    /// The upload's length, when known: a checkpoint never names the last
+    /// byte (a record says "all bytes in" only once the object exists).
+    length: Option<u64>,
     /// The record's ETag after the last checkpoint (the one before it until then).
     etag: String,
     /// Parts of the request the record names.
@@ -53,9 +59,11 @@ impl<'a> Checkpoints<'a> {
         receiving: &Receiving,
         first_part: u32,
         start: u64,
+        length: Option<u64>,
     ) -> Checkpoints<'a> {
         Checkpoints {
             resumable,
+            length,
             etag: before.etag.clone(),
             before: before.clone(),
             receiving: receiving.clone(),
@@ -75,7 +83,14 @@ impl<'a> Checkpoints<'a> {
     /// checkpoints: the request's own commit says what it comes to.
     pub(crate) async fn follow(&mut self, mut stored: watch::Receiver<Vec<UploadedPart>>) {
         while stored.changed().await.is_ok() {
-            let run = gapless_from(&stored.borrow_and_update(), self.first_part);
+            let mut run = gapless_from(&stored.borrow_and_update(), self.first_part);
+            // The part holding the last byte is left to the request's commit,
+            // which completes the object before any record says so.
+            while self.length.is_some_and(|length| {
+                self.start + run.iter().map(|p| p.size).sum::<u64>() >= length
+            }) {
+                run.pop();
+            }
             if run.len() <= self.recorded {
                 continue;
             }
@@ -104,14 +119,26 @@ impl<'a> Checkpoints<'a> {
         record.upload.offset = self.start + run.iter().map(|p| p.size).sum::<u64>();
         record.upload.extend(clock.now(), config.expiry);
         record.phase = Phase::Receiving(receiving);
-        let etag = records.replace(&record, &self.etag).await?;
+        let etag = match records.replace(&record, &self.etag).await {
+            Ok(etag) => etag,
+            // Refused by its own precondition: a retried write whose first
+            // attempt landed (its answer lost) finds the record already this.
+            Err(ResumableError::Conflict) => match records.load(record.id()).await? {
+                found if found.record == record => found.etag,
+                _ => return Err(ResumableError::Conflict),
+            },
+            Err(error) => return Err(error),
+        };
         tracing::debug!(upload_id = %record.id(), offset = record.upload.offset, parts = run.len(), "progress recorded midway");
         if self.recorded == 0 {
             records.delete_segments(record.id(), &retired).await;
         }
-        self.etag = etag.clone();
+        // Not remembered as this process's last write (see `Held`): the
+        // request's end writes the record again on every path that keeps it,
+        // and a path that does not (a completion, a restart) must not leave
+        // the next request a stale one.
+        self.etag = etag;
         self.recorded = run.len();
-        records.remember_written(&Loaded { record, etag });
         Ok(())
     }
 }

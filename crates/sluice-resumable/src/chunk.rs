@@ -231,6 +231,7 @@ impl Resumable {
             receiving,
             layout.first_part,
             layout.offset - layout.carried,
+            layout.length,
         );
         let request = AppendRequest {
             key: loaded.record.key.clone(),
@@ -547,6 +548,10 @@ pub(crate) mod tests {
     }
 
     async fn fresh() -> (MemoryStore, Resumable, Loaded) {
+        fresh_of(40 * MIB).await
+    }
+
+    async fn fresh_of(length: u64) -> (MemoryStore, Resumable, Loaded) {
         let memory = MemoryStore::new();
         let engine = Engine::new(Arc::new(memory.clone()), EngineConfig::default()).unwrap();
         let resumable = Resumable::new(engine, gateway_defaults())
@@ -555,7 +560,7 @@ pub(crate) mod tests {
         let upload = NewUpload {
             key: format!("objects/{id}"),
             id: id.clone(),
-            length: Some(40 * MIB),
+            length: Some(length),
             metadata: Metadata::default(),
             partial: false,
             content_type: None,
@@ -630,6 +635,42 @@ pub(crate) mod tests {
             assert_eq!(status.upload.offset, parts as u64 * 16 * MIB, "{case}");
             assert_eq!(status.multipart_id().is_some(), consumed, "{case}");
         }
+    }
+
+    /// A body that brings every byte: its parts are stored, but no checkpoint
+    /// names the last one (the record says "all bytes in" only once the
+    /// commit has made the object).
+    #[tokio::test(start_paused = true)]
+    async fn no_checkpoint_names_the_last_byte() {
+        let data = test_data(32 * MIB as usize, 7);
+        let (memory, resumable, mut loaded) = fresh_of(32 * MIB).await;
+        let mut receiving = Receiving::default();
+        let layout = ChunkLayout::of(&receiving, 0, Some(32 * MIB), 16 * MIB);
+        let stored = resumable
+            .store_chunk(&mut loaded, &mut receiving, &layout, body(&data), true)
+            .await
+            .unwrap();
+        assert_eq!(stored.parts.len(), 2);
+        assert_eq!(memory.open_uploads(), 1);
+        let status = resumable.status(loaded.record.id()).await.unwrap();
+        assert_eq!(
+            status.upload.offset,
+            16 * MIB,
+            "only the first part recorded"
+        );
+        let written = resumable
+            .commit_chunk(
+                loaded,
+                receiving,
+                plan(32 * MIB),
+                layout,
+                stored,
+                ending(UploadKind::TusPatch),
+            )
+            .await
+            .unwrap();
+        assert!(written.finished.is_some());
+        assert_eq!(memory.open_uploads(), 0);
     }
 
     /// Committing: what was stored becomes the record (the part, the rest

@@ -165,11 +165,13 @@ pub async fn sweep(
     Ok(report)
 }
 
-/// Whether an upload is past its expiry: unfinished and idle, or finished and its
-/// state kept long enough.
+/// Whether an upload is past its expiry: unfinished and idle, or finished (or
+/// invalid) and its state kept long enough.
 fn is_due(record: &crate::UploadRecord, now: SystemTime) -> bool {
     let upload = &record.upload;
-    if record.is_finished() {
+    // A finished upload's state, and an invalid upload's record, are kept
+    // until their time, whatever their offset says.
+    if record.is_finished() || record.is_invalid() {
         now >= std::time::UNIX_EPOCH + std::time::Duration::from_secs(upload.expires)
     } else {
         upload.is_expired(now)

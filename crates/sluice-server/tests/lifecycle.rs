@@ -431,6 +431,51 @@ async fn the_gateways_background_tasks_settle_what_a_request_left() {
     background.stop();
 }
 
+/// An intent carries where its writer sends events: a reconciliation that
+/// sends elsewhere (a `sluice ingest` or `janitor` run with its own
+/// `--event-url`) leaves it to one that sends there, and the other way round.
+#[tokio::test]
+async fn an_intent_is_settled_only_where_its_writer_sends_events() {
+    let gateway = gateway();
+    let store: Arc<dyn ObjectStore> = Arc::new(gateway.store.clone());
+    let other = EventSettings {
+        urls: vec!["http://127.0.0.1:9/elsewhere".into()],
+        secret_file: Some(gateway._dir.path().join("events.secret")),
+        ..EventSettings::default()
+    };
+    let metrics = Metrics::new();
+    let elsewhere = CompletionPoint::new(
+        metrics.clone(),
+        Events::new(&other, store.clone(), metrics).unwrap(),
+        store,
+    );
+    let intent = Intent::new(
+        &Origin::new(UploadKind::StreamBatch),
+        "s/batch",
+        4,
+        None,
+        Making::Put { nonce: 9 },
+    );
+    sluice_upload::Announcer::intend(&elsewhere, &intent)
+        .await
+        .unwrap();
+    gateway
+        .store
+        .put_object(PutRequest::new("s/batch", Bytes::from_static(b"abcd")))
+        .await
+        .unwrap();
+    let report = reconcile_later(&gateway, Duration::from_secs(60)).await;
+    assert_eq!((report.confirmed, report.waiting), (0, 1), "{report:?}");
+    assert!(completed_events(&gateway.store, "s/batch").await.is_empty());
+    let after = other.reconcile_after;
+    let later = now_ms() + 60_000;
+    let report = reconcile_once(&elsewhere, later, after, None)
+        .await
+        .unwrap();
+    assert_eq!(report.confirmed, 1, "{report:?}");
+    assert_eq!(completed_events(&gateway.store, "s/batch").await.len(), 1);
+}
+
 async fn intend_at(gateway: &Gateway, key: &str, size: u64, making: Making, ahead: Duration) {
     let mut intent = Intent::new(&Origin::new(UploadKind::Put), key, size, None, making);
     intent.at += ahead;

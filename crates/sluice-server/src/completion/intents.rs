@@ -41,6 +41,11 @@ pub struct IntentRecord {
     /// Content type and metadata are the stored object's.
     #[serde(default)]
     pub described_by_store: bool,
+    /// Where its writer sends events (`Events::destination_tag`): only a
+    /// reconciliation sending to the same endpoints settles it. Unset (an
+    /// intent written before tags existed): any reconciliation does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
 }
 
 impl IntentRecord {
@@ -71,6 +76,7 @@ impl IntentRecord {
             content_type: origin.content_type.clone(),
             metadata: origin.metadata.clone(),
             described_by_store: origin.described_by_store,
+            destination: None,
         }
     }
 

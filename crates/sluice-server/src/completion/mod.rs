@@ -99,11 +99,14 @@ impl Completion {
     }
 
     /// The id of its `upload.completed` event, from what the object is: its
-    /// key and ETag, and the protocol's upload id when there is one (a tus or
-    /// direct upload). Every attempt at making the same object (a finishing
-    /// request cut after the object was made and tried again through a new
-    /// multipart upload, a PUT sent again after its answer was lost, a
-    /// reconciliation, a completion found after a crash) names one event.
+    /// key and ETag, with the upload that made it: the protocol's upload id
+    /// when there is one (a tus or direct upload, which many requests and
+    /// gateways may finish), else the one request's intent (a PUT, a form
+    /// file, a record batch). Every attempt at making or announcing the same
+    /// object (a finishing request cut after the object was made and tried
+    /// again through a new multipart upload, a reconciliation, a completion
+    /// found after a crash) names one event; two requests that upload the
+    /// same bytes to the same key are two uploads, and two events.
     pub fn event_id(&self) -> String {
         let mut hasher = Sha256::new();
         match &self.upload_id {
@@ -111,7 +114,10 @@ impl Completion {
                 hasher.update(b"upload\0");
                 hasher.update(upload_id.as_bytes());
             }
-            None => hasher.update(b"object"),
+            None => {
+                hasher.update(b"request\0");
+                hasher.update(self.intent_id.as_bytes());
+            }
         }
         hasher.update([0]);
         hasher.update(self.key.as_bytes());
@@ -250,7 +256,9 @@ impl sluice_upload::Announcer for CompletionPoint {
         if !self.events.enabled() {
             return Ok(());
         }
-        self.intents.write(&IntentRecord::of(intent)).await
+        let mut record = IntentRecord::of(intent);
+        record.destination = self.events.destination_tag();
+        self.intents.write(&record).await
     }
 
     async fn made(&self, intent: &Intent, outcome: &UploadOutcome) {
@@ -349,11 +357,12 @@ mod tests {
                 "e",
                 false,
             ),
-            // A PUT sent again (its answer lost) makes the same object.
+            // One PUT's attempts (its retries, its reconciliation) are one
+            // event; two PUTs of the same bytes are two uploads.
             (
                 intent(UploadKind::Put, None, put(1)),
                 "e",
-                intent(UploadKind::Put, None, put(2)),
+                intent(UploadKind::Put, None, put(1)),
                 "e",
                 true,
             ),
@@ -361,7 +370,7 @@ mod tests {
                 intent(UploadKind::Put, None, put(1)),
                 "e",
                 intent(UploadKind::Put, None, put(2)),
-                "f",
+                "e",
                 false,
             ),
         ];

@@ -6,7 +6,9 @@
 //! written only when absent; removing an intent twice is removing it once).
 //!
 //! An intent younger than `events.reconcile_after` is left to the request
-//! that wrote it. An older one is settled by what the store says:
+//! that wrote it, and one written where events go elsewhere (another
+//! `--event-url` list) to a reconciliation that sends there. An older one is
+//! settled by what the store says:
 //!
 //! | the intent's object | its multipart upload | the intent |
 //! | --- | --- | --- |
@@ -119,6 +121,16 @@ async fn settle(
 ) -> Result<Settled, StoreError> {
     let age = Duration::from_millis(now_ms.saturating_sub(intent.at_ms));
     if age < after {
+        return Ok(Settled::Wait);
+    }
+    // Written by a gateway or command sending events elsewhere: left to one
+    // that sends where it does (a janitor or ingest run with its own
+    // --event-url never takes the gateways' events away from them).
+    if intent
+        .destination
+        .as_ref()
+        .is_some_and(|tag| Some(tag) != point.events().destination_tag().as_ref())
+    {
         return Ok(Settled::Wait);
     }
     let store = &point.store;

@@ -274,6 +274,19 @@ impl Events {
         self.inner.as_ref().map(|inner| &inner.settings)
     }
 
+    /// A short tag of where these events go (the endpoint URLs, in any
+    /// order), when events are on: an intent carries its writer's, so that a
+    /// reconciliation sends an event only where its writer would have.
+    pub fn destination_tag(&self) -> Option<String> {
+        use sha2::Digest;
+        let settings = self.settings()?;
+        let mut urls: Vec<&str> = settings.urls.iter().map(String::as_str).collect();
+        urls.sort_unstable();
+        urls.dedup();
+        let digest = sha2::Sha256::digest(urls.join("\n").as_bytes());
+        Some(digest[..6].iter().map(|b| format!("{b:02x}")).collect())
+    }
+
     /// Writes `event` into the outbox, one entry per endpoint, each under a
     /// name fixed by the event (written again, it is not written twice);
     /// returns once every entry is stored.
