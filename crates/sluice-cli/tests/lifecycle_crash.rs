@@ -1,7 +1,8 @@
 //! No object without its event, through crashes: the built gateway on MinIO,
 //! with default settings, takes uploads of every kind (PUT small and multipart,
 //! form, tus with a final PATCH, tus concatenation, direct multipart through
-//! `/s3/*`, stream batches, and tus uploads their clients terminate) from
+//! `/s3/*`, stream batches, tus uploads their clients terminate, and
+//! `sluice ingest` batches, one run of it SIGKILLed midway) from
 //! clients that resume or retry as real ones do,
 //! while it is SIGKILLed at random moments and at targeted ones (a few ms into a
 //! final PATCH, a multipart PUT's completion, a direct completion, a batch) and
@@ -341,6 +342,68 @@ async fn tus_termination(run: &Run, i: usize, body: Vec<u8>) {
     run.terminated.lock().unwrap().push(id);
 }
 
+/// Runs `sluice ingest --stream ingested` into `(store, endpoint, event url,
+/// secret file)` twice: the first run SIGKILLed once a batch is in the bucket,
+/// the second fed to its end. The batches stored.
+async fn ingest_killed_then_whole(
+    (location, endpoint, event_url, secret): &(String, String, String, String),
+    store: &sluice_store::s3::S3Store,
+) -> usize {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let ingest = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(["ingest", "--stream", "ingested", "--flush-records", "500"])
+            .args(["--store", location, "--endpoint", endpoint])
+            .args(["--event-url", event_url, "--event-secret-file", secret])
+            .env("SLUICE_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        command
+    };
+    let batches = || async {
+        store
+            .list_objects("ingested/", None, 1000)
+            .await
+            .unwrap()
+            .objects
+            .len()
+    };
+    let lines = |from: u64| -> Vec<u8> {
+        (from..from + 5_000)
+            .map(|n| format!("{{\"n\":{n}}}\n"))
+            .collect::<String>()
+            .into_bytes()
+    };
+    // Fed 5,000 records every 200 ms until killed.
+    let mut killed = ingest().spawn().unwrap();
+    let mut stdin = killed.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for chunk in 0..200u64 {
+            if stdin.write_all(&lines(chunk * 5_000)).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while batches().await == 0 {
+        assert!(Instant::now() < deadline, "the first ingest stored nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    feeder.join().unwrap();
+    let mut whole = ingest().spawn().unwrap();
+    let mut stdin = whole.stdin.take().unwrap();
+    stdin.write_all(&lines(1_000_000)).unwrap();
+    drop(stdin);
+    assert!(whole.wait().unwrap().success(), "the second ingest failed");
+    batches().await
+}
+
 /// Where a tus upload stands, once the gateway answers.
 async fn head_offset(run: &Run, url: &str) -> usize {
     run.until(|| async {
@@ -488,6 +551,13 @@ async fn every_object_has_its_event_through_repeated_kills() {
         secret.to_str().unwrap().to_owned(),
         config.to_str().unwrap().to_owned(),
     );
+    // `sluice ingest` writes into the same bucket, announcing as the gateway does.
+    let ingest_into = (
+        format!("s3://{}/{prefix}", sluice_testkit::minio::TEST_BUCKET),
+        endpoint.clone(),
+        event_url.clone(),
+        secret.clone(),
+    );
     // Default settings but what says where things are.
     let start = Arc::new(move || {
         common::serve_on_minio(
@@ -560,6 +630,11 @@ async fn every_object_has_its_event_through_repeated_kills() {
             })
         })
         .collect();
+    // `sluice ingest` from standard input, SIGKILLed once it has stored a
+    // batch, then run again to its end: every batch either run stored has its
+    // event (the killed run's intents are settled by the gateways'
+    // reconciliation, which sends where it would have).
+    let ingested = ingest_killed_then_whole(&ingest_into, &store).await;
     for client in clients {
         client.await.unwrap();
     }
@@ -620,6 +695,7 @@ async fn every_object_has_its_event_through_repeated_kills() {
         .collect();
     assert!(twice.is_empty(), "terminations under two ids: {twice:?}");
     assert!(!terminated.is_empty(), "no termination was tried");
+    assert!(ingested > 0, "sluice ingest stored no batch");
     let events = receiver.events.lock().unwrap().clone();
     let acknowledged = run.acknowledged.lock().unwrap().clone();
     let kinds: BTreeSet<String> = events.values().flat_map(|(_, k)| k.clone()).collect();
