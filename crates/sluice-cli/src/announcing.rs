@@ -8,12 +8,9 @@
 //! written: no intents pile up that nobody settles. Either way the objects are
 //! counted (`sluice_uploads_completed_total`) and logged.
 
-use std::sync::Arc;
-
 use sluice_server::completion::{reconcile, CompletionPoint};
-use sluice_server::events::{EventSettings, Events};
+use sluice_server::events::EventSettings;
 use sluice_server::metrics::Metrics;
-use sluice_store::ObjectStore;
 use sluice_upload::Engine;
 
 use crate::UsageError;
@@ -29,12 +26,9 @@ impl Announcing {
     /// Announces every object `engine` makes for an origin through the
     /// gateway's completion point, with events as `settings` say.
     pub fn through(engine: &Engine, settings: &EventSettings) -> anyhow::Result<Announcing> {
-        let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
         let metrics = Metrics::new();
-        let events = Events::new(settings, store.clone(), metrics.clone())
+        let point = CompletionPoint::announcing_for(engine, settings, metrics.clone())
             .map_err(|e| UsageError(e.to_string()))?;
-        let point = CompletionPoint::new(metrics.clone(), events, store);
-        engine.set_announcer(Arc::new(point.clone()));
         Ok(Announcing {
             point,
             metrics,

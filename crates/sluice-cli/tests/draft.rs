@@ -63,12 +63,7 @@ async fn tus_js_client_in_the_drafts_modes_resumes_after_the_gateway_is_killed()
     ];
     for (runner, protocol) in cases {
         let case = format!("{runner:?} {protocol}");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = common::free_loopback_address();
         let mut gateway = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
         let mut command = match runner {
             Runner::Node => {

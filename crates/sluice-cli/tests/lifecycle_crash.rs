@@ -542,11 +542,7 @@ async fn every_object_has_its_event_through_repeated_kills() {
     std::fs::write(&config, "[streams.clicks]\nflush_age = \"100ms\"\n").unwrap();
     let receiver = Arc::new(Receiver::default());
     let event_url = format!("http://{}/events", receiver_up(receiver.clone()).await);
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    let listen = common::free_loopback_address();
     let (secret, config) = (
         secret.to_str().unwrap().to_owned(),
         config.to_str().unwrap().to_owned(),

@@ -231,12 +231,7 @@ async fn a_killed_gateway_restarted_lets_the_client_resume() {
     if clients("tus_resume").is_none() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = common::free_loopback_address();
     // The default lock lease, and the client retrying as Uppy does by default:
     // the killed request's lock must lapse within those retries.
     let mut gateway = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
@@ -567,12 +562,7 @@ async fn a_crash_keeps_the_parts_one_long_request_stored() {
         let Some((endpoint, prefix, store)) = setup("tus_crash_progress").await else {
             return;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = common::free_loopback_address();
         let mut first = common::serve_on_minio(&endpoint, &prefix, &listen, &[]);
         let other =
             second_gateway.then(|| common::serve_on_minio(&endpoint, &prefix, "127.0.0.1:0", &[]));

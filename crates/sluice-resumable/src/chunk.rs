@@ -551,7 +551,7 @@ pub(crate) mod tests {
         fresh_of(40 * MIB).await
     }
 
-    async fn fresh_of(length: u64) -> (MemoryStore, Resumable, Loaded) {
+    pub(crate) async fn fresh_of(length: u64) -> (MemoryStore, Resumable, Loaded) {
         let memory = MemoryStore::new();
         let engine = Engine::new(Arc::new(memory.clone()), EngineConfig::default()).unwrap();
         let resumable = Resumable::new(engine, gateway_defaults())

@@ -114,14 +114,12 @@ impl AppState {
         let auth = auth::Authenticator::new(&config.auth, &config.cors_origins)
             .map_err(|e| ConfigError::new(e.key, e.reason))?;
         let store: Arc<dyn ObjectStore> = Arc::new(engine.retrying_store());
-        let events = events::Events::new(&config.events, store.clone(), metrics.clone())
-            .map_err(|e| ConfigError::new(e.key, e.reason))?;
         let hooks =
             hooks::Hooks::new(&config.hooks).map_err(|e| ConfigError::new(e.key, e.reason))?;
-        let completion =
-            completion::CompletionPoint::new(metrics.clone(), events.clone(), store.clone());
         // Every object the engine makes for an upload is announced here.
-        engine.set_announcer(Arc::new(completion.clone()));
+        let completion =
+            completion::CompletionPoint::announcing_for(&engine, &config.events, metrics.clone())
+                .map_err(|e| ConfigError::new(e.key, e.reason))?;
         let streams = streams::Streams::new(&config.streams, &engine)?;
         metrics.watch_streams(streams.stats());
         let small_patches = small_patches::SmallPatchPace::new(

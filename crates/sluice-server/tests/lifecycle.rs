@@ -349,9 +349,7 @@ async fn an_upload_sluice_janitor_finishes_has_its_event_in_the_outbox_when_the_
         secret_file: Some(gateway._dir.path().join("events.secret")),
         ..EventSettings::default()
     };
-    let metrics = Metrics::new();
-    let events = Events::new(&settings, store.clone(), metrics.clone()).unwrap();
-    engine.set_announcer(Arc::new(CompletionPoint::new(metrics, events, store)));
+    CompletionPoint::announcing_for(&engine, &settings, Metrics::new()).unwrap();
     let resumable =
         sluice_resumable::Resumable::new(engine, ServerConfig::default().resumable_config());
     let report = sluice_resumable::janitor::run_once(
@@ -474,6 +472,39 @@ async fn an_intent_is_settled_only_where_its_writer_sends_events() {
         .unwrap();
     assert_eq!(report.confirmed, 1, "{report:?}");
     assert_eq!(completed_events(&gateway.store, "s/batch").await.len(), 1);
+}
+
+/// A termination whose event cannot be written removes nothing: the client
+/// is answered 5xx, the upload is still there, and its DELETE sent again
+/// records the event (one) and removes the upload. (Written after the removal,
+/// as before, the failed write lost the event: the retry met a 404.)
+#[tokio::test]
+async fn a_termination_whose_event_fails_removes_nothing_until_it_is_recorded() {
+    let gateway = gateway();
+    let state = &gateway.state;
+    let (location, _key) = create(state, 10).await;
+    assert_eq!(
+        send(state, patch(&location, 0, "01234")).await.0,
+        StatusCode::NO_CONTENT
+    );
+    gateway
+        .faults
+        .inject_under(Op::Put, PENDING, Some(1), Fault::Denied);
+    let delete = || tus("DELETE", &location).body(Body::empty()).unwrap();
+    let (status, _) = send(state, delete()).await;
+    assert!(status.is_server_error(), "{status}");
+    let (status, headers) = send(state, tus("HEAD", &location).body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "the upload stays");
+    assert_eq!(headers["upload-offset"], "5");
+    assert_eq!(send(state, delete()).await.0, StatusCode::NO_CONTENT);
+    let terminated: Vec<_> = outbox(&gateway.store)
+        .await
+        .into_iter()
+        .filter(|(kind, ..)| kind == "upload.terminated")
+        .collect();
+    assert_eq!(terminated.len(), 1, "{terminated:?}");
+    let (status, _) = send(state, tus("HEAD", &location).body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 async fn intend_at(gateway: &Gateway, key: &str, size: u64, making: Making, ahead: Duration) {

@@ -23,6 +23,16 @@ impl Drop for Gateway {
     }
 }
 
+/// `127.0.0.1:PORT` with a port free now (closed again: a gateway started on
+/// it, and started again there after a kill, keeps its address).
+pub fn free_loopback_address() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
 /// Starts `sluice serve ARGS` and waits for the URL it prints.
 pub fn serve(args: &[&str]) -> Gateway {
     serve_with_env(args, &[])

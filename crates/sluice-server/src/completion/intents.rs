@@ -13,7 +13,6 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use sluice_store::{Checksum, ObjectStore, PutRequest, StoreError};
 use sluice_upload::{Intent, Making};
 
@@ -92,14 +91,7 @@ impl IntentRecord {
 
 /// The one id of the completion of `upload_id` at `key`.
 fn multipart_intent_id(key: &str, upload_id: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(key.as_bytes());
-    hasher.update([0]);
-    hasher.update(upload_id.as_bytes());
-    hasher.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::events::digest_hex(&[key.as_bytes(), upload_id.as_bytes()], 16)
 }
 
 /// `crc32c:base64` (as `Checksum`'s `Display` writes it) back to a checksum.

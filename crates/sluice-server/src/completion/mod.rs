@@ -21,7 +21,6 @@ pub mod reconcile;
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
 use sluice_store::{Checksum, ObjectStore, StoreError};
 pub use sluice_upload::UploadKind;
 use sluice_upload::{Intent, UploadOutcome};
@@ -108,25 +107,12 @@ impl Completion {
     /// found after a crash) names one event; two requests that upload the
     /// same bytes to the same key are two uploads, and two events.
     pub fn event_id(&self) -> String {
-        let mut hasher = Sha256::new();
-        match &self.upload_id {
-            Some(upload_id) => {
-                hasher.update(b"upload\0");
-                hasher.update(upload_id.as_bytes());
-            }
-            None => {
-                hasher.update(b"request\0");
-                hasher.update(self.intent_id.as_bytes());
-            }
-        }
-        hasher.update([0]);
-        hasher.update(self.key.as_bytes());
-        hasher.update([0]);
-        hasher.update(self.etag.trim_matches('"').as_bytes());
-        let hex: String = hasher.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let (upload, id) = match &self.upload_id {
+            Some(upload_id) => (&b"upload"[..], upload_id.as_bytes()),
+            None => (&b"request"[..], self.intent_id.as_bytes()),
+        };
+        let etag = self.etag.trim_matches('"').as_bytes();
+        let hex = crate::events::digest_hex(&[upload, id, self.key.as_bytes(), etag], 16);
         format!("evt_{hex}")
     }
 
@@ -182,6 +168,21 @@ impl CompletionPoint {
             intents: Intents::new(store.clone()),
             store,
         }
+    }
+
+    /// The completion point of everything `engine` makes for an upload, with
+    /// events as `settings` say: the engine announces to it from now on (the
+    /// gateway's, and that of `sluice ingest` and `sluice janitor`).
+    pub fn announcing_for(
+        engine: &sluice_upload::Engine,
+        settings: &crate::events::EventSettings,
+        metrics: Metrics,
+    ) -> Result<CompletionPoint, crate::events::EventConfigError> {
+        let store: std::sync::Arc<dyn ObjectStore> = std::sync::Arc::new(engine.retrying_store());
+        let events = Events::new(settings, store.clone(), metrics.clone())?;
+        let point = CompletionPoint::new(metrics, events, store);
+        engine.set_announcer(std::sync::Arc::new(point.clone()));
+        Ok(point)
     }
 
     pub fn intents(&self) -> &Intents {

@@ -179,12 +179,7 @@ impl Event {
     /// for the upload, however often a termination of it is recorded (one
     /// whose removal failed, tried again by its client).
     pub fn terminated(record: &sluice_resumable::UploadRecord) -> Event {
-        use sha2::Digest;
-        let digest = sha2::Sha256::new()
-            .chain_update(b"terminated\0")
-            .chain_update(record.id().as_bytes())
-            .finalize();
-        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = digest_hex(&[b"terminated", record.id().as_bytes()], 16);
         Event::with_id(
             format!("evt_{hex}"),
             EventType::UploadTerminated,
@@ -206,6 +201,23 @@ impl Event {
             },
         )
     }
+}
+
+/// The first `bytes` bytes of the SHA-256 of `parts` joined by 0 bytes, in
+/// hex: the stable names of events, intents, outbox entries and endpoints.
+pub fn digest_hex(parts: &[&[u8]], bytes: usize) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for (n, part) in parts.iter().enumerate() {
+        if n > 0 {
+            hasher.update([0]);
+        }
+        hasher.update(part);
+    }
+    hasher.finalize()[..bytes]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Why events cannot be set up; names the setting.
@@ -278,13 +290,11 @@ impl Events {
     /// order), when events are on: an intent carries its writer's, so that a
     /// reconciliation sends an event only where its writer would have.
     pub fn destination_tag(&self) -> Option<String> {
-        use sha2::Digest;
         let settings = self.settings()?;
-        let mut urls: Vec<&str> = settings.urls.iter().map(String::as_str).collect();
+        let mut urls: Vec<&[u8]> = settings.urls.iter().map(|u| u.as_bytes()).collect();
         urls.sort_unstable();
         urls.dedup();
-        let digest = sha2::Sha256::digest(urls.join("\n").as_bytes());
-        Some(digest[..6].iter().map(|b| format!("{b:02x}")).collect())
+        Some(digest_hex(&urls, 6))
     }
 
     /// Writes `event` into the outbox, one entry per endpoint, each under a

@@ -62,9 +62,7 @@ pub struct Outbox {
 
 /// A short, stable tag of an endpoint URL for entry names.
 fn url_tag(url: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(url.as_bytes());
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    super::digest_hex(&[url.as_bytes()], 4)
 }
 
 impl Outbox {
