@@ -4,7 +4,7 @@
 //! writes ([`lock`]), creation and chunk writes that move the bytes through the
 //! engine ([`write`]; one request's body planned, stored and committed in
 //! `chunk`), progress recorded while a long request still sends
-//! (`checkpoint`), concatenation ([`concat`]), and the expiry sweep and
+//! (`checkpoint`), what a dead writer left unrecorded (`strays`), concatenation ([`concat`]), and the expiry sweep and
 //! janitor pass ([`sweep`], [`janitor`]). Nothing is kept on local disk or in
 //! memory between requests, so any gateway instance serves any request.
 //!
@@ -21,6 +21,7 @@ mod error;
 pub mod janitor;
 pub mod lock;
 pub mod record;
+mod strays;
 pub mod sweep;
 pub mod write;
 
@@ -213,6 +214,7 @@ impl Resumable {
         let held = Held {
             record: written.filter(|_| lock.hinted()),
             let_go: lock.let_go(),
+            holder_died: lock.follows_a_lapsed_lease(),
         };
         let result = tokio::select! {
             result = work(held) => result,
@@ -287,6 +289,7 @@ impl Resumable {
             Phase::Finished(_) => self.store.delete_object(&record.key).await?,
             Phase::Created | Phase::Invalid => {}
         }
+        self.abort_strays(record).await;
         self.records.delete_all(record.id()).await?;
         Ok(())
     }
@@ -322,6 +325,8 @@ pub(crate) struct Held {
     pub record: Option<Loaded>,
     /// Set when a newer request asks this one to let go (see [`Contention`]).
     pub let_go: tokio::sync::watch::Receiver<bool>,
+    /// The lock's last holder never released it (see `strays`).
+    pub holder_died: bool,
 }
 
 fn lock_error(error: LockError) -> ResumableError {

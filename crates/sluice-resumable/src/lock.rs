@@ -151,6 +151,8 @@ pub struct UploadLock {
     released: bool,
     /// Taken with this process's hint (see [`UploadLock::hinted`]).
     hinted: bool,
+    /// Taken from a lease that ran out (see [`UploadLock::follows_a_lapsed_lease`]).
+    lapsed: bool,
     /// What lease ends are measured on.
     clock: Arc<dyn Clock>,
     /// Set when a newer request asks this holder to let go.
@@ -173,7 +175,8 @@ impl UploadLock {
                      store: Arc<dyn ObjectStore>,
                      key: String,
                      holder: String,
-                     hinted: bool| {
+                     hinted: bool,
+                     lapsed: bool| {
             let let_go: LetGo = Arc::new(tokio::sync::watch::channel(false).0);
             hints.hold(&key, &holder, let_go.clone());
             UploadLock {
@@ -185,6 +188,7 @@ impl UploadLock {
                 lease,
                 released: false,
                 hinted,
+                lapsed,
                 clock: clock.clone(),
                 let_go,
             }
@@ -205,7 +209,7 @@ impl UploadLock {
             {
                 Ok(etag) => {
                     tracing::debug!(upload_id = id, hinted = true, "upload lock taken");
-                    return Ok(taken(etag, store, key, holder, true));
+                    return Ok(taken(etag, store, key, holder, true, false));
                 }
                 // The hint was stale: read the lock as without one.
                 Err(StoreError::PreconditionFailed) => {}
@@ -215,8 +219,10 @@ impl UploadLock {
         }
         // Two rounds: another request may create the lock between our read and our write.
         for _ in 0..2 {
-            let condition = match read(&store, &key).await {
-                Err(e) if e.is_not_found() => WriteCondition::IfNoneMatch,
+            // A lease that ended by itself (an ended one says 0): its holder
+            // never released it.
+            let (condition, lapsed) = match read(&store, &key).await {
+                Err(e) if e.is_not_found() => (WriteCondition::IfNoneMatch, false),
                 Err(e) => return Err(e.into()),
                 Ok((body, etag)) => {
                     let until = body.as_ref().map_or(0, |b| b.until_ms);
@@ -226,7 +232,7 @@ impl UploadLock {
                             retry_after: Duration::from_millis(until - now),
                         });
                     }
-                    WriteCondition::IfMatch(etag)
+                    (WriteCondition::IfMatch(etag), until > 0)
                 }
             };
             let took_over = matches!(condition, WriteCondition::IfMatch(_));
@@ -240,8 +246,8 @@ impl UploadLock {
             .await
             {
                 Ok(etag) => {
-                    tracing::debug!(upload_id = id, took_over, "upload lock taken");
-                    return Ok(taken(etag, store, key, holder, false));
+                    tracing::debug!(upload_id = id, took_over, lapsed, "upload lock taken");
+                    return Ok(taken(etag, store, key, holder, false, lapsed));
                 }
                 Err(StoreError::PreconditionFailed) => continue,
                 Err(e) => return Err(e.into()),
@@ -330,6 +336,14 @@ impl UploadLock {
     /// ended lease it wrote), so nobody has held the lock since.
     pub fn hinted(&self) -> bool {
         self.hinted
+    }
+
+    /// Whether the lock was taken from a lease that ran out rather than one
+    /// its holder ended: that holder died (a killed gateway, a lost machine)
+    /// or lost the store mid-request, and may have left work half-done in
+    /// the store that no record names.
+    pub fn follows_a_lapsed_lease(&self) -> bool {
+        self.lapsed
     }
 
     /// Keeps the lease renewed; returns only when a renewal fails, or is not
@@ -666,6 +680,44 @@ mod tests {
         UploadLock::acquire(store, unhinted(), ID, LONG, clock.clone())
             .await
             .unwrap();
+    }
+
+    /// The next holder learns whether the last one ended its lease or died
+    /// with it (its work may be half-done in the store).
+    #[tokio::test(start_paused = true)]
+    async fn the_next_holder_knows_whether_the_last_one_died() {
+        let clock = clock();
+        let cases = [
+            ("never locked", None),
+            ("released", Some(false)),
+            ("died", Some(true)),
+        ];
+        for (case, last_died) in cases {
+            let store = store();
+            match last_died {
+                None => {}
+                Some(died) => {
+                    let last =
+                        UploadLock::acquire(store.clone(), unhinted(), ID, LONG, clock.clone())
+                            .await
+                            .unwrap();
+                    if died {
+                        std::mem::forget(last); // a killed gateway releases nothing
+                        tokio::time::advance(LONG + Duration::from_secs(1)).await;
+                    } else {
+                        last.release().await;
+                    }
+                }
+            }
+            let next = UploadLock::acquire(store, unhinted(), ID, LONG, clock.clone())
+                .await
+                .unwrap();
+            assert_eq!(
+                next.follows_a_lapsed_lease(),
+                last_died == Some(true),
+                "{case}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

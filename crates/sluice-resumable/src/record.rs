@@ -287,6 +287,12 @@ impl UploadRecord {
         matches!(self.phase, Phase::Invalid)
     }
 
+    /// Whether the object key holds the upload's id (the default key
+    /// template's `{uuid}`): then no other upload writes to it.
+    pub fn key_is_its_own(&self) -> bool {
+        self.key.contains(self.id())
+    }
+
     pub fn multipart_id(&self) -> Option<&str> {
         match &self.phase {
             Phase::Receiving(r) => r.multipart_id.as_deref(),

@@ -354,6 +354,9 @@ impl Resumable {
                 None => self.records.load(id).await?,
             };
             loaded.record.check_protocol(protocol)?;
+            if held.holder_died {
+                self.abort_strays(&loaded.record).await;
+            }
             if loaded.record.is_invalid() {
                 return Err(TusError::Gone.into());
             }

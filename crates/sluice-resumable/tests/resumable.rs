@@ -9,9 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use sluice_resumable::{
-    Chunk, NewUpload, Protocol, Resumable, ResumableConfig, TokioClock, Written,
+    Chunk, NewUpload, Protocol, Resumable, ResumableConfig, TokioClock, UploadLock, Written,
 };
-use sluice_store::ObjectStore;
+use sluice_store::{CreateMultipartRequest, ObjectStore};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 use sluice_tus::headers::PatchRequest;
 use sluice_tus::Metadata;
@@ -527,4 +527,104 @@ async fn parts_are_recorded_while_a_long_request_still_sends() {
             false => assert_eq!(after, sent as u64, "{case}: {ended:?}"),
         }
     }
+}
+
+/// CI finding (deploy test, a gateway SIGKILLed under load): a writer killed
+/// between creating its upload's multipart upload and recording it left that
+/// multipart upload in the bucket after the client had finished through
+/// another gateway; only the janitor's 24-hour sweep would have removed it.
+/// The next writer finds the lock's lease lapsed (its holder died) and aborts
+/// the multipart uploads of the upload's key that the record does not name.
+/// A writer that released the lock left nothing half-done (no listing is
+/// paid for), and a key that is not the upload's own (a key template without
+/// `{uuid}`) may hold another upload's multipart upload: both are left alone.
+#[tokio::test(start_paused = true)]
+async fn a_writer_after_a_dead_one_aborts_the_multipart_upload_it_left() {
+    let length = 20 * MIB;
+    // (case, bytes stored before the writer stops, it died, the key is the upload's own, stray left)
+    let cases: [(&str, usize, bool, bool, bool); 4] = [
+        ("died before its first part", 0, true, true, false),
+        ("died with a part recorded", 17 * MIB, true, true, false),
+        ("released the lock", 0, false, true, true),
+        ("died, the key is shared", 0, true, false, true),
+    ];
+    for (case, before, died, own_key, stray_left) in cases {
+        let s = setup();
+        let mut upload = new_upload(Some(length as u64), false);
+        if !own_key {
+            upload.key = "shared/report.bin".into();
+        }
+        let (id, key) = (upload.id.clone(), upload.key.clone());
+        s.resumable.create(upload, None).await.unwrap();
+        let data = data(length);
+        if before > 0 {
+            send(&s.resumable, &id, &data[..before], &[before]).await;
+        }
+        let recorded = s.memory.list_multipart_uploads("").await.unwrap();
+        // The writer that stops: it holds the lock and has created a
+        // multipart upload it never recorded.
+        let store: Arc<dyn ObjectStore> = Arc::new(s.memory.clone());
+        let lease = gateway_defaults().lock_lease;
+        let lock = UploadLock::acquire(store, Arc::default(), &id, lease, s.clock.clone())
+            .await
+            .unwrap();
+        let stray = s
+            .memory
+            .create_multipart_upload(CreateMultipartRequest::new(&key))
+            .await
+            .unwrap();
+        if died {
+            std::mem::forget(lock); // a killed gateway releases nothing
+            tokio::time::advance(lease + Duration::from_secs(1)).await;
+        } else {
+            lock.release().await;
+        }
+        let rest = length - before;
+        let written = s
+            .resumable
+            .write(
+                &id,
+                Protocol::Tus,
+                &patch(before as u64, rest),
+                chunk(&data[before..]),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert!(written.finished.is_some(), "{case}");
+        assert!(
+            s.memory.object(&key).unwrap() == data,
+            "{case}: the object differs"
+        );
+        let open: Vec<String> = s
+            .memory
+            .list_multipart_uploads("")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| u.upload_id)
+            .collect();
+        let expected: Vec<String> = stray_left.then_some(stray).into_iter().collect();
+        assert_eq!(open, expected, "{case} (recorded before: {recorded:?})");
+    }
+}
+
+/// A removed upload (terminated, or expired and swept) takes with it the
+/// multipart uploads of its own key that a dead writer left unrecorded.
+#[tokio::test(start_paused = true)]
+async fn a_removed_upload_takes_the_multipart_uploads_a_dead_writer_left() {
+    let s = setup();
+    let upload = new_upload(Some(20 * MIB as u64), false);
+    let (id, key) = (upload.id.clone(), upload.key.clone());
+    s.resumable.create(upload, None).await.unwrap();
+    send(&s.resumable, &id, &data(17 * MIB), &[17 * MIB]).await;
+    s.memory
+        .create_multipart_upload(CreateMultipartRequest::new(&key))
+        .await
+        .unwrap();
+    assert_eq!(s.memory.open_uploads(), 2);
+    s.resumable
+        .terminate(&id, |_| async { Ok(()) })
+        .await
+        .unwrap();
+    assert_eq!(s.memory.open_uploads(), 0, "a multipart upload is left");
 }
