@@ -935,26 +935,8 @@ fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit
         .collect();
     let store = tempfile::tempdir().unwrap();
     let table = store.path().join("t");
-    let stored_files = || {
-        walk(store.path())
-            .into_iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-            .count()
-    };
     // 1. SIGKILLed part-way, with files stored and none committed.
-    let mut first = keyed_ingest(store.path(), "load-1").spawn().unwrap();
-    let mut stdin = first.stdin.take().unwrap();
-    stdin
-        .write_all(&input.as_bytes()[..input.len() / 2])
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while stored_files() < 3 {
-        assert!(std::time::Instant::now() < deadline, "no file stored");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    first.kill().unwrap();
-    first.wait().unwrap();
-    drop(stdin);
+    kill_once_files_are_stored(&mut keyed_ingest(store.path(), "load-1"), &input, &table);
     assert!(!table.join("_delta_log").exists() || walk(&table.join("_delta_log")).is_empty());
     // 2. Again with the same key, dying right after its one commit, before
     //    it could say so.
@@ -998,4 +980,152 @@ fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --table delta"));
+}
+
+/// Runs `command` (a `sluice ingest` into the table at `table`) on the first
+/// half of `input` and SIGKILLs it once it stored three Parquet files.
+fn kill_once_files_are_stored(command: &mut Command, input: &str, table: &std::path::Path) {
+    let mut run = command.spawn().unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    stdin
+        .write_all(&input.as_bytes()[..input.len() / 2])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while parquet_files(table) < 3 {
+        assert!(std::time::Instant::now() < deadline, "no file stored");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.kill().unwrap();
+    run.wait().unwrap();
+}
+
+/// The Parquet files under `dir`.
+fn parquet_files(dir: &std::path::Path) -> usize {
+    walk_if_there(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .count()
+}
+
+/// Every file under `dir`, none when it does not exist.
+fn walk_if_there(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    match dir.exists() {
+        true => walk(dir),
+        false => Vec::new(),
+    }
+}
+
+/// The add paths of a directory store's Delta table at `table`, from its log.
+fn table_files(table: &std::path::Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for commit in walk_if_there(&table.join("_delta_log")) {
+        if commit.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&commit).unwrap().lines() {
+            let action: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(path) = action["add"]["path"].as_str() {
+                files.push(path.to_owned());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Issue 47: a table's data file is announced once a commit holds it, never
+/// when it is only stored (a file no commit takes is a vacuum orphan, and an
+/// event for it would name data no reader of the table ever sees). A keyed
+/// `sluice ingest --table delta` with events: SIGKILLed with files stored and
+/// none committed; run again, dying right after its commit and before any
+/// event is recorded; then a janitor pass reconciles what the second left
+/// (`--event-reconcile-after 0s`: the default only makes the pass wait 30 s
+/// for the intents it settles; what it decides is the same). Every file the
+/// table holds has one `upload.completed` event, no other file has one, and
+/// no intent is left.
+#[test]
+fn table_files_are_announced_once_a_commit_holds_them() {
+    // About 4 MiB: several of ingest's 1 MiB blocks.
+    const RECORDS: u64 = 60_000;
+    let input: String = (0..RECORDS)
+        .map(|n| format!("{{\"id\":{n},\"pad\":\"{}\"}}\n", "q".repeat(50)))
+        .collect();
+    let store = tempfile::tempdir().unwrap();
+    let secret = store.path().join("events.secret");
+    std::fs::write(&secret, b"the table events secret, 32 bytes or more").unwrap();
+    let data = store.path().join("bucket");
+    let table = data.join("t");
+    let with_events = |command: &mut Command| {
+        command
+            .args([
+                "--event-url",
+                "http://127.0.0.1:9/hook",
+                "--event-secret-file",
+            ])
+            .arg(&secret);
+    };
+    // 1. SIGKILLed with files stored and none committed.
+    let mut first = keyed_ingest(&data, "load-1");
+    with_events(&mut first);
+    kill_once_files_are_stored(&mut first, &input, &table);
+    assert!(table_files(&table).is_empty(), "the first run committed");
+    // 2. Dies right after its one commit, before it announces anything.
+    let mut second = keyed_ingest(&data, "load-1");
+    with_events(&mut second);
+    let second = fed(
+        second.env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1"),
+        input.as_bytes(),
+    );
+    assert_eq!(second.status.code(), Some(137));
+    let committed = table_files(&table);
+    assert!(!committed.is_empty());
+    // 3. A janitor pass settles what the second run left.
+    let mut janitor = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    janitor
+        .args(["janitor", "--event-reconcile-after", "0s", "--store"])
+        .arg(&data);
+    with_events(&mut janitor);
+    let janitor = janitor.output().unwrap();
+    assert!(
+        janitor.status.success(),
+        "{}",
+        String::from_utf8_lossy(&janitor.stderr)
+    );
+    // Every committed file's event came from the intents the second run left.
+    let report = String::from_utf8_lossy(&janitor.stdout).into_owned();
+    assert!(
+        report.contains(&format!(
+            "intents: {} announced, 0 dropped",
+            committed.len()
+        )),
+        "{report}"
+    );
+    let events = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["events", "--store"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&events.stdout).into_owned();
+    let mut announced: Vec<String> = Vec::new();
+    let mut ids = HashSet::new();
+    for line in listed.lines().filter(|l| l.contains("upload.completed")) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            ids.insert(fields[0].to_owned()),
+            "an event id twice: {listed}"
+        );
+        announced.push(fields[2].trim_start_matches("t/").to_owned());
+    }
+    announced.sort();
+    assert_eq!(
+        announced,
+        committed,
+        "events are not the table's files ({} stored): {listed}\n{}",
+        parquet_files(&table),
+        String::from_utf8_lossy(&janitor.stdout)
+    );
+    assert!(
+        walk_if_there(&data.join("_sluice/events/intents")).is_empty(),
+        "intents left behind"
+    );
 }

@@ -252,8 +252,6 @@ pub(crate) fn origin(
         upload_id: Some(id.to_owned()),
         content_type: content_type.clone(),
         metadata,
-        // One upload, one object: every attempt at its last PUT is one intent.
-        object_id: u128::from_str_radix(id, 16).ok(),
         ..Origin::default()
     })
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 use sluice_resumable::record::{Receiving, RecordStore};
 use sluice_resumable::Phase;
 use sluice_server::completion::intents::INTENTS;
-use sluice_server::completion::reconcile::{reconcile_once, ReconcileReport, DROP_PUT_AFTER};
+use sluice_server::completion::reconcile::{reconcile_once, ReconcileReport, DROP_UNMADE_AFTER};
 use sluice_server::completion::CompletionPoint;
 use sluice_server::events::outbox::PENDING;
 use sluice_server::events::{EventSettings, Events};
@@ -577,25 +577,58 @@ async fn the_reconciliation_settles_each_intent_by_what_the_store_holds() {
         ten_minutes,
     )
     .await;
+    // 8. a table's file (stored before its intent) that the table's log
+    // holds: its event.
+    let table = sluice_streams::table::delta::DeltaTable::new(
+        Arc::new(store.clone()),
+        sluice_streams::table::delta::TableLayout {
+            location: "t".into(),
+            partition_columns: Vec::new(),
+        },
+    );
+    let columns = serde_json::json!({"type": "struct", "fields": [
+        {"name": "n", "type": "long", "nullable": true, "metadata": {}}]});
+    put("t/in.parquet", 4).await;
+    let file = sluice_streams::table::delta::NewFile {
+        key: "t/in.parquet".into(),
+        size: 4,
+        records: 1,
+        origin: None,
+    };
+    table.commit(&[file], &[], &columns).await.unwrap();
+    let table_commit = || Making::TableCommit { table: "t".into() };
+    intend_at(&gateway, "t/in.parquet", 4, table_commit(), ten_minutes).await;
+    // 9. a table's file stored and in no commit (its writer fenced, or
+    // killed before its commit): waits (the commit may still come), dropped
+    // when old.
+    put("t/out.parquet", 4).await;
+    intend_at(&gateway, "t/out.parquet", 4, table_commit(), ten_minutes).await;
     let report = reconcile_later(&gateway, ten_minutes + Duration::from_secs(60)).await;
     assert_eq!(
         report,
         ReconcileReport {
-            seen: 7,
-            confirmed: 2,
+            seen: 9,
+            confirmed: 3,
             dropped: 1,
-            waiting: 4,
+            waiting: 5,
             next: None,
         }
     );
-    for key in ["a/made", "a/long"] {
+    for key in ["a/made", "a/long", "t/in.parquet"] {
         assert_eq!(completed_events(store, key).await.len(), 1, "{key}");
     }
-    for key in ["a/missing", "a/other", "a/open", "a/aborted", "a/older"] {
+    for key in [
+        "a/missing",
+        "a/other",
+        "a/open",
+        "a/aborted",
+        "a/older",
+        "t/out.parquet",
+    ] {
         assert!(completed_events(store, key).await.is_empty(), "{key}");
     }
-    let report = reconcile_later(&gateway, DROP_PUT_AFTER + ten_minutes).await;
-    assert_eq!((report.dropped, report.waiting), (3, 1), "{report:?}");
+    let report = reconcile_later(&gateway, DROP_UNMADE_AFTER + ten_minutes).await;
+    assert_eq!((report.dropped, report.waiting), (4, 1), "{report:?}");
     assert_eq!(
         keys(store, INTENTS).await.len(),
         1,

@@ -43,6 +43,7 @@ use crate::config::{Compression, RecordFormat, StreamConfig};
 use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
 use crate::stats::StreamStats;
+use crate::table::announce::FileOrigin;
 use crate::table::delta::{DeltaTable, NewFile, TableLayout};
 use crate::table::file::{FileSettings, ParquetFile};
 use crate::table::schema::{Shape, StreamSchema, Version};
@@ -72,6 +73,21 @@ pub struct StoredBatch {
     /// The table version that added the file (a stream with a table whose
     /// own writer commits; None otherwise).
     pub table_version: Option<u64>,
+    /// How its file is announced once a table's commit holds it (a table's
+    /// file; None otherwise: the engine announced the object as it stored it).
+    pub announced_as: Option<Arc<FileOrigin>>,
+}
+
+impl StoredBatch {
+    /// The batch's file as its table's commit adds it.
+    pub fn table_file(&self) -> NewFile {
+        NewFile {
+            key: self.key.clone(),
+            size: self.outcome.size,
+            records: self.records,
+            origin: self.announced_as.clone(),
+        }
+    }
 }
 
 /// How a batch ended, for every ticket of it.
@@ -250,7 +266,7 @@ impl RecordStream {
         }
         let layout = TableLayout::from_template(&location, &keys);
         let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(engine.retrying_store());
-        let table = Arc::new(DeltaTable::new(store, layout));
+        let table = Arc::new(DeltaTable::new(store, layout).announced_by(engine.clone()));
         let snapshot = table.snapshot().await.map_err(|e| fail(e.to_string()))?;
         if let Some(reason) = snapshot
             .protocol
@@ -1083,6 +1099,11 @@ impl BatchWriter {
         if self.dead_letter {
             announced.insert("dead_letter".into(), "true".into());
         }
+        // A table's file is announced by the commit that adds it, not here.
+        let table = inner.table.as_ref().filter(|_| !self.dead_letter);
+        if let Some(sink) = table {
+            announced.insert("table".into(), sink.table().layout().location.clone());
+        }
         let origin = Origin {
             kind: UploadKind::StreamBatch,
             content_type: Some(content_type.clone()),
@@ -1097,7 +1118,7 @@ impl BatchWriter {
             settings: Default::default(),
             progress: None,
             condition: self.deterministic.then_some(WriteCondition::IfNoneMatch),
-            origin: Some(Arc::new(origin)),
+            origin: table.is_none().then(|| Arc::new(origin.clone())),
         };
         let source = UploadSource::Stream {
             stream: body.boxed(),
@@ -1113,7 +1134,19 @@ impl BatchWriter {
         }
         let result = match (uploaded, totals) {
             (Ok(outcome), Some(totals)) => 'stored: {
-                let table_version = match self.commit_to_table(&inner, &outcome, totals).await {
+                let announced_as = table.map(|_| {
+                    Arc::new(FileOrigin {
+                        origin: origin.clone(),
+                        outcome: outcome.clone(),
+                    })
+                });
+                let file = NewFile {
+                    key: outcome.key.clone(),
+                    size: outcome.size,
+                    records: totals.records,
+                    origin: announced_as.clone(),
+                };
+                let table_version = match self.commit_to_table(&inner, file).await {
                     Ok(version) => version,
                     Err(e) => {
                         tracing::warn!(error = %e, "batch stored, not committed to its table");
@@ -1134,6 +1167,7 @@ impl BatchWriter {
                     dead_letter: self.dead_letter,
                     flush_time: totals.flushed.elapsed(),
                     table_version,
+                    announced_as,
                 });
                 inner.stats.stored(
                     stored.records,
@@ -1172,8 +1206,7 @@ impl BatchWriter {
     async fn commit_to_table(
         &self,
         inner: &Inner,
-        outcome: &UploadOutcome,
-        totals: BatchTotals,
+        file: NewFile,
     ) -> Result<Option<u64>, crate::table::delta::TableError> {
         let Some(sink) = &inner.table else {
             return Ok(None);
@@ -1181,11 +1214,6 @@ impl BatchWriter {
         if self.dead_letter || sink.commits_by_source() {
             return Ok(None);
         }
-        let file = NewFile {
-            key: outcome.key.clone(),
-            size: outcome.size,
-            records: totals.records,
-        };
         match sink.add(file, self.id, inner.table_schema()).await? {
             crate::table::delta::Committed::Version(version) => Ok(Some(version)),
             crate::table::delta::Committed::Already => Ok(None),

@@ -10,13 +10,15 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
 use sluice_store::ObjectStore;
-use sluice_streams::table::delta::{Committed, DeltaTable, TableError, Transaction};
+use sluice_streams::table::announce::FileOrigin;
+use sluice_streams::table::delta::{Committed, DeltaTable, NewFile, TableError, Transaction};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+use sluice_upload::{Announcer, Engine, EngineConfig, Intent, Origin, UploadKind, UploadOutcome};
 
 use common::{file, layout, schema, table_files};
 
@@ -227,4 +229,147 @@ async fn checkpoints_keep_idempotency_keys_for_their_retention_and_every_other_t
             .is_some_and(|&at| at > long_ago),
         "the time a key was committed survives the checkpoint"
     );
+}
+
+/// What an announcer heard, in order: `intend <key>` (with whether the log
+/// held a commit yet), `made <key>`, `abandoned <key>`.
+#[derive(Default)]
+struct Heard {
+    log: Mutex<Vec<String>>,
+    store: OnceLock<Arc<dyn ObjectStore>>,
+}
+
+#[async_trait::async_trait]
+impl Announcer for Heard {
+    async fn intend(&self, intent: &Intent) -> Result<(), sluice_store::StoreError> {
+        let store = self.store.get().expect("the store");
+        let committed = !store.list_objects(LOG, None, 10).await?.objects.is_empty();
+        let at = if committed {
+            "after a commit"
+        } else {
+            "before any commit"
+        };
+        self.note(format!("intend {} {at}", intent.key));
+        Ok(())
+    }
+    async fn made(&self, intent: &Intent, _made: &UploadOutcome) {
+        self.note(format!("made {}", intent.key));
+    }
+    async fn abandoned(&self, intent: &Intent) {
+        self.note(format!("abandoned {}", intent.key));
+    }
+    async fn found(&self, intent: &Intent, _made: &UploadOutcome) {
+        self.note(format!("found {}", intent.key));
+    }
+}
+
+impl Heard {
+    fn note(&self, line: String) {
+        self.log.lock().unwrap().push(line);
+    }
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+/// `file(name)`, announced once committed.
+fn announced(name: &str) -> NewFile {
+    let mut file = file(name);
+    file.origin = Some(Arc::new(FileOrigin {
+        origin: Origin::new(UploadKind::StreamBatch),
+        outcome: UploadOutcome {
+            key: file.key.clone(),
+            size: file.size,
+            etag: "\"e\"".into(),
+            checksum: None,
+            parts: 0,
+        },
+    }));
+    file
+}
+
+/// (case, files, transaction, fault on the commit, what the commit says
+/// (Err: which error), what the announcer hears)
+type AnnouncedCommit = (
+    &'static str,
+    Vec<NewFile>,
+    Transaction,
+    Option<Fault>,
+    Result<Committed, &'static str>,
+    Vec<&'static str>,
+);
+
+/// Issue 47: a table's files are announced by the commit that adds them:
+/// an intent each before the commit is written, their events once the log
+/// holds them (a lost answer included); a commit another writer's fenced
+/// out abandons them; one whose end nobody can tell leaves them to the
+/// reconciliation. Files without an origin are not announced.
+#[tokio::test]
+async fn a_commit_announces_the_files_it_adds_and_only_those() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let faulty = FaultyStore::new(memory.clone());
+    let heard = Arc::new(Heard::default());
+    let _ = heard.store.set(memory.clone());
+    let engine = Engine::new(Arc::new(faulty.clone()), EngineConfig::default()).unwrap();
+    engine.set_announcer(heard.clone());
+    let table = DeltaTable::new(Arc::new(faulty.clone()), layout()).announced_by(engine);
+    let app_id = "sluice-events-writer";
+    let cases: Vec<AnnouncedCommit> = vec![
+        (
+            "committed",
+            vec![announced("a"), announced("b"), file("plain")],
+            step(app_id, None, 1),
+            None,
+            Ok(Committed::Version(0)),
+            vec![
+                "intend events/a.parquet before any commit",
+                "intend events/b.parquet before any commit",
+                "made events/a.parquet",
+                "made events/b.parquet",
+            ],
+        ),
+        (
+            "its answer lost",
+            vec![announced("c")],
+            step(app_id, Some(1), 2),
+            Some(Fault::AnswerLost),
+            Ok(Committed::Version(1)),
+            vec![
+                "intend events/c.parquet after a commit",
+                "made events/c.parquet",
+            ],
+        ),
+        (
+            "fenced",
+            vec![announced("d")],
+            step(app_id, Some(1), 3),
+            None,
+            Err("fenced"),
+            vec![
+                "intend events/d.parquet after a commit",
+                "abandoned events/d.parquet",
+            ],
+        ),
+        (
+            "unknown",
+            vec![announced("e")],
+            step(app_id, Some(2), 3),
+            Some(Fault::ServerError),
+            Err("store"),
+            vec!["intend events/e.parquet after a commit"],
+        ),
+    ];
+    for (case, files, transaction, fault, want, heard_lines) in cases {
+        if let Some(fault) = fault {
+            faulty.inject_under(Op::Put, LOG, Some(1), fault);
+        }
+        let committed = table.commit(&files, &[transaction], &schema()).await;
+        match (&committed, want) {
+            (Ok(got), Ok(want)) => assert_eq!(*got, want, "{case}"),
+            (Err(TableError::Fenced { .. }), Err("fenced")) => {}
+            (Err(TableError::Store { .. }), Err("store")) => {}
+            (got, want) => panic!("{case}: {got:?}, wanted {want:?}"),
+        }
+        assert_eq!(heard.take(), heard_lines, "{case}");
+    }
 }

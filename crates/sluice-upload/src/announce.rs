@@ -104,10 +104,6 @@ pub struct Origin {
     /// The object's content type and metadata are read from the store once it
     /// is made (an upload whose bytes never passed through here).
     pub described_by_store: bool,
-    /// The same for every attempt at making this one object (a tus upload's
-    /// id): a single PUT tried again after a crash is then the same intent,
-    /// and its event has one id. Unset, each PUT is an intent of its own.
-    pub object_id: Option<u128>,
 }
 
 /// Metadata filled in while an upload runs; see [`Origin::late_metadata`].
@@ -142,6 +138,11 @@ pub enum Making {
     /// The completion of this multipart upload (the same intent however many
     /// requests or processes try to complete it).
     Multipart { upload_id: String },
+    /// Stored already, the object joins the table whose root key is `table`
+    /// by a commit its writer makes next: it comes into being for the table's
+    /// readers once the table's log holds it (a stored file no commit takes
+    /// is never announced).
+    TableCommit { table: String },
 }
 
 /// An object about to be made (or found made, after a crash).

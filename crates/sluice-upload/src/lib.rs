@@ -145,6 +145,12 @@ impl Engine {
         self.inner.announcer.set(announcer).is_ok()
     }
 
+    /// The announcer set with [`Engine::set_announcer`], for objects that
+    /// come into being outside an upload (a table's file, once committed).
+    pub fn announcer(&self) -> Option<&Arc<dyn Announcer>> {
+        self.inner.announcer.get()
+    }
+
     /// Announces an object found made by an earlier request or process
     /// (`making` says how), whose intent was written before it was made:
     /// see [`Announcer::found`].

@@ -5,7 +5,8 @@
 //!
 //! An intent's id is stable for what it stands for: a multipart upload's
 //! completion has one id however many requests (or gateways) try it, so its
-//! event has one id too; a single PUT has the engine's nonce.
+//! event has one id too; a single PUT has the engine's nonce; a table's data
+//! file has one id however many commits try to add it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +46,10 @@ pub struct IntentRecord {
     /// intent written before tags existed): any reconciliation does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// The root key of the table whose commit adds the object (a table's
+    /// data file, announced once the table's log holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
 
 impl IntentRecord {
@@ -55,11 +60,17 @@ impl IntentRecord {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let origin = &intent.origin;
-        let (id, multipart_upload_id) = match &intent.making {
-            Making::Put { nonce } => (format!("{nonce:032x}"), None),
+        let (id, multipart_upload_id, table) = match &intent.making {
+            Making::Put { nonce } => (format!("{nonce:032x}"), None, None),
             Making::Multipart { upload_id } => (
                 multipart_intent_id(&intent.key, upload_id),
                 Some(upload_id.clone()),
+                None,
+            ),
+            Making::TableCommit { table } => (
+                table_file_intent_id(table, &intent.key),
+                None,
+                Some(table.clone()),
             ),
         };
         IntentRecord {
@@ -76,6 +87,7 @@ impl IntentRecord {
             metadata: origin.metadata.clone(),
             described_by_store: origin.described_by_store,
             destination: None,
+            table,
         }
     }
 
@@ -92,6 +104,12 @@ impl IntentRecord {
 /// The one id of the completion of `upload_id` at `key`.
 fn multipart_intent_id(key: &str, upload_id: &str) -> String {
     crate::events::digest_hex(&[key.as_bytes(), upload_id.as_bytes()], 16)
+}
+
+/// The one id of the table file at `key` joining the table at `table`
+/// (however many commits try to add it).
+fn table_file_intent_id(table: &str, key: &str) -> String {
+    crate::events::digest_hex(&[b"table", table.as_bytes(), key.as_bytes()], 16)
 }
 
 /// `crc32c:base64` (as `Checksum`'s `Display` writes it) back to a checksum.

@@ -16,7 +16,13 @@
 //! | there, as intended (size, and checksum when both are known) | gone | becomes its event |
 //! | there, as intended, and made after the intent | none (a single PUT) | becomes its event |
 //! | missing or another | gone | is dropped: its object was never made |
-//! | missing or another | none (a single PUT) | is dropped once `DROP_PUT_AFTER` old |
+//! | missing or another | none (a single PUT) | is dropped once `DROP_UNMADE_AFTER` old |
+//! | there, as intended, and its table's log holds it | none (a table's file) | becomes its event |
+//! | not in its table's log (or missing) | none (a table's file) | is dropped once `DROP_UNMADE_AFTER` old |
+//!
+//! A table's file is stored before its intent (the intent is written before
+//! the commit that adds it, see `sluice_streams::table::announce`): its time
+//! is not compared; the table's log says whether it came into being.
 //!
 //! A multipart object's time is not compared: S3 dates it from the upload's
 //! start, which may be long before the intent. A pass reads at most
@@ -24,9 +30,12 @@
 //! the next pass goes on after the last one, so a crowd of waiting intents
 //! never hides the rest.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use sluice_store::StoreError;
+use sluice_store::{ObjectStore, StoreError};
+use sluice_streams::table::delta::{DeltaTable, Snapshot, TableLayout};
 
 use super::intents::IntentRecord;
 use super::{Completion, CompletionPoint, Made};
@@ -34,9 +43,11 @@ use super::{Completion, CompletionPoint, Made};
 /// How far the store's clock may be behind the gateway's.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
-/// A single PUT still running this long after its intent is no longer
-/// possible (its attempts give up far sooner): its object will not come.
-pub const DROP_PUT_AFTER: Duration = Duration::from_secs(15 * 60);
+/// A single PUT, or a table's commit, still running this long after its
+/// intent is no longer possible (their attempts give up far sooner): the
+/// object will not come (a writer that commits later than this, alive,
+/// records the event itself).
+pub const DROP_UNMADE_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// Intents looked at per pass.
 const PER_PASS: usize = 1000;
@@ -73,6 +84,7 @@ pub async fn reconcile_once(
     from: Option<String>,
 ) -> Result<ReconcileReport, StoreError> {
     let mut report = ReconcileReport::default();
+    let mut tables = TableReads::default();
     let mut cursor = from;
     let settled_before = UNIX_EPOCH + Duration::from_millis(now_ms) - after;
     loop {
@@ -93,7 +105,7 @@ pub async fn reconcile_once(
                 }
             };
             report.seen += 1;
-            match settle(point, &intent, now_ms, after).await {
+            match settle(point, &mut tables, &intent, now_ms, after).await {
                 Ok(Settled::Confirm) => report.confirmed += 1,
                 Ok(Settled::Drop) => report.dropped += 1,
                 Ok(Settled::Wait) => report.waiting += 1,
@@ -113,8 +125,44 @@ pub async fn reconcile_once(
     }
 }
 
+/// The tables one pass reads (each once), to settle their files' intents.
+#[derive(Default)]
+struct TableReads(HashMap<String, Option<(TableLayout, Snapshot)>>);
+
+impl TableReads {
+    /// Whether the table at `table` has held the file at `key`; None when
+    /// the table cannot be read now.
+    async fn holds(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        table: &str,
+        key: &str,
+    ) -> Option<bool> {
+        if !self.0.contains_key(table) {
+            let layout = TableLayout {
+                location: table.to_owned(),
+                partition_columns: Vec::new(),
+            };
+            let read = DeltaTable::new(store.clone(), layout.clone())
+                .read_with_files()
+                .await;
+            let read = match read {
+                Ok(snapshot) => Some((layout, snapshot)),
+                Err(error) => {
+                    tracing::warn!(table, %error, "could not read a table to settle its files' intents; trying again next pass");
+                    None
+                }
+            };
+            self.0.insert(table.to_owned(), read);
+        }
+        let (layout, snapshot) = self.0.get(table)?.as_ref()?;
+        Some(snapshot.has_held(layout, key))
+    }
+}
+
 async fn settle(
     point: &CompletionPoint,
+    tables: &mut TableReads,
     intent: &IntentRecord,
     now_ms: u64,
     after: Duration,
@@ -153,11 +201,20 @@ async fn settle(
             (Some(stored), Some(intended)) => stored == intended,
             _ => true,
         };
-        // A multipart upload gone with an object of its size is its completion.
-        let in_time = multipart || meta.last_modified + CLOCK_SKEW >= made_after;
+        // A multipart upload gone with an object of its size is its
+        // completion; a table's file is stored before its intent.
+        let in_time =
+            multipart || intent.table.is_some() || meta.last_modified + CLOCK_SKEW >= made_after;
         meta.size == intent.size && same_checksum && in_time
     });
-    if let Some(meta) = ours {
+    let committed = match (&intent.table, &ours) {
+        (Some(table), Some(_)) => match tables.holds(store, table, &intent.key).await {
+            Some(held) => held,
+            None => return Ok(Settled::Wait),
+        },
+        _ => true,
+    };
+    if let Some(meta) = ours.filter(|_| committed) {
         let made = Made {
             size: meta.size,
             etag: &meta.etag,
@@ -172,7 +229,7 @@ async fn settle(
         point.record(&completion).await?;
         return Ok(Settled::Confirm);
     }
-    let never_made = multipart || age >= DROP_PUT_AFTER;
+    let never_made = multipart || age >= DROP_UNMADE_AFTER;
     if !never_made {
         return Ok(Settled::Wait);
     }

@@ -804,11 +804,7 @@ fn stored_offsets(
                 if seen.insert(stored.key.clone()) {
                     summary.objects += 1;
                     if !stored.dead_letter {
-                        files.push(NewFile {
-                            key: stored.key.clone(),
-                            size: stored.outcome.size,
-                            records: stored.records,
-                        });
+                        files.push(stored.table_file());
                     }
                 }
             }
@@ -880,7 +876,6 @@ async fn commit_ready(
             offsets.table().after_commit(version);
         }
         summary.table_commits += 1;
-        crate::table::exit_after_table_commit(summary.table_commits);
         for r in &ready {
             if let Some(state) = partitions.get_mut(&r.partition) {
                 state.table_at = Some(r.next);
@@ -949,6 +944,7 @@ mod tests {
             dead_letter,
             flush_time: Duration::ZERO,
             table_version: None,
+            announced_as: None,
         })))
     }
 

@@ -3,8 +3,10 @@
 //! ([`schema`]: declared, or inferred and widened) before they are taken, and
 //! encoded frame by frame into the file ([`file`]) on the CPU pool. With
 //! `table = "delta"`, each stored file is then committed to the stream's
-//! Delta Lake table ([`delta`]).
+//! Delta Lake table ([`delta`]); its files are announced once a commit holds
+//! them ([`announce`]).
 
+pub mod announce;
 pub mod delta;
 pub(crate) mod file;
 pub mod schema;
@@ -15,17 +17,24 @@ pub const PARQUET_CONTENT_TYPE: &str = "application/vnd.apache.parquet";
 
 /// A fault for tests: with `SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS=N`, the
 /// process ends at once (exit status 137, as SIGKILL's; nothing flushed, the
-/// group not left) right after its N-th table commit: before a Kafka source commits the
-/// group's offsets, before a gateway answers the requests the commit holds —
-/// the window a SIGKILL from outside hits only by luck.
-pub(crate) fn exit_after_table_commit(commits: u64) {
+/// group not left) right after its N-th table commit: before the commit's
+/// files are announced, before a Kafka source commits the group's offsets,
+/// before a gateway answers the requests the commit holds — the window a
+/// SIGKILL from outside hits only by luck. Called by every commit that ends
+/// well.
+pub(crate) fn table_committed() {
     static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static COMMITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let at = AT.get_or_init(|| {
         std::env::var("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS")
             .ok()
             .and_then(|v| v.parse().ok())
     });
-    if *at == Some(commits) {
+    let Some(at) = *at else {
+        return;
+    };
+    let commits = COMMITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if commits == at {
         eprintln!("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS: exiting after table commit {commits}");
         std::process::exit(137);
     }

@@ -99,8 +99,6 @@ pub struct TableSink {
     turn: tokio::sync::Mutex<Option<Option<i64>>>,
     /// Whether the source commits (with transactions of its own) instead.
     by_source: std::sync::atomic::AtomicBool,
-    /// Commits made, for the test fault (see [`super::exit_after_table_commit`]).
-    commits: std::sync::atomic::AtomicU64,
 }
 
 impl TableSink {
@@ -112,7 +110,6 @@ impl TableSink {
             gate: Mutex::new(Gate::default()),
             turn: tokio::sync::Mutex::new(Some(None)),
             by_source: false.into(),
-            commits: 0.into(),
         }
     }
 
@@ -296,13 +293,6 @@ impl TableSink {
         };
         if let Ok((Committed::Version(version), _)) = &result {
             self.table.after_commit(*version);
-        }
-        if result.is_ok() {
-            let commits = self
-                .commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                + 1;
-            super::exit_after_table_commit(commits);
         }
         if let Ok((Committed::Already, _)) = &result {
             // This writer's transaction was found at the version it meant to
@@ -503,6 +493,7 @@ mod tests {
             key: format!("events/{batch}.parquet"),
             size: 100,
             records: 10,
+            origin: None,
         }
     }
 

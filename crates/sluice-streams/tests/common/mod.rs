@@ -25,6 +25,7 @@ pub fn file(name: &str) -> NewFile {
         key: format!("events/{name}.parquet"),
         size: 100,
         records: 10,
+        origin: None,
     }
 }
 

@@ -32,6 +32,7 @@ use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
 
+use super::announce::{CommitAnnouncement, FileOrigin};
 use log::{Action, Add, MetaData, Protocol, Remove, Txn};
 
 /// Why a table could not be read or committed to.
@@ -113,6 +114,21 @@ impl Snapshot {
         }
     }
 
+    /// Whether the table has held the data file stored at `key` (added, and
+    /// still there or removed since), for a snapshot read with its files.
+    pub fn has_held(&self, layout: &TableLayout, key: &str) -> bool {
+        let Some(relative) = key.strip_prefix(&format!("{}/", layout.location)) else {
+            return false;
+        };
+        let path = log::encode_path(relative);
+        let in_files = self.files.as_ref().is_some_and(|f| f.contains_key(&path));
+        let removed = self
+            .tombstones
+            .as_ref()
+            .is_some_and(|t| t.contains_key(&path));
+        in_files || removed
+    }
+
     /// The table's schema (a Delta struct type), if it has one.
     pub fn schema(&self) -> Option<Value> {
         let metadata = self.metadata.as_ref()?;
@@ -161,6 +177,8 @@ pub struct NewFile {
     pub key: String,
     pub size: u64,
     pub records: u64,
+    /// How it is announced once a commit holds it (none: it is not).
+    pub origin: Option<Arc<FileOrigin>>,
 }
 
 /// One application transaction of a commit.
@@ -289,6 +307,8 @@ pub struct DeltaTable {
     log_prefix: String,
     /// The latest snapshot read; commits take it in turn.
     snapshot: tokio::sync::Mutex<Snapshot>,
+    /// Whose announcer hears of the files its commits add (see `announce`).
+    announcing: Option<sluice_upload::Engine>,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -310,7 +330,15 @@ impl DeltaTable {
             layout,
             log_prefix,
             snapshot: tokio::sync::Mutex::new(Snapshot::default()),
+            announcing: None,
         }
+    }
+
+    /// The same table, its committed files announced through `engine`'s
+    /// announcer (when it has one by then).
+    pub fn announced_by(mut self, engine: sluice_upload::Engine) -> DeltaTable {
+        self.announcing = Some(engine);
+        self
     }
 
     pub fn layout(&self) -> &TableLayout {
@@ -560,8 +588,34 @@ impl DeltaTable {
 
     /// Adds `files` to the table in one commit with `transactions`, widening
     /// the table's schema with `schema` (a Delta struct type of the files'
-    /// columns) where the files bring new ones.
+    /// columns) where the files bring new ones. Files with an origin are
+    /// announced: an intent each before the commit, their events once it
+    /// holds them (see `announce`).
     pub async fn commit(
+        &self,
+        files: &[NewFile],
+        transactions: &[Transaction],
+        schema: &Value,
+    ) -> Result<Committed, TableError> {
+        let announcement = match &self.announcing {
+            Some(engine) => {
+                CommitAnnouncement::intend(engine, &self.layout.location, files).await?
+            }
+            None => None,
+        };
+        let committed = self.commit_to_log(files, transactions, schema).await;
+        if committed.is_ok() {
+            super::table_committed();
+        }
+        if let Some(announcement) = announcement {
+            announcement.settle(&committed).await;
+        }
+        committed
+    }
+
+    /// The commit itself: the next version of the log, written only when
+    /// absent (see [`DeltaTable::commit`]).
+    async fn commit_to_log(
         &self,
         files: &[NewFile],
         transactions: &[Transaction],
