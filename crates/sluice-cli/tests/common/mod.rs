@@ -2,6 +2,8 @@
 //! dropped) and a MinIO prefix of its own for each test.
 #![allow(dead_code)] // each test binary uses part of it
 
+pub mod tables;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
