@@ -52,7 +52,11 @@ fn tables_in_every_parquet_codec_are_opened_compacted_and_checkpointed() {
                 .map(|id| serde_json::json!({"id": id, "name": format!("row {id}")}))
                 .collect()
         };
-        delta_create(&readers, &table, serde_json::json!({"rows": rows(0), "compression": data}));
+        delta_create(
+            &readers,
+            &table,
+            serde_json::json!({"rows": rows(0), "compression": data}),
+        );
         delta_create(
             &readers,
             &table,
@@ -74,8 +78,56 @@ fn tables_in_every_parquet_codec_are_opened_compacted_and_checkpointed() {
         assert!(said.contains("checkpoint at version"), "{data}: {said}");
         let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
         for reader in ["deltalake", "duckdb"] {
-            assert_eq!(read[reader]["rows"], 110, "{data} {reader}: {}", read[reader]);
+            assert_eq!(
+                read[reader]["rows"], 110,
+                "{data} {reader}: {}",
+                read[reader]
+            );
             assert_eq!(read[reader]["distinct"], 110, "{data} {reader}");
         }
+    }
+}
+
+/// Issue 48: a table Python `deltalake` made with `id BIGINT NOT NULL` (and
+/// `delta.appendOnly`): sluice took records without an `id` and wrote nulls
+/// into it. The column's rule is its owner's: a record without the field, or
+/// with null in it, goes to the dead letter, and no reader sees a null `id`.
+#[test]
+fn a_not_null_column_of_another_writer_s_table_takes_no_null() {
+    let Some(readers) = common::python_readers("delta-not-null") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    delta_create(
+        &readers,
+        &table,
+        serde_json::json!({
+            "rows": [{"id": 1, "name": "theirs"}],
+            "schema": [
+                {"name": "id", "type": "long", "nullable": false},
+                {"name": "name", "type": "string", "nullable": true},
+            ],
+            "configuration": {"delta.appendOnly": "true"},
+        }),
+    );
+    let input = concat!(
+        "{\"id\":2,\"name\":\"ours\"}\n",
+        "{\"name\":\"no id\"}\n",
+        "{\"id\":null,\"name\":\"a null id\"}\n",
+        "{\"id\":3}\n",
+    );
+    let appended = ingest_into_delta(store.path(), input);
+    assert_eq!(appended["records"], 2, "{appended}");
+    assert_eq!(appended["dead_lettered"], 2, "{appended}");
+    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);
+    for reader in ["deltalake", "duckdb"] {
+        let ids: Vec<&serde_json::Value> = read[reader]["rows_by_key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| &row["id"])
+            .collect();
+        assert_eq!(ids, [1, 2, 3], "{reader}: {}", read[reader]);
     }
 }

@@ -46,7 +46,7 @@ use crate::stats::StreamStats;
 use crate::table::announce::FileOrigin;
 use crate::table::delta::{DeltaTable, NewFile, TableLayout};
 use crate::table::file::{FileSettings, ParquetFile};
-use crate::table::schema::{Shape, StreamSchema, Version};
+use crate::table::schema::{Required, Shape, StreamSchema, Version};
 use crate::table::sink::TableSink;
 use crate::template::{PartitionKey, StreamKeyTemplate};
 
@@ -284,10 +284,15 @@ impl RecordStream {
                 )));
             }
         }
-        let mut known: Vec<(String, Shape)> = snapshot
-            .schema()
-            .and_then(|s| crate::table::delta::schema::struct_fields(&s))
+        let table_schema = snapshot.schema();
+        let mut known: Vec<(String, Shape)> = table_schema
+            .as_ref()
+            .and_then(crate::table::delta::schema::struct_fields)
             .unwrap_or_default();
+        let required = match &table_schema {
+            Some(schema) => crate::table::rules::table_rules(schema, &known, &location)?,
+            None => Required::default(),
+        };
         known.retain(|(field, _)| !table.layout().partition_columns.contains(field));
         for (field, kind) in &config.schema {
             let declared = Shape::declared(kind).expect("validated");
@@ -312,7 +317,11 @@ impl RecordStream {
             memory,
             pool,
             on_stored,
-            Some(OpenedTable { sink, known }),
+            Some(OpenedTable {
+                sink,
+                known,
+                required,
+            }),
         )
     }
 
@@ -334,9 +343,13 @@ impl RecordStream {
         };
         let template =
             parse(&config.key_template, "key_template")?.with_extension(config.extension());
-        let (table, known) = match table {
-            Some(OpenedTable { sink, known }) => (Some(sink), Some(known)),
-            None => (None, None),
+        let (table, known, required) = match table {
+            Some(OpenedTable {
+                sink,
+                known,
+                required,
+            }) => (Some(sink), Some(known), required),
+            None => (None, None, Required::default()),
         };
         let schema = (config.format == RecordFormat::Parquet).then(|| {
             let declared = known.unwrap_or_else(|| {
@@ -346,7 +359,7 @@ impl RecordStream {
                     .filter_map(|(name, kind)| Some((name.clone(), Shape::declared(kind)?)))
                     .collect()
             });
-            Arc::new(StreamSchema::new(declared))
+            Arc::new(StreamSchema::with_required(declared, required))
         });
         let dead_letter = match &config.dead_letter_template {
             Some(text) => Some(parse(text, "dead_letter_template")?),
@@ -577,11 +590,13 @@ impl Drop for AppendedOnDrop {
     }
 }
 
-/// A stream's table as read at start: its writer, and the fields its schema
-/// already holds (where the stream's schema starts).
+/// A stream's table as read at start: its writer, the fields its schema
+/// already holds (where the stream's schema starts), and those every record
+/// must give (its NOT NULL columns).
 struct OpenedTable {
     sink: Arc<TableSink>,
     known: Vec<(String, Shape)>,
+    required: Required,
 }
 
 /// An invalid message of a source with offsets, on its way to the dead letter.

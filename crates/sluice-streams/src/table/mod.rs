@@ -9,6 +9,7 @@
 pub mod announce;
 pub mod delta;
 pub(crate) mod file;
+pub(crate) mod rules;
 pub mod schema;
 pub mod sink;
 

@@ -4,7 +4,9 @@
 //! a conflict that names the field, so that decoding a batch with arrow-json
 //! never fails part-way. The schema only grows; each growth is a new version,
 //! and a batch opened under an older version is flushed before records checked
-//! under a newer one join it (a Parquet file has one schema).
+//! under a newer one join it (a Parquet file has one schema). A table's NOT
+//! NULL columns ([`Required`]) are its owner's rule: a record without a value
+//! for one is a conflict too.
 
 use std::sync::{Arc, Mutex};
 
@@ -93,6 +95,54 @@ pub struct Conflict {
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "field `{}`: {}", self.field, self.reason)
+    }
+}
+
+/// The fields every record must give a value (a table's NOT NULL columns),
+/// as paths. A nested one binds when its parent struct is there.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Required {
+    paths: Vec<Vec<String>>,
+    /// The top-level names, when no path is nested (the one-pass check
+    /// handles those; nested ones send every record to the full check).
+    top_level: Option<Vec<String>>,
+}
+
+impl Required {
+    pub fn new(paths: Vec<Vec<String>>) -> Required {
+        let top_level = paths
+            .iter()
+            .map(|p| (p.len() == 1).then(|| p[0].clone()))
+            .collect();
+        Required { paths, top_level }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// The first path `record` gives no value (missing, or null).
+    fn check(&self, record: &Value) -> Result<(), Conflict> {
+        'paths: for path in &self.paths {
+            let mut value = record;
+            for (depth, name) in path.iter().enumerate() {
+                match value.get(name) {
+                    Some(Value::Null) | None => {
+                        // A struct on the way is not there: its fields' rule
+                        // does not bind.
+                        if depth + 1 < path.len() {
+                            continue 'paths;
+                        }
+                        return Err(Conflict {
+                            field: path.join("."),
+                            reason: "missing or null, and the table's column is NOT NULL".into(),
+                        });
+                    }
+                    Some(inner) => value = inner,
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -209,14 +259,37 @@ pub fn fits_as_is(version: &Version, record: &[u8]) -> Result<bool, serde_json::
             )))
         }
     };
+    let required = match (version.required.is_empty(), &version.required.top_level) {
+        (true, _) => &[][..],
+        (false, Some(names)) => names.as_slice(),
+        // Nested NOT NULL fields: the full check looks.
+        (false, None) => return Ok(false),
+    };
     let mut de = serde_json::Deserializer::from_str(text);
-    let fits = Fit(&version.root).deserialize(&mut de)?;
+    let fits = Fit::requiring(&version.root, required).deserialize(&mut de)?;
     de.end()?;
     Ok(fits)
 }
 
-/// Reads one value against a shape; true when it fits without growing it.
-struct Fit<'s>(&'s Shape);
+/// Reads one value against a shape; true when it fits without growing it
+/// (and, at the top, gives a value to every `required` field).
+struct Fit<'s> {
+    shape: &'s Shape,
+    required: &'s [String],
+}
+
+impl<'s> Fit<'s> {
+    fn of(shape: &'s Shape) -> Fit<'s> {
+        Fit {
+            shape,
+            required: &[],
+        }
+    }
+
+    fn requiring(shape: &'s Shape, required: &'s [String]) -> Fit<'s> {
+        Fit { shape, required }
+    }
+}
 
 impl<'de> serde::de::DeserializeSeed<'de> for Fit<'_> {
     type Value = bool;
@@ -237,40 +310,40 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
         Ok(true)
     }
     fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Bool))
+        Ok(matches!(self.shape, Shape::Bool))
     }
     fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Int | Shape::Float))
+        Ok(matches!(self.shape, Shape::Int | Shape::Float))
     }
     fn visit_u64<E>(self, n: u64) -> Result<bool, E> {
-        Ok(match self.0 {
+        Ok(match self.shape {
             Shape::Int => i64::try_from(n).is_ok(),
             Shape::Float => true,
             _ => false,
         })
     }
     fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Float))
+        Ok(matches!(self.shape, Shape::Float))
     }
     fn visit_str<E>(self, _: &str) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Text))
+        Ok(matches!(self.shape, Shape::Text))
     }
     fn visit_borrowed_str<E>(self, _: &'de str) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Text))
+        Ok(matches!(self.shape, Shape::Text))
     }
     fn visit_string<E>(self, _: String) -> Result<bool, E> {
-        Ok(matches!(self.0, Shape::Text))
+        Ok(matches!(self.shape, Shape::Text))
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
-        let item = match self.0 {
+        let item = match self.shape {
             Shape::List(item) => Some(&**item),
             _ => None,
         };
         let mut fits = true;
         loop {
             let next = match item {
-                Some(item) if fits => seq.next_element_seed(Fit(item))?,
+                Some(item) if fits => seq.next_element_seed(Fit::of(item))?,
                 _ => seq.next_element::<serde::de::IgnoredAny>()?.map(|_| false),
             };
             match next {
@@ -279,15 +352,16 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
             }
         }
         // An empty array fits a list, and is nothing new anywhere else.
-        Ok(fits && (item.is_some() || matches!(self.0, Shape::Null)))
+        Ok(fits && (item.is_some() || matches!(self.shape, Shape::Null)))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let fields = match self.0 {
+        let fields = match self.shape {
             Shape::Struct(fields) => Some(fields),
             _ => None,
         };
         let mut fits = fields.is_some();
+        let mut given_required = vec![false; self.required.len()];
         // Records mostly list their fields in the schema's order: the field
         // after the last one found is tried first.
         let mut next = 0;
@@ -302,8 +376,26 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
                 next = at + 1;
                 Some(&fields[at])
             });
+            if let Some(at) = self.required.iter().position(|name| *name == key) {
+                // A NOT NULL field: its value, read raw, must not be null.
+                let raw = map.next_value::<&serde_json::value::RawValue>()?;
+                let given = raw.get() != "null";
+                given_required[at] |= given;
+                fits &= given
+                    && match field {
+                        Some((_, shape)) => {
+                            use serde::de::DeserializeSeed;
+                            let mut de = serde_json::Deserializer::from_str(raw.get());
+                            Fit::of(shape)
+                                .deserialize(&mut de)
+                                .map_err(serde::de::Error::custom)?
+                        }
+                        None => false,
+                    };
+                continue;
+            }
             match field {
-                Some((_, shape)) if fits => fits &= map.next_value_seed(Fit(shape))?,
+                Some((_, shape)) if fits => fits &= map.next_value_seed(Fit::of(shape))?,
                 _ => {
                     // Unknown: new unless it is null (a field with no type yet).
                     let value = map.next_value::<Option<serde::de::IgnoredAny>>()?;
@@ -311,7 +403,7 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
                 }
             }
         }
-        Ok(fits)
+        Ok(fits && given_required.iter().all(|given| *given))
     }
 }
 
@@ -320,6 +412,7 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
 pub struct Version {
     pub number: u64,
     root: Shape,
+    required: Arc<Required>,
 }
 
 impl Version {
@@ -346,10 +439,16 @@ pub struct StreamSchema {
 impl StreamSchema {
     /// Starts from declared top-level fields (name, shape).
     pub fn new(declared: Vec<(String, Shape)>) -> StreamSchema {
+        StreamSchema::with_required(declared, Required::default())
+    }
+
+    /// Starts from declared fields, with the fields every record must give.
+    pub fn with_required(declared: Vec<(String, Shape)>, required: Required) -> StreamSchema {
         StreamSchema {
             current: Mutex::new(Arc::new(Version {
                 number: 0,
                 root: Shape::Struct(declared),
+                required: Arc::new(required),
             })),
         }
     }
@@ -372,6 +471,7 @@ impl StreamSchema {
         }
         let mut root = seen.root.clone();
         let grew = merge(&mut root, record, &mut String::new())?;
+        seen.required.check(record)?;
         if !root.is_known() {
             // A Parquet file without a column holds no rows.
             return Err(Conflict {
@@ -392,6 +492,7 @@ impl StreamSchema {
             *current = Arc::new(Version {
                 number: current.number + 1,
                 root,
+                required: current.required.clone(),
             });
         }
         Ok(current.number)
@@ -553,6 +654,59 @@ mod tests {
         }
         for not_json in [&b"{\"i\":"[..], b"{\"s\":\"\xff\"}", b"{\"s\":\"\\ud800\"}"] {
             assert!(fits_as_is(&version, not_json).is_err(), "{not_json:?}");
+        }
+    }
+
+    /// Issue 48: a table's NOT NULL columns. A record that gives each a
+    /// value passes (the one-pass check included); one without a value, or
+    /// with null, is a conflict naming the field, whichever check sees it
+    /// first. A nested one binds when its parent struct is there.
+    #[test]
+    fn a_not_null_field_takes_no_record_without_a_value() {
+        let fields = vec![
+            ("id".to_string(), Shape::Int),
+            ("name".to_string(), Shape::Text),
+            (
+                "o".to_string(),
+                Shape::Struct(vec![("x".to_string(), Shape::Int)]),
+            ),
+        ];
+        // (required paths, record, Ok or the field named)
+        type Case<'a> = (&'a [&'a [&'a str]], &'a str, Result<(), &'a str>);
+        #[rustfmt::skip]
+        let cases: [Case; 10] = [
+            (&[&["id"]], r#"{"id":1,"name":"a"}"#, Ok(())),
+            (&[&["id"]], r#"{"name":"a","id":2}"#, Ok(())),
+            (&[&["id"]], r#"{"name":"a"}"#, Err("id")),
+            (&[&["id"]], r#"{"id":null,"name":"a"}"#, Err("id")),
+            (&[&["id"]], r#"{}"#, Err("id")),
+            (&[&["id"], &["name"]], r#"{"id":1}"#, Err("name")),
+            (&[&["id"]], r#"{"id":"one"}"#, Err("id")),
+            (&[&["o", "x"]], r#"{"o":{"x":1}}"#, Ok(())),
+            (&[&["o", "x"]], r#"{"id":1}"#, Ok(())),
+            (&[&["o", "x"]], r#"{"o":{}}"#, Err("o.x")),
+        ];
+        for (paths, record, want) in cases {
+            let paths = paths
+                .iter()
+                .map(|p| p.iter().map(|s| s.to_string()).collect())
+                .collect();
+            let schema = StreamSchema::with_required(fields.clone(), Required::new(paths));
+            let version = schema.current();
+            let fast = fits_as_is(&version, record.as_bytes()).unwrap();
+            let value: Value = serde_json::from_str(record).unwrap();
+            let full = schema.check(&version, &value);
+            match want {
+                Ok(()) => assert_eq!(full, Ok(version.number), "{record}"),
+                Err(field) => {
+                    assert!(!fast, "{record}: passed the one-pass check");
+                    assert_eq!(
+                        full.map_err(|c| c.field),
+                        Err(field.to_string()),
+                        "{record}"
+                    );
+                }
+            }
         }
     }
 

@@ -140,6 +140,60 @@ fn describe(data_type: &Value) -> String {
     }
 }
 
+/// The fields a row must give a value, as paths (`["o", "x"]`): the
+/// struct fields the table declares `"nullable": false`, at any depth of
+/// structs (a nested one binds when its parent struct is there).
+pub fn required_paths(data_type: &Value) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    collect_fields(data_type, &mut Vec::new(), &mut |path, field| {
+        if field.get("nullable").and_then(Value::as_bool) == Some(false) {
+            paths.push(path.to_vec());
+        }
+    });
+    paths
+}
+
+/// The fields with a column invariant (`delta.invariants` in their
+/// metadata, a SQL expression), as dotted paths with the expression.
+pub fn invariants(data_type: &Value) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    collect_fields(data_type, &mut Vec::new(), &mut |path, field| {
+        if let Some(invariant) = field.pointer("/metadata/delta.invariants") {
+            let expression = invariant
+                .as_str()
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                .and_then(|v| v.pointer("/expression/expression").cloned())
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_else(|| invariant.to_string());
+            found.push((path.join("."), expression));
+        }
+    });
+    found
+}
+
+/// Calls `each` with every struct field under `data_type` (through structs,
+/// not arrays) and its path.
+fn collect_fields(
+    data_type: &Value,
+    path: &mut Vec<String>,
+    each: &mut dyn FnMut(&[String], &Value),
+) {
+    let Some(fields) = data_type.get("fields").and_then(Value::as_array) else {
+        return;
+    };
+    for field in fields {
+        let Some(name) = field.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        path.push(name.to_owned());
+        each(path, field);
+        if let Some(inner) = field.get("type").filter(|t| t.is_object()) {
+            collect_fields(inner, path, each);
+        }
+        path.pop();
+    }
+}
+
 /// An empty struct type, to merge a first schema into.
 pub fn empty_struct() -> Value {
     Value::Object(Map::from_iter([
@@ -151,6 +205,36 @@ pub fn empty_struct() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rules another writer put in a table's schema: NOT NULL fields
+    /// (at any depth of structs, not through arrays) and column invariants.
+    #[test]
+    fn required_fields_and_invariants_are_read_from_the_schema() {
+        let invariant = r#"{"expression":{"expression":"n > 0"}}"#;
+        let schema = json!({"type": "struct", "fields": [
+            {"name": "id", "type": "long", "nullable": false, "metadata": {}},
+            {"name": "n", "type": "long", "nullable": true,
+             "metadata": {"delta.invariants": invariant}},
+            {"name": "o", "type": {"type": "struct", "fields": [
+                {"name": "x", "type": "string", "nullable": false, "metadata": {}},
+                {"name": "y", "type": "string", "nullable": true, "metadata": {}}]},
+             "nullable": true, "metadata": {}},
+            {"name": "l", "type": {"type": "array", "elementType": {"type": "struct",
+                "fields": [{"name": "z", "type": "long", "nullable": false, "metadata": {}}]},
+                "containsNull": true}, "nullable": true, "metadata": {}},
+        ]});
+        assert_eq!(
+            required_paths(&schema),
+            vec![
+                vec!["id".to_string()],
+                vec!["o".to_string(), "x".to_string()]
+            ]
+        );
+        assert_eq!(
+            invariants(&schema),
+            vec![("n".to_string(), "n > 0".to_string())]
+        );
+    }
 
     fn shape(fields: &[(&str, Shape)]) -> Shape {
         Shape::Struct(

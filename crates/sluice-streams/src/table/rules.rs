@@ -1,0 +1,129 @@
+//! The rules a table's owner set on its rows, as sluice keeps them before a
+//! record is taken: its NOT NULL columns become [`Required`] fields of the
+//! stream's schema (a record without a value is a conflict, dead-lettered or
+//! refused with its line and field). What sluice cannot keep refuses the
+//! stream at start, naming the rule.
+
+use crate::error::StreamConfigError;
+use crate::table::schema::{Required, Shape};
+
+/// The rules a table's owner set on its rows that sluice keeps: its NOT NULL
+/// columns (records without a value go to the dead letter). A rule sluice
+/// cannot keep refuses the stream, naming it: a column invariant (a SQL
+/// expression sluice does not evaluate), a NOT NULL column of a type sluice
+/// does not write (its files would leave it out: null in every row).
+pub(crate) fn table_rules(
+    schema: &serde_json::Value,
+    known: &[(String, Shape)],
+    location: &str,
+) -> Result<Required, StreamConfigError> {
+    let refuse = |reason: String| StreamConfigError {
+        key: "table",
+        reason: format!("the Delta table at {location}: {reason}"),
+    };
+    if let Some((column, expression)) = crate::table::delta::schema::invariants(schema)
+        .into_iter()
+        .next()
+    {
+        return Err(refuse(format!(
+            "column `{column}` has the invariant `{expression}` (delta.invariants), which sluice \
+             cannot check; it does not append to such a table"
+        )));
+    }
+    let paths = crate::table::delta::schema::required_paths(schema);
+    for path in &paths {
+        let mut fields = known;
+        let mut written = true;
+        for (depth, name) in path.iter().enumerate() {
+            match fields.iter().find(|(field, _)| field == name) {
+                Some((_, Shape::Struct(inner))) => fields = inner,
+                Some(_) if depth + 1 == path.len() => {}
+                _ => {
+                    written = false;
+                    break;
+                }
+            }
+        }
+        if !written {
+            return Err(refuse(format!(
+                "column `{}` is NOT NULL and of a type sluice does not write; its files would \
+                 leave it null",
+                path.join(".")
+            )));
+        }
+    }
+    Ok(Required::new(paths))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(name: &str, data_type: serde_json::Value, nullable: bool) -> serde_json::Value {
+        json!({"name": name, "type": data_type, "nullable": nullable, "metadata": {}})
+    }
+
+    /// (case, the table's fields, Ok(required paths, dotted) or Err(what the
+    /// refusal names))
+    type Case = (
+        &'static str,
+        Vec<serde_json::Value>,
+        Result<Vec<&'static str>, &'static str>,
+    );
+
+    #[test]
+    fn a_table_s_rules_are_kept_or_the_stream_refused_naming_them() {
+        let invariant = json!({"name": "n", "type": "long", "nullable": true,
+            "metadata": {"delta.invariants": r#"{"expression":{"expression":"n > 0"}}"#}});
+        let cases: Vec<Case> = vec![
+            (
+                "all nullable",
+                vec![field("id", json!("long"), true)],
+                Ok(vec![]),
+            ),
+            (
+                "a NOT NULL column",
+                vec![field("id", json!("long"), false)],
+                Ok(vec!["id"]),
+            ),
+            (
+                "a nested one",
+                vec![field(
+                    "o",
+                    json!({"type": "struct", "fields": [field("x", json!("string"), false)]}),
+                    true,
+                )],
+                Ok(vec!["o.x"]),
+            ),
+            (
+                "NOT NULL of a type sluice does not write",
+                vec![field("ts", json!("timestamp"), false)],
+                Err("column `ts` is NOT NULL"),
+            ),
+            (
+                "an invariant",
+                vec![invariant],
+                Err("column `n` has the invariant `n > 0`"),
+            ),
+        ];
+        for (case, fields, want) in cases {
+            let schema = json!({"type": "struct", "fields": fields});
+            let known = crate::table::delta::schema::struct_fields(&schema).unwrap();
+            let got = table_rules(&schema, &known, "t");
+            match (got, want) {
+                (Ok(required), Ok(paths)) => {
+                    let paths: Vec<Vec<String>> = paths
+                        .iter()
+                        .map(|p| p.split('.').map(str::to_owned).collect())
+                        .collect();
+                    assert_eq!(required, Required::new(paths), "{case}");
+                }
+                (Err(error), Err(named)) => {
+                    assert!(error.reason.contains(named), "{case}: {}", error.reason)
+                }
+                (got, want) => panic!("{case}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+}
