@@ -148,3 +148,61 @@ async fn every_hundredth_version_is_checkpointed_and_a_new_reader_starts_there()
     assert_eq!(files.len(), 101);
     assert_eq!(snapshot.txns.get("sluice-writer").copied(), Some(101));
 }
+
+/// Issue 48: a table whose owner set `delta.checkpointInterval = 5` got no
+/// checkpoint at version 5 (sluice used a fixed 100). The table's property
+/// decides, whoever wrote it.
+#[tokio::test]
+async fn the_table_s_checkpoint_interval_is_honoured() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    // Version 0, as another writer made it: its properties.
+    let created = [
+        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({"metaData": {
+            "id": "d6a1e4b0-5a4c-4c5e-9c4e-2f1d7e3b9a01",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema().to_string(),
+            "partitionColumns": [],
+            "createdTime": 0,
+            "configuration": {"delta.checkpointInterval": "5"},
+        }}),
+    ];
+    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000000.json",
+            body.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    let writer = Arc::new(DeltaTable::new(store.clone(), layout()));
+    for n in 1..=7i64 {
+        let transaction = Transaction {
+            app_id: "sluice-writer".into(),
+            after: (n > 1).then_some(n - 1),
+            version: n,
+        };
+        let committed = writer
+            .commit(&[file(&n.to_string())], &[transaction], &schema())
+            .await
+            .unwrap();
+        if let Committed::Version(v) = committed {
+            writer.after_commit(v);
+        }
+    }
+    // Written off the commit's way, at the version the table is at by then
+    // (5 or later); with the default interval there would be none before 100.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let last = loop {
+        if let Some(last) = memory.object("events/_delta_log/_last_checkpoint") {
+            break serde_json::from_slice::<serde_json::Value>(&last).unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "no checkpoint");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let at = last["version"].as_u64().unwrap();
+    assert!((5..=7).contains(&at), "{last}");
+    let (files, snapshot) = table_files(store).await;
+    assert_eq!((files.len(), snapshot.version), (7, Some(7)));
+}

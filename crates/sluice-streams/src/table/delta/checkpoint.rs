@@ -3,8 +3,9 @@
 //! `_delta_log/000…N.checkpoint.parquet`, named by `_delta_log/_last_checkpoint`,
 //! so that a reader starts there instead of at version 0 — what keeps a table
 //! committed to every second for a month fast to open. Written every
-//! [`CHECKPOINT_EVERY`] versions by the writer that made that version (and by
-//! `sluice tables checkpoint`); read when a writer opens the table.
+//! `delta.checkpointInterval` versions (the table's property, whoever set it;
+//! [`DEFAULT_INTERVAL`] without one) by the writer that made that version
+//! (and by `sluice tables checkpoint`); read when a writer opens the table.
 //!
 //! Both ways go through JSON: actions are written as the log's own JSON lines
 //! and decoded into the checkpoint schema by arrow-json (maps, lists and
@@ -20,8 +21,23 @@ use bytes::Bytes;
 
 use super::log::{self, Action};
 
-/// Versions between checkpoints (delta-rs's default too).
-pub const CHECKPOINT_EVERY: u64 = 100;
+/// Versions between checkpoints when the table sets no
+/// `delta.checkpointInterval` (delta-rs's default too).
+pub const DEFAULT_INTERVAL: u64 = 100;
+
+/// The table property that sets the versions between checkpoints.
+pub const INTERVAL_PROPERTY: &str = "delta.checkpointInterval";
+
+/// The versions between checkpoints that a table's `configuration` asks
+/// for: its `delta.checkpointInterval` when it is a positive number, else
+/// [`DEFAULT_INTERVAL`].
+pub fn interval(configuration: &std::collections::BTreeMap<String, Option<String>>) -> u64 {
+    configuration
+        .get(INTERVAL_PROPERTY)
+        .and_then(|v| v.as_deref()?.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_INTERVAL)
+}
 
 /// The name of checkpoint `version` (a single part).
 pub fn checkpoint_name(version: u64) -> String {

@@ -129,6 +129,16 @@ impl Snapshot {
         in_files || removed
     }
 
+    /// The versions between checkpoints the table asks for
+    /// (`delta.checkpointInterval`).
+    pub fn checkpoint_interval(&self) -> u64 {
+        self.metadata
+            .as_ref()
+            .map_or(checkpoint::DEFAULT_INTERVAL, |m| {
+                checkpoint::interval(&m.configuration)
+            })
+    }
+
     /// The table's schema (a Delta struct type), if it has one.
     pub fn schema(&self) -> Option<Value> {
         let metadata = self.metadata.as_ref()?;
@@ -309,6 +319,8 @@ pub struct DeltaTable {
     snapshot: tokio::sync::Mutex<Snapshot>,
     /// Whose announcer hears of the files its commits add (see `announce`).
     announcing: Option<sluice_upload::Engine>,
+    /// The table's checkpoint interval as last read (see [`Snapshot::checkpoint_interval`]).
+    checkpoint_interval: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -331,6 +343,7 @@ impl DeltaTable {
             log_prefix,
             snapshot: tokio::sync::Mutex::new(Snapshot::default()),
             announcing: None,
+            checkpoint_interval: checkpoint::DEFAULT_INTERVAL.into(),
         }
     }
 
@@ -407,6 +420,10 @@ impl DeltaTable {
                 snapshot.listed = Some(object.key.clone());
             }
             if last_page {
+                self.checkpoint_interval.store(
+                    snapshot.checkpoint_interval(),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 return Ok(());
             }
         }
@@ -559,9 +576,12 @@ impl DeltaTable {
     }
 
     /// After this writer made `version`: a checkpoint every
-    /// [`checkpoint::CHECKPOINT_EVERY`] versions, off the commit's way.
+    /// `delta.checkpointInterval` versions, off the commit's way.
     pub fn after_commit(self: &Arc<Self>, version: u64) {
-        if version == 0 || version % checkpoint::CHECKPOINT_EVERY != 0 {
+        let interval = self
+            .checkpoint_interval
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if version == 0 || version % interval != 0 {
             return;
         }
         let table = self.clone();
