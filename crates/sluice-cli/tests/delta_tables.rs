@@ -131,3 +131,58 @@ fn a_not_null_column_of_another_writer_s_table_takes_no_null() {
         assert_eq!(ids, [1, 2, 3], "{reader}: {}", read[reader]);
     }
 }
+
+/// Issue 48: a `?` in a partition value made the table unreadable to DuckDB
+/// (sluice wrote the value raw into the key). Partition directories are now
+/// escaped as Spark escapes them (`%3F`, `%23`, `%25`, `%2F`, …), a missing
+/// value is Hive's default partition (null), and both readers see each row
+/// with the value its record had.
+#[test]
+fn partition_values_are_escaped_as_spark_escapes_them() {
+    let Some(readers) = common::python_readers("delta-partition-values") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    let tenants = [
+        Some("plain"),
+        Some("h?q"),
+        Some("a#b"),
+        Some("100%"),
+        Some("x/y"),
+        Some("k=v:w"),
+        Some("sp ace"),
+        Some("é"),
+        None,
+    ];
+    let input: String = tenants
+        .iter()
+        .enumerate()
+        .map(|(id, tenant)| match tenant {
+            Some(tenant) => format!("{}\n", serde_json::json!({"id": id, "tenant": tenant})),
+            None => format!("{}\n", serde_json::json!({"id": id})),
+        })
+        .collect();
+    let output = common::tables::fed(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
+            .args([
+                "--key-template",
+                "t/tenant={field:tenant}/{uuid}",
+                "--store",
+            ])
+            .arg(store.path()),
+        input.as_bytes(),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);
+    for reader in ["deltalake", "duckdb"] {
+        let rows = read[reader]["rows_by_key"].as_array().unwrap();
+        let got: Vec<Option<&str>> = rows.iter().map(|row| row["tenant"].as_str()).collect();
+        assert_eq!(got, tenants, "{reader}: {}", read[reader]);
+    }
+}

@@ -22,6 +22,9 @@ enum Piece {
     Hour,
     /// Index into [`StreamKeyTemplate::fields`].
     Field(usize),
+    /// The same, as the value of a Hive-style `name=` directory (a table's
+    /// partition column): escaped as Spark and Hive escape partition values.
+    HiveField(usize),
     Partition,
     Offset,
     Uuid,
@@ -78,7 +81,13 @@ impl StreamKeyTemplate {
                                 fields.len() - 1
                             }
                         };
-                        Piece::Field(index)
+                        // Right after `name=`: a partition directory.
+                        match pieces.last() {
+                            Some(Piece::Text(text)) if text.ends_with('=') => {
+                                Piece::HiveField(index)
+                            }
+                            _ => Piece::Field(index),
+                        }
                     }
                     _ => {
                         return Err(format!(
@@ -286,6 +295,9 @@ impl StreamKeyTemplate {
                 Piece::Month => key.push_str(&format!("{:02}", u8::from(time.month()))),
                 Piece::Day => key.push_str(&format!("{:02}", time.day())),
                 Piece::Hour => key.push_str(&format!("{:02}", time.hour())),
+                Piece::HiveField(index) => key.push_str(&hive_segment(
+                    partition.fields.get(*index).map(String::as_str),
+                )),
                 Piece::Field(index) => {
                     key.push_str(&segment(partition.fields.get(*index).map(String::as_str)))
                 }
@@ -324,6 +336,44 @@ fn segment(value: Option<&str>) -> String {
         "" | "." | ".." => "_".into(),
         _ => out,
     }
+}
+
+/// The name Hive, Spark and Delta give the partition of a null (or empty)
+/// value.
+pub const HIVE_DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+
+/// A field value as a partition directory's value, escaped as Spark escapes
+/// them (`ExternalCatalogUtils.escapePathName`: control characters and
+/// `"#%'*/:=?\{[]^` as `%XX`), so that every reader of Hive-style
+/// partitions (Spark, DuckDB, deltalake) reads back the value itself; at most
+/// 128 bytes of value; no value (or an empty one) is Hive's default partition.
+fn hive_segment(value: Option<&str>) -> String {
+    let value = match value {
+        None | Some("") => return HIVE_DEFAULT_PARTITION.into(),
+        Some(value) => value,
+    };
+    let mut out = String::new();
+    let mut taken = 0;
+    for c in value.chars() {
+        if taken + c.len_utf8() > MAX_FIELD_VALUE {
+            break;
+        }
+        taken += c.len_utf8();
+        let escaped = c.is_control()
+            || matches!(
+                c,
+                '"' | '#' | '%' | '\'' | '*' | '/' | ':' | '=' | '?' | '\\' | '{' | '[' | ']' | '^'
+            );
+        if escaped {
+            let mut utf8 = [0u8; 4];
+            for b in c.encode_utf8(&mut utf8).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// FNV-1a: stable across releases, for shard prefixes.
@@ -383,8 +433,42 @@ mod tests {
                 "_/000000000000000000000000000000ab.ndjson.zst",
             ),
         ];
+        // A partition directory (`name=`): escaped as Spark escapes them,
+        // null or empty as Hive's default partition.
+        let field = |value: Option<&str>| PartitionKey {
+            fields: value.into_iter().map(str::to_owned).collect(),
+            ..Default::default()
+        };
+        let hive = "t/tenant={field:tenant}/{uuid}";
+        let uuid = "000000000000000000000000000000ab.ndjson.zst";
+        let mut cases = cases;
+        cases.extend([
+            (hive, field(Some("acme")), "t/tenant=acme/"),
+            (hive, field(Some("h?q#1")), "t/tenant=h%3Fq%231/"),
+            (
+                hive,
+                field(Some("100%/x:y=z")),
+                "t/tenant=100%25%2Fx%3Ay%3Dz/",
+            ),
+            (
+                hive,
+                field(Some("a\nb\\c\"d'e*f{g[h]i^j")),
+                "t/tenant=a%0Ab%5Cc%22d%27e%2Af%7Bg%5Bh%5Di%5Ej/",
+            ),
+            (hive, field(Some("sp ace é")), "t/tenant=sp ace é/"),
+            (
+                hive,
+                field(Some("")),
+                "t/tenant=__HIVE_DEFAULT_PARTITION__/",
+            ),
+            (hive, field(None), "t/tenant=__HIVE_DEFAULT_PARTITION__/"),
+        ]);
         for (template, partition, want) in cases {
-            assert_eq!(key(template, &partition, 42), want, "{template}");
+            let got = key(template, &partition, 42);
+            match want.ends_with('/') {
+                true => assert_eq!(got, format!("{want}{uuid}"), "{template}"),
+                false => assert_eq!(got, want, "{template}"),
+            }
         }
         let other_hour = t.partition_of(time + time::Duration::SECOND, vec!["acme".into()], None);
         assert_ne!(p, other_hour);

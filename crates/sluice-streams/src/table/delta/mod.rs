@@ -286,7 +286,7 @@ impl TableLayout {
         for dir in dirs {
             if let Some((name, value)) = dir.split_once('=') {
                 if let Some(slot) = values.get_mut(name) {
-                    *slot = Some(value.to_string());
+                    *slot = partition_value(value);
                 }
             }
         }
@@ -298,6 +298,15 @@ impl TableLayout {
             data_change: true,
             stats: Some(json!({"numRecords": file.records}).to_string()),
         })
+    }
+}
+
+/// The value a partition directory's `name=value` names: Hive's escaping
+/// undone, and Hive's default partition null.
+fn partition_value(escaped: &str) -> Option<String> {
+    match escaped {
+        crate::template::HIVE_DEFAULT_PARTITION => None,
+        escaped => Some(log::decode_path(escaped)),
     }
 }
 
