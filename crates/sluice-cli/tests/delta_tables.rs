@@ -186,3 +186,101 @@ fn partition_values_are_escaped_as_spark_escapes_them() {
         assert_eq!(got, tenants, "{reader}: {}", read[reader]);
     }
 }
+
+/// Runs tests/clients/delta_stats.py on `table`: its files' statistics
+/// checked against the files by pyarrow.
+fn checked_stats(readers: &(String, String), table: &std::path::Path) -> serde_json::Value {
+    let checked = Command::new(&readers.1)
+        .arg(format!("{}/delta_stats.py", readers.0))
+        .arg(table)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    serde_json::from_slice(&checked.stdout).unwrap()
+}
+
+/// Issue 48: `add.stats` held `numRecords` only, so no reader could skip a
+/// file. Each file sluice writes (and each compaction makes) has minValues,
+/// maxValues and nullCount that pyarrow finds true of the file (long strings
+/// cut, nulls counted), for the columns the table asks for: the first 32 by
+/// default, the first N of another owner's `delta.dataSkippingNumIndexedCols`.
+#[test]
+fn files_carry_statistics_a_reader_can_skip_by() {
+    let Some(readers) = common::python_readers("delta-stats") else {
+        return;
+    };
+    let input: String = (0..3_000)
+        .map(|i| {
+            let mut record = serde_json::json!({"id": i, "price": i as f64 * 0.5});
+            if i % 11 != 0 {
+                let long = if i % 7 == 0 {
+                    "x".repeat(40)
+                } else {
+                    String::new()
+                };
+                record["name"] = format!("n{i:05}{long}").into();
+            }
+            if i % 5 == 0 {
+                record["price"] = serde_json::Value::Null;
+            }
+            format!("{record}\n")
+        })
+        .collect();
+    // (case, the owner's properties, the columns with statistics)
+    let cases = [
+        ("the default", None, vec!["id", "name", "price"]),
+        ("the first column", Some("1"), vec!["id"]),
+    ];
+    for (case, indexed, columns) in cases {
+        let store = tempfile::tempdir().unwrap();
+        let table = store.path().join("t");
+        if let Some(indexed) = indexed {
+            delta_create(
+                &readers,
+                &table,
+                serde_json::json!({
+                    "rows": [{"id": -1, "price": 0.0, "name": "theirs"}],
+                    "configuration": {"delta.dataSkippingNumIndexedCols": indexed},
+                }),
+            );
+        }
+        let output = common::tables::fed(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["ingest", "--stream", "t", "--table", "delta"])
+                .args(["--flush-records", "1000", "--store"])
+                .arg(store.path()),
+            input.as_bytes(),
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for step in ["ingested", "compacted"] {
+            if step == "compacted" {
+                let said = tables(store.path(), &["compact", "t", "--min-files", "2"]);
+                assert!(said.contains("rewritten as 1"), "{case}: {said}");
+            }
+            let checked = checked_stats(&readers, &table);
+            assert_eq!(
+                checked["problems"],
+                serde_json::json!([]),
+                "{case} {step}: {checked}"
+            );
+            let files = checked["files"].clone();
+            let want: serde_json::Map<String, serde_json::Value> = columns
+                .iter()
+                .map(|c| (c.to_string(), files.clone()))
+                .collect();
+            assert_eq!(
+                checked["with_stats"],
+                serde_json::Value::Object(want),
+                "{case} {step}: {checked}"
+            );
+        }
+    }
+}

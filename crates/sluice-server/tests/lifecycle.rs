@@ -594,6 +594,7 @@ async fn the_reconciliation_settles_each_intent_by_what_the_store_holds() {
         size: 4,
         records: 1,
         origin: None,
+        footer: None,
     };
     table.commit(&[file], &[], &columns).await.unwrap();
     let table_commit = || Making::TableCommit { table: "t".into() };

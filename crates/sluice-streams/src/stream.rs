@@ -76,6 +76,8 @@ pub struct StoredBatch {
     /// How its file is announced once a table's commit holds it (a table's
     /// file; None otherwise: the engine announced the object as it stored it).
     pub announced_as: Option<Arc<FileOrigin>>,
+    /// A Parquet batch's footer (its table's statistics come from it).
+    pub footer: Option<Arc<parquet::file::metadata::ParquetMetaData>>,
 }
 
 impl StoredBatch {
@@ -86,6 +88,7 @@ impl StoredBatch {
             size: self.outcome.size,
             records: self.records,
             origin: self.announced_as.clone(),
+            footer: self.footer.clone(),
         }
     }
 }
@@ -146,12 +149,14 @@ enum Frame {
     End(BatchTotals),
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 struct BatchTotals {
     records: u64,
     record_bytes: u64,
     last_offset: u64,
     flushed: Instant,
+    /// A Parquet batch's file (its footer, for the table's statistics).
+    parquet: Option<Arc<ParquetFile>>,
 }
 
 struct OpenBatch {
@@ -969,8 +974,9 @@ impl Inner {
             record_bytes: batch.record_bytes,
             last_offset: batch.last_offset,
             flushed: Instant::now(),
+            parquet: batch.parquet.as_ref().map(|(file, _)| file.clone()),
         };
-        let _ = batch.frames.send(Frame::End(totals));
+        let _ = batch.frames.send(Frame::End(totals.clone()));
         let _ = batch.totals.send(totals);
     }
 }
@@ -1140,7 +1146,7 @@ impl BatchWriter {
             length: None,
         };
         let mut uploaded = inner.engine.upload(request, source).await;
-        let mut totals = *totals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut totals = totals.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if self.deterministic && self.dead_letter && is_precondition_failure(&uploaded) {
             // A replay's dead letter, stored by the run before: it is there
             // (the engine may have refused before reading every frame).
@@ -1155,11 +1161,13 @@ impl BatchWriter {
                         outcome: outcome.clone(),
                     })
                 });
+                let footer = totals.parquet.as_ref().and_then(|file| file.footer());
                 let file = NewFile {
                     key: outcome.key.clone(),
                     size: outcome.size,
                     records: totals.records,
                     origin: announced_as.clone(),
+                    footer: footer.clone(),
                 };
                 let table_version = match self.commit_to_table(&inner, file).await {
                     Ok(version) => version,
@@ -1183,6 +1191,7 @@ impl BatchWriter {
                     flush_time: totals.flushed.elapsed(),
                     table_version,
                     announced_as,
+                    footer,
                 });
                 inner.stats.stored(
                     stored.records,

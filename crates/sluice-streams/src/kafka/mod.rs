@@ -945,6 +945,7 @@ mod tests {
             flush_time: Duration::ZERO,
             table_version: None,
             announced_as: None,
+            footer: None,
         })))
     }
 

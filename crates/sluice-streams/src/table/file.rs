@@ -18,6 +18,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, GzipLevel, ZstdLevel};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use sluice_upload::Reservation;
 use tokio::sync::oneshot;
@@ -46,6 +47,8 @@ struct Queued {
 struct State {
     writer: Option<ArrowWriter<Vec<u8>>>,
     schema: SchemaRef,
+    /// The footer, once the file is closed (a table's statistics come from it).
+    footer: Option<Arc<ParquetMetaData>>,
     /// The row group being built.
     held: Option<Reservation>,
     failed: Option<String>,
@@ -91,6 +94,7 @@ impl ParquetFile {
             state: Mutex::new(State {
                 writer: Some(writer),
                 schema,
+                footer: None,
                 held: None,
                 failed: None,
             }),
@@ -118,6 +122,15 @@ impl ParquetFile {
             pool.run(move || file.encode_queued()).await;
         });
         encoded
+    }
+
+    /// The file's footer, once its last frame is encoded.
+    pub(crate) fn footer(&self) -> Option<Arc<ParquetMetaData>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .footer
+            .clone()
     }
 
     fn queued(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
@@ -203,7 +216,7 @@ impl State {
             .writer
             .as_mut()
             .ok_or_else(|| io::Error::other("the file is closed"))?;
-        writer.finish().map_err(io::Error::other)?;
+        self.footer = Some(Arc::new(writer.finish().map_err(io::Error::other)?));
         let held = match self.held.take() {
             Some(mut held) => {
                 held.absorb(memory);

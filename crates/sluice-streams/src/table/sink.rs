@@ -494,6 +494,7 @@ mod tests {
             size: 100,
             records: 10,
             origin: None,
+            footer: None,
         }
     }
 

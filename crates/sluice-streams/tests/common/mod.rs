@@ -26,6 +26,7 @@ pub fn file(name: &str) -> NewFile {
         size: 100,
         records: 10,
         origin: None,
+        footer: None,
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod checkpoint;
 pub mod log;
 pub mod schema;
+pub mod stats;
 pub mod upkeep;
 
 use std::collections::{BTreeMap, HashMap};
@@ -189,6 +190,8 @@ pub struct NewFile {
     pub records: u64,
     /// How it is announced once a commit holds it (none: it is not).
     pub origin: Option<Arc<FileOrigin>>,
+    /// Its Parquet footer, where its statistics come from (none: `numRecords` only).
+    pub footer: Option<Arc<parquet::file::metadata::ParquetMetaData>>,
 }
 
 /// One application transaction of a commit.
@@ -267,7 +270,12 @@ impl TableLayout {
 
     /// A stored file's add action: its path relative to the table, and the
     /// partition values its directories name.
-    fn add(&self, file: &NewFile, now_ms: i64) -> Result<Add, TableError> {
+    fn add(
+        &self,
+        file: &NewFile,
+        now_ms: i64,
+        stats: &stats::StatsColumns,
+    ) -> Result<Add, TableError> {
         let root = format!("{}/", self.location);
         let relative = file
             .key
@@ -296,7 +304,7 @@ impl TableLayout {
             size: file.size as i64,
             modification_time: now_ms,
             data_change: true,
-            stats: Some(json!({"numRecords": file.records}).to_string()),
+            stats: Some(stats::file_stats(file.records, file.footer.as_deref(), stats).to_string()),
         })
     }
 }
@@ -736,8 +744,12 @@ impl DeltaTable {
                     last_updated: Some(now),
                 })
             }));
+            let stats_columns = snapshot.metadata.as_ref().map_or(
+                stats::StatsColumns::First(stats::DEFAULT_INDEXED_COLUMNS),
+                |m| stats::StatsColumns::of(&m.configuration),
+            );
             for file in files {
-                actions.push(Action::Add(self.layout.add(file, now)?));
+                actions.push(Action::Add(self.layout.add(file, now, &stats_columns)?));
             }
             let key = format!("{}{}", self.log_prefix, log::commit_name(version));
             let body = Bytes::from(log::write_commit(&actions));

@@ -20,7 +20,9 @@ use serde_json::json;
 use sluice_store::{PutRequest, StoreError, WriteCondition};
 
 use super::log::{self, Action, Add, Remove};
+use super::stats::{file_stats, StatsColumns};
 use super::{now_ms, DeltaTable, TableError};
+use parquet::file::metadata::ParquetMetaData;
 
 /// What compaction takes and makes.
 #[derive(Debug, Clone, Copy)]
@@ -107,10 +109,14 @@ impl DeltaTable {
         if bins.is_empty() {
             return Ok(report);
         }
+        let stats_columns = snapshot.metadata.as_ref().map_or(
+            StatsColumns::First(super::stats::DEFAULT_INDEXED_COLUMNS),
+            |m| StatsColumns::of(&m.configuration),
+        );
         let mut removed = Vec::new();
         let mut added = Vec::new();
         for bin in bins {
-            let new = self.rewrite(&bin).await?;
+            let new = self.rewrite(&bin, &stats_columns).await?;
             removed.extend(bin);
             added.push(new);
         }
@@ -123,7 +129,7 @@ impl DeltaTable {
     }
 
     /// Writes the rows of `bin` (files of one partition) as one new file.
-    async fn rewrite(&self, bin: &[Add]) -> Result<Add, TableError> {
+    async fn rewrite(&self, bin: &[Add], stats_columns: &StatsColumns) -> Result<Add, TableError> {
         let root = format!("{}/", self.layout.location);
         let mut parts: Vec<Bytes> = Vec::with_capacity(bin.len());
         for add in bin {
@@ -142,7 +148,7 @@ impl DeltaTable {
             ),
         };
         let key = format!("{root}{relative}");
-        let (file, records) = tokio::task::spawn_blocking(move || merge_files(parts))
+        let (file, records, footer) = tokio::task::spawn_blocking(move || merge_files(parts))
             .await
             .map_err(|e| e.to_string())
             .and_then(|merged| merged)
@@ -163,7 +169,7 @@ impl DeltaTable {
             size,
             modification_time: now_ms(),
             data_change: false,
-            stats: Some(json!({"numRecords": records}).to_string()),
+            stats: Some(file_stats(records, Some(&footer), stats_columns).to_string()),
         })
     }
 
@@ -298,8 +304,8 @@ impl DeltaTable {
 }
 
 /// The rows of Parquet files `parts` as one zstd Parquet file under the union
-/// of their schemas; and its row count.
-fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64), String> {
+/// of their schemas; its row count and footer.
+fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64, ParquetMetaData), String> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let mut schemas = Vec::with_capacity(parts.len());
     for part in &parts {
@@ -357,6 +363,6 @@ fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64), String> {
             }
         }
     }
-    writer.close().map_err(|e| e.to_string())?;
-    Ok((out, records))
+    let footer = writer.close().map_err(|e| e.to_string())?;
+    Ok((out, records, footer))
 }

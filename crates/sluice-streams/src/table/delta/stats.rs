@@ -1,0 +1,329 @@
+//! A data file's statistics for its `add.stats`, as the Delta protocol
+//! describes them ("Per-file Statistics"): `numRecords`, and per column
+//! `minValues`, `maxValues` and `nullCount`, nested as the columns are, so
+//! that readers can skip files. They come from the Parquet footer the writer
+//! made anyway (each row group's column statistics), not from another pass
+//! over the rows.
+//!
+//! Which columns: the first `delta.dataSkippingNumIndexedCols` leaf columns
+//! (32 without the property; -1: all), or those `delta.dataSkippingStatsColumns`
+//! names. Columns inside a list have none (a leaf's nulls there count
+//! elements, not rows). Minimum and maximum are given for numbers and
+//! strings; a string is cut to its first 32 characters, and a maximum that
+//! was cut gets U+10FFFF after the cut, so that it is still at least every
+//! value. A number or string the footer does not know exactly, or a float
+//! that is not finite, is left out: a reader skips on what is there.
+
+use std::collections::BTreeMap;
+
+use parquet::basic::{LogicalType, Type as PhysicalType};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
+use serde_json::{json, Map, Value};
+
+/// Leaf columns with statistics when the table does not say.
+pub const DEFAULT_INDEXED_COLUMNS: i64 = 32;
+
+/// Characters of a string kept in its minimum and maximum.
+pub const STRING_PREFIX: usize = 32;
+
+/// Which columns get statistics, from the table's properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatsColumns {
+    /// The first N leaf columns (all when negative).
+    First(i64),
+    /// These columns (dotted names; a struct's name covers its fields).
+    Named(Vec<String>),
+}
+
+impl StatsColumns {
+    /// From a table's `configuration`.
+    pub fn of(configuration: &BTreeMap<String, Option<String>>) -> StatsColumns {
+        let property = |name: &str| configuration.get(name).cloned().flatten();
+        if let Some(names) = property("delta.dataSkippingStatsColumns") {
+            return StatsColumns::Named(
+                names
+                    .split(',')
+                    .map(|n| n.trim().trim_matches('`').to_owned())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+            );
+        }
+        StatsColumns::First(
+            property("delta.dataSkippingNumIndexedCols")
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(DEFAULT_INDEXED_COLUMNS),
+        )
+    }
+
+    fn includes(&self, leaf: usize, path: &[String]) -> bool {
+        match self {
+            StatsColumns::First(n) => *n < 0 || (leaf as i64) < *n,
+            StatsColumns::Named(names) => names.iter().any(|name| {
+                let dotted = path.join(".");
+                dotted == *name || dotted.starts_with(&format!("{name}."))
+            }),
+        }
+    }
+}
+
+/// The `add.stats` document of a file of `records` rows whose footer is
+/// `footer` (None: `numRecords` only).
+pub fn file_stats(records: u64, footer: Option<&ParquetMetaData>, columns: &StatsColumns) -> Value {
+    let mut min = Map::new();
+    let mut max = Map::new();
+    let mut nulls = Map::new();
+    if let Some(footer) = footer {
+        let schema = footer.file_metadata().schema_descr();
+        for (leaf, column) in schema.columns().iter().enumerate() {
+            let path = column.path().parts();
+            if column.max_rep_level() > 0 || !columns.includes(leaf, path) {
+                continue;
+            }
+            let chunks: Vec<Option<&Statistics>> = footer
+                .row_groups()
+                .iter()
+                .map(|group| group.column(leaf).statistics())
+                .collect();
+            let string = column.physical_type() == PhysicalType::BYTE_ARRAY
+                && matches!(column.logical_type_ref(), Some(LogicalType::String));
+            let null_count: Option<u64> = chunks
+                .iter()
+                .map(|s| s.and_then(Statistics::null_count_opt))
+                .sum();
+            if let Some(count) = null_count {
+                insert(&mut nulls, path, json!(count));
+            }
+            if let Some((low, high)) = bounds(&chunks, string) {
+                insert(&mut min, path, low);
+                insert(&mut max, path, high);
+            }
+        }
+    }
+    let mut stats = Map::new();
+    stats.insert("numRecords".into(), json!(records));
+    if !min.is_empty() {
+        stats.insert("minValues".into(), Value::Object(min));
+        stats.insert("maxValues".into(), Value::Object(max));
+    }
+    if !nulls.is_empty() {
+        stats.insert("nullCount".into(), Value::Object(nulls));
+    }
+    Value::Object(stats)
+}
+
+/// Puts `value` at `path` in nested objects.
+fn insert(into: &mut Map<String, Value>, path: &[String], value: Value) {
+    let (last, parents) = path.split_last().expect("a column has a name");
+    let mut at = into;
+    for parent in parents {
+        let next = at
+            .entry(parent.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        at = match next {
+            Value::Object(map) => map,
+            _ => return,
+        };
+    }
+    at.insert(last.clone(), value);
+}
+
+/// The file's least and greatest value of one column, from its row groups'
+/// statistics: only when every row group with values knows them exactly.
+fn bounds(chunks: &[Option<&Statistics>], string: bool) -> Option<(Value, Value)> {
+    let mut low: Option<Bound> = None;
+    let mut high: Option<Bound> = None;
+    for chunk in chunks {
+        let chunk = (*chunk)?;
+        let (Some(lo), Some(hi)) = (Bound::min_of(chunk, string), Bound::max_of(chunk, string))
+        else {
+            // A row group of nulls only has no bounds; one that has values
+            // but no statistics leaves the file's unknown.
+            match chunk.min_bytes_opt() {
+                None if chunk.null_count_opt().is_some() => continue,
+                _ => return None,
+            }
+        };
+        low = Some(match low {
+            Some(l) if l.le(&lo) => l,
+            _ => lo,
+        });
+        high = Some(match high {
+            Some(h) if hi.le(&h) => h,
+            _ => hi,
+        });
+    }
+    Some((low?.json(false), high?.json(true)))
+}
+
+/// One bound of a column's values.
+#[derive(Debug, Clone, PartialEq)]
+enum Bound {
+    Int(i64),
+    Float(f64),
+    /// A string, and whether it is the whole value (not a prefix).
+    Text(String, bool),
+}
+
+impl Bound {
+    fn min_of(s: &Statistics, string: bool) -> Option<Bound> {
+        Self::of(s, string, true)
+    }
+
+    fn max_of(s: &Statistics, string: bool) -> Option<Bound> {
+        Self::of(s, string, false)
+    }
+
+    fn of(s: &Statistics, string: bool, min: bool) -> Option<Bound> {
+        let exact = if min {
+            s.min_is_exact()
+        } else {
+            s.max_is_exact()
+        };
+        match s {
+            Statistics::Int32(v) => {
+                let n = if min { v.min_opt() } else { v.max_opt() }?;
+                exact.then_some(Bound::Int(i64::from(*n)))
+            }
+            Statistics::Int64(v) => {
+                let n = if min { v.min_opt() } else { v.max_opt() }?;
+                exact.then_some(Bound::Int(*n))
+            }
+            Statistics::Float(v) => {
+                let n = if min { v.min_opt() } else { v.max_opt() }?;
+                (exact && n.is_finite()).then_some(Bound::Float(f64::from(*n)))
+            }
+            Statistics::Double(v) => {
+                let n = if min { v.min_opt() } else { v.max_opt() }?;
+                (exact && n.is_finite()).then_some(Bound::Float(*n))
+            }
+            Statistics::ByteArray(v) if string => {
+                let bytes = if min { v.min_opt() } else { v.max_opt() }?;
+                let text = std::str::from_utf8(bytes.data()).ok()?;
+                // An inexact minimum is a prefix, still at most every value;
+                // an inexact maximum is one too, and is raised past them.
+                Some(Bound::Text(text.to_owned(), exact))
+            }
+            _ => None,
+        }
+    }
+
+    fn le(&self, other: &Bound) -> bool {
+        match (self, other) {
+            (Bound::Int(a), Bound::Int(b)) => a <= b,
+            (Bound::Float(a), Bound::Float(b)) => a <= b,
+            (Bound::Text(a, _), Bound::Text(b, _)) => a.as_bytes() <= b.as_bytes(),
+            _ => false,
+        }
+    }
+
+    fn json(self, is_max: bool) -> Value {
+        match self {
+            Bound::Int(n) => json!(n),
+            Bound::Float(n) => json!(n),
+            Bound::Text(text, exact) => {
+                let cut: String = text.chars().take(STRING_PREFIX).collect();
+                let was_cut = !exact || cut.len() < text.len();
+                match (is_max, was_cut) {
+                    (true, true) => json!(format!("{cut}\u{10FFFF}")),
+                    _ => json!(cut),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    /// A Parquet file of `batches` (one row group each), its footer.
+    fn footer(batches: &[Vec<(&str, ArrayRef)>]) -> ParquetMetaData {
+        let first = RecordBatch::try_from_iter(batches[0].clone()).unwrap();
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(1_000_000))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(Vec::new(), first.schema(), Some(properties)).unwrap();
+        for batch in batches {
+            writer
+                .write(&RecordBatch::try_from_iter(batch.clone()).unwrap())
+                .unwrap();
+            writer.flush().unwrap();
+        }
+        writer.finish().unwrap()
+    }
+
+    fn columns(
+        ids: Vec<Option<i64>>,
+        names: Vec<Option<&str>>,
+        prices: Vec<Option<f64>>,
+    ) -> Vec<(&'static str, ArrayRef)> {
+        vec![
+            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+            ("name", Arc::new(StringArray::from(names)) as ArrayRef),
+            ("price", Arc::new(Float64Array::from(prices)) as ArrayRef),
+        ]
+    }
+
+    /// Two row groups; statistics for the columns the table asks for, the
+    /// least and greatest across both, nulls summed, long strings cut.
+    #[test]
+    fn statistics_span_the_row_groups_of_the_columns_asked_for() {
+        let long = "x".repeat(40);
+        let footer = footer(&[
+            columns(
+                vec![Some(5), None, Some(9)],
+                vec![Some("b"), Some(&long), None],
+                vec![None, None, None],
+            ),
+            columns(
+                vec![Some(-2), Some(7), None],
+                vec![Some("a"), None, None],
+                vec![Some(1.5), None, Some(-0.5)],
+            ),
+        ]);
+        let cut = "x".repeat(32);
+        // (the table's properties, the stats document)
+        let cases: Vec<(Vec<(&str, &str)>, Value)> = vec![
+            (
+                vec![],
+                json!({
+                    "numRecords": 6,
+                    "minValues": {"id": -2, "name": "a", "price": -0.5},
+                    "maxValues": {"id": 9, "name": format!("{cut}\u{10FFFF}"), "price": 1.5},
+                    "nullCount": {"id": 2, "name": 3, "price": 4},
+                }),
+            ),
+            (
+                vec![("delta.dataSkippingNumIndexedCols", "1")],
+                json!({"numRecords": 6, "minValues": {"id": -2}, "maxValues": {"id": 9}, "nullCount": {"id": 2}}),
+            ),
+            (
+                vec![("delta.dataSkippingNumIndexedCols", "0")],
+                json!({"numRecords": 6}),
+            ),
+            (
+                vec![("delta.dataSkippingStatsColumns", "price")],
+                json!({"numRecords": 6, "minValues": {"price": -0.5}, "maxValues": {"price": 1.5}, "nullCount": {"price": 4}}),
+            ),
+        ];
+        for (properties, want) in cases {
+            let configuration = properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+                .collect();
+            let got = file_stats(6, Some(&footer), &StatsColumns::of(&configuration));
+            assert_eq!(got, want, "{properties:?}");
+        }
+        assert_eq!(
+            file_stats(3, None, &StatsColumns::First(32)),
+            json!({"numRecords": 3})
+        );
+    }
+}
