@@ -373,3 +373,62 @@ async fn a_commit_announces_the_files_it_adds_and_only_those() {
         assert_eq!(heard.take(), heard_lines, "{case}");
     }
 }
+
+/// A small Parquet file of one `long` column `n` holding `values`, stored
+/// at `events/{name}.parquet`; its `NewFile`.
+async fn parquet_file(store: &dyn ObjectStore, name: &str, values: &[i64]) -> NewFile {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    let batch = RecordBatch::try_from_iter([(
+        "n",
+        Arc::new(Int64Array::from(values.to_vec())) as ArrayRef,
+    )])
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let mut new = file(name);
+    new.size = bytes.len() as u64;
+    new.records = values.len() as u64;
+    store
+        .put_object(sluice_store::PutRequest::new(new.key.clone(), bytes))
+        .await
+        .unwrap();
+    new
+}
+
+/// Issue 48: compaction had a commit loop of its own, which took its own
+/// commit landed with a lost answer (refused on its retry by its own
+/// If-None-Match) for "another writer removed this file", and left the
+/// compacted file an orphan although the log held it. It commits through the
+/// table's one commit path now: the commit is recognised as its own.
+#[tokio::test]
+async fn a_compaction_whose_answer_was_lost_is_its_own() {
+    for fault in [Fault::LandsThenRefused, Fault::AnswerLost] {
+        let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let faulty = FaultyStore::new(memory.clone());
+        let table = DeltaTable::new(Arc::new(faulty.clone()), layout());
+        let mut files = Vec::new();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            files.push(parquet_file(memory.as_ref(), name, &[i as i64, 10 + i as i64]).await);
+        }
+        table.commit(&files, &[], &schema()).await.unwrap();
+        faulty.inject_under(Op::Put, LOG, Some(1), fault);
+        let report = table
+            .compact(sluice_streams::table::delta::upkeep::CompactOptions {
+                target_bytes: 1 << 20,
+                min_files: 2,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+        assert_eq!(
+            (report.removed, report.added, report.version),
+            (3, 1, Some(1)),
+            "{fault:?}"
+        );
+        let (in_table, snapshot) = table_files(memory).await;
+        assert_eq!(snapshot.version, Some(1), "{fault:?}");
+        assert_eq!(in_table.len(), 1, "{fault:?}: {in_table:?}");
+    }
+}

@@ -14,9 +14,8 @@
 
 use std::sync::Arc;
 
+use sluice_store::StoreError;
 use sluice_upload::{Announcer, Engine, Intent, Making, Origin, UploadOutcome};
-
-use super::delta::{Committed, NewFile, TableError};
 
 /// How a stored file is announced once committed: where it came from (a
 /// stream's batch, with its totals) and the object the store holds.
@@ -26,6 +25,17 @@ pub struct FileOrigin {
     pub outcome: UploadOutcome,
 }
 
+/// How a commit ended, for its files' announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitEnd {
+    /// The log holds it: its files are in the table.
+    In,
+    /// It certainly did not add its files.
+    Out,
+    /// Nobody can tell yet.
+    Unknown,
+}
+
 /// The intents of one commit's files, written before it.
 pub(crate) struct CommitAnnouncement {
     announcer: Arc<dyn Announcer>,
@@ -33,20 +43,20 @@ pub(crate) struct CommitAnnouncement {
 }
 
 impl CommitAnnouncement {
-    /// Writes an intent for each of `files` that has an origin, when `engine`
-    /// has an announcer; the commit may go ahead only once this returned Ok.
+    /// Writes an intent for each of `files` (the origins of a commit's files)
+    /// of the table at `table`, when `engine` has an announcer; the commit may
+    /// go ahead only once this returned Ok.
     pub(crate) async fn intend(
         engine: &Engine,
         table: &str,
-        files: &[NewFile],
-    ) -> Result<Option<CommitAnnouncement>, TableError> {
+        files: &[&FileOrigin],
+    ) -> Result<Option<CommitAnnouncement>, StoreError> {
         let Some(announcer) = engine.announcer() else {
             return Ok(None);
         };
         let intents: Vec<(Intent, UploadOutcome)> = files
             .iter()
-            .filter_map(|file| {
-                let from = file.origin.as_ref()?;
+            .map(|from| {
                 let making = Making::TableCommit {
                     table: table.to_owned(),
                 };
@@ -58,18 +68,13 @@ impl CommitAnnouncement {
                     outcome.checksum,
                     making,
                 );
-                Some((intent, outcome.clone()))
+                (intent, outcome.clone())
             })
             .collect();
         if intents.is_empty() {
             return Ok(None);
         }
-        futures::future::try_join_all(intents.iter().map(|(i, _)| announcer.intend(i)))
-            .await
-            .map_err(|source| TableError::Store {
-                root: table.to_owned(),
-                source: Arc::new(source),
-            })?;
+        futures::future::try_join_all(intents.iter().map(|(i, _)| announcer.intend(i))).await?;
         Ok(Some(CommitAnnouncement {
             announcer: announcer.clone(),
             intents,
@@ -79,23 +84,18 @@ impl CommitAnnouncement {
     /// What the commit came to: its files announced when it holds them,
     /// their intents abandoned when it certainly does not, left to the
     /// reconciliation when nobody can tell.
-    pub(crate) async fn settle(self, committed: &Result<Committed, TableError>) {
+    pub(crate) async fn settle(self, end: CommitEnd) {
         let announcer = &self.announcer;
-        match committed {
-            Ok(Committed::Version(_)) => {
+        match end {
+            CommitEnd::In => {
                 futures::future::join_all(self.intents.iter().map(|(i, o)| announcer.made(i, o)))
                     .await;
             }
-            Ok(Committed::Already)
-            | Err(TableError::Fenced { .. })
-            | Err(TableError::Protocol { .. })
-            | Err(TableError::Schema { .. })
-            | Err(TableError::Outside { .. })
-            | Err(TableError::Withdrawn { .. }) => {
+            CommitEnd::Out => {
                 futures::future::join_all(self.intents.iter().map(|(i, _)| announcer.abandoned(i)))
                     .await;
             }
-            Err(TableError::Store { .. }) | Err(TableError::Log { .. }) => {
+            CommitEnd::Unknown => {
                 tracing::info!(
                     files = self.intents.len(),
                     "whether the commit landed is unknown; the reconciliation reads the table's log"

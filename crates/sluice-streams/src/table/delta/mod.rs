@@ -20,6 +20,7 @@
 //! transactions, schema changes) are read and kept.
 
 pub mod checkpoint;
+mod commit;
 pub mod log;
 pub mod schema;
 pub mod stats;
@@ -28,12 +29,12 @@ pub mod upkeep;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures::TryStreamExt;
 use serde_json::{json, Value};
-use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
+use sluice_store::{ObjectStore, PutRequest, StoreError};
 
-use super::announce::{CommitAnnouncement, FileOrigin};
+use super::announce::{CommitAnnouncement, CommitEnd, FileOrigin};
 use log::{Action, Add, MetaData, Protocol, Remove, Txn};
 
 /// Why a table could not be read or committed to.
@@ -634,24 +635,33 @@ impl DeltaTable {
         transactions: &[Transaction],
         schema: &Value,
     ) -> Result<Committed, TableError> {
+        let origins: Vec<&FileOrigin> = files.iter().filter_map(|f| f.origin.as_deref()).collect();
         let announcement = match &self.announcing {
-            Some(engine) => {
-                CommitAnnouncement::intend(engine, &self.layout.location, files).await?
+            Some(engine) if !origins.is_empty() => {
+                CommitAnnouncement::intend(engine, &self.layout.location, &origins)
+                    .await
+                    .map_err(|e| self.store_error(e))?
             }
-            None => None,
+            _ => None,
         };
         let committed = self.commit_to_log(files, transactions, schema).await;
         if committed.is_ok() {
             super::table_committed();
         }
         if let Some(announcement) = announcement {
-            announcement.settle(&committed).await;
+            let end = match &committed {
+                Ok(Committed::Version(_)) => CommitEnd::In,
+                // Whether it landed, nobody can tell yet.
+                Err(TableError::Store { .. } | TableError::Log { .. }) => CommitEnd::Unknown,
+                Ok(Committed::Already) | Err(_) => CommitEnd::Out,
+            };
+            announcement.settle(end).await;
         }
         committed
     }
 
     /// The commit itself: the next version of the log, written only when
-    /// absent (see [`DeltaTable::commit`]).
+    /// absent, through [`DeltaTable::commit_change`] on this writer's snapshot.
     async fn commit_to_log(
         &self,
         files: &[NewFile],
@@ -671,127 +681,18 @@ impl DeltaTable {
             });
         }
         let mut snapshot = self.snapshot.lock().await;
-        // Versions lost to other writers in a row without the log moving on:
-        // one that exists but cannot be read.
-        let mut stuck = 0;
-        // Commits refused because their version exists and not read back:
-        // one may be this very commit, landed, its answer lost and its retry
-        // refused.
-        let mut refused: Vec<(u64, Bytes)> = Vec::new();
-        loop {
-            let before = snapshot.version;
-            self.refresh(&mut snapshot).await?;
-            if stuck > 0 && snapshot.version == before {
-                if stuck >= 5 {
-                    return Err(TableError::Log {
-                        key: format!(
-                            "{}{}",
-                            self.log_prefix,
-                            log::commit_name(before.map_or(0, |v| v + 1))
-                        ),
-                        reason: "the version exists but the log does not list or read it".into(),
-                    });
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100 << stuck)).await;
-            }
-            // Where the transactions stand: all in (a lost answer), all at
-            // their `after` (go), or another writer moved one (fenced).
-            let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
-            if !transactions.is_empty() && transactions.iter().all(|t| found(t) == Some(t.version))
-            {
-                // Ours, if one of the versions refused holds what we wrote;
-                // otherwise another commit of these transactions (its files,
-                // not these).
-                for (version, body) in refused.iter().rev() {
-                    if self.log_holds(*version, body).await? {
-                        tracing::info!(version, "a Delta commit whose answer was lost had landed");
-                        return Ok(Committed::Version(*version));
-                    }
-                }
-                return Ok(Committed::Already);
-            }
-            if let Some(t) = transactions.iter().find(|t| found(t) != t.after) {
-                return Err(TableError::Fenced {
-                    app_id: t.app_id.clone(),
-                    expected: t.after,
-                    found: found(t),
-                });
-            }
-            if let Some(reason) = snapshot
-                .protocol
-                .as_ref()
-                .and_then(Protocol::refuses_append)
-            {
-                return Err(TableError::Protocol {
-                    root: self.layout.location.clone(),
-                    reason,
-                });
-            }
-            let version = snapshot.version.map_or(0, |v| v + 1);
-            let now = now_ms();
-            let mut actions = vec![Action::CommitInfo(json!({
-                "timestamp": now,
+        let change = commit::Change {
+            operation: json!({
                 "operation": "STREAMING UPDATE",
                 "operationParameters": {"outputMode": "Append"},
                 "isBlindAppend": true,
-                "clientVersion": concat!("sluice-", env!("CARGO_PKG_VERSION")),
-            }))];
-            actions.extend(self.metadata_actions(&snapshot, schema, now)?);
-            actions.extend(transactions.iter().map(|t| {
-                Action::Txn(Txn {
-                    app_id: t.app_id.clone(),
-                    version: t.version,
-                    last_updated: Some(now),
-                })
-            }));
-            let stats_columns = snapshot.metadata.as_ref().map_or(
-                stats::StatsColumns::First(stats::DEFAULT_INDEXED_COLUMNS),
-                |m| stats::StatsColumns::of(&m.configuration),
-            );
-            for file in files {
-                actions.push(Action::Add(self.layout.add(file, now, &stats_columns)?));
-            }
-            let key = format!("{}{}", self.log_prefix, log::commit_name(version));
-            let body = Bytes::from(log::write_commit(&actions));
-            let mut put = PutRequest::new(key.clone(), body.clone());
-            put.content_type = Some("application/json".into());
-            put.condition = Some(WriteCondition::IfNoneMatch);
-            match self.store.put_object(put).await {
-                Ok(_) => {
-                    snapshot.apply(version, actions);
-                    return Ok(Committed::Version(version));
-                }
-                // Another writer has this version: read it, and go on.
-                // Another writer has this version, or this commit does (it
-                // landed, its answer was lost, its retry refused): read it.
-                Err(StoreError::PreconditionFailed) => {
-                    match self.log_holds(version, &body).await {
-                        Ok(true) => {
-                            tracing::info!(key, "a Delta commit whose answer was lost had landed");
-                            let _ = self.refresh(&mut snapshot).await;
-                            return Ok(Committed::Version(version));
-                        }
-                        Ok(false) => {}
-                        // Unread: looked at again if the transactions turn
-                        // out to be in.
-                        Err(_) => refused.push((version, body)),
-                    }
-                    stuck += 1;
-                    continue;
-                }
-                Err(e) => {
-                    // The answer may be lost with the commit in: the log tells,
-                    // by holding at this version what was written (the same
-                    // transactions landing in another commit are not this one).
-                    tracing::warn!(key, error = %sluice_store::error_chain(&e), "a Delta commit failed; reading the log to see whether it landed");
-                    if let Ok(true) = self.log_holds(version, &body).await {
-                        let _ = self.refresh(&mut snapshot).await;
-                        return Ok(Committed::Version(version));
-                    }
-                    return Err(self.store_error(e));
-                }
-            }
-        }
+            }),
+            files,
+            transactions,
+            schema: Some(schema),
+            ..commit::Change::default()
+        };
+        self.commit_change(&mut snapshot, &change).await
     }
 
     /// Refuses a table whose protocol sluice must not write to (features it

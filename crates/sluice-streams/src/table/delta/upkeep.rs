@@ -17,11 +17,12 @@ use std::time::{Duration, SystemTime};
 use arrow_schema::Schema;
 use bytes::Bytes;
 use serde_json::json;
-use sluice_store::{PutRequest, StoreError, WriteCondition};
+use sluice_store::PutRequest;
 
-use super::log::{self, Action, Add, Remove};
+use super::commit::Change;
+use super::log::{self, Add};
 use super::stats::{file_stats, StatsColumns};
-use super::{now_ms, DeltaTable, TableError};
+use super::{now_ms, Committed, DeltaTable, TableError};
 use parquet::file::metadata::ParquetMetaData;
 
 /// What compaction takes and makes.
@@ -176,45 +177,19 @@ impl DeltaTable {
     /// Commits `removed` out and `added` in as one version that changes no
     /// data; refused if another writer removed one of `removed` first.
     async fn replace_files(&self, removed: &[Add], added: &[Add]) -> Result<u64, TableError> {
-        loop {
-            let snapshot = self.read_with_files().await?;
-            self.check_protocol(&snapshot)?;
-            let files = snapshot.files.as_ref().expect("tracked");
-            if let Some(gone) = removed.iter().find(|r| !files.contains_key(&r.path)) {
-                return Err(TableError::Log {
-                    key: gone.path.clone(),
-                    reason: "another writer removed this file while it was being compacted; \
-                             the compacted files are orphans for vacuum"
-                        .into(),
-                });
-            }
-            let version = snapshot.version.map_or(0, |v| v + 1);
-            let now = now_ms();
-            let mut actions = vec![Action::CommitInfo(json!({
-                "timestamp": now,
+        let mut snapshot = self.read_with_files().await?;
+        let change = Change {
+            operation: json!({
                 "operation": "OPTIMIZE",
                 "operationParameters": {"targetSize": added.iter().map(|a| a.size).max()},
-                "clientVersion": concat!("sluice-", env!("CARGO_PKG_VERSION")),
-            }))];
-            actions.extend(removed.iter().map(|r| {
-                Action::Remove(Remove {
-                    path: r.path.clone(),
-                    deletion_timestamp: Some(now),
-                    data_change: false,
-                    extended_file_metadata: Some(true),
-                    partition_values: Some(r.partition_values.clone()),
-                    size: Some(r.size),
-                })
-            }));
-            actions.extend(added.iter().cloned().map(Action::Add));
-            let key = format!("{}{}", self.log_prefix, log::commit_name(version));
-            let mut put = PutRequest::new(key, log::write_commit(&actions));
-            put.condition = Some(WriteCondition::IfNoneMatch);
-            match self.store.put_object(put).await {
-                Ok(_) => return Ok(version),
-                Err(StoreError::PreconditionFailed) => continue,
-                Err(e) => return Err(self.store_error(e)),
-            }
+            }),
+            adds: added,
+            removes: removed,
+            ..Change::default()
+        };
+        match self.commit_change(&mut snapshot, &change).await? {
+            Committed::Version(version) => Ok(version),
+            Committed::Already => unreachable!("a change without transactions is never found in"),
         }
     }
 

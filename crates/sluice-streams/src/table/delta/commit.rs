@@ -1,0 +1,236 @@
+//! The one way a version is added to a table's log, for every change sluice
+//! makes (appends of a stream's files, compaction's rewrite): the next
+//! version written only when absent (`If-None-Match`), after checking the
+//! change still holds against the table as it now is, and recognised as its
+//! own when its answer was lost: a version is this commit's when the log
+//! holds at that version exactly the bytes it wrote, read back after a
+//! refusal by its own precondition (it landed, its retry was refused) or
+//! after a failure. Another writer's version is read and the commit tried
+//! again on top of it, a bounded number of times when the log does not move.
+//!
+//! What must still hold: the transactions are where the change expects them
+//! (all at their new versions already: another commit holds them,
+//! [`Committed::Already`]; one elsewhere: [`TableError::Fenced`]), every
+//! file the change removes is still in the table (else another writer
+//! removed it first), and the table's protocol lets sluice write.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use sluice_store::{PutRequest, StoreError, WriteCondition};
+
+use super::log::{self, Action, Add, Protocol, Remove, Txn};
+use super::{now_ms, stats, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction};
+
+/// Versions lost in a row to a log that does not move on (one that exists
+/// but cannot be listed or read) before the commit gives up.
+const MOST_STUCK: u32 = 5;
+
+/// What one commit changes.
+#[derive(Default)]
+pub(crate) struct Change<'a> {
+    /// The commitInfo's `operation`, `operationParameters`, … (the time and
+    /// sluice's version are added).
+    pub operation: Value,
+    /// Stored files it adds (their add actions made at each attempt).
+    pub files: &'a [NewFile],
+    /// Add actions made already (compaction's rewritten files).
+    pub adds: &'a [Add],
+    /// Files it removes (`dataChange: false`); each must still be in the
+    /// table, read with its files.
+    pub removes: &'a [Add],
+    /// Application transactions it moves.
+    pub transactions: &'a [Transaction],
+    /// The files' columns (a Delta struct type), merged into the table's
+    /// schema; None: the schema stays.
+    pub schema: Option<&'a Value>,
+}
+
+/// Whether the change may still go ahead on `snapshot`.
+enum Standing {
+    Go,
+    /// Its transactions are all at their new versions already.
+    TransactionsIn,
+    /// A file it removes is gone.
+    RemovedGone(String),
+}
+
+impl DeltaTable {
+    /// Adds `change` to the log as the version after `snapshot`'s (read on
+    /// first), trying again after other writers' versions; `snapshot` follows.
+    pub(crate) async fn commit_change(
+        &self,
+        snapshot: &mut Snapshot,
+        change: &Change<'_>,
+    ) -> Result<Committed, TableError> {
+        // Versions lost to other writers in a row without the log moving on.
+        let mut stuck = 0;
+        // Versions refused by their precondition and not read back: one may
+        // be this very commit, landed, its answer lost and its retry refused.
+        let mut refused: Vec<(u64, Bytes)> = Vec::new();
+        let now = now_ms();
+        loop {
+            let before = snapshot.version;
+            self.refresh(snapshot).await?;
+            if stuck > 0 && snapshot.version == before {
+                if stuck >= MOST_STUCK {
+                    return Err(TableError::Log {
+                        key: format!(
+                            "{}{}",
+                            self.log_prefix,
+                            log::commit_name(before.map_or(0, |v| v + 1))
+                        ),
+                        reason: "the version exists but the log does not list or read it".into(),
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100 << stuck)).await;
+            }
+            match self.standing(snapshot, change)? {
+                Standing::Go => {}
+                // Ours, if one of the versions refused holds what we wrote;
+                // otherwise another commit's doing.
+                standing => {
+                    for (version, body) in refused.iter().rev() {
+                        if self.log_holds(*version, body).await? {
+                            tracing::info!(
+                                version,
+                                "a Delta commit whose answer was lost had landed"
+                            );
+                            return Ok(Committed::Version(*version));
+                        }
+                    }
+                    return match standing {
+                        Standing::RemovedGone(path) => Err(TableError::Log {
+                            key: path,
+                            reason: "another writer removed this file while it was being \
+                                     compacted; the compacted files are orphans for vacuum"
+                                .into(),
+                        }),
+                        _ => Ok(Committed::Already),
+                    };
+                }
+            }
+            let version = snapshot.version.map_or(0, |v| v + 1);
+            let actions = self.actions(snapshot, change, now)?;
+            let key = format!("{}{}", self.log_prefix, log::commit_name(version));
+            let body = Bytes::from(log::write_commit(&actions));
+            let mut put = PutRequest::new(key.clone(), body.clone());
+            put.content_type = Some("application/json".into());
+            put.condition = Some(WriteCondition::IfNoneMatch);
+            match self.store.put_object(put).await {
+                Ok(_) => {
+                    snapshot.apply(version, actions);
+                    return Ok(Committed::Version(version));
+                }
+                // Another writer has this version, or this commit does (it
+                // landed, its answer was lost, its retry refused): read it.
+                Err(StoreError::PreconditionFailed) => {
+                    match self.log_holds(version, &body).await {
+                        Ok(true) => {
+                            tracing::info!(key, "a Delta commit whose answer was lost had landed");
+                            let _ = self.refresh(snapshot).await;
+                            return Ok(Committed::Version(version));
+                        }
+                        Ok(false) => {}
+                        // Unread: looked at again if the change turns out
+                        // to be in.
+                        Err(_) => refused.push((version, body)),
+                    }
+                    stuck += 1;
+                }
+                Err(e) => {
+                    // The answer may be lost with the commit in: the log tells,
+                    // by holding at this version what was written.
+                    tracing::warn!(key, error = %sluice_store::error_chain(&e), "a Delta commit failed; reading the log to see whether it landed");
+                    if let Ok(true) = self.log_holds(version, &body).await {
+                        let _ = self.refresh(snapshot).await;
+                        return Ok(Committed::Version(version));
+                    }
+                    return Err(self.store_error(e));
+                }
+            }
+        }
+    }
+
+    /// Whether `change` still holds on `snapshot` (see the module's header).
+    fn standing(&self, snapshot: &Snapshot, change: &Change<'_>) -> Result<Standing, TableError> {
+        let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
+        let transactions = change.transactions;
+        if !transactions.is_empty() && transactions.iter().all(|t| found(t) == Some(t.version)) {
+            return Ok(Standing::TransactionsIn);
+        }
+        if let Some(t) = transactions.iter().find(|t| found(t) != t.after) {
+            return Err(TableError::Fenced {
+                app_id: t.app_id.clone(),
+                expected: t.after,
+                found: found(t),
+            });
+        }
+        if !change.removes.is_empty() {
+            let files = snapshot.files.as_ref().ok_or_else(|| TableError::Log {
+                key: self.log_prefix.clone(),
+                reason: "a commit that removes files needs the table read with its files".into(),
+            })?;
+            if let Some(gone) = change.removes.iter().find(|r| !files.contains_key(&r.path)) {
+                return Ok(Standing::RemovedGone(gone.path.clone()));
+            }
+        }
+        if let Some(reason) = snapshot
+            .protocol
+            .as_ref()
+            .and_then(Protocol::refuses_append)
+        {
+            return Err(TableError::Protocol {
+                root: self.layout.location.clone(),
+                reason,
+            });
+        }
+        Ok(Standing::Go)
+    }
+
+    /// The actions of `change` as the version after `snapshot`'s.
+    fn actions(
+        &self,
+        snapshot: &Snapshot,
+        change: &Change<'_>,
+        now: i64,
+    ) -> Result<Vec<Action>, TableError> {
+        let mut info = change.operation.clone();
+        if let Value::Object(fields) = &mut info {
+            fields.insert("timestamp".into(), json!(now));
+            fields.insert(
+                "clientVersion".into(),
+                json!(concat!("sluice-", env!("CARGO_PKG_VERSION"))),
+            );
+        }
+        let mut actions = vec![Action::CommitInfo(info)];
+        if let Some(schema) = change.schema {
+            actions.extend(self.metadata_actions(snapshot, schema, now)?);
+        }
+        actions.extend(change.transactions.iter().map(|t| {
+            Action::Txn(Txn {
+                app_id: t.app_id.clone(),
+                version: t.version,
+                last_updated: Some(now),
+            })
+        }));
+        actions.extend(change.removes.iter().map(|r| {
+            Action::Remove(Remove {
+                path: r.path.clone(),
+                deletion_timestamp: Some(now),
+                data_change: false,
+                extended_file_metadata: Some(true),
+                partition_values: Some(r.partition_values.clone()),
+                size: Some(r.size),
+            })
+        }));
+        let stats_columns = snapshot.metadata.as_ref().map_or(
+            stats::StatsColumns::First(stats::DEFAULT_INDEXED_COLUMNS),
+            |m| stats::StatsColumns::of(&m.configuration),
+        );
+        for file in change.files {
+            actions.push(Action::Add(self.layout.add(file, now, &stats_columns)?));
+        }
+        actions.extend(change.adds.iter().cloned().map(Action::Add));
+        Ok(actions)
+    }
+}
