@@ -12,6 +12,7 @@ mod error;
 pub mod fs;
 pub mod location;
 pub mod presign;
+pub mod probe;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod types;

@@ -87,6 +87,7 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
         Some(1),
         Fault::FailsLate(Duration::from_secs(5)),
     );
+    let puts_before = faulty.attempts(Op::Put, None);
     let hanging = tokio::spawn({
         let writer = writer.clone();
         async move {
@@ -95,7 +96,8 @@ async fn a_failed_commit_never_takes_another_commit_of_its_transaction_for_its_o
                 .await
         }
     });
-    while faulty.attempts(Op::Put, None) < 2 {
+    // The writer's commit is in flight (hanging) once its PUT is seen.
+    while faulty.attempts(Op::Put, None) < puts_before + 1 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let landed = late
@@ -431,4 +433,29 @@ async fn a_compaction_whose_answer_was_lost_is_its_own() {
         assert_eq!(snapshot.version, Some(1), "{fault:?}");
         assert_eq!(in_table.len(), 1, "{fault:?}: {in_table:?}");
     }
+}
+
+/// Issue 48: nothing checked that the store honours `If-None-Match`, which
+/// every commit relies on (two writers of one version: both "win", and the
+/// loser's files are vacuumed later). A table on a store that ignores it
+/// refuses to commit, saying why, and writes nothing to the log.
+#[tokio::test]
+async fn a_store_that_ignores_if_none_match_is_refused_commits() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let faulty = FaultyStore::new(memory.clone());
+    faulty.ignore_conditions();
+    let table = DeltaTable::new(Arc::new(faulty), layout());
+    let refused = table
+        .commit(
+            &[file("a")],
+            &[step("sluice-events-writer", None, 1)],
+            &schema(),
+        )
+        .await;
+    match refused {
+        Err(error) => assert!(error.to_string().contains("If-None-Match"), "{error}"),
+        Ok(committed) => panic!("committed {committed:?} on a store that ignores If-None-Match"),
+    }
+    let log = memory.list_objects(LOG, None, 10).await.unwrap();
+    assert!(log.objects.is_empty(), "{:?}", log.objects);
 }

@@ -117,6 +117,9 @@ pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     rules: Arc<Mutex<Vec<Rule>>>,
     attempts: Arc<Mutex<AttemptCounts>>,
+    /// Conditional writes are carried out as plain ones (`If-None-Match`
+    /// and `If-Match` ignored), as some S3-compatible stores do.
+    ignores_conditions: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FaultyStore {
@@ -125,7 +128,15 @@ impl FaultyStore {
             inner,
             rules: Arc::default(),
             attempts: Arc::default(),
+            ignores_conditions: Arc::default(),
         }
+    }
+
+    /// From now on, carries out conditional writes as plain ones, as a store
+    /// that ignores `If-None-Match` and `If-Match` does.
+    pub fn ignore_conditions(&self) {
+        self.ignores_conditions
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Applies `fault` to every request of `op` (for `UploadPart`, only part
@@ -233,7 +244,13 @@ impl ObjectStore for FaultyStore {
     async fn check_key(&self, key: &str) -> Result<(), StoreError> {
         self.inner.check_key(key).await
     }
-    async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
+    async fn put_object(&self, mut request: PutRequest) -> Result<PutOutput, StoreError> {
+        if self
+            .ignores_conditions
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            request.condition = None;
+        }
         let key = request.key.clone();
         self.call(Op::Put, None, &key, self.inner.put_object(request))
             .await

@@ -8,6 +8,10 @@
 //! after a failure. Another writer's version is read and the commit tried
 //! again on top of it, a bounded number of times when the log does not move.
 //!
+//! Before a writer's first commit, the store is asked once whether it
+//! honours `If-None-Match` at all ([`sluice_store::probe`]); one that does not
+//! is refused every commit ([`TableError::CreateOnlyIgnored`]).
+//!
 //! What must still hold: the transactions are where the change expects them
 //! (all at their new versions already: another commit holds them,
 //! [`Committed::Already`]; one elsewhere: [`TableError::Fenced`]), every
@@ -62,6 +66,7 @@ impl DeltaTable {
         snapshot: &mut Snapshot,
         change: &Change<'_>,
     ) -> Result<Committed, TableError> {
+        self.check_create_only().await?;
         // Versions lost to other writers in a row without the log moving on.
         let mut stuck = 0;
         // Versions refused by their precondition and not read back: one may
@@ -148,6 +153,25 @@ impl DeltaTable {
                     return Err(self.store_error(e));
                 }
             }
+        }
+    }
+
+    /// Refuses to commit on a store that ignores `If-None-Match` (found out
+    /// once per writer, before its first commit).
+    async fn check_create_only(&self) -> Result<(), TableError> {
+        let honoured = self
+            .create_only_honoured
+            .get_or_try_init(|| async {
+                sluice_store::probe::honours_create_only(self.store.as_ref())
+                    .await
+                    .map_err(|e| self.store_error(e))
+            })
+            .await?;
+        match honoured {
+            true => Ok(()),
+            false => Err(TableError::CreateOnlyIgnored {
+                root: self.layout.location.clone(),
+            }),
         }
     }
 

@@ -62,6 +62,14 @@ pub enum TableError {
         expected: Option<i64>,
         found: Option<i64>,
     },
+    /// The store carries out a create-only write as a plain one: two writers
+    /// could both take one version of the log.
+    #[error(
+        "the store does not honour If-None-Match (a second create-only write of the same key \
+         succeeded), so two writers could both take one version of the Delta log at {root}; \
+         sluice does not commit to it"
+    )]
+    CreateOnlyIgnored { root: String },
     /// The file was left out of the table on purpose.
     #[error("the file was not added to the table: {reason}")]
     Withdrawn { reason: String },
@@ -339,6 +347,9 @@ pub struct DeltaTable {
     announcing: Option<sluice_upload::Engine>,
     /// The table's checkpoint interval as last read (see [`Snapshot::checkpoint_interval`]).
     checkpoint_interval: std::sync::atomic::AtomicU64,
+    /// Whether the store refuses a second create-only write of a key, found
+    /// out before this writer's first commit (see `commit`).
+    create_only_honoured: tokio::sync::OnceCell<bool>,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -362,6 +373,7 @@ impl DeltaTable {
             snapshot: tokio::sync::Mutex::new(Snapshot::default()),
             announcing: None,
             checkpoint_interval: checkpoint::DEFAULT_INTERVAL.into(),
+            create_only_honoured: tokio::sync::OnceCell::new(),
         }
     }
 
