@@ -206,3 +206,37 @@ async fn the_table_s_checkpoint_interval_is_honoured() {
     let (files, snapshot) = table_files(store).await;
     assert_eq!((files.len(), snapshot.version), (7, Some(7)));
 }
+
+/// Issue 48: vacuum deleted every unreferenced object under the table's
+/// root, so anything else kept there (a dead letter, someone's notes) went
+/// too. It deletes only data files (Parquet) that no version reads.
+#[tokio::test]
+async fn vacuum_deletes_only_data_files_no_version_reads() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let table = DeltaTable::new(store.clone(), layout());
+    table.commit(&[file("in")], &[], &schema()).await.unwrap();
+    for key in [
+        "events/in.parquet",
+        "events/orphan.parquet",
+        "events/dead/0001.ndjson.zst",
+        "events/README.txt",
+    ] {
+        store
+            .put_object(sluice_store::PutRequest::new(key, b"x".to_vec()))
+            .await
+            .unwrap();
+    }
+    let report = table
+        .vacuum(std::time::Duration::ZERO, false)
+        .await
+        .unwrap();
+    assert_eq!(report.deleted, ["events/orphan.parquet"]);
+    for kept in [
+        "events/in.parquet",
+        "events/dead/0001.ndjson.zst",
+        "events/README.txt",
+    ] {
+        assert!(memory.object(kept).is_some(), "{kept} was deleted");
+    }
+}

@@ -66,6 +66,9 @@ pub struct VacuumReport {
     pub kept_young: usize,
     /// Read by the table (or by a version within the retention).
     pub referenced: usize,
+    /// Under the table's root but no data file (hidden, or not Parquet):
+    /// never deleted.
+    pub not_data: usize,
 }
 
 impl DeltaTable {
@@ -193,7 +196,7 @@ impl DeltaTable {
         }
     }
 
-    /// Deletes the files under the table's root that no version within
+    /// Deletes the data files (Parquet) under the table's root that no version within
     /// `retain` reads and that are older than `retain` (nothing in a dry run).
     pub async fn vacuum(
         &self,
@@ -245,12 +248,16 @@ impl DeltaTable {
                 .map_err(|e| self.store_error(e))?;
             for object in page.objects {
                 let rest = &object.key[root.len()..];
-                // The log, and hidden files (`_`/`.` first, as Delta has it).
+                // The log, hidden files (`_`/`.` first, as Delta has it), and
+                // anything that is not a data file (a dead letter, notes):
+                // not the table's to delete.
                 if rest.starts_with("_delta_log/")
                     || rest
                         .split('/')
                         .any(|s| s.starts_with('_') || s.starts_with('.'))
+                    || !rest.ends_with(".parquet")
                 {
+                    report.not_data += usize::from(!rest.starts_with("_delta_log/"));
                     continue;
                 }
                 if referenced.contains(&object.key) {
