@@ -240,3 +240,122 @@ async fn vacuum_deletes_only_data_files_no_version_reads() {
         assert!(memory.object(kept).is_some(), "{kept} was deleted");
     }
 }
+
+/// Issue 48: the log only grew (at one commit a second, about 86,000 objects
+/// a day). A simulated week of one-second commits (60,480 versions) on a
+/// table that keeps its log an hour (`delta.logRetentionDuration`): each
+/// checkpoint is followed by the clean-up of what is older than the retention
+/// and before the newest checkpoint it keeps, so the log stays bounded; a new
+/// reader still starts from a checkpoint and sees every version.
+#[tokio::test]
+async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
+    const VERSIONS: i64 = 7 * 24 * 3600 / 10; // one commit every 10 s, a week
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let created = [
+        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({"metaData": {
+            "id": "a5c2e0d4-0a1b-4c3d-8e9f-101112131415",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema().to_string(),
+            "partitionColumns": [],
+            "createdTime": 0,
+            "configuration": {"delta.logRetentionDuration": "interval 1 hour"},
+        }}),
+    ];
+    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000000.json",
+            body.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    let writer = DeltaTable::new(store.clone(), layout());
+    // A writer that read the table at its start and then waited the week.
+    let idle = DeltaTable::new(store.clone(), layout());
+    idle.snapshot().await.unwrap();
+    let (mut most, mut least_after_an_hour) = (0, usize::MAX);
+    for n in 1..=VERSIONS {
+        memory.advance_clock(std::time::Duration::from_secs(10));
+        let transaction = Transaction {
+            app_id: "sluice-writer".into(),
+            after: (n > 1).then_some(n - 1),
+            version: n,
+        };
+        writer.commit(&[], &[transaction], &schema()).await.unwrap();
+        if n % 100 == 0 {
+            // What the writer of a checkpoint's version does.
+            writer.checkpoint().await.unwrap();
+            writer.clean_log(memory.now()).await.unwrap();
+            let log = memory
+                .list_objects("events/_delta_log/", None, 100_000)
+                .await
+                .unwrap();
+            let commits = log
+                .objects
+                .iter()
+                .filter(|o| o.key.ends_with(".json"))
+                .count();
+            most = most.max(log.objects.len());
+            if n > 400 {
+                least_after_an_hour = least_after_an_hour.min(commits);
+            }
+        }
+    }
+    // An hour is 360 versions here: the log holds the last hour (and what
+    // leads up to it from the checkpoint before), and not much more.
+    assert!(most <= 480, "the log grew to {most} objects");
+    assert!(
+        least_after_an_hour >= 360,
+        "only {least_after_an_hour} commits were kept"
+    );
+    // The idle writer's commits were cleaned up behind a checkpoint: it
+    // reads again from there, and commits after the week's last version.
+    let idle_commit = Transaction {
+        app_id: "sluice-idle".into(),
+        after: None,
+        version: 1,
+    };
+    let committed = idle.commit(&[], &[idle_commit], &schema()).await.unwrap();
+    assert_eq!(committed, Committed::Version(VERSIONS as u64 + 1));
+    let (_, snapshot) = table_files(store).await;
+    assert_eq!(snapshot.version, Some(VERSIONS as u64 + 1));
+    assert_eq!(snapshot.txns.get("sluice-writer").copied(), Some(VERSIONS));
+}
+
+/// Issue 48: vacuum knew only its own 1-hour minimum, not the table's
+/// `delta.deletedFileRetentionDuration`: a shorter retention is refused,
+/// naming the property; one at least as long vacuums.
+#[tokio::test]
+async fn vacuum_keeps_the_table_s_deleted_file_retention() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let created = [
+        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({"metaData": {
+            "id": "b6d3f1e5-1b2c-4d3e-9f0a-161718192021",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema().to_string(),
+            "partitionColumns": [],
+            "createdTime": 0,
+            "configuration": {"delta.deletedFileRetentionDuration": "interval 2 days"},
+        }}),
+    ];
+    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000000.json",
+            body.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    let table = DeltaTable::new(store, layout());
+    let day = std::time::Duration::from_secs(86_400);
+    let refused = table.vacuum(day, true).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("delta.deletedFileRetentionDuration"),
+        "{refused}"
+    );
+    table.vacuum(2 * day, true).await.unwrap();
+}

@@ -47,6 +47,9 @@ pub struct MemoryStore {
     latency: Option<Duration>,
     /// Other buckets of the same service, by name: part copies read from them.
     buckets: Arc<BTreeMap<String, MemoryStore>>,
+    /// Milliseconds the store's clock is ahead of the wall clock (see
+    /// [`MemoryStore::advance_clock`]).
+    clock_ahead_ms: Arc<AtomicU64>,
 }
 
 /// Counts body bytes inside a request while it lives.
@@ -64,6 +67,18 @@ impl Drop for InFlight<'_> {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Moves the store's clock (the time it gives the objects written from
+    /// now on) `by` ahead: days of writes simulated in a test's seconds.
+    pub fn advance_clock(&self, by: Duration) {
+        self.clock_ahead_ms
+            .fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// The store's time now.
+    pub fn now(&self) -> SystemTime {
+        SystemTime::now() + Duration::from_millis(self.clock_ahead_ms.load(Ordering::SeqCst))
     }
 
     /// Every request takes `latency` (virtual time under `tokio::time::pause`).
@@ -188,7 +203,7 @@ impl ObjectStore for MemoryStore {
             key: request.key.clone(),
             size: data.len() as u64,
             etag: etag.clone(),
-            last_modified: SystemTime::now(),
+            last_modified: self.now(),
             content_type: request.content_type,
             metadata: request.metadata,
             settings: request.settings,
@@ -437,7 +452,7 @@ impl ObjectStore for MemoryStore {
             key: upload.key.clone(),
             size: data.len() as u64,
             etag: etag.clone(),
-            last_modified: SystemTime::now(),
+            last_modified: self.now(),
             content_type: upload.content_type,
             metadata: upload.metadata,
             settings: upload.settings,

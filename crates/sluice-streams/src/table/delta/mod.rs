@@ -22,6 +22,7 @@
 pub mod checkpoint;
 mod commit;
 pub mod log;
+pub mod properties;
 pub mod schema;
 pub mod stats;
 pub mod upkeep;
@@ -70,6 +71,9 @@ pub enum TableError {
          sluice does not commit to it"
     )]
     CreateOnlyIgnored { root: String },
+    /// A retention shorter than the one the table's owner set.
+    #[error("the Delta table at {root}: {reason}")]
+    Retention { root: String, reason: String },
     /// The file was left out of the table on purpose.
     #[error("the file was not added to the table: {reason}")]
     Withdrawn { reason: String },
@@ -419,7 +423,11 @@ impl DeltaTable {
         if snapshot.version.is_none() && snapshot.listed.is_none() {
             self.start_at_checkpoint(snapshot).await?;
         }
-        loop {
+        // Started again from the latest checkpoint once: the commits after
+        // this snapshot's version were cleaned up behind a newer checkpoint
+        // (a reader idle longer than the log's retention).
+        let mut started_again = false;
+        'listing: loop {
             let page = self
                 .store
                 .list_objects(&self.log_prefix, snapshot.listed.as_deref(), 1000)
@@ -433,6 +441,22 @@ impl DeltaTable {
                     Some((version, true)) if version == expected => {
                         let actions = self.read_commit(&object.key).await?;
                         snapshot.apply(version, actions);
+                    }
+                    Some((version, true)) if version > expected && !started_again => {
+                        started_again = true;
+                        tracing::info!(
+                            from = expected,
+                            table = %self.layout.location,
+                            "the commits after this reader's version were cleaned up; reading again from the latest checkpoint"
+                        );
+                        let tracking = snapshot.files.is_some();
+                        *snapshot = Snapshot {
+                            files: tracking.then(BTreeMap::new),
+                            tombstones: tracking.then(BTreeMap::new),
+                            ..Snapshot::default()
+                        };
+                        self.start_at_checkpoint(snapshot).await?;
+                        continue 'listing;
                     }
                     Some((version, true)) if version > expected => {
                         return Err(TableError::Log {
@@ -619,7 +643,19 @@ impl DeltaTable {
             table.snapshot.lock().await.forget_expired_keys();
             match table.checkpoint().await {
                 Ok(version) => {
-                    tracing::info!(version, table = %table.layout.location, "checkpoint written")
+                    tracing::info!(version, table = %table.layout.location, "checkpoint written");
+                    match table.clean_log(std::time::SystemTime::now()).await {
+                        Ok(cleaned) if cleaned.deleted > 0 => tracing::info!(
+                            deleted = cleaned.deleted,
+                            kept_from = cleaned.kept_from,
+                            table = %table.layout.location,
+                            "log files past the retention removed"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the log was not cleaned up (the next checkpoint will)")
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checkpoint not written (the next one will be)")

@@ -21,6 +21,7 @@ use sluice_store::PutRequest;
 
 use super::commit::Change;
 use super::log::{self, Add};
+use super::properties;
 use super::stats::{file_stats, StatsColumns};
 use super::{now_ms, Committed, DeltaTable, TableError};
 use parquet::file::metadata::ParquetMetaData;
@@ -53,6 +54,15 @@ pub struct CompactReport {
     pub added: usize,
     /// The version that holds the rewrite (None: nothing to do).
     pub version: Option<u64>,
+}
+
+/// What a clean-up of the log removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogCleanReport {
+    /// The checkpoint readers start from, at the earliest, from now on.
+    pub kept_from: Option<u64>,
+    /// Commits and checkpoints removed.
+    pub deleted: usize,
 }
 
 /// What a vacuum found and did.
@@ -196,6 +206,76 @@ impl DeltaTable {
         }
     }
 
+    /// Removes the log's commits and checkpoints that no reader needs: older
+    /// than the table's `delta.logRetentionDuration` (30 days without it) at
+    /// `now`, and before the newest checkpoint that is itself that old (a
+    /// reader starts there or later; time travel reaches back as far as the
+    /// retention). Nothing when the table sets `delta.enableExpiredLogCleanup`
+    /// to false.
+    pub async fn clean_log(&self, now: SystemTime) -> Result<LogCleanReport, TableError> {
+        let snapshot = self.snapshot().await?;
+        let configuration = snapshot
+            .metadata
+            .map(|m| m.configuration)
+            .unwrap_or_default();
+        let mut report = LogCleanReport::default();
+        if !properties::expired_log_cleanup(&configuration) {
+            return Ok(report);
+        }
+        let retention = properties::duration(&configuration, properties::LOG_RETENTION)
+            .unwrap_or(properties::DEFAULT_LOG_RETENTION);
+        let Some(cutoff) = now.checked_sub(retention) else {
+            return Ok(report);
+        };
+        // Every log file: its version, whether it is a checkpoint, its time.
+        let mut listed: Vec<(String, u64, bool, SystemTime)> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list_objects(&self.log_prefix, cursor.as_deref(), 1000)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            for object in page.objects {
+                let name = &object.key[self.log_prefix.len()..];
+                let kind = match log::version_of(name) {
+                    Some((version, commit)) => Some((version, !commit)),
+                    // A commit's checksum file (`000…N.crc`).
+                    None => name
+                        .strip_suffix(".crc")
+                        .filter(|digits| digits.len() == 20)
+                        .and_then(|digits| digits.parse().ok())
+                        .map(|version| (version, false)),
+                };
+                if let Some((version, checkpoint)) = kind {
+                    listed.push((object.key, version, checkpoint, object.last_modified));
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        report.kept_from = listed
+            .iter()
+            .filter(|(_, _, checkpoint, at)| *checkpoint && *at <= cutoff)
+            .map(|(_, version, ..)| *version)
+            .max();
+        let Some(kept_from) = report.kept_from else {
+            return Ok(report);
+        };
+        for (key, version, _, at) in &listed {
+            if *version < kept_from && *at <= cutoff {
+                self.store
+                    .delete_object(key)
+                    .await
+                    .map_err(|e| self.store_error(e))?;
+                report.deleted += 1;
+            }
+        }
+        Ok(report)
+    }
+
     /// Deletes the data files (Parquet) under the table's root that no version within
     /// `retain` reads and that are older than `retain` (nothing in a dry run).
     pub async fn vacuum(
@@ -205,6 +285,27 @@ impl DeltaTable {
     ) -> Result<VacuumReport, TableError> {
         let snapshot = self.read_with_files().await?;
         self.check_protocol(&snapshot)?;
+        // The owner's retention of removed files (Spark's own minimum too).
+        let configuration = snapshot
+            .metadata
+            .as_ref()
+            .map(|m| m.configuration.clone())
+            .unwrap_or_default();
+        if let Some(kept) = properties::duration(&configuration, properties::DELETED_FILE_RETENTION)
+        {
+            if retain < kept {
+                return Err(TableError::Retention {
+                    root: self.layout.location.clone(),
+                    reason: format!(
+                        "a retention of {} is shorter than the table's {} ({}); \
+                         readers of older versions may still read those files",
+                        humantime::format_duration(retain),
+                        properties::DELETED_FILE_RETENTION,
+                        humantime::format_duration(kept)
+                    ),
+                });
+            }
+        }
         let absolute = |path: &String| path.contains("://");
         if let Some(path) = snapshot
             .files
