@@ -140,13 +140,13 @@ def kafka_setup(records_path, count, work):
                     "batch.size=1048576"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def kafka_run(sluice, minio_url, env, work, count, run, idle=3, table=None):
+def kafka_run(sluice, minio_url, env, work, count, run, idle=3, table=None, tag=""):
     bootstrap, cp = os.environ["KAFKA_BOOTSTRAP"], os.environ["KAFKA_CP"]
     rows = []
     start = time.monotonic()
     out = subprocess.run(["java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ConsumerPerformance",
                           "--bootstrap-server", bootstrap, "--topic", "bench", "--messages", str(count),
-                          "--group", f"perf-{run}", "--timeout", "120000"],
+                          "--group", f"perf-{tag}{run}", "--timeout", "120000"],
                          check=True, capture_output=True, text=True)
     wall = time.monotonic() - start
     line = [l for l in out.stdout.splitlines() if l and l[0].isdigit()][-1].split(",")
@@ -154,8 +154,8 @@ def kafka_run(sluice, minio_url, env, work, count, run, idle=3, table=None):
                  "records": float(line[4]), "records_per_s": float(line[5]), "process_wall_s": wall})
     # A stream of its own per run: the same stream would find the batches of
     # the run before stored and skip every message (exactly-once at work).
-    argv = [sluice, "ingest", "--stream", f"kbench{run}", "--from", f"kafka://{bootstrap}/bench", "--group",
-            f"sluice-{run}", "--store", "s3://ingest-kafka", "--endpoint", minio_url, "--idle-exit", f"{idle}s",
+    argv = [sluice, "ingest", "--stream", f"kbench{tag}{run}", "--from", f"kafka://{bootstrap}/bench", "--group",
+            f"sluice-{tag}{run}", "--store", "s3://ingest-kafka", "--endpoint", minio_url, "--idle-exit", f"{idle}s",
             "--json"] + (["--table", table] if table else [])
     out_path = os.path.join(work, "kafka-ingest.json")
     with open(out_path, "wb") as out_file, open(os.path.join(work, "stderr.txt"), "wb") as err:
@@ -206,6 +206,7 @@ def small_files_run(sluice, minio_url, env, work, files):
 
 
 def kafka_lines(rows, count, table=None):
+    rows = [r for r in rows if r.get("build") != "before"]
     perf = [r for r in rows if r.get("tool") == "ConsumerPerformance"]
     ours = [r for r in rows if r.get("case") == "kafka" and r.get("tool") == "sluice"]
     if not perf or not ours:
@@ -225,6 +226,28 @@ def kafka_lines(rows, count, table=None):
     ]
 
 
+def before_lines(rows):
+    """sluice against --before, case by case: medians and per-run ratios."""
+    lines = ["sluice against --before (the same case, alternated within each run)"]
+    med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
+    for case, tool, rate, cpu in [("http", None, "records_per_s", "cpu_s_per_m_records"),
+                                  ("kafka", "sluice", "records_per_s", "cpu_s")]:
+        pick = lambda build: [r for r in rows if r["case"] == case and r.get("build", "sluice") == build  # noqa: E731
+                              and (tool is None or r.get("tool") == tool)]
+        after, before = pick("sluice"), pick("before")
+        if not after or not before:
+            continue
+        ratios = [a[rate] / b[rate] for a, b in zip(after, before)]
+        cpu_ratios = [a[cpu] / b[cpu] for a, b in zip(after, before)]
+        lines += [
+            f"  {case:<6} records/s after {med(rate, after):>10,.0f}  before {med(rate, before):>10,.0f}  "
+            f"after/before {statistics.median(ratios):.2f} (runs " + ", ".join(f"{r:.2f}" for r in ratios) + ")",
+            f"  {case:<6} {cpu:<22} after {med(cpu, after):.2f}  before {med(cpu, before):.2f}  "
+            f"after/before {statistics.median(cpu_ratios):.2f}",
+        ]
+    return lines + [""]
+
+
 def main():
     ap = driver_args()
     ap.add_argument("--seconds", type=int, default=20)
@@ -236,8 +259,10 @@ def main():
                     help="HTTP and Kafka into a Delta table (Parquet, one commit per flush)")
     ap.add_argument("--small-files", type=int, default=3600,
                     help="smallfiles: files of 100 records committed before compacting")
+    ap.add_argument("--before", help="a second sluice binary, run after sluice in every run of http and kafka")
     ap.add_argument("--out")
     args = ap.parse_args()
+    before = os.path.abspath(args.before) if args.before else None
     cases = set(args.cases.split(","))
     if not cases or not cases <= {"http", "stdin", "kafka", "smallfiles"}:
         ap.error("--cases takes http, stdin, kafka and smallfiles")
@@ -258,20 +283,27 @@ def main():
         rows = []
         for run in range(args.runs):
             if "http" in cases:
-                rows.append(http_run(args.sluice, minio_url, env, work, args.seconds, run, args.table))
-                print(json.dumps(rows[-1]), flush=True)
+                for build, binary in [("sluice", args.sluice)] + ([("before", before)] if before else []):
+                    row = http_run(binary, minio_url, env, work, args.seconds, run, args.table)
+                    row["build"] = build
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
             if "stdin" in cases:
                 for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             if kafka:
-                for row in kafka_run(args.sluice, minio_url, env, work, args.kafka_records, run, table=args.table):
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                for build, binary in [("sluice", args.sluice)] + ([("before", before)] if before else []):
+                    tag = "" if build == "sluice" else build
+                    for row in kafka_run(binary, minio_url, env, work, args.kafka_records, run, table=args.table,
+                                         tag=tag):
+                        row["build"] = build
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
         if "smallfiles" in cases:
             rows.append(small_files_run(args.sluice, minio_url, env, work, args.small_files))
             print(json.dumps(rows[-1]), flush=True)
-        http = [r for r in rows if r["case"] == "http"]
+        http = [r for r in rows if r["case"] == "http" and r.get("build") != "before"]
         med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
         ingest = [r for r in rows if r.get("tool") == "ingest"]
         put = [r for r in rows if r.get("tool") == "put"]
@@ -313,6 +345,8 @@ def main():
             ]
         if "kafka" in cases:
             lines += kafka_lines(rows, args.kafka_records, args.table)
+        if before:
+            lines += [f"before: {version([before, '--version'])} ({before})"] + before_lines(rows)
         small = [r for r in rows if r["case"] == "smallfiles"]
         if small:
             s = small[-1]

@@ -14,10 +14,12 @@
 #      records) committed to one Delta table, then `sluice tables compact`:
 #      files before and after.
 #   --table delta sends cases 1 and 3 into Delta tables (Parquet, flush_age 1s).
+#   --before BINARY runs cases 1 and 3 again with another sluice build in every
+#   run (its own stream and consumer group) and reports after/before ratios.
 #
 #   bench/ingest.sh [--runs N] [--cases http,stdin,kafka,smallfiles] [--table delta]
 #                   [--seconds S] [--stdin-mib M] [--kafka-records N] [--small-files N]
-#                   [--out FILE]
+#                   [--before BINARY] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh

@@ -6,17 +6,14 @@
 
 use crate::{ObjectStore, PutRequest, StoreError, WriteCondition};
 
-/// Where probes write (removed after): sluice's own prefix.
-pub const PROBE_PREFIX: &str = crate::reserved_key!("probes/");
-
-/// Writes a probe object twice, create-only, and removes it: whether the
-/// second write was refused (the store honours `If-None-Match`). An error:
-/// the store could not be asked.
-pub async fn honours_create_only(store: &dyn ObjectStore) -> Result<bool, StoreError> {
-    let key = format!(
-        "{PROBE_PREFIX}create-only-{}",
-        uuid::Uuid::new_v4().simple()
-    );
+/// Writes a probe object (`{prefix}{uuid}`) twice, create-only, and removes
+/// it: whether the second write was refused (the store honours
+/// `If-None-Match`). An error: the store could not be asked.
+pub async fn honours_create_only(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<bool, StoreError> {
+    let key = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
     let create = || {
         let mut put = PutRequest::new(key.clone(), b"probe".to_vec());
         put.condition = Some(WriteCondition::IfNoneMatch);

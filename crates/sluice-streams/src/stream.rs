@@ -295,7 +295,12 @@ impl RecordStream {
             .and_then(crate::table::delta::schema::struct_fields)
             .unwrap_or_default();
         let required = match &table_schema {
-            Some(schema) => crate::table::rules::table_rules(schema, &known, &location)?,
+            Some(schema) => crate::table::rules::table_rules(
+                schema,
+                &known,
+                &table.layout().partition_columns,
+                &location,
+            )?,
             None => Required::default(),
         };
         known.retain(|(field, _)| !table.layout().partition_columns.contains(field));

@@ -359,3 +359,60 @@ async fn vacuum_keeps_the_table_s_deleted_file_retention() {
     );
     table.vacuum(2 * day, true).await.unwrap();
 }
+
+/// Found in review: a reader's listing went on after the last key it saw,
+/// `_last_checkpoint` included, and every commit sorts before `_`: once a
+/// table had a checkpoint, a writer never saw another writer's commits
+/// again (its next commit met the version taken and gave up: "the version
+/// exists but the log does not list or read it"). Spark checkpoints every 10
+/// versions, so a table shared with Spark met this at once.
+#[tokio::test]
+async fn a_writer_sees_other_writers_commits_after_a_checkpoint() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let ours = DeltaTable::new(store.clone(), layout());
+    let theirs = DeltaTable::new(store.clone(), layout());
+    ours.commit(&[file("a")], &[], &schema()).await.unwrap();
+    ours.checkpoint().await.unwrap();
+    ours.snapshot().await.unwrap();
+    theirs.commit(&[file("b")], &[], &schema()).await.unwrap();
+    let committed = ours.commit(&[file("c")], &[], &schema()).await.unwrap();
+    assert_eq!(committed, Committed::Version(2));
+    let (files, _) = table_files(store).await;
+    assert_eq!(files.len(), 3, "{files:?}");
+}
+
+/// Review finding: the log's clean-up took the newest checkpoint older than
+/// the retention as where readers start, a multi-part one another engine
+/// left incomplete included, and removed what the last whole checkpoint
+/// needed. Only whole checkpoints count.
+#[tokio::test]
+async fn the_log_is_cleaned_up_behind_whole_checkpoints_only() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let table = DeltaTable::new(store.clone(), layout());
+    for name in ["a", "b"] {
+        table.commit(&[file(name)], &[], &schema()).await.unwrap();
+    }
+    table.checkpoint().await.unwrap(); // at version 1
+    for name in ["c", "d"] {
+        table.commit(&[file(name)], &[], &schema()).await.unwrap();
+    }
+    // Part 1 of 2 of a checkpoint at version 3, the second never written.
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000003.checkpoint.0000000001.0000000002.parquet",
+            b"PAR1".to_vec(),
+        ))
+        .await
+        .unwrap();
+    memory.advance_clock(std::time::Duration::from_secs(31 * 86_400));
+    let cleaned = table.clean_log(memory.now()).await.unwrap();
+    assert_eq!(
+        (cleaned.kept_from, cleaned.deleted),
+        (Some(1), 1),
+        "{cleaned:?}"
+    );
+    let (files, snapshot) = table_files(store).await;
+    assert_eq!((files.len(), snapshot.version), (4, Some(3)));
+}

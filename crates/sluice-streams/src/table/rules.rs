@@ -15,6 +15,7 @@ use crate::table::schema::{Required, Shape};
 pub(crate) fn table_rules(
     schema: &serde_json::Value,
     known: &[(String, Shape)],
+    partition_columns: &[String],
     location: &str,
 ) -> Result<Required, StreamConfigError> {
     let refuse = |reason: String| StreamConfigError {
@@ -28,6 +29,15 @@ pub(crate) fn table_rules(
         return Err(refuse(format!(
             "column `{column}` has the invariant `{expression}` (delta.invariants), which sluice \
              cannot check; it does not append to such a table"
+        )));
+    }
+    if let Some(path) = crate::table::delta::schema::no_nulls_inside_collections(schema)
+        .into_iter()
+        .next()
+    {
+        return Err(refuse(format!(
+            "`{path}` allows no nulls inside a list or map, which sluice does not check; it \
+             does not append to such a table"
         )));
     }
     let paths = crate::table::delta::schema::required_paths(schema);
@@ -52,7 +62,13 @@ pub(crate) fn table_rules(
             )));
         }
     }
-    Ok(Required::new(paths))
+    // An empty partition value is the default partition: null.
+    let partitions = paths
+        .iter()
+        .filter(|p| p.len() == 1 && partition_columns.contains(&p[0]))
+        .map(|p| p[0].clone())
+        .collect();
+    Ok(Required::new(paths).with_non_empty(partitions))
 }
 
 #[cfg(test)]
@@ -106,11 +122,30 @@ mod tests {
                 vec![invariant],
                 Err("column `n` has the invariant `n > 0`"),
             ),
+            (
+                "no nulls in a list",
+                vec![field(
+                    "l",
+                    json!({"type": "array", "elementType": "long", "containsNull": false}),
+                    true,
+                )],
+                Err("`l[]` allows no nulls"),
+            ),
+            (
+                "a NOT NULL field of a struct in a list",
+                vec![field(
+                    "l",
+                    json!({"type": "array", "containsNull": true, "elementType":
+                        {"type": "struct", "fields": [field("z", json!("long"), false)]}}),
+                    true,
+                )],
+                Err("`l[].z` allows no nulls"),
+            ),
         ];
         for (case, fields, want) in cases {
             let schema = json!({"type": "struct", "fields": fields});
             let known = crate::table::delta::schema::struct_fields(&schema).unwrap();
-            let got = table_rules(&schema, &known, "t");
+            let got = table_rules(&schema, &known, &[], "t");
             match (got, want) {
                 (Ok(required), Ok(paths)) => {
                     let paths: Vec<Vec<String>> = paths

@@ -103,6 +103,9 @@ impl std::fmt::Display for Conflict {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Required {
     paths: Vec<Vec<String>>,
+    /// Top-level ones whose empty string is no value either (a partition
+    /// column: an empty partition value is null).
+    non_empty: Vec<String>,
     /// The top-level names, when no path is nested (the one-pass check
     /// handles those; nested ones send every record to the full check).
     top_level: Option<Vec<String>>,
@@ -114,7 +117,21 @@ impl Required {
             .iter()
             .map(|p| (p.len() == 1).then(|| p[0].clone()))
             .collect();
-        Required { paths, top_level }
+        Required {
+            paths,
+            top_level,
+            non_empty: Vec::new(),
+        }
+    }
+
+    /// The same, with `names` (top-level) refusing an empty string too; the
+    /// full check looks at every record then.
+    pub fn with_non_empty(mut self, names: Vec<String>) -> Required {
+        if !names.is_empty() {
+            self.top_level = None;
+        }
+        self.non_empty = names;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -136,6 +153,16 @@ impl Required {
                         return Err(Conflict {
                             field: path.join("."),
                             reason: "missing or null, and the table's column is NOT NULL".into(),
+                        });
+                    }
+                    Some(Value::String(text))
+                        if text.is_empty() && path.len() == 1 && self.non_empty.contains(name) =>
+                    {
+                        return Err(Conflict {
+                            field: path.join("."),
+                            reason: "empty, and the table's partition column is NOT NULL (an \
+                                     empty partition value is null)"
+                                .into(),
                         });
                     }
                     Some(inner) => value = inner,

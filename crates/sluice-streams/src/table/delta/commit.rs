@@ -56,6 +56,8 @@ enum Standing {
     TransactionsIn,
     /// A file it removes is gone.
     RemovedGone(String),
+    /// Another writer's commit, or the table, stands in its way.
+    Blocked(TableError),
 }
 
 impl DeltaTable {
@@ -91,8 +93,9 @@ impl DeltaTable {
             }
             match self.standing(snapshot, change)? {
                 Standing::Go => {}
-                // Ours, if one of the versions refused holds what we wrote;
-                // otherwise another commit's doing.
+                // Ours, if one of the versions refused holds what we wrote
+                // (read before any refusal: a landed commit must not be
+                // reported fenced); otherwise another commit's doing.
                 standing => {
                     for (version, body) in refused.iter().rev() {
                         if self.log_holds(*version, body).await? {
@@ -110,7 +113,8 @@ impl DeltaTable {
                                      compacted; the compacted files are orphans for vacuum"
                                 .into(),
                         }),
-                        _ => Ok(Committed::Already),
+                        Standing::Blocked(error) => Err(error),
+                        Standing::TransactionsIn | Standing::Go => Ok(Committed::Already),
                     };
                 }
             }
@@ -162,7 +166,7 @@ impl DeltaTable {
         let honoured = self
             .create_only_honoured
             .get_or_try_init(|| async {
-                sluice_store::probe::honours_create_only(self.store.as_ref())
+                sluice_store::probe::honours_create_only(self.store.as_ref(), &self.probe_prefix())
                     .await
                     .map_err(|e| self.store_error(e))
             })
@@ -175,6 +179,12 @@ impl DeltaTable {
         }
     }
 
+    /// Where the probe writes: beside the log (credentials scoped to the
+    /// table reach it; readers pass over names that are no log file's).
+    fn probe_prefix(&self) -> String {
+        format!("{}_sluice_probe_", self.log_prefix)
+    }
+
     /// Whether `change` still holds on `snapshot` (see the module's header).
     fn standing(&self, snapshot: &Snapshot, change: &Change<'_>) -> Result<Standing, TableError> {
         let found = |t: &Transaction| snapshot.txns.get(&t.app_id).copied();
@@ -183,11 +193,11 @@ impl DeltaTable {
             return Ok(Standing::TransactionsIn);
         }
         if let Some(t) = transactions.iter().find(|t| found(t) != t.after) {
-            return Err(TableError::Fenced {
+            return Ok(Standing::Blocked(TableError::Fenced {
                 app_id: t.app_id.clone(),
                 expected: t.after,
                 found: found(t),
-            });
+            }));
         }
         if !change.removes.is_empty() {
             let files = snapshot.files.as_ref().ok_or_else(|| TableError::Log {
@@ -203,10 +213,10 @@ impl DeltaTable {
             .as_ref()
             .and_then(Protocol::refuses_append)
         {
-            return Err(TableError::Protocol {
+            return Ok(Standing::Blocked(TableError::Protocol {
                 root: self.layout.location.clone(),
                 reason,
-            });
+            }));
         }
         Ok(Standing::Go)
     }

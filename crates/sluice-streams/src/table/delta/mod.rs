@@ -135,12 +135,13 @@ impl Snapshot {
             return false;
         };
         let path = log::encode_path(relative);
-        let in_files = self.files.as_ref().is_some_and(|f| f.contains_key(&path));
-        let removed = self
-            .tombstones
-            .as_ref()
-            .is_some_and(|t| t.contains_key(&path));
-        in_files || removed
+        // Another writer may escape a path otherwise: compared decoded too.
+        let names = |paths: Vec<&String>| {
+            paths.iter().any(|p| **p == path)
+                || paths.iter().any(|p| log::decode_path(p) == relative)
+        };
+        names(self.files.iter().flat_map(|f| f.keys()).collect())
+            || names(self.tombstones.iter().flat_map(|t| t.keys()).collect())
     }
 
     /// The versions between checkpoints the table asks for
@@ -469,9 +470,14 @@ impl DeltaTable {
                     }
                     _ => {}
                 }
-                // Only past what was read: a commit that failed to read is
-                // listed again next time.
-                snapshot.listed = Some(object.key.clone());
+                // Only past what was read (a commit that failed to read is
+                // listed again next time), and only past the log's versions:
+                // `_last_checkpoint` and the like sort after every commit,
+                // and a listing that went on after them would never see
+                // another commit.
+                if log::version_of(name).is_some() {
+                    snapshot.listed = Some(object.key.clone());
+                }
             }
             if last_page {
                 self.checkpoint_interval.store(

@@ -153,6 +153,65 @@ pub fn required_paths(data_type: &Value) -> Vec<Vec<String>> {
     paths
 }
 
+/// Where the table allows no null inside a list or map (`containsNull` or
+/// `valueContainsNull` false, or a NOT NULL field of a struct inside one),
+/// as dotted paths (`l[]`, `m{}`, `l[].z`): rules sluice does not check.
+pub fn no_nulls_inside_collections(data_type: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    walk_collections(data_type, "", false, &mut found);
+    found
+}
+
+fn walk_collections(data_type: &Value, path: &str, inside: bool, found: &mut Vec<String>) {
+    let join = |name: &str| match path {
+        "" => name.to_owned(),
+        path => format!("{path}.{name}"),
+    };
+    match data_type.get("type").and_then(Value::as_str) {
+        Some("struct") => {
+            for field in data_type
+                .get("fields")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let name = field
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let at = join(name);
+                if inside && field.get("nullable").and_then(Value::as_bool) == Some(false) {
+                    found.push(at.clone());
+                }
+                if let Some(inner) = field.get("type") {
+                    walk_collections(inner, &at, inside, found);
+                }
+            }
+        }
+        Some("array") => {
+            let at = format!("{path}[]");
+            if data_type.get("containsNull").and_then(Value::as_bool) == Some(false) {
+                found.push(at.clone());
+            }
+            if let Some(inner) = data_type.get("elementType") {
+                walk_collections(inner, &at, true, found);
+            }
+        }
+        Some("map") => {
+            let at = format!("{path}{{}}");
+            if data_type.get("valueContainsNull").and_then(Value::as_bool) == Some(false) {
+                found.push(at.clone());
+            }
+            for part in ["keyType", "valueType"] {
+                if let Some(inner) = data_type.get(part) {
+                    walk_collections(inner, &at, true, found);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The fields with a column invariant (`delta.invariants` in their
 /// metadata, a SQL expression), as dotted paths with the expression.
 pub fn invariants(data_type: &Value) -> Vec<(String, String)> {

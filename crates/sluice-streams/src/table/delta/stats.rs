@@ -85,8 +85,7 @@ pub fn file_stats(records: u64, footer: Option<&ParquetMetaData>, columns: &Stat
                 .iter()
                 .map(|group| group.column(leaf).statistics())
                 .collect();
-            let string = column.physical_type() == PhysicalType::BYTE_ARRAY
-                && matches!(column.logical_type_ref(), Some(LogicalType::String));
+            let kind = ColumnKind::of(column);
             let null_count: Option<u64> = chunks
                 .iter()
                 .map(|s| s.and_then(Statistics::null_count_opt))
@@ -94,7 +93,7 @@ pub fn file_stats(records: u64, footer: Option<&ParquetMetaData>, columns: &Stat
             if let Some(count) = null_count {
                 insert(&mut nulls, path, json!(count));
             }
-            if let Some((low, high)) = bounds(&chunks, string) {
+            if let Some((low, high)) = bounds(&chunks, kind) {
                 insert(&mut min, path, low);
                 insert(&mut max, path, high);
             }
@@ -128,9 +127,56 @@ fn insert(into: &mut Map<String, Value>, path: &[String], value: Value) {
     at.insert(last.clone(), value);
 }
 
+/// What a column's bounds may be given as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColumnKind {
+    /// A signed integer or a float: its value is the number stored.
+    Number,
+    /// A UTF-8 string.
+    Text,
+    /// Anything else (a decimal or date stored as an integer, bytes, …):
+    /// the stored value is not the one a reader compares, so no bounds.
+    Other,
+}
+
+impl ColumnKind {
+    fn of(column: &parquet::schema::types::ColumnDescriptor) -> ColumnKind {
+        use parquet::basic::ConvertedType;
+        let plain_integer = match column.logical_type_ref() {
+            None => matches!(
+                column.converted_type(),
+                ConvertedType::NONE
+                    | ConvertedType::INT_8
+                    | ConvertedType::INT_16
+                    | ConvertedType::INT_32
+                    | ConvertedType::INT_64
+            ),
+            Some(LogicalType::Integer(int)) => int.is_signed,
+            _ => false,
+        };
+        match column.physical_type() {
+            PhysicalType::INT32 | PhysicalType::INT64 if plain_integer => ColumnKind::Number,
+            PhysicalType::FLOAT | PhysicalType::DOUBLE if column.logical_type_ref().is_none() => {
+                ColumnKind::Number
+            }
+            PhysicalType::BYTE_ARRAY
+                if matches!(column.logical_type_ref(), Some(LogicalType::String))
+                    || column.converted_type() == ConvertedType::UTF8 =>
+            {
+                ColumnKind::Text
+            }
+            _ => ColumnKind::Other,
+        }
+    }
+}
+
 /// The file's least and greatest value of one column, from its row groups'
 /// statistics: only when every row group with values knows them exactly.
-fn bounds(chunks: &[Option<&Statistics>], string: bool) -> Option<(Value, Value)> {
+fn bounds(chunks: &[Option<&Statistics>], kind: ColumnKind) -> Option<(Value, Value)> {
+    if kind == ColumnKind::Other {
+        return None;
+    }
+    let string = kind == ColumnKind::Text;
     let mut low: Option<Bound> = None;
     let mut high: Option<Bound> = None;
     for chunk in chunks {
@@ -324,6 +370,23 @@ mod tests {
         assert_eq!(
             file_stats(3, None, &StatsColumns::First(32)),
             json!({"numRecords": 3})
+        );
+    }
+
+    /// Review finding: a date (or a decimal) is stored as an integer that is
+    /// not the value a reader compares: its bounds were written as that
+    /// integer (2026-11-28 as 20,420), and a reader would skip files
+    /// wrongly. Such columns get their null count only.
+    #[test]
+    fn columns_stored_as_other_values_get_no_bounds() {
+        use arrow_array::Date32Array;
+        let footer = footer(&[vec![(
+            "day",
+            Arc::new(Date32Array::from(vec![Some(20_420), None])) as ArrayRef,
+        )]]);
+        assert_eq!(
+            file_stats(2, Some(&footer), &StatsColumns::First(32)),
+            json!({"numRecords": 2, "nullCount": {"day": 1}})
         );
     }
 }

@@ -256,10 +256,23 @@ impl DeltaTable {
                 None => break,
             }
         }
-        report.kept_from = listed
+        // Checkpoints whole and old enough: a multi-part one counts once
+        // every part is there (another engine's may have stopped midway).
+        let mut parts: BTreeMap<u64, (usize, usize, bool)> = BTreeMap::new();
+        for (key, version, checkpoint, at) in &listed {
+            if !checkpoint {
+                continue;
+            }
+            let name = &key[self.log_prefix.len()..];
+            let total = checkpoint_parts(name);
+            let entry = parts.entry(*version).or_insert((0, total, true));
+            entry.0 += 1;
+            entry.2 &= *at <= cutoff;
+        }
+        report.kept_from = parts
             .iter()
-            .filter(|(_, _, checkpoint, at)| *checkpoint && *at <= cutoff)
-            .map(|(_, version, ..)| *version)
+            .filter(|(_, (seen, total, old))| *old && seen >= total)
+            .map(|(version, _)| *version)
             .max();
         let Some(kept_from) = report.kept_from else {
             return Ok(report);
@@ -383,6 +396,19 @@ impl DeltaTable {
             }
         }
         Ok(report)
+    }
+}
+
+/// How many files checkpoint file `name` says its checkpoint has:
+/// `N.checkpoint.P.T.parquet` is part P of T; any other is whole.
+fn checkpoint_parts(name: &str) -> usize {
+    let middle = name
+        .get(20..)
+        .and_then(|rest| rest.strip_prefix(".checkpoint."))
+        .and_then(|rest| rest.strip_suffix(".parquet"));
+    match middle.and_then(|m| m.split_once('.')) {
+        Some((part, total)) if part.len() == 10 && total.len() == 10 => total.parse().unwrap_or(1),
+        _ => 1,
     }
 }
 
