@@ -735,6 +735,21 @@ mod tests {
                 }
             }
         }
+        // A NOT NULL partition column: an empty value is the null default
+        // partition, so it is no value either.
+        let partition = StreamSchema::with_required(
+            vec![("d".to_string(), Shape::Text)],
+            Required::new(vec![vec!["d".to_string()]]).with_non_empty(vec!["d".to_string()]),
+        );
+        let version = partition.current();
+        for (record, want) in [(r#"{"d":"x"}"#, true), (r#"{"d":""}"#, false)] {
+            assert!(
+                !fits_as_is(&version, record.as_bytes()).unwrap(),
+                "{record}"
+            );
+            let value: Value = serde_json::from_str(record).unwrap();
+            assert_eq!(partition.check(&version, &value).is_ok(), want, "{record}");
+        }
     }
 
     #[test]
