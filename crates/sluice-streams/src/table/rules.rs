@@ -71,6 +71,30 @@ pub(crate) fn table_rules(
     Ok(Required::new(paths).with_non_empty(partitions))
 }
 
+/// The table property that lets checkpoints drop application transactions
+/// not updated for that long.
+pub(crate) const TXN_RETENTION: &str = "delta.setTransactionRetentionDuration";
+
+/// Whether a source that keeps its positions in the table's transactions
+/// (Kafka) may write to a table with this `configuration`: not when the table
+/// lets checkpoints (another engine's) drop transactions after a while, since
+/// a partition quiet that long would lose its position and a replay would
+/// append its records twice.
+pub(crate) fn positions_kept(
+    configuration: &std::collections::BTreeMap<String, Option<String>>,
+    location: &str,
+) -> Result<(), String> {
+    match configuration.get(TXN_RETENTION).cloned().flatten() {
+        Some(retention) => Err(format!(
+            "the Delta table at {location} sets {TXN_RETENTION} = {retention:?}: checkpoints may \
+             drop a Kafka partition's position (its transaction) once it is that old, and a \
+             replay would then append its records twice; sluice keeps Kafka offsets only in \
+             tables without it"
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +102,25 @@ mod tests {
 
     fn field(name: &str, data_type: serde_json::Value, nullable: bool) -> serde_json::Value {
         json!({"name": name, "type": data_type, "nullable": nullable, "metadata": {}})
+    }
+
+    /// Issue 48: another engine's checkpoint could drop the transactions
+    /// that hold Kafka partitions' positions under this property, and a
+    /// replay would duplicate rows; such a table is refused for Kafka.
+    #[test]
+    fn kafka_positions_are_kept_only_where_no_retention_drops_them() {
+        let cases = [(None, true), (Some("interval 7 days"), false)];
+        for (retention, kept) in cases {
+            let configuration = retention
+                .map(|r| (TXN_RETENTION.to_string(), Some(r.to_string())))
+                .into_iter()
+                .collect();
+            let got = positions_kept(&configuration, "t");
+            assert_eq!(got.is_ok(), kept, "{retention:?}: {got:?}");
+            if let Err(reason) = got {
+                assert!(reason.contains(TXN_RETENTION), "{reason}");
+            }
+        }
     }
 
     /// (case, the table's fields, Ok(required paths, dotted) or Err(what the
