@@ -157,25 +157,11 @@ async fn the_table_s_checkpoint_interval_is_honoured() {
     let memory = sluice_testkit::MemoryStore::new();
     let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
     // Version 0, as another writer made it: its properties.
-    let created = [
-        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
-        serde_json::json!({"metaData": {
-            "id": "d6a1e4b0-5a4c-4c5e-9c4e-2f1d7e3b9a01",
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": schema().to_string(),
-            "partitionColumns": [],
-            "createdTime": 0,
-            "configuration": {"delta.checkpointInterval": "5"},
-        }}),
-    ];
-    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
-    store
-        .put_object(sluice_store::PutRequest::new(
-            "events/_delta_log/00000000000000000000.json",
-            body.into_bytes(),
-        ))
-        .await
-        .unwrap();
+    created_by_another_writer(
+        store.as_ref(),
+        serde_json::json!({"delta.checkpointInterval": "5"}),
+    )
+    .await;
     let writer = Arc::new(DeltaTable::new(store.clone(), layout()));
     for n in 1..=7i64 {
         let transaction = Transaction {
@@ -252,25 +238,11 @@ async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
     const VERSIONS: i64 = 7 * 24 * 3600 / 10; // one commit every 10 s, a week
     let memory = sluice_testkit::MemoryStore::new();
     let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
-    let created = [
-        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
-        serde_json::json!({"metaData": {
-            "id": "a5c2e0d4-0a1b-4c3d-8e9f-101112131415",
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": schema().to_string(),
-            "partitionColumns": [],
-            "createdTime": 0,
-            "configuration": {"delta.logRetentionDuration": "interval 1 hour"},
-        }}),
-    ];
-    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
-    store
-        .put_object(sluice_store::PutRequest::new(
-            "events/_delta_log/00000000000000000000.json",
-            body.into_bytes(),
-        ))
-        .await
-        .unwrap();
+    created_by_another_writer(
+        store.as_ref(),
+        serde_json::json!({"delta.logRetentionDuration": "interval 1 hour"}),
+    )
+    .await;
     let writer = DeltaTable::new(store.clone(), layout());
     // A writer that read the table at its start and then waited the week.
     let idle = DeltaTable::new(store.clone(), layout());
@@ -331,25 +303,11 @@ async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
 async fn vacuum_keeps_the_table_s_deleted_file_retention() {
     let memory = sluice_testkit::MemoryStore::new();
     let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
-    let created = [
-        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
-        serde_json::json!({"metaData": {
-            "id": "b6d3f1e5-1b2c-4d3e-9f0a-161718192021",
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": schema().to_string(),
-            "partitionColumns": [],
-            "createdTime": 0,
-            "configuration": {"delta.deletedFileRetentionDuration": "interval 2 days"},
-        }}),
-    ];
-    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
-    store
-        .put_object(sluice_store::PutRequest::new(
-            "events/_delta_log/00000000000000000000.json",
-            body.into_bytes(),
-        ))
-        .await
-        .unwrap();
+    created_by_another_writer(
+        store.as_ref(),
+        serde_json::json!({"delta.deletedFileRetentionDuration": "interval 2 days"}),
+    )
+    .await;
     let table = DeltaTable::new(store, layout());
     let day = std::time::Duration::from_secs(86_400);
     let refused = table.vacuum(day, true).await.unwrap_err().to_string();
@@ -415,4 +373,28 @@ async fn the_log_is_cleaned_up_behind_whole_checkpoints_only() {
     );
     let (files, snapshot) = table_files(store).await;
     assert_eq!((files.len(), snapshot.version), (4, Some(3)));
+}
+
+/// Version 0 of the table as another writer made it: its protocol, the
+/// test schema and `configuration` as its properties.
+async fn created_by_another_writer(store: &dyn ObjectStore, configuration: serde_json::Value) {
+    let created = [
+        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({"metaData": {
+            "id": "d6a1e4b0-5a4c-4c5e-9c4e-2f1d7e3b9a01",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema().to_string(),
+            "partitionColumns": [],
+            "createdTime": 0,
+            "configuration": configuration,
+        }}),
+    ];
+    let body: String = created.iter().map(|a| format!("{a}\n")).collect();
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000000.json",
+            body.into_bytes(),
+        ))
+        .await
+        .unwrap();
 }

@@ -177,15 +177,14 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 .check_table_layout()
                 .map_err(KafkaError::Template)?;
             let snapshot = sink.table().snapshot().await?;
-            let configuration = snapshot
-                .metadata
-                .map(|m| m.configuration)
-                .unwrap_or_default();
-            crate::table::rules::positions_kept(&configuration, &sink.table().layout().location)
-                .map_err(|reason| crate::error::StreamConfigError {
-                    key: "table",
-                    reason,
-                })?;
+            crate::table::rules::positions_kept(
+                snapshot.configuration(),
+                &sink.table().layout().location,
+            )
+            .map_err(|reason| crate::error::StreamConfigError {
+                key: "table",
+                reason,
+            })?;
             sink.commit_by_source();
             Some(Arc::new(TableOffsets::new(
                 sink.table().clone(),

@@ -73,6 +73,7 @@ pub(crate) fn table_rules(
 
 /// The table property that lets checkpoints drop application transactions
 /// not updated for that long.
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 pub(crate) const TXN_RETENTION: &str = "delta.setTransactionRetentionDuration";
 
 /// Whether a source that keeps its positions in the table's transactions
@@ -80,6 +81,7 @@ pub(crate) const TXN_RETENTION: &str = "delta.setTransactionRetentionDuration";
 /// lets checkpoints (another engine's) drop transactions after a while, since
 /// a partition quiet that long would lose its position and a replay would
 /// append its records twice.
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 pub(crate) fn positions_kept(
     configuration: &std::collections::BTreeMap<String, Option<String>>,
     location: &str,

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use sluice_store::{PutRequest, StoreError, WriteCondition};
 
 use super::log::{self, Action, Add, Protocol, Remove, Txn};
-use super::{now_ms, stats, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction};
+use super::{now_ms, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction};
 
 /// Versions lost in a row to a log that does not move on (one that exists
 /// but cannot be listed or read) before the commit gives up.
@@ -257,10 +257,7 @@ impl DeltaTable {
                 size: Some(r.size),
             })
         }));
-        let stats_columns = snapshot.metadata.as_ref().map_or(
-            stats::StatsColumns::First(stats::DEFAULT_INDEXED_COLUMNS),
-            |m| stats::StatsColumns::of(&m.configuration),
-        );
+        let stats_columns = snapshot.stats_columns();
         for file in change.files {
             actions.push(Action::Add(self.layout.add(file, now, &stats_columns)?));
         }

@@ -147,11 +147,19 @@ impl Snapshot {
     /// The versions between checkpoints the table asks for
     /// (`delta.checkpointInterval`).
     pub fn checkpoint_interval(&self) -> u64 {
-        self.metadata
-            .as_ref()
-            .map_or(checkpoint::DEFAULT_INTERVAL, |m| {
-                checkpoint::interval(&m.configuration)
-            })
+        checkpoint::interval(self.configuration())
+    }
+
+    /// The table's properties (`metaData.configuration`; none before its
+    /// first commit).
+    pub fn configuration(&self) -> &BTreeMap<String, Option<String>> {
+        static NONE: BTreeMap<String, Option<String>> = BTreeMap::new();
+        self.metadata.as_ref().map_or(&NONE, |m| &m.configuration)
+    }
+
+    /// Which columns its files' statistics cover.
+    pub fn stats_columns(&self) -> stats::StatsColumns {
+        stats::StatsColumns::of(self.configuration())
     }
 
     /// The table's schema (a Delta struct type), if it has one.

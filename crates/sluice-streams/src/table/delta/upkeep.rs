@@ -123,10 +123,7 @@ impl DeltaTable {
         if bins.is_empty() {
             return Ok(report);
         }
-        let stats_columns = snapshot.metadata.as_ref().map_or(
-            StatsColumns::First(super::stats::DEFAULT_INDEXED_COLUMNS),
-            |m| StatsColumns::of(&m.configuration),
-        );
+        let stats_columns = snapshot.stats_columns();
         let mut removed = Vec::new();
         let mut added = Vec::new();
         for bin in bins {
@@ -214,15 +211,12 @@ impl DeltaTable {
     /// to false.
     pub async fn clean_log(&self, now: SystemTime) -> Result<LogCleanReport, TableError> {
         let snapshot = self.snapshot().await?;
-        let configuration = snapshot
-            .metadata
-            .map(|m| m.configuration)
-            .unwrap_or_default();
+        let configuration = snapshot.configuration();
         let mut report = LogCleanReport::default();
-        if !properties::expired_log_cleanup(&configuration) {
+        if !properties::expired_log_cleanup(configuration) {
             return Ok(report);
         }
-        let retention = properties::duration(&configuration, properties::LOG_RETENTION)
+        let retention = properties::duration(configuration, properties::LOG_RETENTION)
             .unwrap_or(properties::DEFAULT_LOG_RETENTION);
         let Some(cutoff) = now.checked_sub(retention) else {
             return Ok(report);
@@ -299,12 +293,8 @@ impl DeltaTable {
         let snapshot = self.read_with_files().await?;
         self.check_protocol(&snapshot)?;
         // The owner's retention of removed files (Spark's own minimum too).
-        let configuration = snapshot
-            .metadata
-            .as_ref()
-            .map(|m| m.configuration.clone())
-            .unwrap_or_default();
-        if let Some(kept) = properties::duration(&configuration, properties::DELETED_FILE_RETENTION)
+        if let Some(kept) =
+            properties::duration(snapshot.configuration(), properties::DELETED_FILE_RETENTION)
         {
             if retain < kept {
                 return Err(TableError::Retention {
