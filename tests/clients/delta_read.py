@@ -6,7 +6,13 @@ count of distinct values, and (with --rows) every row ordered by KEY.
 A TABLE of s3://bucket/prefix is read from the endpoint in AWS_ENDPOINT_URL
 (MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION.
 
-usage: delta_read.py TABLE KEY [--rows]
+With --deltalake-may-refuse, a table whose reader features the deltalake
+package does not support (1.6: v2Checkpoint; deletion vectors and column
+mapping through its DataFusion reader only) is read by its DataFusion reader
+(QueryBuilder), and if that refuses too, "deltalake" is {"unsupported":
+the reason} instead of failing the run.
+
+usage: delta_read.py TABLE KEY [--rows] [--deltalake-may-refuse]
 """
 import json
 import os
@@ -20,6 +26,7 @@ import duckdb_extension_httpfs
 
 table, key = sys.argv[1], sys.argv[2]
 with_rows = "--rows" in sys.argv[3:]
+may_refuse = "--deltalake-may-refuse" in sys.argv[3:]
 
 storage_options = None
 if table.startswith("s3://"):
@@ -41,7 +48,8 @@ def summary(rows, columns):
         "max": max(keys) if keys else None,
         "columns": columns,
         "distinct_values": {
-            c: len({json.dumps(row.get(c), sort_keys=True) for row in rows}) for c in columns
+            c: len({json.dumps(row.get(c), sort_keys=True, default=str) for row in rows})
+            for c in columns
         },
     }
     if with_rows:
@@ -50,8 +58,21 @@ def summary(rows, columns):
 
 
 dt = deltalake.DeltaTable(table, storage_options=storage_options)
-arrow = dt.to_pyarrow_table()
-result = {"version": dt.version(), "deltalake": summary(arrow.to_pylist(), arrow.column_names)}
+result = {"version": dt.version()}
+try:
+    arrow = dt.to_pyarrow_table()
+    result["deltalake"] = summary(arrow.to_pylist(), arrow.column_names)
+except deltalake.exceptions.DeltaProtocolError as refused:
+    if not may_refuse:
+        raise
+    try:
+        import pyarrow
+
+        found = deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all()
+        arrow = pyarrow.table(found)
+        result["deltalake"] = summary(arrow.to_pylist(), arrow.column_names)
+    except Exception as e:
+        result["deltalake"] = {"unsupported": f"{refused}; its DataFusion reader: {e}"}
 
 
 def extension(module, name):

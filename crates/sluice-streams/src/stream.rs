@@ -273,11 +273,7 @@ impl RecordStream {
         let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(engine.retrying_store());
         let table = Arc::new(DeltaTable::new(store, layout).announced_by(engine.clone()));
         let snapshot = table.snapshot().await.map_err(|e| fail(e.to_string()))?;
-        if let Some(reason) = snapshot
-            .protocol
-            .as_ref()
-            .and_then(crate::table::delta::log::Protocol::refuses_append)
-        {
+        if let Some(reason) = snapshot.refusal() {
             return Err(fail(format!("the Delta table at {location}: {reason}")));
         }
         if let Some(metadata) = &snapshot.metadata {
@@ -289,12 +285,15 @@ impl RecordStream {
                 )));
             }
         }
+        let column_mapping = snapshot
+            .column_mapping()
+            .map_err(|reason| fail(format!("the Delta table at {location}: {reason}")))?;
         let table_schema = snapshot.schema();
         let mut known: Vec<(String, Shape)> = table_schema
             .as_ref()
             .and_then(crate::table::delta::schema::struct_fields)
             .unwrap_or_default();
-        let required = match &table_schema {
+        let mut required = match &table_schema {
             Some(schema) => crate::table::rules::table_rules(
                 schema,
                 &known,
@@ -303,6 +302,17 @@ impl RecordStream {
             )?,
             None => Required::default(),
         };
+        if let Some(mapping) = &column_mapping {
+            required = required.closed(
+                format!(
+                    "the Delta table at {location} maps its columns (delta.columnMapping.mode = \
+                     {}), and sluice adds no column to such a table (nor writes one of a type it \
+                     does not know)",
+                    mapping.mode()
+                ),
+                table.layout().partition_columns.clone(),
+            );
+        }
         known.retain(|(field, _)| !table.layout().partition_columns.contains(field));
         for (field, kind) in &config.schema {
             let declared = Shape::declared(kind).expect("validated");
@@ -319,7 +329,7 @@ impl RecordStream {
                 None => known.push((field.clone(), declared)),
             }
         }
-        let sink = Arc::new(TableSink::new(table, name));
+        let sink = Arc::new(TableSink::new(table, name).with_column_mapping(column_mapping));
         Self::build(
             name,
             config,
@@ -791,12 +801,14 @@ impl Inner {
         Ok(touched)
     }
 
-    /// The columns of a file written under `version`: the table's partition
-    /// columns are in its directories, not in the file.
-    fn file_schema(&self, version: &Version) -> arrow_schema::SchemaRef {
+    /// The columns of a file written under `version`, as the records are
+    /// decoded and as they are stored: the table's partition columns are in
+    /// its directories, not in the file, and a table that maps its columns
+    /// has them stored under their physical names.
+    fn file_schema(&self, version: &Version) -> (arrow_schema::SchemaRef, arrow_schema::SchemaRef) {
         let schema = version.arrow_schema();
         let Some(sink) = &self.table else {
-            return schema;
+            return (schema.clone(), schema);
         };
         let partition_columns = &sink.table().layout().partition_columns;
         let fields: Vec<_> = schema
@@ -805,7 +817,16 @@ impl Inner {
             .filter(|f| !partition_columns.contains(f.name()))
             .cloned()
             .collect();
-        Arc::new(arrow_schema::Schema::new(fields))
+        let columns = Arc::new(arrow_schema::Schema::new(fields));
+        let stored = match sink.column_mapping() {
+            // The schema takes no column the table does not map (see
+            // `Required::closed`), so every one has its physical name.
+            Some(mapping) => mapping.physical_schema(&columns).unwrap_or_else(|field| {
+                panic!("column `{field}` passed the closed schema unmapped")
+            }),
+            None => columns.clone(),
+        };
+        (columns, stored)
     }
 
     /// The stream's columns as a Delta struct type, for a commit (partition
@@ -877,8 +898,10 @@ impl Inner {
                     level: self.config.level(),
                     row_group_records: self.config.row_group_records as usize,
                 };
+                let (columns, stored) = self.file_schema(&version);
                 let file = ParquetFile::new(
-                    self.file_schema(&version),
+                    columns,
+                    stored,
                     settings,
                     self.pool.clone(),
                     self.stats.clone(),

@@ -46,7 +46,11 @@ struct Queued {
 
 struct State {
     writer: Option<ArrowWriter<Vec<u8>>>,
+    /// The records' columns, as they are decoded.
     schema: SchemaRef,
+    /// The columns as stored: `schema` itself, or the same columns under a
+    /// table's physical names (column mapping).
+    stored: SchemaRef,
     /// The footer, once the file is closed (a table's statistics come from it).
     footer: Option<Arc<ParquetMetaData>>,
     /// The row group being built.
@@ -66,8 +70,11 @@ pub(crate) struct ParquetFile {
 }
 
 impl ParquetFile {
+    /// A file of records decoded under `schema` and stored under `stored`
+    /// (the same columns, renamed by a table's column mapping; or `schema`).
     pub(crate) fn new(
         schema: SchemaRef,
+        stored: SchemaRef,
         settings: FileSettings,
         pool: CpuPool,
         stats: Arc<StreamStats>,
@@ -87,13 +94,14 @@ impl ParquetFile {
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")))
             .build();
-        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties))
+        let writer = ArrowWriter::try_new(Vec::new(), stored.clone(), Some(properties))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(ParquetFile {
             queue: Mutex::default(),
             state: Mutex::new(State {
                 writer: Some(writer),
                 schema,
+                stored,
                 footer: None,
                 held: None,
                 failed: None,
@@ -194,7 +202,11 @@ impl State {
         loop {
             let read = decoder.decode(rest).map_err(io::Error::other)?;
             rest = &rest[read..];
-            if let Some(batch) = decoder.flush().map_err(io::Error::other)? {
+            if let Some(mut batch) = decoder.flush().map_err(io::Error::other)? {
+                if !Arc::ptr_eq(&self.schema, &self.stored) {
+                    batch = crate::table::delta::mapping::to_physical(batch, &self.stored)
+                        .map_err(io::Error::other)?;
+                }
                 writer.write(&batch).map_err(io::Error::other)?;
             }
             if rest.is_empty() {

@@ -109,6 +109,9 @@ pub struct Required {
     /// The top-level names, when no path is nested (the one-pass check
     /// handles those; nested ones send every record to the full check).
     top_level: Option<Vec<String>>,
+    /// A table that takes no new column: why, and the top-level names it
+    /// takes anyway (its partition columns, which are no file's column).
+    closed: Option<(String, Vec<String>)>,
 }
 
 impl Required {
@@ -121,6 +124,28 @@ impl Required {
             paths,
             top_level,
             non_empty: Vec::new(),
+            closed: None,
+        }
+    }
+
+    /// The same, refusing a record that brings a field the schema does not
+    /// have (but for the top-level `besides`), with `reason`.
+    pub fn closed(mut self, reason: String, besides: Vec<String>) -> Required {
+        self.closed = Some((reason, besides));
+        self
+    }
+
+    /// Refuses the growth from `before` to `after` of a closed schema.
+    fn check_growth(&self, before: &Shape, after: &Shape) -> Result<(), Conflict> {
+        let Some((reason, besides)) = &self.closed else {
+            return Ok(());
+        };
+        match new_field(before, after, "", besides) {
+            Some(field) => Err(Conflict {
+                field,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
         }
     }
 
@@ -170,6 +195,27 @@ impl Required {
             }
         }
         Ok(())
+    }
+}
+
+/// The first field (dotted) `after` has and `before` has not, but for the
+/// top-level names `besides`.
+fn new_field(before: &Shape, after: &Shape, path: &str, besides: &[String]) -> Option<String> {
+    match (before, after) {
+        (Shape::Struct(old), Shape::Struct(new)) => new.iter().find_map(|(name, shape)| {
+            let dotted = match path {
+                "" => name.clone(),
+                path => format!("{path}.{name}"),
+            };
+            match old.iter().find(|(n, _)| n == name) {
+                Some((_, was)) => new_field(was, shape, &dotted, besides),
+                None if path.is_empty() && besides.contains(name) => None,
+                None => Some(dotted),
+            }
+        }),
+        (Shape::List(old), Shape::List(new)) => new_field(old, new, &format!("{path}[]"), besides),
+        (Shape::Null, after) if after.is_known() => Some(path.to_string()),
+        _ => None,
     }
 }
 
@@ -499,6 +545,9 @@ impl StreamSchema {
         let mut root = seen.root.clone();
         let grew = merge(&mut root, record, &mut String::new())?;
         seen.required.check(record)?;
+        if grew {
+            seen.required.check_growth(&seen.root, &root)?;
+        }
         if !root.is_known() {
             // A Parquet file without a column holds no rows.
             return Err(Conflict {

@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::delta::mapping::ColumnMapping;
 use super::delta::{schema, Committed, DeltaTable, NewFile, TableError, Transaction};
 
 /// A stored file waiting for its commit.
@@ -99,6 +100,8 @@ pub struct TableSink {
     turn: tokio::sync::Mutex<Option<Option<i64>>>,
     /// Whether the source commits (with transactions of its own) instead.
     by_source: std::sync::atomic::AtomicBool,
+    /// The table's column mapping, as read when the stream opened.
+    column_mapping: Option<ColumnMapping>,
 }
 
 impl TableSink {
@@ -110,11 +113,23 @@ impl TableSink {
             gate: Mutex::new(Gate::default()),
             turn: tokio::sync::Mutex::new(Some(None)),
             by_source: false.into(),
+            column_mapping: None,
         }
+    }
+
+    /// The same sink, storing its files under `mapping`'s physical names.
+    pub fn with_column_mapping(mut self, mapping: Option<ColumnMapping>) -> TableSink {
+        self.column_mapping = mapping;
+        self
     }
 
     pub fn table(&self) -> &Arc<DeltaTable> {
         &self.table
+    }
+
+    /// The table's column mapping (files store physical names), if it maps.
+    pub fn column_mapping(&self) -> Option<&ColumnMapping> {
+        self.column_mapping.as_ref()
     }
 
     /// Leaves commits to the source (Kafka: per-partition transactions).

@@ -44,6 +44,24 @@ pub fn checkpoint_name(version: u64) -> String {
     format!("{version:020}.checkpoint.parquet")
 }
 
+/// The name of a V2 checkpoint of `version` (feature `v2Checkpoint`): JSON,
+/// named by a fresh UUID, so that two writers never overwrite each other's.
+pub fn v2_checkpoint_name(version: u64) -> String {
+    format!("{version:020}.checkpoint.{}.json", uuid::Uuid::new_v4())
+}
+
+/// Whether checkpoint file `name` is a V2 one named by its UUID
+/// (`N.checkpoint.<uuid>.json` or `.parquet`).
+pub fn is_uuid_named(name: &str) -> bool {
+    name.get(20..)
+        .and_then(|rest| rest.strip_prefix(".checkpoint."))
+        .and_then(|rest| {
+            rest.strip_suffix(".json")
+                .or_else(|| rest.strip_suffix(".parquet"))
+        })
+        .is_some_and(|middle| uuid::Uuid::parse_str(middle).is_ok())
+}
+
 /// The names of the parts of a checkpoint of `parts` parts.
 pub fn part_names(version: u64, parts: Option<u64>) -> Vec<String> {
     match parts {
@@ -61,6 +79,22 @@ pub struct LastCheckpoint {
     pub size: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<u64>,
+    /// The V2 checkpoint's file, when it is one.
+    #[serde(
+        default,
+        rename = "v2Checkpoint",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub v2_checkpoint: Option<V2Checkpoint>,
+}
+
+/// Where `_last_checkpoint` says a V2 checkpoint is.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct V2Checkpoint {
+    pub path: String,
+    pub size_in_bytes: i64,
+    pub modification_time: i64,
 }
 
 fn string_map() -> DataType {
@@ -89,6 +123,18 @@ fn fields(list: Vec<(&str, DataType)>) -> DataType {
     )
 }
 
+fn deletion_vector() -> DataType {
+    use DataType::{Int32, Int64, Utf8};
+    fields(vec![
+        ("storageType", Utf8),
+        ("pathOrInlineDv", Utf8),
+        ("offset", Int32),
+        ("sizeInBytes", Int32),
+        ("cardinality", Int64),
+        ("maxRowIndex", Int64),
+    ])
+}
+
 /// The columns of a checkpoint, as the Delta protocol lays them out.
 pub fn checkpoint_schema() -> SchemaRef {
     use DataType::{Boolean, Int32, Int64, Utf8};
@@ -111,6 +157,11 @@ pub fn checkpoint_schema() -> SchemaRef {
                 ("modificationTime", Int64),
                 ("dataChange", Boolean),
                 ("stats", Utf8),
+                ("tags", string_map()),
+                ("deletionVector", deletion_vector()),
+                ("baseRowId", Int64),
+                ("defaultRowCommitVersion", Int64),
+                ("clusteringProvider", Utf8),
             ]),
             true,
         ),
@@ -123,6 +174,20 @@ pub fn checkpoint_schema() -> SchemaRef {
                 ("extendedFileMetadata", Boolean),
                 ("partitionValues", string_map()),
                 ("size", Int64),
+                ("stats", Utf8),
+                ("tags", string_map()),
+                ("deletionVector", deletion_vector()),
+                ("baseRowId", Int64),
+                ("defaultRowCommitVersion", Int64),
+            ]),
+            true,
+        ),
+        Field::new(
+            "domainMetadata",
+            fields(vec![
+                ("domain", Utf8),
+                ("configuration", Utf8),
+                ("removed", Boolean),
             ]),
             true,
         ),
@@ -185,7 +250,16 @@ pub fn write_checkpoint(actions: &[Action]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The actions a checkpoint file (any writer's) holds.
+/// The actions a checkpoint file or a V2 checkpoint's sidecar (any
+/// writer's) holds: JSON lines when `name` ends `.json`, else Parquet.
+pub fn read_checkpoint_file(name: &str, bytes: Bytes) -> Result<Vec<Action>, String> {
+    match name.ends_with(".json") {
+        true => log::parse_commit(&bytes),
+        false => read_checkpoint(bytes),
+    }
+}
+
+/// The actions a Parquet checkpoint file (any writer's) holds.
 pub fn read_checkpoint(bytes: Bytes) -> Result<Vec<Action>, String> {
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
         .map_err(|e| e.to_string())?
@@ -210,7 +284,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::table::delta::log::{Add, Format, MetaData, Protocol, Remove, Txn};
+    use crate::table::delta::log::{
+        Add, DeletionVector, DomainMetadata, Format, MetaData, Protocol, Remove, Txn,
+    };
 
     #[test]
     fn a_checkpoint_reads_back_as_the_actions_written() {
@@ -241,6 +317,27 @@ mod tests {
                 modification_time: 5,
                 data_change: true,
                 stats: Some(r#"{"numRecords":3}"#.into()),
+                // What newer tables' adds carry, kept through a checkpoint.
+                tags: Some(BTreeMap::from([(
+                    "INSERTION_TIME".into(),
+                    Some("1".into()),
+                )])),
+                deletion_vector: Some(DeletionVector {
+                    storage_type: "u".into(),
+                    path_or_inline_dv: "ab^-aqEH.-t@S}K{vb[*k^".into(),
+                    offset: Some(4),
+                    size_in_bytes: 40,
+                    cardinality: 1,
+                    max_row_index: None,
+                }),
+                base_row_id: Some(10),
+                default_row_commit_version: Some(3),
+                clustering_provider: None,
+            }),
+            Action::DomainMetadata(DomainMetadata {
+                domain: "delta.rowTracking".into(),
+                configuration: r#"{"rowIdHighWaterMark":12}"#.into(),
+                removed: false,
             }),
             Action::Add(Add {
                 path: "day=__HIVE_DEFAULT_PARTITION__/b.parquet".into(),
@@ -249,6 +346,7 @@ mod tests {
                 modification_time: 6,
                 data_change: true,
                 stats: None,
+                ..Add::default()
             }),
             Action::Remove(Remove {
                 path: "day=2026-11-26/c.parquet".into(),
@@ -257,13 +355,14 @@ mod tests {
                 extended_file_metadata: Some(true),
                 partition_values: Some(BTreeMap::from([("day".into(), Some("2026-11-26".into()))])),
                 size: Some(300),
+                ..Remove::default()
             }),
         ];
         let file = write_checkpoint(&actions).unwrap();
         let back = read_checkpoint(Bytes::from(file)).unwrap();
         // A null partition value reads back absent: the same to a reader.
         let mut want = actions;
-        if let Action::Add(add) = &mut want[4] {
+        if let Action::Add(add) = &mut want[5] {
             add.partition_values.clear();
         }
         assert_eq!(back, want);

@@ -22,8 +22,11 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use sluice_store::{PutRequest, StoreError, WriteCondition};
 
-use super::log::{self, Action, Add, Protocol, Remove, Txn};
-use super::{now_ms, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction};
+use super::features;
+use super::log::{self, Action, Add, Remove, Txn};
+use super::{
+    now_ms, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction, ROW_TRACKING_DOMAIN,
+};
 
 /// Versions lost in a row to a log that does not move on (one that exists
 /// but cannot be listed or read) before the commit gives up.
@@ -119,7 +122,7 @@ impl DeltaTable {
                 }
             }
             let version = snapshot.version.map_or(0, |v| v + 1);
-            let actions = self.actions(snapshot, change, now)?;
+            let actions = self.actions(snapshot, change, version, now)?;
             let key = format!("{}{}", self.log_prefix, log::commit_name(version));
             let body = Bytes::from(log::write_commit(&actions));
             let mut put = PutRequest::new(key.clone(), body.clone());
@@ -208,11 +211,7 @@ impl DeltaTable {
                 return Ok(Standing::RemovedGone(gone.path.clone()));
             }
         }
-        if let Some(reason) = snapshot
-            .protocol
-            .as_ref()
-            .and_then(Protocol::refuses_append)
-        {
+        if let Some(reason) = snapshot.refusal() {
             return Ok(Standing::Blocked(TableError::Protocol {
                 root: self.layout.location.clone(),
                 reason,
@@ -221,16 +220,27 @@ impl DeltaTable {
         Ok(Standing::Go)
     }
 
-    /// The actions of `change` as the version after `snapshot`'s.
+    /// The actions of `change` as `version`, the one after `snapshot`'s,
+    /// with what the table's features ask of every commit: an in-commit
+    /// timestamp past the last one, row ids and their high-water mark,
+    /// partition values under the columns' physical names.
     fn actions(
         &self,
         snapshot: &Snapshot,
         change: &Change<'_>,
+        version: u64,
         now: i64,
     ) -> Result<Vec<Action>, TableError> {
         let mut info = change.operation.clone();
+        let timestamp = match snapshot.in_commit_timestamps() {
+            true => now.max(snapshot.in_commit_timestamp.map_or(now, |last| last + 1)),
+            false => now,
+        };
         if let Value::Object(fields) = &mut info {
-            fields.insert("timestamp".into(), json!(now));
+            if snapshot.in_commit_timestamps() {
+                fields.insert("inCommitTimestamp".into(), json!(timestamp));
+            }
+            fields.insert("timestamp".into(), json!(timestamp));
             fields.insert(
                 "clientVersion".into(),
                 json!(concat!("sluice-", env!("CARGO_PKG_VERSION"))),
@@ -255,13 +265,62 @@ impl DeltaTable {
                 extended_file_metadata: Some(true),
                 partition_values: Some(r.partition_values.clone()),
                 size: Some(r.size),
+                stats: r.stats.clone(),
+                tags: r.tags.clone(),
+                deletion_vector: r.deletion_vector.clone(),
+                base_row_id: r.base_row_id,
+                default_row_commit_version: r.default_row_commit_version,
             })
         }));
         let stats_columns = snapshot.stats_columns();
+        let mapping = snapshot
+            .column_mapping()
+            .map_err(|reason| TableError::Schema {
+                root: self.layout.location.clone(),
+                reason,
+            })?;
+        let mut adds = Vec::with_capacity(change.files.len() + change.adds.len());
         for file in change.files {
-            actions.push(Action::Add(self.layout.add(file, now, &stats_columns)?));
+            let mut add = self.layout.add(file, now, &stats_columns)?;
+            if let Some(mapping) = &mapping {
+                add.partition_values = add
+                    .partition_values
+                    .into_iter()
+                    .map(|(name, value)| {
+                        let physical = mapping.physical_name(&name).unwrap_or(&name);
+                        (physical.to_string(), value)
+                    })
+                    .collect();
+            }
+            adds.push((add, Some(file.records)));
         }
-        actions.extend(change.adds.iter().cloned().map(Action::Add));
+        adds.extend(change.adds.iter().map(|add| (add.clone(), None)));
+        if features::has(snapshot.protocol.as_ref(), "rowTracking") {
+            let mut high_water_mark = snapshot.row_id_high_water_mark().unwrap_or(-1);
+            for (add, records) in &mut adds {
+                let records = records.ok_or_else(|| TableError::Protocol {
+                    root: self.layout.location.clone(),
+                    reason: "the table tracks row ids (feature `rowTracking`), and a rewrite \
+                             would have to keep them; sluice does not compact such a table"
+                        .into(),
+                })?;
+                add.base_row_id = Some(high_water_mark + 1);
+                add.default_row_commit_version = Some(version as i64);
+                high_water_mark += records as i64;
+            }
+            if !adds.is_empty() {
+                actions.push(Action::DomainMetadata(log::DomainMetadata {
+                    domain: ROW_TRACKING_DOMAIN.into(),
+                    configuration: json!({
+                        "rowIdHighWaterMark": high_water_mark,
+                        "domainName": ROW_TRACKING_DOMAIN,
+                    })
+                    .to_string(),
+                    removed: false,
+                }));
+            }
+        }
+        actions.extend(adds.into_iter().map(|(add, _)| Action::Add(add)));
         Ok(actions)
     }
 }

@@ -2,9 +2,12 @@
 //! file (`_delta_log/00000000000000000042.json`, one action per line) — the
 //! part of the Delta protocol that appending writers and their readers need:
 //! `protocol`, `metaData`, `add`, `remove`, `txn` (application transactions,
-//! the exactly-once marker) and `commitInfo`. Fields this writer does not use
-//! are read past (a table other writers also append to has them), and every
-//! action another writer may add is ignored but for these.
+//! the exactly-once marker), `commitInfo`, `domainMetadata` (row tracking's
+//! high-water mark, clustering, other engines' domains), and the V2
+//! checkpoint's `checkpointMetadata` and `sidecar`. The fields of an add or
+//! remove that newer tables carry (deletion vectors, row ids, tags) are kept
+//! as they were read, so that a checkpoint or a compaction never drops them;
+//! actions of no use to an appending writer (`cdc`) are read past.
 
 use std::collections::BTreeMap;
 
@@ -31,26 +34,6 @@ impl Protocol {
             min_writer_version: 2,
             reader_features: None,
             writer_features: None,
-        }
-    }
-
-    /// Why sluice must not append to a table under this protocol (a writer
-    /// that ignored a feature it does not know could break the table).
-    pub fn refuses_append(&self) -> Option<String> {
-        let known = ["appendOnly", "invariants"];
-        match self.min_writer_version {
-            ..=2 => None,
-            7 => self
-                .writer_features
-                .iter()
-                .flatten()
-                .find(|f| !known.contains(&f.as_str()))
-                .map(|f| {
-                    format!("the table needs writer feature `{f}`, which sluice does not know")
-                }),
-            v => Some(format!(
-                "the table needs writer version {v}; sluice writes versions 1 and 2"
-            )),
         }
     }
 }
@@ -83,7 +66,7 @@ pub struct Format {
 }
 
 /// A data file joining the table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Add {
     /// Relative to the table's root, percent-encoded (a URI reference).
@@ -96,10 +79,38 @@ pub struct Add {
     /// A JSON document: `numRecords`, and what else the writer computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, Option<String>>>,
+    /// The rows of the file deleted since (`deletionVectors`); sluice's own
+    /// files have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_vector: Option<DeletionVector>,
+    /// The row id of the file's first row (`rowTracking`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_row_id: Option<i64>,
+    /// The version that first committed the file's rows (`rowTracking`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_row_commit_version: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clustering_provider: Option<String>,
+}
+
+/// Where the deleted rows of a data file are recorded (a deletion vector).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionVector {
+    pub storage_type: String,
+    pub path_or_inline_dv: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<i32>,
+    pub size_in_bytes: i32,
+    pub cardinality: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_row_index: Option<i64>,
 }
 
 /// A data file leaving the table (compaction, or another writer's delete).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Remove {
     pub path: String,
@@ -112,6 +123,48 @@ pub struct Remove {
     pub partition_values: Option<BTreeMap<String, Option<String>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, Option<String>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_vector: Option<DeletionVector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_row_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_row_commit_version: Option<i64>,
+}
+
+/// Configuration of one named domain of the table (`domainMetadata`):
+/// row tracking's high-water mark (`delta.rowTracking`), clustering
+/// columns, or any engine's own. `removed` ends a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainMetadata {
+    pub domain: String,
+    /// A JSON document, kept as text.
+    pub configuration: String,
+    #[serde(default)]
+    pub removed: bool,
+}
+
+/// A V2 checkpoint's own description: the version it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    pub version: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, Option<String>>>,
+}
+
+/// A file of a V2 checkpoint's add and remove actions
+/// (`_delta_log/_sidecars/…`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sidecar {
+    pub path: String,
+    pub size_in_bytes: i64,
+    pub modification_time: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, Option<String>>>,
 }
 
 /// An application transaction: the latest `version` an application (a
@@ -141,10 +194,16 @@ pub enum Action {
     Add(Add),
     #[serde(rename = "remove")]
     Remove(Remove),
+    #[serde(rename = "domainMetadata")]
+    DomainMetadata(DomainMetadata),
+    #[serde(rename = "checkpointMetadata")]
+    CheckpointMetadata(CheckpointMetadata),
+    #[serde(rename = "sidecar")]
+    Sidecar(Sidecar),
 }
 
 /// A line as read: one of the actions above, or one this writer leaves alone
-/// (`cdc`, `domainMetadata`, …).
+/// (`cdc`, …).
 #[derive(Debug, Default, Deserialize)]
 struct Line {
     #[serde(rename = "commitInfo")]
@@ -155,6 +214,11 @@ struct Line {
     txn: Option<Txn>,
     add: Option<Add>,
     remove: Option<Remove>,
+    #[serde(rename = "domainMetadata")]
+    domain_metadata: Option<DomainMetadata>,
+    #[serde(rename = "checkpointMetadata")]
+    checkpoint_metadata: Option<CheckpointMetadata>,
+    sidecar: Option<Sidecar>,
 }
 
 /// The actions of one commit file.
@@ -174,6 +238,9 @@ pub fn parse_commit(bytes: &[u8]) -> Result<Vec<Action>, String> {
                 line.txn.map(Action::Txn),
                 line.add.map(Action::Add),
                 line.remove.map(Action::Remove),
+                line.domain_metadata.map(Action::DomainMetadata),
+                line.checkpoint_metadata.map(Action::CheckpointMetadata),
+                line.sidecar.map(Action::Sidecar),
             ]
             .into_iter()
             .flatten(),
@@ -207,7 +274,9 @@ pub fn version_of(name: &str) -> Option<(u64, bool)> {
     let version = digits.parse().ok()?;
     match &name[20..] {
         ".json" => Some((version, true)),
-        rest if rest.starts_with(".checkpoint") && rest.ends_with(".parquet") => {
+        rest if rest.starts_with(".checkpoint")
+            && (rest.ends_with(".parquet") || rest.ends_with(".json")) =>
+        {
             Some((version, false))
         }
         _ => None,
@@ -272,9 +341,21 @@ mod tests {
                 Action::Txn(_) => "txn",
                 Action::Add(_) => "add",
                 Action::Remove(_) => "remove",
+                Action::DomainMetadata(_) => "domainMetadata",
+                Action::CheckpointMetadata(_) => "checkpointMetadata",
+                Action::Sidecar(_) => "sidecar",
             })
             .collect();
-        assert_eq!(kinds, ["commitInfo", "protocol", "metaData", "add"]);
+        assert_eq!(
+            kinds,
+            [
+                "commitInfo",
+                "protocol",
+                "metaData",
+                "add",
+                "domainMetadata"
+            ]
+        );
         let again = parse_commit(&write_commit(&actions)).unwrap();
         assert_eq!(again, actions);
     }
@@ -291,6 +372,10 @@ mod tests {
             (
                 "00000000000000000100.checkpoint.0000000001.0000000002.parquet",
                 Some((100, false)),
+            ),
+            (
+                "00000000000000000003.checkpoint.0e8193d8-c93f-4ef5-aa67-9c01d46f603f.json",
+                Some((3, false)),
             ),
             ("00000000000000000042.crc", None),
             ("_last_checkpoint", None),

@@ -21,7 +21,9 @@
 
 pub mod checkpoint;
 mod commit;
+pub mod features;
 pub mod log;
+pub mod mapping;
 pub mod properties;
 pub mod schema;
 pub mod stats;
@@ -97,6 +99,10 @@ pub struct Snapshot {
     /// Files removed (path → its remove), tracked with the files: vacuum
     /// keeps them for the retention, checkpoints carry them.
     pub tombstones: Option<BTreeMap<String, Remove>>,
+    /// The table's domains (`domainMetadata`), by name.
+    pub domains: BTreeMap<String, log::DomainMetadata>,
+    /// The latest version's `inCommitTimestamp`, when it has one.
+    pub in_commit_timestamp: Option<i64>,
     /// The last log key read (the next listing starts after it).
     listed: Option<String>,
 }
@@ -162,15 +168,54 @@ impl Snapshot {
         stats::StatsColumns::of(self.configuration())
     }
 
+    /// Why sluice must not write to the table (see [`features::refusal`]);
+    /// None before its first commit.
+    pub fn refusal(&self) -> Option<String> {
+        features::refusal(self.protocol.as_ref()?, self.metadata.as_ref())
+    }
+
     /// The table's schema (a Delta struct type), if it has one.
     pub fn schema(&self) -> Option<Value> {
         let metadata = self.metadata.as_ref()?;
         serde_json::from_str(&metadata.schema_string).ok()
     }
 
+    /// The column mapping of a table that maps its columns.
+    pub fn column_mapping(&self) -> Result<Option<mapping::ColumnMapping>, String> {
+        match &self.metadata {
+            Some(metadata) => mapping::ColumnMapping::of(metadata),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the table asks for in-commit timestamps.
+    pub fn in_commit_timestamps(&self) -> bool {
+        self.configuration()
+            .get(properties::IN_COMMIT_TIMESTAMPS)
+            .and_then(|v| v.as_deref())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// The highest row id given (`delta.rowTracking`'s high-water mark);
+    /// None before any.
+    pub fn row_id_high_water_mark(&self) -> Option<i64> {
+        let domain = self.domains.get(ROW_TRACKING_DOMAIN)?;
+        let configuration: Value = serde_json::from_str(&domain.configuration).ok()?;
+        configuration.get("rowIdHighWaterMark")?.as_i64()
+    }
+
+    /// Applies one version's actions (a commit's, or a checkpoint's). A
+    /// commit's removes go before its adds: a file that gains a deletion
+    /// vector is removed and added again under its path in one commit
+    /// (the file is `(path, deletion vector)` to the protocol), and a
+    /// checkpoint holds that file's add and its old remove side by side.
     fn apply(&mut self, version: u64, actions: Vec<Action>) {
         self.version = Some(version);
-        for action in actions {
+        self.in_commit_timestamp = None;
+        let (adds, others): (Vec<Action>, Vec<Action>) = actions
+            .into_iter()
+            .partition(|a| matches!(a, Action::Add(_)));
+        for action in others.into_iter().chain(adds) {
             match action {
                 Action::Protocol(p) => self.protocol = Some(p),
                 Action::MetaData(m) => self.metadata = Some(m),
@@ -197,7 +242,18 @@ impl Snapshot {
                         tombstones.insert(remove.path.clone(), remove);
                     }
                 }
-                Action::CommitInfo(_) => {}
+                Action::DomainMetadata(domain) => {
+                    if domain.removed {
+                        self.domains.remove(&domain.domain);
+                    } else {
+                        self.domains.insert(domain.domain.clone(), domain);
+                    }
+                }
+                Action::CommitInfo(info) => {
+                    self.in_commit_timestamp =
+                        info.get("inCommitTimestamp").and_then(Value::as_i64);
+                }
+                Action::CheckpointMetadata(_) | Action::Sidecar(_) => {}
             }
         }
     }
@@ -247,6 +303,9 @@ const KEY_TXN_PREFIX: &str = "sluice/key/";
 fn is_key_txn(app_id: &str) -> bool {
     app_id.starts_with(KEY_TXN_PREFIX)
 }
+
+/// The domain that holds row tracking's high-water mark.
+pub const ROW_TRACKING_DOMAIN: &str = "delta.rowTracking";
 
 /// What a commit did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,6 +386,7 @@ impl TableLayout {
             modification_time: now_ms,
             data_change: true,
             stats: Some(stats::file_stats(file.records, file.footer.as_deref(), stats).to_string()),
+            ..Add::default()
         })
     }
 }
@@ -531,7 +591,9 @@ impl DeltaTable {
         Ok(bytes.freeze())
     }
 
-    /// Loads the latest checkpoint, if the table has one, into `snapshot`.
+    /// Loads the latest checkpoint, if the table has one, into `snapshot`:
+    /// a classic one (one file or parts), or a V2 one (named by a UUID,
+    /// its files' actions in sidecars under `_delta_log/_sidecars/`).
     async fn start_at_checkpoint(&self, snapshot: &mut Snapshot) -> Result<(), TableError> {
         let last_key = format!("{}_last_checkpoint", self.log_prefix);
         let last = match self.read_object(&last_key).await {
@@ -545,18 +607,35 @@ impl DeltaTable {
                 reason: e.to_string(),
             })?;
         let mut actions = Vec::new();
-        for part in checkpoint::part_names(last.version, last.parts) {
-            let key = format!("{}{part}", self.log_prefix);
-            let bytes = self.read_object(&key).await?;
-            let read = tokio::task::spawn_blocking(move || checkpoint::read_checkpoint(bytes))
-                .await
-                .map_err(|e| TableError::Log {
-                    key: key.clone(),
-                    reason: e.to_string(),
-                })?;
-            actions.extend(read.map_err(|reason| TableError::Log { key, reason })?);
+        for part in self.checkpoint_files(&last).await? {
+            actions.extend(self.read_checkpoint_file(&part).await?);
+        }
+        let sidecars: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Sidecar(sidecar) => Some(sidecar.path.clone()),
+                _ => None,
+            })
+            .collect();
+        for sidecar in sidecars {
+            // Relative to `_delta_log/_sidecars/` (or a full path: left as is).
+            let name = match sidecar.contains('/') {
+                true => sidecar,
+                false => format!("_sidecars/{sidecar}"),
+            };
+            actions.extend(self.read_checkpoint_file(&name).await?);
         }
         snapshot.apply(last.version, actions);
+        if snapshot.in_commit_timestamps() {
+            // The checkpoint has no commitInfo: the version's commit does.
+            let key = format!("{}{}", self.log_prefix, log::commit_name(last.version));
+            if let Ok(commit) = self.read_commit(&key).await {
+                snapshot.in_commit_timestamp = commit.iter().find_map(|a| match a {
+                    Action::CommitInfo(info) => info.get("inCommitTimestamp")?.as_i64(),
+                    _ => None,
+                });
+            }
+        }
         snapshot.listed = Some(format!(
             "{}{}",
             self.log_prefix,
@@ -564,6 +643,50 @@ impl DeltaTable {
         ));
         tracing::debug!(version = last.version, "table read from its checkpoint");
         Ok(())
+    }
+
+    /// The files (names under the log) of the checkpoint `last` names: a V2
+    /// one (UUID-named) when there is one at that version, else the classic
+    /// file or parts.
+    async fn checkpoint_files(
+        &self,
+        last: &checkpoint::LastCheckpoint,
+    ) -> Result<Vec<String>, TableError> {
+        if let Some(v2) = &last.v2_checkpoint {
+            return Ok(vec![v2.path.clone()]);
+        }
+        let prefix = format!("{}{:020}.checkpoint.", self.log_prefix, last.version);
+        let page = self
+            .store
+            .list_objects(&prefix, None, 1000)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let mut uuid_named: Vec<String> = page
+            .objects
+            .iter()
+            .map(|o| o.key[self.log_prefix.len()..].to_string())
+            .filter(|name| checkpoint::is_uuid_named(name))
+            .collect();
+        uuid_named.sort();
+        match uuid_named.pop() {
+            Some(name) => Ok(vec![name]),
+            None => Ok(checkpoint::part_names(last.version, last.parts)),
+        }
+    }
+
+    /// The actions of one checkpoint file or sidecar, `name` under the log.
+    async fn read_checkpoint_file(&self, name: &str) -> Result<Vec<Action>, TableError> {
+        let key = format!("{}{name}", self.log_prefix);
+        let bytes = self.read_object(&key).await?;
+        let name = name.to_string();
+        let read =
+            tokio::task::spawn_blocking(move || checkpoint::read_checkpoint_file(&name, bytes))
+                .await
+                .map_err(|e| TableError::Log {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                })?;
+        read.map_err(|reason| TableError::Log { key, reason })
     }
 
     /// Writes a checkpoint of the table as it is now; its version.
@@ -595,6 +718,12 @@ impl DeltaTable {
         }));
         actions.extend(
             snapshot
+                .domains
+                .values()
+                .map(|d| Action::DomainMetadata(d.clone())),
+        );
+        actions.extend(
+            snapshot
                 .files
                 .iter()
                 .flatten()
@@ -609,28 +738,47 @@ impl DeltaTable {
                 .flatten()
                 .map(|(_, r)| Action::Remove(r.clone())),
         );
+        let v2 = features::has(snapshot.protocol.as_ref(), "v2Checkpoint");
+        if v2 {
+            actions.push(Action::CheckpointMetadata(log::CheckpointMetadata {
+                version: version as i64,
+                tags: None,
+            }));
+        }
         let size = actions.len() as u64;
-        let file = tokio::task::spawn_blocking(move || checkpoint::write_checkpoint(&actions))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|written| written)
-            .map_err(|reason| TableError::Log {
-                key: checkpoint::checkpoint_name(version),
-                reason,
-            })?;
-        let key = format!(
-            "{}{}",
-            self.log_prefix,
-            checkpoint::checkpoint_name(version)
-        );
+        let (name, file) = match v2 {
+            // A V2 checkpoint: JSON lines, named by a UUID.
+            true => (
+                checkpoint::v2_checkpoint_name(version),
+                log::write_commit(&actions),
+            ),
+            false => {
+                let file =
+                    tokio::task::spawn_blocking(move || checkpoint::write_checkpoint(&actions))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|written| written)
+                        .map_err(|reason| TableError::Log {
+                            key: checkpoint::checkpoint_name(version),
+                            reason,
+                        })?;
+                (checkpoint::checkpoint_name(version), file)
+            }
+        };
+        let size_in_bytes = file.len() as i64;
         self.store
-            .put_object(PutRequest::new(key, file))
+            .put_object(PutRequest::new(format!("{}{name}", self.log_prefix), file))
             .await
             .map_err(|e| self.store_error(e))?;
         let last = checkpoint::LastCheckpoint {
             version,
             size,
             parts: None,
+            v2_checkpoint: v2.then_some(checkpoint::V2Checkpoint {
+                path: name,
+                size_in_bytes,
+                modification_time: now,
+            }),
         };
         let last = serde_json::to_vec(&last).expect("serializes");
         self.store
@@ -760,11 +908,7 @@ impl DeltaTable {
     /// Refuses a table whose protocol sluice must not write to (features it
     /// does not know: deletion vectors, column mapping, …).
     pub(crate) fn check_protocol(&self, snapshot: &Snapshot) -> Result<(), TableError> {
-        match snapshot
-            .protocol
-            .as_ref()
-            .and_then(Protocol::refuses_append)
-        {
+        match snapshot.refusal() {
             Some(reason) => Err(TableError::Protocol {
                 root: self.layout.location.clone(),
                 reason,
@@ -829,5 +973,32 @@ impl DeltaTable {
         let mut widened = metadata.clone();
         widened.schema_string = table.to_string();
         Ok(vec![Action::MetaData(widened)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spark's DELETE on a table with deletion vectors: one commit removes
+    /// the file and adds it again, its deleted rows in the vector (as Spark
+    /// 4.2 writes it, add first). Read as written, the file left the table,
+    /// and a checkpoint sluice wrote then lost Spark's rows.
+    #[test]
+    fn a_file_given_a_deletion_vector_stays_in_the_table() {
+        let commit = br#"{"commitInfo":{"operation":"DELETE"}}
+{"add":{"path":"S8/part-00000.snappy.parquet","partitionValues":{},"size":2813,"modificationTime":1,"dataChange":true,"stats":"{\"numRecords\":4}","deletionVector":{"storageType":"u","pathOrInlineDv":"ab^-aqEH.-t@S}K{vb[*k^","offset":1,"sizeInBytes":36,"cardinality":2},"baseRowId":0,"defaultRowCommitVersion":1}}
+{"remove":{"path":"S8/part-00000.snappy.parquet","deletionTimestamp":2,"dataChange":true,"extendedFileMetadata":true,"partitionValues":{},"size":2813,"baseRowId":0,"defaultRowCommitVersion":1}}
+"#;
+        let mut snapshot = Snapshot {
+            files: Some(BTreeMap::new()),
+            tombstones: Some(BTreeMap::new()),
+            ..Snapshot::default()
+        };
+        snapshot.apply(2, log::parse_commit(commit).unwrap());
+        let files = snapshot.files.unwrap();
+        let file = files.get("S8/part-00000.snappy.parquet").expect("still in");
+        assert_eq!(file.deletion_vector.as_ref().unwrap().cardinality, 2);
+        assert_eq!(file.base_row_id, Some(0));
     }
 }

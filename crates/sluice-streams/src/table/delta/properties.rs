@@ -14,6 +14,19 @@ pub const EXPIRED_LOG_CLEANUP: &str = "delta.enableExpiredLogCleanup";
 /// How long a removed file stays for readers of older versions.
 pub const DELETED_FILE_RETENTION: &str = "delta.deletedFileRetentionDuration";
 
+/// Whether commits carry an `inCommitTimestamp` (feature `inCommitTimestamp`).
+pub const IN_COMMIT_TIMESTAMPS: &str = "delta.enableInCommitTimestamps";
+/// Log files before this version are kept (feature `checkpointProtection`).
+pub const CHECKPOINT_PROTECTION: &str = "delta.requireCheckpointProtectionBeforeVersion";
+
+/// The version before which feature `checkpointProtection` keeps the log.
+pub fn protected_before(configuration: &BTreeMap<String, Option<String>>) -> Option<u64> {
+    text(configuration, CHECKPOINT_PROTECTION)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A property's text, if set.
 fn text<'a>(configuration: &'a BTreeMap<String, Option<String>>, key: &str) -> Option<&'a str> {
     configuration.get(key)?.as_deref()

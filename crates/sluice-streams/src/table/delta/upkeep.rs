@@ -20,6 +20,7 @@ use serde_json::json;
 use sluice_store::PutRequest;
 
 use super::commit::Change;
+use super::features;
 use super::log::{self, Add};
 use super::properties;
 use super::stats::{file_stats, StatsColumns};
@@ -87,6 +88,14 @@ impl DeltaTable {
     pub async fn compact(&self, options: CompactOptions) -> Result<CompactReport, TableError> {
         let snapshot = self.read_with_files().await?;
         self.check_protocol(&snapshot)?;
+        if features::has(snapshot.protocol.as_ref(), "rowTracking") {
+            return Err(TableError::Protocol {
+                root: self.layout.location.clone(),
+                reason: "the table tracks row ids (feature `rowTracking`), and a rewrite would \
+                         have to keep them; sluice does not compact such a table"
+                    .into(),
+            });
+        }
         let files = snapshot.files.clone().unwrap_or_default();
         let mut report = CompactReport {
             files_before: files.len(),
@@ -95,7 +104,8 @@ impl DeltaTable {
         };
         // Per partition, the small files, oldest first.
         let mut partitions: BTreeMap<String, Vec<Add>> = BTreeMap::new();
-        for add in files.values() {
+        // A file with deleted rows (a deletion vector) is left as it is.
+        for add in files.values().filter(|add| add.deletion_vector.is_none()) {
             if (add.size as u64) < options.target_bytes {
                 let key = serde_json::to_string(&add.partition_values).expect("serializes");
                 partitions.entry(key).or_default().push(add.clone());
@@ -181,6 +191,7 @@ impl DeltaTable {
             modification_time: now_ms(),
             data_change: false,
             stats: Some(file_stats(records, Some(&footer), stats_columns).to_string()),
+            ..Add::default()
         })
     }
 
@@ -208,7 +219,8 @@ impl DeltaTable {
     /// `now`, and before the newest checkpoint that is itself that old (a
     /// reader starts there or later; time travel reaches back as far as the
     /// retention). Nothing when the table sets `delta.enableExpiredLogCleanup`
-    /// to false.
+    /// to false, and nothing before `delta.requireCheckpointProtectionBeforeVersion`
+    /// in a table with feature `checkpointProtection`.
     pub async fn clean_log(&self, now: SystemTime) -> Result<LogCleanReport, TableError> {
         let snapshot = self.snapshot().await?;
         let configuration = snapshot.configuration();
@@ -271,8 +283,14 @@ impl DeltaTable {
         let Some(kept_from) = report.kept_from else {
             return Ok(report);
         };
+        // Feature `checkpointProtection`: what is before its version stays.
+        let protected_before =
+            match features::has(snapshot.protocol.as_ref(), "checkpointProtection") {
+                true => properties::protected_before(configuration).unwrap_or(u64::MAX),
+                false => 0,
+            };
         for (key, version, _, at) in &listed {
-            if *version < kept_from && *at <= cutoff {
+            if *version < kept_from && *version >= protected_before && *at <= cutoff {
                 self.store
                     .delete_object(key)
                     .await

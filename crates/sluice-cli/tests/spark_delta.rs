@@ -1,0 +1,378 @@
+//! Apache Spark with Delta Lake (pyspark 4.2, delta-spark 4.4, local[2]) and
+//! sluice on the same tables, local directories: Spark creates tables with
+//! the features its current releases enable (column mapping, deletion
+//! vectors with rows deleted, row tracking, in-commit timestamps, V2
+//! checkpoints), sluice appends to each, and Spark, `deltalake` and DuckDB
+//! agree on the rows; Spark reads every table sluice writes. One Spark
+//! session serves the whole binary (it takes ~20 s to start): the tests take
+//! it in turn.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::tables::{fed, tables};
+
+/// How long one Spark command may take on a loaded 2-core machine.
+const COMMAND_TIME: Duration = Duration::from_secs(300);
+
+/// The Spark session (tests/clients/spark_delta.py).
+struct Spark {
+    _child: Child,
+    input: ChildStdin,
+    answers: Receiver<String>,
+}
+
+impl Spark {
+    fn start(clients: &str, python: &str) -> Spark {
+        let mut child = Command::new(python)
+            .arg(format!("{clients}/spark_delta.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python runs");
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        let (send, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in output.lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut spark = Spark {
+            _child: child,
+            input,
+            answers,
+        };
+        let ready = spark.answer();
+        assert_eq!(ready["ok"], true, "Spark did not start: {ready}");
+        spark
+    }
+
+    fn answer(&mut self) -> Value {
+        let line = self
+            .answers
+            .recv_timeout(COMMAND_TIME)
+            .expect("Spark answers within its time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    /// Runs `command`; its answer, which must be a success.
+    fn call(&mut self, command: Value) -> Value {
+        writeln!(self.input, "{command}").unwrap();
+        self.input.flush().unwrap();
+        let answer = self.answer();
+        assert_eq!(answer["ok"], true, "{command}: {answer}");
+        answer
+    }
+
+    fn sql(&mut self, sql: &str) {
+        self.call(json!({"op": "sql", "sql": sql}));
+    }
+
+    fn read(&mut self, table: &std::path::Path, version: Option<u64>) -> Value {
+        let mut command = json!({"op": "read", "table": table, "key": "id"});
+        if let Some(version) = version {
+            command["version"] = json!(version);
+        }
+        self.call(command)
+    }
+}
+
+/// The session, started by the first test that needs it (None: no Python
+/// clients, and the suite does not require them).
+fn spark(test: &str) -> Option<std::sync::MutexGuard<'static, Spark>> {
+    static SPARK: OnceLock<Mutex<Spark>> = OnceLock::new();
+    let (clients, python) = common::python_readers(test)?;
+    let spark = SPARK.get_or_init(|| Mutex::new(Spark::start(&clients, &python)));
+    Some(spark.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// `sluice ingest` of `records` into stream `t` (table `t`) of the
+/// directory store `store`, partitioned by tenant when `partitioned`.
+fn sluice_appends(store: &std::path::Path, records: &[Value], partitioned: bool) -> Value {
+    let input: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
+        .args(["--dead-letter-template", "dead/{uuid}"]);
+    if partitioned {
+        command.args(["--key-template", "t/tenant={field:tenant}/{uuid}"]);
+    }
+    command.arg("--store").arg(store);
+    let output = fed(&mut command, input.as_bytes());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn records(ids: std::ops::Range<u64>) -> Vec<Value> {
+    ids.map(|id| {
+        json!({
+            "id": id,
+            "name": format!("sluice {id}"),
+            "tenant": if id % 2 == 0 { "even" } else { "odd" },
+        })
+    })
+    .collect()
+}
+
+/// The log's actions of `table`, every commit file in order.
+fn log_actions(table: &std::path::Path) -> Vec<Value> {
+    let mut commits: Vec<_> = common::tables::walk(&table.join("_delta_log"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.len() == 25 && n.ends_with(".json"))
+        })
+        .collect();
+    commits.sort();
+    commits
+        .iter()
+        .flat_map(|c| {
+            std::fs::read_to_string(c)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Spark, DuckDB and `deltalake` read the same ids from `table`.
+/// `deltalake` 1.6 reads no table with V2 checkpoints (its reader says so,
+/// and that is all it may say).
+fn all_readers_agree(spark: &mut Spark, table: &std::path::Path, want: &[u64], case: &str) {
+    let read = spark.read(table, None);
+    let ids: Vec<u64> = serde_json::from_value(read["keys"].clone()).unwrap();
+    assert_eq!(ids, want, "{case}: Spark");
+    let (clients, python) = common::python_readers(case).unwrap();
+    let output = Command::new(python)
+        .arg(format!("{clients}/delta_read.py"))
+        .arg(table)
+        .args(["id", "--rows", "--deltalake-may-refuse"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{case}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let others: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for reader in ["duckdb", "deltalake"] {
+        if let Some(refused) = others[reader]["unsupported"].as_str() {
+            assert!(
+                reader == "deltalake" && refused.contains("V2Checkpoint"),
+                "{case}: {reader} refused: {refused}"
+            );
+            eprintln!("{case}: {reader} does not read this table: {refused}");
+            continue;
+        }
+        let ids: Vec<u64> = others[reader]["rows_by_key"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, want, "{case}: {reader}");
+    }
+}
+
+/// Issue 48: the tables Spark 4.2 with Delta 4.4 makes today, each with
+/// features sluice refused to append to. sluice appends to each between
+/// Spark's own writes, its commits follow each feature's rules, and the
+/// three readers agree on every row.
+#[test]
+fn sluice_appends_to_the_tables_spark_makes_today() {
+    let Some(mut spark) = spark("spark-modern-tables") else {
+        return;
+    };
+    let cases = [
+        (
+            "column mapping by name, deletion vectors, row tracking, in-commit timestamps, V2 checkpoints",
+            "'delta.columnMapping.mode'='name', 'delta.enableDeletionVectors'='true', \
+             'delta.enableRowTracking'='true', 'delta.enableInCommitTimestamps'='true', \
+             'delta.checkpointPolicy'='v2', 'delta.checkpointInterval'='2'",
+        ),
+        (
+            "column mapping by id, deletion vectors",
+            "'delta.columnMapping.mode'='id', 'delta.enableDeletionVectors'='true'",
+        ),
+        ("a plain table, checkpointed by Spark", "'delta.checkpointInterval'='2'"),
+    ];
+    for (case, properties) in cases {
+        let store = tempfile::tempdir().unwrap();
+        let table = store.path().join("t");
+        let at = table.to_str().unwrap();
+        spark.sql(&format!(
+            "CREATE TABLE delta.`{at}` (id BIGINT NOT NULL, name STRING, ts TIMESTAMP, \
+             tn TIMESTAMP_NTZ, tenant STRING) USING delta PARTITIONED BY (tenant) \
+             TBLPROPERTIES ({properties})"
+        ));
+        // Spark's rows: one file of four, then two of them deleted (a
+        // deletion vector where the table has them).
+        spark.sql(&format!(
+            "INSERT INTO delta.`{at}` SELECT id, concat('spark ', id), \
+             TIMESTAMP'2026-11-29 10:00:00', TIMESTAMP_NTZ'2026-11-29 10:00:00', 'even' \
+             FROM (SELECT explode(array(1000L, 1002L, 1004L, 1006L)) AS id)"
+        ));
+        spark.sql(&format!(
+            "DELETE FROM delta.`{at}` WHERE id IN (1002, 1004)"
+        ));
+        let appended = sluice_appends(store.path(), &records(0..20), true);
+        assert_eq!(appended["records"], 20, "{case}: {appended}");
+        spark.sql(&format!(
+            "INSERT INTO delta.`{at}` VALUES (1008, 'spark 1008', NULL, NULL, 'odd')"
+        ));
+        let appended = sluice_appends(store.path(), &records(20..30), true);
+        assert_eq!(appended["records"], 10, "{case}: {appended}");
+        // A record bringing a column the table does not have: a table that
+        // maps its columns takes no new one from sluice (dead-lettered).
+        let extra = sluice_appends(
+            store.path(),
+            &[json!({"id": 30, "tenant": "even", "color": "red"})],
+            true,
+        );
+        let mapped = properties.contains("columnMapping");
+        let said = tables(store.path(), &["checkpoint", "t"]);
+        assert!(said.contains("checkpoint at version"), "{case}: {said}");
+        let after_checkpoint = sluice_appends(store.path(), &records(31..35), true);
+        assert_eq!(after_checkpoint["records"], 4, "{case}");
+
+        let mut want: Vec<u64> = (0..30).chain(31..35).collect();
+        if !mapped {
+            want.push(30);
+        } else {
+            assert_eq!(extra["dead_lettered"], 1, "{case}: {extra}");
+        }
+        want.extend([1000, 1006, 1008]);
+        want.sort();
+        all_readers_agree(&mut spark, &table, &want, case);
+
+        // What each feature asks of sluice's own commits.
+        let actions = log_actions(&table);
+        let ours: Vec<&Value> = actions
+            .iter()
+            .filter(|a| {
+                a["add"]["path"]
+                    .as_str()
+                    .is_some_and(|p| !p.contains("part-0"))
+            })
+            .collect();
+        assert!(!ours.is_empty(), "{case}");
+        let protocol = spark.call(json!({"op": "protocol", "table": table}));
+        let features: Vec<&str> = protocol["tableFeatures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if features.contains(&"rowTracking") {
+            // Each of sluice's adds has fresh row ids; no two files share one
+            // (a file Spark re-adds with a deletion vector keeps its own).
+            let mut ranges: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+            for add in actions.iter().filter_map(|a| a.get("add")) {
+                let base = add["baseRowId"].as_i64();
+                let stats: Value = serde_json::from_str(add["stats"].as_str().unwrap()).unwrap();
+                let path = add["path"].as_str().unwrap().to_string();
+                assert!(base.is_some(), "{case}: {path} has no baseRowId");
+                assert!(add["defaultRowCommitVersion"].is_i64(), "{case}: {path}");
+                let base = base.unwrap();
+                ranges.insert(
+                    path,
+                    (base, base + stats["numRecords"].as_i64().unwrap() - 1),
+                );
+            }
+            let mut spans: Vec<(i64, i64)> = ranges.into_values().collect();
+            spans.sort();
+            assert!(
+                spans.windows(2).all(|w| w[0].1 < w[1].0),
+                "{case}: {spans:?}"
+            );
+        }
+        if features.contains(&"inCommitTimestamp") {
+            let stamps: Vec<i64> = actions
+                .iter()
+                .filter_map(|a| a["commitInfo"]["inCommitTimestamp"].as_i64())
+                .collect();
+            let commits = actions
+                .iter()
+                .filter(|a| a.get("commitInfo").is_some())
+                .count();
+            assert_eq!(stamps.len(), commits, "{case}: every commit has one");
+            assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{case}: {stamps:?}");
+        }
+        if mapped {
+            // Partition values and statistics under the physical names.
+            for add in &ours {
+                let values = add["add"]["partitionValues"].as_object().unwrap();
+                assert!(
+                    values.keys().all(|k| k.starts_with("col-")),
+                    "{case}: {values:?}"
+                );
+            }
+        }
+        if features.contains(&"v2Checkpoint") {
+            let checkpoints: Vec<String> = common::tables::walk(&table.join("_delta_log"))
+                .iter()
+                .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+                .filter(|n| n.contains(".checkpoint.") && n.ends_with(".json"))
+                .collect();
+            assert!(!checkpoints.is_empty(), "{case}: a V2 checkpoint");
+        }
+        // An early version still reads (time travel through sluice's commits).
+        let first = spark.read(&table, Some(1));
+        assert_eq!(first["rows"], 4, "{case}: {first}");
+    }
+}
+
+/// Issue 48: Spark reads every table sluice writes: a widened schema (a
+/// nested column added), sluice's checkpoint, compaction and vacuum, and
+/// time travel to version 0.
+#[test]
+fn spark_reads_every_table_sluice_writes() {
+    let Some(mut spark) = spark("spark-reads-sluice") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    for run in 0..5u64 {
+        let mut batch = records(run * 10..run * 10 + 10);
+        if run >= 3 {
+            // A new column, nested: the schema widens.
+            for record in &mut batch {
+                record["where"] = json!({"city": "Lyon", "floor": run});
+            }
+        }
+        let appended = sluice_appends(store.path(), &batch, false);
+        assert_eq!(appended["records"], 10);
+    }
+    let said = tables(store.path(), &["checkpoint", "t"]);
+    assert!(said.contains("checkpoint at version"), "{said}");
+    let said = tables(store.path(), &["compact", "t", "--min-files", "2"]);
+    assert!(said.contains("rewritten as"), "{said}");
+    let said = tables(store.path(), &["vacuum", "t", "--retain", "1h"]);
+    assert!(!said.is_empty());
+    let want: Vec<u64> = (0..50).collect();
+    all_readers_agree(&mut spark, &table, &want, "sluice's table");
+    let read = spark.read(&table, None);
+    assert_eq!(read["nulls"]["where"], 30, "{read}");
+    // Version 0: the first run's rows (vacuum kept what versions within its
+    // retention read).
+    let first = spark.read(&table, Some(0));
+    assert_eq!(first["rows"], 10, "{first}");
+}

@@ -1,0 +1,88 @@
+"""Apache Spark with Delta Lake (pyspark and delta-spark from PyPI, the
+io.delta jars from Maven Central through ivy), started once and driven by
+the Rust tests over stdin/stdout: one JSON command per line in, one JSON
+answer per line out (Spark's own logging goes to stderr).
+
+Commands:
+  {"op": "sql", "sql": "..."}                 runs a statement; {"ok": true}
+  {"op": "read", "table": PATH, "key": COL,   reads a table (as of a version)
+   "version": N (optional)}                   {"ok", "rows", "distinct",
+                                               "keys" (sorted), "columns",
+                                               "nulls" per column}
+  {"op": "protocol", "table": PATH}           the table's reader/writer
+                                               versions and features
+Any failure answers {"ok": false, "error": "..."}.
+
+usage: spark_delta.py   (local[2], 1 GiB driver, no UI)
+"""
+import json
+import sys
+import traceback
+
+from delta import configure_spark_with_delta_pip
+from pyspark.sql import SparkSession
+
+builder = (
+    SparkSession.builder.master("local[2]")
+    .appName("sluice-tests")
+    .config("spark.driver.memory", "1g")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.sql.session.timeZone", "UTC")
+    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    # Tests vacuum and time-travel within seconds.
+    .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+)
+spark = configure_spark_with_delta_pip(builder).getOrCreate()
+spark.sparkContext.setLogLevel("ERROR")
+
+
+def read(command):
+    reader = spark.read.format("delta")
+    if "version" in command:
+        reader = reader.option("versionAsOf", command["version"])
+    frame = reader.load(command["table"])
+    rows = [row.asDict(recursive=True) for row in frame.collect()]
+    key = command["key"]
+    keys = sorted(row[key] for row in rows if row[key] is not None)
+    return {
+        "rows": len(rows),
+        "distinct": len(set(keys)),
+        "keys": keys,
+        "columns": frame.columns,
+        "nulls": {c: sum(1 for row in rows if row[c] is None) for c in frame.columns},
+    }
+
+
+def protocol(command):
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{command['table']}`").collect()[0].asDict()
+    return {
+        "minReaderVersion": detail["minReaderVersion"],
+        "minWriterVersion": detail["minWriterVersion"],
+        "tableFeatures": sorted(detail.get("tableFeatures") or []),
+        "properties": detail["properties"],
+    }
+
+
+print(json.dumps({"ok": True, "ready": spark.version}), flush=True)
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    command = json.loads(line)
+    try:
+        if command["op"] == "sql":
+            spark.sql(command["sql"]).collect()
+            answer = {}
+        elif command["op"] == "read":
+            answer = read(command)
+        elif command["op"] == "protocol":
+            answer = protocol(command)
+        else:
+            raise ValueError(f"unknown op {command['op']}")
+        answer["ok"] = True
+    except Exception as e:  # the test reads the error
+        traceback.print_exc(file=sys.stderr)
+        answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(answer, default=str), flush=True)
