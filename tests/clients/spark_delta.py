@@ -8,7 +8,8 @@ Commands:
   {"op": "read", "table": PATH, "key": COL,   reads a table (as of a version)
    "version": N (optional)}                   {"ok", "rows", "distinct",
                                                "keys" (sorted), "columns",
-                                               "nulls" per column}
+                                               "nulls" per column, "first":
+                                               the row of the lowest key}
   {"op": "protocol", "table": PATH}           the table's reader/writer
                                                versions and features
 Any failure answers {"ok": false, "error": "..."}.
@@ -47,8 +48,10 @@ def read(command):
     rows = [row.asDict(recursive=True) for row in frame.collect()]
     key = command["key"]
     keys = sorted(row[key] for row in rows if row[key] is not None)
+    rows.sort(key=lambda row: (row[key] is None, row[key]))
     return {
         "rows": len(rows),
+        "first": rows[0] if rows else None,
         "distinct": len(set(keys)),
         "keys": keys,
         "columns": frame.columns,

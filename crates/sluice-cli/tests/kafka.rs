@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use sluice_chaos::{ChaosConfig, ChaosProxy};
 use sluice_store::s3::S3Store;
 use sluice_store::{ObjectStore, PutRequest};
 
+use common::kafka::{create_topic, kafka, kafka_tool, record};
 use common::{minio_prefix, stored_batches, stored_lines, stored_records};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -59,53 +59,10 @@ async fn fixture(test: &str) -> Option<Fixture> {
     })
 }
 
-/// The broker's address and the Kafka classpath, or None when Kafka tests may skip.
-fn kafka() -> Option<(String, String)> {
-    match (std::env::var("KAFKA_BOOTSTRAP"), std::env::var("KAFKA_CP")) {
-        (Ok(bootstrap), Ok(cp)) => Some((bootstrap, cp)),
-        _ if std::env::var_os("SLUICE_TEST_S3_REQUIRED").is_some() => {
-            panic!("KAFKA_BOOTSTRAP and KAFKA_CP must be set (scripts/test.sh starts a broker)")
-        }
-        _ => {
-            eprintln!("skipping: no Kafka broker (run scripts/test.sh)");
-            None
-        }
-    }
-}
-
-fn kafka_tool(cp: &str, class: &str, args: &[&str], input: Option<&[u8]>) {
-    let mut child = Command::new("java")
-        .args(["-Xmx256m", "-cp", cp, class])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("java");
-    if let Some(input) = input {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success(), "{class} {args:?}");
-}
-
 /// A topic of `partitions` holding `records` lines `{"n":N,"pad":"…"}` (N from
 /// 0, each line about `pad` bytes long).
 fn topic_of(cp: &str, bootstrap: &str, topic: &str, partitions: u32, records: u64, pad: usize) {
-    kafka_tool(
-        cp,
-        "org.apache.kafka.tools.TopicCommand",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--create",
-            "--topic",
-            topic,
-            "--partitions",
-            &partitions.to_string(),
-        ],
-        None,
-    );
+    create_topic(cp, bootstrap, topic, partitions);
     let input: String = (0..records).map(|n| record(n, pad) + "\n").collect();
     kafka_tool(
         cp,
@@ -113,10 +70,6 @@ fn topic_of(cp: &str, bootstrap: &str, topic: &str, partitions: u32, records: u6
         &["--bootstrap-server", bootstrap, "--topic", topic],
         Some(input.as_bytes()),
     );
-}
-
-fn record(n: u64, pad: usize) -> String {
-    format!("{{\"n\":{n},\"pad\":\"{}\"}}", "k".repeat(pad))
 }
 
 /// `sluice ingest` of `topic` into stream `events` under `prefix`, in the
@@ -786,20 +739,7 @@ async fn kafka_a_sigkilled_run_s_multipart_uploads_are_aborted_by_the_next() {
             format!("{{\"n\":{n},\"pad\":\"{pad}\"}}\n")
         })
         .collect();
-    kafka_tool(
-        &cp,
-        "org.apache.kafka.tools.TopicCommand",
-        &[
-            "--bootstrap-server",
-            &bootstrap,
-            "--create",
-            "--topic",
-            &topic,
-            "--partitions",
-            "1",
-        ],
-        None,
-    );
+    create_topic(&cp, &bootstrap, &topic, 1);
     kafka_tool(
         &cp,
         "kafka.tools.ConsoleProducer",
@@ -983,20 +923,7 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300_000);
-    kafka_tool(
-        &fixture.cp,
-        "org.apache.kafka.tools.TopicCommand",
-        &[
-            "--bootstrap-server",
-            &fixture.bootstrap,
-            "--create",
-            "--topic",
-            &fixture.topic,
-            "--partitions",
-            "8",
-        ],
-        None,
-    );
+    create_topic(&fixture.cp, &fixture.bootstrap, &fixture.topic, 8);
     // Records arrive while the runs below come and go (in 15 chunks, 3 s
     // apart), so that each dies part-way through the topic.
     let producer = produce_paced(

@@ -3,7 +3,8 @@
 //! the features its current releases enable (column mapping, deletion
 //! vectors with rows deleted, row tracking, in-commit timestamps, V2
 //! checkpoints), sluice appends to each, and Spark, `deltalake` and DuckDB
-//! agree on the rows; Spark reads every table sluice writes. One Spark
+//! agree on the rows; Spark reads every table sluice writes; Kafka into a
+//! table Spark appends to at the same time stays exactly once. One Spark
 //! session serves the whole binary (it takes ~20 s to start): the tests take
 //! it in turn.
 
@@ -80,6 +81,10 @@ impl Spark {
         self.call(json!({"op": "sql", "sql": sql}));
     }
 
+    fn read_by(&mut self, table: &std::path::Path, key: &str) -> Value {
+        self.call(json!({"op": "read", "table": table, "key": key}))
+    }
+
     fn read(&mut self, table: &std::path::Path, version: Option<u64>) -> Value {
         let mut command = json!({"op": "read", "table": table, "key": "id"});
         if let Some(version) = version {
@@ -128,6 +133,19 @@ fn records(ids: std::ops::Range<u64>) -> Vec<Value> {
         })
     })
     .collect()
+}
+
+/// `records` with a value for each typed column of the Spark tables.
+fn typed_records(ids: std::ops::Range<u64>) -> Vec<Value> {
+    let mut records = records(ids);
+    for record in &mut records {
+        record["ts"] = json!("2026-11-29T10:00:00Z");
+        record["tn"] = json!("2026-11-29T10:00:00");
+        record["d"] = json!("2026-11-29");
+        record["amount"] = json!("12.50");
+        record["tags"] = json!({"source": "sluice"});
+    }
+    records
 }
 
 /// The log's actions of `table`, every commit file in order.
@@ -220,25 +238,37 @@ fn sluice_appends_to_the_tables_spark_makes_today() {
         let at = table.to_str().unwrap();
         spark.sql(&format!(
             "CREATE TABLE delta.`{at}` (id BIGINT NOT NULL, name STRING, ts TIMESTAMP, \
-             tn TIMESTAMP_NTZ, tenant STRING) USING delta PARTITIONED BY (tenant) \
-             TBLPROPERTIES ({properties})"
+             tn TIMESTAMP_NTZ, d DATE, amount DECIMAL(10,2), tags MAP<STRING,STRING>, \
+             tenant STRING) USING delta PARTITIONED BY (tenant) TBLPROPERTIES ({properties})"
         ));
         // Spark's rows: one file of four, then two of them deleted (a
         // deletion vector where the table has them).
         spark.sql(&format!(
             "INSERT INTO delta.`{at}` SELECT id, concat('spark ', id), \
-             TIMESTAMP'2026-11-29 10:00:00', TIMESTAMP_NTZ'2026-11-29 10:00:00', 'even' \
+             TIMESTAMP'2026-11-29 10:00:00', TIMESTAMP_NTZ'2026-11-29 10:00:00', \
+             DATE'2026-11-29', 12.50, map('source', 'spark'), 'even' \
              FROM (SELECT explode(array(1000L, 1002L, 1004L, 1006L)) AS id)"
         ));
         spark.sql(&format!(
             "DELETE FROM delta.`{at}` WHERE id IN (1002, 1004)"
         ));
-        let appended = sluice_appends(store.path(), &records(0..20), true);
+        let appended = sluice_appends(store.path(), &typed_records(0..20), true);
         assert_eq!(appended["records"], 20, "{case}: {appended}");
+        // Values that are not of their column's type go to the dead letter.
+        let wrong = sluice_appends(
+            store.path(),
+            &[
+                json!({"id": 900, "tenant": "even", "ts": "yesterday"}),
+                json!({"id": 901, "tenant": "even", "amount": "1.005"}),
+                json!({"id": 902, "tenant": "even", "tn": "2026-11-29T10:00:00Z"}),
+            ],
+            true,
+        );
+        assert_eq!(wrong["dead_lettered"], 3, "{case}: {wrong}");
         spark.sql(&format!(
-            "INSERT INTO delta.`{at}` VALUES (1008, 'spark 1008', NULL, NULL, 'odd')"
+            "INSERT INTO delta.`{at}` VALUES (1008, 'spark 1008', NULL, NULL, NULL, NULL, NULL, 'odd')"
         ));
-        let appended = sluice_appends(store.path(), &records(20..30), true);
+        let appended = sluice_appends(store.path(), &typed_records(20..30), true);
         assert_eq!(appended["records"], 10, "{case}: {appended}");
         // A record bringing a column the table does not have: a table that
         // maps its columns takes no new one from sluice (dead-lettered).
@@ -250,7 +280,7 @@ fn sluice_appends_to_the_tables_spark_makes_today() {
         let mapped = properties.contains("columnMapping");
         let said = tables(store.path(), &["checkpoint", "t"]);
         assert!(said.contains("checkpoint at version"), "{case}: {said}");
-        let after_checkpoint = sluice_appends(store.path(), &records(31..35), true);
+        let after_checkpoint = sluice_appends(store.path(), &typed_records(31..35), true);
         assert_eq!(after_checkpoint["records"], 4, "{case}");
 
         let mut want: Vec<u64> = (0..30).chain(31..35).collect();
@@ -262,6 +292,24 @@ fn sluice_appends_to_the_tables_spark_makes_today() {
         want.extend([1000, 1006, 1008]);
         want.sort();
         all_readers_agree(&mut spark, &table, &want, case);
+        // sluice's typed values, as Spark reads them; nulls only where no
+        // value was given (Spark's row 1008, and record 30 of the plain table).
+        let read = spark.read(&table, None);
+        let first = &read["first"];
+        assert_eq!(first["id"], 0, "{case}: {first}");
+        assert_eq!(first["ts"], "2026-11-29 10:00:00", "{case}: {first}");
+        assert_eq!(first["tn"], "2026-11-29 10:00:00", "{case}: {first}");
+        assert_eq!(first["d"], "2026-11-29", "{case}: {first}");
+        assert_eq!(first["amount"], "12.50", "{case}: {first}");
+        assert_eq!(
+            first["tags"],
+            json!({"source": "sluice"}),
+            "{case}: {first}"
+        );
+        let untyped = 1 + u64::from(!mapped);
+        for column in ["ts", "tn", "d", "amount", "tags"] {
+            assert_eq!(read["nulls"][column], untyped, "{case}: {column} {read}");
+        }
 
         // What each feature asks of sluice's own commits.
         let actions = log_actions(&table);
@@ -375,4 +423,110 @@ fn spark_reads_every_table_sluice_writes() {
     // retention read).
     let first = spark.read(&table, Some(0));
     assert_eq!(first["rows"], 10, "{first}");
+}
+
+/// Issue 48: exactly once still holds with another engine appending to the
+/// same table: Spark (which created it) inserts rows while `sluice ingest`
+/// reads a Kafka topic into it, is SIGKILLed once it has committed, and a
+/// second run finishes the topic. Every record is in once, and so is each of
+/// Spark's rows; both engines' commits interleave in one log.
+#[test]
+fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
+    let Some(mut spark) = spark("spark-kafka") else {
+        return;
+    };
+    let Some((bootstrap, cp)) = common::kafka::kafka() else {
+        return;
+    };
+    let records = 20_000u64;
+    let topic = format!(
+        "spark-delta-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    common::kafka::create_topic(&cp, &bootstrap, &topic, 4);
+    let input: String = (0..records)
+        .map(|n| common::kafka::record(n, 50) + "\n")
+        .collect();
+    common::kafka::kafka_tool(
+        &cp,
+        "kafka.tools.ConsoleProducer",
+        &["--bootstrap-server", &bootstrap, "--topic", &topic],
+        Some(input.as_bytes()),
+    );
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("events");
+    let at = table.to_str().unwrap().to_string();
+    spark.sql(&format!(
+        "CREATE TABLE delta.`{at}` (n BIGINT NOT NULL, pad STRING) USING delta \
+         TBLPROPERTIES ('delta.checkpointInterval'='5')"
+    ));
+    let ingest = |idle: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(["ingest", "--stream", "events", "--table", "delta", "--json"])
+            .arg("--from")
+            .arg(format!("kafka://{bootstrap}/{topic}"))
+            .args(["--group", &topic, "--idle-exit", idle])
+            .args(["--flush-records", "1000", "--flush-age", "200ms"])
+            .arg("--store")
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    };
+    // The first run is killed once it has committed twice, Spark inserting
+    // meanwhile; the second finishes the topic, Spark still inserting.
+    let commits = |table: &std::path::Path| {
+        log_actions(table)
+            .iter()
+            .filter(|a| {
+                a["commitInfo"]["clientVersion"]
+                    .as_str()
+                    .is_some_and(|v| v.starts_with("sluice"))
+            })
+            .count()
+    };
+    let mut first = ingest("60s").spawn().unwrap();
+    let mut spark_rows = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while commits(&table) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sluice committed nothing"
+        );
+        let n = 1_000_000 + spark_rows.len() as u64;
+        spark.sql(&format!("INSERT INTO delta.`{at}` VALUES ({n}, 'spark')"));
+        spark_rows.push(n);
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = ingest("5s").spawn().unwrap();
+    for _ in 0..3 {
+        let n = 1_000_000 + spark_rows.len() as u64;
+        spark.sql(&format!("INSERT INTO delta.`{at}` VALUES ({n}, 'spark')"));
+        spark_rows.push(n);
+    }
+    assert!(second.wait().unwrap().success(), "the second run failed");
+
+    let mut want: Vec<u64> = (0..records).collect();
+    want.extend(&spark_rows);
+    let read = spark.read_by(&table, "n");
+    let got: Vec<u64> = serde_json::from_value(read["keys"].clone()).unwrap();
+    assert_eq!(got.len(), want.len(), "Spark: {} rows", got.len());
+    assert_eq!(got, want, "Spark");
+    let readers = common::python_readers("spark-kafka").unwrap();
+    let others = common::read_delta(&readers, None, &at, "n", false);
+    for reader in ["deltalake", "duckdb"] {
+        let got = &others[reader];
+        assert_eq!(got["rows"], want.len(), "{reader}: {got}");
+        assert_eq!(
+            got["distinct"],
+            want.len(),
+            "{reader}: records twice: {got}"
+        );
+    }
 }

@@ -285,7 +285,7 @@ impl StreamConfig {
         {
             return fail(
                 "schema",
-                format!("{name} = {kind:?}: the types are bool, int64, float64 and string"),
+                format!("{name} = {kind:?}: the types are bool, int64, float64, string, timestamp, timestamp_ntz, date and decimal(P,S)"),
             );
         }
         if !self.schema.is_empty() && self.format != RecordFormat::Parquet {
@@ -484,7 +484,7 @@ fn settings_table() -> String {
     }
     text.push_str(
         "| `schema` | (the file only) | none | Parquet: declared top-level fields and their types \
-         (`bool`, `int64`, `float64`, `string`), a table of NAME = TYPE; fields the records bring \
+         (`bool`, `int64`, `float64`, `string`, `timestamp`, `timestamp_ntz`, `date`, `decimal(P,S)`), a table of NAME = TYPE; fields the records bring \
          besides are inferred and added as they appear. |\n",
     );
     text

@@ -329,6 +329,17 @@ impl RecordStream {
                 None => known.push((field.clone(), declared)),
             }
         }
+        if let Some(mapping) = &column_mapping {
+            let columns = crate::table::schema::arrow_schema_of(known.clone());
+            if let Some(field) = mapping.unmapped(&columns) {
+                return Err(fail(format!(
+                    "the Delta table at {location} maps its columns (delta.columnMapping.mode = \
+                     {}), and sluice cannot write column `{field}` under it (a list of structs, \
+                     or a declared column the table does not have)",
+                    mapping.mode()
+                )));
+            }
+        }
         let sink = Arc::new(TableSink::new(table, name).with_column_mapping(column_mapping));
         Self::build(
             name,

@@ -400,6 +400,20 @@ async fn parquet_file(store: &dyn ObjectStore, name: &str, values: &[i64]) -> Ne
     new
 }
 
+/// A table of three small files (a, b, c: two rows each) in one commit, on a
+/// memory store behind a fault wrapper: what the compaction tests start from.
+async fn three_small_files() -> (Arc<dyn ObjectStore>, FaultyStore, DeltaTable) {
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let faulty = FaultyStore::new(memory.clone());
+    let table = DeltaTable::new(Arc::new(faulty.clone()), layout());
+    let mut files = Vec::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        files.push(parquet_file(memory.as_ref(), name, &[i as i64, 10 + i as i64]).await);
+    }
+    table.commit(&files, &[], &schema()).await.unwrap();
+    (memory, faulty, table)
+}
+
 /// Issue 48: compaction had a commit loop of its own, which took its own
 /// commit landed with a lost answer (refused on its retry by its own
 /// If-None-Match) for "another writer removed this file", and left the
@@ -408,14 +422,7 @@ async fn parquet_file(store: &dyn ObjectStore, name: &str, values: &[i64]) -> Ne
 #[tokio::test]
 async fn a_compaction_whose_answer_was_lost_is_its_own() {
     for fault in [Fault::LandsThenRefused, Fault::AnswerLost] {
-        let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let faulty = FaultyStore::new(memory.clone());
-        let table = DeltaTable::new(Arc::new(faulty.clone()), layout());
-        let mut files = Vec::new();
-        for (i, name) in ["a", "b", "c"].iter().enumerate() {
-            files.push(parquet_file(memory.as_ref(), name, &[i as i64, 10 + i as i64]).await);
-        }
-        table.commit(&files, &[], &schema()).await.unwrap();
+        let (memory, faulty, table) = three_small_files().await;
         faulty.inject_under(Op::Put, LOG, Some(1), fault);
         let report = table
             .compact(sluice_streams::table::delta::upkeep::CompactOptions {
@@ -433,6 +440,60 @@ async fn a_compaction_whose_answer_was_lost_is_its_own() {
         assert_eq!(snapshot.version, Some(1), "{fault:?}");
         assert_eq!(in_table.len(), 1, "{fault:?}: {in_table:?}");
     }
+}
+
+/// Found in review (issue 48): another engine's DELETE on a table with
+/// deletion vectors removes a file and adds it again under its path, its
+/// deleted rows in a vector. A compaction planned before that DELETE and
+/// committed after it still found the path, and committed: its rewrite
+/// brought the deleted rows back (and another reader kept the file too). A
+/// removed file must still be the file the compaction read.
+#[tokio::test]
+async fn a_compaction_does_not_bring_back_rows_deleted_meanwhile() {
+    let (memory, faulty, table) = three_small_files().await;
+    // The compacted file's store waits; meanwhile the DELETE lands.
+    let puts = faulty.attempts(Op::Put, None);
+    faulty.inject_under(
+        Op::Put,
+        "events/part-compacted",
+        Some(1),
+        Fault::Delay(std::time::Duration::from_secs(3)),
+    );
+    let compaction = tokio::spawn(async move {
+        table
+            .compact(sluice_streams::table::delta::upkeep::CompactOptions {
+                target_bytes: 1 << 20,
+                min_files: 2,
+            })
+            .await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while faulty.attempts(Op::Put, None) == puts {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "compaction stored nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let delete = r#"{"commitInfo":{"operation":"DELETE","engineInfo":"Apache-Spark/4.2.0 Delta-Lake/4.4.0"}}
+{"add":{"path":"a.parquet","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true,"stats":"{\"numRecords\":2}","deletionVector":{"storageType":"u","pathOrInlineDv":"ab^-aqEH.-t@S}K{vb[*k^","offset":1,"sizeInBytes":34,"cardinality":1}}}
+{"remove":{"path":"a.parquet","deletionTimestamp":2,"dataChange":true,"extendedFileMetadata":true,"partitionValues":{},"size":1}}
+"#;
+    memory
+        .put_object(sluice_store::PutRequest::new(
+            format!("{LOG}00000000000000000001.json"),
+            delete.as_bytes().to_vec(),
+        ))
+        .await
+        .unwrap();
+    let refused = compaction.await.unwrap();
+    match refused {
+        Err(error) => assert!(error.to_string().contains("removed this file"), "{error}"),
+        Ok(report) => panic!("compacted over the DELETE: {report:?}"),
+    }
+    let (in_table, snapshot) = table_files(memory).await;
+    assert_eq!(snapshot.version, Some(1));
+    assert_eq!(in_table.len(), 3, "{in_table:?}");
 }
 
 /// Issue 48: nothing checked that the store honours `If-None-Match`, which

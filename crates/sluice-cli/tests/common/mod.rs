@@ -2,6 +2,7 @@
 //! dropped) and a MinIO prefix of its own for each test.
 #![allow(dead_code)] // each test binary uses part of it
 
+pub mod kafka;
 pub mod tables;
 
 use std::io::{BufRead, BufReader};

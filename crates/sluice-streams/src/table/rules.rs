@@ -159,7 +159,7 @@ mod tests {
             ),
             (
                 "NOT NULL of a type sluice does not write",
-                vec![field("ts", json!("timestamp"), false)],
+                vec![field("ts", json!("binary"), false)],
                 Err("column `ts` is NOT NULL"),
             ),
             (

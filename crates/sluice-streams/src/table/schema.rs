@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use serde_json::Value;
 
 /// What the values of one field have been.
@@ -24,18 +24,50 @@ pub enum Shape {
     Text,
     List(Box<Shape>),
     Struct(Vec<(String, Shape)>),
+    /// The types below are never inferred from records (a string stays a
+    /// string): they come from a table's schema. Their values are JSON
+    /// strings arrow-json parses as the type (checked per record).
+    /// An instant: RFC 3339 (`2026-11-29T10:00:00Z`, an offset, or none:
+    /// UTC); microseconds in UTC.
+    Timestamp,
+    /// A wall-clock time without a zone (`2026-11-29T10:00:00`).
+    TimestampNtz,
+    /// A calendar date (`2026-11-29`).
+    Date,
+    /// A decimal of this precision and scale: a JSON number or a numeric
+    /// string, with at most `scale` digits after the point.
+    Decimal(u8, i8),
+    /// String keys (a JSON object) to values of one shape.
+    Map(Box<Shape>),
 }
 
 impl Shape {
-    /// From a declared type name (`bool`, `int64`, `float64`, `string`).
+    /// From a declared type name (`bool`, `int64`, `float64`, `string`,
+    /// `timestamp`, `timestamp_ntz`, `date`, `decimal(P,S)`).
     pub fn declared(name: &str) -> Option<Shape> {
         match name {
             "bool" | "boolean" => Some(Shape::Bool),
             "int" | "int64" | "bigint" | "long" => Some(Shape::Int),
             "float" | "float64" | "double" => Some(Shape::Float),
             "string" | "text" | "utf8" => Some(Shape::Text),
-            _ => None,
+            "timestamp" => Some(Shape::Timestamp),
+            "timestamp_ntz" => Some(Shape::TimestampNtz),
+            "date" => Some(Shape::Date),
+            other => Shape::decimal(other),
         }
+    }
+
+    /// `decimal(P,S)`: precision 1 to 38 (Decimal128, as Delta's), scale 0
+    /// to P.
+    pub fn decimal(text: &str) -> Option<Shape> {
+        let (precision, scale) = text
+            .strip_prefix("decimal(")?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        let precision: u8 = precision.trim().parse().ok()?;
+        let scale: i8 = scale.trim().parse().ok()?;
+        ((1..=38).contains(&precision) && (0..=precision as i8).contains(&scale))
+            .then_some(Shape::Decimal(precision, scale))
     }
 
     fn name(&self) -> &'static str {
@@ -47,6 +79,11 @@ impl Shape {
             Shape::Text => "a string",
             Shape::List(_) => "an array",
             Shape::Struct(_) => "an object",
+            Shape::Timestamp => "a timestamp (an RFC 3339 string)",
+            Shape::TimestampNtz => "a timestamp without a zone (`YYYY-MM-DDTHH:MM:SS`)",
+            Shape::Date => "a date (`YYYY-MM-DD`)",
+            Shape::Decimal(..) => "a decimal",
+            Shape::Map(_) => "a map (an object)",
         }
     }
 
@@ -56,6 +93,8 @@ impl Shape {
         match self {
             Shape::Null => false,
             Shape::Bool | Shape::Int | Shape::Float | Shape::Text => true,
+            Shape::Timestamp | Shape::TimestampNtz | Shape::Date | Shape::Decimal(..) => true,
+            Shape::Map(value) => value.is_known(),
             Shape::List(item) => item.is_known(),
             Shape::Struct(fields) => fields.iter().any(|(_, shape)| shape.is_known()),
         }
@@ -69,6 +108,23 @@ impl Shape {
             Shape::Int => DataType::Int64,
             Shape::Float => DataType::Float64,
             Shape::Text => DataType::Utf8,
+            // An offset, not a zone name: arrow parses no named zones here; the
+            // file's column is UTC-adjusted either way.
+            Shape::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            Shape::TimestampNtz => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Shape::Date => DataType::Date32,
+            Shape::Decimal(precision, scale) => DataType::Decimal128(*precision, *scale),
+            Shape::Map(value) => DataType::Map(
+                Arc::new(Field::new(
+                    "key_value",
+                    DataType::Struct(Fields::from(vec![
+                        Field::new("key", DataType::Utf8, false),
+                        Field::new("value", value.arrow()?, true),
+                    ])),
+                    false,
+                )),
+                false,
+            ),
             Shape::List(item) => DataType::List(Arc::new(Field::new("item", item.arrow()?, true))),
             Shape::Struct(fields) => {
                 let fields: Fields = fields
@@ -219,6 +275,43 @@ fn new_field(before: &Shape, after: &Shape, path: &str, besides: &[String]) -> O
     }
 }
 
+/// Whether the text of a JSON string (or, for a decimal, of a number) is a
+/// value of `shape`, parsed as arrow-json parses it; None for shapes that
+/// take no such scalar.
+fn scalar_fits(shape: &Shape, text: &str) -> Option<bool> {
+    use arrow_array::types::{Date32Type, Decimal128Type, TimestampMicrosecondType};
+    use arrow_cast::parse::Parser;
+    Some(match shape {
+        Shape::Timestamp => TimestampMicrosecondType::parse(text).is_some(),
+        // A zone would name an instant, not a wall-clock time.
+        Shape::TimestampNtz => {
+            let time = text.get(11..).unwrap_or("");
+            TimestampMicrosecondType::parse(text).is_some() && !time.contains(['+', '-', 'Z', 'z'])
+        }
+        Shape::Date => Date32Type::parse(text).is_some(),
+        Shape::Decimal(precision, scale) => {
+            arrow_cast::parse::parse_decimal::<Decimal128Type>(text, *precision, *scale).is_ok()
+                && decimal_digits_fit(text, *scale)
+        }
+        _ => return None,
+    })
+}
+
+/// Whether a JSON string `text` fits `shape` as it is.
+fn string_fits(shape: &Shape, text: &str) -> bool {
+    matches!(shape, Shape::Text) || scalar_fits(shape, text) == Some(true)
+}
+
+/// Whether `text` has no more digits after its point than `scale` (arrow
+/// would round them away: a value is stored as given, or refused).
+fn decimal_digits_fit(text: &str, scale: i8) -> bool {
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    match mantissa.split_once('.') {
+        Some((_, fraction)) => fraction.trim_end_matches('0').len() <= scale.max(0) as usize,
+        None => true,
+    }
+}
+
 /// Whether `value` fits `shape`; `Ok(true)` when it fits only once `shape`
 /// grows (done in place).
 fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Conflict> {
@@ -228,6 +321,33 @@ fn merge(shape: &mut Shape, value: &Value, path: &mut String) -> Result<bool, Co
     };
     match (&mut *shape, value) {
         (_, Value::Null) => Ok(false),
+        (Shape::Decimal(..), Value::Number(n)) => match scalar_fits(shape, &n.to_string()) {
+            Some(true) => Ok(false),
+            _ => Err(Conflict {
+                field: path.clone(),
+                reason: format!("{n} is not {}", shape.name()),
+            }),
+        },
+        (
+            Shape::Timestamp | Shape::TimestampNtz | Shape::Date | Shape::Decimal(..),
+            Value::String(text),
+        ) => match scalar_fits(shape, text) {
+            Some(true) => Ok(false),
+            _ => Err(Conflict {
+                field: path.clone(),
+                reason: format!("{text:?} is not {}", shape.name()),
+            }),
+        },
+        (Shape::Map(values), Value::Object(map)) => {
+            let mut grew = false;
+            let len = path.len();
+            path.push_str("{}");
+            for value in map.values() {
+                grew |= merge(values, value, path)?;
+            }
+            path.truncate(len);
+            Ok(grew)
+        }
         (Shape::Bool, Value::Bool(_)) => Ok(false),
         (Shape::Text, Value::String(_)) => Ok(false),
         (Shape::Float, Value::Number(_)) => Ok(false),
@@ -396,16 +516,17 @@ impl<'de> serde::de::Visitor<'de> for Fit<'_> {
         })
     }
     fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        // A decimal's number: the full check reads its text.
         Ok(matches!(self.shape, Shape::Float))
     }
-    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
-        Ok(matches!(self.shape, Shape::Text))
+    fn visit_str<E>(self, text: &str) -> Result<bool, E> {
+        Ok(string_fits(self.shape, text))
     }
-    fn visit_borrowed_str<E>(self, _: &'de str) -> Result<bool, E> {
-        Ok(matches!(self.shape, Shape::Text))
+    fn visit_borrowed_str<E>(self, text: &'de str) -> Result<bool, E> {
+        Ok(string_fits(self.shape, text))
     }
-    fn visit_string<E>(self, _: String) -> Result<bool, E> {
-        Ok(matches!(self.shape, Shape::Text))
+    fn visit_string<E>(self, text: String) -> Result<bool, E> {
+        Ok(string_fits(self.shape, &text))
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
@@ -496,11 +617,21 @@ impl Version {
 
     /// The schema of a file written under this version (fields known so far).
     pub fn arrow_schema(&self) -> SchemaRef {
-        match self.root.arrow() {
-            Some(DataType::Struct(fields)) => Arc::new(Schema::new(fields)),
-            _ => Arc::new(Schema::empty()),
-        }
+        struct_schema(&self.root)
     }
+}
+
+/// The Arrow schema of a struct shape's fields (those with a type).
+fn struct_schema(root: &Shape) -> SchemaRef {
+    match root.arrow() {
+        Some(DataType::Struct(fields)) => Arc::new(Schema::new(fields)),
+        _ => Arc::new(Schema::empty()),
+    }
+}
+
+/// The Arrow schema of top-level `fields` (those with a type).
+pub fn arrow_schema_of(fields: Vec<(String, Shape)>) -> SchemaRef {
+    struct_schema(&Shape::Struct(fields))
 }
 
 /// A stream's schema, shared by everything that checks its records.
@@ -578,6 +709,7 @@ impl StreamSchema {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// (records in order, each Ok(schema version needed) or Err(field))
     type Case<'a> = (&'a str, Vec<(&'a str, Result<u64, &'a str>)>, &'a str);
@@ -815,5 +947,95 @@ mod tests {
             .map(|f| format!("{}:{}", f.name(), f.data_type()))
             .collect();
         assert_eq!(names, ["price:Float64", "sku:Utf8"]);
+    }
+
+    /// Issue 48: the types of other writers' tables. A value the check takes
+    /// is one arrow-json decodes as the column's type (a batch never fails
+    /// part-way); one it refuses names the field and the type.
+    #[test]
+    fn typed_columns_take_their_values_and_refuse_others() {
+        let cases: Vec<(Shape, Value, bool)> = vec![
+            (Shape::Timestamp, json!("2026-11-29T10:00:00Z"), true),
+            (
+                Shape::Timestamp,
+                json!("2026-11-29T10:00:00.123456+02:00"),
+                true,
+            ),
+            (Shape::Timestamp, json!("2026-11-29 10:00:00"), true),
+            (Shape::Timestamp, json!("yesterday"), false),
+            (Shape::Timestamp, json!(1795913491469i64), false),
+            (Shape::TimestampNtz, json!("2026-11-29T10:00:00"), true),
+            (Shape::TimestampNtz, json!("2026-11-29T10:00:00Z"), false),
+            (
+                Shape::TimestampNtz,
+                json!("2026-11-29T10:00:00-05:00"),
+                false,
+            ),
+            (Shape::Date, json!("2026-11-29"), true),
+            (Shape::Date, json!("2026-13-01"), false),
+            (Shape::Date, json!("29/11/2026"), false),
+            (Shape::Decimal(10, 2), json!(1.5), true),
+            (Shape::Decimal(10, 2), json!("12345678.99"), true),
+            (Shape::Decimal(10, 2), json!(-3), true),
+            (Shape::Decimal(10, 2), json!(1.005), false),
+            (Shape::Decimal(10, 2), json!("123456789.5"), false),
+            (Shape::Decimal(10, 2), json!("1,5"), false),
+            (
+                Shape::Map(Box::new(Shape::Text)),
+                json!({"k": "v", "l": null}),
+                true,
+            ),
+            (Shape::Map(Box::new(Shape::Int)), json!({"k": "v"}), false),
+            (Shape::Map(Box::new(Shape::Text)), json!(["k"]), false),
+        ];
+        for (shape, value, fits) in cases {
+            let schema = StreamSchema::new(vec![("c".into(), shape.clone())]);
+            let version = schema.current();
+            let record = json!({"c": value});
+            let checked = schema.check(&version, &record);
+            assert_eq!(checked.is_ok(), fits, "{shape:?} {value}: {checked:?}");
+            let fast = fits_as_is(&version, record.to_string().as_bytes()).unwrap();
+            assert!(!fast || fits, "{shape:?} {value}: the fast check took it");
+            match checked {
+                Ok(_) => {
+                    let mut decoder = arrow_json::ReaderBuilder::new(version.arrow_schema())
+                        .build_decoder()
+                        .unwrap();
+                    decoder.decode(record.to_string().as_bytes()).unwrap();
+                    let batch = decoder.flush().unwrap().unwrap();
+                    assert_eq!(batch.num_rows(), 1, "{shape:?} {value}");
+                }
+                Err(conflict) => {
+                    // A map's value is named `c{}`.
+                    assert!(
+                        conflict.field.starts_with('c'),
+                        "{shape:?} {value}: {conflict}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn typed_columns_come_from_declared_names_and_delta_types() {
+        let cases = [
+            ("timestamp", Some(Shape::Timestamp)),
+            ("timestamp_ntz", Some(Shape::TimestampNtz)),
+            ("date", Some(Shape::Date)),
+            ("decimal(10,2)", Some(Shape::Decimal(10, 2))),
+            ("decimal(38, 0)", Some(Shape::Decimal(38, 0))),
+            ("decimal(39,0)", None),
+            ("decimal(5,6)", None),
+            ("interval", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(Shape::declared(name), want, "{name}");
+            let delta = crate::table::delta::schema::shape_of(&json!(name));
+            assert_eq!(delta, want, "{name} as a Delta type");
+            if let Some(shape) = want {
+                let back = crate::table::delta::schema::delta_type(&shape).unwrap();
+                assert_eq!(back, json!(name.replace(' ', "")), "{name}");
+            }
+        }
     }
 }

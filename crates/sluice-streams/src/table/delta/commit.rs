@@ -24,6 +24,7 @@ use sluice_store::{PutRequest, StoreError, WriteCondition};
 
 use super::features;
 use super::log::{self, Action, Add, Remove, Txn};
+use super::properties;
 use super::{
     now_ms, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction, ROW_TRACKING_DOMAIN,
 };
@@ -207,7 +208,13 @@ impl DeltaTable {
                 key: self.log_prefix.clone(),
                 reason: "a commit that removes files needs the table read with its files".into(),
             })?;
-            if let Some(gone) = change.removes.iter().find(|r| !files.contains_key(&r.path)) {
+            // Still the file planned: another writer may have removed it and
+            // added it again under its path with a deletion vector (a DELETE).
+            if let Some(gone) = change.removes.iter().find(|r| {
+                files
+                    .get(&r.path)
+                    .is_none_or(|now| now.deletion_vector != r.deletion_vector)
+            }) {
                 return Ok(Standing::RemovedGone(gone.path.clone()));
             }
         }
@@ -295,7 +302,9 @@ impl DeltaTable {
             adds.push((add, Some(file.records)));
         }
         adds.extend(change.adds.iter().map(|add| (add.clone(), None)));
-        if features::has(snapshot.protocol.as_ref(), "rowTracking") {
+        if features::has(snapshot.protocol.as_ref(), "rowTracking")
+            && !snapshot.property_is_true(properties::ROW_TRACKING_SUSPENDED)
+        {
             let mut high_water_mark = snapshot.row_id_high_water_mark().unwrap_or(-1);
             for (add, records) in &mut adds {
                 let records = records.ok_or_else(|| TableError::Protocol {

@@ -283,6 +283,21 @@ pub fn version_of(name: &str) -> Option<(u64, bool)> {
     }
 }
 
+/// What names one logical file of the table: its path, and its deletion
+/// vector's id when it has one (the protocol's `(path, dvId)`: a file given a
+/// deletion vector is another logical file under the same path).
+pub fn file_id(path: &str, deletion_vector: Option<&DeletionVector>) -> String {
+    match deletion_vector {
+        None => path.to_string(),
+        Some(dv) => format!(
+            "{path}\u{0}{}{}{}",
+            dv.storage_type,
+            dv.path_or_inline_dv,
+            dv.offset.map(|o| format!("@{o}")).unwrap_or_default()
+        ),
+    }
+}
+
 /// A table-relative path as a URI reference: what Delta keeps in `add.path`.
 /// Keys are already limited to safe characters; the rest are escaped.
 pub fn encode_path(path: &str) -> String {

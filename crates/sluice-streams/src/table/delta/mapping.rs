@@ -8,7 +8,9 @@
 //!
 //! sluice adds no column to such a table (a new one needs an id and a
 //! physical name agreed with every other writer): a record that brings one
-//! is refused by name.
+//! is refused by name. A list of structs (whose fields have physical names
+//! of their own) is not written either: a stream over a table with one is
+//! refused at its start, naming the column.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -164,6 +166,13 @@ fn physical_fields(
                 DataType::Struct(inner) => {
                     DataType::Struct(physical_fields(inner, &column.fields, &dotted)?.into())
                 }
+                // The fields of a struct inside a list have physical names
+                // too, which sluice does not map: such a column is not written.
+                DataType::List(item) | DataType::LargeList(item)
+                    if matches!(item.data_type(), DataType::Struct(_) | DataType::List(_)) =>
+                {
+                    return Err(format!("{dotted}[]"));
+                }
                 other => other.clone(),
             };
             let mut metadata = field.metadata().clone();
@@ -296,6 +305,14 @@ mod tests {
             ),
         ]);
         assert_eq!(mapping.unmapped(&unknown).as_deref(), Some("s.y"));
+        // A list of structs: its fields' physical names are not mapped, so
+        // the column is not written (named).
+        let listed = Schema::new(vec![Field::new(
+            "id",
+            DataType::List(Arc::new(Field::new("item", DataType::Struct(inner), true))),
+            true,
+        )]);
+        assert_eq!(mapping.unmapped(&listed).as_deref(), Some("id[]"));
     }
 
     #[test]

@@ -96,8 +96,9 @@ pub struct Snapshot {
     pub txn_updated: HashMap<String, i64>,
     /// The data files (path as in the log → its add), when tracked.
     pub files: Option<BTreeMap<String, Add>>,
-    /// Files removed (path → its remove), tracked with the files: vacuum
-    /// keeps them for the retention, checkpoints carry them.
+    /// Files removed (see [`log::file_id`] → its remove), tracked with the
+    /// files: vacuum keeps them for the retention, checkpoints carry them.
+    /// One path may be there more than once, with different deletion vectors.
     pub tombstones: Option<BTreeMap<String, Remove>>,
     /// The table's domains (`domainMetadata`), by name.
     pub domains: BTreeMap<String, log::DomainMetadata>,
@@ -147,7 +148,12 @@ impl Snapshot {
                 || paths.iter().any(|p| log::decode_path(p) == relative)
         };
         names(self.files.iter().flat_map(|f| f.keys()).collect())
-            || names(self.tombstones.iter().flat_map(|t| t.keys()).collect())
+            || names(
+                self.tombstones
+                    .iter()
+                    .flat_map(|t| t.values().map(|r| &r.path))
+                    .collect(),
+            )
     }
 
     /// The versions between checkpoints the table asks for
@@ -165,7 +171,22 @@ impl Snapshot {
 
     /// Which columns its files' statistics cover.
     pub fn stats_columns(&self) -> stats::StatsColumns {
-        stats::StatsColumns::of(self.configuration())
+        let columns = stats::StatsColumns::of(self.configuration());
+        // Named by their logical names; the files' columns are physical.
+        match (columns, self.column_mapping()) {
+            (stats::StatsColumns::Named(names), Ok(Some(mapping))) => stats::StatsColumns::Named(
+                names
+                    .iter()
+                    .map(|name| {
+                        let path: Vec<&str> = name.split('.').collect();
+                        mapping
+                            .physical_path(&path)
+                            .map_or_else(|| name.clone(), |p| p.join("."))
+                    })
+                    .collect(),
+            ),
+            (columns, _) => columns,
+        }
     }
 
     /// Why sluice must not write to the table (see [`features::refusal`]);
@@ -188,12 +209,17 @@ impl Snapshot {
         }
     }
 
-    /// Whether the table asks for in-commit timestamps.
-    pub fn in_commit_timestamps(&self) -> bool {
+    /// Whether table property `key` is `true`.
+    pub fn property_is_true(&self, key: &str) -> bool {
         self.configuration()
-            .get(properties::IN_COMMIT_TIMESTAMPS)
+            .get(key)
             .and_then(|v| v.as_deref())
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// Whether the table asks for in-commit timestamps.
+    pub fn in_commit_timestamps(&self) -> bool {
+        self.property_is_true(properties::IN_COMMIT_TIMESTAMPS)
     }
 
     /// The highest row id given (`delta.rowTracking`'s high-water mark);
@@ -228,7 +254,7 @@ impl Snapshot {
                 }
                 Action::Add(add) => {
                     if let Some(tombstones) = &mut self.tombstones {
-                        tombstones.remove(&add.path);
+                        tombstones.remove(&log::file_id(&add.path, add.deletion_vector.as_ref()));
                     }
                     if let Some(files) = &mut self.files {
                         files.insert(add.path.clone(), add);
@@ -239,7 +265,8 @@ impl Snapshot {
                         files.remove(&remove.path);
                     }
                     if let Some(tombstones) = &mut self.tombstones {
-                        tombstones.insert(remove.path.clone(), remove);
+                        let id = log::file_id(&remove.path, remove.deletion_vector.as_ref());
+                        tombstones.insert(id, remove);
                     }
                 }
                 Action::DomainMetadata(domain) => {
@@ -628,13 +655,13 @@ impl DeltaTable {
         snapshot.apply(last.version, actions);
         if snapshot.in_commit_timestamps() {
             // The checkpoint has no commitInfo: the version's commit does.
+            // (kept with the checkpoint by every log clean-up).
             let key = format!("{}{}", self.log_prefix, log::commit_name(last.version));
-            if let Ok(commit) = self.read_commit(&key).await {
-                snapshot.in_commit_timestamp = commit.iter().find_map(|a| match a {
-                    Action::CommitInfo(info) => info.get("inCommitTimestamp")?.as_i64(),
-                    _ => None,
-                });
-            }
+            let commit = self.read_commit(&key).await?;
+            snapshot.in_commit_timestamp = commit.iter().find_map(|a| match a {
+                Action::CommitInfo(info) => info.get("inCommitTimestamp")?.as_i64(),
+                _ => None,
+            });
         }
         snapshot.listed = Some(format!(
             "{}{}",
@@ -738,7 +765,14 @@ impl DeltaTable {
                 .flatten()
                 .map(|(_, r)| Action::Remove(r.clone())),
         );
-        let v2 = features::has(snapshot.protocol.as_ref(), "v2Checkpoint");
+        // V2 where the table's policy asks for it (a table dropping the
+        // feature says `classic` first; classic checkpoints are always valid).
+        let v2 = features::has(snapshot.protocol.as_ref(), "v2Checkpoint")
+            && snapshot
+                .configuration()
+                .get(properties::CHECKPOINT_POLICY)
+                .and_then(|v| v.as_deref())
+                .is_some_and(|v| v.trim() == "v2");
         if v2 {
             actions.push(Action::CheckpointMetadata(log::CheckpointMetadata {
                 version: version as i64,
@@ -970,6 +1004,17 @@ impl DeltaTable {
         if !schema::merge_into(&mut table, schema, "").map_err(schema_error)? {
             return Ok(Vec::new());
         }
+        // The table maps its columns and another writer renamed or dropped
+        // one since this stream opened: a column sluice would add has no
+        // physical name or id.
+        if let Ok(Some(mapping)) = snapshot.column_mapping() {
+            return Err(schema_error(format!(
+                "the table maps its columns (delta.columnMapping.mode = {}) and its columns \
+                 changed since this stream opened; sluice adds none to such a table (reopen \
+                 the stream)",
+                mapping.mode()
+            )));
+        }
         let mut widened = metadata.clone();
         widened.schema_string = table.to_string();
         Ok(vec![Action::MetaData(widened)])
@@ -1000,5 +1045,13 @@ mod tests {
         let file = files.get("S8/part-00000.snappy.parquet").expect("still in");
         assert_eq!(file.deletion_vector.as_ref().unwrap().cardinality, 2);
         assert_eq!(file.base_row_id, Some(0));
+        // The file as it was (no vector) is a tombstone: a checkpoint keeps
+        // it for readers of the older version.
+        let tombstones = snapshot.tombstones.unwrap();
+        assert_eq!(tombstones.len(), 1);
+        assert_eq!(
+            tombstones.values().next().unwrap().path,
+            "S8/part-00000.snappy.parquet"
+        );
     }
 }

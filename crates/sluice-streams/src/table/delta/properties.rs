@@ -16,6 +16,10 @@ pub const DELETED_FILE_RETENTION: &str = "delta.deletedFileRetentionDuration";
 
 /// Whether commits carry an `inCommitTimestamp` (feature `inCommitTimestamp`).
 pub const IN_COMMIT_TIMESTAMPS: &str = "delta.enableInCommitTimestamps";
+/// While true, writers assign no row ids (feature `rowTracking`).
+pub const ROW_TRACKING_SUSPENDED: &str = "delta.rowTrackingSuspended";
+/// `v2` or `classic`: the kind of checkpoint writers make.
+pub const CHECKPOINT_POLICY: &str = "delta.checkpointPolicy";
 /// Log files before this version are kept (feature `checkpointProtection`).
 pub const CHECKPOINT_PROTECTION: &str = "delta.requireCheckpointProtectionBeforeVersion";
 

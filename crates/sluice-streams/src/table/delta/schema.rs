@@ -2,9 +2,11 @@
 //! and back: the table's schema is where a stream's learned schema is kept, so
 //! that every writer (a restarted one, another gateway, a replaying Kafka
 //! member) judges records as the others did. Types map one to one: boolean,
-//! long, double, string, array and struct; columns of other types (another
-//! writer's timestamps, say) are kept in the table and left out of sluice's
-//! files. Widening merges fields in; a field of another type is a conflict.
+//! long, double, string, array and struct, and from a table's schema (never
+//! inferred) timestamp, timestamp_ntz, date, decimal and maps with string
+//! keys; columns of other types (binary, maps with other keys, …) are kept in
+//! the table and left out of sluice's files. Widening merges fields in; a
+//! field of another type is a conflict.
 
 use serde_json::{json, Map, Value};
 
@@ -18,6 +20,16 @@ pub fn delta_type(shape: &Shape) -> Option<Value> {
         Shape::Int => json!("long"),
         Shape::Float => json!("double"),
         Shape::Text => json!("string"),
+        Shape::Timestamp => json!("timestamp"),
+        Shape::TimestampNtz => json!("timestamp_ntz"),
+        Shape::Date => json!("date"),
+        Shape::Decimal(precision, scale) => json!(format!("decimal({precision},{scale})")),
+        Shape::Map(value) => json!({
+            "type": "map",
+            "keyType": "string",
+            "valueType": delta_type(value)?,
+            "valueContainsNull": true,
+        }),
         Shape::List(item) => json!({
             "type": "array",
             "elementType": delta_type(item)?,
@@ -49,9 +61,15 @@ pub fn shape_of(data_type: &Value) -> Option<Shape> {
             "long" => Some(Shape::Int),
             "double" => Some(Shape::Float),
             "string" => Some(Shape::Text),
-            _ => None,
+            "timestamp" => Some(Shape::Timestamp),
+            "timestamp_ntz" => Some(Shape::TimestampNtz),
+            "date" => Some(Shape::Date),
+            decimal => Shape::decimal(decimal),
         },
         Value::Object(map) => match map.get("type").and_then(Value::as_str) {
+            Some("map") if map.get("keyType") == Some(&json!("string")) => {
+                Some(Shape::Map(Box::new(shape_of(map.get("valueType")?)?)))
+            }
             Some("array") => Some(Shape::List(Box::new(shape_of(map.get("elementType")?)?))),
             Some("struct") => Some(Shape::Struct(struct_fields(data_type)?)),
             _ => None,
@@ -319,9 +337,9 @@ mod tests {
         }
         // Nulls have no type yet; other writers' types are not sluice's.
         assert_eq!(delta_type(&shape(&[("n", Shape::Null)])), None);
-        assert_eq!(shape_of(&json!("timestamp")), None);
+        assert_eq!(shape_of(&json!("binary")), None);
         let foreign = json!({"type":"struct","fields":[
-            {"name":"t","type":"timestamp","nullable":true,"metadata":{}},
+            {"name":"t","type":"binary","nullable":true,"metadata":{}},
             {"name":"a","type":"long","nullable":true,"metadata":{}}]});
         assert_eq!(shape_of(&foreign), Some(shape(&[("a", Shape::Int)])));
     }

@@ -333,7 +333,7 @@ impl DeltaTable {
             .iter()
             .flatten()
             .map(|(path, _)| path)
-            .chain(snapshot.tombstones.iter().flatten().map(|(path, _)| path))
+            .chain(snapshot.tombstones.iter().flatten().map(|(_, r)| &r.path))
             .find(|path| absolute(path))
         {
             return Err(TableError::Log {
@@ -357,7 +357,7 @@ impl DeltaTable {
                 .iter()
                 .flatten()
                 .filter(|(_, r)| r.deletion_timestamp.unwrap_or(i64::MAX) >= since_ms)
-                .map(|(path, _)| format!("{root}{}", log::decode_path(path))),
+                .map(|(_, r)| format!("{root}{}", log::decode_path(&r.path))),
         );
         let cutoff = SystemTime::now() - retain;
         let mut report = VacuumReport::default();
