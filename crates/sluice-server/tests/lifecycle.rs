@@ -593,7 +593,7 @@ async fn the_reconciliation_settles_each_intent_by_what_the_store_holds() {
         key: "t/in.parquet".into(),
         size: 4,
         records: 1,
-        origin: None,
+        announce_as: None,
         footer: None,
     };
     table.commit(&[file], &[], &columns).await.unwrap();

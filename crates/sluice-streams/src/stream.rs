@@ -87,7 +87,10 @@ impl StoredBatch {
             key: self.key.clone(),
             size: self.outcome.size,
             records: self.records,
-            origin: self.announced_as.clone(),
+            announce_as: self
+                .announced_as
+                .clone()
+                .map(|o| o as sluice_delta::listener::FileTag),
             footer: self.footer.clone(),
         }
     }
@@ -271,7 +274,8 @@ impl RecordStream {
         }
         let layout = TableLayout::from_template(&location, &keys);
         let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(engine.retrying_store());
-        let table = Arc::new(DeltaTable::new(store, layout).announced_by(engine.clone()));
+        let listener = Arc::new(crate::table::announce::EngineListener::new(engine.clone()));
+        let table = Arc::new(DeltaTable::new(store, layout).listened_by(listener));
         let snapshot = table.snapshot().await.map_err(|e| fail(e.to_string()))?;
         if let Some(reason) = snapshot.refusal() {
             return Err(fail(format!("the Delta table at {location}: {reason}")));
@@ -291,7 +295,7 @@ impl RecordStream {
         let table_schema = snapshot.schema();
         let mut known: Vec<(String, Shape)> = table_schema
             .as_ref()
-            .and_then(crate::table::delta::schema::struct_fields)
+            .and_then(crate::table::columns::struct_fields)
             .unwrap_or_default();
         let mut required = match &table_schema {
             Some(schema) => crate::table::rules::table_rules(
@@ -849,7 +853,7 @@ impl Inner {
         };
         let partition_columns = &sink.table().layout().partition_columns;
         let mut columns =
-            crate::table::delta::schema::delta_type(schema.current().root()).unwrap_or(empty);
+            crate::table::columns::delta_type(schema.current().root()).unwrap_or(empty);
         if let Some(fields) = columns.get_mut("fields").and_then(|f| f.as_array_mut()) {
             fields.retain(|f| {
                 !f.get("name")
@@ -1205,7 +1209,9 @@ impl BatchWriter {
                     key: outcome.key.clone(),
                     size: outcome.size,
                     records: totals.records,
-                    origin: announced_as.clone(),
+                    announce_as: announced_as
+                        .clone()
+                        .map(|o| o as sluice_delta::listener::FileTag),
                     footer: footer.clone(),
                 };
                 let table_version = match self.commit_to_table(&inner, file).await {

@@ -338,9 +338,7 @@ fn segment(value: Option<&str>) -> String {
     }
 }
 
-/// The name Hive, Spark and Delta give the partition of a null (or empty)
-/// value.
-pub const HIVE_DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+pub use sluice_delta::HIVE_DEFAULT_PARTITION;
 
 /// A field value as a partition directory's value, escaped as Spark escapes
 /// them (`ExternalCatalogUtils.escapePathName`: control characters and

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice_store::ObjectStore;
-use sluice_streams::table::announce::FileOrigin;
+use sluice_streams::table::announce::{EngineListener, FileOrigin};
 use sluice_streams::table::delta::{Committed, DeltaTable, NewFile, TableError, Transaction};
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 use sluice_upload::{Announcer, Engine, EngineConfig, Intent, Origin, UploadKind, UploadOutcome};
@@ -277,7 +277,7 @@ impl Heard {
 /// `file(name)`, announced once committed.
 fn announced(name: &str) -> NewFile {
     let mut file = file(name);
-    file.origin = Some(Arc::new(FileOrigin {
+    file.announce_as = Some(Arc::new(FileOrigin {
         origin: Origin::new(UploadKind::StreamBatch),
         outcome: UploadOutcome {
             key: file.key.clone(),
@@ -314,7 +314,8 @@ async fn a_commit_announces_the_files_it_adds_and_only_those() {
     let _ = heard.store.set(memory.clone());
     let engine = Engine::new(Arc::new(faulty.clone()), EngineConfig::default()).unwrap();
     engine.set_announcer(heard.clone());
-    let table = DeltaTable::new(Arc::new(faulty.clone()), layout()).announced_by(engine);
+    let table = DeltaTable::new(Arc::new(faulty.clone()), layout())
+        .listened_by(Arc::new(EngineListener::new(engine)));
     let app_id = "sluice-events-writer";
     let cases: Vec<AnnouncedCommit> = vec![
         (

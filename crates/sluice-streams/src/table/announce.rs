@@ -14,8 +14,12 @@
 
 use std::sync::Arc;
 
+use sluice_delta::listener::{CommitListener, CommitSettlement};
+use sluice_delta::NewFile;
 use sluice_store::StoreError;
 use sluice_upload::{Announcer, Engine, Intent, Making, Origin, UploadOutcome};
+
+pub use sluice_delta::listener::CommitEnd;
 
 /// How a stored file is announced once committed: where it came from (a
 /// stream's batch, with its totals) and the object the store holds.
@@ -25,15 +29,47 @@ pub struct FileOrigin {
     pub outcome: UploadOutcome,
 }
 
-/// How a commit ended, for its files' announcement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommitEnd {
-    /// The log holds it: its files are in the table.
-    In,
-    /// It certainly did not add its files.
-    Out,
-    /// Nobody can tell yet.
-    Unknown,
+/// The listener of a stream's table: announces the files that carry a
+/// [`FileOrigin`] through `engine`'s announcer (when it has one by then),
+/// and is where the test fault after a commit fires.
+#[derive(Clone)]
+pub struct EngineListener {
+    engine: Engine,
+}
+
+impl std::fmt::Debug for EngineListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineListener")
+    }
+}
+
+impl EngineListener {
+    pub fn new(engine: Engine) -> EngineListener {
+        EngineListener { engine }
+    }
+}
+
+#[async_trait::async_trait]
+impl CommitListener for EngineListener {
+    async fn before(
+        &self,
+        table: &str,
+        files: &[NewFile],
+    ) -> Result<Option<Box<dyn CommitSettlement>>, StoreError> {
+        let origins: Vec<&FileOrigin> = files
+            .iter()
+            .filter_map(|f| f.announce_as.as_deref()?.downcast_ref::<FileOrigin>())
+            .collect();
+        if origins.is_empty() {
+            return Ok(None);
+        }
+        let announcement = CommitAnnouncement::intend(&self.engine, table, &origins).await?;
+        Ok(announcement.map(|a| Box::new(a) as Box<dyn CommitSettlement>))
+    }
+
+    fn committed(&self) {
+        super::table_committed();
+    }
 }
 
 /// The intents of one commit's files, written before it.
@@ -80,11 +116,14 @@ impl CommitAnnouncement {
             intents,
         }))
     }
+}
 
+#[async_trait::async_trait]
+impl CommitSettlement for CommitAnnouncement {
     /// What the commit came to: its files announced when it holds them,
     /// their intents abandoned when it certainly does not, left to the
     /// reconciliation when nobody can tell.
-    pub(crate) async fn settle(self, end: CommitEnd) {
+    async fn settle(self: Box<Self>, end: CommitEnd) {
         let announcer = &self.announcer;
         match end {
             CommitEnd::In => {

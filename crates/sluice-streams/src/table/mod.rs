@@ -3,18 +3,21 @@
 //! ([`schema`]: declared, or inferred and widened) before they are taken, and
 //! encoded frame by frame into the file ([`file`]) on the CPU pool. With
 //! `table = "delta"`, each stored file is then committed to the stream's
-//! Delta Lake table ([`delta`]); its files are announced once a commit holds
-//! them ([`announce`]).
+//! Delta Lake table ([`delta`], the sluice-delta crate; the stream's schema
+//! as its columns in [`columns`]); its files are announced once a commit
+//! holds them ([`announce`]).
 
 pub mod announce;
-pub mod delta;
+pub mod columns;
 pub(crate) mod file;
 pub(crate) mod rules;
 pub mod schema;
 pub mod sink;
 
-/// The media type of a Parquet object.
-pub const PARQUET_CONTENT_TYPE: &str = "application/vnd.apache.parquet";
+/// The Delta table itself (its log, protocol, commits and upkeep): a crate
+/// of its own, seen here under its old path.
+pub use sluice_delta as delta;
+pub use sluice_delta::PARQUET_CONTENT_TYPE;
 
 /// A fault for tests: with `SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS=N`, the
 /// process ends at once (exit status 137, as SIGKILL's; nothing flushed, the

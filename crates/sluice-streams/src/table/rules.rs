@@ -189,7 +189,7 @@ mod tests {
         ];
         for (case, fields, want) in cases {
             let schema = json!({"type": "struct", "fields": fields});
-            let known = crate::table::delta::schema::struct_fields(&schema).unwrap();
+            let known = crate::table::columns::struct_fields(&schema).unwrap();
             let got = table_rules(&schema, &known, &[], "t");
             match (got, want) {
                 (Ok(required), Ok(paths)) => {

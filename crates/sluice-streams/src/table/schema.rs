@@ -1030,10 +1030,10 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(Shape::declared(name), want, "{name}");
-            let delta = crate::table::delta::schema::shape_of(&json!(name));
+            let delta = crate::table::columns::shape_of(&json!(name));
             assert_eq!(delta, want, "{name} as a Delta type");
             if let Some(shape) = want {
-                let back = crate::table::delta::schema::delta_type(&shape).unwrap();
+                let back = crate::table::columns::delta_type(&shape).unwrap();
                 assert_eq!(back, json!(name.replace(' ', "")), "{name}");
             }
         }

@@ -508,7 +508,7 @@ mod tests {
             key: format!("events/{batch}.parquet"),
             size: 100,
             records: 10,
-            origin: None,
+            announce_as: None,
             footer: None,
         }
     }

@@ -25,7 +25,7 @@ pub fn file(name: &str) -> NewFile {
         key: format!("events/{name}.parquet"),
         size: 100,
         records: 10,
-        origin: None,
+        announce_as: None,
         footer: None,
     }
 }

@@ -231,7 +231,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::table::delta::log::Format;
+    use crate::log::Format;
 
     fn spark_table() -> MetaData {
         // As Spark 4.2 with Delta 4.4 writes it (trimmed).

@@ -179,7 +179,7 @@ impl DeltaTable {
             })?;
         let size = file.len() as i64;
         let mut put = PutRequest::new(key.clone(), file);
-        put.content_type = Some(crate::table::PARQUET_CONTENT_TYPE.into());
+        put.content_type = Some(crate::PARQUET_CONTENT_TYPE.into());
         self.store
             .put_object(put)
             .await

@@ -284,7 +284,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::table::delta::log::{
+    use crate::log::{
         Add, DeletionVector, DomainMetadata, Format, MetaData, Protocol, Remove, Txn,
     };
 

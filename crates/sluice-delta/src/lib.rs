@@ -1,4 +1,4 @@
-//! A Delta Lake table in the stream's store, committed to by sluice itself:
+//! A Delta Lake table in an object store, committed to by sluice itself:
 //! the log is read (from version 0, or from a checkpoint) into a
 //! [`Snapshot`], and a commit is the next version's file written with
 //! `If-None-Match: *`, the S3 conditional write that lets exactly one writer
@@ -16,12 +16,20 @@
 //! is this writer's only when that version holds exactly its bytes; the same
 //! transactions moved by another commit are [`Committed::Already`].
 //!
-//! Only appends are written here; other writers' actions (removes, other
-//! transactions, schema changes) are read and kept.
+//! Only appends (and compaction's rewrite, which changes no data) are
+//! written here; other writers' actions (removes, other transactions, schema
+//! changes) are read and kept. Which tables sluice writes to at all is
+//! [`features`]' answer; what the I/O-free parts are: [`log`] (actions),
+//! [`features`] (the protocol checker), [`schema`], [`mapping`] (column
+//! mapping), [`stats`], [`checkpoint`] (its file format), [`properties`].
+//! Over the store: this module (reading the log into a [`Snapshot`]),
+//! `commit` (the one commit loop), [`upkeep`] (compaction, vacuum, the log's
+//! clean-up) and [`listener`] (who hears of a commit's files).
 
 pub mod checkpoint;
 mod commit;
 pub mod features;
+pub mod listener;
 pub mod log;
 pub mod mapping;
 pub mod properties;
@@ -37,8 +45,15 @@ use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError};
 
-use super::announce::{CommitAnnouncement, CommitEnd, FileOrigin};
+use listener::{CommitEnd, CommitListener, FileTag};
 use log::{Action, Add, MetaData, Protocol, Remove, Txn};
+
+/// The media type of a Parquet object.
+pub const PARQUET_CONTENT_TYPE: &str = "application/vnd.apache.parquet";
+
+/// The name Hive, Spark and Delta give the partition of a null (or empty)
+/// value.
+pub const HIVE_DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// Why a table could not be read or committed to.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -293,8 +308,9 @@ pub struct NewFile {
     pub key: String,
     pub size: u64,
     pub records: u64,
-    /// How it is announced once a commit holds it (none: it is not).
-    pub origin: Option<Arc<FileOrigin>>,
+    /// What the table's listener needs to announce it once a commit holds
+    /// it (none: it is not announced).
+    pub announce_as: Option<FileTag>,
     /// Its Parquet footer, where its statistics come from (none: `numRecords` only).
     pub footer: Option<Arc<parquet::file::metadata::ParquetMetaData>>,
 }
@@ -422,7 +438,7 @@ impl TableLayout {
 /// undone, and Hive's default partition null.
 fn partition_value(escaped: &str) -> Option<String> {
     match escaped {
-        crate::template::HIVE_DEFAULT_PARTITION => None,
+        HIVE_DEFAULT_PARTITION => None,
         escaped => Some(log::decode_path(escaped)),
     }
 }
@@ -443,8 +459,8 @@ pub struct DeltaTable {
     log_prefix: String,
     /// The latest snapshot read; commits take it in turn.
     snapshot: tokio::sync::Mutex<Snapshot>,
-    /// Whose announcer hears of the files its commits add (see `announce`).
-    announcing: Option<sluice_upload::Engine>,
+    /// Who hears of the files its commits add.
+    listener: Option<Arc<dyn CommitListener>>,
     /// The table's checkpoint interval as last read (see [`Snapshot::checkpoint_interval`]).
     checkpoint_interval: std::sync::atomic::AtomicU64,
     /// Whether the store refuses a second create-only write of a key, found
@@ -471,16 +487,15 @@ impl DeltaTable {
             layout,
             log_prefix,
             snapshot: tokio::sync::Mutex::new(Snapshot::default()),
-            announcing: None,
+            listener: None,
             checkpoint_interval: checkpoint::DEFAULT_INTERVAL.into(),
             create_only_honoured: tokio::sync::OnceCell::new(),
         }
     }
 
-    /// The same table, its committed files announced through `engine`'s
-    /// announcer (when it has one by then).
-    pub fn announced_by(mut self, engine: sluice_upload::Engine) -> DeltaTable {
-        self.announcing = Some(engine);
+    /// The same table, its commits heard by `listener`.
+    pub fn listened_by(mut self, listener: Arc<dyn CommitListener>) -> DeltaTable {
+        self.listener = Some(listener);
         self
     }
 
@@ -870,36 +885,35 @@ impl DeltaTable {
 
     /// Adds `files` to the table in one commit with `transactions`, widening
     /// the table's schema with `schema` (a Delta struct type of the files'
-    /// columns) where the files bring new ones. Files with an origin are
-    /// announced: an intent each before the commit, their events once it
-    /// holds them (see `announce`).
+    /// columns) where the files bring new ones. The table's listener hears
+    /// of it before and after (see [`listener`]).
     pub async fn commit(
         &self,
         files: &[NewFile],
         transactions: &[Transaction],
         schema: &Value,
     ) -> Result<Committed, TableError> {
-        let origins: Vec<&FileOrigin> = files.iter().filter_map(|f| f.origin.as_deref()).collect();
-        let announcement = match &self.announcing {
-            Some(engine) if !origins.is_empty() => {
-                CommitAnnouncement::intend(engine, &self.layout.location, &origins)
-                    .await
-                    .map_err(|e| self.store_error(e))?
-            }
-            _ => None,
+        let settlement = match &self.listener {
+            Some(listener) => listener
+                .before(&self.layout.location, files)
+                .await
+                .map_err(|e| self.store_error(e))?,
+            None => None,
         };
         let committed = self.commit_to_log(files, transactions, schema).await;
         if committed.is_ok() {
-            super::table_committed();
+            if let Some(listener) = &self.listener {
+                listener.committed();
+            }
         }
-        if let Some(announcement) = announcement {
+        if let Some(settlement) = settlement {
             let end = match &committed {
                 Ok(Committed::Version(_)) => CommitEnd::In,
                 // Whether it landed, nobody can tell yet.
                 Err(TableError::Store { .. } | TableError::Log { .. }) => CommitEnd::Unknown,
                 Ok(Committed::Already) | Err(_) => CommitEnd::Out,
             };
-            announcement.settle(end).await;
+            settlement.settle(end).await;
         }
         committed
     }
@@ -941,7 +955,7 @@ impl DeltaTable {
 
     /// Refuses a table whose protocol sluice must not write to (features it
     /// does not know: deletion vectors, column mapping, …).
-    pub(crate) fn check_protocol(&self, snapshot: &Snapshot) -> Result<(), TableError> {
+    pub fn check_protocol(&self, snapshot: &Snapshot) -> Result<(), TableError> {
         match snapshot.refusal() {
             Some(reason) => Err(TableError::Protocol {
                 root: self.layout.location.clone(),

@@ -250,7 +250,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::table::delta::log::Format;
+    use crate::log::Format;
 
     fn protocol(reader: i32, writer: i32, features: &[&str]) -> Protocol {
         let named = |r: bool| {
