@@ -923,8 +923,19 @@ sluice tables vacuum --store s3://events clicks --retain 48h"
     )]
     Vacuum(TableVacuumArgs),
     /// Write a checkpoint of the table's current version (writers write one
-    /// every 100 versions by themselves).
-    Checkpoint(TableArgs),
+    /// every delta.checkpointInterval versions by themselves, 100 without it).
+    Checkpoint(TableCheckpointArgs),
+}
+
+/// `sluice tables checkpoint`.
+#[derive(Debug, Args)]
+pub struct TableCheckpointArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// Actions per file: a table with more is checkpointed in parts (a V2
+    /// checkpoint: in sidecars), each built and stored in turn.
+    #[arg(long, default_value_t = sluice_streams::table::delta::checkpoint::PART_ACTIONS as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub part_actions: u64,
 }
 
 /// Which table.

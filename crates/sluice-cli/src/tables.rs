@@ -77,9 +77,9 @@ pub async fn run(command: TablesCommand) -> anyhow::Result<()> {
             );
         }
         TablesCommand::Checkpoint(args) => {
-            let (table, place) = open(&args).await?;
+            let (table, place) = open(&args.table).await?;
             let version = table
-                .checkpoint()
+                .checkpoint_in_parts_of(args.part_actions as usize)
                 .await
                 .with_context(|| format!("checkpointing {place}"))?;
             crate::output::out!(

@@ -221,30 +221,56 @@ pub fn checkpoint_schema() -> SchemaRef {
     ]))
 }
 
-/// A checkpoint file holding `actions` (no commitInfo).
+/// Actions in one part of a classic checkpoint, or in one sidecar of a V2
+/// one: a table with more is checkpointed in several files, each built and
+/// stored in turn (what a checkpoint holds in memory besides the snapshot).
+pub const PART_ACTIONS: usize = 100_000;
+
+/// Actions turned into JSON and decoded at a time.
+const CHUNK_ACTIONS: usize = 4_096;
+
+/// A checkpoint file holding `actions` (no commitInfo): one part of a
+/// classic checkpoint, every kind of action in its columns.
 pub fn write_checkpoint(actions: &[Action]) -> Result<Vec<u8>, String> {
-    let schema = checkpoint_schema();
-    let lines = log::write_commit(actions);
-    let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
-        .with_batch_size(8192)
-        .build_decoder()
-        .map_err(|e| e.to_string())?;
+    write_parquet(actions, checkpoint_schema())
+}
+
+/// A V2 checkpoint's sidecar holding `actions` (adds and removes only).
+pub fn write_sidecar(actions: &[Action]) -> Result<Vec<u8>, String> {
+    let full = checkpoint_schema();
+    let fields: Vec<Field> = ["add", "remove"]
+        .iter()
+        .map(|name| {
+            full.field_with_name(name)
+                .expect("a checkpoint column")
+                .clone()
+        })
+        .collect();
+    write_parquet(actions, Arc::new(Schema::new(fields)))
+}
+
+/// The name of sidecar `part` of `parts` of the V2 checkpoint at `version`
+/// (under `_delta_log/_sidecars/`), as Spark names them.
+pub fn sidecar_name(version: u64, part: usize, parts: usize) -> String {
+    format!(
+        "{version:020}.checkpoint.{part:010}.{parts:010}.{}.parquet",
+        uuid::Uuid::new_v4()
+    )
+}
+
+/// `actions` as a zstd Parquet file of `schema`'s columns, decoded through
+/// their JSON a chunk at a time (the whole table is never JSON at once).
+fn write_parquet(actions: &[Action], schema: SchemaRef) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let properties = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
         .build();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(properties))
-        .map_err(|e| e.to_string())?;
-    let mut rest = &lines[..];
-    loop {
-        let read = decoder.decode(rest).map_err(|e| e.to_string())?;
-        rest = &rest[read..];
-        if let Some(batch) = decoder.flush().map_err(|e| e.to_string())? {
-            writer.write(&batch).map_err(|e| e.to_string())?;
-        }
-        if rest.is_empty() {
-            break;
-        }
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(&mut out, schema.clone(), Some(properties))
+            .map_err(|e| e.to_string())?;
+    for chunk in actions.chunks(CHUNK_ACTIONS) {
+        let lines = log::write_commit(chunk);
+        crate::jsonl::decode_into(&mut writer, &schema, &lines, CHUNK_ACTIONS)?;
     }
     writer.close().map_err(|e| e.to_string())?;
     Ok(out)
@@ -266,15 +292,9 @@ pub fn read_checkpoint(bytes: Bytes) -> Result<Vec<Action>, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
-    {
-        let mut writer = arrow_json::WriterBuilder::new()
-            .with_explicit_nulls(false)
-            .build::<_, arrow_json::writer::LineDelimited>(&mut lines);
-        for batch in reader {
-            let batch: RecordBatch = batch.map_err(|e| e.to_string())?;
-            writer.write(&batch).map_err(|e| e.to_string())?;
-        }
-        writer.finish().map_err(|e| e.to_string())?;
+    for batch in reader {
+        let batch: RecordBatch = batch.map_err(|e| e.to_string())?;
+        lines.extend(crate::jsonl::to_lines(&batch)?);
     }
     log::parse_commit(&lines)
 }

@@ -29,6 +29,7 @@
 pub mod checkpoint;
 mod commit;
 pub mod features;
+mod jsonl;
 pub mod listener;
 pub mod log;
 pub mod mapping;
@@ -733,6 +734,13 @@ impl DeltaTable {
 
     /// Writes a checkpoint of the table as it is now; its version.
     pub async fn checkpoint(&self) -> Result<u64, TableError> {
+        self.checkpoint_in_parts_of(checkpoint::PART_ACTIONS).await
+    }
+
+    /// [`DeltaTable::checkpoint`], a part (or sidecar) per `part_actions`
+    /// actions.
+    pub async fn checkpoint_in_parts_of(&self, part_actions: usize) -> Result<u64, TableError> {
+        let part_actions = part_actions.max(1);
         let snapshot = self.read_with_files().await?;
         self.check_protocol(&snapshot)?;
         let Some(version) = snapshot.version else {
@@ -771,13 +779,19 @@ impl DeltaTable {
                 .flatten()
                 .map(|(_, add)| Action::Add(add.clone())),
         );
-        // Every tombstone: vacuum (ours, with any retention, and other
-        // engines') must know what readers of older versions still read.
+        // The tombstones within the table's deleted-file retention: vacuum
+        // (ours and other engines') must know what readers of versions that
+        // recent still read; older ones expire, as Delta has it.
+        let kept_since = now
+            - properties::duration(snapshot.configuration(), properties::DELETED_FILE_RETENTION)
+                .unwrap_or(properties::DEFAULT_DELETED_FILE_RETENTION)
+                .as_millis() as i64;
         actions.extend(
             snapshot
                 .tombstones
                 .iter()
                 .flatten()
+                .filter(|(_, r)| r.deletion_timestamp.is_none_or(|at| at >= kept_since))
                 .map(|(_, r)| Action::Remove(r.clone())),
         );
         // V2 where the table's policy asks for it (a table dropping the
@@ -788,56 +802,130 @@ impl DeltaTable {
                 .get(properties::CHECKPOINT_POLICY)
                 .and_then(|v| v.as_deref())
                 .is_some_and(|v| v.trim() == "v2");
-        if v2 {
-            actions.push(Action::CheckpointMetadata(log::CheckpointMetadata {
-                version: version as i64,
+        let size = actions.len() as u64;
+        let last = match v2 {
+            true => {
+                self.write_v2_checkpoint(version, actions, now, part_actions)
+                    .await?
+            }
+            false => {
+                self.write_classic_checkpoint(version, actions, part_actions)
+                    .await?
+            }
+        };
+        let last = checkpoint::LastCheckpoint { size, ..last };
+        let last = serde_json::to_vec(&last).expect("serializes");
+        self.put_log_file("_last_checkpoint", last).await?;
+        Ok(version)
+    }
+
+    /// A classic checkpoint of `actions` at `version`: one Parquet file, or
+    /// parts of `part_actions` actions, each built and stored in turn. What `_last_checkpoint` says of it (its size left to fill).
+    async fn write_classic_checkpoint(
+        &self,
+        version: u64,
+        actions: Vec<Action>,
+        part_actions: usize,
+    ) -> Result<checkpoint::LastCheckpoint, TableError> {
+        let parts = actions.len().div_ceil(part_actions).max(1);
+        let names = checkpoint::part_names(version, Some(parts as u64));
+        let actions = Arc::new(actions);
+        for (part, name) in names.into_iter().enumerate() {
+            let from = part * part_actions;
+            let to = (from + part_actions).min(actions.len());
+            let of = actions.clone();
+            let file = self
+                .build(&name, move || checkpoint::write_checkpoint(&of[from..to]))
+                .await?;
+            self.put_log_file(&name, file).await?;
+        }
+        Ok(checkpoint::LastCheckpoint {
+            version,
+            size: 0,
+            parts: (parts > 1).then_some(parts as u64),
+            v2_checkpoint: None,
+        })
+    }
+
+    /// A V2 checkpoint of `actions` at `version` (feature `v2Checkpoint`):
+    /// the files' adds and removes in Parquet sidecars of `part_actions`
+    /// each (`_delta_log/_sidecars/`), stored
+    /// first; then the checkpoint itself, JSON named by a UUID, with every
+    /// other action, the sidecars and its `checkpointMetadata`.
+    async fn write_v2_checkpoint(
+        &self,
+        version: u64,
+        actions: Vec<Action>,
+        now: i64,
+        part_actions: usize,
+    ) -> Result<checkpoint::LastCheckpoint, TableError> {
+        let (files, mut top): (Vec<Action>, Vec<Action>) = actions
+            .into_iter()
+            .partition(|a| matches!(a, Action::Add(_) | Action::Remove(_)));
+        let files = Arc::new(files);
+        let parts = files.len().div_ceil(part_actions);
+        for part in 0..parts {
+            let name = checkpoint::sidecar_name(version, part + 1, parts);
+            let from = part * part_actions;
+            let to = (from + part_actions).min(files.len());
+            let of = files.clone();
+            let file = self
+                .build(&name, move || checkpoint::write_sidecar(&of[from..to]))
+                .await?;
+            let size_in_bytes = file.len() as i64;
+            self.put_log_file(&format!("_sidecars/{name}"), file)
+                .await?;
+            top.push(Action::Sidecar(log::Sidecar {
+                path: name,
+                size_in_bytes,
+                modification_time: now,
                 tags: None,
             }));
         }
-        let size = actions.len() as u64;
-        let (name, file) = match v2 {
-            // A V2 checkpoint: JSON lines, named by a UUID.
-            true => (
-                checkpoint::v2_checkpoint_name(version),
-                log::write_commit(&actions),
-            ),
-            false => {
-                let file =
-                    tokio::task::spawn_blocking(move || checkpoint::write_checkpoint(&actions))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|written| written)
-                        .map_err(|reason| TableError::Log {
-                            key: checkpoint::checkpoint_name(version),
-                            reason,
-                        })?;
-                (checkpoint::checkpoint_name(version), file)
-            }
-        };
+        top.push(Action::CheckpointMetadata(log::CheckpointMetadata {
+            version: version as i64,
+            tags: None,
+        }));
+        let name = checkpoint::v2_checkpoint_name(version);
+        let file = log::write_commit(&top);
         let size_in_bytes = file.len() as i64;
-        self.store
-            .put_object(PutRequest::new(format!("{}{name}", self.log_prefix), file))
-            .await
-            .map_err(|e| self.store_error(e))?;
-        let last = checkpoint::LastCheckpoint {
+        self.put_log_file(&name, file).await?;
+        Ok(checkpoint::LastCheckpoint {
             version,
-            size,
+            size: 0,
             parts: None,
-            v2_checkpoint: v2.then_some(checkpoint::V2Checkpoint {
+            v2_checkpoint: Some(checkpoint::V2Checkpoint {
                 path: name,
                 size_in_bytes,
                 modification_time: now,
             }),
-        };
-        let last = serde_json::to_vec(&last).expect("serializes");
+        })
+    }
+
+    /// Stores `body` as `name` under the log (a plain write: checkpoints and
+    /// `_last_checkpoint`, never a commit).
+    async fn put_log_file(&self, name: &str, body: Vec<u8>) -> Result<(), TableError> {
         self.store
-            .put_object(PutRequest::new(
-                format!("{}_last_checkpoint", self.log_prefix),
-                last,
-            ))
+            .put_object(PutRequest::new(format!("{}{name}", self.log_prefix), body))
             .await
-            .map_err(|e| self.store_error(e))?;
-        Ok(version)
+            .map(|_| ())
+            .map_err(|e| self.store_error(e))
+    }
+
+    /// Builds checkpoint file `name` with `make` off the async threads.
+    async fn build(
+        &self,
+        name: &str,
+        make: impl FnOnce() -> Result<Vec<u8>, String> + Send + 'static,
+    ) -> Result<Vec<u8>, TableError> {
+        tokio::task::spawn_blocking(make)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|built| built)
+            .map_err(|reason| TableError::Log {
+                key: format!("{}{name}", self.log_prefix),
+                reason,
+            })
     }
 
     /// After this writer made `version`: a checkpoint every

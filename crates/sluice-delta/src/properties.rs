@@ -13,6 +13,9 @@ pub const DEFAULT_LOG_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const EXPIRED_LOG_CLEANUP: &str = "delta.enableExpiredLogCleanup";
 /// How long a removed file stays for readers of older versions.
 pub const DELETED_FILE_RETENTION: &str = "delta.deletedFileRetentionDuration";
+/// Without the property: Delta's default, 1 week. A checkpoint keeps
+/// tombstones this recent, and drops older ones.
+pub const DEFAULT_DELETED_FILE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Whether commits carry an `inCommitTimestamp` (feature `inCommitTimestamp`).
 pub const IN_COMMIT_TIMESTAMPS: &str = "delta.enableInCommitTimestamps";

@@ -453,31 +453,8 @@ fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64, ParquetMetaData), Str
             .map_err(|e| e.to_string())?;
         for batch in reader {
             let batch = batch.map_err(|e| e.to_string())?;
-            let mut lines = Vec::new();
-            {
-                let mut json = arrow_json::WriterBuilder::new()
-                    .with_explicit_nulls(false)
-                    .build::<_, arrow_json::writer::LineDelimited>(&mut lines);
-                json.write(&batch).map_err(|e| e.to_string())?;
-                json.finish().map_err(|e| e.to_string())?;
-            }
-            let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
-                .with_batch_size(batch.num_rows().max(1))
-                .build_decoder()
-                .map_err(|e| e.to_string())?;
-            let mut rest = &lines[..];
-            while !rest.is_empty() {
-                let read = decoder.decode(rest).map_err(|e| e.to_string())?;
-                rest = &rest[read..];
-                if let Some(merged) = decoder.flush().map_err(|e| e.to_string())? {
-                    records += merged.num_rows() as u64;
-                    writer.write(&merged).map_err(|e| e.to_string())?;
-                }
-            }
-            if let Some(merged) = decoder.flush().map_err(|e| e.to_string())? {
-                records += merged.num_rows() as u64;
-                writer.write(&merged).map_err(|e| e.to_string())?;
-            }
+            let lines = crate::jsonl::to_lines(&batch)?;
+            records += crate::jsonl::decode_into(&mut writer, &schema, &lines, batch.num_rows())?;
         }
     }
     let footer = writer.close().map_err(|e| e.to_string())?;

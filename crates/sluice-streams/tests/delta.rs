@@ -154,14 +154,9 @@ async fn every_hundredth_version_is_checkpointed_and_a_new_reader_starts_there()
 /// decides, whoever wrote it.
 #[tokio::test]
 async fn the_table_s_checkpoint_interval_is_honoured() {
-    let memory = sluice_testkit::MemoryStore::new();
-    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
     // Version 0, as another writer made it: its properties.
-    created_by_another_writer(
-        store.as_ref(),
-        serde_json::json!({"delta.checkpointInterval": "5"}),
-    )
-    .await;
+    let (memory, store) =
+        another_writers_table(serde_json::json!({"delta.checkpointInterval": "5"})).await;
     let writer = Arc::new(DeltaTable::new(store.clone(), layout()));
     for n in 1..=7i64 {
         let transaction = Transaction {
@@ -236,13 +231,9 @@ async fn vacuum_deletes_only_data_files_no_version_reads() {
 #[tokio::test]
 async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
     const VERSIONS: i64 = 7 * 24 * 3600 / 10; // one commit every 10 s, a week
-    let memory = sluice_testkit::MemoryStore::new();
-    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
-    created_by_another_writer(
-        store.as_ref(),
-        serde_json::json!({"delta.logRetentionDuration": "interval 1 hour"}),
-    )
-    .await;
+    let (memory, store) =
+        another_writers_table(serde_json::json!({"delta.logRetentionDuration": "interval 1 hour"}))
+            .await;
     let writer = DeltaTable::new(store.clone(), layout());
     // A writer that read the table at its start and then waited the week.
     let idle = DeltaTable::new(store.clone(), layout());
@@ -301,10 +292,7 @@ async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
 /// naming the property; one at least as long vacuums.
 #[tokio::test]
 async fn vacuum_keeps_the_table_s_deleted_file_retention() {
-    let memory = sluice_testkit::MemoryStore::new();
-    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
-    created_by_another_writer(
-        store.as_ref(),
+    let (_, store) = another_writers_table(
         serde_json::json!({"delta.deletedFileRetentionDuration": "interval 2 days"}),
     )
     .await;
@@ -378,8 +366,33 @@ async fn the_log_is_cleaned_up_behind_whole_checkpoints_only() {
 /// Version 0 of the table as another writer made it: its protocol, the
 /// test schema and `configuration` as its properties.
 async fn created_by_another_writer(store: &dyn ObjectStore, configuration: serde_json::Value) {
+    created_with(
+        store,
+        serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 2}),
+        configuration,
+    )
+    .await
+}
+
+/// A memory store holding version 0 of a table another writer made with
+/// `configuration`: the store, and it as an object store.
+async fn another_writers_table(
+    configuration: serde_json::Value,
+) -> (sluice_testkit::MemoryStore, Arc<dyn ObjectStore>) {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    created_by_another_writer(store.as_ref(), configuration).await;
+    (memory, store)
+}
+
+/// [`created_by_another_writer`], under `protocol`.
+async fn created_with(
+    store: &dyn ObjectStore,
+    protocol: serde_json::Value,
+    configuration: serde_json::Value,
+) {
     let created = [
-        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({ "protocol": protocol }),
         serde_json::json!({"metaData": {
             "id": "d6a1e4b0-5a4c-4c5e-9c4e-2f1d7e3b9a01",
             "format": {"provider": "parquet", "options": {}},
@@ -397,4 +410,114 @@ async fn created_by_another_writer(store: &dyn ObjectStore, configuration: serde
         ))
         .await
         .unwrap();
+}
+
+/// Issue 48: checkpoints were built whole, through the whole table's JSON.
+/// A table past a checkpoint's part size is checkpointed in parts (classic)
+/// or sidecars (V2, in a table with feature `v2Checkpoint` whose policy is
+/// `v2`), each built and stored in turn, and a reader starting from the
+/// checkpoint sees every file, and the commits after it.
+#[tokio::test]
+async fn a_large_table_is_checkpointed_in_parts() {
+    let v2 = serde_json::json!({
+        "minReaderVersion": 3, "minWriterVersion": 7,
+        "readerFeatures": ["v2Checkpoint"], "writerFeatures": ["v2Checkpoint"],
+    });
+    let cases = [
+        (
+            "classic",
+            serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 2}),
+            serde_json::json!({}),
+        ),
+        (
+            "V2",
+            v2,
+            serde_json::json!({"delta.checkpointPolicy": "v2"}),
+        ),
+    ];
+    for (case, protocol, configuration) in cases {
+        let memory = sluice_testkit::MemoryStore::new();
+        let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+        created_with(store.as_ref(), protocol, configuration).await;
+        let writer = DeltaTable::new(store.clone(), layout());
+        for n in 0..25 {
+            writer
+                .commit(&[file(&format!("f{n}"))], &[], &schema())
+                .await
+                .unwrap();
+        }
+        // 25 files and the protocol and metadata: parts of 10 actions.
+        let at = writer.checkpoint_in_parts_of(10).await.unwrap();
+        assert_eq!(at, 25, "{case}");
+        writer
+            .commit(&[file("after")], &[], &schema())
+            .await
+            .unwrap();
+        let log = memory.keys_under("events/_delta_log/");
+        let last: serde_json::Value =
+            serde_json::from_slice(&memory.object("events/_delta_log/_last_checkpoint").unwrap())
+                .unwrap();
+        match case {
+            "classic" => {
+                let parts: Vec<&String> =
+                    log.iter().filter(|k| k.contains(".checkpoint.")).collect();
+                assert_eq!(parts.len(), 3, "{case}: {parts:?}");
+                assert_eq!(last["parts"], 3, "{case}: {last}");
+            }
+            _ => {
+                let sidecars = log.iter().filter(|k| k.contains("/_sidecars/")).count();
+                assert_eq!(sidecars, 3, "{case}: {log:?}");
+                let top = last["v2Checkpoint"]["path"].as_str().unwrap();
+                assert!(top.ends_with(".json"), "{case}: {last}");
+            }
+        }
+        let (files, snapshot) = table_files(store).await;
+        assert_eq!(files.len(), 26, "{case}");
+        assert_eq!(snapshot.version, Some(26), "{case}");
+    }
+}
+
+/// Issue 48: checkpoints carried every tombstone for good. They keep those
+/// within the table's `delta.deletedFileRetentionDuration` (a week without
+/// it), and drop older ones, as Delta has it.
+#[tokio::test]
+async fn checkpoints_keep_tombstones_for_the_deleted_file_retention() {
+    let (_, store) = another_writers_table(
+        serde_json::json!({"delta.deletedFileRetentionDuration": "interval 2 days"}),
+    )
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let day = 24 * 3600 * 1000;
+    // Another engine removed two files: three days ago, and one day ago.
+    let removes: String = [("old", now - 3 * day), ("recent", now - day)]
+        .iter()
+        .map(|(name, at)| {
+            format!(
+                "{}\n",
+                serde_json::json!({"remove": {"path": format!("{name}.parquet"),
+                    "deletionTimestamp": at, "dataChange": true}})
+            )
+        })
+        .collect();
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000001.json",
+            removes.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    let writer = DeltaTable::new(store.clone(), layout());
+    writer.checkpoint().await.unwrap();
+    let (_, snapshot) = table_files(store).await;
+    let kept: Vec<&String> = snapshot
+        .tombstones
+        .as_ref()
+        .unwrap()
+        .values()
+        .map(|r| &r.path)
+        .collect();
+    assert_eq!(kept, ["recent.parquet"]);
 }

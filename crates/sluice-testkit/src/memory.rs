@@ -110,6 +110,16 @@ impl MemoryStore {
         self.lock().objects.get(key).map(|o| o.data.clone())
     }
 
+    /// The keys of the objects under `prefix`, in order.
+    pub fn keys_under(&self, prefix: &str) -> Vec<String> {
+        self.lock()
+            .objects
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
     /// Number of multipart uploads neither completed nor aborted.
     pub fn open_uploads(&self) -> usize {
         self.lock().uploads.len()
