@@ -429,7 +429,7 @@ fn spark_reads_every_table_sluice_writes() {
 /// Issue 48: exactly once still holds with another engine appending to the
 /// same table: Spark (which created it) inserts rows while `sluice ingest`
 /// reads a Kafka topic into it, is SIGKILLed once it has committed, and a
-/// second run finishes the topic. Every record is in once, and so is each of
+/// second run finishes the topic (its second half produced after the kill). Every record is in once, and so is each of
 /// Spark's rows; both engines' commits interleave in one log.
 #[test]
 fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
@@ -449,15 +449,19 @@ fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
             .as_millis()
     );
     common::kafka::create_topic(&cp, &bootstrap, &topic, 4);
-    let input: String = (0..records)
-        .map(|n| common::kafka::record(n, 50) + "\n")
-        .collect();
-    common::kafka::kafka_tool(
-        &cp,
-        "kafka.tools.ConsoleProducer",
-        &["--bootstrap-server", &bootstrap, "--topic", &topic],
-        Some(input.as_bytes()),
-    );
+    // Half the records now, half once the first run is dead.
+    let produce = |from: u64, to: u64| {
+        let input: String = (from..to)
+            .map(|n| common::kafka::record(n, 50) + "\n")
+            .collect();
+        common::kafka::kafka_tool(
+            &cp,
+            "kafka.tools.ConsoleProducer",
+            &["--bootstrap-server", &bootstrap, "--topic", &topic],
+            Some(input.as_bytes()),
+        );
+    };
+    produce(0, records / 2);
     let store = tempfile::tempdir().unwrap();
     let table = store.path().join("events");
     let at = table.to_str().unwrap().to_string();
@@ -465,7 +469,10 @@ fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
         "CREATE TABLE delta.`{at}` (n BIGINT NOT NULL, pad STRING) USING delta \
          TBLPROPERTIES ('delta.checkpointInterval'='5')"
     ));
-    let ingest = |idle: &str| {
+    // Each run's log, read when it fails.
+    let logs = tempfile::tempdir().unwrap();
+    let ingest = |idle: &str, log: &str| {
+        let log = std::fs::File::create(logs.path().join(log)).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
         command
             .args(["ingest", "--stream", "events", "--table", "delta", "--json"])
@@ -476,10 +483,11 @@ fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
             .arg("--store")
             .arg(store.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log);
         command
     };
-    // The first run is killed once it has committed twice, Spark inserting
+    let log_of = |name: &str| std::fs::read_to_string(logs.path().join(name)).unwrap_or_default();
+    // The first run is killed once it has committed, Spark inserting
     // meanwhile; the second finishes the topic, Spark still inserting.
     let commits = |table: &std::path::Path| {
         log_actions(table)
@@ -491,27 +499,44 @@ fn kafka_into_a_table_spark_appends_to_is_exactly_once() {
             })
             .count()
     };
-    let mut first = ingest("60s").spawn().unwrap();
+    let mut first = ingest("120s", "first").spawn().unwrap();
     let mut spark_rows = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while commits(&table) < 2 {
+    // Spark's inserts take seconds each on a loaded machine; the bound is
+    // for sluice's first commit, whatever Spark does meanwhile.
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while commits(&table) < 1 {
+        if let Some(status) = first.try_wait().unwrap() {
+            panic!(
+                "the first run ended ({status}) before committing: {}",
+                log_of("first")
+            );
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "sluice committed nothing"
+            "sluice committed nothing in 300 s: {}",
+            log_of("first")
         );
         let n = 1_000_000 + spark_rows.len() as u64;
         spark.sql(&format!("INSERT INTO delta.`{at}` VALUES ({n}, 'spark')"));
         spark_rows.push(n);
+        std::thread::sleep(Duration::from_millis(500));
     }
-    first.kill().unwrap();
+    // SIGKILL (it may have ended by itself, idle, once its half was in).
+    let _ = first.kill();
     first.wait().unwrap();
-    let mut second = ingest("5s").spawn().unwrap();
+    produce(records / 2, records);
+    let mut second = ingest("5s", "second").spawn().unwrap();
     for _ in 0..3 {
         let n = 1_000_000 + spark_rows.len() as u64;
         spark.sql(&format!("INSERT INTO delta.`{at}` VALUES ({n}, 'spark')"));
         spark_rows.push(n);
     }
-    assert!(second.wait().unwrap().success(), "the second run failed");
+    let ended = second.wait().unwrap();
+    assert!(
+        ended.success(),
+        "the second run failed: {}",
+        log_of("second")
+    );
 
     let mut want: Vec<u64> = (0..records).collect();
     want.extend(&spark_rows);

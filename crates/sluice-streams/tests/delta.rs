@@ -521,3 +521,52 @@ async fn checkpoints_keep_tombstones_for_the_deleted_file_retention() {
         .collect();
     assert_eq!(kept, ["recent.parquet"]);
 }
+
+/// Issue 48 (feature `checkpointProtection`): the log before
+/// `delta.requireCheckpointProtectionBeforeVersion` is another engine's to
+/// clean up; sluice's clean-up removes only what is after it.
+#[tokio::test]
+async fn the_log_before_a_protected_version_stays() {
+    let memory = sluice_testkit::MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    created_with(
+        store.as_ref(),
+        serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 7,
+            "writerFeatures": ["checkpointProtection"]}),
+        serde_json::json!({"delta.logRetentionDuration": "interval 1 hour",
+            "delta.requireCheckpointProtectionBeforeVersion": "300"}),
+    )
+    .await;
+    let writer = DeltaTable::new(store.clone(), layout());
+    for n in 1..=1000i64 {
+        memory.advance_clock(std::time::Duration::from_secs(10));
+        let transaction = Transaction {
+            app_id: "sluice-writer".into(),
+            after: (n > 1).then_some(n - 1),
+            version: n,
+        };
+        writer.commit(&[], &[transaction], &schema()).await.unwrap();
+        if n % 100 == 0 {
+            writer.checkpoint().await.unwrap();
+            writer.clean_log(memory.now()).await.unwrap();
+        }
+    }
+    let commits: Vec<u64> = memory
+        .keys_under("events/_delta_log/")
+        .iter()
+        .filter_map(|k| {
+            k.strip_prefix("events/_delta_log/")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let protected = commits.iter().filter(|v| **v < 300).count();
+    assert_eq!(protected, 300, "a protected commit was removed");
+    assert!(
+        commits.len() < 1001,
+        "nothing after the protected version was cleaned up"
+    );
+    let (_, snapshot) = table_files(store).await;
+    assert_eq!(snapshot.version, Some(1000));
+}
