@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use sluice_store::{PutRequest, StoreError, WriteCondition};
 
 use super::features;
-use super::log::{self, Action, Add, Remove, Txn};
+use super::log::{self, Action, Add, Txn};
 use super::properties;
 use super::{
     now_ms, Committed, DeltaTable, NewFile, Snapshot, TableError, Transaction, ROW_TRACKING_DOMAIN,
@@ -264,21 +264,12 @@ impl DeltaTable {
                 last_updated: Some(now),
             })
         }));
-        actions.extend(change.removes.iter().map(|r| {
-            Action::Remove(Remove {
-                path: r.path.clone(),
-                deletion_timestamp: Some(now),
-                data_change: false,
-                extended_file_metadata: Some(true),
-                partition_values: Some(r.partition_values.clone()),
-                size: Some(r.size),
-                stats: r.stats.clone(),
-                tags: r.tags.clone(),
-                deletion_vector: r.deletion_vector.clone(),
-                base_row_id: r.base_row_id,
-                default_row_commit_version: r.default_row_commit_version,
-            })
-        }));
+        actions.extend(
+            change
+                .removes
+                .iter()
+                .map(|r| Action::Remove(r.removed_without_data_change(now))),
+        );
         let stats_columns = snapshot.stats_columns();
         let mapping = snapshot
             .column_mapping()

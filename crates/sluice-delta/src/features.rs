@@ -213,16 +213,8 @@ fn used(feature: &str, metadata: &MetaData) -> Option<String> {
 
 /// The first column (dotted) of struct type `schema` whose metadata has `key`.
 fn column_with(schema: &Value, key: &str, prefix: &str) -> Option<String> {
-    for field in schema.get("fields")?.as_array()? {
-        let name = field
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let dotted = if prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{prefix}.{name}")
-        };
+    for (name, field) in crate::schema::named_fields(schema) {
+        let dotted = crate::schema::dotted(prefix, name);
         if field.get("metadata").and_then(|m| m.get(key)).is_some() {
             return Some(dotted);
         }
@@ -247,10 +239,8 @@ fn column_with(schema: &Value, key: &str, prefix: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
-    use crate::log::Format;
 
     fn protocol(reader: i32, writer: i32, features: &[&str]) -> Protocol {
         let named = |r: bool| {
@@ -271,20 +261,11 @@ mod tests {
 
     fn metadata(schema: &str, configuration: &[(&str, &str)]) -> MetaData {
         MetaData {
-            id: "t".into(),
-            name: None,
-            description: None,
-            format: Format {
-                provider: "parquet".into(),
-                options: BTreeMap::new(),
-            },
-            schema_string: schema.into(),
-            partition_columns: vec![],
-            created_time: None,
             configuration: configuration
                 .iter()
                 .map(|(k, v)| (k.to_string(), Some(v.to_string())))
                 .collect(),
+            ..MetaData::new(schema.into(), vec![])
         }
     }
 

@@ -1081,17 +1081,8 @@ impl DeltaTable {
             return Ok(vec![
                 Action::Protocol(Protocol::written()),
                 Action::MetaData(MetaData {
-                    id: uuid::Uuid::new_v4().to_string(),
-                    name: None,
-                    description: None,
-                    format: log::Format {
-                        provider: "parquet".into(),
-                        options: BTreeMap::new(),
-                    },
-                    schema_string: first.to_string(),
-                    partition_columns: self.layout.partition_columns.clone(),
                     created_time: Some(now),
-                    configuration: BTreeMap::new(),
+                    ..MetaData::new(first.to_string(), self.layout.partition_columns.clone())
                 }),
             ]);
         };

@@ -58,6 +58,26 @@ pub struct MetaData {
     pub configuration: BTreeMap<String, Option<String>>,
 }
 
+impl MetaData {
+    /// A new table's description: a fresh id, Parquet files, `schema_string`
+    /// and `partition_columns`, no properties.
+    pub fn new(schema_string: String, partition_columns: Vec<String>) -> MetaData {
+        MetaData {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: None,
+            description: None,
+            format: Format {
+                provider: "parquet".into(),
+                options: BTreeMap::new(),
+            },
+            schema_string,
+            partition_columns,
+            created_time: None,
+            configuration: BTreeMap::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Format {
     pub provider: String,
@@ -93,6 +113,27 @@ pub struct Add {
     pub default_row_commit_version: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clustering_provider: Option<String>,
+}
+
+impl Add {
+    /// The remove that takes this file out of the table at `at` without
+    /// changing data (compaction), keeping what the add carried (its
+    /// deletion vector and row ids: the file is `(path, deletion vector)`).
+    pub fn removed_without_data_change(&self, at: i64) -> Remove {
+        Remove {
+            path: self.path.clone(),
+            deletion_timestamp: Some(at),
+            data_change: false,
+            extended_file_metadata: Some(true),
+            partition_values: Some(self.partition_values.clone()),
+            size: Some(self.size),
+            stats: self.stats.clone(),
+            tags: self.tags.clone(),
+            deletion_vector: self.deletion_vector.clone(),
+            base_row_id: self.base_row_id,
+            default_row_commit_version: self.default_row_commit_version,
+        }
+    }
 }
 
 /// Where the deleted rows of a data file are recorded (a deletion vector).

@@ -103,21 +103,8 @@ impl ColumnMapping {
 /// The mappings of the fields of struct type `schema`.
 fn mapped_fields(schema: &Value, prefix: &str) -> Result<HashMap<String, Mapped>, String> {
     let mut out = HashMap::new();
-    for field in schema
-        .get("fields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = field
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let dotted = if prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{prefix}.{name}")
-        };
+    for (name, field) in crate::schema::named_fields(schema) {
+        let dotted = crate::schema::dotted(prefix, name);
         let metadata = field.get("metadata");
         let physical = metadata
             .and_then(|m| m.get(PHYSICAL_NAME))
@@ -154,11 +141,7 @@ fn physical_fields(
     fields
         .iter()
         .map(|field| {
-            let dotted = if prefix.is_empty() {
-                field.name().clone()
-            } else {
-                format!("{prefix}.{}", field.name())
-            };
+            let dotted = crate::schema::dotted(prefix, field.name());
             let Some(column) = mapped.get(field.name()) else {
                 return Err(dotted);
             };
@@ -231,7 +214,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::log::Format;
 
     fn spark_table() -> MetaData {
         // As Spark 4.2 with Delta 4.4 writes it (trimmed).
@@ -242,17 +224,8 @@ mod tests {
              "nullable":true,"metadata":{"delta.columnMapping.id":2,"delta.columnMapping.physicalName":"col-31d8"}},
             {"name":"tenant","type":"string","nullable":true,"metadata":{"delta.columnMapping.id":4,"delta.columnMapping.physicalName":"col-6561"}}]}"#;
         MetaData {
-            id: "t".into(),
-            name: None,
-            description: None,
-            format: Format {
-                provider: "parquet".into(),
-                options: BTreeMap::new(),
-            },
-            schema_string: schema.into(),
-            partition_columns: vec!["tenant".into()],
-            created_time: None,
             configuration: BTreeMap::from([(COLUMN_MAPPING_MODE.into(), Some("id".into()))]),
+            ..MetaData::new(schema.into(), vec!["tenant".into()])
         }
     }
 

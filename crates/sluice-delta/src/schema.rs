@@ -10,6 +10,31 @@ pub fn field(name: &str, data_type: Value) -> Value {
     json!({"name": name, "type": data_type, "nullable": true, "metadata": {}})
 }
 
+/// `name` under `path` (dotted; at the top when `path` is empty).
+pub fn dotted(path: &str, name: &str) -> String {
+    match path {
+        "" => name.to_owned(),
+        path => format!("{path}.{name}"),
+    }
+}
+
+/// The fields of struct type `data_type` (none when it is no struct), each
+/// with its name (empty when it has none).
+pub fn named_fields(data_type: &Value) -> impl Iterator<Item = (&str, &Value)> {
+    data_type
+        .get("fields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|field| {
+            let name = field
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            (name, field)
+        })
+}
+
 /// Merges the fields of `ours` (a struct type) into `table`'s, in place:
 /// new fields are appended (nested ones too); a field both have must have
 /// the same type. Whether `table` changed.
@@ -24,11 +49,7 @@ pub fn merge_into(table: &mut Value, ours: &Value, path: &str) -> Result<bool, S
     for our in our_fields {
         let name = our.get("name").and_then(Value::as_str).unwrap_or_default();
         let our_type = our.get("type").unwrap_or(&Value::Null);
-        let dotted = if path.is_empty() {
-            name.to_string()
-        } else {
-            format!("{path}.{name}")
-        };
+        let dotted = dotted(path, name);
         let theirs = table_fields
             .iter_mut()
             .find(|f| f.get("name").and_then(Value::as_str) == Some(name));
@@ -99,23 +120,10 @@ pub fn no_nulls_inside_collections(data_type: &Value) -> Vec<String> {
 }
 
 fn walk_collections(data_type: &Value, path: &str, inside: bool, found: &mut Vec<String>) {
-    let join = |name: &str| match path {
-        "" => name.to_owned(),
-        path => format!("{path}.{name}"),
-    };
     match data_type.get("type").and_then(Value::as_str) {
         Some("struct") => {
-            for field in data_type
-                .get("fields")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let name = field
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let at = join(name);
+            for (name, field) in named_fields(data_type) {
+                let at = dotted(path, name);
                 if inside && field.get("nullable").and_then(Value::as_bool) == Some(false) {
                     found.push(at.clone());
                 }

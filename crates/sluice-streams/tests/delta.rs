@@ -222,6 +222,30 @@ async fn vacuum_deletes_only_data_files_no_version_reads() {
     }
 }
 
+/// Commit `n` of writer `sluice-writer` (transaction-only), 10 s after the
+/// last on `memory`'s clock; at every 100th, what the writer of a
+/// checkpoint's version does: a checkpoint and the log's clean-up. Whether
+/// it did that.
+async fn one_commit_10_s_on(
+    writer: &DeltaTable,
+    memory: &sluice_testkit::MemoryStore,
+    n: i64,
+) -> bool {
+    memory.advance_clock(std::time::Duration::from_secs(10));
+    let transaction = Transaction {
+        app_id: "sluice-writer".into(),
+        after: (n > 1).then_some(n - 1),
+        version: n,
+    };
+    writer.commit(&[], &[transaction], &schema()).await.unwrap();
+    if n % 100 != 0 {
+        return false;
+    }
+    writer.checkpoint().await.unwrap();
+    writer.clean_log(memory.now()).await.unwrap();
+    true
+}
+
 /// Issue 48: the log only grew (at one commit a second, about 86,000 objects
 /// a day). A simulated week of one-second commits (60,480 versions) on a
 /// table that keeps its log an hour (`delta.logRetentionDuration`): each
@@ -240,17 +264,7 @@ async fn a_week_of_commits_keeps_the_log_bounded_by_its_retention() {
     idle.snapshot().await.unwrap();
     let (mut most, mut least_after_an_hour) = (0, usize::MAX);
     for n in 1..=VERSIONS {
-        memory.advance_clock(std::time::Duration::from_secs(10));
-        let transaction = Transaction {
-            app_id: "sluice-writer".into(),
-            after: (n > 1).then_some(n - 1),
-            version: n,
-        };
-        writer.commit(&[], &[transaction], &schema()).await.unwrap();
-        if n % 100 == 0 {
-            // What the writer of a checkpoint's version does.
-            writer.checkpoint().await.unwrap();
-            writer.clean_log(memory.now()).await.unwrap();
+        if one_commit_10_s_on(&writer, &memory, n).await {
             let log = memory
                 .list_objects("events/_delta_log/", None, 100_000)
                 .await
@@ -539,17 +553,7 @@ async fn the_log_before_a_protected_version_stays() {
     .await;
     let writer = DeltaTable::new(store.clone(), layout());
     for n in 1..=1000i64 {
-        memory.advance_clock(std::time::Duration::from_secs(10));
-        let transaction = Transaction {
-            app_id: "sluice-writer".into(),
-            after: (n > 1).then_some(n - 1),
-            version: n,
-        };
-        writer.commit(&[], &[transaction], &schema()).await.unwrap();
-        if n % 100 == 0 {
-            writer.checkpoint().await.unwrap();
-            writer.clean_log(memory.now()).await.unwrap();
-        }
+        one_commit_10_s_on(&writer, &memory, n).await;
     }
     let commits: Vec<u64> = memory
         .keys_under("events/_delta_log/")

@@ -259,10 +259,7 @@ impl Required {
 fn new_field(before: &Shape, after: &Shape, path: &str, besides: &[String]) -> Option<String> {
     match (before, after) {
         (Shape::Struct(old), Shape::Struct(new)) => new.iter().find_map(|(name, shape)| {
-            let dotted = match path {
-                "" => name.clone(),
-                path => format!("{path}.{name}"),
-            };
+            let dotted = sluice_delta::schema::dotted(path, name);
             match old.iter().find(|(n, _)| n == name) {
                 Some((_, was)) => new_field(was, shape, &dotted, besides),
                 None if path.is_empty() && besides.contains(name) => None,
