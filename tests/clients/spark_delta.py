@@ -12,6 +12,10 @@ Commands:
                                                the row of the lowest key}
   {"op": "protocol", "table": PATH}           the table's reader/writer
                                                versions and features
+  {"op": "count", "table": PATH,              rows matching WHERE, filtered at
+   "where": SQL}                              the scan (files skipped on their
+                                               stats) and after reading every
+                                               row: {"skipping", "scanning"}
 Any failure answers {"ok": false, "error": "..."}.
 
 usage: spark_delta.py   (local[2], 1 GiB driver, no UI)
@@ -69,6 +73,16 @@ def protocol(command):
     }
 
 
+def count(command):
+    table = spark.read.format("delta").load(command["table"])
+    # Filtered at the scan (files skipped on their stats), and filtered only
+    # after every row is read (a local checkpoint has no files to skip).
+    return {
+        "skipping": table.where(command["where"]).count(),
+        "scanning": table.localCheckpoint().where(command["where"]).count(),
+    }
+
+
 print(json.dumps({"ok": True, "ready": spark.version}), flush=True)
 for line in sys.stdin:
     if not line.strip():
@@ -82,6 +96,8 @@ for line in sys.stdin:
             answer = read(command)
         elif command["op"] == "protocol":
             answer = protocol(command)
+        elif command["op"] == "count":
+            answer = count(command)
         else:
             raise ValueError(f"unknown op {command['op']}")
         answer["ok"] = True

@@ -311,6 +311,22 @@ fn sluice_appends_to_the_tables_spark_makes_today() {
         for column in ["ts", "tn", "d", "amount", "tags"] {
             assert_eq!(read["nulls"][column], untyped, "{case}: {column} {read}");
         }
+        // Spark skips files on sluice's statistics of typed columns (a bound
+        // written wrong would skip a file it needs, or keep none).
+        let typed = read["rows"].as_u64().unwrap() - untyped;
+        for (filter, matching) in [
+            ("ts = TIMESTAMP'2026-11-29 10:00:00'", typed),
+            ("ts < TIMESTAMP'2026-11-29 10:00:00'", 0),
+            ("tn = TIMESTAMP_NTZ'2026-11-29 10:00:00'", typed),
+            ("d = DATE'2026-11-29'", typed),
+            ("d > DATE'2026-11-29'", 0),
+            ("amount = 12.50", typed),
+            ("amount > 12.50", 0),
+        ] {
+            let count = spark.call(json!({"op": "count", "table": table, "where": filter}));
+            assert_eq!(count["skipping"], matching, "{case}: {filter}: {count}");
+            assert_eq!(count["scanning"], matching, "{case}: {filter}: {count}");
+        }
 
         // What each feature asks of sluice's own commits.
         let actions = log_actions(&table);
@@ -323,6 +339,17 @@ fn sluice_appends_to_the_tables_spark_makes_today() {
             })
             .collect();
         assert!(!ours.is_empty(), "{case}");
+        // Bounds for every typed column but the map (id, name, ts, tn, d,
+        // amount: under their physical names in a mapped table).
+        let bounded = |add: &Value| {
+            let stats: Value = serde_json::from_str(add["stats"].as_str().unwrap()).unwrap();
+            stats["minValues"].as_object().map_or(0, |m| m.len())
+        };
+        assert!(
+            ours.iter().any(|a| bounded(&a["add"]) == 6),
+            "{case}: {:?}",
+            ours.iter().map(|a| &a["add"]["stats"]).collect::<Vec<_>>()
+        );
         let protocol = spark.call(json!({"op": "protocol", "table": table}));
         let features: Vec<&str> = protocol["tableFeatures"]
             .as_array()

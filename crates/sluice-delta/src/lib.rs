@@ -479,6 +479,29 @@ fn now_ms() -> i64 {
     (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
 }
 
+/// Where a V2 checkpoint's sidecars are, under the log.
+pub(crate) const SIDECARS: &str = "_sidecars/";
+
+/// The sidecars a V2 checkpoint's `actions` name, as their paths are given:
+/// relative to `_delta_log/_sidecars/`, or a path of their own.
+fn sidecar_names(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Sidecar(sidecar) => Some(sidecar.path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A sidecar's name under the log (a path with a `/` is left as it is).
+fn sidecar_key(sidecar: &str) -> String {
+    match sidecar.contains('/') {
+        true => sidecar.to_owned(),
+        false => format!("{SIDECARS}{sidecar}"),
+    }
+}
+
 impl DeltaTable {
     /// The table at `layout.location` in `store` (not read yet).
     pub fn new(store: Arc<dyn ObjectStore>, layout: TableLayout) -> DeltaTable {
@@ -653,20 +676,8 @@ impl DeltaTable {
         for part in self.checkpoint_files(&last).await? {
             actions.extend(self.read_checkpoint_file(&part).await?);
         }
-        let sidecars: Vec<String> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Sidecar(sidecar) => Some(sidecar.path.clone()),
-                _ => None,
-            })
-            .collect();
-        for sidecar in sidecars {
-            // Relative to `_delta_log/_sidecars/` (or a full path: left as is).
-            let name = match sidecar.contains('/') {
-                true => sidecar,
-                false => format!("_sidecars/{sidecar}"),
-            };
-            actions.extend(self.read_checkpoint_file(&name).await?);
+        for sidecar in sidecar_names(&actions) {
+            actions.extend(self.read_checkpoint_file(&sidecar_key(&sidecar)).await?);
         }
         snapshot.apply(last.version, actions);
         if snapshot.in_commit_timestamps() {
@@ -715,6 +726,16 @@ impl DeltaTable {
             Some(name) => Ok(vec![name]),
             None => Ok(checkpoint::part_names(last.version, last.parts)),
         }
+    }
+
+    /// The file names of the sidecars V2 checkpoint `name` (under the log)
+    /// reads (a path given in full counts by its last segment too).
+    pub(crate) async fn sidecars_of(&self, name: &str) -> Result<Vec<String>, TableError> {
+        let actions = self.read_checkpoint_file(name).await?;
+        Ok(sidecar_names(&actions)
+            .iter()
+            .map(|path| path.rsplit('/').next().unwrap_or(path).to_owned())
+            .collect())
     }
 
     /// The actions of one checkpoint file or sidecar, `name` under the log.
@@ -873,7 +894,7 @@ impl DeltaTable {
                 .build(&name, move || checkpoint::write_sidecar(&of[from..to]))
                 .await?;
             let size_in_bytes = file.len() as i64;
-            self.put_log_file(&format!("_sidecars/{name}"), file)
+            self.put_log_file(&format!("{SIDECARS}{name}"), file)
                 .await?;
             top.push(Action::Sidecar(log::Sidecar {
                 path: name,

@@ -8,10 +8,14 @@
 //! Which columns: the first `delta.dataSkippingNumIndexedCols` leaf columns
 //! (32 without the property; -1: all), or those `delta.dataSkippingStatsColumns`
 //! names. Columns inside a list have none (a leaf's nulls there count
-//! elements, not rows). Minimum and maximum are given for numbers and
-//! strings; a string is cut to its first 32 characters, and a maximum that
-//! was cut gets U+10FFFF after the cut, so that it is still at least every
-//! value. A number or string the footer does not know exactly, or a float
+//! elements, not rows). Minimum and maximum are given for numbers, strings,
+//! dates (`2026-11-29`), timestamps (`2026-11-29T10:00:00.000Z`, without the
+//! `Z` for `timestamp_ntz`: milliseconds, as Spark writes them, the minimum
+//! rounded down and the maximum up so that they still bound every value) and
+//! decimals of up to 15 digits (a JSON number; longer ones would not survive
+//! a reader's double). A string is cut to its first 32 characters, and a
+//! maximum that was cut gets U+10FFFF after the cut, so that it is still at
+//! least every value. A value the footer does not know exactly, or a float
 //! that is not finite, is left out: a reader skips on what is there.
 
 use std::collections::BTreeMap;
@@ -127,43 +131,102 @@ fn insert(into: &mut Map<String, Value>, path: &[String], value: Value) {
     at.insert(last.clone(), value);
 }
 
-/// What a column's bounds may be given as.
+/// What a column's bounds may be given as: what its stored values mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ColumnKind {
     /// A signed integer or a float: its value is the number stored.
     Number,
     /// A UTF-8 string.
     Text,
-    /// Anything else (a decimal or date stored as an integer, bytes, …):
-    /// the stored value is not the one a reader compares, so no bounds.
+    /// Days since 1970-01-01.
+    Date,
+    /// Units since 1970-01-01T00:00:00 (`utc`: an instant, else a wall clock).
+    Timestamp { per_second: i64, utc: bool },
+    /// An unscaled integer of up to 15 digits, divided by 10^scale.
+    Decimal { scale: i32 },
+    /// Anything else (bytes, a long decimal, Spark's INT96 timestamps…):
+    /// no bounds.
     Other,
 }
 
+/// Digits of a decimal whose bounds are given: a JSON number a reader parses
+/// as a double holds 15 exactly.
+const DECIMAL_DIGITS_WITH_BOUNDS: i32 = 15;
+
 impl ColumnKind {
     fn of(column: &parquet::schema::types::ColumnDescriptor) -> ColumnKind {
-        use parquet::basic::ConvertedType;
-        let plain_integer = match column.logical_type_ref() {
-            None => matches!(
-                column.converted_type(),
+        use parquet::basic::{ConvertedType, TimeUnit};
+        let integer = matches!(
+            column.physical_type(),
+            PhysicalType::INT32 | PhysicalType::INT64
+        );
+        match (column.logical_type_ref(), column.converted_type()) {
+            (Some(LogicalType::Integer(int)), _) if integer => match int.is_signed {
+                true => ColumnKind::Number,
+                false => ColumnKind::Other,
+            },
+            (
+                None,
                 ConvertedType::NONE
-                    | ConvertedType::INT_8
-                    | ConvertedType::INT_16
-                    | ConvertedType::INT_32
-                    | ConvertedType::INT_64
-            ),
-            Some(LogicalType::Integer(int)) => int.is_signed,
-            _ => false,
-        };
-        match column.physical_type() {
-            PhysicalType::INT32 | PhysicalType::INT64 if plain_integer => ColumnKind::Number,
-            PhysicalType::FLOAT | PhysicalType::DOUBLE if column.logical_type_ref().is_none() => {
+                | ConvertedType::INT_8
+                | ConvertedType::INT_16
+                | ConvertedType::INT_32
+                | ConvertedType::INT_64,
+            ) if integer => ColumnKind::Number,
+            (None, ConvertedType::NONE)
+                if matches!(
+                    column.physical_type(),
+                    PhysicalType::FLOAT | PhysicalType::DOUBLE
+                ) =>
+            {
                 ColumnKind::Number
             }
-            PhysicalType::BYTE_ARRAY
-                if matches!(column.logical_type_ref(), Some(LogicalType::String))
-                    || column.converted_type() == ConvertedType::UTF8 =>
+            (Some(LogicalType::String), _) | (None, ConvertedType::UTF8)
+                if column.physical_type() == PhysicalType::BYTE_ARRAY =>
             {
                 ColumnKind::Text
+            }
+            (Some(LogicalType::Date), _) | (None, ConvertedType::DATE)
+                if column.physical_type() == PhysicalType::INT32 =>
+            {
+                ColumnKind::Date
+            }
+            (Some(LogicalType::Timestamp(timestamp)), _)
+                if column.physical_type() == PhysicalType::INT64 =>
+            {
+                ColumnKind::Timestamp {
+                    per_second: match timestamp.unit {
+                        TimeUnit::MILLIS => 1_000,
+                        TimeUnit::MICROS => 1_000_000,
+                        TimeUnit::NANOS => 1_000_000_000,
+                    },
+                    utc: timestamp.is_adjusted_to_u_t_c,
+                }
+            }
+            (None, ConvertedType::TIMESTAMP_MILLIS | ConvertedType::TIMESTAMP_MICROS)
+                if column.physical_type() == PhysicalType::INT64 =>
+            {
+                ColumnKind::Timestamp {
+                    per_second: match column.converted_type() {
+                        ConvertedType::TIMESTAMP_MILLIS => 1_000,
+                        _ => 1_000_000,
+                    },
+                    utc: true,
+                }
+            }
+            (Some(LogicalType::Decimal(decimal)), _)
+                if integer && decimal.precision <= DECIMAL_DIGITS_WITH_BOUNDS =>
+            {
+                ColumnKind::Decimal {
+                    scale: decimal.scale,
+                }
+            }
+            (None, ConvertedType::DECIMAL)
+                if integer && column.type_precision() <= DECIMAL_DIGITS_WITH_BOUNDS =>
+            {
+                ColumnKind::Decimal {
+                    scale: column.type_scale(),
+                }
             }
             _ => ColumnKind::Other,
         }
@@ -199,7 +262,7 @@ fn bounds(chunks: &[Option<&Statistics>], kind: ColumnKind) -> Option<(Value, Va
             _ => hi,
         });
     }
-    Some((low?.json(false), high?.json(true)))
+    Some((low?.json(false, kind)?, high?.json(true, kind)?))
 }
 
 /// One bound of a column's values.
@@ -263,11 +326,37 @@ impl Bound {
         }
     }
 
-    fn json(self, is_max: bool) -> Value {
-        match self {
-            Bound::Int(n) => json!(n),
-            Bound::Float(n) => json!(n),
-            Bound::Text(text, exact) => {
+    /// As `add.stats` gives it for a column of `kind`; None when it cannot
+    /// be given (a date or time out of range).
+    fn json(self, is_max: bool, kind: ColumnKind) -> Option<Value> {
+        Some(match (self, kind) {
+            (Bound::Int(days), ColumnKind::Date) => {
+                let day = time::Date::from_julian_day(
+                    UNIX_EPOCH_JULIAN_DAY.checked_add(i32::try_from(days).ok()?)?,
+                )
+                .ok()?;
+                json!(day.format(DATE).ok()?)
+            }
+            (Bound::Int(n), ColumnKind::Timestamp { per_second, utc }) => {
+                // Milliseconds, rounded outwards.
+                let per_milli = per_second / 1_000;
+                let millis = match is_max {
+                    true => n.div_euclid(per_milli) + i64::from(n.rem_euclid(per_milli) != 0),
+                    false => n.div_euclid(per_milli),
+                };
+                let at =
+                    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
+                        .ok()?;
+                let text = at.format(TIMESTAMP).ok()?;
+                json!(if utc { format!("{text}Z") } else { text })
+            }
+            (Bound::Int(unscaled), ColumnKind::Decimal { scale }) => {
+                let value = format!("{unscaled}e{}", -scale).parse::<f64>().ok()?;
+                json!(value)
+            }
+            (Bound::Int(n), _) => json!(n),
+            (Bound::Float(n), _) => json!(n),
+            (Bound::Text(text, exact), _) => {
                 let cut: String = text.chars().take(STRING_PREFIX).collect();
                 let was_cut = !exact || cut.len() < text.len();
                 match (is_max, was_cut) {
@@ -275,9 +364,19 @@ impl Bound {
                     _ => json!(cut),
                 }
             }
-        }
+        })
     }
 }
+
+/// The Julian day of 1970-01-01.
+const UNIX_EPOCH_JULIAN_DAY: i32 = 2_440_588;
+
+const DATE: &[time::format_description::FormatItem<'static>] =
+    time::macros::format_description!("[year]-[month]-[day]");
+
+const TIMESTAMP: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]"
+);
 
 #[cfg(test)]
 mod tests {
@@ -374,19 +473,105 @@ mod tests {
     }
 
     /// Review finding: a date (or a decimal) is stored as an integer that is
-    /// not the value a reader compares: its bounds were written as that
-    /// integer (2026-11-28 as 20,420), and a reader would skip files
-    /// wrongly. Such columns get their null count only.
+    /// not the value a reader compares: its bounds were once written as that
+    /// integer (2026-11-28 as 20,785), and a reader would skip files wrongly.
+    /// Now each kind is given as Delta gives it; what cannot be given exactly
+    /// (a decimal past 15 digits, bytes) gets its null count only.
     #[test]
-    fn columns_stored_as_other_values_get_no_bounds() {
-        use arrow_array::Date32Array;
-        let footer = footer(&[vec![(
-            "day",
-            Arc::new(Date32Array::from(vec![Some(20_420), None])) as ArrayRef,
-        )]]);
-        assert_eq!(
-            file_stats(2, Some(&footer), &StatsColumns::First(32)),
-            json!({"numRecords": 2, "nullCount": {"day": 1}})
-        );
+    fn dates_timestamps_and_decimals_get_bounds_as_delta_gives_them() {
+        use arrow_array::{
+            BinaryArray, Date32Array, Decimal128Array, TimestampMicrosecondArray,
+            TimestampMillisecondArray,
+        };
+        // 2026-11-29T10:00:00.000123Z and 1969-12-31T23:59:59.999500Z, in µs.
+        let (late, early) = (1_795_946_400_000_123_i64, -500_i64);
+        let micros = |tz: Option<&str>| {
+            let array = TimestampMicrosecondArray::from(vec![Some(late), None, Some(early)]);
+            Arc::new(match tz {
+                Some(tz) => array.with_timezone(tz),
+                None => array,
+            }) as ArrayRef
+        };
+        /// The minimum and maximum given (None: no bounds).
+        type Bounds = Option<(Value, Value)>;
+        // (column, its values, its bounds)
+        let cases: Vec<(&str, ArrayRef, Bounds)> = vec![
+            (
+                "day",
+                Arc::new(Date32Array::from(vec![Some(20_785), None, Some(-1)])),
+                Some((json!("1969-12-31"), json!("2026-11-28"))),
+            ),
+            (
+                "at",
+                micros(Some("UTC")),
+                Some((
+                    json!("1969-12-31T23:59:59.999Z"),
+                    json!("2026-11-29T10:00:00.001Z"),
+                )),
+            ),
+            (
+                "wall_clock",
+                micros(None),
+                Some((
+                    json!("1969-12-31T23:59:59.999"),
+                    json!("2026-11-29T10:00:00.001"),
+                )),
+            ),
+            (
+                "at_ms",
+                Arc::new(
+                    TimestampMillisecondArray::from(vec![
+                        Some(1_795_946_400_000),
+                        None,
+                        Some(1_795_946_400_000),
+                    ])
+                    .with_timezone("+00:00"),
+                ),
+                Some((
+                    json!("2026-11-29T10:00:00.000Z"),
+                    json!("2026-11-29T10:00:00.000Z"),
+                )),
+            ),
+            (
+                "price",
+                Arc::new(
+                    Decimal128Array::from(vec![Some(1250), None, Some(-5)])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Some((json!(-0.05), json!(12.5))),
+            ),
+            (
+                "wide_decimal",
+                Arc::new(
+                    Decimal128Array::from(vec![Some(1250), None, Some(-5)])
+                        .with_precision_and_scale(20, 2)
+                        .unwrap(),
+                ),
+                None,
+            ),
+            (
+                "blob",
+                Arc::new(BinaryArray::from(vec![
+                    Some(&b"a"[..]),
+                    None,
+                    Some(&b"b"[..]),
+                ])),
+                None,
+            ),
+        ];
+        for (name, array, want) in cases {
+            let footer = footer(&[vec![(name, array)]]);
+            let mut expected = json!({"numRecords": 3, "nullCount": {name: 1}});
+            if let Some((min, max)) = want {
+                expected["minValues"] = json!({name: min});
+                expected["maxValues"] = json!({name: max});
+            }
+            assert_eq!(
+                file_stats(3, Some(&footer), &StatsColumns::First(32)),
+                expected,
+                "{name}"
+            );
+        }
     }
 }

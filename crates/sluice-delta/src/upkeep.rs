@@ -24,7 +24,7 @@ use super::features;
 use super::log::{self, Add};
 use super::properties;
 use super::stats::{file_stats, StatsColumns};
-use super::{now_ms, Committed, DeltaTable, TableError};
+use super::{checkpoint, now_ms, Committed, DeltaTable, TableError, SIDECARS};
 use parquet::file::metadata::ParquetMetaData;
 
 /// What compaction takes and makes.
@@ -233,8 +233,10 @@ impl DeltaTable {
         let Some(cutoff) = now.checked_sub(retention) else {
             return Ok(report);
         };
-        // Every log file: its version, whether it is a checkpoint, its time.
+        // Every log file: its version, whether it is a checkpoint, its time;
+        // and the V2 checkpoints' sidecars.
         let mut listed: Vec<(String, u64, bool, SystemTime)> = Vec::new();
+        let mut sidecars: Vec<(String, SystemTime)> = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let page = self
@@ -244,6 +246,10 @@ impl DeltaTable {
                 .map_err(|e| self.store_error(e))?;
             for object in page.objects {
                 let name = &object.key[self.log_prefix.len()..];
+                if name.starts_with(SIDECARS) {
+                    sidecars.push((object.key, object.last_modified));
+                    continue;
+                }
                 let kind = match log::version_of(name) {
                     Some((version, commit)) => Some((version, !commit)),
                     // A commit's checksum file (`000…N.crc`).
@@ -296,6 +302,28 @@ impl DeltaTable {
                     .await
                     .map_err(|e| self.store_error(e))?;
                 report.deleted += 1;
+            }
+        }
+        // Sidecars no remaining V2 checkpoint names, once as old as the
+        // retention (a checkpoint being written stores its sidecars first).
+        if sidecars.iter().any(|(_, at)| *at <= cutoff) {
+            let mut named = std::collections::BTreeSet::new();
+            for (key, version, checkpoint, _) in &listed {
+                let name = &key[self.log_prefix.len()..];
+                let remains = *version >= kept_from || *version < protected_before;
+                if *checkpoint && remains && checkpoint::is_uuid_named(name) {
+                    named.extend(self.sidecars_of(name).await?);
+                }
+            }
+            for (key, at) in &sidecars {
+                let name = &key[self.log_prefix.len() + SIDECARS.len()..];
+                if *at <= cutoff && !named.contains(name) {
+                    self.store
+                        .delete_object(key)
+                        .await
+                        .map_err(|e| self.store_error(e))?;
+                    report.deleted += 1;
+                }
             }
         }
         Ok(report)

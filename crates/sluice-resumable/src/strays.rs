@@ -38,7 +38,7 @@ impl Resumable {
             .filter(|u| u.key == *key && Some(u.upload_id.as_str()) != record.multipart_id())
         {
             match self.engine.abort_multipart(key, &stray.upload_id).await {
-                Ok(()) => aborted += 1,
+                Ok(_) => aborted += 1,
                 Err(error) => {
                     tracing::warn!(upload_id = %record.id(), %key, multipart_id = %stray.upload_id, error = %sluice_store::error_chain(&error), "could not abort a multipart upload a dead writer left; the janitor will");
                 }

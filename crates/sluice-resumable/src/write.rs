@@ -25,6 +25,7 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -164,6 +165,22 @@ impl Written {
             record,
             finished: None,
         }
+    }
+}
+
+/// Times [`Resumable::abort_unless_recorded_later`] tries to read the record
+/// once the store answers, before it leaves the multipart upload to the janitor.
+const UNKNOWN_WRITE_LOOKS: u32 = 5;
+
+/// True when a record write that failed with `error` certainly changed
+/// nothing: refused by its condition, or for good. A transient failure (or the
+/// breaker's refusal after one) may follow an attempt that landed.
+fn write_surely_failed(error: &ResumableError) -> bool {
+    match error {
+        ResumableError::Conflict => true,
+        ResumableError::Store(error) => !error.is_transient(),
+        ResumableError::Transfer(error) => error.store_error().is_some_and(|e| !e.is_transient()),
+        _ => false,
     }
 }
 
@@ -661,14 +678,58 @@ impl Resumable {
                 loaded.record = record;
                 Ok(upload_id)
             }
-            Err(error) => {
+            Err(error) if write_surely_failed(&error) => {
                 // Unrecorded, nobody would ever abort it: do it now.
                 if let Err(abort) = self.engine.abort_multipart(&record.key, &upload_id).await {
                     tracing::warn!(key = %record.key, %upload_id, error = %sluice_store::error_chain(&abort), "could not abort an unrecorded multipart upload; the janitor will");
                 }
                 Err(error)
             }
+            Err(error) => {
+                self.abort_unless_recorded_later(
+                    record.id().to_owned(),
+                    record.key.clone(),
+                    upload_id,
+                );
+                Err(error)
+            }
         }
+    }
+
+    /// After a record write whose end nobody knows (the store failed or went
+    /// down: the write may have landed): once the store answers, the record is
+    /// read, and `upload_id` aborted unless the record names it. Aborting at
+    /// once would break an upload whose record holds it; leaving it would leave
+    /// it to the janitor's day-old sweep. In the background; a process that
+    /// stops first leaves it to the janitor.
+    fn abort_unless_recorded_later(&self, id: String, key: String, upload_id: String) {
+        let (engine, records) = (self.engine.clone(), self.records.clone());
+        self.engine.spawn_background(async move {
+            for _ in 0..UNKNOWN_WRITE_LOOKS {
+                if !engine.store_answers().await {
+                    break;
+                }
+                let recorded = match records.load(&id).await {
+                    Ok(loaded) => loaded.record.multipart_id() == Some(upload_id.as_str()),
+                    Err(ResumableError::Protocol(TusError::NotFound)) => false,
+                    Err(error) => {
+                        tracing::debug!(upload_id = %id, error = %sluice_store::error_chain(&error), "the record does not read yet");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                if recorded {
+                    tracing::info!(upload_id = %id, %key, multipart_id = %upload_id, "a record write whose answer was lost had landed: its multipart upload stays");
+                    return;
+                }
+                match engine.abort_multipart(&key, &upload_id).await {
+                    Ok(_) => tracing::info!(upload_id = %id, %key, multipart_id = %upload_id, "aborted a multipart upload its record did not take"),
+                    Err(error) => tracing::warn!(upload_id = %id, %key, multipart_id = %upload_id, error = %sluice_store::error_chain(&error), "could not abort an unrecorded multipart upload; the janitor will"),
+                }
+                return;
+            }
+            tracing::warn!(upload_id = %id, %key, multipart_id = %upload_id, "could not tell whether the record took this multipart upload; the janitor will");
+        });
     }
 
     /// Merges every segment into one (the tail stays in the record); returns the

@@ -430,7 +430,8 @@ async fn created_with(
 /// A table past a checkpoint's part size is checkpointed in parts (classic)
 /// or sidecars (V2, in a table with feature `v2Checkpoint` whose policy is
 /// `v2`), each built and stored in turn, and a reader starting from the
-/// checkpoint sees every file, and the commits after it.
+/// checkpoint sees every file, and the commits after it. The log's clean-up
+/// takes an older checkpoint's parts, or its sidecars, with it.
 #[tokio::test]
 async fn a_large_table_is_checkpointed_in_parts() {
     let v2 = serde_json::json!({
@@ -485,6 +486,31 @@ async fn a_large_table_is_checkpointed_in_parts() {
                 assert!(top.ends_with(".json"), "{case}: {last}");
             }
         }
+        let (files, snapshot) = table_files(store.clone()).await;
+        assert_eq!(files.len(), 26, "{case}");
+        assert_eq!(snapshot.version, Some(26), "{case}");
+        // A newer checkpoint, and a month on: the log is cleaned up to it,
+        // and the older checkpoint's parts or sidecars go with it (the newer
+        // one's stay).
+        writer.checkpoint_in_parts_of(10).await.unwrap();
+        memory.advance_clock(std::time::Duration::from_secs(31 * 86_400));
+        let cleaned = writer.clean_log(memory.now()).await.unwrap();
+        assert_eq!(cleaned.kept_from, Some(26), "{case}: {cleaned:?}");
+        let log = memory.keys_under("events/_delta_log/");
+        let checkpoint_files: Vec<&String> =
+            log.iter().filter(|k| k.contains(".checkpoint.")).collect();
+        let expected = match case {
+            "classic" => 3,
+            _ => 4, // three sidecars and the top file
+        };
+        assert_eq!(checkpoint_files.len(), expected, "{case}: {log:?}");
+        assert!(
+            checkpoint_files
+                .iter()
+                .all(|k| k.contains("/00000000000000000026.")
+                    || k.contains("_sidecars/00000000000000000026.")),
+            "{case}: {log:?}"
+        );
         let (files, snapshot) = table_files(store).await;
         assert_eq!(files.len(), 26, "{case}");
         assert_eq!(snapshot.version, Some(26), "{case}");

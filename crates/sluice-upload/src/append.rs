@@ -25,6 +25,7 @@ use crate::parts::PartPipeline;
 use crate::progress::Tracker;
 use crate::retry::Kind;
 use crate::source::PartReader;
+use crate::upload::Aborted;
 use crate::{Engine, EngineInner, UploadOutcome, UploadRequest, UploadSource};
 
 /// Aborts its multipart upload when dropped armed; see [`Engine::abort_on_drop`].
@@ -550,8 +551,14 @@ impl Engine {
     }
 
     /// Aborts a multipart upload (a missing one counts as aborted), the same way
-    /// a failed or dropped upload's guard does.
-    pub async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<(), TransferError> {
-        self.inner.abort_upload(key, upload_id).await
+    /// a failed or dropped upload's guard does: while the store is down, the
+    /// abort waits for its return in the background ([`Aborted::WhenTheStoreIsBack`]).
+    pub async fn abort_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Aborted, TransferError> {
+        crate::upload::abort_or_hand_over(self.inner.clone(), key.to_owned(), upload_id.to_owned())
+            .await
     }
 }

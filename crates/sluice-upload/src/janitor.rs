@@ -84,7 +84,8 @@ impl Engine {
                 report.aborted.push(stale);
                 continue;
             }
-            match self.abort_multipart(&stale.key, &stale.upload_id).await {
+            // Now or reported failed: a pass hands nothing to the background.
+            match self.inner.abort_upload(&stale.key, &stale.upload_id).await {
                 Ok(()) => {
                     tracing::info!(key = %stale.key, upload_id = %stale.upload_id, age_s = ?stale.age.map(|a| a.as_secs()), "stale multipart upload aborted");
                     report.aborted.push(stale);

@@ -64,7 +64,7 @@ pub use settings::{defaults, size_in, ChecksumSetting, EngineSettings, MAX_SETTI
 pub use source::UploadSource;
 pub use tuning::TuningConfig;
 pub use units::{format_size, parse_size};
-pub use upload::{UploadOutcome, UploadRequest};
+pub use upload::{Aborted, UploadOutcome, UploadRequest};
 
 /// The transfer engine for one store. Cheap to clone; clones share everything.
 #[derive(Clone)]
@@ -198,6 +198,40 @@ impl Engine {
     /// `None` when `EngineConfig::tuning` sets no limit.
     pub fn transfer_limit(&self) -> Option<usize> {
         self.inner.tuner.limit()
+    }
+
+    /// Runs `work` in the background, tracked with the work that outlived its
+    /// callers ([`Engine::finish_background`] waits for it).
+    pub fn spawn_background<F>(&self, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                self.inner.background.spawn_on(work, &handle);
+            }
+            Err(_) => tracing::error!("background work dropped outside a runtime"),
+        }
+    }
+
+    /// Waits until the store answers again: at once unless its breaker is open,
+    /// else until a probe found it and one `Retry-After` more. False when the
+    /// engine stops first ([`Engine::finish_background`]).
+    pub async fn store_answers(&self) -> bool {
+        let Some(breaker) = self.inner.breaker.clone() else {
+            return !self.inner.stopping.is_cancelled();
+        };
+        if !breaker.is_open() {
+            return !self.inner.stopping.is_cancelled();
+        }
+        let back = async {
+            breaker.wait_closed().await;
+            tokio::time::sleep(breaker.retry_after()).await;
+        };
+        tokio::select! {
+            _ = back => true,
+            _ = self.inner.stopping.cancelled() => false,
+        }
     }
 
     /// Waits for the work that outlived its callers to finish (aborts of dropped

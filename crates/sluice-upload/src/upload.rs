@@ -883,28 +883,51 @@ impl AbortGuard {
         self.armed = false;
         let (inner, key, upload_id) =
             (self.inner.clone(), self.key.clone(), self.upload_id.clone());
-        let store_down = inner.breaker.as_ref().is_some_and(|b| b.is_open());
-        if !store_down {
-            match inner.abort_upload(&key, &upload_id).await {
-                Ok(()) => {
-                    tracing::info!(%key, %upload_id, "multipart upload aborted");
-                    return;
-                }
-                Err(error) if !is_store_down(&inner, &error) => {
-                    tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will");
-                    return;
-                }
-                Err(_) => {}
+        match abort_or_hand_over(inner, key.clone(), upload_id.clone()).await {
+            Ok(Aborted::Now) => tracing::info!(%key, %upload_id, "multipart upload aborted"),
+            Ok(Aborted::WhenTheStoreIsBack) => {}
+            Err(error) => {
+                tracing::error!(%key, %upload_id, error = %sluice_store::error_chain(&error), "could not abort the multipart upload; the janitor will");
             }
-        }
-        let abort = abort_upload(inner.clone(), key, upload_id);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                inner.background.spawn_on(abort, &handle);
-            }
-            Err(_) => abort.await,
         }
     }
+}
+
+/// How an abort that did not fail went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aborted {
+    /// The multipart upload is gone.
+    Now,
+    /// The store is down: the abort waits for its return in the background,
+    /// tracked with the engine's other background work, until the process stops.
+    WhenTheStoreIsBack,
+}
+
+/// Aborts `upload_id` now, unless the store is down (its breaker open, or the
+/// abort failing as a store that is down fails): then it is handed to the
+/// background (see [`Aborted::WhenTheStoreIsBack`]). Fails only for an abort
+/// the store refused for good (what is left is the janitor's).
+pub(crate) async fn abort_or_hand_over(
+    inner: Arc<EngineInner>,
+    key: String,
+    upload_id: String,
+) -> Result<Aborted, TransferError> {
+    let store_down = inner.breaker.as_ref().is_some_and(|b| b.is_open());
+    if !store_down {
+        match inner.abort_upload(&key, &upload_id).await {
+            Ok(()) => return Ok(Aborted::Now),
+            Err(error) if !is_store_down(&inner, &error) => return Err(error),
+            Err(_) => {}
+        }
+    }
+    let abort = abort_upload(inner.clone(), key, upload_id);
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            inner.background.spawn_on(abort, &handle);
+        }
+        Err(_) => abort.await,
+    }
+    Ok(Aborted::WhenTheStoreIsBack)
 }
 
 impl Drop for AbortGuard {
