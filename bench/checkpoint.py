@@ -9,7 +9,10 @@ it). Each run checkpoints it with every variant, in turn, after removing the
 previous checkpoint: peak RSS and CPU seconds from wait4, wall time; medians of
 --runs and the per-run ratios against the previous build.
 
-  python3 bench/checkpoint.py --sluice target/release/sluice --before OLD [--files N] [--runs N] [--out FILE]
+  python3 bench/checkpoint.py --sluice target/release/sluice --before OLD \
+      [--build LABEL=PATH ...] [--files N] [--runs N] [--out FILE]
+
+--build adds another build (default parts), e.g. an intermediate commit.
 """
 import json
 import os
@@ -71,6 +74,7 @@ def run(argv):
 def main():
     ap = benchlib.driver_args()
     ap.add_argument("--before", required=True)
+    ap.add_argument("--build", action="append", default=[], metavar="LABEL=PATH")
     ap.add_argument("--files", type=int, default=300_000)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -79,6 +83,10 @@ def main():
         make_table(work, args.files)
         variants = [
             ("before (whole)", [args.before, "tables", "checkpoint", "--store", work, "t"]),
+        ] + [
+            (label, [path, "tables", "checkpoint", "--store", work, "t"])
+            for label, path in (b.split("=", 1) for b in args.build)
+        ] + [
             ("after, one part", [args.sluice, "tables", "checkpoint", "--store", work, "t",
                                  "--part-actions", str(10 * args.files)]),
             ("after, default parts (100,000)", [args.sluice, "tables", "checkpoint", "--store", work, "t"]),
@@ -96,7 +104,8 @@ def main():
         lines = [
             f"Delta checkpoint of a table of {args.files:,} files (version 1 adds them all), "
             f"directory store, {args.runs} runs, medians",
-            f"sluice: {benchlib.version([args.sluice, '--version'])}; before: {args.before}",
+            f"sluice: {benchlib.version([args.sluice, '--version'])}; before: {args.before}"
+            + "".join(f"; {b}" for b in args.build),
             "",
             f"{'variant':34} {'peak RSS MiB':>12} {'CPU-s':>7} {'wall s':>7} {'RSS/before':>11}",
         ]

@@ -246,57 +246,96 @@ impl Snapshot {
         configuration.get("rowIdHighWaterMark")?.as_i64()
     }
 
-    /// Applies one version's actions (a commit's, or a checkpoint's). A
-    /// commit's removes go before its adds: a file that gains a deletion
-    /// vector is removed and added again under its path in one commit
-    /// (the file is `(path, deletion vector)` to the protocol), and a
-    /// checkpoint holds that file's add and its old remove side by side.
+    /// Applies one version's actions (a commit's, or a checkpoint's): see
+    /// [`Applying`].
     fn apply(&mut self, version: u64, actions: Vec<Action>) {
+        let mut applying = self.applying(version);
+        for action in actions {
+            applying.take(action);
+        }
+        applying.finish();
+    }
+
+    /// An empty snapshot of the same kind (tracking files or not), to be
+    /// read again from the start.
+    fn unread(&self) -> Snapshot {
+        let tracking = self.files.is_some();
+        Snapshot {
+            files: tracking.then(BTreeMap::new),
+            tombstones: tracking.then(BTreeMap::new),
+            ..Snapshot::default()
+        }
+    }
+
+    /// Starts applying version `version`'s actions one at a time.
+    fn applying(&mut self, version: u64) -> Applying<'_> {
         self.version = Some(version);
         self.in_commit_timestamp = None;
-        let (adds, others): (Vec<Action>, Vec<Action>) = actions
-            .into_iter()
-            .partition(|a| matches!(a, Action::Add(_)));
-        for action in others.into_iter().chain(adds) {
-            match action {
-                Action::Protocol(p) => self.protocol = Some(p),
-                Action::MetaData(m) => self.metadata = Some(m),
-                Action::Txn(t) => {
-                    match t.last_updated {
-                        Some(at) => self.txn_updated.insert(t.app_id.clone(), at),
-                        None => self.txn_updated.remove(&t.app_id),
-                    };
-                    self.txns.insert(t.app_id, t.version);
+        Applying {
+            snapshot: self,
+            adds: Vec::new(),
+        }
+    }
+}
+
+/// One version's actions applied to a snapshot as they are read (a commit of
+/// many files is never in memory as text and actions and the snapshot at
+/// once). A version's removes go before its adds: a file that gains a
+/// deletion vector is removed and added again under its path in one commit
+/// (the file is `(path, deletion vector)` to the protocol), and a checkpoint
+/// holds that file's add and its old remove side by side. So every action but
+/// an add is applied when taken, the adds when the version is finished.
+struct Applying<'a> {
+    snapshot: &'a mut Snapshot,
+    adds: Vec<Add>,
+}
+
+impl Applying<'_> {
+    fn take(&mut self, action: Action) {
+        let snapshot = &mut *self.snapshot;
+        match action {
+            Action::Add(add) => self.adds.push(add),
+            Action::Protocol(p) => snapshot.protocol = Some(p),
+            Action::MetaData(m) => snapshot.metadata = Some(m),
+            Action::Txn(t) => {
+                match t.last_updated {
+                    Some(at) => snapshot.txn_updated.insert(t.app_id.clone(), at),
+                    None => snapshot.txn_updated.remove(&t.app_id),
+                };
+                snapshot.txns.insert(t.app_id, t.version);
+            }
+            Action::Remove(remove) => {
+                if let Some(files) = &mut snapshot.files {
+                    files.remove(&remove.path);
                 }
-                Action::Add(add) => {
-                    if let Some(tombstones) = &mut self.tombstones {
-                        tombstones.remove(&log::file_id(&add.path, add.deletion_vector.as_ref()));
-                    }
-                    if let Some(files) = &mut self.files {
-                        files.insert(add.path.clone(), add);
-                    }
+                if let Some(tombstones) = &mut snapshot.tombstones {
+                    let id = log::file_id(&remove.path, remove.deletion_vector.as_ref());
+                    tombstones.insert(id, remove);
                 }
-                Action::Remove(remove) => {
-                    if let Some(files) = &mut self.files {
-                        files.remove(&remove.path);
-                    }
-                    if let Some(tombstones) = &mut self.tombstones {
-                        let id = log::file_id(&remove.path, remove.deletion_vector.as_ref());
-                        tombstones.insert(id, remove);
-                    }
+            }
+            Action::DomainMetadata(domain) => {
+                if domain.removed {
+                    snapshot.domains.remove(&domain.domain);
+                } else {
+                    snapshot.domains.insert(domain.domain.clone(), domain);
                 }
-                Action::DomainMetadata(domain) => {
-                    if domain.removed {
-                        self.domains.remove(&domain.domain);
-                    } else {
-                        self.domains.insert(domain.domain.clone(), domain);
-                    }
-                }
-                Action::CommitInfo(info) => {
-                    self.in_commit_timestamp =
-                        info.get("inCommitTimestamp").and_then(Value::as_i64);
-                }
-                Action::CheckpointMetadata(_) | Action::Sidecar(_) => {}
+            }
+            Action::CommitInfo(info) => {
+                snapshot.in_commit_timestamp =
+                    info.get("inCommitTimestamp").and_then(Value::as_i64);
+            }
+            Action::CheckpointMetadata(_) | Action::Sidecar(_) => {}
+        }
+    }
+
+    fn finish(self) {
+        let snapshot = self.snapshot;
+        for add in self.adds {
+            if let Some(tombstones) = &mut snapshot.tombstones {
+                tombstones.remove(&log::file_id(&add.path, add.deletion_vector.as_ref()));
+            }
+            if let Some(files) = &mut snapshot.files {
+                files.insert(add.path.clone(), add);
             }
         }
     }
@@ -494,6 +533,34 @@ fn sidecar_names(actions: &[Action]) -> Vec<String> {
         .collect()
 }
 
+/// A checkpoint's actions handed out a part at a time: each part is
+/// collected (cloned from the snapshot) only when it is built.
+struct Parts<I> {
+    actions: I,
+    total: usize,
+    part_actions: usize,
+}
+
+impl<I: Iterator<Item = Action>> Parts<I> {
+    fn new(actions: I, total: usize, part_actions: usize) -> Self {
+        Parts {
+            actions,
+            total,
+            part_actions: part_actions.max(1),
+        }
+    }
+
+    /// How many parts (0 for no actions).
+    fn count(&self) -> usize {
+        self.total.div_ceil(self.part_actions)
+    }
+
+    /// The next part's actions.
+    fn next_part(&mut self) -> Vec<Action> {
+        self.actions.by_ref().take(self.part_actions).collect()
+    }
+}
+
 /// A sidecar's name under the log (a path with a `/` is left as it is).
 fn sidecar_key(sidecar: &str) -> String {
     match sidecar.contains('/') {
@@ -574,8 +641,16 @@ impl DeltaTable {
                 let expected = snapshot.version.map_or(0, |v| v + 1);
                 match log::version_of(name) {
                     Some((version, true)) if version == expected => {
-                        let actions = self.read_commit(&object.key).await?;
-                        snapshot.apply(version, actions);
+                        let mut applying = snapshot.applying(version);
+                        let read = self
+                            .read_commit_each(&object.key, |action| applying.take(action))
+                            .await;
+                        if let Err(error) = read {
+                            // Half applied: this snapshot is read again whole.
+                            *snapshot = snapshot.unread();
+                            return Err(error);
+                        }
+                        applying.finish();
                     }
                     Some((version, true)) if version > expected && !started_again => {
                         started_again = true;
@@ -584,12 +659,7 @@ impl DeltaTable {
                             table = %self.layout.location,
                             "the commits after this reader's version were cleaned up; reading again from the latest checkpoint"
                         );
-                        let tracking = snapshot.files.is_some();
-                        *snapshot = Snapshot {
-                            files: tracking.then(BTreeMap::new),
-                            tombstones: tracking.then(BTreeMap::new),
-                            ..Snapshot::default()
-                        };
+                        *snapshot = snapshot.unread();
                         self.start_at_checkpoint(snapshot).await?;
                         continue 'listing;
                     }
@@ -623,12 +693,51 @@ impl DeltaTable {
         }
     }
 
+    /// A commit's actions.
     async fn read_commit(&self, key: &str) -> Result<Vec<Action>, TableError> {
-        let bytes = self.read_object(key).await?;
-        log::parse_commit(&bytes).map_err(|reason| TableError::Log {
+        let mut actions = Vec::new();
+        self.read_commit_each(key, |action| actions.push(action))
+            .await?;
+        Ok(actions)
+    }
+
+    /// Hands each of a commit's actions to `each`, parsed a line at a time as
+    /// its body arrives (a commit of many files is never in memory whole).
+    async fn read_commit_each(
+        &self,
+        key: &str,
+        mut each: impl FnMut(Action),
+    ) -> Result<(), TableError> {
+        let output = self
+            .store
+            .get_object(key, None)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let malformed = |reason| TableError::Log {
             key: key.to_string(),
             reason,
-        })
+        };
+        let mut line_actions = Vec::new();
+        let mut pending = BytesMut::new();
+        let mut number = 0;
+        let mut body = output.body;
+        loop {
+            let chunk = body.try_next().await.map_err(|e| self.store_error(e))?;
+            let ended = chunk.is_none();
+            pending.extend_from_slice(&chunk.unwrap_or_default());
+            while let Some(line) = match pending.iter().position(|&b| b == b'\n') {
+                Some(end) => Some(pending.split_to(end + 1)),
+                None if ended && !pending.is_empty() => Some(pending.split()),
+                None => None,
+            } {
+                number += 1;
+                log::parse_line(&line, number, &mut line_actions).map_err(malformed)?;
+                line_actions.drain(..).for_each(&mut each);
+            }
+            if ended {
+                return Ok(());
+            }
+        }
     }
 
     /// Whether log version `version` is exactly `body` (a commit this writer
@@ -672,14 +781,29 @@ impl DeltaTable {
                 key: last_key.clone(),
                 reason: e.to_string(),
             })?;
-        let mut actions = Vec::new();
-        for part in self.checkpoint_files(&last).await? {
-            actions.extend(self.read_checkpoint_file(&part).await?);
+        // A part (or sidecar) at a time into the snapshot; a failure midway
+        // leaves it to be read again whole.
+        let files = self.checkpoint_files(&last).await?;
+        let mut applying = snapshot.applying(last.version);
+        let read: Result<(), TableError> = async {
+            let mut sidecars = Vec::new();
+            for part in files {
+                let actions = self.read_checkpoint_file(&part).await?;
+                sidecars.extend(sidecar_names(&actions));
+                actions.into_iter().for_each(|a| applying.take(a));
+            }
+            for sidecar in sidecars {
+                let actions = self.read_checkpoint_file(&sidecar_key(&sidecar)).await?;
+                actions.into_iter().for_each(|a| applying.take(a));
+            }
+            Ok(())
         }
-        for sidecar in sidecar_names(&actions) {
-            actions.extend(self.read_checkpoint_file(&sidecar_key(&sidecar)).await?);
+        .await;
+        if let Err(error) = read {
+            *snapshot = snapshot.unread();
+            return Err(error);
         }
-        snapshot.apply(last.version, actions);
+        applying.finish();
         if snapshot.in_commit_timestamps() {
             // The checkpoint has no commitInfo: the version's commit does.
             // (kept with the checkpoint by every log clean-up).
@@ -770,9 +894,12 @@ impl DeltaTable {
                 reason: "the table has no commit yet".into(),
             });
         };
-        let mut actions: Vec<Action> = Vec::new();
-        actions.extend(snapshot.protocol.clone().map(Action::Protocol));
-        actions.extend(snapshot.metadata.clone().map(Action::MetaData));
+        // The table's own actions (few), then its files' (one per file):
+        // those are cloned from the snapshot a part at a time, so that the
+        // snapshot is the only whole copy of the table in memory.
+        let mut head: Vec<Action> = Vec::new();
+        head.extend(snapshot.protocol.clone().map(Action::Protocol));
+        head.extend(snapshot.metadata.clone().map(Action::MetaData));
         let now = now_ms();
         let mut txns: Vec<(&String, &i64)> = snapshot
             .txns
@@ -780,25 +907,18 @@ impl DeltaTable {
             .filter(|(app_id, _)| !snapshot.key_expired(app_id, now))
             .collect();
         txns.sort();
-        actions.extend(txns.into_iter().map(|(app_id, version)| {
+        head.extend(txns.into_iter().map(|(app_id, version)| {
             Action::Txn(Txn {
                 app_id: app_id.clone(),
                 version: *version,
                 last_updated: snapshot.txn_updated.get(app_id).copied(),
             })
         }));
-        actions.extend(
+        head.extend(
             snapshot
                 .domains
                 .values()
                 .map(|d| Action::DomainMetadata(d.clone())),
-        );
-        actions.extend(
-            snapshot
-                .files
-                .iter()
-                .flatten()
-                .map(|(_, add)| Action::Add(add.clone())),
         );
         // The tombstones within the table's deleted-file retention: vacuum
         // (ours and other engines') must know what readers of versions that
@@ -807,14 +927,18 @@ impl DeltaTable {
             - properties::duration(snapshot.configuration(), properties::DELETED_FILE_RETENTION)
                 .unwrap_or(properties::DEFAULT_DELETED_FILE_RETENTION)
                 .as_millis() as i64;
-        actions.extend(
-            snapshot
-                .tombstones
-                .iter()
-                .flatten()
-                .filter(|(_, r)| r.deletion_timestamp.is_none_or(|at| at >= kept_since))
-                .map(|(_, r)| Action::Remove(r.clone())),
-        );
+        let kept = |r: &Remove| r.deletion_timestamp.is_none_or(|at| at >= kept_since);
+        let adds = snapshot.files.iter().flatten().map(|(_, add)| add);
+        let removes = snapshot
+            .tombstones
+            .iter()
+            .flatten()
+            .map(|(_, r)| r)
+            .filter(|r| kept(r));
+        let file_count = adds.clone().count() + removes.clone().count();
+        let file_actions = adds
+            .map(|add| Action::Add(add.clone()))
+            .chain(removes.map(|r| Action::Remove(r.clone())));
         // V2 where the table's policy asks for it (a table dropping the
         // feature says `classic` first; classic checkpoints are always valid).
         let v2 = features::has(snapshot.protocol.as_ref(), "v2Checkpoint")
@@ -823,15 +947,16 @@ impl DeltaTable {
                 .get(properties::CHECKPOINT_POLICY)
                 .and_then(|v| v.as_deref())
                 .is_some_and(|v| v.trim() == "v2");
-        let size = actions.len() as u64;
+        let size = (head.len() + file_count) as u64;
         let last = match v2 {
             true => {
-                self.write_v2_checkpoint(version, actions, now, part_actions)
-                    .await?
+                let files = Parts::new(file_actions, file_count, part_actions);
+                self.write_v2_checkpoint(version, head, files, now).await?
             }
             false => {
-                self.write_classic_checkpoint(version, actions, part_actions)
-                    .await?
+                let total = head.len() + file_count;
+                let all = Parts::new(head.into_iter().chain(file_actions), total, part_actions);
+                self.write_classic_checkpoint(version, all).await?
             }
         };
         let last = checkpoint::LastCheckpoint { size, ..last };
@@ -840,58 +965,48 @@ impl DeltaTable {
         Ok(version)
     }
 
-    /// A classic checkpoint of `actions` at `version`: one Parquet file, or
-    /// parts of `part_actions` actions, each built and stored in turn. What `_last_checkpoint` says of it (its size left to fill).
+    /// A classic checkpoint at `version` of the actions `parts` hands out:
+    /// one Parquet file, or one per part, each built and stored in turn.
+    /// What `_last_checkpoint` says of it (its size left to fill).
     async fn write_classic_checkpoint(
         &self,
         version: u64,
-        actions: Vec<Action>,
-        part_actions: usize,
+        mut parts: Parts<impl Iterator<Item = Action>>,
     ) -> Result<checkpoint::LastCheckpoint, TableError> {
-        let parts = actions.len().div_ceil(part_actions).max(1);
-        let names = checkpoint::part_names(version, Some(parts as u64));
-        let actions = Arc::new(actions);
-        for (part, name) in names.into_iter().enumerate() {
-            let from = part * part_actions;
-            let to = (from + part_actions).min(actions.len());
-            let of = actions.clone();
+        let count = parts.count().max(1);
+        for name in checkpoint::part_names(version, Some(count as u64)) {
+            let of = parts.next_part();
             let file = self
-                .build(&name, move || checkpoint::write_checkpoint(&of[from..to]))
+                .build(&name, move || checkpoint::write_checkpoint(&of))
                 .await?;
             self.put_log_file(&name, file).await?;
         }
         Ok(checkpoint::LastCheckpoint {
             version,
             size: 0,
-            parts: (parts > 1).then_some(parts as u64),
+            parts: (count > 1).then_some(count as u64),
             v2_checkpoint: None,
         })
     }
 
-    /// A V2 checkpoint of `actions` at `version` (feature `v2Checkpoint`):
-    /// the files' adds and removes in Parquet sidecars of `part_actions`
-    /// each (`_delta_log/_sidecars/`), stored
-    /// first; then the checkpoint itself, JSON named by a UUID, with every
-    /// other action, the sidecars and its `checkpointMetadata`.
+    /// A V2 checkpoint at `version` (feature `v2Checkpoint`): the files'
+    /// adds and removes (`files`) in Parquet sidecars, one per part
+    /// (`_delta_log/_sidecars/`), stored first; then the checkpoint itself,
+    /// JSON named by a UUID, with the table's own actions (`top`), the
+    /// sidecars and its `checkpointMetadata`.
     async fn write_v2_checkpoint(
         &self,
         version: u64,
-        actions: Vec<Action>,
+        mut top: Vec<Action>,
+        mut files: Parts<impl Iterator<Item = Action>>,
         now: i64,
-        part_actions: usize,
     ) -> Result<checkpoint::LastCheckpoint, TableError> {
-        let (files, mut top): (Vec<Action>, Vec<Action>) = actions
-            .into_iter()
-            .partition(|a| matches!(a, Action::Add(_) | Action::Remove(_)));
-        let files = Arc::new(files);
-        let parts = files.len().div_ceil(part_actions);
-        for part in 0..parts {
-            let name = checkpoint::sidecar_name(version, part + 1, parts);
-            let from = part * part_actions;
-            let to = (from + part_actions).min(files.len());
-            let of = files.clone();
+        let count = files.count();
+        for part in 0..count {
+            let name = checkpoint::sidecar_name(version, part + 1, count);
+            let of = files.next_part();
             let file = self
-                .build(&name, move || checkpoint::write_sidecar(&of[from..to]))
+                .build(&name, move || checkpoint::write_sidecar(&of))
                 .await?;
             let size_in_bytes = file.len() as i64;
             self.put_log_file(&format!("{SIDECARS}{name}"), file)

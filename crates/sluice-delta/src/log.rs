@@ -266,28 +266,33 @@ struct Line {
 pub fn parse_commit(bytes: &[u8]) -> Result<Vec<Action>, String> {
     let mut actions = Vec::new();
     for (number, line) in bytes.split(|&b| b == b'\n').enumerate() {
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        let line: Line =
-            serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", number + 1))?;
-        actions.extend(
-            [
-                line.commit_info.map(Action::CommitInfo),
-                line.protocol.map(Action::Protocol),
-                line.meta_data.map(Action::MetaData),
-                line.txn.map(Action::Txn),
-                line.add.map(Action::Add),
-                line.remove.map(Action::Remove),
-                line.domain_metadata.map(Action::DomainMetadata),
-                line.checkpoint_metadata.map(Action::CheckpointMetadata),
-                line.sidecar.map(Action::Sidecar),
-            ]
-            .into_iter()
-            .flatten(),
-        );
+        parse_line(line, number + 1, &mut actions)?;
     }
     Ok(actions)
+}
+
+/// Line `number` of a commit file (blank: nothing), its actions put into `into`.
+pub fn parse_line(line: &[u8], number: usize, into: &mut Vec<Action>) -> Result<(), String> {
+    if line.trim_ascii().is_empty() {
+        return Ok(());
+    }
+    let line: Line = serde_json::from_slice(line).map_err(|e| format!("line {number}: {e}"))?;
+    into.extend(
+        [
+            line.commit_info.map(Action::CommitInfo),
+            line.protocol.map(Action::Protocol),
+            line.meta_data.map(Action::MetaData),
+            line.txn.map(Action::Txn),
+            line.add.map(Action::Add),
+            line.remove.map(Action::Remove),
+            line.domain_metadata.map(Action::DomainMetadata),
+            line.checkpoint_metadata.map(Action::CheckpointMetadata),
+            line.sidecar.map(Action::Sidecar),
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    Ok(())
 }
 
 /// A commit file's bytes.

@@ -600,3 +600,49 @@ async fn the_log_before_a_protected_version_stays() {
     let (_, snapshot) = table_files(store).await;
     assert_eq!(snapshot.version, Some(1000));
 }
+
+/// A commit is read a line at a time as its body arrives (a large one was
+/// read whole, then parsed: twice its size in memory). A commit of 3,000
+/// files in a directory store comes in 256 KiB pieces, lines cut across
+/// them: every file is read.
+#[tokio::test]
+async fn a_commit_is_read_across_the_pieces_its_body_comes_in() {
+    let root = std::env::temp_dir().join(format!(
+        "sluice-delta-pieces-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let fs = sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(&root)).unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(fs);
+    created_with(
+        store.as_ref(),
+        serde_json::json!({"minReaderVersion": 1, "minWriterVersion": 2}),
+        serde_json::json!({}),
+    )
+    .await;
+    let adds: String = (0..3000)
+        .map(|n| {
+            format!(
+                "{}\n",
+                serde_json::json!({"add": {"path": format!("f{n:05}.parquet"),
+                    "partitionValues": {}, "size": 100, "modificationTime": 0,
+                    "dataChange": true,
+                    "stats": "{\"numRecords\":10,\"minValues\":{\"id\":1},\"maxValues\":{\"id\":9}}"}})
+            )
+        })
+        .collect();
+    assert!(adds.len() > 2 * 256 * 1024, "{}", adds.len());
+    store
+        .put_object(sluice_store::PutRequest::new(
+            "events/_delta_log/00000000000000000001.json",
+            adds.into_bytes(),
+        ))
+        .await
+        .unwrap();
+    let (files, snapshot) = table_files(store).await;
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!((files.len(), snapshot.version), (3000, Some(1)));
+}
