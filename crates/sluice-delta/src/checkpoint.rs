@@ -342,14 +342,14 @@ mod tests {
                     "INSERTION_TIME".into(),
                     Some("1".into()),
                 )])),
-                deletion_vector: Some(DeletionVector {
+                deletion_vector: Some(Box::new(DeletionVector {
                     storage_type: "u".into(),
                     path_or_inline_dv: "ab^-aqEH.-t@S}K{vb[*k^".into(),
                     offset: Some(4),
                     size_in_bytes: 40,
                     cardinality: 1,
                     max_row_index: None,
-                }),
+                })),
                 base_row_id: Some(10),
                 default_row_commit_version: Some(3),
                 clustering_provider: None,

@@ -253,7 +253,6 @@ impl Snapshot {
         for action in actions {
             applying.take(action);
         }
-        applying.finish();
     }
 
     /// An empty snapshot of the same kind (tracking files or not), to be
@@ -271,30 +270,33 @@ impl Snapshot {
     fn applying(&mut self, version: u64) -> Applying<'_> {
         self.version = Some(version);
         self.in_commit_timestamp = None;
-        Applying {
-            snapshot: self,
-            adds: Vec::new(),
-        }
+        Applying { snapshot: self }
     }
 }
 
 /// One version's actions applied to a snapshot as they are read (a commit of
-/// many files is never in memory as text and actions and the snapshot at
-/// once). A version's removes go before its adds: a file that gains a
-/// deletion vector is removed and added again under its path in one commit
-/// (the file is `(path, deletion vector)` to the protocol), and a checkpoint
-/// holds that file's add and its old remove side by side. So every action but
-/// an add is applied when taken, the adds when the version is finished.
+/// many files is never in memory as text or actions beside the snapshot).
+/// The protocol knows a file as `(path, deletion vector)`: a file that gains
+/// a deletion vector is removed and added again under its path in one
+/// commit (Spark writes the add first), and a checkpoint holds that file's
+/// add and its old remove side by side. So a remove takes a file out only
+/// when it names the file's vector too, in whatever order the two come.
 struct Applying<'a> {
     snapshot: &'a mut Snapshot,
-    adds: Vec<Add>,
 }
 
 impl Applying<'_> {
     fn take(&mut self, action: Action) {
         let snapshot = &mut *self.snapshot;
         match action {
-            Action::Add(add) => self.adds.push(add),
+            Action::Add(add) => {
+                if let Some(tombstones) = &mut snapshot.tombstones {
+                    tombstones.remove(&log::file_id(&add.path, add.deletion_vector.as_deref()));
+                }
+                if let Some(files) = &mut snapshot.files {
+                    files.insert(add.path.clone(), add);
+                }
+            }
             Action::Protocol(p) => snapshot.protocol = Some(p),
             Action::MetaData(m) => snapshot.metadata = Some(m),
             Action::Txn(t) => {
@@ -305,12 +307,17 @@ impl Applying<'_> {
                 snapshot.txns.insert(t.app_id, t.version);
             }
             Action::Remove(remove) => {
+                let dv = remove.deletion_vector.as_deref();
                 if let Some(files) = &mut snapshot.files {
-                    files.remove(&remove.path);
+                    if files
+                        .get(&remove.path)
+                        .is_some_and(|add| add.deletion_vector.as_deref() == dv)
+                    {
+                        files.remove(&remove.path);
+                    }
                 }
                 if let Some(tombstones) = &mut snapshot.tombstones {
-                    let id = log::file_id(&remove.path, remove.deletion_vector.as_ref());
-                    tombstones.insert(id, remove);
+                    tombstones.insert(log::file_id(&remove.path, dv), remove);
                 }
             }
             Action::DomainMetadata(domain) => {
@@ -325,18 +332,6 @@ impl Applying<'_> {
                     info.get("inCommitTimestamp").and_then(Value::as_i64);
             }
             Action::CheckpointMetadata(_) | Action::Sidecar(_) => {}
-        }
-    }
-
-    fn finish(self) {
-        let snapshot = self.snapshot;
-        for add in self.adds {
-            if let Some(tombstones) = &mut snapshot.tombstones {
-                tombstones.remove(&log::file_id(&add.path, add.deletion_vector.as_ref()));
-            }
-            if let Some(files) = &mut snapshot.files {
-                files.insert(add.path.clone(), add);
-            }
         }
     }
 }
@@ -650,7 +645,6 @@ impl DeltaTable {
                             *snapshot = snapshot.unread();
                             return Err(error);
                         }
-                        applying.finish();
                     }
                     Some((version, true)) if version > expected && !started_again => {
                         started_again = true;
@@ -803,7 +797,6 @@ impl DeltaTable {
             *snapshot = snapshot.unread();
             return Err(error);
         }
-        applying.finish();
         if snapshot.in_commit_timestamps() {
             // The checkpoint has no commitInfo: the version's commit does.
             // (kept with the checkpoint by every log clean-up).
@@ -1257,30 +1250,34 @@ mod tests {
     /// Spark's DELETE on a table with deletion vectors: one commit removes
     /// the file and adds it again, its deleted rows in the vector (as Spark
     /// 4.2 writes it, add first). Read as written, the file left the table,
-    /// and a checkpoint sluice wrote then lost Spark's rows.
+    /// and a checkpoint sluice wrote then lost Spark's rows. Either order
+    /// leaves the file in, with its vector.
     #[test]
     fn a_file_given_a_deletion_vector_stays_in_the_table() {
-        let commit = br#"{"commitInfo":{"operation":"DELETE"}}
-{"add":{"path":"S8/part-00000.snappy.parquet","partitionValues":{},"size":2813,"modificationTime":1,"dataChange":true,"stats":"{\"numRecords\":4}","deletionVector":{"storageType":"u","pathOrInlineDv":"ab^-aqEH.-t@S}K{vb[*k^","offset":1,"sizeInBytes":36,"cardinality":2},"baseRowId":0,"defaultRowCommitVersion":1}}
-{"remove":{"path":"S8/part-00000.snappy.parquet","deletionTimestamp":2,"dataChange":true,"extendedFileMetadata":true,"partitionValues":{},"size":2813,"baseRowId":0,"defaultRowCommitVersion":1}}
-"#;
-        let mut snapshot = Snapshot {
-            files: Some(BTreeMap::new()),
-            tombstones: Some(BTreeMap::new()),
-            ..Snapshot::default()
-        };
-        snapshot.apply(2, log::parse_commit(commit).unwrap());
-        let files = snapshot.files.unwrap();
-        let file = files.get("S8/part-00000.snappy.parquet").expect("still in");
-        assert_eq!(file.deletion_vector.as_ref().unwrap().cardinality, 2);
-        assert_eq!(file.base_row_id, Some(0));
-        // The file as it was (no vector) is a tombstone: a checkpoint keeps
-        // it for readers of the older version.
-        let tombstones = snapshot.tombstones.unwrap();
-        assert_eq!(tombstones.len(), 1);
-        assert_eq!(
-            tombstones.values().next().unwrap().path,
-            "S8/part-00000.snappy.parquet"
-        );
+        let add = r#"{"add":{"path":"S8/part-00000.snappy.parquet","partitionValues":{},"size":2813,"modificationTime":1,"dataChange":true,"stats":"{\"numRecords\":4}","deletionVector":{"storageType":"u","pathOrInlineDv":"ab^-aqEH.-t@S}K{vb[*k^","offset":1,"sizeInBytes":36,"cardinality":2},"baseRowId":0,"defaultRowCommitVersion":1}}"#;
+        let remove = r#"{"remove":{"path":"S8/part-00000.snappy.parquet","deletionTimestamp":2,"dataChange":true,"extendedFileMetadata":true,"partitionValues":{},"size":2813,"baseRowId":0,"defaultRowCommitVersion":1}}"#;
+        for (case, first, second) in [("add first", add, remove), ("remove first", remove, add)] {
+            let commit =
+                format!("{{\"commitInfo\":{{\"operation\":\"DELETE\"}}}}\n{first}\n{second}\n");
+            let commit = commit.as_bytes();
+            let mut snapshot = Snapshot {
+                files: Some(BTreeMap::new()),
+                tombstones: Some(BTreeMap::new()),
+                ..Snapshot::default()
+            };
+            snapshot.apply(2, log::parse_commit(commit).unwrap());
+            let files = snapshot.files.unwrap();
+            let file = files.get("S8/part-00000.snappy.parquet").expect(case);
+            assert_eq!(file.deletion_vector.as_ref().unwrap().cardinality, 2);
+            assert_eq!(file.base_row_id, Some(0));
+            // The file as it was (no vector) is a tombstone: a checkpoint keeps
+            // it for readers of the older version.
+            let tombstones = snapshot.tombstones.unwrap();
+            assert_eq!(tombstones.len(), 1, "{case}");
+            assert_eq!(
+                tombstones.values().next().unwrap().path,
+                "S8/part-00000.snappy.parquet"
+            );
+        }
     }
 }

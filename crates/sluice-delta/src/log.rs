@@ -104,7 +104,7 @@ pub struct Add {
     /// The rows of the file deleted since (`deletionVectors`); sluice's own
     /// files have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_vector: Option<DeletionVector>,
+    pub deletion_vector: Option<Box<DeletionVector>>,
     /// The row id of the file's first row (`rowTracking`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_row_id: Option<i64>,
@@ -169,7 +169,7 @@ pub struct Remove {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, Option<String>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_vector: Option<DeletionVector>,
+    pub deletion_vector: Option<Box<DeletionVector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_row_id: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
