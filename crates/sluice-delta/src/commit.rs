@@ -279,7 +279,7 @@ impl DeltaTable {
             })?;
         let mut adds = Vec::with_capacity(change.files.len() + change.adds.len());
         for file in change.files {
-            let mut add = self.layout.add(file, now, &stats_columns)?;
+            let mut add = crate::add_action(&self.layout, file, now, &stats_columns)?;
             if let Some(mapping) = &mapping {
                 add.partition_values = add
                     .partition_values

@@ -30,7 +30,6 @@ pub mod checkpoint;
 mod commit;
 pub mod features;
 mod jsonl;
-pub mod listener;
 pub mod log;
 pub mod mapping;
 pub mod properties;
@@ -46,15 +45,13 @@ use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError};
 
-use listener::{CommitEnd, CommitListener, FileTag};
+use listener::{CommitEnd, CommitListener};
 use log::{Action, Add, MetaData, Protocol, Remove, Txn};
 
-/// The media type of a Parquet object.
-pub const PARQUET_CONTENT_TYPE: &str = "application/vnd.apache.parquet";
-
-/// The name Hive, Spark and Delta give the partition of a null (or empty)
-/// value.
-pub const HIVE_DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+pub use sluice_table::{
+    is_key_txn, key_txn, listener, Committed, NewFile, TableLayout, Transaction,
+    HIVE_DEFAULT_PARTITION, KEY_RETENTION, PARQUET_CONTENT_TYPE,
+};
 
 /// Why a table could not be read or committed to.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -336,155 +333,32 @@ impl Applying<'_> {
     }
 }
 
-/// A data file stored under the table's location, to be added.
-#[derive(Debug, Clone)]
-pub struct NewFile {
-    /// The object's key in the store.
-    pub key: String,
-    pub size: u64,
-    pub records: u64,
-    /// What the table's listener needs to announce it once a commit holds
-    /// it (none: it is not announced).
-    pub announce_as: Option<FileTag>,
-    /// Its Parquet footer, where its statistics come from (none: `numRecords` only).
-    pub footer: Option<Arc<parquet::file::metadata::ParquetMetaData>>,
-}
-
-/// One application transaction of a commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transaction {
-    pub app_id: String,
-    /// The version the table must hold now (None: none yet).
-    pub after: Option<i64>,
-    /// The version it holds once this commit is in.
-    pub version: i64,
-}
-
-/// How long a request's idempotency key is kept after its commit: a retry
-/// within it is answered from the table; checkpoints written after it leave
-/// the key out (a table fed keyed requests for months would otherwise carry
-/// every key ever used in every checkpoint and every reader's memory).
-pub const KEY_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
-
-/// The application transaction of a request with idempotency key `key` in
-/// stream `stream`: `sluice/key/<stream>/<key>`. Every other transaction
-/// sluice writes starts `sluice-` (a writer's `sluice-<stream>-<uuid>`, a
-/// Kafka partition's `sluice-<group>-<topic>-<partition>`, whose group and
-/// topic may hold any text), so no name of theirs can pass for a key.
-pub fn key_txn(stream: &str, key: &str) -> String {
-    format!("{KEY_TXN_PREFIX}{stream}/{key}")
-}
-
-const KEY_TXN_PREFIX: &str = "sluice/key/";
-
-/// Whether `app_id` is a request's idempotency key (see [`key_txn`]).
-fn is_key_txn(app_id: &str) -> bool {
-    app_id.starts_with(KEY_TXN_PREFIX)
-}
-
 /// The domain that holds row tracking's high-water mark.
 pub const ROW_TRACKING_DOMAIN: &str = "delta.rowTracking";
 
-/// What a commit did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Committed {
-    /// The table's new version.
-    Version(u64),
-    /// Its transactions were at their new versions already, by another
-    /// commit: an earlier attempt that landed late, or another owner's commit
-    /// of the same offsets (its records are in, through that commit's files).
-    /// Nothing was written: these files are not in the table.
-    Already,
-}
-
-/// What a stream's table is: where, and its partition columns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableLayout {
-    /// The table's root key, without a trailing `/` (`events`).
-    pub location: String,
-    /// Partition columns: the `name=` directories of the key template.
-    pub partition_columns: Vec<String>,
-}
-
-impl TableLayout {
-    /// Partition columns are the key template's `name=…` directories below
-    /// the table's root.
-    pub fn from_template(location: &str, rendered_template: &str) -> TableLayout {
-        let below = rendered_template
-            .strip_prefix(location)
-            .unwrap_or(rendered_template);
-        let mut segments: Vec<&str> = below.split('/').filter(|s| !s.is_empty()).collect();
-        segments.pop(); // the file's own name
-        let partition_columns = segments
-            .iter()
-            .filter_map(|s| s.split_once('=').map(|(name, _)| name))
-            .filter(|name| is_column_name(name))
-            .map(str::to_string)
-            .collect();
-        TableLayout {
-            location: location.trim_end_matches('/').to_string(),
-            partition_columns,
-        }
-    }
-
-    /// A stored file's add action: its path relative to the table, and the
-    /// partition values its directories name.
-    fn add(
-        &self,
-        file: &NewFile,
-        now_ms: i64,
-        stats: &stats::StatsColumns,
-    ) -> Result<Add, TableError> {
-        let root = format!("{}/", self.location);
-        let relative = file
-            .key
-            .strip_prefix(&root)
-            .ok_or_else(|| TableError::Outside {
-                key: file.key.clone(),
-                root: self.location.clone(),
-            })?;
-        let mut values: BTreeMap<String, Option<String>> = self
-            .partition_columns
-            .iter()
-            .map(|c| (c.clone(), None))
-            .collect();
-        let mut dirs: Vec<&str> = relative.split('/').collect();
-        dirs.pop();
-        for dir in dirs {
-            if let Some((name, value)) = dir.split_once('=') {
-                if let Some(slot) = values.get_mut(name) {
-                    *slot = partition_value(value);
-                }
-            }
-        }
-        Ok(Add {
-            path: log::encode_path(relative),
-            partition_values: values,
-            size: file.size as i64,
-            modification_time: now_ms,
-            data_change: true,
-            stats: Some(stats::file_stats(file.records, file.footer.as_deref(), stats).to_string()),
-            ..Add::default()
-        })
-    }
-}
-
-/// The value a partition directory's `name=value` names: Hive's escaping
-/// undone, and Hive's default partition null.
-fn partition_value(escaped: &str) -> Option<String> {
-    match escaped {
-        HIVE_DEFAULT_PARTITION => None,
-        escaped => Some(log::decode_path(escaped)),
-    }
-}
-
-/// A partition column's name: what a Hive-style directory can name.
-fn is_column_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.contains(['{', '}'])
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+/// A stored file's add action: its path relative to the table, and the
+/// partition values its directories name.
+fn add_action(
+    layout: &TableLayout,
+    file: &NewFile,
+    now_ms: i64,
+    stats: &stats::StatsColumns,
+) -> Result<Add, TableError> {
+    let relative = layout
+        .relative(&file.key)
+        .ok_or_else(|| TableError::Outside {
+            key: file.key.clone(),
+            root: layout.location.clone(),
+        })?;
+    Ok(Add {
+        path: log::encode_path(relative),
+        partition_values: layout.partition_values(relative),
+        size: file.size as i64,
+        modification_time: now_ms,
+        data_change: true,
+        stats: Some(stats::file_stats(file.records, file.footer.as_deref(), stats).to_string()),
+        ..Add::default()
+    })
 }
 
 /// One Delta table, as one writer sees it.
