@@ -626,12 +626,7 @@ impl DeltaTable {
             .get_object(key, None)
             .await
             .map_err(|e| self.store_error(e))?;
-        let mut bytes = BytesMut::new();
-        let mut body = output.body;
-        while let Some(chunk) = body.try_next().await.map_err(|e| self.store_error(e))? {
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes.freeze())
+        output.bytes().await.map_err(|e| self.store_error(e))
     }
 
     /// Loads the latest checkpoint, if the table has one, into `snapshot`:

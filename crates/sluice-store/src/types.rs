@@ -215,6 +215,20 @@ pub struct GetOutput {
     pub body: ByteStream,
 }
 
+impl GetOutput {
+    /// The whole body, in memory: for small objects (metadata, logs,
+    /// records), never for data.
+    pub async fn bytes(self) -> Result<Bytes, StoreError> {
+        use futures::TryStreamExt;
+        let mut out = bytes::BytesMut::new();
+        let mut body = self.body;
+        while let Some(chunk) = body.try_next().await? {
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out.freeze())
+    }
+}
+
 impl fmt::Debug for GetOutput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GetOutput")

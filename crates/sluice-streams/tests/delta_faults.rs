@@ -25,11 +25,7 @@ use common::{file, layout, schema, table_files};
 const LOG: &str = "events/_delta_log/";
 
 fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
-    Transaction {
-        app_id: app_id.into(),
-        after,
-        version,
-    }
+    Transaction::new(app_id, after, version)
 }
 
 #[tokio::test]

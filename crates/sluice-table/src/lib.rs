@@ -43,6 +43,17 @@ pub struct Transaction {
     pub version: i64,
 }
 
+impl Transaction {
+    /// Transaction `app_id` moved from `after` to `version`.
+    pub fn new(app_id: impl Into<String>, after: Option<i64>, version: i64) -> Transaction {
+        Transaction {
+            app_id: app_id.into(),
+            after,
+            version,
+        }
+    }
+}
+
 /// How long a request's idempotency key is kept after its commit: a retry
 /// within it is answered from the table; checkpoints written after it leave
 /// the key out (a table fed keyed requests for months would otherwise carry

@@ -1,0 +1,532 @@
+//! An Apache Iceberg table (format version 2) in an object store, committed
+//! to by sluice itself, with no catalog service: the table's metadata
+//! versions are `metadata/v1.metadata.json`, `v2…`, and a commit is the next
+//! version written with `If-None-Match: *`, the conditional write that lets
+//! exactly one writer have each version (as the Delta log's commits; the
+//! file-system catalog's naming, so that readers given the table's directory
+//! or a metadata file find it; `metadata/version-hint.text` names the latest
+//! for them, written after each commit and never trusted by sluice).
+//!
+//! Application transactions make commits exactly once, as for Delta (see
+//! sluice-table's [`Transaction`]): each snapshot sluice makes carries, in its
+//! summary's `sluice.transactions`, the versions of every transaction sluice
+//! has committed to the table; a commit reads them from the newest such
+//! snapshot of the main branch's history (another engine's appends in
+//! between carry none and change none). A commit whose transactions are at
+//! their new versions already is [`Committed::Already`]; one whose `after`
+//! does not match is [`TableError::Fenced`]. A commit whose answer was lost
+//! is this writer's when the version holds exactly its bytes.
+//!
+//! I/O-free parts: [`schema`] (field ids, merging a stream's columns),
+//! [`metadata`] (the JSON), [`manifest`] (Avro manifests and lists). Only
+//! unpartitioned tables are written so far; a table whose partition spec has
+//! fields is refused, naming it.
+
+pub mod manifest;
+pub mod metadata;
+pub mod schema;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_schema::Schema as ArrowSchema;
+use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
+
+pub use sluice_table::{Committed, NewFile, TableLayout, Transaction};
+
+use manifest::{DataFile, ManifestFile};
+use metadata::{Snapshot, TableMetadata};
+
+/// The snapshot summary key that holds sluice's transactions (a JSON object
+/// of application id → version).
+pub const TRANSACTIONS: &str = "sluice.transactions";
+
+const VERSION_HINT: &str = "version-hint.text";
+
+/// Why a table could not be read or committed to.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TableError {
+    #[error("the Iceberg table at {root}: {source}")]
+    Store {
+        root: String,
+        #[source]
+        source: Arc<StoreError>,
+    },
+    #[error("the Iceberg table's {key} does not read: {reason}")]
+    Malformed { key: String, reason: String },
+    #[error(
+        "transaction {app_id} of the Iceberg table at {root} is at {found:?}, not {expected:?}: \
+         another writer has this data's place"
+    )]
+    Fenced {
+        root: String,
+        app_id: String,
+        expected: Option<i64>,
+        found: Option<i64>,
+    },
+    #[error("the Iceberg table at {root}: {source}")]
+    Schema {
+        root: String,
+        #[source]
+        source: schema::SchemaError,
+    },
+    #[error(
+        "the Iceberg table at {root} is partitioned (partition spec {spec}); sluice writes \
+         unpartitioned Iceberg tables only so far"
+    )]
+    Partitioned { root: String, spec: String },
+    #[error("the Iceberg table at {root} is of format version {version}; sluice writes version 2")]
+    FormatVersion { root: String, version: i64 },
+    #[error("{key} is not below the Iceberg table's root {root}")]
+    Outside { key: String, root: String },
+}
+
+/// One Iceberg table, as one writer sees it.
+pub struct IcebergTable {
+    store: Arc<dyn ObjectStore>,
+    layout: TableLayout,
+    /// The store's root as readers address it (`s3://bucket`,
+    /// `file:///srv/data`): the table's location and its files' paths are
+    /// absolute, as Iceberg has them.
+    root_uri: String,
+    metadata_prefix: String,
+}
+
+impl IcebergTable {
+    /// The table at `layout.location` in `store`, whose root readers reach as
+    /// `root_uri`.
+    pub fn new(store: Arc<dyn ObjectStore>, layout: TableLayout, root_uri: &str) -> IcebergTable {
+        let metadata_prefix = format!("{}/metadata/", layout.location);
+        IcebergTable {
+            store,
+            layout,
+            root_uri: root_uri.trim_end_matches('/').to_owned(),
+            metadata_prefix,
+        }
+    }
+
+    /// The table's location as its metadata gives it.
+    pub fn location(&self) -> String {
+        format!("{}/{}", self.root_uri, self.layout.location)
+    }
+
+    fn store_error(&self, source: StoreError) -> TableError {
+        TableError::Store {
+            root: self.layout.location.clone(),
+            source: Arc::new(source),
+        }
+    }
+
+    fn malformed(&self, key: &str, reason: impl ToString) -> TableError {
+        TableError::Malformed {
+            key: key.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn metadata_key(&self, version: u64) -> String {
+        format!("{}v{version}.metadata.json", self.metadata_prefix)
+    }
+
+    /// The latest metadata version and what it holds; None for no table.
+    pub async fn load(&self) -> Result<Option<(u64, TableMetadata)>, TableError> {
+        let mut latest: Option<u64> = None;
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list_objects(&self.metadata_prefix, cursor.as_deref(), 1000)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            for object in &page.objects {
+                let name = &object.key[self.metadata_prefix.len()..];
+                let version = name
+                    .strip_prefix('v')
+                    .and_then(|n| n.strip_suffix(".metadata.json"))
+                    .and_then(|n| n.parse::<u64>().ok());
+                if let Some(version) = version {
+                    latest = latest.max(Some(version));
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let Some(version) = latest else {
+            return Ok(None);
+        };
+        let key = self.metadata_key(version);
+        let bytes = self.read(&key).await?;
+        let metadata: TableMetadata =
+            serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?;
+        Ok(Some((version, metadata)))
+    }
+
+    /// A whole (small) object of the table: metadata, a manifest.
+    async fn read(&self, key: &str) -> Result<bytes::Bytes, TableError> {
+        let output = self
+            .store
+            .get_object(key, None)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        output.bytes().await.map_err(|e| self.store_error(e))
+    }
+
+    async fn put(&self, key: &str, body: Vec<u8>, create_only: bool) -> Result<(), StoreError> {
+        let mut request = PutRequest::new(key, body);
+        if create_only {
+            request.condition = Some(WriteCondition::IfNoneMatch);
+        }
+        self.store.put_object(request).await.map(|_| ())
+    }
+
+    /// The transactions sluice committed to the table, as of `metadata`'s
+    /// current snapshot.
+    pub fn transactions(
+        &self,
+        metadata: &TableMetadata,
+    ) -> Result<BTreeMap<String, i64>, TableError> {
+        let Some(snapshot) = metadata
+            .ancestry()
+            .find(|s| s.summary.contains_key(TRANSACTIONS))
+        else {
+            return Ok(BTreeMap::new());
+        };
+        serde_json::from_str(&snapshot.summary[TRANSACTIONS]).map_err(|e| {
+            self.malformed(
+                &format!("snapshot {}'s summary {TRANSACTIONS}", snapshot.snapshot_id),
+                e,
+            )
+        })
+    }
+
+    /// Appends `files` (stored under the table's root, in the columns of
+    /// `columns`) in one snapshot, with `transactions`; the table is made by
+    /// the first commit when there is none.
+    pub async fn append(
+        &self,
+        files: &[NewFile],
+        transactions: &[Transaction],
+        columns: &ArrowSchema,
+    ) -> Result<Committed, TableError> {
+        let data_files = files
+            .iter()
+            .map(|f| {
+                self.layout
+                    .relative(&f.key)
+                    .ok_or_else(|| TableError::Outside {
+                        key: f.key.clone(),
+                        root: self.layout.location.clone(),
+                    })?;
+                Ok(DataFile {
+                    path: format!("{}/{}", self.root_uri, f.key),
+                    records: f.records as i64,
+                    size: f.size as i64,
+                })
+            })
+            .collect::<Result<Vec<_>, TableError>>()?;
+        loop {
+            let (version, metadata) = match self.load().await? {
+                Some(found) => found,
+                None => {
+                    self.create(columns).await?;
+                    continue;
+                }
+            };
+            self.check(&metadata)?;
+            let state = self.transactions(&metadata)?;
+            if !transactions.is_empty()
+                && transactions
+                    .iter()
+                    .all(|t| state.get(&t.app_id) == Some(&t.version))
+            {
+                return Ok(Committed::Already);
+            }
+            for t in transactions {
+                let found = state.get(&t.app_id).copied();
+                if found != t.after {
+                    return Err(TableError::Fenced {
+                        root: self.layout.location.clone(),
+                        app_id: t.app_id.clone(),
+                        expected: t.after,
+                        found,
+                    });
+                }
+            }
+            let next = self
+                .next_metadata(metadata, &data_files, state, transactions, columns, version)
+                .await?;
+            let body = serde_json::to_vec_pretty(&next).expect("metadata serializes");
+            let key = self.metadata_key(version + 1);
+            match self.put(&key, body.clone(), true).await {
+                Ok(()) => {}
+                Err(StoreError::PreconditionFailed) => {
+                    tracing::debug!(table = %self.layout.location, version = version + 1, "another writer took this version; trying the next");
+                    continue;
+                }
+                Err(error) => {
+                    // The answer may be lost while the write landed: it is
+                    // ours only when the version holds exactly our bytes.
+                    match self.read(&key).await {
+                        Ok(found) if found[..] == body[..] => {}
+                        Ok(_) => continue,
+                        Err(_) => return Err(self.store_error(error)),
+                    }
+                }
+            }
+            self.hint(version + 1).await;
+            return Ok(Committed::Version(version + 1));
+        }
+    }
+
+    /// Refuses a table sluice cannot append to as it is.
+    fn check(&self, metadata: &TableMetadata) -> Result<(), TableError> {
+        if metadata.format_version != metadata::FORMAT_VERSION {
+            return Err(TableError::FormatVersion {
+                root: self.layout.location.clone(),
+                version: metadata.format_version,
+            });
+        }
+        if metadata.is_partitioned() {
+            return Err(TableError::Partitioned {
+                root: self.layout.location.clone(),
+                spec: metadata.default_spec_id.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Version 1 of a new table of `columns`, written create-only (another
+    /// writer's version 1 is as good).
+    async fn create(&self, columns: &ArrowSchema) -> Result<(), TableError> {
+        let (schema, last) =
+            schema::Schema::from_arrow(columns).map_err(|source| TableError::Schema {
+                root: self.layout.location.clone(),
+                source,
+            })?;
+        let metadata = TableMetadata::new(&self.location(), &schema, last, now_ms());
+        let body = serde_json::to_vec_pretty(&metadata).expect("metadata serializes");
+        match self.put(&self.metadata_key(1), body, true).await {
+            Ok(()) | Err(StoreError::PreconditionFailed) => {
+                self.hint(1).await;
+                Ok(())
+            }
+            Err(error) => Err(self.store_error(error)),
+        }
+    }
+
+    /// `metadata.version-hint.text` names `version` (readers given the
+    /// table's directory start there; sluice lists instead).
+    async fn hint(&self, version: u64) {
+        let key = format!("{}{VERSION_HINT}", self.metadata_prefix);
+        if let Err(error) = self
+            .put(&key, version.to_string().into_bytes(), false)
+            .await
+        {
+            tracing::warn!(table = %self.layout.location, version, error = %sluice_store::error_chain(&error), "could not update the version hint");
+        }
+    }
+
+    /// The metadata after `metadata` (version `version`) with a snapshot that
+    /// adds `files`: its manifest and manifest list stored first.
+    async fn next_metadata(
+        &self,
+        mut metadata: TableMetadata,
+        files: &[DataFile],
+        mut state: BTreeMap<String, i64>,
+        transactions: &[Transaction],
+        columns: &ArrowSchema,
+        version: u64,
+    ) -> Result<TableMetadata, TableError> {
+        let schema_error = |source| TableError::Schema {
+            root: self.layout.location.clone(),
+            source,
+        };
+        let mut schema = metadata.current_schema().map_err(schema_error)?;
+        let mut last_column_id = metadata.last_column_id.max(schema.highest_id());
+        if let Some(merged) = schema
+            .merged(columns, &mut last_column_id)
+            .map_err(schema_error)?
+        {
+            let highest = metadata
+                .schemas
+                .iter()
+                .filter_map(|s| s["schema-id"].as_i64())
+                .max()
+                .unwrap_or(0);
+            schema = schema::Schema {
+                schema_id: highest as i32 + 1,
+                ..merged
+            };
+            metadata.schemas.push(schema.to_json());
+            metadata.current_schema_id = schema.schema_id;
+            metadata.last_column_id = last_column_id;
+        }
+        let now = now_ms();
+        let snapshot_id = new_snapshot_id();
+        let sequence_number = metadata.last_sequence_number + 1;
+        let parent = metadata.current_snapshot().cloned();
+
+        let manifest = manifest::write_manifest(files, snapshot_id, &schema)
+            .map_err(|e| self.malformed("a new manifest", e))?;
+        let manifest_name = format!("{}-m0.avro", uuid::Uuid::new_v4());
+        let manifest_length = manifest.len() as i64;
+        self.put(
+            &format!("{}{manifest_name}", self.metadata_prefix),
+            manifest,
+            false,
+        )
+        .await
+        .map_err(|e| self.store_error(e))?;
+        let added_rows: i64 = files.iter().map(|f| f.records).sum();
+        let mut manifests = vec![ManifestFile {
+            path: format!("{}/metadata/{manifest_name}", self.location()),
+            length: manifest_length,
+            partition_spec_id: metadata.default_spec_id,
+            content: 0,
+            sequence_number,
+            min_sequence_number: sequence_number,
+            added_snapshot_id: snapshot_id,
+            added_files: files.len() as i32,
+            existing_files: 0,
+            deleted_files: 0,
+            added_rows,
+            existing_rows: 0,
+            deleted_rows: 0,
+            partitions: None,
+            key_metadata: None,
+        }];
+        if let Some(parent) = &parent {
+            let key = self.key_of(&parent.manifest_list)?;
+            let list = self.read(&key).await?;
+            manifests
+                .extend(manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))?);
+        }
+        let list = manifest::write_manifest_list(
+            &manifests,
+            snapshot_id,
+            parent.as_ref().map(|p| p.snapshot_id),
+            sequence_number,
+        )
+        .map_err(|e| self.malformed("a new manifest list", e))?;
+        let list_name = format!("snap-{snapshot_id}-1-{}.avro", uuid::Uuid::new_v4());
+        self.put(&format!("{}{list_name}", self.metadata_prefix), list, false)
+            .await
+            .map_err(|e| self.store_error(e))?;
+
+        for t in transactions {
+            state.insert(t.app_id.clone(), t.version);
+        }
+        let total = |key: &str| -> i64 {
+            parent
+                .as_ref()
+                .and_then(|p| p.summary.get(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let added_size: i64 = files.iter().map(|f| f.size).sum();
+        let summary = BTreeMap::from([
+            ("operation".to_owned(), "append".to_owned()),
+            ("added-data-files".to_owned(), files.len().to_string()),
+            ("added-records".to_owned(), added_rows.to_string()),
+            ("added-files-size".to_owned(), added_size.to_string()),
+            (
+                "total-data-files".to_owned(),
+                (total("total-data-files") + files.len() as i64).to_string(),
+            ),
+            (
+                "total-records".to_owned(),
+                (total("total-records") + added_rows).to_string(),
+            ),
+            (
+                "total-files-size".to_owned(),
+                (total("total-files-size") + added_size).to_string(),
+            ),
+            (
+                "total-delete-files".to_owned(),
+                total("total-delete-files").to_string(),
+            ),
+            (
+                "total-position-deletes".to_owned(),
+                total("total-position-deletes").to_string(),
+            ),
+            (
+                "total-equality-deletes".to_owned(),
+                total("total-equality-deletes").to_string(),
+            ),
+            (
+                TRANSACTIONS.to_owned(),
+                serde_json::to_string(&state).expect("serializes"),
+            ),
+        ]);
+        metadata.snapshots.push(Snapshot {
+            snapshot_id,
+            parent_snapshot_id: parent.as_ref().map(|p| p.snapshot_id),
+            sequence_number,
+            timestamp_ms: now,
+            manifest_list: format!("{}/metadata/{list_name}", self.location()),
+            summary,
+            schema_id: Some(schema.schema_id),
+            other: Default::default(),
+        });
+        metadata.current_snapshot_id = Some(snapshot_id);
+        metadata.last_sequence_number = sequence_number;
+        metadata.refs.insert(
+            metadata::MAIN.to_owned(),
+            serde_json::json!({"snapshot-id": snapshot_id, "type": "branch"}),
+        );
+        metadata
+            .snapshot_log
+            .push(serde_json::json!({"timestamp-ms": now, "snapshot-id": snapshot_id}));
+        metadata.metadata_log.push(serde_json::json!({
+            "timestamp-ms": metadata.last_updated_ms,
+            "metadata-file": format!("{}/metadata/v{version}.metadata.json", self.location()),
+        }));
+        metadata.last_updated_ms = now;
+        Ok(metadata)
+    }
+
+    /// The store key of a file the metadata names by its full location.
+    fn key_of(&self, location: &str) -> Result<String, TableError> {
+        location
+            .strip_prefix(&self.root_uri)
+            .map(|k| k.trim_start_matches('/').to_owned())
+            .ok_or_else(|| self.malformed(location, format!("it is not under {}", self.root_uri)))
+    }
+
+    /// The data files the current snapshot holds (full locations).
+    pub async fn data_files(&self) -> Result<Vec<String>, TableError> {
+        let Some((_, metadata)) = self.load().await? else {
+            return Ok(Vec::new());
+        };
+        let Some(snapshot) = metadata.current_snapshot() else {
+            return Ok(Vec::new());
+        };
+        let key = self.key_of(&snapshot.manifest_list)?;
+        let list = manifest::read_manifest_list(&self.read(&key).await?)
+            .map_err(|e| self.malformed(&key, e))?;
+        let mut out = Vec::new();
+        for m in list.iter().filter(|m| m.content == 0) {
+            let key = self.key_of(&m.path)?;
+            out.extend(
+                manifest::read_manifest_paths(&self.read(&key).await?)
+                    .map_err(|e| self.malformed(&key, e))?,
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// A snapshot id: random and positive, as Iceberg's own writers make them.
+fn new_snapshot_id() -> i64 {
+    let bits = uuid::Uuid::new_v4().as_u64_pair();
+    ((bits.0 ^ bits.1) & (i64::MAX as u64)) as i64
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,312 @@
+//! Iceberg tables committed to by sluice: exactly once through replays,
+//! fenced writers, racing writers and lost answers (a memory store, faults
+//! where a real server cannot be made to fail on cue), and what readers that
+//! are not sluice's (pyiceberg, DuckDB) read from a directory store.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+use sluice_iceberg::{Committed, IcebergTable, NewFile, TableError, TableLayout, Transaction};
+use sluice_store::ObjectStore;
+use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
+
+fn layout() -> TableLayout {
+    TableLayout {
+        location: "events".into(),
+        partition_columns: Vec::new(),
+    }
+}
+
+fn columns() -> ArrowSchema {
+    ArrowSchema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ])
+}
+
+fn file(name: &str) -> NewFile {
+    NewFile {
+        key: format!("events/data/{name}.parquet"),
+        size: 100,
+        records: 10,
+        announce_as: None,
+        footer: None,
+    }
+}
+
+fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
+    Transaction::new(app_id, after, version)
+}
+
+/// A replayed commit changes nothing; one whose `after` another writer moved
+/// is fenced; a new transaction starts from none.
+#[tokio::test]
+async fn commits_are_exactly_once() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let table = IcebergTable::new(store, layout(), "memory://bucket");
+    let first = table
+        .append(&[file("a")], &[step("w", None, 1)], &columns())
+        .await
+        .unwrap();
+    assert_eq!(first, Committed::Version(2)); // version 1 made the table
+                                              // (the commit, what it must do)
+    let cases: Vec<(Vec<Transaction>, Result<Committed, &str>)> = vec![
+        (vec![step("w", None, 1)], Ok(Committed::Already)),
+        (vec![step("w", Some(5), 6)], Err("fenced")),
+        (vec![step("w", Some(1), 2)], Ok(Committed::Version(3))),
+        (vec![step("other", None, 7)], Ok(Committed::Version(4))),
+        (
+            vec![step("w", Some(1), 2), step("other", None, 7)],
+            Ok(Committed::Already),
+        ),
+    ];
+    for (transactions, want) in cases {
+        let got = table.append(&[file("b")], &transactions, &columns()).await;
+        match (got, want) {
+            (Ok(got), Ok(want)) => assert_eq!(got, want, "{transactions:?}"),
+            (Err(TableError::Fenced { .. }), Err("fenced")) => {}
+            (got, want) => panic!("{transactions:?}: {got:?}, wanted {want:?}"),
+        }
+    }
+    let (_, metadata) = table.load().await.unwrap().unwrap();
+    let state = table.transactions(&metadata).unwrap();
+    assert_eq!(state.get("w"), Some(&2));
+    assert_eq!(state.get("other"), Some(&7));
+    assert_eq!(table.data_files().await.unwrap().len(), 3);
+}
+
+/// `commits` commits of transaction `name`, one file each; their versions.
+async fn commit_in_turn(table: &IcebergTable, name: &str, commits: i64) -> Vec<u64> {
+    let mut versions = Vec::new();
+    for n in 0..commits {
+        let after = (n > 0).then_some(n);
+        let files = [file(&format!("{name}{n}"))];
+        match table
+            .append(&files, &[step(name, after, n + 1)], &columns())
+            .await
+            .unwrap()
+        {
+            Committed::Version(v) => versions.push(v),
+            Committed::Already => panic!("{name} {n}: already"),
+        }
+    }
+    versions
+}
+
+/// Two writers committing at once never both take a version: every commit
+/// of each lands, once, in a version of its own.
+#[tokio::test]
+async fn two_writers_never_take_one_version() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    let b = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    let commits = 10;
+    let (va, vb) = tokio::join!(
+        commit_in_turn(&a, "a", commits),
+        commit_in_turn(&b, "b", commits)
+    );
+    let mut all: Vec<u64> = va.into_iter().chain(vb).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 2 * commits as usize, "{all:?}");
+    let files = a.data_files().await.unwrap();
+    assert_eq!(files.len(), 2 * commits as usize);
+    let (_, metadata) = a.load().await.unwrap().unwrap();
+    let state = a.transactions(&metadata).unwrap();
+    assert_eq!((state["a"], state["b"]), (commits, commits));
+}
+
+/// A commit that lands and whose answer is lost is the writer's (its bytes
+/// are the version's): reported once, not committed again.
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_its_own() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone()));
+    let table = IcebergTable::new(Arc::new(faulty.clone()), layout(), "memory://bucket");
+    table
+        .append(&[file("a")], &[step("w", None, 1)], &columns())
+        .await
+        .unwrap();
+    faulty.inject_under(
+        Op::Put,
+        "events/metadata/v3.metadata.json",
+        Some(1),
+        Fault::AnswerLost,
+    );
+    let got = table
+        .append(&[file("b")], &[step("w", Some(1), 2)], &columns())
+        .await
+        .unwrap();
+    assert_eq!(got, Committed::Version(3));
+    assert_eq!(table.data_files().await.unwrap().len(), 2);
+    let (version, _) = table.load().await.unwrap().unwrap();
+    assert_eq!(version, 3);
+}
+
+/// A partitioned table (another writer's) is refused by name, and a column
+/// whose type changes too.
+#[tokio::test]
+async fn what_sluice_cannot_write_is_refused_by_name() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let table = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    table.append(&[file("a")], &[], &columns()).await.unwrap();
+    let retyped = ArrowSchema::new(vec![Field::new("id", DataType::Utf8, true)]);
+    let error = table.append(&[file("b")], &[], &retyped).await.unwrap_err();
+    assert!(error.to_string().contains("column id is long"), "{error}");
+    let (version, mut metadata) = table.load().await.unwrap().unwrap();
+    metadata.partition_specs = vec![serde_json::json!({"spec-id": 0, "fields": [
+        {"source-id": 1, "field-id": 1000, "name": "id_bucket", "transform": "bucket[4]"}]})];
+    store
+        .put_object(sluice_store::PutRequest::new(
+            format!("events/metadata/v{}.metadata.json", version + 1),
+            serde_json::to_vec(&metadata).unwrap(),
+        ))
+        .await
+        .unwrap();
+    let error = table
+        .append(&[file("c")], &[], &columns())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TableError::Partitioned { .. }), "{error}");
+}
+
+/// A Parquet file of `batch` under the table's data directory, with the
+/// table's field ids, as a stream would store it.
+fn parquet_file(
+    root: &std::path::Path,
+    name: &str,
+    schema: &sluice_iceberg::schema::Schema,
+    batch: Vec<(&str, ArrayRef)>,
+) -> NewFile {
+    let arrow = Arc::new(schema.to_arrow());
+    let columns: Vec<ArrayRef> = arrow
+        .fields()
+        .iter()
+        .map(|f| {
+            batch
+                .iter()
+                .find(|(n, _)| *n == f.name())
+                .map(|(_, a)| a.clone())
+                .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), batch[0].1.len()))
+        })
+        .collect();
+    let records = columns[0].len() as u64;
+    let batch = RecordBatch::try_new(arrow.clone(), columns).unwrap();
+    let mut out = Vec::new();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, arrow, None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let key = format!("events/data/{name}.parquet");
+    let path = root.join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, &out).unwrap();
+    NewFile {
+        key,
+        size: out.len() as u64,
+        records,
+        announce_as: None,
+        footer: None,
+    }
+}
+
+/// pyiceberg and DuckDB read a table sluice made and appended to, a column
+/// added by the second commit (older rows null in it).
+#[tokio::test]
+async fn readers_read_what_sluice_commits() {
+    let (Ok(clients), Ok(python)) = (
+        std::env::var("SLUICE_TEST_CLIENTS"),
+        std::env::var("SLUICE_TEST_PYTHON"),
+    ) else {
+        assert!(
+            std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() != Ok("1"),
+            "the Python readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)"
+        );
+        eprintln!("SKIPPED: no Python readers (run scripts/test.sh)");
+        return;
+    };
+    let root = std::env::temp_dir().join(format!("sluice-iceberg-readers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(&root)).unwrap());
+    let table = IcebergTable::new(store, layout(), &format!("file://{}", root.display()));
+    let (schema, _) = sluice_iceberg::schema::Schema::from_arrow(&columns()).unwrap();
+    let first = parquet_file(
+        &root,
+        "a",
+        &schema,
+        vec![
+            ("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+            (
+                "name",
+                Arc::new(StringArray::from(vec!["one", "two", "three"])) as ArrayRef,
+            ),
+        ],
+    );
+    table
+        .append(&[first], &[step("w", None, 1)], &columns())
+        .await
+        .unwrap();
+    let wider = ArrowSchema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("source", DataType::Utf8, true),
+    ]);
+    let mut wider_schema = schema.clone();
+    let mut last = 2;
+    wider_schema = wider_schema
+        .merged(&wider, &mut last)
+        .unwrap()
+        .unwrap_or(wider_schema);
+    let second = parquet_file(
+        &root,
+        "b",
+        &wider_schema,
+        vec![
+            ("id", Arc::new(Int64Array::from(vec![4, 5])) as ArrayRef),
+            (
+                "name",
+                Arc::new(StringArray::from(vec!["four", "five"])) as ArrayRef,
+            ),
+            (
+                "source",
+                Arc::new(StringArray::from(vec!["kafka", "http"])) as ArrayRef,
+            ),
+        ],
+    );
+    let committed = table
+        .append(&[second], &[step("w", Some(1), 2)], &wider)
+        .await
+        .unwrap();
+    assert_eq!(committed, Committed::Version(3));
+    let metadata = root.join("events/metadata/v3.metadata.json");
+    let output = std::process::Command::new(python)
+        .arg(format!("{clients}/iceberg_read.py"))
+        .arg(format!("file://{}", metadata.display()))
+        .arg("id")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    let want = serde_json::json!([
+        {"id": 1, "name": "one", "source": null},
+        {"id": 2, "name": "two", "source": null},
+        {"id": 3, "name": "three", "source": null},
+        {"id": 4, "name": "four", "source": "kafka"},
+        {"id": 5, "name": "five", "source": "http"},
+    ]);
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], want, "{reader}: {read}");
+    }
+    assert_eq!(read["snapshots"], 2, "{read}");
+    assert_eq!(
+        read["field_ids"],
+        serde_json::json!({"id": 1, "name": 2, "source": 3})
+    );
+}
