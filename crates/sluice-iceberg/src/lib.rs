@@ -362,6 +362,10 @@ impl IcebergTable {
             metadata.schemas.push(schema.to_json());
             metadata.current_schema_id = schema.schema_id;
             metadata.last_column_id = last_column_id;
+            metadata.properties.insert(
+                schema::NAME_MAPPING.to_owned(),
+                schema.name_mapping().to_string(),
+            );
         }
         let now = now_ms();
         let snapshot_id = new_snapshot_id();

@@ -83,10 +83,16 @@ impl TableMetadata {
             partition_specs: vec![serde_json::json!({"spec-id": 0, "fields": []})],
             default_spec_id: 0,
             last_partition_id: 999,
-            properties: BTreeMap::from([(
-                "write.parquet.compression-codec".to_owned(),
-                "zstd".to_owned(),
-            )]),
+            properties: BTreeMap::from([
+                (
+                    "write.parquet.compression-codec".to_owned(),
+                    "zstd".to_owned(),
+                ),
+                (
+                    crate::schema::NAME_MAPPING.to_owned(),
+                    schema.name_mapping().to_string(),
+                ),
+            ]),
             current_snapshot_id: None,
             snapshots: Vec::new(),
             snapshot_log: Vec::new(),

@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 /// Where the Parquet writer finds a field's id in an Arrow field's metadata.
 pub const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
 
+/// The table property that maps column names to field ids for data files
+/// written without ids.
+pub const NAME_MAPPING: &str = "schema.name-mapping.default";
+
 /// A table's schema.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schema {
@@ -139,6 +143,47 @@ impl Schema {
             },
             last,
         ))
+    }
+
+    /// The table property [`NAME_MAPPING`]'s value: each field's id by its
+    /// name, nested fields included, so that readers find the columns of a
+    /// data file that has no field ids.
+    pub fn name_mapping(&self) -> Value {
+        fn fields(fields: &[Field]) -> Value {
+            Value::Array(
+                fields
+                    .iter()
+                    .map(|f| mapped(f.id, &f.name, &f.kind))
+                    .collect(),
+            )
+        }
+        fn mapped(id: i32, name: &str, kind: &Type) -> Value {
+            let mut entry = json!({"field-id": id, "names": [name]});
+            let nested = match kind {
+                Type::Primitive(_) => None,
+                Type::Struct(inner) => Some(fields(inner)),
+                Type::List {
+                    element_id,
+                    element,
+                    ..
+                } => Some(json!([mapped(*element_id, "element", element)])),
+                Type::Map {
+                    key_id,
+                    key,
+                    value_id,
+                    value,
+                    ..
+                } => Some(json!([
+                    mapped(*key_id, "key", key),
+                    mapped(*value_id, "value", value)
+                ])),
+            };
+            if let Some(nested) = nested {
+                entry["fields"] = nested;
+            }
+            entry
+        }
+        fields(&self.fields)
     }
 
     /// The Arrow schema of a data file of this schema: every field with its

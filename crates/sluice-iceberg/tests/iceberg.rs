@@ -177,9 +177,20 @@ fn parquet_file(
     root: &std::path::Path,
     name: &str,
     schema: &sluice_iceberg::schema::Schema,
+    with_ids: bool,
     batch: Vec<(&str, ArrayRef)>,
 ) -> NewFile {
-    let arrow = Arc::new(schema.to_arrow());
+    let mut arrow = schema.to_arrow();
+    if !with_ids {
+        arrow = ArrowSchema::new(
+            arrow
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_metadata(Default::default()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let arrow = Arc::new(arrow);
     let columns: Vec<ArrayRef> = arrow
         .fields()
         .iter()
@@ -211,7 +222,10 @@ fn parquet_file(
 }
 
 /// pyiceberg and DuckDB read a table sluice made and appended to, a column
-/// added by the second commit (older rows null in it).
+/// added by the second commit (older rows null in it). The second file has
+/// no field ids (as a stream's Parquet files): readers find its columns
+/// through the table's name mapping (`schema.name-mapping.default`, which
+/// sluice keeps up to date; without it pyiceberg fails on that file).
 #[tokio::test]
 async fn readers_read_what_sluice_commits() {
     let (Ok(clients), Ok(python)) = (
@@ -236,6 +250,7 @@ async fn readers_read_what_sluice_commits() {
         &root,
         "a",
         &schema,
+        true,
         vec![
             ("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
             (
@@ -263,6 +278,7 @@ async fn readers_read_what_sluice_commits() {
         &root,
         "b",
         &wider_schema,
+        false,
         vec![
             ("id", Arc::new(Int64Array::from(vec![4, 5])) as ArrayRef),
             (
