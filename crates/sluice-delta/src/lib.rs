@@ -119,6 +119,9 @@ pub struct Snapshot {
     pub in_commit_timestamp: Option<i64>,
     /// The last log key read (the next listing starts after it).
     listed: Option<String>,
+    /// A version's actions were being applied and did not all arrive (the
+    /// read failed, or its future was dropped midway): read again whole.
+    half_applied: bool,
 }
 
 impl Snapshot {
@@ -250,6 +253,7 @@ impl Snapshot {
         for action in actions {
             applying.take(action);
         }
+        applying.finish();
     }
 
     /// An empty snapshot of the same kind (tracking files or not), to be
@@ -267,6 +271,7 @@ impl Snapshot {
     fn applying(&mut self, version: u64) -> Applying<'_> {
         self.version = Some(version);
         self.in_commit_timestamp = None;
+        self.half_applied = true;
         Applying { snapshot: self }
     }
 }
@@ -304,17 +309,18 @@ impl Applying<'_> {
                 snapshot.txns.insert(t.app_id, t.version);
             }
             Action::Remove(remove) => {
-                let dv = remove.deletion_vector.as_deref();
+                // The file's identity (path and vector id), not every field
+                // of the vector: a remove may leave out optional ones.
+                let id = log::file_id(&remove.path, remove.deletion_vector.as_deref());
                 if let Some(files) = &mut snapshot.files {
-                    if files
-                        .get(&remove.path)
-                        .is_some_and(|add| add.deletion_vector.as_deref() == dv)
-                    {
+                    if files.get(&remove.path).is_some_and(|add| {
+                        log::file_id(&add.path, add.deletion_vector.as_deref()) == id
+                    }) {
                         files.remove(&remove.path);
                     }
                 }
                 if let Some(tombstones) = &mut snapshot.tombstones {
-                    tombstones.insert(log::file_id(&remove.path, dv), remove);
+                    tombstones.insert(id, remove);
                 }
             }
             Action::DomainMetadata(domain) => {
@@ -330,6 +336,11 @@ impl Applying<'_> {
             }
             Action::CheckpointMetadata(_) | Action::Sidecar(_) => {}
         }
+    }
+
+    /// Every action of the version was taken.
+    fn finish(self) {
+        self.snapshot.half_applied = false;
     }
 }
 
@@ -491,6 +502,10 @@ impl DeltaTable {
     /// Reads the commits after `snapshot`'s into it (a snapshot not read
     /// yet starts at the latest checkpoint).
     async fn refresh(&self, snapshot: &mut Snapshot) -> Result<(), TableError> {
+        if snapshot.half_applied {
+            // A read of it was dropped midway (a cancelled future).
+            *snapshot = snapshot.unread();
+        }
         if snapshot.version.is_none() && snapshot.listed.is_none() {
             self.start_at_checkpoint(snapshot).await?;
         }
@@ -519,6 +534,7 @@ impl DeltaTable {
                             *snapshot = snapshot.unread();
                             return Err(error);
                         }
+                        applying.finish();
                     }
                     Some((version, true)) if version > expected && !started_again => {
                         started_again = true;
@@ -666,6 +682,7 @@ impl DeltaTable {
             *snapshot = snapshot.unread();
             return Err(error);
         }
+        applying.finish();
         if snapshot.in_commit_timestamps() {
             // The checkpoint has no commitInfo: the version's commit does.
             // (kept with the checkpoint by every log clean-up).

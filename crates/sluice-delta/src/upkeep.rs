@@ -24,7 +24,7 @@ use super::features;
 use super::log::{self, Add};
 use super::properties;
 use super::stats::{file_stats, StatsColumns};
-use super::{checkpoint, now_ms, Committed, DeltaTable, TableError, SIDECARS};
+use super::{now_ms, Committed, DeltaTable, TableError, SIDECARS};
 use parquet::file::metadata::ParquetMetaData;
 
 /// What compaction takes and makes.
@@ -295,8 +295,13 @@ impl DeltaTable {
                 true => properties::protected_before(configuration).unwrap_or(u64::MAX),
                 false => 0,
             };
+        // What goes: older than the retention, before the checkpoint kept,
+        // and not protected.
+        let goes = |version: u64, at: SystemTime| {
+            version < kept_from && version >= protected_before && at <= cutoff
+        };
         for (key, version, _, at) in &listed {
-            if *version < kept_from && *version >= protected_before && *at <= cutoff {
+            if goes(*version, *at) {
                 self.store
                     .delete_object(key)
                     .await
@@ -304,14 +309,15 @@ impl DeltaTable {
                 report.deleted += 1;
             }
         }
-        // Sidecars no remaining V2 checkpoint names, once as old as the
+        // Sidecars no remaining checkpoint reads, once as old as the
         // retention (a checkpoint being written stores its sidecars first).
+        // Any single-file checkpoint may be a V2 one with sidecars: the
+        // UUID-named ones, and those under the classic name.
         if sidecars.iter().any(|(_, at)| *at <= cutoff) {
             let mut named = std::collections::BTreeSet::new();
-            for (key, version, checkpoint, _) in &listed {
+            for (key, version, checkpoint, at) in &listed {
                 let name = &key[self.log_prefix.len()..];
-                let remains = *version >= kept_from || *version < protected_before;
-                if *checkpoint && remains && checkpoint::is_uuid_named(name) {
+                if *checkpoint && !goes(*version, *at) && checkpoint_parts(name) <= 1 {
                     named.extend(self.sidecars_of(name).await?);
                 }
             }

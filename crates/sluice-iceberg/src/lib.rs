@@ -43,6 +43,21 @@ pub const TRANSACTIONS: &str = "sluice.transactions";
 
 const VERSION_HINT: &str = "version-hint.text";
 
+/// The table property that bounds the metadata log, and its default (as
+/// Iceberg's own writers have them).
+const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
+const DEFAULT_PREVIOUS_VERSIONS: usize = 100;
+
+/// A commit attempt whose end its answer did not tell.
+struct Attempt {
+    version: u64,
+    body: Vec<u8>,
+    /// The manifest and manifest list it stored.
+    written: Vec<String>,
+    /// What the write of its version answered.
+    error: StoreError,
+}
+
 /// Why a table could not be read or committed to.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TableError {
@@ -226,7 +241,16 @@ impl IcebergTable {
                 })
             })
             .collect::<Result<Vec<_>, TableError>>()?;
+        // Versions this writer tried whose answer did not say it lost them:
+        // a refusal (412) can be its own write landing, retried after a lost
+        // answer; a failure can follow a write that landed. Before anything
+        // else, each is read back: holding exactly these bytes, it is ours.
+        let mut unsure: Vec<Attempt> = Vec::new();
         loop {
+            if let Some(version) = self.landed(&mut unsure).await? {
+                self.hint(version).await;
+                return Ok(Committed::Version(version));
+            }
             let (version, metadata) = match self.load().await? {
                 Some(found) => found,
                 None => {
@@ -254,30 +278,51 @@ impl IcebergTable {
                     });
                 }
             }
-            let next = self
+            let (next, written) = self
                 .next_metadata(metadata, &data_files, state, transactions, columns, version)
                 .await?;
             let body = serde_json::to_vec_pretty(&next).expect("metadata serializes");
             let key = self.metadata_key(version + 1);
             match self.put(&key, body.clone(), true).await {
-                Ok(()) => {}
-                Err(StoreError::PreconditionFailed) => {
-                    tracing::debug!(table = %self.layout.location, version = version + 1, "another writer took this version; trying the next");
-                    continue;
+                Ok(()) => {
+                    self.hint(version + 1).await;
+                    return Ok(Committed::Version(version + 1));
                 }
                 Err(error) => {
-                    // The answer may be lost while the write landed: it is
-                    // ours only when the version holds exactly our bytes.
-                    match self.read(&key).await {
-                        Ok(found) if found[..] == body[..] => {}
-                        Ok(_) => continue,
-                        Err(_) => return Err(self.store_error(error)),
-                    }
+                    tracing::debug!(table = %self.layout.location, version = version + 1, error = %sluice_store::error_chain(&error), "the version was not taken; reading it back");
+                    unsure.push(Attempt {
+                        version: version + 1,
+                        body,
+                        written,
+                        error,
+                    });
                 }
             }
-            self.hint(version + 1).await;
-            return Ok(Committed::Version(version + 1));
         }
+    }
+
+    /// The version one of `attempts` took, if one holds exactly its bytes;
+    /// the others are forgotten, the files they wrote removed. An attempt
+    /// whose version does not read leaves the commit failed with its error.
+    async fn landed(&self, attempts: &mut Vec<Attempt>) -> Result<Option<u64>, TableError> {
+        for attempt in std::mem::take(attempts) {
+            match self.read(&self.metadata_key(attempt.version)).await {
+                Ok(found) if found[..] == attempt.body[..] => return Ok(Some(attempt.version)),
+                Ok(_) => {
+                    // Another writer's: what this attempt wrote is nobody's.
+                    for key in &attempt.written {
+                        if let Err(error) = self.store.delete_object(key).await {
+                            tracing::debug!(%key, error = %sluice_store::error_chain(&error), "could not remove a lost attempt's file; orphan-file removal will");
+                        }
+                    }
+                }
+                Err(TableError::Store { source, .. }) if source.is_not_found() => {
+                    return Err(self.store_error(attempt.error));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
     }
 
     /// Refuses a table sluice cannot append to as it is.
@@ -338,7 +383,7 @@ impl IcebergTable {
         transactions: &[Transaction],
         columns: &ArrowSchema,
         version: u64,
-    ) -> Result<TableMetadata, TableError> {
+    ) -> Result<(TableMetadata, Vec<String>), TableError> {
         let schema_error = |source| TableError::Schema {
             root: self.layout.location.clone(),
             source,
@@ -362,10 +407,15 @@ impl IcebergTable {
             metadata.schemas.push(schema.to_json());
             metadata.current_schema_id = schema.schema_id;
             metadata.last_column_id = last_column_id;
-            metadata.properties.insert(
-                schema::NAME_MAPPING.to_owned(),
-                schema.name_mapping().to_string(),
+            let mapping = schema.name_mapping(
+                metadata
+                    .properties
+                    .get(schema::NAME_MAPPING)
+                    .map(String::as_str),
             );
+            metadata
+                .properties
+                .insert(schema::NAME_MAPPING.to_owned(), mapping.to_string());
         }
         let now = now_ms();
         let snapshot_id = new_snapshot_id();
@@ -376,13 +426,10 @@ impl IcebergTable {
             .map_err(|e| self.malformed("a new manifest", e))?;
         let manifest_name = format!("{}-m0.avro", uuid::Uuid::new_v4());
         let manifest_length = manifest.len() as i64;
-        self.put(
-            &format!("{}{manifest_name}", self.metadata_prefix),
-            manifest,
-            false,
-        )
-        .await
-        .map_err(|e| self.store_error(e))?;
+        let manifest_key = format!("{}{manifest_name}", self.metadata_prefix);
+        self.put(&manifest_key, manifest, false)
+            .await
+            .map_err(|e| self.store_error(e))?;
         let added_rows: i64 = files.iter().map(|f| f.records).sum();
         let mut manifests = vec![ManifestFile {
             path: format!("{}/metadata/{manifest_name}", self.location()),
@@ -415,7 +462,8 @@ impl IcebergTable {
         )
         .map_err(|e| self.malformed("a new manifest list", e))?;
         let list_name = format!("snap-{snapshot_id}-1-{}.avro", uuid::Uuid::new_v4());
-        self.put(&format!("{}{list_name}", self.metadata_prefix), list, false)
+        let list_key = format!("{}{list_name}", self.metadata_prefix);
+        self.put(&list_key, list, false)
             .await
             .map_err(|e| self.store_error(e))?;
 
@@ -476,10 +524,12 @@ impl IcebergTable {
         });
         metadata.current_snapshot_id = Some(snapshot_id);
         metadata.last_sequence_number = sequence_number;
-        metadata.refs.insert(
-            metadata::MAIN.to_owned(),
-            serde_json::json!({"snapshot-id": snapshot_id, "type": "branch"}),
-        );
+        // The main branch moves; what else its ref says (retention) stays.
+        let main = metadata
+            .refs
+            .entry(metadata::MAIN.to_owned())
+            .or_insert_with(|| serde_json::json!({"type": "branch"}));
+        main["snapshot-id"] = serde_json::json!(snapshot_id);
         metadata
             .snapshot_log
             .push(serde_json::json!({"timestamp-ms": now, "snapshot-id": snapshot_id}));
@@ -487,8 +537,15 @@ impl IcebergTable {
             "timestamp-ms": metadata.last_updated_ms,
             "metadata-file": format!("{}/metadata/v{version}.metadata.json", self.location()),
         }));
+        let kept = metadata
+            .properties
+            .get(PREVIOUS_VERSIONS_MAX)
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(DEFAULT_PREVIOUS_VERSIONS);
+        let excess = metadata.metadata_log.len().saturating_sub(kept);
+        metadata.metadata_log.drain(..excess);
         metadata.last_updated_ms = now;
-        Ok(metadata)
+        Ok((metadata, vec![manifest_key, list_key]))
     }
 
     /// The store key of a file the metadata names by its full location.

@@ -90,7 +90,7 @@ impl TableMetadata {
                 ),
                 (
                     crate::schema::NAME_MAPPING.to_owned(),
-                    schema.name_mapping().to_string(),
+                    schema.name_mapping(None).to_string(),
                 ),
             ]),
             current_snapshot_id: None,

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use arrow_schema::{DataType, Field as ArrowField, Fields, Schema as ArrowSchema, TimeUnit};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// Where the Parquet writer finds a field's id in an Arrow field's metadata.
 pub const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
@@ -25,6 +25,8 @@ pub const NAME_MAPPING: &str = "schema.name-mapping.default";
 pub struct Schema {
     pub schema_id: i32,
     pub fields: Vec<Field>,
+    /// What else the schema says (`identifier-field-ids`), kept as it was.
+    pub other: Map<String, Value>,
 }
 
 /// One field of a struct (a column, at the top).
@@ -34,6 +36,9 @@ pub struct Field {
     pub name: String,
     pub required: bool,
     pub kind: Type,
+    /// What else the field says (`doc`, `initial-default`, `write-default`),
+    /// kept as it was.
+    pub other: Map<String, Value>,
 }
 
 /// A field's type.
@@ -66,6 +71,8 @@ pub enum SchemaError {
         table: String,
         stream: String,
     },
+    #[error("column {column} is required in the table, and the records may leave it out")]
+    Required { column: String },
     #[error("column {column} has Arrow type {kind}, which sluice does not write to Iceberg")]
     Unsupported { column: String, kind: String },
     #[error("the table's schema does not read: {0}")]
@@ -75,11 +82,14 @@ pub enum SchemaError {
 impl Schema {
     /// As table metadata holds it.
     pub fn to_json(&self) -> Value {
-        json!({
-            "type": "struct",
-            "schema-id": self.schema_id,
-            "fields": self.fields.iter().map(Field::to_json).collect::<Vec<_>>(),
-        })
+        let mut out = self.other.clone();
+        out.insert("type".into(), json!("struct"));
+        out.insert("schema-id".into(), json!(self.schema_id));
+        out.insert(
+            "fields".into(),
+            Value::Array(self.fields.iter().map(Field::to_json).collect()),
+        );
+        Value::Object(out)
     }
 
     /// From table metadata.
@@ -87,6 +97,7 @@ impl Schema {
         Ok(Schema {
             schema_id: value["schema-id"].as_i64().unwrap_or(0) as i32,
             fields: fields_from_json(&value["fields"])?,
+            other: others(value, &["type", "schema-id", "fields"]),
         })
     }
 
@@ -129,6 +140,7 @@ impl Schema {
         Ok((fields != self.fields).then(|| Schema {
             schema_id: self.schema_id + 1,
             fields,
+            other: self.other.clone(),
         }))
     }
 
@@ -140,6 +152,7 @@ impl Schema {
             Schema {
                 schema_id: 0,
                 fields,
+                other: Map::new(),
             },
             last,
         ))
@@ -148,17 +161,51 @@ impl Schema {
     /// The table property [`NAME_MAPPING`]'s value: each field's id by its
     /// name, nested fields included, so that readers find the columns of a
     /// data file that has no field ids.
-    pub fn name_mapping(&self) -> Value {
-        fn fields(fields: &[Field]) -> Value {
-            Value::Array(
-                fields
-                    .iter()
-                    .map(|f| mapped(f.id, &f.name, &f.kind))
-                    .collect(),
-            )
+    ///
+    /// Names `previous` (the property's value before) gave each id are kept
+    /// beside the current one: files written under a column's old name
+    /// still read after another engine renamed it.
+    pub fn name_mapping(&self, previous: Option<&str>) -> Value {
+        let mut aliases: HashMap<i64, Vec<String>> = HashMap::new();
+        if let Some(previous) = previous.and_then(|p| serde_json::from_str::<Value>(p).ok()) {
+            collect(&previous, &mut aliases);
         }
-        fn mapped(id: i32, name: &str, kind: &Type) -> Value {
-            let mut entry = json!({"field-id": id, "names": [name]});
+        return Value::Array(
+            self.fields
+                .iter()
+                .map(|f| mapped(f.id, &f.name, &f.kind, &aliases))
+                .collect(),
+        );
+
+        fn collect(entries: &Value, into: &mut HashMap<i64, Vec<String>>) {
+            for entry in entries.as_array().into_iter().flatten() {
+                if let (Some(id), Some(names)) =
+                    (entry["field-id"].as_i64(), entry["names"].as_array())
+                {
+                    into.entry(id)
+                        .or_default()
+                        .extend(names.iter().filter_map(|n| n.as_str().map(str::to_owned)));
+                }
+                collect(&entry["fields"], into);
+            }
+        }
+
+        fn mapped(id: i32, name: &str, kind: &Type, aliases: &HashMap<i64, Vec<String>>) -> Value {
+            let mut names = vec![name.to_owned()];
+            for alias in aliases.get(&i64::from(id)).into_iter().flatten() {
+                if !names.contains(alias) {
+                    names.push(alias.clone());
+                }
+            }
+            let fields = |fields: &[Field]| -> Value {
+                Value::Array(
+                    fields
+                        .iter()
+                        .map(|f| mapped(f.id, &f.name, &f.kind, aliases))
+                        .collect(),
+                )
+            };
+            let mut entry = json!({"field-id": id, "names": names});
             let nested = match kind {
                 Type::Primitive(_) => None,
                 Type::Struct(inner) => Some(fields(inner)),
@@ -166,7 +213,7 @@ impl Schema {
                     element_id,
                     element,
                     ..
-                } => Some(json!([mapped(*element_id, "element", element)])),
+                } => Some(json!([mapped(*element_id, "element", element, aliases)])),
                 Type::Map {
                     key_id,
                     key,
@@ -174,8 +221,8 @@ impl Schema {
                     value,
                     ..
                 } => Some(json!([
-                    mapped(*key_id, "key", key),
-                    mapped(*value_id, "value", value)
+                    mapped(*key_id, "key", key, aliases),
+                    mapped(*value_id, "value", value, aliases)
                 ])),
             };
             if let Some(nested) = nested {
@@ -183,7 +230,6 @@ impl Schema {
             }
             entry
         }
-        fields(&self.fields)
     }
 
     /// The Arrow schema of a data file of this schema: every field with its
@@ -195,12 +241,12 @@ impl Schema {
 
 impl Field {
     fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "name": self.name,
-            "required": self.required,
-            "type": self.kind.to_json(),
-        })
+        let mut out = self.other.clone();
+        out.insert("id".into(), json!(self.id));
+        out.insert("name".into(), json!(self.name));
+        out.insert("required".into(), json!(self.required));
+        out.insert("type".into(), self.kind.to_json());
+        Value::Object(out)
     }
 
     fn to_arrow(&self) -> ArrowField {
@@ -338,9 +384,23 @@ fn fields_from_json(value: &Value) -> Result<Vec<Field>, SchemaError> {
                 name: f["name"].as_str().unwrap_or_default().to_owned(),
                 required: f["required"].as_bool().unwrap_or(false),
                 kind: Type::from_json(&f["type"])?,
+                other: others(f, &["id", "name", "required", "type"]),
             })
         })
         .collect()
+}
+
+/// The members of object `value` other than `known`.
+fn others(value: &Value, known: &[&str]) -> Map<String, Value> {
+    value
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| !known.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn primitive_to_arrow(name: &str) -> DataType {
@@ -489,6 +549,9 @@ fn merge_fields(
             continue;
         };
         let column = path(&field.name);
+        if field.required && theirs.is_nullable() {
+            return Err(SchemaError::Required { column });
+        }
         let kind = arrow_to_type(theirs.data_type(), &column, last, Some(&field.kind))?;
         if !takes(&field.kind, &kind) {
             return Err(SchemaError::TypeChange {
@@ -518,6 +581,7 @@ fn merge_fields(
             // A column added later cannot be required: older files lack it.
             required: before.is_empty() && parent.is_empty() && !theirs.is_nullable(),
             kind: arrow_to_type(theirs.data_type(), &column, last, None)?,
+            other: Map::new(),
         });
     }
     Ok(out)
@@ -574,12 +638,12 @@ mod tests {
         let cases: Vec<(ArrowSchema, Merge)> = vec![
             (first.clone(), Ok(None)),
             (
-                arrow(vec![ArrowField::new("id", DataType::Int32, true)]),
+                arrow(vec![ArrowField::new("id", DataType::Int32, false)]),
                 Ok(None),
             ),
             (
                 arrow(vec![
-                    ArrowField::new("id", DataType::Int64, true),
+                    ArrowField::new("id", DataType::Int64, false),
                     ArrowField::new(
                         "at",
                         DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
@@ -589,11 +653,17 @@ mod tests {
                 Ok(Some(vec![("id", 1), ("tags", 2), ("who", 4), ("at", 6)])),
             ),
             (
-                arrow(vec![ArrowField::new("id", DataType::Utf8, true)]),
+                arrow(vec![ArrowField::new("id", DataType::Utf8, false)]),
                 Err(SchemaError::TypeChange {
                     column: "id".into(),
                     table: "long".into(),
                     stream: "string".into(),
+                }),
+            ),
+            (
+                arrow(vec![ArrowField::new("id", DataType::Int64, true)]),
+                Err(SchemaError::Required {
+                    column: "id".into(),
                 }),
             ),
         ];
@@ -625,5 +695,37 @@ mod tests {
             panic!("{file:?}")
         };
         assert_eq!(element.metadata()[PARQUET_FIELD_ID], "3");
+    }
+
+    /// What another engine's schema says beyond sluice's model (a doc, a
+    /// default, identifier fields) survives a merge; a name mapping keeps
+    /// the names an earlier mapping gave an id (a rename's old name).
+    #[test]
+    fn a_merge_keeps_what_sluice_does_not_model() {
+        let theirs = json!({"type": "struct", "schema-id": 3, "identifier-field-ids": [1],
+            "fields": [{"id": 1, "name": "id", "required": true, "type": "long",
+                "doc": "the key", "write-default": 0}]});
+        let schema = Schema::from_json(&theirs).unwrap();
+        let mut last = 1;
+        let merged = schema
+            .merged(
+                &arrow(vec![
+                    ArrowField::new("id", DataType::Int64, false),
+                    ArrowField::new("note", DataType::Utf8, true),
+                ]),
+                &mut last,
+            )
+            .unwrap()
+            .unwrap();
+        let json = merged.to_json();
+        assert_eq!(json["identifier-field-ids"], json!([1]));
+        assert_eq!(json["fields"][0]["doc"], "the key");
+        assert_eq!(json["fields"][0]["write-default"], 0);
+        assert_eq!(json["fields"][1]["id"], 2);
+        let before = r#"[{"field-id": 1, "names": ["key", "id"]}]"#;
+        assert_eq!(
+            merged.name_mapping(Some(before)),
+            json!([{"field-id": 1, "names": ["id", "key"]}, {"field-id": 2, "names": ["note"]}])
+        );
     }
 }

@@ -118,42 +118,71 @@ async fn two_writers_never_take_one_version() {
 }
 
 /// A commit that lands and whose answer is lost is the writer's (its bytes
-/// are the version's): reported once, not committed again.
+/// are the version's): reported once, as its version, never committed
+/// again, with or without transactions. Its retry may be refused by its own
+/// precondition (a 412), which reads as another writer's win unless the
+/// version is read back (review finding: it came back `Already`, and without
+/// transactions its files were appended twice).
 #[tokio::test]
 async fn a_commit_whose_answer_was_lost_is_its_own() {
-    let memory = MemoryStore::new();
-    let faulty = FaultyStore::new(Arc::new(memory.clone()));
-    let table = IcebergTable::new(Arc::new(faulty.clone()), layout(), "memory://bucket");
-    table
-        .append(&[file("a")], &[step("w", None, 1)], &columns())
-        .await
-        .unwrap();
-    faulty.inject_under(
-        Op::Put,
-        "events/metadata/v3.metadata.json",
-        Some(1),
-        Fault::AnswerLost,
-    );
-    let got = table
-        .append(&[file("b")], &[step("w", Some(1), 2)], &columns())
-        .await
-        .unwrap();
-    assert_eq!(got, Committed::Version(3));
-    assert_eq!(table.data_files().await.unwrap().len(), 2);
-    let (version, _) = table.load().await.unwrap().unwrap();
-    assert_eq!(version, 3);
+    // (case, what the commit's write meets, its transactions)
+    let cases = [
+        ("answer lost", Fault::AnswerLost, true),
+        (
+            "its retry refused by its own write",
+            Fault::LandsThenRefused,
+            true,
+        ),
+        (
+            "refused by its own write, no transactions",
+            Fault::LandsThenRefused,
+            false,
+        ),
+    ];
+    for (case, fault, with_transactions) in cases {
+        let memory = MemoryStore::new();
+        let faulty = FaultyStore::new(Arc::new(memory.clone()));
+        let table = IcebergTable::new(Arc::new(faulty.clone()), layout(), "memory://bucket");
+        let steps = |after, version| match with_transactions {
+            true => vec![step("w", after, version)],
+            false => Vec::new(),
+        };
+        table
+            .append(&[file("a")], &steps(None, 1), &columns())
+            .await
+            .unwrap();
+        faulty.inject_under(Op::Put, "events/metadata/v3.metadata.json", Some(1), fault);
+        let got = table
+            .append(&[file("b")], &steps(Some(1), 2), &columns())
+            .await
+            .unwrap();
+        assert_eq!(got, Committed::Version(3), "{case}");
+        assert_eq!(table.data_files().await.unwrap().len(), 2, "{case}");
+        let (version, _) = table.load().await.unwrap().unwrap();
+        assert_eq!(version, 3, "{case}");
+    }
 }
 
-/// A partitioned table (another writer's) is refused by name, and a column
-/// whose type changes too.
+/// A partitioned table (another writer's) is refused by name, and so are a
+/// column whose type changes and nulls for a required column.
 #[tokio::test]
 async fn what_sluice_cannot_write_is_refused_by_name() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let table = IcebergTable::new(store.clone(), layout(), "memory://bucket");
     table.append(&[file("a")], &[], &columns()).await.unwrap();
-    let retyped = ArrowSchema::new(vec![Field::new("id", DataType::Utf8, true)]);
-    let error = table.append(&[file("b")], &[], &retyped).await.unwrap_err();
-    assert!(error.to_string().contains("column id is long"), "{error}");
+    // (the stream's id column, what the refusal names)
+    let cases = [
+        (Field::new("id", DataType::Utf8, false), "column id is long"),
+        (
+            Field::new("id", DataType::Int64, true),
+            "column id is required",
+        ),
+    ];
+    for (column, named) in cases {
+        let stream = ArrowSchema::new(vec![column]);
+        let error = table.append(&[file("b")], &[], &stream).await.unwrap_err();
+        assert!(error.to_string().contains(named), "{error}");
+    }
     let (version, mut metadata) = table.load().await.unwrap().unwrap();
     metadata.partition_specs = vec![serde_json::json!({"spec-id": 0, "fields": [
         {"source-id": 1, "field-id": 1000, "name": "id_bucket", "transform": "bucket[4]"}]})];

@@ -173,13 +173,17 @@ impl Written {
 const UNKNOWN_WRITE_LOOKS: u32 = 5;
 
 /// True when a record write that failed with `error` certainly changed
-/// nothing: refused by its condition, or for good. A transient failure (or the
-/// breaker's refusal after one) may follow an attempt that landed.
+/// nothing: refused for good. Not a 412: after a lost answer, the retrying
+/// store reports its own landed write as one when it cannot read it back;
+/// and a transient failure (or the breaker's refusal after one) may follow
+/// an attempt that landed.
 fn write_surely_failed(error: &ResumableError) -> bool {
+    let refused_for_good = |e: &sluice_store::StoreError| {
+        !e.is_transient() && !matches!(e, sluice_store::StoreError::PreconditionFailed)
+    };
     match error {
-        ResumableError::Conflict => true,
-        ResumableError::Store(error) => !error.is_transient(),
-        ResumableError::Transfer(error) => error.store_error().is_some_and(|e| !e.is_transient()),
+        ResumableError::Store(error) => refused_for_good(error),
+        ResumableError::Transfer(error) => error.store_error().is_some_and(refused_for_good),
         _ => false,
     }
 }

@@ -160,42 +160,49 @@ async fn a_log_read_that_fails_hides_no_version_from_the_next_read() {
     assert_eq!(snapshot.txns.get(app_id).copied(), Some(3));
 }
 
-/// A commit is applied to a reader's snapshot as its body arrives: one that
-/// breaks off midway (its version begun, its transaction not yet taken)
-/// fails the read, and the next read sees the whole version, not half of it.
-#[tokio::test]
-async fn a_commit_whose_body_breaks_off_is_read_again_whole() {
-    let memory = MemoryStore::new();
-    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
-    let writer = DeltaTable::new(store.clone(), layout());
-    let faulty = FaultyStore::new(store.clone());
-    let reader = DeltaTable::new(Arc::new(faulty.clone()), layout());
-    let app_id = "sluice-events-writer";
-    writer
-        .commit(&[file("0")], &[step(app_id, None, 1)], &schema())
-        .await
-        .unwrap();
-    assert_eq!(reader.snapshot().await.unwrap().version, Some(0));
-    writer
-        .commit(&[file("1")], &[step(app_id, Some(1), 2)], &schema())
-        .await
-        .unwrap();
-    let commit = format!("{LOG}00000000000000000001.json");
-    let body = memory.object(&commit).unwrap();
-    let text = std::str::from_utf8(&body).unwrap();
-    let (txn, add) = (
-        text.find("{\"txn\"").unwrap(),
-        text.find("{\"add\"").unwrap(),
-    );
-    assert!(txn < add, "{text}");
-    faulty.inject_under(Op::Get, &commit, Some(1), Fault::CutBody(txn as u64 + 5));
-    assert!(reader.snapshot().await.is_err());
-    let (files, _) = table_files(store).await;
-    let snapshot = reader.read_with_files().await.unwrap();
-    assert_eq!(snapshot.files.as_ref().map(|f| f.len()), Some(files.len()));
-    let cached = reader.snapshot().await.unwrap();
-    assert_eq!(cached.version, Some(1));
-    assert_eq!(cached.txns.get(app_id).copied(), Some(2));
+/// A commit is applied to a reader's snapshot as its body arrives: one whose
+/// body breaks off midway (its version begun, its transaction not yet
+/// taken) fails the read, and one that stalls there until the reader gives
+/// up (its future dropped) leaves nothing behind either: the next read sees
+/// the whole version, not half of it.
+#[tokio::test(start_paused = true)]
+async fn a_commit_read_that_stops_midway_is_read_again_whole() {
+    // (case, what the commit's body does after the transaction's line starts)
+    let cases = [("breaks off", true), ("stalls, the read dropped", false)];
+    for (case, breaks_off) in cases {
+        let memory = MemoryStore::new();
+        let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+        let writer = DeltaTable::new(store.clone(), layout());
+        let faulty = FaultyStore::new(store.clone());
+        let reader = DeltaTable::new(Arc::new(faulty.clone()), layout());
+        let app_id = "sluice-events-writer";
+        writer
+            .commit(&[file("0")], &[step(app_id, None, 1)], &schema())
+            .await
+            .unwrap();
+        assert_eq!(reader.snapshot().await.unwrap().version, Some(0));
+        writer
+            .commit(&[file("1")], &[step(app_id, Some(1), 2)], &schema())
+            .await
+            .unwrap();
+        let commit = format!("{LOG}00000000000000000001.json");
+        let body = memory.object(&commit).unwrap();
+        let text = std::str::from_utf8(&body).unwrap();
+        let txn = text.find("{\"txn\"").unwrap() as u64;
+        let fault = match breaks_off {
+            true => Fault::CutBody(txn + 5),
+            false => Fault::StallBody(txn + 5),
+        };
+        faulty.inject_under(Op::Get, &commit, Some(1), fault);
+        let first = tokio::time::timeout(Duration::from_secs(30), reader.snapshot()).await;
+        match breaks_off {
+            true => assert!(matches!(first, Ok(Err(_))), "{case}: {first:?}"),
+            false => assert!(first.is_err(), "{case}: {first:?}"),
+        }
+        let cached = reader.snapshot().await.unwrap();
+        assert_eq!(cached.version, Some(1), "{case}");
+        assert_eq!(cached.txns.get(app_id).copied(), Some(2), "{case}");
+    }
 }
 
 #[tokio::test]

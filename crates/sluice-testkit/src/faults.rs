@@ -55,6 +55,9 @@ pub enum Fault {
     Delay(Duration),
     /// A GET whose body breaks off (a reset) after this many bytes.
     CutBody(u64),
+    /// A GET whose body stops after this many bytes and never goes on (a
+    /// store frozen mid-answer): only a reader's own deadline ends it.
+    StallBody(u64),
     /// The request is carried out, and its answer is lost (a reset).
     AnswerLost,
     /// The request is carried out, and answered 412 PreconditionFailed: what
@@ -66,10 +69,17 @@ pub enum Fault {
     FailsLate(Duration),
 }
 
+/// What becomes of a GET's body after some bytes.
+#[derive(Debug, Clone, Copy)]
+enum BodyFault {
+    Cut(u64),
+    Stall(u64),
+}
+
 /// What a matching request does.
 enum Effect {
     /// Goes through (a body fault, for the caller, if any).
-    Pass(Option<u64>),
+    Pass(Option<BodyFault>),
     /// Goes through, then answers with this error.
     Answer(StoreError),
 }
@@ -90,9 +100,11 @@ impl Fault {
                 bucket: "injected".into(),
             }),
             Fault::FailsLate(_) => Fault::ServerError.error(),
-            Fault::Delay(_) | Fault::CutBody(_) | Fault::AnswerLost | Fault::LandsThenRefused => {
-                None
-            }
+            Fault::Delay(_)
+            | Fault::CutBody(_)
+            | Fault::StallBody(_)
+            | Fault::AnswerLost
+            | Fault::LandsThenRefused => None,
         }
     }
 }
@@ -207,7 +219,8 @@ impl FaultyStore {
                 tokio::time::sleep(d).await;
                 Err(Fault::FailsLate(d).error().expect("failing fault"))
             }
-            Some(Fault::CutBody(after)) => Ok(Effect::Pass(Some(after))),
+            Some(Fault::CutBody(after)) => Ok(Effect::Pass(Some(BodyFault::Cut(after)))),
+            Some(Fault::StallBody(after)) => Ok(Effect::Pass(Some(BodyFault::Stall(after)))),
             Some(Fault::AnswerLost) => Ok(Effect::Answer(StoreError::transport(
                 "injected: connection reset before the answer",
             ))),
@@ -268,12 +281,16 @@ impl ObjectStore for FaultyStore {
             }
         };
         let mut output = self.inner.get_object(key, range).await?;
-        if let Some(after) = cut {
+        if let Some(fault) = cut {
             use futures::StreamExt;
+            let (after, stalls) = match fault {
+                BodyFault::Cut(after) => (after, false),
+                BodyFault::Stall(after) => (after, true),
+            };
             // As a body comes off a socket: in pieces, the reset arriving in
-            // place of the piece after the cut.
+            // place of the piece after the cut (or nothing ever arriving).
             let mut left = after;
-            output.body = output
+            let body = output
                 .body
                 .flat_map(|chunk| futures::stream::iter(pieces(chunk)))
                 .map(move |chunk| {
@@ -284,8 +301,14 @@ impl ObjectStore for FaultyStore {
                     let take = (chunk.len() as u64).min(left);
                     left -= take;
                     Ok(chunk.slice(..take as usize))
-                })
-                .boxed();
+                });
+            output.body = match stalls {
+                false => body.boxed(),
+                true => body
+                    .take_while(|chunk| futures::future::ready(chunk.is_ok()))
+                    .chain(futures::stream::pending())
+                    .boxed(),
+            };
         }
         Ok(output)
     }
