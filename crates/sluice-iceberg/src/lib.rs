@@ -144,7 +144,50 @@ impl IcebergTable {
     }
 
     /// The latest metadata version and what it holds; None for no table.
+    /// It starts from the version hint, when there is one, and steps on
+    /// while the next version exists (the hint is written after a commit,
+    /// so it is never ahead, and may lag); without one, it lists.
     pub async fn load(&self) -> Result<Option<(u64, TableMetadata)>, TableError> {
+        let hinted = match self
+            .read(&format!("{}{VERSION_HINT}", self.metadata_prefix))
+            .await
+        {
+            Ok(hint) => std::str::from_utf8(&hint)
+                .ok()
+                .and_then(|h| h.trim().parse::<u64>().ok()),
+            Err(TableError::Store { source, .. }) if source.is_not_found() => None,
+            Err(error) => return Err(error),
+        };
+        let mut latest = match hinted {
+            Some(hint) if self.exists(hint).await? => Some(hint),
+            _ => self.listed_latest().await?,
+        };
+        while let Some(version) = latest {
+            if !self.exists(version + 1).await? {
+                break;
+            }
+            latest = Some(version + 1);
+        }
+        let Some(version) = latest else {
+            return Ok(None);
+        };
+        let key = self.metadata_key(version);
+        let bytes = self.read(&key).await?;
+        let metadata: TableMetadata =
+            serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?;
+        Ok(Some((version, metadata)))
+    }
+
+    async fn exists(&self, version: u64) -> Result<bool, TableError> {
+        match self.store.head_object(&self.metadata_key(version)).await {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_not_found() => Ok(false),
+            Err(error) => Err(self.store_error(error)),
+        }
+    }
+
+    /// The highest metadata version the listing of `metadata/` shows.
+    async fn listed_latest(&self) -> Result<Option<u64>, TableError> {
         let mut latest: Option<u64> = None;
         let mut cursor: Option<String> = None;
         loop {
@@ -165,17 +208,9 @@ impl IcebergTable {
             }
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
-                None => break,
+                None => return Ok(latest),
             }
         }
-        let Some(version) = latest else {
-            return Ok(None);
-        };
-        let key = self.metadata_key(version);
-        let bytes = self.read(&key).await?;
-        let metadata: TableMetadata =
-            serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?;
-        Ok(Some((version, metadata)))
     }
 
     /// A whole (small) object of the table: metadata, a manifest.

@@ -355,3 +355,27 @@ async fn readers_read_what_sluice_commits() {
         serde_json::json!({"id": 1, "name": 2, "source": 3})
     );
 }
+
+/// The version hint only saves a listing: one that lags, is ahead of the
+/// table, is not a number or is missing still finds the latest version.
+#[tokio::test]
+async fn the_latest_version_is_found_whatever_the_hint_says() {
+    let memory = MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let table = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    for name in ["a", "b", "c"] {
+        table.append(&[file(name)], &[], &columns()).await.unwrap();
+    }
+    let hint = "events/metadata/version-hint.text";
+    for written in [Some("1"), Some("99"), Some("junk"), None] {
+        match written {
+            Some(text) => {
+                let put = sluice_store::PutRequest::new(hint, text.as_bytes().to_vec());
+                store.put_object(put).await.unwrap();
+            }
+            None => store.delete_object(hint).await.unwrap(),
+        }
+        let (version, _) = table.load().await.unwrap().unwrap();
+        assert_eq!(version, 4, "hint {written:?}");
+    }
+}
