@@ -25,6 +25,7 @@
 pub mod manifest;
 pub mod metadata;
 pub mod schema;
+pub mod upkeep;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +57,38 @@ struct Attempt {
     written: Vec<String>,
     /// What the write of its version answered.
     error: StoreError,
+    /// The metadata it was made from.
+    before: TableMetadata,
+}
+
+/// What a commit changes.
+pub(crate) enum Change<'a> {
+    /// A snapshot that adds `files`, with `transactions`, in `columns`.
+    Append {
+        files: &'a [DataFile],
+        transactions: &'a [Transaction],
+        columns: &'a ArrowSchema,
+    },
+    /// Snapshots older than `older_than_ms` dropped, but the newest
+    /// `keep_last` of the main branch and every ref's (see [`upkeep`]).
+    Expire {
+        older_than_ms: i64,
+        keep_last: usize,
+    },
+}
+
+/// What a change made of the latest metadata.
+enum Next {
+    /// The next version, and the files stored for it.
+    Write(Box<TableMetadata>, Vec<String>),
+    /// Nothing to write.
+    Done(Committed),
+}
+
+/// How a commit ended, and the metadata it was made from (None: no table).
+pub(crate) struct Outcome {
+    pub(crate) committed: Committed,
+    pub(crate) before: Option<TableMetadata>,
 }
 
 /// Why a table could not be read or committed to.
@@ -276,52 +309,66 @@ impl IcebergTable {
                 })
             })
             .collect::<Result<Vec<_>, TableError>>()?;
+        let change = Change::Append {
+            files: &data_files,
+            transactions,
+            columns,
+        };
+        Ok(self.commit(change).await?.committed)
+    }
+
+    /// The one commit loop: `change` made on the latest metadata and written
+    /// as the next version, create-only, until a version is this writer's
+    /// (or the change finds nothing to do).
+    pub(crate) async fn commit(&self, change: Change<'_>) -> Result<Outcome, TableError> {
         // Versions this writer tried whose answer did not say it lost them:
         // a refusal (412) can be its own write landing, retried after a lost
         // answer; a failure can follow a write that landed. Before anything
         // else, each is read back: holding exactly these bytes, it is ours.
         let mut unsure: Vec<Attempt> = Vec::new();
         loop {
-            if let Some(version) = self.landed(&mut unsure).await? {
-                self.hint(version).await;
-                return Ok(Committed::Version(version));
+            if let Some(attempt) = self.landed(&mut unsure).await? {
+                self.hint(attempt.version).await;
+                return Ok(Outcome {
+                    committed: Committed::Version(attempt.version),
+                    before: Some(attempt.before),
+                });
             }
             let (version, metadata) = match self.load().await? {
                 Some(found) => found,
-                None => {
-                    self.create(columns).await?;
-                    continue;
-                }
+                None => match &change {
+                    Change::Append { columns, .. } => {
+                        self.create(columns).await?;
+                        continue;
+                    }
+                    Change::Expire { .. } => {
+                        return Ok(Outcome {
+                            committed: Committed::Already,
+                            before: None,
+                        })
+                    }
+                },
             };
             self.check(&metadata)?;
-            let state = self.transactions(&metadata)?;
-            if !transactions.is_empty()
-                && transactions
-                    .iter()
-                    .all(|t| state.get(&t.app_id) == Some(&t.version))
-            {
-                return Ok(Committed::Already);
-            }
-            for t in transactions {
-                let found = state.get(&t.app_id).copied();
-                if found != t.after {
-                    return Err(TableError::Fenced {
-                        root: self.layout.location.clone(),
-                        app_id: t.app_id.clone(),
-                        expected: t.after,
-                        found,
-                    });
+            let before = metadata.clone();
+            let (next, written) = match self.make(&change, metadata, version).await? {
+                Next::Write(next, written) => (*next, written),
+                Next::Done(committed) => {
+                    return Ok(Outcome {
+                        committed,
+                        before: Some(before),
+                    })
                 }
-            }
-            let (next, written) = self
-                .next_metadata(metadata, &data_files, state, transactions, columns, version)
-                .await?;
+            };
             let body = serde_json::to_vec_pretty(&next).expect("metadata serializes");
             let key = self.metadata_key(version + 1);
             match self.put(&key, body.clone(), true).await {
                 Ok(()) => {
                     self.hint(version + 1).await;
-                    return Ok(Committed::Version(version + 1));
+                    return Ok(Outcome {
+                        committed: Committed::Version(version + 1),
+                        before: Some(before),
+                    });
                 }
                 Err(error) => {
                     tracing::debug!(table = %self.layout.location, version = version + 1, error = %sluice_store::error_chain(&error), "the version was not taken; reading it back");
@@ -330,19 +377,68 @@ impl IcebergTable {
                         body,
                         written,
                         error,
+                        before,
                     });
                 }
             }
         }
     }
 
-    /// The version one of `attempts` took, if one holds exactly its bytes;
-    /// the others are forgotten, the files they wrote removed. An attempt
-    /// whose version does not read leaves the commit failed with its error.
-    async fn landed(&self, attempts: &mut Vec<Attempt>) -> Result<Option<u64>, TableError> {
+    /// What `change` makes of `metadata` (version `version`).
+    async fn make(
+        &self,
+        change: &Change<'_>,
+        metadata: TableMetadata,
+        version: u64,
+    ) -> Result<Next, TableError> {
+        match change {
+            Change::Append {
+                files,
+                transactions,
+                columns,
+            } => {
+                let state = self.transactions(&metadata)?;
+                if !transactions.is_empty()
+                    && transactions
+                        .iter()
+                        .all(|t| state.get(&t.app_id) == Some(&t.version))
+                {
+                    return Ok(Next::Done(Committed::Already));
+                }
+                for t in transactions.iter() {
+                    let found = state.get(&t.app_id).copied();
+                    if found != t.after {
+                        return Err(TableError::Fenced {
+                            root: self.layout.location.clone(),
+                            app_id: t.app_id.clone(),
+                            expected: t.after,
+                            found,
+                        });
+                    }
+                }
+                let (next, written) = self
+                    .next_metadata(metadata, files, state, transactions, columns, version)
+                    .await?;
+                Ok(Next::Write(Box::new(next), written))
+            }
+            Change::Expire {
+                older_than_ms,
+                keep_last,
+            } => match upkeep::expired(metadata, *older_than_ms, *keep_last, now_ms()) {
+                Some(next) => Ok(Next::Write(Box::new(next), Vec::new())),
+                None => Ok(Next::Done(Committed::Already)),
+            },
+        }
+    }
+
+    /// The one of `attempts` that took its version, if one holds exactly its
+    /// bytes; the others are forgotten, the files they wrote removed. An
+    /// attempt whose version does not read leaves the commit failed with its
+    /// error.
+    async fn landed(&self, attempts: &mut Vec<Attempt>) -> Result<Option<Attempt>, TableError> {
         for attempt in std::mem::take(attempts) {
             match self.read(&self.metadata_key(attempt.version)).await {
-                Ok(found) if found[..] == attempt.body[..] => return Ok(Some(attempt.version)),
+                Ok(found) if found[..] == attempt.body[..] => return Ok(Some(attempt)),
                 Ok(_) => {
                     // Another writer's: what this attempt wrote is nobody's.
                     for key in &attempt.written {

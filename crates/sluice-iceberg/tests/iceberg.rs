@@ -250,8 +250,9 @@ fn parquet_file(
     }
 }
 
-/// pyiceberg and DuckDB read a table sluice made and appended to, a column
-/// added by the second commit (older rows null in it). The second file has
+/// pyiceberg and DuckDB read a table sluice made, appended to and expired
+/// the first snapshot of, a column added by the second commit (older rows
+/// null in it). The second file has
 /// no field ids (as a stream's Parquet files): readers find its columns
 /// through the table's name mapping (`schema.name-mapping.default`, which
 /// sluice keeps up to date; without it pyiceberg fails on that file).
@@ -325,7 +326,14 @@ async fn readers_read_what_sluice_commits() {
         .await
         .unwrap();
     assert_eq!(committed, Committed::Version(3));
-    let metadata = root.join("events/metadata/v3.metadata.json");
+    // The first snapshot expired: readers of the table as it is now lose
+    // nothing.
+    let expiry = table
+        .expire_snapshots(std::time::Duration::ZERO, 1)
+        .await
+        .unwrap();
+    assert_eq!((expiry.version, expiry.snapshots_dropped), (Some(4), 1));
+    let metadata = root.join("events/metadata/v4.metadata.json");
     let output = std::process::Command::new(python)
         .arg(format!("{clients}/iceberg_read.py"))
         .arg(format!("file://{}", metadata.display()))
@@ -349,7 +357,7 @@ async fn readers_read_what_sluice_commits() {
     for reader in ["pyiceberg", "duckdb"] {
         assert_eq!(read[reader]["rows"], want, "{reader}: {read}");
     }
-    assert_eq!(read["snapshots"], 2, "{read}");
+    assert_eq!(read["snapshots"], 1, "{read}");
     assert_eq!(
         read["field_ids"],
         serde_json::json!({"id": 1, "name": 2, "source": 3})
@@ -378,4 +386,51 @@ async fn the_latest_version_is_found_whatever_the_hint_says() {
         let (version, _) = table.load().await.unwrap().unwrap();
         assert_eq!(version, 4, "hint {written:?}");
     }
+}
+
+/// Snapshot expiry drops the old snapshots but the newest ones asked for,
+/// deletes their manifest lists, and keeps every data file a kept snapshot
+/// reads (sluice only appends: all of them); the table reads the same, and
+/// an append right after it commits on top. A second expiry finds nothing.
+#[tokio::test]
+async fn expired_snapshots_go_and_the_table_stays_whole() {
+    let memory = MemoryStore::new();
+    let store: Arc<dyn ObjectStore> = Arc::new(memory.clone());
+    let table = IcebergTable::new(store, layout(), "memory://bucket");
+    for n in 0..5 {
+        table
+            .append(&[file(&format!("f{n}"))], &[], &columns())
+            .await
+            .unwrap();
+    }
+    let lists = |memory: &MemoryStore| {
+        memory
+            .keys_under("events/metadata/")
+            .into_iter()
+            .filter(|k| k.contains("/snap-"))
+            .count()
+    };
+    assert_eq!(lists(&memory), 5);
+    let report = table
+        .expire_snapshots(std::time::Duration::ZERO, 2)
+        .await
+        .unwrap();
+    assert_eq!(report.snapshots_dropped, 3, "{report:?}");
+    // Their manifest lists; every manifest and data file is still read.
+    assert_eq!(report.files_deleted, 3, "{report:?}");
+    assert_eq!(lists(&memory), 2);
+    let (_, metadata) = table.load().await.unwrap().unwrap();
+    assert_eq!(metadata.snapshots.len(), 2);
+    assert_eq!(metadata.snapshot_log.len(), 2);
+    assert_eq!(table.data_files().await.unwrap().len(), 5);
+    table
+        .append(&[file("after")], &[], &columns())
+        .await
+        .unwrap();
+    assert_eq!(table.data_files().await.unwrap().len(), 6);
+    let again = table
+        .expire_snapshots(std::time::Duration::from_secs(3600), 2)
+        .await
+        .unwrap();
+    assert_eq!(again, sluice_iceberg::upkeep::ExpiryReport::default());
 }
