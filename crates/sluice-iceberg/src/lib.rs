@@ -687,6 +687,30 @@ impl IcebergTable {
             .ok_or_else(|| self.malformed(location, format!("it is not under {}", self.root_uri)))
     }
 
+    /// The manifests a manifest list (by location) names; none when it is
+    /// gone already (an expiry that stopped midway).
+    pub(crate) async fn manifests_of(
+        &self,
+        list: &str,
+    ) -> Result<Vec<manifest::ManifestFile>, TableError> {
+        let key = self.key_of(list)?;
+        match self.read(&key).await {
+            Ok(bytes) => manifest::read_manifest_list(&bytes).map_err(|e| self.malformed(&key, e)),
+            Err(TableError::Store { source, .. }) if source.is_not_found() => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The data files a manifest (by location) names as live.
+    pub(crate) async fn files_of(&self, manifest: &str) -> Result<Vec<String>, TableError> {
+        let key = self.key_of(manifest)?;
+        match self.read(&key).await {
+            Ok(bytes) => manifest::read_manifest_paths(&bytes).map_err(|e| self.malformed(&key, e)),
+            Err(TableError::Store { source, .. }) if source.is_not_found() => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
     /// The data files the current snapshot holds (full locations).
     pub async fn data_files(&self) -> Result<Vec<String>, TableError> {
         let Some((_, metadata)) = self.load().await? else {
@@ -695,16 +719,11 @@ impl IcebergTable {
         let Some(snapshot) = metadata.current_snapshot() else {
             return Ok(Vec::new());
         };
-        let key = self.key_of(&snapshot.manifest_list)?;
-        let list = manifest::read_manifest_list(&self.read(&key).await?)
-            .map_err(|e| self.malformed(&key, e))?;
         let mut out = Vec::new();
-        for m in list.iter().filter(|m| m.content == 0) {
-            let key = self.key_of(&m.path)?;
-            out.extend(
-                manifest::read_manifest_paths(&self.read(&key).await?)
-                    .map_err(|e| self.malformed(&key, e))?,
-            );
+        for m in self.manifests_of(&snapshot.manifest_list).await? {
+            if m.content == 0 {
+                out.extend(self.files_of(&m.path).await?);
+            }
         }
         Ok(out)
     }

@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::manifest;
 use crate::metadata::TableMetadata;
 use crate::{Change, Committed, IcebergTable, TableError};
 
@@ -135,26 +134,5 @@ impl IcebergTable {
         }
         tracing::info!(table = %self.layout.location, version, dropped = report.snapshots_dropped, deleted = report.files_deleted, "snapshots expired");
         Ok(report)
-    }
-
-    /// The manifests a manifest list (by location) names; none when it is
-    /// gone already (an expiry that stopped midway).
-    async fn manifests_of(&self, list: &str) -> Result<Vec<manifest::ManifestFile>, TableError> {
-        let key = self.key_of(list)?;
-        match self.read(&key).await {
-            Ok(bytes) => manifest::read_manifest_list(&bytes).map_err(|e| self.malformed(&key, e)),
-            Err(TableError::Store { source, .. }) if source.is_not_found() => Ok(Vec::new()),
-            Err(error) => Err(error),
-        }
-    }
-
-    /// The data files a manifest (by location) names as live.
-    async fn files_of(&self, manifest: &str) -> Result<Vec<String>, TableError> {
-        let key = self.key_of(manifest)?;
-        match self.read(&key).await {
-            Ok(bytes) => manifest::read_manifest_paths(&bytes).map_err(|e| self.malformed(&key, e)),
-            Err(TableError::Store { source, .. }) if source.is_not_found() => Ok(Vec::new()),
-            Err(error) => Err(error),
-        }
     }
 }

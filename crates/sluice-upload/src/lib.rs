@@ -224,14 +224,7 @@ impl Engine {
         if !breaker.is_open() {
             return !self.inner.stopping.is_cancelled();
         }
-        let back = async {
-            breaker.wait_closed().await;
-            tokio::time::sleep(breaker.retry_after()).await;
-        };
-        tokio::select! {
-            _ = back => true,
-            _ = self.inner.stopping.cancelled() => false,
-        }
+        self.inner.store_back(&breaker).await
     }
 
     /// Waits for the work that outlived its callers to finish (aborts of dropped
@@ -241,5 +234,20 @@ impl Engine {
         self.inner.background.close();
         self.inner.background.wait().await;
         self.inner.background.reopen();
+    }
+}
+
+impl EngineInner {
+    /// Waits until `breaker` is closed and one `Retry-After` more; false when
+    /// the engine stops first.
+    pub(crate) async fn store_back(&self, breaker: &Breaker) -> bool {
+        let back = async {
+            breaker.wait_closed().await;
+            tokio::time::sleep(breaker.retry_after()).await;
+        };
+        tokio::select! {
+            _ = back => true,
+            _ = self.stopping.cancelled() => false,
+        }
     }
 }

@@ -970,16 +970,9 @@ async fn abort_upload(inner: Arc<EngineInner>, key: String, upload_id: String) {
             return;
         };
         tracing::warn!(%key, %upload_id, error = %sluice_store::error_chain(&error), "the store is down: the abort waits for it");
-        let back = async {
-            breaker.wait_closed().await;
-            tokio::time::sleep(breaker.retry_after()).await;
-        };
-        tokio::select! {
-            _ = back => {}
-            _ = inner.stopping.cancelled() => {
-                tracing::error!(%key, %upload_id, "stopping while the store is down; the janitor will abort the multipart upload");
-                return;
-            }
+        if !inner.store_back(breaker).await {
+            tracing::error!(%key, %upload_id, "stopping while the store is down; the janitor will abort the multipart upload");
+            return;
         }
     }
 }
