@@ -434,3 +434,39 @@ async fn expired_snapshots_go_and_the_table_stays_whole() {
         .unwrap();
     assert_eq!(again, sluice_iceberg::upkeep::ExpiryReport::default());
 }
+
+/// A commit that stops between its store writes (the manifest and the list
+/// stored, the metadata version refused for good: a writer killed there
+/// leaves the same) changes nothing readers see; the next commit lands on
+/// top, and the stopped one's files are in no snapshot.
+#[tokio::test]
+async fn a_commit_stopped_before_its_metadata_changes_nothing() {
+    let memory = MemoryStore::new();
+    let faulty = FaultyStore::new(Arc::new(memory.clone()));
+    let table = IcebergTable::new(Arc::new(faulty.clone()), layout(), "memory://bucket");
+    table
+        .append(&[file("a")], &[step("w", None, 1)], &columns())
+        .await
+        .unwrap();
+    faulty.inject_under(
+        Op::Put,
+        "events/metadata/v3.metadata.json",
+        Some(1),
+        Fault::Denied,
+    );
+    let stopped = table
+        .append(&[file("lost")], &[step("w", Some(1), 2)], &columns())
+        .await;
+    assert!(stopped.is_err(), "{stopped:?}");
+    let (version, metadata) = table.load().await.unwrap().unwrap();
+    assert_eq!(version, 2);
+    assert_eq!(table.transactions(&metadata).unwrap()["w"], 1);
+    let got = table
+        .append(&[file("b")], &[step("w", Some(1), 2)], &columns())
+        .await
+        .unwrap();
+    assert_eq!(got, Committed::Version(3));
+    let files = table.data_files().await.unwrap();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files.iter().all(|f| !f.contains("lost")), "{files:?}");
+}
