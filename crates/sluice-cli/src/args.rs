@@ -175,6 +175,7 @@ batches {stream}/{partition}/{offset} (written only if absent), so a restart nei
 record.\nExamples:\n  \
 app | sluice ingest --stream clicks --store s3://events --endpoint http://127.0.0.1:9000\n  \
 app | sluice ingest --stream clicks --store s3://events --table delta\n  \
+app | sluice ingest --stream clicks --store s3://events --table iceberg\n  \
 zcat logs.ndjson.gz | sluice ingest --stream logs --store ./sluice-data --key-template '{stream}/{field:service}/{offset}'\n  \
 sluice ingest --stream clicks --store s3://events --config clicks.toml < records.ndjson\n  \
 sluice ingest --stream clicks --from kafka://127.0.0.1:9092/clicks --group sluice --store s3://events"

@@ -41,7 +41,9 @@ pub async fn run(args: IngestArgs, matches: &clap::ArgMatches) -> anyhow::Result
         // Into a table, the table says where partitions resume: keys need
         // only to stay apart. Otherwise replays list the offsets in keys.
         config.key_template = match config.table {
-            sluice_streams::TableFormat::Delta => "{stream}/{partition}/{offset}-{uuid}",
+            sluice_streams::TableFormat::Delta | sluice_streams::TableFormat::Iceberg => {
+                "{stream}/{partition}/{offset}-{uuid}"
+            }
             sluice_streams::TableFormat::None => "{stream}/{partition}/{offset}",
         }
         .into();
@@ -105,7 +107,10 @@ pub async fn run(args: IngestArgs, matches: &clap::ArgMatches) -> anyhow::Result
     let key = match (&args.idempotency_key, stream.table()) {
         (None, _) => None,
         (Some(_), None) => {
-            return Err(UsageError("--idempotency-key needs --table delta".into()).into())
+            return Err(UsageError(
+                "--idempotency-key needs a table (--table delta or --table iceberg)".into(),
+            )
+            .into())
         }
         (Some(key), Some(sink)) => {
             let fine = (1..=128).contains(&key.len())
@@ -269,7 +274,7 @@ fn report(
 /// The stream's settings: the `--config` file's over the definitions'
 /// defaults, and the flags given on the command line over both (clap says
 /// where each value came from, so no setting is overlaid by hand); validated.
-/// `--table delta` with no format anywhere means Parquet.
+/// `--table delta` or `--table iceberg` with no format anywhere means Parquet.
 fn stream_config(args: &IngestArgs, matches: &clap::ArgMatches) -> anyhow::Result<StreamConfig> {
     use clap::parser::ValueSource;
     use clap::Args as _;
@@ -305,7 +310,7 @@ fn stream_config(args: &IngestArgs, matches: &clap::ArgMatches) -> anyhow::Resul
         .map_err(|e: toml::de::Error| UsageError(format!("{path}: {e}")))?;
     let format_given =
         format_in_file || matches.value_source("format") == Some(ValueSource::CommandLine);
-    if config.table == sluice_streams::TableFormat::Delta && !format_given {
+    if config.table != sluice_streams::TableFormat::None && !format_given {
         config.format = RecordFormat::Parquet;
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;

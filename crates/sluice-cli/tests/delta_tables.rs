@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::tables::{ingest_into_delta, tables};
+use common::tables::{ingest_into_table, tables};
 
 /// Runs tests/clients/delta_create.py on `table` with `spec` (see there).
 fn delta_create(readers: &(String, String), table: &std::path::Path, spec: serde_json::Value) {
@@ -70,7 +70,7 @@ fn tables_in_every_parquet_codec_are_opened_compacted_and_checkpointed() {
         let ours: String = (100..110)
             .map(|id| format!("{{\"id\":{id},\"name\":\"ours {id}\"}}\n"))
             .collect();
-        let appended = ingest_into_delta(store.path(), &ours);
+        let appended = ingest_into_table(store.path(), "delta", &ours);
         assert_eq!(appended["records"], 10, "{data}: {appended}");
         let said = tables(store.path(), &["compact", "t", "--min-files", "2"]);
         assert!(said.contains("rewritten as 1"), "{data}: {said}");
@@ -117,7 +117,7 @@ fn a_not_null_column_of_another_writer_s_table_takes_no_null() {
         "{\"id\":null,\"name\":\"a null id\"}\n",
         "{\"id\":3}\n",
     );
-    let appended = ingest_into_delta(store.path(), input);
+    let appended = ingest_into_table(store.path(), "delta", input);
     assert_eq!(appended["records"], 2, "{appended}");
     assert_eq!(appended["dead_lettered"], 2, "{appended}");
     let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);

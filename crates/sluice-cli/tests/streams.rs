@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::tables::{
-    fed, ingest_into_delta, kill_once_files_are_stored, parquet_files, table_files, tables, walk,
-    walk_if_there,
+    assert_read_back, changing_records, comparable, fed, ingest_into_table,
+    keyed_input_loads_once_across_a_sigkill_and_a_death_after_its_commit, table_files, tables,
+    walk,
 };
 use common::{minio_prefix, serve_on_minio, stored_records as stored};
 
@@ -340,35 +341,6 @@ fn read_parquet(clients: &str, python: &str, dir: &std::path::Path) -> serde_jso
     serde_json::from_slice(&read.stdout).unwrap()
 }
 
-/// Records that bring fields as they go (a column, a list, a nested object),
-/// with nulls, non-ASCII text and, at `conflict`, a type conflict.
-fn changing_records(count: u64, conflict: u64) -> Vec<serde_json::Value> {
-    (0..count)
-        .map(|n| {
-            let mut record = serde_json::json!({
-                "id": n,
-                "name": format!("r{n} ünïcødé \"q\""),
-                "price": n as f64 * 0.25,
-                "pad": "x".repeat(200),
-            });
-            if n >= count / 4 {
-                record["tags"] =
-                    serde_json::json!(if n % 3 == 0 { vec![] } else { vec!["a", "b"] });
-            }
-            if n >= count / 2 {
-                record["where"] = serde_json::json!({"x": n, "y": null, "z": [1.5, 2]});
-            }
-            if n % 10 == 0 {
-                record["name"] = serde_json::Value::Null;
-            }
-            if n == conflict {
-                record["price"] = serde_json::json!("free");
-            }
-            record
-        })
-        .collect()
-}
-
 #[test]
 fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
     let Some((clients, python)) = common::python_readers("parquet-readback") else {
@@ -436,25 +408,6 @@ fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
         for (row, want) in rows.iter().zip(&want) {
             assert_eq!(comparable(row), comparable(want), "{reader}");
         }
-    }
-}
-
-/// A value as a table gives it back: a member that is null and one that is
-/// absent are the same (a field only ever null has no column yet), and
-/// numbers compare as numbers (an integer in a float column reads as a float).
-fn comparable(value: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match value {
-        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
-        Value::Array(items) => Value::Array(items.iter().map(comparable).collect()),
-        Value::Object(members) => Value::Object(
-            members
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), comparable(v)))
-                .collect(),
-        ),
-        other => other.clone(),
     }
 }
 
@@ -540,7 +493,7 @@ fn delta_tables_grow_columns_refuse_conflicts_and_share_the_table_with_python_de
     };
     // 1. sluice: fields that appear mid-stream become columns; the conflict
     //    goes to the dead letter and stops nothing else.
-    let first = ingest_into_delta(store.path(), &lines(&records));
+    let first = ingest_into_table(store.path(), "delta", &lines(&records));
     assert_eq!(first["records"], RECORDS - 1, "{first}");
     assert_eq!(first["dead_lettered"], 1, "{first}");
     records.remove(CONFLICT as usize);
@@ -567,33 +520,19 @@ fn delta_tables_grow_columns_refuse_conflicts_and_share_the_table_with_python_de
         serde_json::json!({"id": 2_000_000, "origin": "sluice", "late": true}),
         serde_json::json!({"id": 2_000_001, "origin": 7}),
     ];
-    let second = ingest_into_delta(store.path(), &lines(&ours));
+    let second = ingest_into_table(store.path(), "delta", &lines(&ours));
     assert_eq!(second["records"], 1, "{second}");
     assert_eq!(second["dead_lettered"], 1, "{second}");
     records.push(ours[0].clone());
     // Both readers read every row as it was written, by whichever writer.
     let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);
-    let mut want: Vec<serde_json::Value> = records.iter().map(comparable).collect();
-    want.sort_by_key(|r| r["id"].as_f64().unwrap() as u64);
-    for reader in ["deltalake", "duckdb"] {
-        let got: Vec<serde_json::Value> = read[reader]["rows_by_key"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(comparable)
-            .collect();
-        assert_eq!(got.len(), want.len(), "{reader}");
-        for (got, want) in got.iter().zip(&want) {
-            assert_eq!(got, want, "{reader}");
-        }
-        let columns = &read[reader]["columns"];
-        for column in ["id", "tags", "where", "origin", "late"] {
-            assert!(
-                columns.as_array().unwrap().iter().any(|c| c == column),
-                "{reader}: no column {column}: {columns}"
-            );
-        }
-    }
+    assert_read_back(
+        &read,
+        &["deltalake", "duckdb"],
+        "rows_by_key",
+        &records,
+        &["id", "tags", "where", "origin", "late"],
+    );
 }
 
 /// `sluice serve` with stream `clicks` into a Delta table on MinIO (fresh
@@ -759,7 +698,7 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
         let input: String = (0..500)
             .map(|n| format!("{{\"id\":{},\"run\":{run}}}\n", run * 500 + n))
             .collect();
-        ingest_into_delta(store.path(), &input);
+        ingest_into_table(store.path(), "delta", &input);
     }
     let parquet_files = || {
         walk(&table)
@@ -811,7 +750,7 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     assert!(!orphan.exists());
     assert_eq!(parquet_files(), 21);
     // A writer after the checkpoint, then both readers.
-    ingest_into_delta(store.path(), "{\"id\":10000,\"run\":20}\n");
+    ingest_into_table(store.path(), "delta", "{\"id\":10000,\"run\":20}\n");
     let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
     for reader in ["deltalake", "duckdb"] {
         assert_eq!(read[reader]["rows"], 10_001, "{reader}: {}", read[reader]);
@@ -832,62 +771,23 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("at least 1h"));
 }
 
-/// `sluice ingest --table delta --idempotency-key KEY` on `store`, stream `t`.
-fn keyed_ingest(store: &std::path::Path, key: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    command
-        .args(["ingest", "--stream", "t", "--table", "delta", "--json"])
-        .args([
-            "--flush-records",
-            "1000",
-            "--idempotency-key",
-            key,
-            "--store",
-        ])
-        .arg(store)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
 #[test]
 fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit() {
     let Some(readers) = common::python_readers("delta-keyed-stdin") else {
         return;
     };
-    // About 7 MiB: several of ingest's 1 MiB blocks.
-    const RECORDS: u64 = 100_000;
-    let input: String = (0..RECORDS)
-        .map(|n| format!("{{\"id\":{n},\"pad\":\"{}\"}}\n", "q".repeat(50)))
-        .collect();
     let store = tempfile::tempdir().unwrap();
     let table = store.path().join("t");
-    // 1. SIGKILLed part-way, with files stored and none committed.
-    kill_once_files_are_stored(&mut keyed_ingest(store.path(), "load-1"), &input, &table);
-    assert!(!table.join("_delta_log").exists() || walk(&table.join("_delta_log")).is_empty());
-    // 2. Again with the same key, dying right after its one commit, before
-    //    it could say so.
-    let second = fed(
-        keyed_ingest(store.path(), "load-1").env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1"),
-        input.as_bytes(),
+    let records = keyed_input_loads_once_across_a_sigkill_and_a_death_after_its_commit(
+        store.path(),
+        "delta",
+        "_delta_log",
     );
-    assert_eq!(second.status.code(), Some(137));
-    // 3. Once more: the table holds the key, nothing is appended.
-    let output = fed(&mut keyed_ingest(store.path(), "load-1"), input.as_bytes());
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(summary["replayed"], true, "{summary}");
-    assert_eq!(summary["records"], 0, "{summary}");
     let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
     for reader in ["deltalake", "duckdb"] {
-        assert_eq!(read[reader]["rows"], RECORDS, "{reader}: {}", read[reader]);
+        assert_eq!(read[reader]["rows"], records, "{reader}: {}", read[reader]);
         assert_eq!(
-            read[reader]["distinct"], RECORDS,
+            read[reader]["distinct"], records,
             "{reader}: {}",
             read[reader]
         );
@@ -907,102 +807,12 @@ fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --table delta"));
+    assert!(String::from_utf8_lossy(&refused.stderr)
+        .contains("needs a table (--table delta or --table iceberg)"));
 }
 
-/// Issue 47: a table's data file is announced once a commit holds it, never
-/// when it is only stored (a file no commit takes is a vacuum orphan, and an
-/// event for it would name data no reader of the table ever sees). A keyed
-/// `sluice ingest --table delta` with events: SIGKILLed with files stored and
-/// none committed; run again, dying right after its commit and before any
-/// event is recorded; then a janitor pass reconciles what the second left
-/// (`--event-reconcile-after 0s`: the default only makes the pass wait 30 s
-/// for the intents it settles; what it decides is the same). Every file the
-/// table holds has one `upload.completed` event, no other file has one, and
-/// no intent is left.
+/// Issue 47, for Delta: see [`common::tables::table_files_are_announced_once_a_commit_holds_them`].
 #[test]
-fn table_files_are_announced_once_a_commit_holds_them() {
-    // About 4 MiB: several of ingest's 1 MiB blocks.
-    const RECORDS: u64 = 60_000;
-    let input: String = (0..RECORDS)
-        .map(|n| format!("{{\"id\":{n},\"pad\":\"{}\"}}\n", "q".repeat(50)))
-        .collect();
-    let store = tempfile::tempdir().unwrap();
-    let secret = store.path().join("events.secret");
-    std::fs::write(&secret, b"the table events secret, 32 bytes or more").unwrap();
-    let data = store.path().join("bucket");
-    let table = data.join("t");
-    let with_events = |command: &mut Command| {
-        command
-            .args([
-                "--event-url",
-                "http://127.0.0.1:9/hook",
-                "--event-secret-file",
-            ])
-            .arg(&secret);
-    };
-    // 1. SIGKILLed with files stored and none committed.
-    let mut first = keyed_ingest(&data, "load-1");
-    with_events(&mut first);
-    kill_once_files_are_stored(&mut first, &input, &table);
-    assert!(table_files(&table).is_empty(), "the first run committed");
-    // 2. Dies right after its one commit, before it announces anything.
-    let mut second = keyed_ingest(&data, "load-1");
-    with_events(&mut second);
-    let second = fed(
-        second.env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", "1"),
-        input.as_bytes(),
-    );
-    assert_eq!(second.status.code(), Some(137));
-    let committed = table_files(&table);
-    assert!(!committed.is_empty());
-    // 3. A janitor pass settles what the second run left.
-    let mut janitor = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    janitor
-        .args(["janitor", "--event-reconcile-after", "0s", "--store"])
-        .arg(&data);
-    with_events(&mut janitor);
-    let janitor = janitor.output().unwrap();
-    assert!(
-        janitor.status.success(),
-        "{}",
-        String::from_utf8_lossy(&janitor.stderr)
-    );
-    // Every committed file's event came from the intents the second run left.
-    let report = String::from_utf8_lossy(&janitor.stdout).into_owned();
-    assert!(
-        report.contains(&format!(
-            "intents: {} announced, 0 dropped",
-            committed.len()
-        )),
-        "{report}"
-    );
-    let events = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["events", "--store"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let listed = String::from_utf8_lossy(&events.stdout).into_owned();
-    let mut announced: Vec<String> = Vec::new();
-    let mut ids = HashSet::new();
-    for line in listed.lines().filter(|l| l.contains("upload.completed")) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert!(
-            ids.insert(fields[0].to_owned()),
-            "an event id twice: {listed}"
-        );
-        announced.push(fields[2].trim_start_matches("t/").to_owned());
-    }
-    announced.sort();
-    assert_eq!(
-        announced,
-        committed,
-        "events are not the table's files ({} stored): {listed}\n{}",
-        parquet_files(&table),
-        String::from_utf8_lossy(&janitor.stdout)
-    );
-    assert!(
-        walk_if_there(&data.join("_sluice/events/intents")).is_empty(),
-        "intents left behind"
-    );
+fn delta_files_are_announced_once_a_commit_holds_them() {
+    common::tables::table_files_are_announced_once_a_commit_holds_them("delta", &table_files);
 }

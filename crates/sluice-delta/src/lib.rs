@@ -45,7 +45,7 @@ use futures::TryStreamExt;
 use serde_json::{json, Value};
 use sluice_store::{ObjectStore, PutRequest, StoreError};
 
-use listener::{CommitEnd, CommitListener};
+use listener::CommitListener;
 use log::{Action, Add, MetaData, Protocol, Remove, Txn};
 
 pub use sluice_table::{
@@ -996,29 +996,16 @@ impl DeltaTable {
         transactions: &[Transaction],
         schema: &Value,
     ) -> Result<Committed, TableError> {
-        let settlement = match &self.listener {
-            Some(listener) => listener
-                .before(&self.layout.location, files)
-                .await
-                .map_err(|e| self.store_error(e))?,
-            None => None,
-        };
-        let committed = self.commit_to_log(files, transactions, schema).await;
-        if committed.is_ok() {
-            if let Some(listener) = &self.listener {
-                listener.committed();
-            }
-        }
-        if let Some(settlement) = settlement {
-            let end = match &committed {
-                Ok(Committed::Version(_)) => CommitEnd::In,
-                // Whether it landed, nobody can tell yet.
-                Err(TableError::Store { .. } | TableError::Log { .. }) => CommitEnd::Unknown,
-                Ok(Committed::Already) | Err(_) => CommitEnd::Out,
-            };
-            settlement.settle(end).await;
-        }
-        committed
+        listener::heard(
+            self.listener.as_ref(),
+            &self.layout.location,
+            files,
+            |e| self.store_error(e),
+            // Whether it landed, nobody can tell yet.
+            |e| matches!(e, TableError::Store { .. } | TableError::Log { .. }),
+            self.commit_to_log(files, transactions, schema),
+        )
+        .await
     }
 
     /// The commit itself: the next version of the log, written only when

@@ -10,9 +10,11 @@
 //! Application transactions make commits exactly once, as for Delta (see
 //! sluice-table's [`Transaction`]): each snapshot sluice makes carries, in its
 //! summary's `sluice.transactions`, the versions of every transaction sluice
-//! has committed to the table; a commit reads them from the newest such
-//! snapshot of the main branch's history (another engine's appends in
-//! between carry none and change none). A commit whose transactions are at
+//! has committed to the table (and in `sluice.keys`, the idempotency keys of
+//! requests committed within [`KEY_RETENTION`], with their commit times); a
+//! commit reads them from the newest such snapshot of the main branch's
+//! history (another engine's appends in between carry none and change none;
+//! snapshot expiry keeps that snapshot and the history after it). A commit whose transactions are at
 //! their new versions already is [`Committed::Already`]; one whose `after`
 //! does not match is [`TableError::Fenced`]. A commit whose answer was lost
 //! is this writer's when the version holds exactly its bytes.
@@ -33,7 +35,11 @@ use std::sync::Arc;
 use arrow_schema::Schema as ArrowSchema;
 use sluice_store::{ObjectStore, PutRequest, StoreError, WriteCondition};
 
-pub use sluice_table::{Committed, NewFile, TableLayout, Transaction};
+pub use sluice_table::{
+    is_key_txn, key_txn, listener, Committed, NewFile, TableLayout, Transaction, KEY_RETENTION,
+};
+
+use listener::CommitListener;
 
 use manifest::{DataFile, ManifestFile};
 use metadata::{Snapshot, TableMetadata};
@@ -42,12 +48,26 @@ use metadata::{Snapshot, TableMetadata};
 /// of application id → version).
 pub const TRANSACTIONS: &str = "sluice.transactions";
 
+/// The snapshot summary key that holds the idempotency keys of requests
+/// committed within [`KEY_RETENTION`] (a JSON object of key transaction →
+/// commit time in ms), apart from [`TRANSACTIONS`] so that they can go.
+pub const KEYS: &str = "sluice.keys";
+
 const VERSION_HINT: &str = "version-hint.text";
 
 /// The table property that bounds the metadata log, and its default (as
 /// Iceberg's own writers have them).
 const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 const DEFAULT_PREVIOUS_VERSIONS: usize = 100;
+
+/// What sluice keeps in the summaries of the snapshots it makes.
+#[derive(Debug, Default)]
+struct SluiceState {
+    /// Application transaction → version ([`TRANSACTIONS`]).
+    transactions: BTreeMap<String, i64>,
+    /// Request idempotency key → commit time in ms ([`KEYS`]).
+    keys: BTreeMap<String, i64>,
+}
 
 /// A commit attempt whose end its answer did not tell.
 struct Attempt {
@@ -133,6 +153,10 @@ pub enum TableError {
 pub struct IcebergTable {
     store: Arc<dyn ObjectStore>,
     layout: TableLayout,
+    listener: Option<Arc<dyn CommitListener>>,
+    /// The latest metadata this writer read: the next read starts there
+    /// (one HEAD when nothing changed).
+    latest: std::sync::Mutex<Option<(u64, Arc<TableMetadata>)>>,
     /// The store's root as readers address it (`s3://bucket`,
     /// `file:///srv/data`): the table's location and its files' paths are
     /// absolute, as Iceberg has them.
@@ -148,9 +172,21 @@ impl IcebergTable {
         IcebergTable {
             store,
             layout,
+            listener: None,
+            latest: std::sync::Mutex::new(None),
             root_uri: root_uri.trim_end_matches('/').to_owned(),
             metadata_prefix,
         }
+    }
+
+    /// The same table, its commits heard by `listener`.
+    pub fn listened_by(mut self, listener: Arc<dyn CommitListener>) -> IcebergTable {
+        self.listener = Some(listener);
+        self
+    }
+
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
     }
 
     /// The table's location as its metadata gives it.
@@ -181,6 +217,28 @@ impl IcebergTable {
     /// while the next version exists (the hint is written after a commit,
     /// so it is never ahead, and may lag); without one, it lists.
     pub async fn load(&self) -> Result<Option<(u64, TableMetadata)>, TableError> {
+        Ok(self
+            .latest()
+            .await?
+            .map(|(version, metadata)| (version, TableMetadata::clone(&metadata))))
+    }
+
+    /// [`IcebergTable::load`], shared: from the version this writer read
+    /// last, when it still exists, stepping on while the next one does.
+    pub async fn latest(&self) -> Result<Option<(u64, Arc<TableMetadata>)>, TableError> {
+        let cached = self.cached();
+        if let Some((version, metadata)) = cached {
+            if self.exists(version).await? {
+                let mut latest = version;
+                while self.exists(latest + 1).await? {
+                    latest += 1;
+                }
+                if latest == version {
+                    return Ok(Some((version, metadata)));
+                }
+                return self.read_version(latest).await.map(Some);
+            }
+        }
         let hinted = match self
             .read(&format!("{}{VERSION_HINT}", self.metadata_prefix))
             .await
@@ -204,11 +262,27 @@ impl IcebergTable {
         let Some(version) = latest else {
             return Ok(None);
         };
+        self.read_version(version).await.map(Some)
+    }
+
+    /// Metadata version `version`, remembered as the latest read.
+    async fn read_version(&self, version: u64) -> Result<(u64, Arc<TableMetadata>), TableError> {
         let key = self.metadata_key(version);
         let bytes = self.read(&key).await?;
-        let metadata: TableMetadata =
-            serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?;
-        Ok(Some((version, metadata)))
+        let metadata: Arc<TableMetadata> =
+            Arc::new(serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?);
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if latest.as_ref().is_none_or(|(known, _)| *known <= version) {
+            *latest = Some((version, metadata.clone()));
+        }
+        Ok((version, metadata))
+    }
+
+    fn cached(&self) -> Option<(u64, Arc<TableMetadata>)> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     async fn exists(&self, version: u64) -> Result<bool, TableError> {
@@ -270,18 +344,51 @@ impl IcebergTable {
         &self,
         metadata: &TableMetadata,
     ) -> Result<BTreeMap<String, i64>, TableError> {
+        let SluiceState {
+            mut transactions,
+            keys,
+        } = self.sluice_state(metadata)?;
+        transactions.extend(keys.into_keys().map(|key| (key, 1)));
+        Ok(transactions)
+    }
+
+    /// The transactions and the keys (with their commit times) of the newest
+    /// snapshot of the main branch's history that sluice made.
+    fn sluice_state(&self, metadata: &TableMetadata) -> Result<SluiceState, TableError> {
         let Some(snapshot) = metadata
             .ancestry()
             .find(|s| s.summary.contains_key(TRANSACTIONS))
         else {
-            return Ok(BTreeMap::new());
+            return Ok(Default::default());
         };
-        serde_json::from_str(&snapshot.summary[TRANSACTIONS]).map_err(|e| {
-            self.malformed(
-                &format!("snapshot {}'s summary {TRANSACTIONS}", snapshot.snapshot_id),
-                e,
-            )
+        let read = |name: &str| -> Result<BTreeMap<String, i64>, TableError> {
+            match snapshot.summary.get(name) {
+                Some(text) => serde_json::from_str(text).map_err(|e| {
+                    self.malformed(
+                        &format!("snapshot {}'s summary {name}", snapshot.snapshot_id),
+                        e,
+                    )
+                }),
+                None => Ok(BTreeMap::new()),
+            }
+        };
+        Ok(SluiceState {
+            transactions: read(TRANSACTIONS)?,
+            keys: read(KEYS)?,
         })
+    }
+
+    /// The latest version of application transaction `app_id`.
+    pub async fn txn_version(&self, app_id: &str) -> Result<Option<i64>, TableError> {
+        Ok(self.txn_versions().await?.remove(app_id))
+    }
+
+    /// Every application transaction's latest version (keys' included).
+    pub async fn txn_versions(&self) -> Result<BTreeMap<String, i64>, TableError> {
+        match self.latest().await? {
+            Some((_, metadata)) => self.transactions(&metadata),
+            None => Ok(BTreeMap::new()),
+        }
     }
 
     /// Appends `files` (stored under the table's root, in the columns of
@@ -314,7 +421,16 @@ impl IcebergTable {
             transactions,
             columns,
         };
-        Ok(self.commit(change).await?.committed)
+        listener::heard(
+            self.listener.as_ref(),
+            &self.layout.location,
+            files,
+            |e| self.store_error(e),
+            // Whether it landed, nobody can tell yet.
+            |e| matches!(e, TableError::Store { .. }),
+            async { Ok(self.commit(change).await?.committed) },
+        )
+        .await
     }
 
     /// The one commit loop: `change` made on the latest metadata and written
@@ -397,7 +513,9 @@ impl IcebergTable {
                 transactions,
                 columns,
             } => {
-                let state = self.transactions(&metadata)?;
+                let sluice = self.sluice_state(&metadata)?;
+                let mut state = sluice.transactions.clone();
+                state.extend(sluice.keys.keys().map(|key| (key.clone(), 1)));
                 if !transactions.is_empty()
                     && transactions
                         .iter()
@@ -417,7 +535,7 @@ impl IcebergTable {
                     }
                 }
                 let (next, written) = self
-                    .next_metadata(metadata, files, state, transactions, columns, version)
+                    .next_metadata(metadata, files, sluice, transactions, columns, version)
                     .await?;
                 Ok(Next::Write(Box::new(next), written))
             }
@@ -457,7 +575,7 @@ impl IcebergTable {
     }
 
     /// Refuses a table sluice cannot append to as it is.
-    fn check(&self, metadata: &TableMetadata) -> Result<(), TableError> {
+    pub fn check(&self, metadata: &TableMetadata) -> Result<(), TableError> {
         if metadata.format_version != metadata::FORMAT_VERSION {
             return Err(TableError::FormatVersion {
                 root: self.layout.location.clone(),
@@ -510,7 +628,7 @@ impl IcebergTable {
         &self,
         mut metadata: TableMetadata,
         files: &[DataFile],
-        mut state: BTreeMap<String, i64>,
+        sluice: SluiceState,
         transactions: &[Transaction],
         columns: &ArrowSchema,
         version: u64,
@@ -598,9 +716,18 @@ impl IcebergTable {
             .await
             .map_err(|e| self.store_error(e))?;
 
+        let SluiceState {
+            transactions: mut state,
+            mut keys,
+        } = sluice;
         for t in transactions {
-            state.insert(t.app_id.clone(), t.version);
+            if is_key_txn(&t.app_id) {
+                keys.insert(t.app_id.clone(), now);
+            } else {
+                state.insert(t.app_id.clone(), t.version);
+            }
         }
+        forget_old_keys(&mut keys, now);
         let total = |key: &str| -> i64 {
             parent
                 .as_ref()
@@ -643,6 +770,13 @@ impl IcebergTable {
                 serde_json::to_string(&state).expect("serializes"),
             ),
         ]);
+        let mut summary = summary;
+        if !keys.is_empty() {
+            summary.insert(
+                KEYS.to_owned(),
+                serde_json::to_string(&keys).expect("serializes"),
+            );
+        }
         metadata.snapshots.push(Snapshot {
             snapshot_id,
             parent_snapshot_id: parent.as_ref().map(|p| p.snapshot_id),
@@ -711,6 +845,27 @@ impl IcebergTable {
         }
     }
 
+    /// The store keys of the data files any snapshot the table still has
+    /// holds (a file added, and maybe removed since): whether a commit that
+    /// could not tell its end added a file. Empty for no table.
+    pub async fn held_keys(&self) -> Result<std::collections::BTreeSet<String>, TableError> {
+        let mut held = std::collections::BTreeSet::new();
+        let Some((_, metadata)) = self.latest().await? else {
+            return Ok(held);
+        };
+        let mut manifests = std::collections::BTreeSet::new();
+        for snapshot in &metadata.snapshots {
+            for m in self.manifests_of(&snapshot.manifest_list).await? {
+                if m.content == 0 && manifests.insert(m.path.clone()) {
+                    for file in self.files_of(&m.path).await? {
+                        held.insert(self.key_of(&file)?);
+                    }
+                }
+            }
+        }
+        Ok(held)
+    }
+
     /// The data files the current snapshot holds (full locations).
     pub async fn data_files(&self) -> Result<Vec<String>, TableError> {
         let Some((_, metadata)) = self.load().await? else {
@@ -729,6 +884,13 @@ impl IcebergTable {
     }
 }
 
+/// Keys committed longer than [`KEY_RETENTION`] before `now_ms` go: a retry
+/// after that long is a new request.
+fn forget_old_keys(keys: &mut BTreeMap<String, i64>, now_ms: i64) {
+    let kept_since = now_ms - KEY_RETENTION.as_millis() as i64;
+    keys.retain(|_, at| *at >= kept_since);
+}
+
 /// A snapshot id: random and positive, as Iceberg's own writers make them.
 fn new_snapshot_id() -> i64 {
     let bits = uuid::Uuid::new_v4().as_u64_pair();
@@ -740,4 +902,23 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_kept_for_their_retention_only() {
+        let day = 86_400_000i64;
+        let now = 100 * day;
+        let mut keys = BTreeMap::from([
+            ("sluice/key/s/old".to_owned(), now - 8 * day),
+            ("sluice/key/s/edge".to_owned(), now - 7 * day),
+            ("sluice/key/s/new".to_owned(), now - day),
+        ]);
+        forget_old_keys(&mut keys, now);
+        let kept: Vec<&str> = keys.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["sluice/key/s/edge", "sluice/key/s/new"]);
+    }
 }

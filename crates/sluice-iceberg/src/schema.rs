@@ -265,7 +265,8 @@ fn with_id(field: ArrowField, id: i32) -> ArrowField {
 }
 
 impl Type {
-    fn to_json(&self) -> Value {
+    /// The type as the table's metadata JSON has it.
+    pub fn to_json(&self) -> Value {
         match self {
             Type::Primitive(name) => json!(name),
             Type::Struct(fields) => json!({

@@ -4,7 +4,9 @@
 //! snapshot a branch or tag points at; then the manifest lists of the dropped
 //! snapshots, their manifests no kept snapshot reads, and the data files only
 //! those manifests named are deleted: time travel to a dropped snapshot ends,
-//! the table as any kept snapshot has it stays whole.
+//! the table as any kept snapshot has it stays whole. The newest snapshot
+//! sluice made (whose summary holds its writers' transactions) stays with
+//! the history after it, whatever its age.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -36,6 +38,17 @@ pub(crate) fn expired(
         .take(keep_last.max(1))
         .map(|s| s.snapshot_id)
         .collect();
+    // The newest snapshot sluice made, and the history after it: the
+    // transactions of every writer are read there (a Kafka partition's
+    // offset, a writer's last batch); without it they would start over.
+    let mut after_sluice = Vec::new();
+    for snapshot in metadata.ancestry() {
+        after_sluice.push(snapshot.snapshot_id);
+        if snapshot.summary.contains_key(crate::TRANSACTIONS) {
+            kept.extend(after_sluice.drain(..));
+            break;
+        }
+    }
     kept.extend(
         metadata
             .refs
@@ -134,5 +147,81 @@ impl IcebergTable {
         }
         tracing::info!(table = %self.layout.location, version, dropped = report.snapshots_dropped, deleted = report.files_deleted, "snapshots expired");
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::metadata::Snapshot;
+
+    /// A main branch of snapshots 1..=n, one a day, `by_sluice` of them with
+    /// sluice's transactions in their summaries.
+    fn history(n: i64, by_sluice: &[i64]) -> TableMetadata {
+        let (schema, last) = crate::schema::Schema::from_arrow(&arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("id", arrow_schema::DataType::Int64, true),
+        ]))
+        .unwrap();
+        let mut metadata = TableMetadata::new("memory://t", &schema, last, 0);
+        for id in 1..=n {
+            let mut summary = BTreeMap::from([("operation".to_owned(), "append".to_owned())]);
+            if by_sluice.contains(&id) {
+                summary.insert(crate::TRANSACTIONS.to_owned(), format!("{{\"w\":{id}}}"));
+            }
+            metadata.snapshots.push(Snapshot {
+                snapshot_id: id,
+                parent_snapshot_id: (id > 1).then_some(id - 1),
+                sequence_number: id,
+                timestamp_ms: id * 86_400_000,
+                manifest_list: format!("memory://t/metadata/snap-{id}.avro"),
+                summary,
+                schema_id: Some(0),
+                other: Default::default(),
+            });
+        }
+        metadata.current_snapshot_id = Some(n);
+        metadata
+    }
+
+    /// (case, snapshots, sluice's, kept by age from, keep_last, kept)
+    #[test]
+    fn expiry_keeps_the_snapshot_that_holds_sluice_s_transactions() {
+        type Case = (
+            &'static str,
+            i64,
+            &'static [i64],
+            i64,
+            usize,
+            &'static [i64],
+        );
+        let cases: [Case; 4] = [
+            ("no sluice snapshot", 6, &[], 5, 1, &[5, 6]),
+            ("sluice's is among the young", 6, &[2, 5], 5, 1, &[5, 6]),
+            (
+                "sluice's is old: it and what follows stay",
+                6,
+                &[2],
+                5,
+                1,
+                &[2, 3, 4, 5, 6],
+            ),
+            (
+                "the newest of sluice's only",
+                8,
+                &[2, 4],
+                8,
+                1,
+                &[4, 5, 6, 7, 8],
+            ),
+        ];
+        for (case, n, by_sluice, young_from, keep_last, kept) in cases {
+            let metadata = history(n, by_sluice);
+            let after =
+                expired(metadata, young_from * 86_400_000, keep_last, 0).expect("something goes");
+            let ids: Vec<i64> = after.snapshots.iter().map(|s| s.snapshot_id).collect();
+            assert_eq!(ids, kept, "{case}");
+        }
     }
 }

@@ -88,13 +88,16 @@ pub struct StreamConfig {
     /// What a batch is stored as: `ndjson` (compressed lines) or `parquet`
     /// (one Parquet file, its columns compressed with `compression`; its
     /// schema inferred from the records and widened as new fields appear).
-    /// `sluice ingest --table delta` takes `parquet` when this is not given.
+    /// `sluice ingest --table delta|iceberg` takes `parquet` when this is not
+    /// given.
     #[arg(id = "format", long = "format", value_enum, default_value = "ndjson")]
     pub format: RecordFormat,
     /// `delta`: each Parquet file is committed to the stream's Delta Lake
     /// table once stored (needs `format = "parquet"`; conditional writes,
     /// exactly once; readable at once by DuckDB, Spark, Polars, deltalake);
-    /// `none`: files only.
+    /// `iceberg`: the same into an Apache Iceberg table (format version 2,
+    /// unpartitioned so far; readable by pyiceberg, DuckDB, Spark from its
+    /// metadata files); `none`: files only.
     #[arg(id = "table", long = "table", value_enum, default_value = "none")]
     pub table: TableFormat,
     /// The table's root key [default: the stream's name]. The key template
@@ -205,6 +208,20 @@ pub enum TableFormat {
     None,
     /// A Delta Lake table, committed to with conditional writes.
     Delta,
+    /// An Apache Iceberg table (format version 2), committed to with
+    /// conditional writes of its metadata versions.
+    Iceberg,
+}
+
+impl TableFormat {
+    /// The format's name in messages; None for no table.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            TableFormat::None => None,
+            TableFormat::Delta => Some("Delta"),
+            TableFormat::Iceberg => Some("Iceberg"),
+        }
+    }
 }
 
 /// What becomes of a Kafka message with no value or an empty one.
@@ -291,21 +308,26 @@ impl StreamConfig {
         if !self.schema.is_empty() && self.format != RecordFormat::Parquet {
             return fail("schema", "a schema is for format = \"parquet\"".into());
         }
-        if self.table == TableFormat::Delta {
+        if let Some(format) = self.table.name() {
             if self.format != RecordFormat::Parquet {
                 return fail(
                     "table",
-                    "a Delta table holds Parquet files: set format = \"parquet\"".into(),
+                    format!("a {format} table holds Parquet files: set format = \"parquet\""),
                 );
             }
             if self.shard_prefix {
                 return fail(
                     "shard_prefix",
-                    "a Delta table's files sit under its location, not under hash prefixes".into(),
+                    format!(
+                        "a {format} table's files sit under its location, not under hash prefixes"
+                    ),
                 );
             }
         } else if self.table_location.is_some() {
-            return fail("table_location", "is for table = \"delta\"".into());
+            return fail(
+                "table_location",
+                "is for a stream with a table (table = \"delta\" or \"iceberg\")".into(),
+            );
         }
         if let Some(location) = &self.table_location {
             let fine = !location.is_empty()
@@ -382,7 +404,7 @@ impl StreamConfig {
             // the bucket, which is not done yet.
             return Err(StreamConfigError {
                 key: "format",
-                reason: "parquet from Kafka needs table = \"delta\": the table keeps the schema \
+                reason: "parquet from Kafka needs a table (table = \"delta\" or \"iceberg\"): the table keeps the schema \
                          and each partition's offset, so a replay judges messages as the run \
                          before did"
                     .into(),

@@ -41,7 +41,7 @@ pub enum StreamError {
     /// The batch was stored but not committed to the stream's table: its
     /// records are not acknowledged (the file is an orphan, for vacuum).
     #[error("the batch was stored but not added to its table: {0}")]
-    NotCommitted(Arc<crate::table::delta::TableError>),
+    NotCommitted(Arc<crate::table::stream_table::CommitError>),
     /// The stream is closing and takes no more records.
     #[error("the stream is closing")]
     Closed,

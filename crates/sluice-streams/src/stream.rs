@@ -44,8 +44,9 @@ use crate::error::{StreamConfigError, StreamError};
 use crate::records::{Rejected, Run};
 use crate::stats::StreamStats;
 use crate::table::announce::FileOrigin;
-use crate::table::delta::{DeltaTable, NewFile, TableLayout};
+use crate::table::delta::NewFile;
 use crate::table::file::{FileSettings, ParquetFile};
+use crate::table::opening::OpenedTable;
 use crate::table::schema::{Required, Shape, StreamSchema, Version};
 use crate::table::sink::TableSink;
 use crate::template::{PartitionKey, StreamKeyTemplate};
@@ -238,9 +239,10 @@ impl RecordStream {
         Self::build(name, config, engine, memory, pool, on_stored, None)
     }
 
-    /// [`RecordStream::new`], for any stream: one with a Delta table reads
-    /// the table first (creating nothing yet), takes its schema as where the
-    /// stream's starts, and checks that it may append to it.
+    /// [`RecordStream::new`], for any stream: one with a table (Delta or
+    /// Iceberg) reads the table first (creating nothing yet), takes its
+    /// schema as where the stream's starts, and checks that it may append to
+    /// it (see [`crate::table::opening`]).
     pub async fn open(
         name: &str,
         config: StreamConfig,
@@ -254,110 +256,8 @@ impl RecordStream {
         }
         config.validate()?;
         validate_stream_name(name)?;
-        let fail = |reason: String| StreamConfigError {
-            key: "table",
-            reason,
-        };
-        let location = config
-            .table_location
-            .clone()
-            .unwrap_or_else(|| name.to_string());
-        let keys = config.key_template.replace("{stream}", name);
-        if !keys.starts_with(&format!("{location}/")) {
-            return Err(StreamConfigError {
-                key: "key_template",
-                reason: format!(
-                    "{:?} must put files under the table's location {location:?}/",
-                    config.key_template
-                ),
-            });
-        }
-        let layout = TableLayout::from_template(&location, &keys);
-        let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(engine.retrying_store());
-        let listener = Arc::new(crate::table::announce::EngineListener::new(engine.clone()));
-        let table = Arc::new(DeltaTable::new(store, layout).listened_by(listener));
-        let snapshot = table.snapshot().await.map_err(|e| fail(e.to_string()))?;
-        if let Some(reason) = snapshot.refusal() {
-            return Err(fail(format!("the Delta table at {location}: {reason}")));
-        }
-        if let Some(metadata) = &snapshot.metadata {
-            if metadata.partition_columns != table.layout().partition_columns {
-                return Err(fail(format!(
-                    "the Delta table at {location} is partitioned by {:?}; the key template makes {:?}",
-                    metadata.partition_columns,
-                    table.layout().partition_columns
-                )));
-            }
-        }
-        let column_mapping = snapshot
-            .column_mapping()
-            .map_err(|reason| fail(format!("the Delta table at {location}: {reason}")))?;
-        let table_schema = snapshot.schema();
-        let mut known: Vec<(String, Shape)> = table_schema
-            .as_ref()
-            .and_then(crate::table::columns::struct_fields)
-            .unwrap_or_default();
-        let mut required = match &table_schema {
-            Some(schema) => crate::table::rules::table_rules(
-                schema,
-                &known,
-                &table.layout().partition_columns,
-                &location,
-            )?,
-            None => Required::default(),
-        };
-        if let Some(mapping) = &column_mapping {
-            required = required.closed(
-                format!(
-                    "the Delta table at {location} maps its columns (delta.columnMapping.mode = \
-                     {}), and sluice adds no column to such a table (nor writes one of a type it \
-                     does not know)",
-                    mapping.mode()
-                ),
-                table.layout().partition_columns.clone(),
-            );
-        }
-        known.retain(|(field, _)| !table.layout().partition_columns.contains(field));
-        for (field, kind) in &config.schema {
-            let declared = Shape::declared(kind).expect("validated");
-            match known.iter().find(|(k, _)| k == field) {
-                Some((_, shape)) if *shape != declared => {
-                    return Err(StreamConfigError {
-                        key: "schema",
-                        reason: format!(
-                            "{field} = {kind:?}, but the Delta table at {location} holds it as another type"
-                        ),
-                    })
-                }
-                Some(_) => {}
-                None => known.push((field.clone(), declared)),
-            }
-        }
-        if let Some(mapping) = &column_mapping {
-            let columns = crate::table::schema::arrow_schema_of(known.clone());
-            if let Some(field) = mapping.unmapped(&columns) {
-                return Err(fail(format!(
-                    "the Delta table at {location} maps its columns (delta.columnMapping.mode = \
-                     {}), and sluice cannot write column `{field}` under it (a list of structs, \
-                     or a declared column the table does not have)",
-                    mapping.mode()
-                )));
-            }
-        }
-        let sink = Arc::new(TableSink::new(table, name).with_column_mapping(column_mapping));
-        Self::build(
-            name,
-            config,
-            engine,
-            memory,
-            pool,
-            on_stored,
-            Some(OpenedTable {
-                sink,
-                known,
-                required,
-            }),
-        )
+        let table = crate::table::opening::open(name, &config, &engine).await?;
+        Self::build(name, config, engine, memory, pool, on_stored, Some(table))
     }
 
     fn build(
@@ -465,11 +365,11 @@ impl RecordStream {
         self.inner.table.as_ref()
     }
 
-    /// The stream's columns as a Delta struct type (for a source that
-    /// commits to the table itself).
+    /// The stream's columns now, for a source that commits to the table
+    /// itself (None: no schema).
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
-    pub(crate) fn table_schema(&self) -> serde_json::Value {
-        self.inner.table_schema()
+    pub(crate) fn table_columns(&self) -> Option<Arc<Version>> {
+        self.inner.schema.as_ref().map(|schema| schema.current())
     }
 
     /// Whether invalid records go to a dead letter instead of refusing input.
@@ -623,15 +523,6 @@ impl Drop for AppendedOnDrop {
     fn drop(&mut self) {
         self.0.appended(&self.1);
     }
-}
-
-/// A stream's table as read at start: its writer, the fields its schema
-/// already holds (where the stream's schema starts), and those every record
-/// must give (its NOT NULL columns).
-struct OpenedTable {
-    sink: Arc<TableSink>,
-    known: Vec<(String, Shape)>,
-    required: Required,
 }
 
 /// An invalid message of a source with offsets, on its way to the dead letter.
@@ -842,26 +733,6 @@ impl Inner {
             None => columns.clone(),
         };
         (columns, stored)
-    }
-
-    /// The stream's columns as a Delta struct type, for a commit (partition
-    /// columns left out: the table adds them).
-    pub(crate) fn table_schema(&self) -> serde_json::Value {
-        let empty = crate::table::delta::schema::empty_struct();
-        let (Some(schema), Some(sink)) = (&self.schema, &self.table) else {
-            return empty;
-        };
-        let partition_columns = &sink.table().layout().partition_columns;
-        let mut columns =
-            crate::table::columns::delta_type(schema.current().root()).unwrap_or(empty);
-        if let Some(fields) = columns.get_mut("fields").and_then(|f| f.as_array_mut()) {
-            fields.retain(|f| {
-                !f.get("name")
-                    .and_then(|n| n.as_str())
-                    .is_some_and(|n| partition_columns.iter().any(|c| c == n))
-            });
-        }
-        columns
     }
 
     /// Flushes the open batch of `slot`, if any.
@@ -1276,16 +1147,17 @@ impl BatchWriter {
         &self,
         inner: &Inner,
         file: NewFile,
-    ) -> Result<Option<u64>, crate::table::delta::TableError> {
+    ) -> Result<Option<u64>, crate::table::stream_table::CommitError> {
         let Some(sink) = &inner.table else {
             return Ok(None);
         };
         if self.dead_letter || sink.commits_by_source() {
             return Ok(None);
         }
-        match sink.add(file, self.id, inner.table_schema()).await? {
-            crate::table::delta::Committed::Version(version) => Ok(Some(version)),
-            crate::table::delta::Committed::Already => Ok(None),
+        let columns = inner.schema.as_ref().map(|schema| schema.current());
+        match sink.add(file, self.id, columns).await? {
+            sluice_table::Committed::Version(version) => Ok(Some(version)),
+            sluice_table::Committed::Already => Ok(None),
         }
     }
 

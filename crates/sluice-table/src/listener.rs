@@ -48,3 +48,36 @@ pub trait CommitListener: Send + Sync + std::fmt::Debug {
 pub trait CommitSettlement: Send {
     async fn settle(self: Box<Self>, end: CommitEnd);
 }
+
+/// A commit of `files` into the table at `table`, heard by `listener` (if
+/// any): told before (its error stops the commit, as `store_error` of it),
+/// then `committed` once it ended well, then how it ended: in (a new
+/// version), unknown (an error that `is_unknown`: the store failed and the
+/// table could not tell), or out. Every table format commits through this,
+/// so that a listener hears each the same way.
+pub async fn heard<E>(
+    listener: Option<&Arc<dyn CommitListener>>,
+    table: &str,
+    files: &[NewFile],
+    store_error: impl FnOnce(StoreError) -> E,
+    is_unknown: impl FnOnce(&E) -> bool,
+    commit: impl std::future::Future<Output = Result<crate::Committed, E>>,
+) -> Result<crate::Committed, E> {
+    let Some(listener) = listener else {
+        return commit.await;
+    };
+    let settlement = listener.before(table, files).await.map_err(store_error)?;
+    let committed = commit.await;
+    if committed.is_ok() {
+        listener.committed();
+    }
+    if let Some(settlement) = settlement {
+        let end = match &committed {
+            Ok(crate::Committed::Version(_)) => CommitEnd::In,
+            Err(error) if is_unknown(error) => CommitEnd::Unknown,
+            Ok(crate::Committed::Already) | Err(_) => CommitEnd::Out,
+        };
+        settlement.settle(end).await;
+    }
+    committed
+}

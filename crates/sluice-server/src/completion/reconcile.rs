@@ -17,12 +17,12 @@
 //! | there, as intended, and made after the intent | none (a single PUT) | becomes its event |
 //! | missing or another | gone | is dropped: its object was never made |
 //! | missing or another | none (a single PUT) | is dropped once `DROP_UNMADE_AFTER` old |
-//! | there, as intended, and its table's log holds it | none (a table's file) | becomes its event |
-//! | not in its table's log (or missing) | none (a table's file) | is dropped once `DROP_UNMADE_AFTER` old |
+//! | there, as intended, and its table holds it (Delta: its log; Iceberg: a snapshot's manifests) | none (a table's file) | becomes its event |
+//! | not in its table (or missing) | none (a table's file) | is dropped once `DROP_UNMADE_AFTER` old |
 //!
 //! A table's file is stored before its intent (the intent is written before
 //! the commit that adds it, see `sluice_streams::table::announce`): its time
-//! is not compared; the table's log says whether it came into being.
+//! is not compared; the table says whether it came into being.
 //!
 //! A multipart object's time is not compared: S3 dates it from the upload's
 //! start, which may be long before the intent. A pass reads at most
@@ -127,7 +127,14 @@ pub async fn reconcile_once(
 
 /// The tables one pass reads (each once), to settle their files' intents.
 #[derive(Default)]
-struct TableReads(HashMap<String, Option<(TableLayout, Snapshot)>>);
+struct TableReads(HashMap<String, Option<TableRead>>);
+
+/// What a table has held, as one pass read it.
+enum TableRead {
+    Delta(TableLayout, Box<Snapshot>),
+    /// The store keys of the files its snapshots hold.
+    Iceberg(std::collections::BTreeSet<String>),
+}
 
 impl TableReads {
     /// Whether the table at `table` has held the file at `key`; None when
@@ -139,15 +146,8 @@ impl TableReads {
         key: &str,
     ) -> Option<bool> {
         if !self.0.contains_key(table) {
-            let layout = TableLayout {
-                location: table.to_owned(),
-                partition_columns: Vec::new(),
-            };
-            let read = DeltaTable::new(store.clone(), layout.clone())
-                .read_with_files()
-                .await;
-            let read = match read {
-                Ok(snapshot) => Some((layout, snapshot)),
+            let read = match read_table(store, table).await {
+                Ok(read) => Some(read),
                 Err(error) => {
                     tracing::warn!(table, %error, "could not read a table to settle its files' intents; trying again next pass");
                     None
@@ -155,9 +155,32 @@ impl TableReads {
             };
             self.0.insert(table.to_owned(), read);
         }
-        let (layout, snapshot) = self.0.get(table)?.as_ref()?;
-        Some(snapshot.has_held(layout, key))
+        Some(match self.0.get(table)?.as_ref()? {
+            TableRead::Delta(layout, snapshot) => snapshot.has_held(layout, key),
+            TableRead::Iceberg(held) => held.contains(key),
+        })
     }
+}
+
+/// The table at `table`: an Iceberg table when its metadata is there, else
+/// a Delta table (whose log may not be there either: it holds nothing).
+async fn read_table(
+    store: &Arc<dyn ObjectStore>,
+    table: &str,
+) -> Result<TableRead, Box<dyn std::error::Error + Send + Sync>> {
+    let layout = TableLayout {
+        location: table.to_owned(),
+        partition_columns: Vec::new(),
+    };
+    let iceberg =
+        sluice_iceberg::IcebergTable::new(store.clone(), layout.clone(), &store.describe());
+    if iceberg.latest().await?.is_some() {
+        return Ok(TableRead::Iceberg(iceberg.held_keys().await?));
+    }
+    let snapshot = DeltaTable::new(store.clone(), layout.clone())
+        .read_with_files()
+        .await?;
+    Ok(TableRead::Delta(layout, Box::new(snapshot)))
 }
 
 async fn settle(

@@ -55,7 +55,8 @@ use poller::{Gathered, Handover, Placed, Polled, SourceConsumer, SourceContext};
 use recovery::stored_from;
 use table::TableOffsets;
 
-use crate::table::delta::{NewFile, TableError, Transaction};
+use crate::table::stream_table::CommitError;
+use sluice_table::{Committed, NewFile, Transaction};
 
 /// How often stored batches are committed and idleness checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -134,7 +135,7 @@ pub enum KafkaError {
     #[error("reading stored batch {key}: {reason}")]
     Recovery { key: String, reason: String },
     #[error(transparent)]
-    Table(#[from] TableError),
+    Table(#[from] CommitError),
 }
 
 /// One partition's progress.
@@ -176,14 +177,11 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                 .template()
                 .check_table_layout()
                 .map_err(KafkaError::Template)?;
-            let snapshot = sink.table().snapshot().await?;
-            crate::table::rules::positions_kept(
-                snapshot.configuration(),
-                &sink.table().layout().location,
-            )
-            .map_err(|reason| crate::error::StreamConfigError {
-                key: "table",
-                reason,
+            sink.table().keeps_positions().await?.map_err(|reason| {
+                crate::error::StreamConfigError {
+                    key: "table",
+                    reason,
+                }
             })?;
             sink.commit_by_source();
             Some(Arc::new(TableOffsets::new(
@@ -861,13 +859,14 @@ async fn commit_ready(
             .collect();
         let files: Vec<NewFile> = ready.iter().flat_map(|r| r.files.clone()).collect();
         let span = tracing::info_span!(
-            "delta_commit",
+            "table_commit",
+            format = offsets.table().format(),
             files = files.len(),
             partitions = ready.len()
         );
         let committed = match offsets
             .table()
-            .commit(&files, &transactions, &stream.table_schema())
+            .commit(&files, &transactions, stream.table_columns().as_deref())
             .instrument(span)
             .await
         {
@@ -881,7 +880,7 @@ async fn commit_ready(
                 return Err(e.into());
             }
         };
-        if let crate::table::delta::Committed::Version(version) = committed {
+        if let Committed::Version(version) = committed {
             offsets.table().after_commit(version);
         }
         summary.table_commits += 1;

@@ -1,4 +1,4 @@
-//! Kafka into a Delta table, exactly once: the table, not the consumer group,
+//! Kafka into a table (Delta or Iceberg), exactly once: the table, not the consumer group,
 //! says where each partition resumes. Each partition has an application
 //! transaction in the table (`sluice-<group>-<topic>-<partition>`) whose
 //! version is the partition's next offset, committed with the files that
@@ -12,25 +12,25 @@
 //! `sluice tables vacuum` removes the orphan.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::table::delta::{DeltaTable, TableError};
+use crate::table::stream_table::{CommitError, StreamTable};
 
 /// Where the assigned partitions resume, as the table says.
 pub(super) struct TableOffsets {
-    table: Arc<DeltaTable>,
+    table: StreamTable,
     /// `sluice-<group>-<topic>-`.
     app_prefix: String,
     runtime: tokio::runtime::Handle,
     /// Per partition, the table's version when it was last assigned here.
-    assigned: Mutex<HashMap<i32, Result<Option<i64>, TableError>>>,
+    assigned: Mutex<HashMap<i32, Result<Option<i64>, CommitError>>>,
 }
 
 impl TableOffsets {
     pub(super) fn new(
-        table: Arc<DeltaTable>,
+        table: StreamTable,
         group: &str,
         topic: &str,
         runtime: tokio::runtime::Handle,
@@ -43,7 +43,7 @@ impl TableOffsets {
         }
     }
 
-    pub(super) fn table(&self) -> &Arc<DeltaTable> {
+    pub(super) fn table(&self) -> &StreamTable {
         &self.table
     }
 
@@ -55,21 +55,21 @@ impl TableOffsets {
     /// In the rebalance callback (on the poller's blocking thread): reads the
     /// table and starts each newly assigned partition at its version.
     pub(super) fn on_assign(&self, topic: &str, list: &TopicPartitionList) {
-        let snapshot = self.runtime.block_on(self.table.snapshot());
+        let versions = self.runtime.block_on(self.table.txn_versions());
         let mut assigned = self.lock();
         for mut element in list.elements_for_topic(topic) {
             let partition = element.partition();
-            let mut found = match &snapshot {
-                Ok(snapshot) => Ok(snapshot.txns.get(&self.app_id(partition)).copied()),
+            let mut found = match &versions {
+                Ok(versions) => Ok(versions.get(&self.app_id(partition)).copied()),
                 Err(e) => Err(e.clone()),
             };
             if let Ok(Some(next)) = found {
                 if let Err(e) = element.set_offset(Offset::Offset(next)) {
                     // Started elsewhere, its commits would not follow the
                     // table's: the run stops at its first message.
-                    found = Err(TableError::Log {
-                        key: self.app_id(partition),
-                        reason: format!("cannot start the partition at offset {next}: {e}"),
+                    found = Err(CommitError::Position {
+                        partition,
+                        reason: format!("cannot start at offset {next}: {e}"),
                     });
                 }
             }
@@ -81,21 +81,15 @@ impl TableOffsets {
     /// The table's version for `partition` when it was assigned (what its
     /// first commit here must follow); the table is read when the
     /// assignment did not.
-    pub(super) async fn taken_up(&self, partition: i32) -> Result<Option<i64>, TableError> {
+    pub(super) async fn taken_up(&self, partition: i32) -> Result<Option<i64>, CommitError> {
         let known = self.lock().get(&partition).cloned();
         match known {
             Some(found) => found,
-            None => Ok(self
-                .table
-                .snapshot()
-                .await?
-                .txns
-                .get(&self.app_id(partition))
-                .copied()),
+            None => self.table.txn_version(&self.app_id(partition)).await,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Result<Option<i64>, TableError>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Result<Option<i64>, CommitError>>> {
         self.assigned.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -2,17 +2,23 @@
 //! one Parquet file. Its records are checked against the stream's schema
 //! ([`schema`]: declared, or inferred and widened) before they are taken, and
 //! encoded frame by frame into the file ([`file`]) on the CPU pool. With
-//! `table = "delta"`, each stored file is then committed to the stream's
-//! Delta Lake table ([`delta`], the sluice-delta crate; the stream's schema
-//! as its columns in [`columns`]); its files are announced once a commit
-//! holds them ([`announce`]).
+//! `table = "delta"` or `"iceberg"`, the table is read as the stream opens
+//! ([`opening`]) and each stored file is then committed to it by the
+//! stream's writer ([`sink`]) through [`stream_table`]: a Delta Lake table
+//! ([`delta`], the sluice-delta crate; the stream's schema as its columns in
+//! [`columns`]) or an Apache Iceberg one (sluice-iceberg;
+//! [`iceberg_columns`]). Its files are announced once a commit holds them
+//! ([`announce`]).
 
 pub mod announce;
 pub mod columns;
 pub(crate) mod file;
+pub mod iceberg_columns;
+pub(crate) mod opening;
 pub(crate) mod rules;
 pub mod schema;
 pub mod sink;
+pub mod stream_table;
 
 /// The Delta table itself (its log, protocol, commits and upkeep): a crate
 /// of its own, seen here under its old path.

@@ -4,7 +4,6 @@
 //! refused with its line and field). What sluice cannot keep refuses the
 //! stream at start, naming the rule.
 
-use crate::error::StreamConfigError;
 use crate::table::schema::{Required, Shape};
 
 /// The rules a table's owner set on its rows that sluice keeps: its NOT NULL
@@ -16,29 +15,24 @@ pub(crate) fn table_rules(
     schema: &serde_json::Value,
     known: &[(String, Shape)],
     partition_columns: &[String],
-    location: &str,
-) -> Result<Required, StreamConfigError> {
-    let refuse = |reason: String| StreamConfigError {
-        key: "table",
-        reason: format!("the Delta table at {location}: {reason}"),
-    };
+) -> Result<Required, String> {
     if let Some((column, expression)) = crate::table::delta::schema::invariants(schema)
         .into_iter()
         .next()
     {
-        return Err(refuse(format!(
+        return Err(format!(
             "column `{column}` has the invariant `{expression}` (delta.invariants), which sluice \
              cannot check; it does not append to such a table"
-        )));
+        ));
     }
     if let Some(path) = crate::table::delta::schema::no_nulls_inside_collections(schema)
         .into_iter()
         .next()
     {
-        return Err(refuse(format!(
+        return Err(format!(
             "`{path}` allows no nulls inside a list or map, which sluice does not check; it \
              does not append to such a table"
-        )));
+        ));
     }
     let paths = crate::table::delta::schema::required_paths(schema);
     for path in &paths {
@@ -55,20 +49,14 @@ pub(crate) fn table_rules(
             }
         }
         if !written {
-            return Err(refuse(format!(
+            return Err(format!(
                 "column `{}` is NOT NULL and of a type sluice does not write; its files would \
                  leave it null",
                 path.join(".")
-            )));
+            ));
         }
     }
-    // An empty partition value is the default partition: null.
-    let partitions = paths
-        .iter()
-        .filter(|p| p.len() == 1 && partition_columns.contains(&p[0]))
-        .map(|p| p[0].clone())
-        .collect();
-    Ok(Required::new(paths).with_non_empty(partitions))
+    Ok(Required::of_table(paths, partition_columns))
 }
 
 /// The table property that lets checkpoints drop application transactions
@@ -190,7 +178,7 @@ mod tests {
         for (case, fields, want) in cases {
             let schema = json!({"type": "struct", "fields": fields});
             let known = crate::table::columns::struct_fields(&schema).unwrap();
-            let got = table_rules(&schema, &known, &[], "t");
+            let got = table_rules(&schema, &known, &[]);
             match (got, want) {
                 (Ok(required), Ok(paths)) => {
                     let paths: Vec<Vec<String>> = paths
@@ -199,8 +187,8 @@ mod tests {
                         .collect();
                     assert_eq!(required, Required::new(paths), "{case}");
                 }
-                (Err(error), Err(named)) => {
-                    assert!(error.reason.contains(named), "{case}: {}", error.reason)
+                (Err(reason), Err(named)) => {
+                    assert!(reason.contains(named), "{case}: {reason}")
                 }
                 (got, want) => panic!("{case}: {got:?}, wanted {want:?}"),
             }

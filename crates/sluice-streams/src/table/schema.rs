@@ -184,6 +184,18 @@ impl Required {
         }
     }
 
+    /// A table's required `paths`; those of its `partition_columns` refuse
+    /// an empty string too (an empty partition value is the default
+    /// partition: null).
+    pub fn of_table(paths: Vec<Vec<String>>, partition_columns: &[String]) -> Required {
+        let partitions = paths
+            .iter()
+            .filter(|p| p.len() == 1 && partition_columns.contains(&p[0]))
+            .map(|p| p[0].clone())
+            .collect();
+        Required::new(paths).with_non_empty(partitions)
+    }
+
     /// The same, refusing a record that brings a field the schema does not
     /// have (but for the top-level `besides`), with `reason`.
     pub fn closed(mut self, reason: String, besides: Vec<String>) -> Required {
@@ -217,6 +229,11 @@ impl Required {
 
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
+    }
+
+    /// The fields every record must give, as paths.
+    pub fn paths(&self) -> &[Vec<String>] {
+        &self.paths
     }
 
     /// The first path `record` gives no value (missing, or null).
@@ -615,6 +632,12 @@ impl Version {
     /// The schema of a file written under this version (fields known so far).
     pub fn arrow_schema(&self) -> SchemaRef {
         struct_schema(&self.root)
+    }
+
+    /// The fields every record of this version gives (a table's NOT NULL
+    /// columns).
+    pub fn required(&self) -> &Required {
+        &self.required
     }
 }
 

@@ -1,4 +1,5 @@
-//! Where a stream's stored files go next: its Delta table. A [`TableSink`]
+//! Where a stream's stored files go next: its table (Delta or Iceberg, see
+//! [`StreamTable`]). A [`TableSink`]
 //! commits the files of batches stored at about the same time together (one
 //! commit for all that are ready when the last commit is done: group commit),
 //! under this writer's own application transaction, so that a commit retried
@@ -14,26 +15,25 @@
 //! shared: group commit). A retry of a request the table holds is answered
 //! without appending. A keyed request whose batch failed withdraws the files
 //! it shares (their requests fail and are retried; nothing of them is in).
-//!
-//! An Iceberg table would be another sink with the same entry points.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::delta::mapping::ColumnMapping;
-use super::delta::{schema, Committed, DeltaTable, NewFile, TableError, Transaction};
+use super::schema::Version;
+use super::stream_table::{CommitError, StreamTable};
+use sluice_table::{Committed, NewFile, Transaction};
 
 /// A stored file waiting for its commit.
 struct Waiting {
     file: NewFile,
     batch: u64,
-    /// The stream's columns when it was stored.
-    schema: Value,
-    done: oneshot::Sender<Result<Committed, TableError>>,
+    /// The stream's columns when it was stored (None: no schema).
+    columns: Option<Arc<Version>>,
+    done: oneshot::Sender<Result<Committed, CommitError>>,
 }
 
 /// A keyed request in flight.
@@ -90,7 +90,7 @@ pub enum KeyedRequest {
 
 /// One stream's table, as its writer.
 pub struct TableSink {
-    table: Arc<DeltaTable>,
+    table: StreamTable,
     stream: String,
     /// This writer's application transaction: one per stream per process.
     app_id: String,
@@ -105,7 +105,7 @@ pub struct TableSink {
 }
 
 impl TableSink {
-    pub fn new(table: Arc<DeltaTable>, stream: &str) -> TableSink {
+    pub fn new(table: StreamTable, stream: &str) -> TableSink {
         TableSink {
             table,
             stream: stream.to_string(),
@@ -123,7 +123,7 @@ impl TableSink {
         self
     }
 
-    pub fn table(&self) -> &Arc<DeltaTable> {
+    pub fn table(&self) -> &StreamTable {
         &self.table
     }
 
@@ -144,13 +144,13 @@ impl TableSink {
 
     /// The application transaction of a keyed request.
     fn request_app_id(&self, key: &str) -> String {
-        super::delta::key_txn(&self.stream, key)
+        sluice_table::key_txn(&self.stream, key)
     }
 
     /// Starts a request with idempotency key `key`, unless the table holds
     /// it already or one is in flight here (see [`KeyedRequest`]). Once
     /// started, whatever happens next, end it with [`TableSink::end`].
-    pub async fn start_keyed(&self, key: &str) -> Result<Option<KeyedRequest>, TableError> {
+    pub async fn start_keyed(&self, key: &str) -> Result<Option<KeyedRequest>, CommitError> {
         if self.lock().requests.contains_key(key) {
             return Ok(Some(KeyedRequest::InFlight));
         }
@@ -248,20 +248,20 @@ impl TableSink {
     }
 
     /// Adds the stored file of `batch` to the table; returns once a commit
-    /// holds it. `schema` is the stream's columns (a Delta struct type).
+    /// holds it. `columns` are the stream's when it was stored.
     pub async fn add(
         self: &Arc<Self>,
         file: NewFile,
         batch: u64,
-        schema: Value,
-    ) -> Result<Committed, TableError> {
+        columns: Option<Arc<Version>>,
+    ) -> Result<Committed, CommitError> {
         let (done, committed) = oneshot::channel();
         {
             let mut gate = self.lock();
             gate.waiting.push(Waiting {
                 file,
                 batch,
-                schema,
+                columns,
                 done,
             });
         }
@@ -269,7 +269,7 @@ impl TableSink {
         match committed.await {
             Ok(result) => result,
             // Only a sink dropped mid-commit: the file is not known to be in.
-            Err(_) => Err(TableError::Withdrawn {
+            Err(_) => Err(CommitError::Withdrawn {
                 reason: "the stream closed before its commit".into(),
             }),
         }
@@ -287,7 +287,7 @@ impl TableSink {
         let batches: Vec<u64> = withdrawn.iter().map(|w| w.batch).collect();
         self.lock().settle(&batches, true);
         for waiting in withdrawn {
-            let _ = waiting.done.send(Err(TableError::Withdrawn {
+            let _ = waiting.done.send(Err(CommitError::Withdrawn {
                 reason: "it holds records of a request whose other records were not stored".into(),
             }));
         }
@@ -296,11 +296,7 @@ impl TableSink {
         }
         let last = match *turn {
             Some(last) => Ok(last),
-            None => self
-                .table
-                .snapshot()
-                .await
-                .map(|snapshot| snapshot.txns.get(&self.app_id).copied()),
+            None => self.table.txn_version(&self.app_id).await,
         };
         let result = match last {
             Ok(last) => self.commit(last, &ready, &requests).await,
@@ -406,17 +402,13 @@ impl TableSink {
         last: Option<i64>,
         ready: &[Waiting],
         requests: &[String],
-    ) -> Result<(Committed, i64), TableError> {
+    ) -> Result<(Committed, i64), CommitError> {
         let files: Vec<NewFile> = ready.iter().map(|w| w.file.clone()).collect();
-        let mut columns = schema::empty_struct();
-        for waiting in ready {
-            schema::merge_into(&mut columns, &waiting.schema, "").map_err(|reason| {
-                TableError::Schema {
-                    root: self.table.layout().location.clone(),
-                    reason,
-                }
-            })?;
-        }
+        // A stream's schema only grows: the newest holds every file's.
+        let columns = ready
+            .iter()
+            .filter_map(|w| w.columns.as_ref())
+            .max_by_key(|version| version.number);
         let version = last.map_or(1, |v| v + 1);
         let mut transactions = vec![Transaction {
             app_id: self.app_id.clone(),
@@ -429,13 +421,14 @@ impl TableSink {
             version: 1,
         }));
         let span = tracing::info_span!(
-            "delta_commit",
+            "table_commit",
+            format = self.table.format(),
             table = %self.table.layout().location,
             files = files.len(),
             requests = requests.len()
         );
         self.table
-            .commit(&files, &transactions, &columns)
+            .commit(&files, &transactions, columns.map(|v| &**v))
             .instrument(span)
             .await
             .map(|committed| (committed, version))
@@ -488,11 +481,11 @@ impl Gate {
 mod tests {
     use std::time::Duration;
 
-    use serde_json::json;
     use sluice_testkit::MemoryStore;
 
     use super::*;
-    use crate::table::delta::TableLayout;
+    use crate::table::delta::{DeltaTable, TableLayout};
+    use crate::table::schema::{Shape, StreamSchema};
 
     fn sink() -> Arc<TableSink> {
         let layout = TableLayout {
@@ -500,7 +493,7 @@ mod tests {
             partition_columns: Vec::new(),
         };
         let table = Arc::new(DeltaTable::new(Arc::new(MemoryStore::new()), layout));
-        Arc::new(TableSink::new(table, "events"))
+        Arc::new(TableSink::new(StreamTable::Delta(table), "events"))
     }
 
     fn file(batch: u64) -> NewFile {
@@ -513,13 +506,12 @@ mod tests {
         }
     }
 
-    fn columns() -> Value {
-        json!({"type": "struct", "fields": [
-            {"name": "n", "type": "long", "nullable": true, "metadata": {}}]})
+    fn columns() -> Option<Arc<Version>> {
+        Some(StreamSchema::new(vec![("n".into(), Shape::Int)]).current())
     }
 
     /// Adds a file, failing the test rather than waiting forever.
-    async fn add(sink: &Arc<TableSink>, batch: u64) -> Result<Committed, TableError> {
+    async fn add(sink: &Arc<TableSink>, batch: u64) -> Result<Committed, CommitError> {
         tokio::time::timeout(
             Duration::from_secs(10),
             sink.add(file(batch), batch, columns()),
@@ -530,7 +522,10 @@ mod tests {
 
     /// The files in the table.
     async fn files_in(sink: &TableSink) -> Vec<String> {
-        let snapshot = sink.table().read_with_files().await.unwrap();
+        let StreamTable::Delta(table) = sink.table() else {
+            panic!("a Delta sink");
+        };
+        let snapshot = table.read_with_files().await.unwrap();
         let mut files: Vec<String> = snapshot.files.unwrap().keys().cloned().collect();
         files.sort();
         files
@@ -548,7 +543,7 @@ mod tests {
         sink.appended("k");
         let result = add(&sink, 8).await;
         assert!(
-            matches!(result, Err(TableError::Withdrawn { .. })),
+            matches!(result, Err(CommitError::Withdrawn { .. })),
             "batch 8 holds records of a request that lost some: {result:?}"
         );
         sink.end("k");
