@@ -24,9 +24,12 @@
 //! unpartitioned tables are written so far; a table whose partition spec has
 //! fields is refused, naming it.
 
+pub mod catalog;
+mod create;
 pub mod manifest;
 pub mod metadata;
 pub mod schema;
+pub mod updates;
 pub mod upkeep;
 
 use std::collections::BTreeMap;
@@ -77,8 +80,8 @@ struct Attempt {
     written: Vec<String>,
     /// What the write of its version answered.
     error: StoreError,
-    /// The metadata it was made from.
-    before: TableMetadata,
+    /// The metadata it was made from (None: no table yet).
+    before: Option<TableMetadata>,
 }
 
 /// What a commit changes.
@@ -95,6 +98,12 @@ pub(crate) enum Change<'a> {
         older_than_ms: i64,
         keep_last: usize,
     },
+    /// A REST catalog commit: `requirements` checked, then `updates`
+    /// applied (see [`updates`]); with `assert-create`, on no table.
+    Updates {
+        requirements: &'a [updates::Requirement],
+        updates: &'a [serde_json::Value],
+    },
 }
 
 /// What a change made of the latest metadata.
@@ -109,6 +118,8 @@ enum Next {
 pub(crate) struct Outcome {
     pub(crate) committed: Committed,
     pub(crate) before: Option<TableMetadata>,
+    /// The metadata this commit wrote (when it took a version).
+    pub(crate) after: Option<TableMetadata>,
 }
 
 /// Why a table could not be read or committed to.
@@ -147,6 +158,13 @@ pub enum TableError {
     FormatVersion { root: String, version: i64 },
     #[error("{key} is not below the Iceberg table's root {root}")]
     Outside { key: String, root: String },
+    /// A catalog commit's requirement failed, or an update cannot apply.
+    #[error("the Iceberg table at {root}: {source}")]
+    Update {
+        root: String,
+        #[source]
+        source: updates::UpdateError,
+    },
 }
 
 /// One Iceberg table, as one writer sees it.
@@ -447,11 +465,12 @@ impl IcebergTable {
                 self.hint(attempt.version).await;
                 return Ok(Outcome {
                     committed: Committed::Version(attempt.version),
-                    before: Some(attempt.before),
+                    after: serde_json::from_slice(&attempt.body).ok(),
+                    before: attempt.before,
                 });
             }
             let (version, metadata) = match self.load().await? {
-                Some(found) => found,
+                Some((version, metadata)) => (version, Some(metadata)),
                 None => match &change {
                     Change::Append { columns, .. } => {
                         self.create(columns).await?;
@@ -461,18 +480,21 @@ impl IcebergTable {
                         return Ok(Outcome {
                             committed: Committed::Already,
                             before: None,
+                            after: None,
                         })
                     }
+                    // Its requirements say whether it may create the table.
+                    Change::Updates { .. } => (0, None),
                 },
             };
-            self.check(&metadata)?;
             let before = metadata.clone();
             let (next, written) = match self.make(&change, metadata, version).await? {
                 Next::Write(next, written) => (*next, written),
                 Next::Done(committed) => {
                     return Ok(Outcome {
                         committed,
-                        before: Some(before),
+                        before,
+                        after: None,
                     })
                 }
             };
@@ -483,7 +505,8 @@ impl IcebergTable {
                     self.hint(version + 1).await;
                     return Ok(Outcome {
                         committed: Committed::Version(version + 1),
-                        before: Some(before),
+                        before,
+                        after: Some(next),
                     });
                 }
                 Err(error) => {
@@ -500,19 +523,43 @@ impl IcebergTable {
         }
     }
 
-    /// What `change` makes of `metadata` (version `version`).
+    /// What `change` makes of `metadata` (version `version`; None: no
+    /// table, version 0).
     async fn make(
         &self,
         change: &Change<'_>,
-        metadata: TableMetadata,
+        metadata: Option<TableMetadata>,
         version: u64,
     ) -> Result<Next, TableError> {
+        if let Change::Updates {
+            requirements,
+            updates,
+        } = change
+        {
+            for requirement in requirements.iter() {
+                requirement
+                    .check(metadata.as_ref())
+                    .map_err(|source| self.update_error(source))?;
+            }
+            let now = now_ms();
+            let previous = metadata.is_some();
+            let mut next =
+                metadata.unwrap_or_else(|| updates::empty_metadata(&self.location(), now));
+            if previous {
+                self.log_previous(&mut next, version);
+            }
+            updates::apply(&mut next, updates, now).map_err(|source| self.update_error(source))?;
+            return Ok(Next::Write(Box::new(next), Vec::new()));
+        }
+        let metadata = metadata.expect("only a catalog's commit is made on no table");
         match change {
+            Change::Updates { .. } => unreachable!("made above"),
             Change::Append {
                 files,
                 transactions,
                 columns,
             } => {
+                self.check(&metadata)?;
                 let sluice = self.sluice_state(&metadata)?;
                 let mut state = sluice.transactions.clone();
                 state.extend(sluice.keys.keys().map(|key| (key.clone(), 1)));
@@ -798,9 +845,18 @@ impl IcebergTable {
         metadata
             .snapshot_log
             .push(serde_json::json!({"timestamp-ms": now, "snapshot-id": snapshot_id}));
+        self.log_previous(&mut metadata, version);
+        metadata.last_updated_ms = now;
+        Ok((metadata, vec![manifest_key, list_key]))
+    }
+
+    /// `metadata` (made from version `version`) logs that version as its
+    /// previous one, the log bounded by the table's
+    /// `write.metadata.previous-versions-max`.
+    fn log_previous(&self, metadata: &mut TableMetadata, version: u64) {
         metadata.metadata_log.push(serde_json::json!({
             "timestamp-ms": metadata.last_updated_ms,
-            "metadata-file": format!("{}/metadata/v{version}.metadata.json", self.location()),
+            "metadata-file": self.metadata_location(version),
         }));
         let kept = metadata
             .properties
@@ -809,8 +865,55 @@ impl IcebergTable {
             .unwrap_or(DEFAULT_PREVIOUS_VERSIONS);
         let excess = metadata.metadata_log.len().saturating_sub(kept);
         metadata.metadata_log.drain(..excess);
-        metadata.last_updated_ms = now;
-        Ok((metadata, vec![manifest_key, list_key]))
+    }
+
+    /// Where readers find metadata version `version`.
+    pub fn metadata_location(&self, version: u64) -> String {
+        format!("{}/metadata/v{version}.metadata.json", self.location())
+    }
+
+    fn update_error(&self, source: updates::UpdateError) -> TableError {
+        TableError::Update {
+            root: self.layout.location.clone(),
+            source,
+        }
+    }
+
+    /// Writes `metadata` (another catalog's, being registered) as the table's
+    /// next version; the version it took.
+    pub async fn adopt(&self, metadata: &TableMetadata) -> Result<u64, TableError> {
+        let body = serde_json::to_vec_pretty(metadata).expect("metadata serializes");
+        loop {
+            let next = self.latest().await?.map_or(1, |(version, _)| version + 1);
+            match self.put(&self.metadata_key(next), body.clone(), true).await {
+                Ok(()) => {
+                    self.hint(next).await;
+                    return Ok(next);
+                }
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(error) => return Err(self.store_error(error)),
+            }
+        }
+    }
+
+    /// Applies a REST catalog commit (`requirements`, then `updates`; see
+    /// [`updates`]) through the one commit loop; the version it wrote and
+    /// its metadata.
+    pub async fn commit_updates(
+        &self,
+        requirements: &[updates::Requirement],
+        updates: &[serde_json::Value],
+    ) -> Result<(u64, TableMetadata), TableError> {
+        let outcome = self
+            .commit(Change::Updates {
+                requirements,
+                updates,
+            })
+            .await?;
+        match (outcome.committed, outcome.after) {
+            (Committed::Version(version), Some(after)) => Ok((version, after)),
+            _ => unreachable!("a catalog commit always writes a version"),
+        }
     }
 
     /// The store key of a file the metadata names by its full location.

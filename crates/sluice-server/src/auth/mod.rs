@@ -261,6 +261,12 @@ impl Grant {
         !self.authenticated || owner == Some(self.tenant.as_str())
     }
 
+    /// The caller's Iceberg catalog: its key prefix; none for a token good
+    /// for one key only.
+    pub fn catalog_scope(&self) -> Option<&str> {
+        self.key.is_none().then_some(self.prefix.as_str())
+    }
+
     /// May the caller do `op` at all (on some key)?
     pub fn allows(&self, op: Op) -> Result<(), ApiError> {
         match self.ops.contains(&op) {

@@ -1,6 +1,7 @@
 //! The HTTP API: `/v1/objects` (PUT, POST form, GET, HEAD, DELETE, list),
 //! `/v1/streams/{stream}` (records, see [`crate::streams`]),
-//! `/v1/tus/` (resumable uploads, tus and the IETF draft, see [`crate::resumable_endpoint`]), `/s3/` (direct uploads,
+//! `/v1/tus/` (resumable uploads, tus and the IETF draft, see [`crate::resumable_endpoint`]),
+//! `/iceberg/v1/` (the Iceberg REST catalog, see [`iceberg`]), `/s3/` (direct uploads,
 //! [`crate::direct`]), the upload page and `/ui/assets/` ([`crate::ui`]),
 //! `/healthz`, `/readyz`, and `/metrics` with the dashboard (on the admin
 //! address instead when there is one); CORS for the configured browser origins;
@@ -8,6 +9,7 @@
 
 mod form;
 mod health;
+mod iceberg;
 mod objects;
 mod streams;
 
@@ -38,6 +40,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/streams/{stream}",
             axum::routing::post(streams::post_records),
         )
+        .nest("/iceberg", iceberg::router())
         .merge(crate::resumable_endpoint::router())
         .merge(crate::direct::router())
         .merge(crate::ui::router(&state))

@@ -1,0 +1,142 @@
+//! `sluice serve`'s Iceberg REST catalog on MinIO, driven by clients nobody
+//! here wrote: pyiceberg (PyPI) makes a namespace and a table, appends and
+//! reads; DuckDB 1.5.5 attaches the catalog (`TYPE iceberg`) and reads. A
+//! stream's Iceberg table, registered in the catalog, takes pyiceberg's
+//! appends between the stream's commits (keyed requests among them, one
+//! retried), and every reader counts every row once.
+
+mod common;
+
+use std::process::Command;
+
+use common::{minio_prefix, python_readers};
+use sluice_store::ObjectStore;
+
+/// tests/clients/iceberg_rest.py with `args`, on MinIO at `endpoint`.
+fn rest_client(readers: &(String, String), endpoint: &str, args: &[&str]) -> serde_json::Value {
+    let (clients, python) = readers;
+    let output = Command::new(python)
+        .arg(format!("{clients}/iceberg_rest.py"))
+        .args(args)
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Posts records `ids` to stream `clicks` with idempotency key `key`; the
+/// answer's JSON.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    ids: std::ops::Range<u64>,
+) -> serde_json::Value {
+    let body: String = ids
+        .map(|id| format!("{{\"id\":{id},\"source\":\"stream\"}}\n"))
+        .collect();
+    let answer = client
+        .post(format!("{url}/v1/streams/clicks"))
+        .header("content-type", "application/x-ndjson")
+        .header("idempotency-key", key)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyiceberg_duckdb_and_a_stream_share_tables_through_sluice_s_catalog() {
+    let Some(readers) = python_readers("iceberg-catalog") else {
+        return;
+    };
+    let Some((endpoint, prefix, store)) = minio_prefix("iceberg-catalog").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.clicks]\ntable = \"iceberg\"\nformat = \"parquet\"\n\
+         table_location = \"analytics/clicks\"\nkey_template = \"analytics/clicks/data/{uuid}\"\n\
+         flush_age = \"100ms\"\n",
+    )
+    .unwrap();
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap()],
+    );
+    let catalog = format!("{}/iceberg", gateway.url);
+    let client = reqwest::Client::new();
+    // The stream makes its table; a retried request is found committed.
+    for (n, key) in ["a", "b", "c"].iter().enumerate() {
+        let start = n as u64 * 100;
+        post(&client, &gateway.url, key, start..start + 100).await;
+    }
+    let again = post(&client, &gateway.url, "b", 100..200).await;
+    assert_eq!(again["replayed"], true, "{again}");
+    // Registered in the catalog under analytics.clicks.
+    let mut latest = 0;
+    for object in store
+        .list_objects("analytics/clicks/metadata/v", None, 1000)
+        .await
+        .unwrap()
+        .objects
+    {
+        let name = object.key.rsplit('/').next().unwrap();
+        if let Some(version) = name
+            .strip_prefix('v')
+            .and_then(|n| n.strip_suffix(".metadata.json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            latest = latest.max(version);
+        }
+    }
+    let metadata = format!(
+        "s3://{}/{}analytics/clicks/metadata/v{latest}.metadata.json",
+        sluice_testkit::minio::TEST_BUCKET,
+        prefix
+    );
+    rest_client(
+        &readers,
+        &endpoint,
+        &["register", &catalog, "analytics", "clicks", &metadata],
+    );
+    // pyiceberg appends between the stream's commits.
+    rest_client(
+        &readers,
+        &endpoint,
+        &["append", &catalog, "analytics", "clicks", "1000", "500"],
+    );
+    post(&client, &gateway.url, "d", 300..400).await;
+    // pyiceberg's own table.
+    rest_client(
+        &readers,
+        &endpoint,
+        &["append", &catalog, "lake", "events", "0", "1000"],
+    );
+    for (namespace, table, rows) in [("analytics", "clicks", 900), ("lake", "events", 1000)] {
+        let read = rest_client(&readers, &endpoint, &["read", &catalog, namespace, table]);
+        for reader in ["pyiceberg", "duckdb"] {
+            assert_eq!(read[reader]["rows"], rows, "{table} in {reader}: {read}");
+            assert_eq!(
+                read[reader]["distinct"], rows,
+                "{table} in {reader}: {read}"
+            );
+        }
+    }
+    let listed = rest_client(&readers, &endpoint, &["list", &catalog]);
+    assert_eq!(
+        listed["namespaces"],
+        serde_json::json!([["analytics"], ["lake"]])
+    );
+}
