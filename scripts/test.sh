@@ -80,6 +80,9 @@ done
 curl -fsS "http://127.0.0.1:$port/minio/health/live" >/dev/null || { cat "$work/minio.log"; exit 1; }
 echo "==> MinIO on 127.0.0.1:$port"
 kafka_start "$work"
+echo "==> resolving the Iceberg REST Compatibility Kit's jars (Maven Central, cached in ~/.m2)"
+(cd tests/rck && mvn -q dependency:build-classpath -Dmdep.outputFile="$work/rck-classpath.txt" >/dev/null)
+export SLUICE_TEST_RCK_CLASSPATH="$work/rck-classpath.txt"
 
 # Tests use exactly this MinIO and nothing of the machine's AWS setup.
 export SLUICE_TEST_S3_ENDPOINT="http://127.0.0.1:$port"

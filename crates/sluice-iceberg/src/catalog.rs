@@ -39,6 +39,8 @@ pub enum CatalogError {
     NoSuchTable(String),
     #[error("Table already exists: {0}")]
     TableExists(String),
+    #[error("Table already exists at location {0} (another table of the catalog lives there)")]
+    LocationInUse(String),
     #[error("{0}")]
     BadRequest(String),
     /// A requirement failed: the table moved (retry on top of it).
@@ -385,14 +387,18 @@ impl Catalog {
         let Some((entry, _)) = self.read(&key).await? else {
             return Ok(None);
         };
+        Ok(Some(self.entry_table(&entry)?))
+    }
+
+    /// The table an entry's JSON names: its location, from its first version.
+    fn entry_table(&self, entry: &Value) -> Result<IcebergTable, CatalogError> {
         let location = entry["location"].as_str().unwrap_or_default();
-        Ok(Some(self.table_at(location)?))
+        let first = entry["first-version"].as_u64().unwrap_or(1);
+        Ok(self.table_at(location)?.with_floor(first))
     }
 
     fn table_at(&self, location: &str) -> Result<IcebergTable, CatalogError> {
-        let key = location
-            .strip_prefix(&self.root_uri)
-            .map(|k| k.trim_matches('/'))
+        let key = crate::key_under(&self.root_uri, location)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| {
                 CatalogError::BadRequest(format!(
@@ -401,7 +407,7 @@ impl Catalog {
                 ))
             })?;
         let layout = TableLayout {
-            location: key.to_owned(),
+            location: key,
             partition_columns: Vec::new(),
         };
         Ok(IcebergTable::new(
@@ -422,9 +428,10 @@ impl Catalog {
         namespace: &[String],
         name: &str,
     ) -> Result<LoadedTable, CatalogError> {
+        // A table of a namespace that does not exist does not exist either
+        // (clients then try a metadata table: `ns.t.files`).
         let missing = || CatalogError::NoSuchTable(Self::identifier(namespace, name));
         let Some(table) = self.table(scope, namespace, name).await? else {
-            self.load_namespace(scope, namespace).await?;
             return Err(missing());
         };
         let Some((version, metadata)) = table.latest().await? else {
@@ -436,9 +443,86 @@ impl Catalog {
         })
     }
 
-    /// Where a new table `name` of `namespace` goes: under the scope,
-    /// `{namespace levels}/{name}`, or beside it with a suffix when a table
-    /// dropped without its files is still there.
+    /// The key of the lock that says which entry a location is the table of.
+    fn lock_key(scope: &str, location_key: &str) -> String {
+        format!(
+            "_sluice/catalog/{scope}locations/{}.json",
+            encode(location_key)
+        )
+    }
+
+    /// Makes `location` the table of entry `entry_key`, unless another
+    /// entry's table lives there (a lock left by a drop that stopped, or
+    /// naming an entry now elsewhere, is taken over; so is one of entry
+    /// `renamed_from`, whose table this is).
+    async fn claim_location(
+        &self,
+        scope: &str,
+        location: &str,
+        entry_key: &str,
+        renamed_from: Option<&str>,
+    ) -> Result<(), CatalogError> {
+        let table = self.table_at(location)?;
+        let key = Self::lock_key(scope, &table.layout().location);
+        let body = serde_json::json!({"entry": entry_key});
+        loop {
+            match self
+                .write(&key, &body, Some(WriteCondition::IfNoneMatch))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(StoreError::PreconditionFailed) => {}
+                Err(error) => return Err(Self::store_error(&key, error)),
+            }
+            let Some((lock, etag)) = self.read(&key).await? else {
+                continue;
+            };
+            let holder = lock["entry"].as_str().unwrap_or_default();
+            if holder == entry_key {
+                return Ok(());
+            }
+            let theirs = match renamed_from {
+                Some(from) if from == holder => None,
+                _ => self.read(holder).await?,
+            };
+            if let Some((entry, _)) = theirs {
+                let same = entry["location"]
+                    .as_str()
+                    .and_then(|l| crate::key_under(&self.root_uri, l))
+                    == Some(table.layout().location.clone());
+                if same {
+                    return Err(CatalogError::LocationInUse(location.to_owned()));
+                }
+            }
+            match self
+                .write(&key, &body, Some(WriteCondition::IfMatch(etag)))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(error) => return Err(Self::store_error(&key, error)),
+            }
+        }
+    }
+
+    /// Gives `location` up, when entry `entry_key` holds it.
+    async fn release_location(&self, scope: &str, location: &str, entry_key: &str) {
+        let Ok(table) = self.table_at(location) else {
+            return;
+        };
+        let key = Self::lock_key(scope, &table.layout().location);
+        if let Ok(Some((lock, _))) = self.read(&key).await {
+            if lock["entry"].as_str() == Some(entry_key) {
+                if let Err(error) = self.store.delete_object(&key).await {
+                    tracing::debug!(%key, %error, "a location's lock stays (the next claim takes it over)");
+                }
+            }
+        }
+    }
+
+    /// Where a new table `name` of `namespace` goes: `{scope}{levels}/{name}`
+    /// in the bucket, or beside it with a suffix when another table lives
+    /// there (one renamed away from that name).
     async fn default_location(
         &self,
         scope: &str,
@@ -452,42 +536,58 @@ impl Catalog {
         }
         path.push_str(&encode(name));
         let location = format!("{}/{path}", self.root_uri);
-        if self.table_at(&location)?.latest().await?.is_none() {
-            return Ok(location);
+        let entry_key = Self::entry_key(scope, namespace, name);
+        match self
+            .claim_location(scope, &location, &entry_key, None)
+            .await
+        {
+            Ok(()) => Ok(location),
+            Err(CatalogError::LocationInUse(_)) => {
+                let suffix = uuid::Uuid::new_v4().simple().to_string();
+                Ok(format!("{location}-{}", &suffix[..8]))
+            }
+            Err(error) => Err(error),
         }
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
-        Ok(format!("{location}-{}", &suffix[..8]))
     }
 
-    /// Makes the entry of `name` name `location`, unless an entry names a
-    /// table that exists.
+    /// Makes the entry of `name` the table at `location` from its next
+    /// version on (versions there before are a dropped table's), unless an
+    /// entry names a table that exists; the table, to be created.
     async fn claim_entry(
         &self,
         scope: &str,
         namespace: &[String],
         name: &str,
         location: &str,
-    ) -> Result<(), CatalogError> {
+    ) -> Result<IcebergTable, CatalogError> {
         let key = Self::entry_key(scope, namespace, name);
-        let body = serde_json::json!({"location": location});
+        self.claim_location(scope, location, &key, None).await?;
+        let first = self
+            .table_at(location)?
+            .newest()
+            .await?
+            .map_or(1, |(version, _)| version + 1);
+        let body = serde_json::json!({"location": location, "first-version": first});
         loop {
             match self
                 .write(&key, &body, Some(WriteCondition::IfNoneMatch))
                 .await
             {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.entry_table(&body),
                 Err(StoreError::PreconditionFailed) => {}
                 Err(error) => return Err(Self::store_error(&key, error)),
             }
             let Some((entry, etag)) = self.read(&key).await? else {
                 continue;
             };
-            let theirs = entry["location"].as_str().unwrap_or_default();
-            if theirs == location {
-                return Ok(());
-            }
-            if self.table_at(theirs)?.latest().await?.is_some() {
+            let theirs = self.entry_table(&entry)?;
+            if theirs.latest().await?.is_some() {
                 return Err(CatalogError::TableExists(Self::identifier(namespace, name)));
+            }
+            if entry["location"] == body["location"] {
+                // Another create of the same name, not made yet: the two
+                // race for its first version.
+                return Ok(theirs);
             }
             // An entry left by a create that stopped before its table:
             // taken over.
@@ -495,7 +595,7 @@ impl Catalog {
                 .write(&key, &body, Some(WriteCondition::IfMatch(etag)))
                 .await
             {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.entry_table(&body),
                 Err(StoreError::PreconditionFailed) => continue,
                 Err(error) => return Err(Self::store_error(&key, error)),
             }
@@ -540,45 +640,34 @@ impl Catalog {
                 metadata,
             });
         }
-        self.claim_entry(scope, namespace, &request.name, &location)
+        let table = self
+            .claim_entry(scope, namespace, &request.name, &location)
             .await?;
-        self.commit_at(
-            &location,
-            namespace,
-            &request.name,
-            &[Requirement::AssertCreate],
-            &updates,
-        )
-        .await
+        match Self::commit_to(&table, &[Requirement::AssertCreate], &updates).await {
+            // Another creator's first version landed first.
+            Err(CatalogError::CommitFailed(_)) => Err(CatalogError::TableExists(Self::identifier(
+                namespace,
+                &request.name,
+            ))),
+            other => other,
+        }
     }
 
-    /// A commit through the one commit loop at `location`.
-    async fn commit_at(
-        &self,
-        location: &str,
-        namespace: &[String],
-        name: &str,
+    /// A commit through the one commit loop.
+    async fn commit_to(
+        table: &IcebergTable,
         requirements: &[Requirement],
         updates: &[Value],
     ) -> Result<LoadedTable, CatalogError> {
-        let table = self.table_at(location)?;
         match table.commit_updates(requirements, updates).await {
             Ok((version, metadata)) => Ok(LoadedTable {
                 metadata_location: Some(table.metadata_location(version)),
                 metadata,
             }),
             Err(TableError::Update {
-                source: UpdateError::Requirement(reason),
+                source: source @ UpdateError::Requirement(_),
                 ..
-            }) if requirements.contains(&Requirement::AssertCreate)
-                && reason.contains("already exists") =>
-            {
-                Err(CatalogError::TableExists(Self::identifier(namespace, name)))
-            }
-            Err(TableError::Update {
-                source: UpdateError::Requirement(reason),
-                ..
-            }) => Err(CatalogError::CommitFailed(reason)),
+            }) => Err(CatalogError::CommitFailed(source.to_string())),
             Err(TableError::Update {
                 source: UpdateError::Invalid(reason),
                 ..
@@ -597,9 +686,10 @@ impl Catalog {
         requirements: &[Requirement],
         updates: &[Value],
     ) -> Result<LoadedTable, CatalogError> {
-        let location = match self.table(scope, namespace, name).await? {
-            Some(table) => table.location(),
-            None if requirements.contains(&Requirement::AssertCreate) => {
+        let creates = requirements.contains(&Requirement::AssertCreate);
+        let table = match self.table(scope, namespace, name).await? {
+            Some(table) if !creates || table.latest().await?.is_some() => table,
+            _ if creates => {
                 self.load_namespace(scope, namespace).await?;
                 let location = match updates
                     .iter()
@@ -609,21 +699,21 @@ impl Catalog {
                     Some(location) => location.trim_end_matches('/').to_owned(),
                     None => self.default_location(scope, namespace, name).await?,
                 };
-                self.claim_entry(scope, namespace, name, &location).await?;
-                location
+                match self.claim_entry(scope, namespace, name, &location).await {
+                    Err(CatalogError::TableExists(_)) => {
+                        return Err(CatalogError::CommitFailed(
+                            UpdateError::Requirement("table already exists".into()).to_string(),
+                        ))
+                    }
+                    other => other?,
+                }
             }
-            None => {
-                self.load_namespace(scope, namespace).await?;
-                return Err(CatalogError::NoSuchTable(Self::identifier(namespace, name)));
-            }
+            _ => return Err(CatalogError::NoSuchTable(Self::identifier(namespace, name))),
         };
-        if !requirements.contains(&Requirement::AssertCreate)
-            && self.table_at(&location)?.latest().await?.is_none()
-        {
+        if !creates && table.latest().await?.is_none() {
             return Err(CatalogError::NoSuchTable(Self::identifier(namespace, name)));
         }
-        self.commit_at(&location, namespace, name, requirements, updates)
-            .await
+        Self::commit_to(&table, requirements, updates).await
     }
 
     /// Drops the table's entry; with `purge`, every object under its
@@ -635,15 +725,16 @@ impl Catalog {
         name: &str,
         purge: bool,
     ) -> Result<(), CatalogError> {
-        let Some(table) = self.table(scope, namespace, name).await? else {
-            self.load_namespace(scope, namespace).await?;
+        let key = Self::entry_key(scope, namespace, name);
+        let Some((entry, _)) = self.read(&key).await? else {
             return Err(CatalogError::NoSuchTable(Self::identifier(namespace, name)));
         };
-        let key = Self::entry_key(scope, namespace, name);
+        let table = self.entry_table(&entry)?;
         self.store
             .delete_object(&key)
             .await
             .map_err(|e| Self::store_error(&key, e))?;
+        let location = entry["location"].as_str().unwrap_or_default();
         if purge {
             let prefix = format!("{}/", table.layout().location);
             let mut cursor: Option<String> = None;
@@ -666,6 +757,7 @@ impl Catalog {
                 }
             }
         }
+        self.release_location(scope, location, &key).await;
         Ok(())
     }
 
@@ -677,15 +769,14 @@ impl Catalog {
         to: (&[String], &str),
     ) -> Result<(), CatalogError> {
         valid_name(to.1, "table")?;
-        let Some(table) = self.table(scope, from.0, from.1).await? else {
-            self.load_namespace(scope, from.0).await?;
+        let source = Self::entry_key(scope, from.0, from.1);
+        let Some((entry, _)) = self.read(&source).await? else {
             return Err(CatalogError::NoSuchTable(Self::identifier(from.0, from.1)));
         };
         self.load_namespace(scope, to.0).await?;
         let target = Self::entry_key(scope, to.0, to.1);
-        let body = serde_json::json!({"location": table.location()});
         match self
-            .write(&target, &body, Some(WriteCondition::IfNoneMatch))
+            .write(&target, &entry, Some(WriteCondition::IfNoneMatch))
             .await
         {
             Ok(()) => {}
@@ -694,7 +785,10 @@ impl Catalog {
             }
             Err(error) => return Err(Self::store_error(&target, error)),
         }
-        let source = Self::entry_key(scope, from.0, from.1);
+        let location = entry["location"].as_str().unwrap_or_default();
+        // The location is the new entry's (the old one is gone or going).
+        self.claim_location(scope, location, &target, Some(&source))
+            .await?;
         self.store
             .delete_object(&source)
             .await
@@ -712,10 +806,8 @@ impl Catalog {
     ) -> Result<LoadedTable, CatalogError> {
         valid_name(name, "table")?;
         self.load_namespace(scope, namespace).await?;
-        let metadata_key = metadata_location
-            .strip_prefix(&self.root_uri)
-            .map(|k| k.trim_start_matches('/').to_owned())
-            .ok_or_else(|| {
+        let metadata_key =
+            crate::key_under(&self.root_uri, metadata_location).ok_or_else(|| {
                 CatalogError::BadRequest(format!(
                     "the metadata {metadata_location} is not under this catalog's store {}",
                     self.root_uri
@@ -733,18 +825,32 @@ impl Catalog {
                 return Err(CatalogError::TableExists(Self::identifier(namespace, name)));
             }
         }
-        let table = self.table_at(&metadata.location)?;
-        let version = match table.latest().await? {
-            // Already one of the table's versions: nothing to write.
-            Some((version, latest))
-                if table.metadata_location(version) == metadata_location || *latest == metadata =>
-            {
-                version
-            }
-            _ => table.adopt(&metadata).await?,
-        };
-        self.claim_entry(scope, namespace, name, &metadata.location)
+        let entry_key = Self::entry_key(scope, namespace, name);
+        self.claim_location(scope, &metadata.location, &entry_key, None)
             .await?;
+        let at = self.table_at(&metadata.location)?;
+        // Already the newest version there: the table is it, from its first
+        // version on; else the metadata becomes the next version.
+        let first = match at.newest().await? {
+            Some((_, newest)) if *newest == metadata => 1,
+            _ => at.adopt(&metadata).await?,
+        };
+        let body = serde_json::json!({"location": metadata.location, "first-version": first});
+        match self
+            .write(&entry_key, &body, Some(WriteCondition::IfNoneMatch))
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::PreconditionFailed) => {
+                return Err(CatalogError::TableExists(Self::identifier(namespace, name)))
+            }
+            Err(error) => return Err(Self::store_error(&entry_key, error)),
+        }
+        let table = self.entry_table(&body)?;
+        let (version, _) = table
+            .latest()
+            .await?
+            .ok_or_else(|| CatalogError::NoSuchTable(Self::identifier(namespace, name)))?;
         Ok(LoadedTable {
             metadata_location: Some(table.metadata_location(version)),
             metadata,

@@ -30,9 +30,19 @@ pub(crate) fn updates(request: &CreateTable, location: &str) -> Result<Vec<Value
         Some(order) => fresh_order(order, &ids)?,
         None => json!({"order-id": 0, "fields": []}),
     };
+    // `format-version` is a request, not a property (as Iceberg has it).
+    let mut properties = request.properties.clone();
+    let version = match properties.remove("format-version") {
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|v| (1..=crate::updates::MAX_FORMAT_VERSION).contains(v))
+            .ok_or_else(|| format!("Unsupported format version: {text}"))?,
+        None => FORMAT_VERSION,
+    };
     let mut updates = vec![
         json!({"action": "assign-uuid", "uuid": uuid::Uuid::new_v4().to_string()}),
-        json!({"action": "upgrade-format-version", "format-version": FORMAT_VERSION}),
+        json!({"action": "upgrade-format-version", "format-version": version}),
         json!({"action": "add-schema", "schema": schema, "last-column-id": next}),
         json!({"action": "set-current-schema", "schema-id": -1}),
         json!({"action": "add-spec", "spec": spec}),
@@ -41,8 +51,8 @@ pub(crate) fn updates(request: &CreateTable, location: &str) -> Result<Vec<Value
         json!({"action": "set-default-sort-order", "sort-order-id": -1}),
         json!({"action": "set-location", "location": location}),
     ];
-    if !request.properties.is_empty() {
-        updates.push(json!({"action": "set-properties", "updates": request.properties}));
+    if !properties.is_empty() {
+        updates.push(json!({"action": "set-properties", "updates": properties}));
     }
     Ok(updates)
 }

@@ -63,6 +63,9 @@ const VERSION_HINT: &str = "version-hint.text";
 const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 const DEFAULT_PREVIOUS_VERSIONS: usize = 100;
 
+/// The table property that has metadata files the log drops deleted.
+const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+
 /// What sluice keeps in the summaries of the snapshots it makes.
 #[derive(Debug, Default)]
 struct SluiceState {
@@ -172,6 +175,9 @@ pub struct IcebergTable {
     store: Arc<dyn ObjectStore>,
     layout: TableLayout,
     listener: Option<Arc<dyn CommitListener>>,
+    /// The table's first version: those below are an earlier table's at the
+    /// same location (dropped from the catalog without its files).
+    floor: u64,
     /// The latest metadata this writer read: the next read starts there
     /// (one HEAD when nothing changed).
     latest: std::sync::Mutex<Option<(u64, Arc<TableMetadata>)>>,
@@ -191,10 +197,18 @@ impl IcebergTable {
             store,
             layout,
             listener: None,
+            floor: 1,
             latest: std::sync::Mutex::new(None),
             root_uri: root_uri.trim_end_matches('/').to_owned(),
             metadata_prefix,
         }
+    }
+
+    /// The same table, starting at version `floor` (see
+    /// [`IcebergTable::newest`]).
+    pub fn with_floor(mut self, floor: u64) -> IcebergTable {
+        self.floor = floor.max(1);
+        self
     }
 
     /// The same table, its commits heard by `listener`.
@@ -244,6 +258,16 @@ impl IcebergTable {
     /// [`IcebergTable::load`], shared: from the version this writer read
     /// last, when it still exists, stepping on while the next one does.
     pub async fn latest(&self) -> Result<Option<(u64, Arc<TableMetadata>)>, TableError> {
+        Ok(self
+            .newest()
+            .await?
+            .filter(|(version, _)| *version >= self.floor))
+    }
+
+    /// The newest metadata version at the table's location, whichever table
+    /// it belongs to (one dropped from a catalog leaves its versions below
+    /// the next table's floor).
+    pub async fn newest(&self) -> Result<Option<(u64, Arc<TableMetadata>)>, TableError> {
         let cached = self.cached();
         if let Some((version, metadata)) = cached {
             if self.exists(version).await? {
@@ -484,7 +508,7 @@ impl IcebergTable {
                         })
                     }
                     // Its requirements say whether it may create the table.
-                    Change::Updates { .. } => (0, None),
+                    Change::Updates { .. } => (self.floor - 1, None),
                 },
             };
             let before = metadata.clone();
@@ -503,6 +527,9 @@ impl IcebergTable {
             match self.put(&key, body.clone(), true).await {
                 Ok(()) => {
                     self.hint(version + 1).await;
+                    if let Some(before) = &before {
+                        self.delete_dropped_metadata(before, version, &next).await;
+                    }
                     return Ok(Outcome {
                         committed: Committed::Version(version + 1),
                         before,
@@ -542,13 +569,14 @@ impl IcebergTable {
                     .map_err(|source| self.update_error(source))?;
             }
             let now = now_ms();
-            let previous = metadata.is_some();
+            let previous = metadata.as_ref().map(|m| m.last_updated_ms);
             let mut next =
                 metadata.unwrap_or_else(|| updates::empty_metadata(&self.location(), now));
-            if previous {
-                self.log_previous(&mut next, version);
-            }
             updates::apply(&mut next, updates, now).map_err(|source| self.update_error(source))?;
+            // Logged under the properties this commit leaves.
+            if let Some(updated_ms) = previous {
+                self.log_previous(&mut next, version, updated_ms);
+            }
             return Ok(Next::Write(Box::new(next), Vec::new()));
         }
         let metadata = metadata.expect("only a catalog's commit is made on no table");
@@ -845,17 +873,18 @@ impl IcebergTable {
         metadata
             .snapshot_log
             .push(serde_json::json!({"timestamp-ms": now, "snapshot-id": snapshot_id}));
-        self.log_previous(&mut metadata, version);
+        let updated_ms = metadata.last_updated_ms;
+        self.log_previous(&mut metadata, version, updated_ms);
         metadata.last_updated_ms = now;
         Ok((metadata, vec![manifest_key, list_key]))
     }
 
-    /// `metadata` (made from version `version`) logs that version as its
-    /// previous one, the log bounded by the table's
+    /// `metadata` (made from version `version`, last updated at
+    /// `updated_ms`) logs that version as its previous one, the log bounded by the table's
     /// `write.metadata.previous-versions-max`.
-    fn log_previous(&self, metadata: &mut TableMetadata, version: u64) {
+    fn log_previous(&self, metadata: &mut TableMetadata, version: u64, updated_ms: i64) {
         metadata.metadata_log.push(serde_json::json!({
-            "timestamp-ms": metadata.last_updated_ms,
+            "timestamp-ms": updated_ms,
             "metadata-file": self.metadata_location(version),
         }));
         let kept = metadata
@@ -865,6 +894,41 @@ impl IcebergTable {
             .unwrap_or(DEFAULT_PREVIOUS_VERSIONS);
         let excess = metadata.metadata_log.len().saturating_sub(kept);
         metadata.metadata_log.drain(..excess);
+    }
+
+    /// With `write.metadata.delete-after-commit.enabled`, the metadata files
+    /// that `after` no longer logs (`before`, version `version`, and its
+    /// log) are deleted, as Iceberg's own writers do.
+    async fn delete_dropped_metadata(
+        &self,
+        before: &TableMetadata,
+        version: u64,
+        after: &TableMetadata,
+    ) {
+        if after
+            .properties
+            .get(DELETE_AFTER_COMMIT)
+            .is_none_or(|v| v != "true")
+        {
+            return;
+        }
+        let logged = |m: &TableMetadata| -> Vec<String> {
+            m.metadata_log
+                .iter()
+                .filter_map(|e| e["metadata-file"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let kept = logged(after);
+        let mut dropped = logged(before);
+        dropped.push(self.metadata_location(version));
+        for file in dropped.into_iter().filter(|f| !kept.contains(f)) {
+            let Ok(key) = self.key_of(&file) else {
+                continue;
+            };
+            if let Err(error) = self.store.delete_object(&key).await {
+                tracing::debug!(%key, error = %sluice_store::error_chain(&error), "could not delete an old metadata file");
+            }
+        }
     }
 
     /// Where readers find metadata version `version`.
@@ -918,9 +982,7 @@ impl IcebergTable {
 
     /// The store key of a file the metadata names by its full location.
     fn key_of(&self, location: &str) -> Result<String, TableError> {
-        location
-            .strip_prefix(&self.root_uri)
-            .map(|k| k.trim_start_matches('/').to_owned())
+        key_under(&self.root_uri, location)
             .ok_or_else(|| self.malformed(location, format!("it is not under {}", self.root_uri)))
     }
 
@@ -985,6 +1047,21 @@ impl IcebergTable {
         }
         Ok(out)
     }
+}
+
+/// The store key of `location` (a file or directory a table names) under
+/// the store's `root_uri`; None when it is elsewhere. `file:/x` (as Hadoop
+/// writes local paths) is `file:///x`.
+pub fn key_under(root_uri: &str, location: &str) -> Option<String> {
+    let location = match location.strip_prefix("file:") {
+        Some(path) if !path.starts_with("//") => format!("file://{path}"),
+        _ => location.to_owned(),
+    };
+    let rest = location.strip_prefix(root_uri.trim_end_matches('/'))?;
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return None;
+    }
+    Some(rest.trim_matches('/').to_owned())
 }
 
 /// Keys committed longer than [`KEY_RETENTION`] before `now_ms` go: a retry

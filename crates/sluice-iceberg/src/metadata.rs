@@ -57,6 +57,8 @@ pub struct Snapshot {
     pub snapshot_id: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_snapshot_id: Option<i64>,
+    /// 0 in format version 1, whose snapshots have none.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub sequence_number: i64,
     pub timestamp_ms: i64,
     pub manifest_list: String,
@@ -65,6 +67,10 @@ pub struct Snapshot {
     pub schema_id: Option<i32>,
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl TableMetadata {

@@ -12,7 +12,14 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::metadata::{Snapshot, TableMetadata, FORMAT_VERSION, MAIN};
+use crate::metadata::{Snapshot, TableMetadata, MAIN};
+
+/// The highest format version a catalog client may create or upgrade to
+/// (sluice's own writers append to version 2 only).
+pub const MAX_FORMAT_VERSION: i64 = 3;
+
+/// Format version 3's row lineage: the next row id the table assigns.
+const NEXT_ROW_ID: &str = "next-row-id";
 
 /// A condition the table must meet for a commit to apply.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -52,7 +59,8 @@ pub enum Requirement {
     },
 }
 
-/// Why a commit did not apply.
+/// Why a commit did not apply (the messages are Iceberg's own, which
+/// clients match on).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpdateError {
     /// A requirement does not hold: the table moved (409, retry on top).
@@ -76,19 +84,25 @@ impl Requirement {
         match self {
             Requirement::AssertCreate => failed("table already exists".into()),
             Requirement::AssertTableUuid { uuid } if *uuid != m.table_uuid => failed(format!(
-                "table UUID does not match: expected {uuid} != {}",
+                "UUID does not match: expected {} != {uuid}",
                 m.table_uuid
             )),
             Requirement::AssertRefSnapshotId { name, snapshot_id } => {
-                let found = m.refs.get(name).and_then(|r| r["snapshot-id"].as_i64());
+                let reference = m.refs.get(name);
+                let kind = reference
+                    .and_then(|r| r["type"].as_str())
+                    .unwrap_or("branch");
+                let found = reference.and_then(|r| r["snapshot-id"].as_i64());
                 match (found, snapshot_id) {
                     (found, expected) if found == *expected => Ok(()),
-                    (Some(found), None) => failed(format!(
-                        "branch or tag {name} was created concurrently (at snapshot {found})"
+                    (None, Some(expected)) => failed(format!(
+                        "branch or tag {name} is missing, expected {expected}"
                     )),
-                    (found, expected) => failed(format!(
-                        "branch {name} has changed: expected id {expected:?} != {found:?}"
+                    (Some(_), None) => failed(format!("{kind} {name} was created concurrently")),
+                    (Some(found), Some(expected)) => failed(format!(
+                        "{kind} {name} has changed: expected id {expected} != {found}"
                     )),
+                    (None, None) => Ok(()),
                 }
             }
             Requirement::AssertLastAssignedFieldId {
@@ -130,7 +144,8 @@ impl Requirement {
 /// order or snapshot yet (the creating commit's updates add them).
 pub fn empty_metadata(location: &str, now_ms: i64) -> TableMetadata {
     TableMetadata {
-        format_version: FORMAT_VERSION,
+        // Raised by the creating commit's `upgrade-format-version`.
+        format_version: 1,
         table_uuid: uuid::Uuid::new_v4().to_string(),
         location: location.to_owned(),
         last_sequence_number: 0,
@@ -295,29 +310,25 @@ fn apply_one(
                     m.format_version
                 ));
             }
-            if version > FORMAT_VERSION {
+            if version > MAX_FORMAT_VERSION {
                 return invalid(format!(
-                    "sluice writes format version {FORMAT_VERSION} tables; v{version} is not supported"
+                    "Cannot upgrade table to unsupported format version: v{version} (supported: v{MAX_FORMAT_VERSION})"
                 ));
             }
+            if version >= 3 && m.format_version < 3 {
+                m.other.entry(NEXT_ROW_ID.to_owned()).or_insert(json!(0));
+            }
+            m.format_version = version;
         }
         "add-schema" => {
             let schema = &update["schema"];
             let parsed = crate::schema::Schema::from_json(schema)
                 .map_err(|e| UpdateError::Invalid(e.to_string()))?;
-            let highest_id = parsed.highest_id();
-            let new_last = update["last-column-id"]
-                .as_i64()
-                .map_or(highest_id.max(m.last_column_id), |n| n as i32);
-            if new_last < m.last_column_id {
-                return invalid(format!(
-                    "Invalid last column ID: {new_last} < {} (previous last column ID)",
-                    m.last_column_id
-                ));
-            }
+            // `last-column-id` is deprecated: the highest id seen wins.
+            let given = update["last-column-id"].as_i64().unwrap_or(0) as i32;
             let fresh = highest(&m.schemas, "schema-id") + 1;
             let id = add_or_reuse(&mut m.schemas, schema, "schema-id", fresh);
-            m.last_column_id = new_last.max(highest_id);
+            m.last_column_id = m.last_column_id.max(given).max(parsed.highest_id());
             last.schema = Some(id as i32);
         }
         "set-current-schema" => {
@@ -385,6 +396,29 @@ fn apply_one(
                     "Cannot add snapshot with sequence number {} older than last sequence number {}",
                     snapshot.sequence_number, m.last_sequence_number
                 ));
+            }
+            if m.format_version >= 3 {
+                let next_row_id = m
+                    .other
+                    .get(NEXT_ROW_ID)
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let Some(first_row_id) = snapshot.other.get("first-row-id").and_then(Value::as_i64)
+                else {
+                    return invalid("Cannot add a snapshot: first-row-id is null");
+                };
+                if first_row_id < next_row_id {
+                    return invalid(format!(
+                        "Cannot add a snapshot, first-row-id is behind table next-row-id: {first_row_id} < {next_row_id}"
+                    ));
+                }
+                let added = snapshot
+                    .other
+                    .get("added-rows")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                m.other
+                    .insert(NEXT_ROW_ID.to_owned(), json!(next_row_id + added));
             }
             m.last_sequence_number = m.last_sequence_number.max(snapshot.sequence_number);
             m.last_updated_ms = m.last_updated_ms.max(snapshot.timestamp_ms);

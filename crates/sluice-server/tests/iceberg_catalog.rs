@@ -586,3 +586,114 @@ async fn tenants_see_only_their_own_catalog() {
     .await;
     assert_eq!(still.status, StatusCode::NO_CONTENT);
 }
+
+/// A table dropped without its files leaves its location free: a new table
+/// made there starts after the dropped one's versions and holds nothing of
+/// it; a location another table of the catalog lives at is refused.
+#[tokio::test]
+async fn a_dropped_table_s_location_takes_a_new_table_and_a_live_one_does_not() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    call(
+        &state,
+        "POST",
+        "namespaces",
+        Some(json!({"namespace": ["ns"]})),
+    )
+    .await;
+    let create = |name: &str, location: Option<&str>| {
+        let mut body = json!({"name": name, "schema": schema()});
+        if let Some(location) = location {
+            body["location"] = json!(location);
+        }
+        body
+    };
+    let first = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables",
+        Some(create("t", None)),
+    )
+    .await;
+    let location = first.json()["metadata"]["location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let committed = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables/t",
+        Some(json!({"requirements": [], "updates": snapshot(5, None, 1)})),
+    )
+    .await;
+    assert_eq!(committed.status, StatusCode::OK);
+    // Another table may not move in while t lives there.
+    let squatter = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables",
+        Some(create("u", Some(&location))),
+    )
+    .await;
+    assert_eq!(
+        squatter.status,
+        StatusCode::CONFLICT,
+        "{:?}",
+        squatter.json()
+    );
+    assert_eq!(squatter.json()["error"]["type"], "AlreadyExistsException");
+    // Dropped without purge, its files stay; a new t is made there.
+    let dropped = call(&state, "DELETE", "namespaces/ns/tables/t", None).await;
+    assert_eq!(dropped.status, StatusCode::NO_CONTENT);
+    let again = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables",
+        Some(create("t", Some(&location))),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::OK, "{:?}", again.json());
+    let loaded = call(&state, "GET", "namespaces/ns/tables/t", None)
+        .await
+        .json();
+    assert!(
+        loaded["metadata-location"]
+            .as_str()
+            .unwrap()
+            .ends_with("/metadata/v3.metadata.json"),
+        "after the dropped table's two versions: {}",
+        loaded["metadata-location"]
+    );
+    assert_ne!(
+        loaded["metadata"]["table-uuid"],
+        first.json()["metadata"]["table-uuid"]
+    );
+    assert_eq!(loaded["metadata"]["snapshots"], json!([]));
+    // Renamed, it keeps its location; the old name is free for a new table.
+    let renamed = call(
+        &state,
+        "POST",
+        "tables/rename",
+        Some(json!({"source": {"namespace": ["ns"], "name": "t"},
+            "destination": {"namespace": ["ns"], "name": "v"}})),
+    )
+    .await;
+    assert_eq!(renamed.status, StatusCode::NO_CONTENT);
+    let fresh = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables",
+        Some(create("t", None)),
+    )
+    .await;
+    assert_eq!(fresh.status, StatusCode::OK);
+    let fresh_location = fresh.json()["metadata"]["location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(fresh_location, location, "v lives at t's old location");
+    let v = call(&state, "GET", "namespaces/ns/tables/v", None)
+        .await
+        .json();
+    assert_eq!(v["metadata"]["location"], json!(location));
+}

@@ -114,7 +114,7 @@ impl From<CatalogError> for IcebergError {
         let (status, kind) = match &error {
             E::NoSuchNamespace(_) => (StatusCode::NOT_FOUND, "NoSuchNamespaceException"),
             E::NoSuchTable(_) => (StatusCode::NOT_FOUND, "NoSuchTableException"),
-            E::NamespaceExists(_) | E::TableExists(_) => {
+            E::NamespaceExists(_) | E::TableExists(_) | E::LocationInUse(_) => {
                 (StatusCode::CONFLICT, "AlreadyExistsException")
             }
             E::NamespaceNotEmpty(_) => (StatusCode::CONFLICT, "NamespaceNotEmptyException"),
