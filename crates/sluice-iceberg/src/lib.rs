@@ -772,11 +772,16 @@ impl IcebergTable {
             partitions: None,
             key_metadata: None,
         }];
+        let mut written = vec![manifest_key];
         if let Some(parent) = &parent {
             let key = self.key_of(&parent.manifest_list)?;
             let list = self.read(&key).await?;
-            manifests
-                .extend(manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))?);
+            let kept = manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))?;
+            let (kept, merged) = self
+                .merge_manifests(kept, &metadata, snapshot_id, sequence_number)
+                .await?;
+            manifests.extend(kept);
+            written.extend(merged);
         }
         let list = manifest::write_manifest_list(
             &manifests,
@@ -876,7 +881,98 @@ impl IcebergTable {
         let updated_ms = metadata.last_updated_ms;
         self.log_previous(&mut metadata, version, updated_ms);
         metadata.last_updated_ms = now;
-        Ok((metadata, vec![manifest_key, list_key]))
+        written.push(list_key);
+        Ok((metadata, written))
+    }
+
+    /// The parent's `manifests`, with the small ones of one kind merged into
+    /// one once the table has `commit.manifest.min-count-to-merge` (100)
+    /// manifests, as Iceberg's own appends do (`commit.manifest-merge.enabled`
+    /// turns it off): a streaming table's one manifest per commit would
+    /// otherwise make every reader open thousands. Merged: data manifests of
+    /// the default spec, unpartitioned, smaller than
+    /// `commit.manifest.target-size-bytes` (8 MiB), written with one Avro
+    /// schema (sluice's own, mostly). The key of the manifest it wrote.
+    async fn merge_manifests(
+        &self,
+        manifests: Vec<ManifestFile>,
+        metadata: &TableMetadata,
+        snapshot_id: i64,
+        sequence_number: i64,
+    ) -> Result<(Vec<ManifestFile>, Option<String>), TableError> {
+        let property = |name: &str, default: i64| {
+            metadata
+                .properties
+                .get(name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(default)
+        };
+        let enabled = metadata
+            .properties
+            .get("commit.manifest-merge.enabled")
+            .is_none_or(|v| v != "false");
+        let min_count = property("commit.manifest.min-count-to-merge", 100).max(2) as usize;
+        let target = property("commit.manifest.target-size-bytes", 8 << 20);
+        // With the new manifest, the table would have min_count.
+        if !enabled || manifests.len() + 1 < min_count {
+            return Ok((manifests, None));
+        }
+        let mut groups: BTreeMap<String, Vec<(ManifestFile, Vec<u8>)>> = BTreeMap::new();
+        let mut kept = Vec::new();
+        for m in manifests {
+            let mergeable = m.content == 0
+                && m.partitions.is_none()
+                && m.partition_spec_id == metadata.default_spec_id
+                && m.length < target;
+            if !mergeable {
+                kept.push(m);
+                continue;
+            }
+            let key = self.key_of(&m.path)?;
+            let bytes = self.read(&key).await?;
+            let schema = manifest::writer_schema(&bytes).map_err(|e| self.malformed(&key, e))?;
+            groups.entry(schema).or_default().push((m, bytes.to_vec()));
+        }
+        let Some(largest) = groups.values().map(Vec::len).max().filter(|n| *n >= 2) else {
+            kept.extend(groups.into_values().flatten().map(|(m, _)| m));
+            return Ok((kept, None));
+        };
+        let mut merged_key = None;
+        for (_, mut group) in groups {
+            if group.len() != largest || merged_key.is_some() {
+                kept.extend(group.into_iter().map(|(m, _)| m));
+                continue;
+            }
+            group.sort_by_key(|(m, _)| m.sequence_number);
+            let merged = manifest::merge_manifests(&group)
+                .map_err(|e| self.malformed("a merged manifest", e))?;
+            let name = format!("{}-m1.avro", uuid::Uuid::new_v4());
+            let key = format!("{}{name}", self.metadata_prefix);
+            let length = merged.bytes.len() as i64;
+            self.put(&key, merged.bytes, false)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            tracing::debug!(table = %self.layout.location, manifests = group.len(), files = merged.files, "manifests merged");
+            kept.push(ManifestFile {
+                path: format!("{}/metadata/{name}", self.location()),
+                length,
+                partition_spec_id: metadata.default_spec_id,
+                content: 0,
+                sequence_number,
+                min_sequence_number: merged.min_sequence_number,
+                added_snapshot_id: snapshot_id,
+                added_files: 0,
+                existing_files: merged.files,
+                deleted_files: 0,
+                added_rows: 0,
+                existing_rows: merged.rows,
+                deleted_rows: 0,
+                partitions: None,
+                key_metadata: None,
+            });
+            merged_key = Some(key);
+        }
+        Ok((kept, merged_key))
     }
 
     /// `metadata` (made from version `version`, last updated at

@@ -297,6 +297,107 @@ pub fn read_manifest_paths(bytes: &[u8]) -> Result<Vec<String>, ManifestError> {
     Ok(out)
 }
 
+/// What merging manifests made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// The new manifest.
+    pub bytes: Vec<u8>,
+    /// Its live entries (all existing now) and their rows.
+    pub files: i32,
+    pub rows: i64,
+    /// The lowest data sequence number among them.
+    pub min_sequence_number: i64,
+}
+
+/// The Avro schema a manifest was written with, as its header has it (two
+/// manifests with the same one merge).
+pub fn writer_schema(bytes: &[u8]) -> Result<String, ManifestError> {
+    let reader = Reader::new(bytes).map_err(avro_error)?;
+    Ok(reader.writer_schema().canonical_form())
+}
+
+/// `manifests` (each with its manifest list entry, all written with one
+/// Avro schema) as one manifest: every live entry (added or existing) is an
+/// existing one now, with the snapshot id and sequence numbers it inherited
+/// from its manifest's list entry written into it; deleted entries go (their
+/// deletion is history the merged manifest's snapshots no longer need). The
+/// header is the newest manifest's (the table's schema and spec as of it).
+/// Nothing of another writer's entries is lost: the records are copied as
+/// they were read, but for those fields.
+pub fn merge_manifests(manifests: &[(ManifestFile, Vec<u8>)]) -> Result<Merged, ManifestError> {
+    let Some((_, newest)) = manifests.last() else {
+        return Err(ManifestError("no manifest to merge".into()));
+    };
+    let header = Reader::new(&newest[..]).map_err(avro_error)?;
+    let schema = header.writer_schema().clone();
+    let metadata: Vec<(String, String)> = header
+        .user_metadata()
+        .iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    let metadata: Vec<(&str, String)> = metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let mut writer = writer(&schema, &metadata)?;
+    let mut merged = Merged {
+        bytes: Vec::new(),
+        files: 0,
+        rows: 0,
+        min_sequence_number: i64::MAX,
+    };
+    for (list_entry, bytes) in manifests {
+        for record in Reader::new(&bytes[..]).map_err(avro_error)? {
+            let Avro::Record(mut fields) = record.map_err(avro_error)? else {
+                return Err(ManifestError("a manifest entry is not a record".into()));
+            };
+            let status = fields
+                .iter()
+                .find(|(name, _)| name == "status")
+                .map(|(_, v)| unwrap_union(v).clone());
+            if matches!(status, Some(Avro::Int(2))) {
+                continue;
+            }
+            let mut sequence = list_entry.sequence_number;
+            for (name, value) in fields.iter_mut() {
+                match name.as_str() {
+                    "status" => *value = Avro::Int(0),
+                    "snapshot_id" if matches!(unwrap_union(value), Avro::Null) => {
+                        *value = some(long(list_entry.added_snapshot_id));
+                    }
+                    "sequence_number" => match unwrap_union(value) {
+                        Avro::Long(n) => sequence = *n,
+                        _ => *value = some(long(list_entry.sequence_number)),
+                    },
+                    "file_sequence_number" if matches!(unwrap_union(value), Avro::Null) => {
+                        *value = some(long(list_entry.sequence_number));
+                    }
+                    "data_file" => {
+                        if let Avro::Record(file) = unwrap_union(value) {
+                            if let Some((_, Avro::Long(n))) =
+                                file.iter().find(|(name, _)| name == "record_count")
+                            {
+                                merged.rows += n;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            merged.files += 1;
+            merged.min_sequence_number = merged.min_sequence_number.min(sequence);
+            writer
+                .append_value_ref(&Avro::Record(fields))
+                .map_err(avro_error)?;
+        }
+    }
+    merged.bytes = writer.into_inner().map_err(avro_error)?;
+    if merged.min_sequence_number == i64::MAX {
+        merged.min_sequence_number = 0;
+    }
+    Ok(merged)
+}
+
 fn unwrap_union(value: &Avro) -> &Avro {
     match value {
         Avro::Union(_, inner) => inner,

@@ -258,14 +258,7 @@ fn parquet_file(
 /// sluice keeps up to date; without it pyiceberg fails on that file).
 #[tokio::test]
 async fn readers_read_what_sluice_commits() {
-    let (Ok(clients), Ok(python)) = (
-        std::env::var("SLUICE_TEST_CLIENTS"),
-        std::env::var("SLUICE_TEST_PYTHON"),
-    ) else {
-        assert!(
-            std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() != Ok("1"),
-            "the Python readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)"
-        );
+    let Some((clients, python)) = readers() else {
         eprintln!("SKIPPED: no Python readers (run scripts/test.sh)");
         return;
     };
@@ -469,4 +462,93 @@ async fn a_commit_stopped_before_its_metadata_changes_nothing() {
     let files = table.data_files().await.unwrap();
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(files.iter().all(|f| !f.contains("lost")), "{files:?}");
+}
+
+/// A streaming table's one manifest per commit is merged once the table has
+/// 100 (Iceberg's `commit.manifest.min-count-to-merge`): after 250 commits of
+/// one file each, the current snapshot reads few manifests, every file once,
+/// and pyiceberg and DuckDB count every row (the merged manifests' entries
+/// are existing ones, their snapshot ids and sequence numbers written in).
+#[tokio::test]
+async fn manifests_are_merged_and_readers_read_every_row() {
+    const COMMITS: i64 = 250;
+    let root = std::env::temp_dir().join(format!("sluice-iceberg-merge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(sluice_store::fs::FsStore::open(sluice_store::fs::FsConfig::new(&root)).unwrap());
+    let table = IcebergTable::new(store, layout(), &format!("file://{}", root.display()));
+    let (schema, _) = sluice_iceberg::schema::Schema::from_arrow(&columns()).unwrap();
+    for n in 0..COMMITS {
+        let file = parquet_file(
+            &root,
+            &format!("f{n}"),
+            &schema,
+            false,
+            vec![
+                ("id", Arc::new(Int64Array::from(vec![n])) as ArrayRef),
+                ("name", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
+            ],
+        );
+        let after = (n > 0).then_some(n);
+        table
+            .append(&[file], &[step("w", after, n + 1)], &columns())
+            .await
+            .unwrap();
+    }
+    let (version, metadata) = table.load().await.unwrap().unwrap();
+    let snapshot = metadata.current_snapshot().unwrap();
+    let list = std::fs::read(snapshot.manifest_list.strip_prefix("file://").unwrap()).unwrap();
+    let manifests = sluice_iceberg::manifest::read_manifest_list(&list).unwrap();
+    assert!(manifests.len() <= 100, "{} manifests", manifests.len());
+    let mut files = table.data_files().await.unwrap();
+    files.sort();
+    files.dedup();
+    assert_eq!(files.len(), COMMITS as usize, "every file once");
+    let rows: i64 = manifests
+        .iter()
+        .map(|m| m.added_rows + m.existing_rows)
+        .sum();
+    assert_eq!(rows, COMMITS);
+    let Some((clients, python)) = readers() else {
+        std::fs::remove_dir_all(&root).unwrap();
+        return;
+    };
+    let metadata = root.join(format!("events/metadata/v{version}.metadata.json"));
+    let output = std::process::Command::new(python)
+        .arg(format!("{clients}/iceberg_read.py"))
+        .arg(format!("file://{}", metadata.display()))
+        .arg("id")
+        .arg("--count")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], COMMITS, "{reader}: {read}");
+        assert_eq!(read[reader]["distinct"], COMMITS, "{reader}: {read}");
+    }
+}
+
+/// The Python readers (scripts/test.sh installs them), or None when the
+/// test may go without them.
+fn readers() -> Option<(String, String)> {
+    match (
+        std::env::var("SLUICE_TEST_CLIENTS"),
+        std::env::var("SLUICE_TEST_PYTHON"),
+    ) {
+        (Ok(clients), Ok(python)) => Some((clients, python)),
+        _ => {
+            assert!(
+                std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() != Ok("1"),
+                "the Python readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)"
+            );
+            None
+        }
+    }
 }
