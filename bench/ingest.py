@@ -23,14 +23,15 @@ flush_age = "50ms"
 compression = "zstd"
 """
 
-# Into a Delta table: Parquet files of 8 MiB of records, or what came in a
-# second (a table's readers want fewer, larger files than an archive's).
-DELTA_STREAM_CONFIG = """[streams.bench]
+# Into a table (Delta or Iceberg): Parquet files of 8 MiB of records, or
+# what came in a second (a table's readers want fewer, larger files than an
+# archive's).
+TABLE_STREAM_CONFIG = """[streams.bench]
 flush_age = "1s"
 flush_bytes = "8MiB"
 compression = "zstd"
 format = "parquet"
-table = "delta"
+table = "{table}"
 """
 
 
@@ -47,11 +48,13 @@ def metrics(port):
 def http_run(sluice, minio_url, env, work, seconds, run, table=None):
     config = os.path.join(work, "streams.toml")
     with open(config, "w") as f:
-        f.write(DELTA_STREAM_CONFIG if table else STREAM_CONFIG)
+        f.write(TABLE_STREAM_CONFIG.format(table=table) if table else STREAM_CONFIG)
     port = free_port()
     log = open(os.path.join(work, "serve.log"), "a")
+    # Each format's table in a bucket of its own (their roots would meet).
+    bucket = f"ingest-http-{table or 'none'}"
     gateway = subprocess.Popen([sluice, "serve", "--config", config, "--listen", f"127.0.0.1:{port}",
-                                "--store", "s3://ingest-http", "--endpoint", minio_url],
+                                "--store", f"s3://{bucket}", "--endpoint", minio_url],
                                env=env, stdout=log, stderr=log, cwd=work)
     try:
         wait_for_port(port)
@@ -255,8 +258,9 @@ def main():
     ap.add_argument("--kafka-records", type=int, default=2_000_000)
     ap.add_argument("--cases", default="http,stdin,kafka",
                     help="which of http, stdin, kafka and smallfiles to run (comma-separated)")
-    ap.add_argument("--table", choices=["delta"],
-                    help="HTTP and Kafka into a Delta table (Parquet, one commit per flush)")
+    ap.add_argument("--table", default="",
+                    help="HTTP and Kafka into a table: delta, iceberg, or delta,iceberg (HTTP into each, "
+                         "alternated within every run, with the Iceberg/Delta ratio; Kafka into the first)")
     ap.add_argument("--small-files", type=int, default=3600,
                     help="smallfiles: files of 100 records committed before compacting")
     ap.add_argument("--before", help="a second sluice binary, run after sluice in every run of http and kafka")
@@ -264,6 +268,10 @@ def main():
     args = ap.parse_args()
     before = os.path.abspath(args.before) if args.before else None
     cases = set(args.cases.split(","))
+    tables = [t for t in args.table.split(",") if t]
+    if not set(tables) <= {"delta", "iceberg"}:
+        ap.error("--table takes delta, iceberg or delta,iceberg")
+    args.table = tables[0] if tables else None
     if not cases or not cases <= {"http", "stdin", "kafka", "smallfiles"}:
         ap.error("--cases takes http, stdin, kafka and smallfiles")
     args.sluice = os.path.abspath(args.sluice)
@@ -272,7 +280,8 @@ def main():
     try:
         minio, minio_url = start_minio(work)
         env = client_env(work)
-        for bucket in ["ingest-http", "ingest-stdin", "ingest-kafka", "ingest-small"]:
+        for bucket in ["ingest-http-none", "ingest-http-delta", "ingest-http-iceberg", "ingest-stdin",
+                       "ingest-kafka", "ingest-small"]:
             os.makedirs(os.path.join(work, "data", bucket), exist_ok=True)
         records_path = os.path.join(work, "records.ndjson")
         # Kafka alone draws on the first 10,000 records only.
@@ -284,10 +293,11 @@ def main():
         for run in range(args.runs):
             if "http" in cases:
                 for build, binary in [("sluice", args.sluice)] + ([("before", before)] if before else []):
-                    row = http_run(binary, minio_url, env, work, args.seconds, run, args.table)
-                    row["build"] = build
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    for table in tables or [None]:
+                        row = http_run(binary, minio_url, env, work, args.seconds, run, table)
+                        row["build"] = build
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
             if "stdin" in cases:
                 for row in stdin_run(args.sluice, minio_url, env, work, records_path, run):
                     rows.append(row)
@@ -303,7 +313,10 @@ def main():
         if "smallfiles" in cases:
             rows.append(small_files_run(args.sluice, minio_url, env, work, args.small_files))
             print(json.dumps(rows[-1]), flush=True)
-        http = [r for r in rows if r["case"] == "http" and r.get("build") != "before"]
+        http = [r for r in rows if r["case"] == "http" and r.get("build") != "before"
+                and r["table"] == (args.table or "none")]
+        http_iceberg = [r for r in rows if r["case"] == "http" and r.get("build") != "before"
+                        and r["table"] == "iceberg"]
         med = lambda key, rs: statistics.median(r[key] for r in rs)  # noqa: E731
         ingest = [r for r in rows if r.get("tool") == "ingest"]
         put = [r for r in rows if r.get("tool") == "put"]
@@ -314,22 +327,40 @@ def main():
             f"{version(['minio', '--version'])}",
             f"# runs: {args.runs}; medians; cases: {args.cases}; table: {args.table or 'none'}. HTTP: 32 users, "
             f"500 records of 1 KiB per request, {args.seconds} s, "
-            + ("Parquet into a Delta table, flush_bytes 8MiB, flush_age 1s" if args.table else "flush_age 50ms")
+            + (f"Parquet into a table ({','.join(tables)}), flush_bytes 8MiB, flush_age 1s" if tables
+               else "flush_age 50ms")
             + ", zstd level 3; MinIO on the same 2 cores.",
             "",
         ]
+        def http_lines(rows, table):
+            target = {"delta": "150,000", "iceberg": "0.8x Delta's"}.get(table, "200,000")
+            into = {"delta": " into a Delta table", "iceberg": " into an Iceberg table"}.get(table, "")
+            return [
+                "HTTP POST /v1/streams/bench (group commit)" + into,
+                f"  records/s acknowledged   {med('records_per_s', rows):>12,.0f}   (target >= {target})",
+                f"  MiB/s of records         {med('mib_per_s', rows):>12.1f}",
+                f"  ack p50 / p99 ms         {med('ack_p50_ms', rows):>8.1f} / {med('ack_p99_ms', rows):.1f}",
+                f"  CPU-s per M records      {med('cpu_s_per_m_records', rows):>12.2f}   (gateway only)",
+                f"  gateway peak RSS MiB     {med('gateway_peak_rss_mib', rows):>12.0f}",
+                f"  objects, mean MiB        {med('objects', rows):>8.0f}, {med('mean_object_mib', rows):.2f}"
+                f"   (compression {med('compression_ratio', rows):.1f}:1)",
+                f"  failed requests          {sum(r['failed'] for r in rows):>12}",
+                "",
+            ]
         if http:
-            target = "150,000 into a Delta table" if args.table else "200,000"
+            lines += http_lines(http, args.table)
+        if http_iceberg and args.table != "iceberg":
+            lines += http_lines(http_iceberg, "iceberg")
+            delta_rows = [r for r in rows if r["case"] == "http" and r.get("build") != "before"
+                          and r["table"] == "delta"]
+            pairs = list(zip(http_iceberg, delta_rows))
+            rate = [i["records_per_s"] / d["records_per_s"] for i, d in pairs]
+            cpu = [i["cpu_s_per_m_records"] / d["cpu_s_per_m_records"] for i, d in pairs]
             lines += [
-                "HTTP POST /v1/streams/bench (group commit)" + (" into a Delta table" if args.table else ""),
-                f"  records/s acknowledged   {med('records_per_s', http):>12,.0f}   (target >= {target})",
-                f"  MiB/s of records         {med('mib_per_s', http):>12.1f}",
-                f"  ack p50 / p99 ms         {med('ack_p50_ms', http):>8.1f} / {med('ack_p99_ms', http):.1f}",
-                f"  CPU-s per M records      {med('cpu_s_per_m_records', http):>12.2f}   (gateway only)",
-                f"  gateway peak RSS MiB     {med('gateway_peak_rss_mib', http):>12.0f}",
-                f"  objects, mean MiB        {med('objects', http):>8.0f}, {med('mean_object_mib', http):.2f}"
-                f"   (compression {med('compression_ratio', http):.1f}:1)",
-                f"  failed requests          {sum(r['failed'] for r in http):>12}",
+                "Iceberg against Delta (HTTP, alternated within each run)",
+                f"  records/s Iceberg/Delta  {statistics.median(rate):>12.2f}   per run: "
+                + ", ".join(f"{r:.2f}" for r in rate) + "   (target >= 0.8)",
+                f"  CPU-s per M Iceberg/Delta {statistics.median(cpu):>11.2f}",
                 "",
             ]
         if ingest:

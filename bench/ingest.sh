@@ -13,11 +13,13 @@
 #   4. smallfiles: an hour-equivalent of one-second flushes (3,600 files of 100
 #      records) committed to one Delta table, then `sluice tables compact`:
 #      files before and after.
-#   --table delta sends cases 1 and 3 into Delta tables (Parquet, flush_age 1s).
+#   --table delta sends cases 1 and 3 into Delta tables (Parquet, flush_age 1s);
+#   --table iceberg into Iceberg tables; --table delta,iceberg runs case 1 into
+#   each, alternated within every run, and prints the Iceberg/Delta ratios.
 #   --before BINARY runs cases 1 and 3 again with another sluice build in every
 #   run (its own stream and consumer group) and reports after/before ratios.
 #
-#   bench/ingest.sh [--runs N] [--cases http,stdin,kafka,smallfiles] [--table delta]
+#   bench/ingest.sh [--runs N] [--cases http,stdin,kafka,smallfiles] [--table delta|iceberg|delta,iceberg]
 #                   [--seconds S] [--stdin-mib M] [--kafka-records N] [--small-files N]
 #                   [--before BINARY] [--out FILE]
 set -euo pipefail

@@ -6,14 +6,21 @@ by KEY (or with --count, only how many rows and how many distinct KEYs), and
 the columns; plus the snapshot count, the current schema's field ids and the
 data files of the current snapshot as pyiceberg reads them.
 
+A METADATA_FILE of s3://bucket/… is read from the endpoint in
+AWS_ENDPOINT_URL (MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_REGION (DuckDB through its httpfs extension).
+
 usage: iceberg_read.py METADATA_FILE KEY [--count]
 """
 import json
 import os
 import sys
 
+from urllib.parse import urlparse
+
 import duckdb
 import duckdb_extension_avro
+import duckdb_extension_httpfs
 import duckdb_extension_iceberg
 from pyiceberg.table import StaticTable
 
@@ -23,15 +30,28 @@ count_only = "--count" in sys.argv[3:]
 
 def described(names, rows):
     if count_only:
+        keys = [row[key] for row in rows]
         return {
             "columns": names,
             "rows": len(rows),
-            "distinct": len({row[key] for row in rows}),
+            "distinct": len(set(keys)),
+            "min": min(keys) if keys else None,
+            "max": max(keys) if keys else None,
         }
     return {"columns": names, "rows": sorted(rows, key=lambda row: row[key])}
 
 
-table = StaticTable.from_metadata(metadata)
+on_s3 = metadata.startswith("s3://")
+properties = {}
+if on_s3:
+    properties = {
+        "s3.endpoint": os.environ["AWS_ENDPOINT_URL"],
+        "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+        "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+        "s3.path-style-access": "true",
+    }
+table = StaticTable.from_metadata(metadata, properties=properties)
 arrow = table.scan().to_arrow()
 result = {
     "snapshots": len(table.metadata.snapshots),
@@ -49,6 +69,15 @@ def extension(module, name):
 con = duckdb.connect(config={"autoinstall_known_extensions": False})
 con.execute(f"LOAD '{extension(duckdb_extension_avro, 'avro')}'")
 con.execute(f"LOAD '{extension(duckdb_extension_iceberg, 'iceberg')}'")
+if on_s3:
+    con.execute(f"LOAD '{extension(duckdb_extension_httpfs, 'httpfs')}'")
+    con.execute(
+        f"CREATE SECRET (TYPE s3, KEY_ID '{os.environ['AWS_ACCESS_KEY_ID']}', "
+        f"SECRET '{os.environ['AWS_SECRET_ACCESS_KEY']}', "
+        f"REGION '{os.environ.get('AWS_REGION', 'us-east-1')}', "
+        f"ENDPOINT '{urlparse(os.environ['AWS_ENDPOINT_URL']).netloc}', "
+        "URL_STYLE 'path', USE_SSL false)"
+    )
 relation = con.sql(f"SELECT * FROM iceberg_scan('{metadata}')")
 names = relation.columns
 result["duckdb"] = described(names, [dict(zip(names, row)) for row in relation.fetchall()])

@@ -833,14 +833,39 @@ fn kafka_sources_are_checked_before_connecting() {
     }
 }
 
-/// `sluice ingest … --table delta` into the Delta table `events` through
-/// `endpoint`, in consumer group `group`.
-fn ingest_delta(fixture: &Fixture, endpoint: &str, group: &str) -> Command {
-    ingest_delta_idle(fixture, endpoint, group, "3s")
+/// A table format a Kafka stream commits to, as its tests see it.
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Delta,
+    Iceberg,
 }
 
-/// [`ingest_delta`], ending once idle for `idle`.
-fn ingest_delta_idle(fixture: &Fixture, endpoint: &str, group: &str, idle: &str) -> Command {
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::Delta => "delta",
+            Format::Iceberg => "iceberg",
+        }
+    }
+
+    /// Where its commits are: the log's entries, or the metadata versions.
+    fn commits_under(self) -> (&'static str, &'static str) {
+        match self {
+            Format::Delta => ("events/_delta_log/", ".json"),
+            Format::Iceberg => ("events/metadata/v", ".metadata.json"),
+        }
+    }
+}
+
+/// `sluice ingest … --table FORMAT` into the table `events` through
+/// `endpoint`, in consumer group `group`, ending once idle for `idle`.
+fn ingest_table(
+    format: Format,
+    fixture: &Fixture,
+    endpoint: &str,
+    group: &str,
+    idle: &str,
+) -> Command {
     let mut command = ingest_with_idle(
         &fixture.bootstrap,
         &fixture.topic,
@@ -851,7 +876,7 @@ fn ingest_delta_idle(fixture: &Fixture, endpoint: &str, group: &str, idle: &str)
     );
     command.args([
         "--table",
-        "delta",
+        format.name(),
         "--flush-records",
         "2000",
         "--flush-age",
@@ -888,22 +913,32 @@ fn produce_paced(
     })
 }
 
-/// The Delta table's commits so far.
-async fn table_commits(store: &S3Store) -> usize {
-    store
-        .list_objects("events/_delta_log/", None, 1000)
-        .await
-        .unwrap()
-        .objects
-        .iter()
-        .filter(|o| o.key.ends_with(".json"))
-        .count()
+/// The table's commits so far.
+async fn table_commits(format: Format, store: &S3Store) -> usize {
+    let (prefix, ending) = format.commits_under();
+    let mut count = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store
+            .list_objects(prefix, cursor.as_deref(), 1000)
+            .await
+            .unwrap();
+        count += page
+            .objects
+            .iter()
+            .filter(|o| o.key.ends_with(ending))
+            .count();
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return count,
+        }
+    }
 }
 
 /// Waits until the table has more than `commits` commits.
-async fn table_grows_past(store: &S3Store, commits: usize) {
+async fn table_grows_past(format: Format, store: &S3Store, commits: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while table_commits(store).await <= commits {
+    while table_commits(format, store).await <= commits {
         assert!(Instant::now() < deadline, "no table commit within 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -912,26 +947,44 @@ async fn table_grows_past(store: &S3Store, commits: usize) {
 #[tokio::test]
 async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigkills_and_a_rebalance(
 ) {
-    let Some(readers) = common::python_readers("kafka-delta") else {
+    exactly_once_across_deaths(Format::Delta, 3).await;
+}
+
+/// The same for an Iceberg table, with eight SIGKILLs from outside.
+#[tokio::test]
+async fn kafka_into_iceberg_is_exactly_once_across_deaths_between_the_commits_sigkills_and_a_rebalance(
+) {
+    exactly_once_across_deaths(Format::Iceberg, 8).await;
+}
+
+/// Kafka into a `format` table, exactly once: twice a run dies right after
+/// a table commit (before the group's), `kills` runs are SIGKILLed from
+/// outside once they committed, and a second member joins (a rebalance) and
+/// is killed; then both readers of the format count every record once.
+async fn exactly_once_across_deaths(format: Format, kills: usize) {
+    let test = format!("kafka-{}", format.name());
+    let Some(readers) = common::python_readers(&test) else {
         return;
     };
-    let Some(fixture) = fixture("kafka-delta").await else {
+    let Some(fixture) = fixture(&test).await else {
         return;
     };
-    // SLUICE_KAFKA_DELTA_RECORDS raises it for a longer proof by hand.
-    let records: u64 = std::env::var("SLUICE_KAFKA_DELTA_RECORDS")
+    // SLUICE_KAFKA_TABLE_RECORDS raises it for a longer proof by hand.
+    let records: u64 = std::env::var("SLUICE_KAFKA_TABLE_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300_000);
     create_topic(&fixture.cp, &fixture.bootstrap, &fixture.topic, 8);
-    // Records arrive while the runs below come and go (in 15 chunks, 3 s
-    // apart), so that each dies part-way through the topic.
+    // Records arrive while the runs below come and go (in chunks 3 s apart,
+    // more of them the more runs are killed), so that each dies part-way
+    // through the topic.
+    let chunks = 12 + 2 * kills as u64;
     let producer = produce_paced(
         &fixture.cp,
         &fixture.bootstrap,
         &fixture.topic,
         records,
-        (records / 15).max(20_000),
+        (records / chunks).max(5_000),
         Duration::from_secs(3),
     );
     let group = fixture.topic.clone();
@@ -942,7 +995,7 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
     // may be slow to start on a loaded machine): it is meant to die at its
     // commit, not to end idle before it has any work.
     for at in [1, 2] {
-        let died = ingest_delta_idle(&fixture, &endpoint, &group, "120s")
+        let died = ingest_table(format, &fixture, &endpoint, &group, "120s")
             .env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", at.to_string())
             .stdout(Stdio::null())
             .output()
@@ -954,36 +1007,36 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
             String::from_utf8_lossy(&died.stderr)
         );
     }
-    // Three SIGKILLs from outside, each once the run has committed once.
-    for _ in 0..3 {
-        let before = table_commits(&fixture.store).await;
+    // SIGKILLs from outside, each once the run has committed once.
+    for _ in 0..kills {
+        let before = table_commits(format, &fixture.store).await;
         let run = Running::spawn(
-            ingest_delta(&fixture, &endpoint, &group)
+            ingest_table(format, &fixture, &endpoint, &group, "3s")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         );
-        table_grows_past(&fixture.store, before).await;
+        table_grows_past(format, &fixture.store, before).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         drop(run);
     }
     // A second member joins, takes half the partitions, and is killed: they
     // come back to the first once its session lapses. The first stays up
     // (idle for 20 s at most) however fast the topic drains.
-    let before = table_commits(&fixture.store).await;
+    let before = table_commits(format, &fixture.store).await;
     let first = Running::spawn(
-        ingest_delta_idle(&fixture, &endpoint, &group, "20s")
+        ingest_table(format, &fixture, &endpoint, &group, "20s")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
     );
-    table_grows_past(&fixture.store, before).await;
-    let before = table_commits(&fixture.store).await;
+    table_grows_past(format, &fixture.store, before).await;
+    let before = table_commits(format, &fixture.store).await;
     let second = Running::spawn(
-        ingest_delta(&fixture, &endpoint, &group)
+        ingest_table(format, &fixture, &endpoint, &group, "3s")
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
     tokio::time::sleep(Duration::from_secs(8)).await;
-    table_grows_past(&fixture.store, before).await;
+    table_grows_past(format, &fixture.store, before).await;
     drop(second);
     tokio::task::spawn_blocking(move || producer.join().unwrap())
         .await
@@ -993,19 +1046,38 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
         first["revoked"].as_u64().unwrap() >= 1,
         "the second member's joining revoked nothing: {first}"
     );
-    let table = format!(
+    let root = format!(
         "s3://{}/{}/events",
         sluice_testkit::minio::TEST_BUCKET,
         fixture.prefix.trim_end_matches('/')
     );
-    let read = common::read_delta(&readers, Some(&fixture.endpoint), &table, "n", false);
-    for reader in ["deltalake", "duckdb"] {
+    let (read, readers) = match format {
+        Format::Delta => (
+            common::read_delta(&readers, Some(&fixture.endpoint), &root, "n", false),
+            ["deltalake", "duckdb"],
+        ),
+        Format::Iceberg => {
+            let version = table_commits(format, &fixture.store).await;
+            let metadata = format!("{root}/metadata/v{version}.metadata.json");
+            let read = common::tables::read_iceberg_at(
+                &readers,
+                Some(&fixture.endpoint),
+                &metadata,
+                "n",
+                true,
+            );
+            (read, ["pyiceberg", "duckdb"])
+        }
+    };
+    for reader in readers {
         let got = &read[reader];
         assert_eq!(got["rows"], records, "{reader}: {got}");
         assert_eq!(got["distinct"], records, "{reader}: records twice: {got}");
         assert_eq!(got["min"], 0, "{reader}: {got}");
         assert_eq!(got["max"], records - 1, "{reader}: {got}");
-        // Every pad equal to what was produced.
-        assert_eq!(got["distinct_values"]["pad"], 1, "{reader}: {got}");
+        if format == Format::Delta {
+            // Every pad equal to what was produced.
+            assert_eq!(got["distinct_values"]["pad"], 1, "{reader}: {got}");
+        }
     }
 }

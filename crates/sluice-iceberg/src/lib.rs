@@ -522,7 +522,7 @@ impl IcebergTable {
                     })
                 }
             };
-            let body = serde_json::to_vec_pretty(&next).expect("metadata serializes");
+            let body = serde_json::to_vec(&next).expect("metadata serializes");
             let key = self.metadata_key(version + 1);
             match self.put(&key, body.clone(), true).await {
                 Ok(()) => {
@@ -675,7 +675,7 @@ impl IcebergTable {
                 source,
             })?;
         let metadata = TableMetadata::new(&self.location(), &schema, last, now_ms());
-        let body = serde_json::to_vec_pretty(&metadata).expect("metadata serializes");
+        let body = serde_json::to_vec(&metadata).expect("metadata serializes");
         match self.put(&self.metadata_key(1), body, true).await {
             Ok(()) | Err(StoreError::PreconditionFailed) => {
                 self.hint(1).await;
@@ -1042,7 +1042,7 @@ impl IcebergTable {
     /// Writes `metadata` (another catalog's, being registered) as the table's
     /// next version; the version it took.
     pub async fn adopt(&self, metadata: &TableMetadata) -> Result<u64, TableError> {
-        let body = serde_json::to_vec_pretty(metadata).expect("metadata serializes");
+        let body = serde_json::to_vec(metadata).expect("metadata serializes");
         loop {
             let next = self.latest().await?.map_or(1, |(version, _)| version + 1);
             match self.put(&self.metadata_key(next), body.clone(), true).await {

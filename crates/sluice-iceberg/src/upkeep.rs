@@ -9,6 +9,7 @@
 //! the history after it, whatever its age.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metadata::TableMetadata;
@@ -76,7 +77,55 @@ pub(crate) fn expired(
     Some(metadata)
 }
 
+/// The table properties that say how long snapshots are kept, and how many
+/// of the main branch at least, with Iceberg's defaults (5 days, 1).
+const MAX_SNAPSHOT_AGE_MS: (&str, i64) = ("history.expire.max-snapshot-age-ms", 432_000_000);
+const MIN_SNAPSHOTS_TO_KEEP: (&str, i64) = ("history.expire.min-snapshots-to-keep", 1);
+
+/// How often a writer expires snapshots on its own: every this many
+/// versions it made.
+pub const EXPIRE_EVERY: u64 = 100;
+
 impl IcebergTable {
+    /// After this writer made `version`: every [`EXPIRE_EVERY`] versions,
+    /// snapshots past the table's `history.expire.max-snapshot-age-ms` go
+    /// (keeping `history.expire.min-snapshots-to-keep`), off the commit's
+    /// way, so that a table committed to every second keeps its metadata
+    /// small without anyone's upkeep.
+    pub fn after_commit(self: &Arc<Self>, version: u64) {
+        if version == 0 || version % EXPIRE_EVERY != 0 {
+            return;
+        }
+        let table = self.clone();
+        tokio::spawn(async move {
+            let Ok(Some((_, metadata))) = table.latest().await else {
+                return;
+            };
+            let property = |(name, default): (&str, i64)| {
+                metadata
+                    .properties
+                    .get(name)
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .unwrap_or(default)
+                    .max(0)
+            };
+            let retain = Duration::from_millis(property(MAX_SNAPSHOT_AGE_MS) as u64);
+            let keep = property(MIN_SNAPSHOTS_TO_KEEP).max(1) as usize;
+            match table.expire_snapshots(retain, keep).await {
+                Ok(report) if report.snapshots_dropped > 0 => tracing::info!(
+                    table = %table.layout().location,
+                    dropped = report.snapshots_dropped,
+                    files_deleted = report.files_deleted,
+                    "snapshots past the table's retention expired"
+                ),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "snapshots not expired (the next writer's turn will)")
+                }
+            }
+        });
+    }
+
     /// Drops the snapshots older than `retain` (keeping the main branch's
     /// newest `keep_last` and every ref's) and deletes what only they read.
     pub async fn expire_snapshots(

@@ -180,14 +180,30 @@ pub fn read_iceberg(
     key: &str,
     count: bool,
 ) -> serde_json::Value {
+    let metadata = iceberg_metadata(table);
+    read_iceberg_at(readers, None, metadata.to_str().unwrap(), key, count)
+}
+
+/// [`read_iceberg`] from the metadata file at `metadata` (a path, or
+/// s3://bucket/… on MinIO at `endpoint`).
+pub fn read_iceberg_at(
+    readers: &(String, String),
+    endpoint: Option<&str>,
+    metadata: &str,
+    key: &str,
+    count: bool,
+) -> serde_json::Value {
     let (clients, python) = readers;
     let mut command = Command::new(python);
     command
         .arg(format!("{clients}/iceberg_read.py"))
-        .arg(iceberg_metadata(table))
+        .arg(metadata)
         .arg(key);
     if count {
         command.arg("--count");
+    }
+    if let Some(endpoint) = endpoint {
+        command.env("AWS_ENDPOINT_URL", endpoint);
     }
     let read = command.output().unwrap();
     assert!(

@@ -105,11 +105,12 @@ impl StreamTable {
     }
 
     /// After this writer made `version`: upkeep off the commit's way (a
-    /// Delta checkpoint every `delta.checkpointInterval` versions).
+    /// Delta checkpoint every `delta.checkpointInterval` versions; Iceberg
+    /// snapshots past the table's retention expired every 100).
     pub fn after_commit(&self, version: u64) {
         match self {
             StreamTable::Delta(table) => table.after_commit(version),
-            StreamTable::Iceberg(_) => {}
+            StreamTable::Iceberg(table) => table.after_commit(version),
         }
     }
 
