@@ -84,7 +84,7 @@ struct Attempt {
     /// What the write of its version answered.
     error: StoreError,
     /// The metadata it was made from (None: no table yet).
-    before: Option<TableMetadata>,
+    before: Option<Arc<TableMetadata>>,
 }
 
 /// What a commit changes.
@@ -120,9 +120,9 @@ enum Next {
 /// How a commit ended, and the metadata it was made from (None: no table).
 pub(crate) struct Outcome {
     pub(crate) committed: Committed,
-    pub(crate) before: Option<TableMetadata>,
+    pub(crate) before: Option<Arc<TableMetadata>>,
     /// The metadata this commit wrote (when it took a version).
-    pub(crate) after: Option<TableMetadata>,
+    pub(crate) after: Option<Arc<TableMetadata>>,
 }
 
 /// Why a table could not be read or committed to.
@@ -181,6 +181,9 @@ pub struct IcebergTable {
     /// The latest metadata this writer read: the next read starts there
     /// (one HEAD when nothing changed).
     latest: std::sync::Mutex<Option<(u64, Arc<TableMetadata>)>>,
+    /// The manifest list this writer wrote last, by its location: the next
+    /// commit on top of that snapshot reads no list.
+    last_list: std::sync::Mutex<Option<(String, Arc<Vec<ManifestFile>>)>>,
     /// The store's root as readers address it (`s3://bucket`,
     /// `file:///srv/data`): the table's location and its files' paths are
     /// absolute, as Iceberg has them.
@@ -199,6 +202,7 @@ impl IcebergTable {
             listener: None,
             floor: 1,
             latest: std::sync::Mutex::new(None),
+            last_list: std::sync::Mutex::new(None),
             root_uri: root_uri.trim_end_matches('/').to_owned(),
             metadata_prefix,
         }
@@ -270,13 +274,15 @@ impl IcebergTable {
     pub async fn newest(&self) -> Result<Option<(u64, Arc<TableMetadata>)>, TableError> {
         let cached = self.cached();
         if let Some((version, metadata)) = cached {
-            if self.exists(version).await? {
-                let mut latest = version;
+            // Both at once: a commit's first round trip.
+            let (this, next) = tokio::join!(self.exists(version), self.exists(version + 1));
+            if this? {
+                if !next? {
+                    return Ok(Some((version, metadata)));
+                }
+                let mut latest = version + 1;
                 while self.exists(latest + 1).await? {
                     latest += 1;
-                }
-                if latest == version {
-                    return Ok(Some((version, metadata)));
                 }
                 return self.read_version(latest).await.map(Some);
             }
@@ -313,11 +319,34 @@ impl IcebergTable {
         let bytes = self.read(&key).await?;
         let metadata: Arc<TableMetadata> =
             Arc::new(serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?);
+        self.remember(version, metadata.clone());
+        Ok((version, metadata))
+    }
+
+    /// Version `version` is `metadata` (this writer's own commit).
+    fn remember(&self, version: u64, metadata: Arc<TableMetadata>) {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         if latest.as_ref().is_none_or(|(known, _)| *known <= version) {
-            *latest = Some((version, metadata.clone()));
+            *latest = Some((version, metadata));
         }
-        Ok((version, metadata))
+    }
+
+    /// The manifests of the manifest list at `location`: the one this
+    /// writer wrote last without reading it back, or read.
+    async fn manifest_list(&self, location: &str) -> Result<Vec<ManifestFile>, TableError> {
+        if let Some((written, manifests)) = self
+            .last_list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            if written == location {
+                return Ok(manifests.to_vec());
+            }
+        }
+        let key = self.key_of(location)?;
+        let list = self.read(&key).await?;
+        manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))
     }
 
     fn cached(&self) -> Option<(u64, Arc<TableMetadata>)> {
@@ -489,11 +518,11 @@ impl IcebergTable {
                 self.hint(attempt.version).await;
                 return Ok(Outcome {
                     committed: Committed::Version(attempt.version),
-                    after: serde_json::from_slice(&attempt.body).ok(),
+                    after: serde_json::from_slice(&attempt.body).ok().map(Arc::new),
                     before: attempt.before,
                 });
             }
-            let (version, metadata) = match self.load().await? {
+            let (version, metadata) = match self.latest().await? {
                 Some((version, metadata)) => (version, Some(metadata)),
                 None => match &change {
                     Change::Append { columns, .. } => {
@@ -512,6 +541,7 @@ impl IcebergTable {
                 },
             };
             let before = metadata.clone();
+            let metadata = metadata.map(|m| TableMetadata::clone(&m));
             let (next, written) = match self.make(&change, metadata, version).await? {
                 Next::Write(next, written) => (*next, written),
                 Next::Done(committed) => {
@@ -530,6 +560,9 @@ impl IcebergTable {
                     if let Some(before) = &before {
                         self.delete_dropped_metadata(before, version, &next).await;
                     }
+                    // The next commit starts from it without reading it.
+                    let next = Arc::new(next);
+                    self.remember(version + 1, next.clone());
                     return Ok(Outcome {
                         committed: Committed::Version(version + 1),
                         before,
@@ -687,13 +720,23 @@ impl IcebergTable {
 
     /// `metadata.version-hint.text` names `version` (readers given the
     /// table's directory start there; sluice lists instead).
+    /// Off the commit's way: hints of two commits may land in either order,
+    /// which leaves the hint behind, never ahead.
     async fn hint(&self, version: u64) {
         let key = format!("{}{VERSION_HINT}", self.metadata_prefix);
-        if let Err(error) = self
-            .put(&key, version.to_string().into_bytes(), false)
-            .await
-        {
-            tracing::warn!(table = %self.layout.location, version, error = %sluice_store::error_chain(&error), "could not update the version hint");
+        let store = self.store.clone();
+        let table = self.layout.location.clone();
+        let write = async move {
+            let request = PutRequest::new(&key, version.to_string().into_bytes());
+            if let Err(error) = store.put_object(request).await {
+                tracing::warn!(%table, version, error = %sluice_store::error_chain(&error), "could not update the version hint");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(write);
+            }
+            Err(_) => write.await,
         }
     }
 
@@ -751,9 +794,8 @@ impl IcebergTable {
         let manifest_name = format!("{}-m0.avro", uuid::Uuid::new_v4());
         let manifest_length = manifest.len() as i64;
         let manifest_key = format!("{}{manifest_name}", self.metadata_prefix);
-        self.put(&manifest_key, manifest, false)
-            .await
-            .map_err(|e| self.store_error(e))?;
+        // Stored with the manifest list below, at once.
+        let manifest_put = self.put(&manifest_key, manifest, false);
         let added_rows: i64 = files.iter().map(|f| f.records).sum();
         let mut manifests = vec![ManifestFile {
             path: format!("{}/metadata/{manifest_name}", self.location()),
@@ -772,11 +814,9 @@ impl IcebergTable {
             partitions: None,
             key_metadata: None,
         }];
-        let mut written = vec![manifest_key];
+        let mut written = vec![manifest_key.clone()];
         if let Some(parent) = &parent {
-            let key = self.key_of(&parent.manifest_list)?;
-            let list = self.read(&key).await?;
-            let kept = manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))?;
+            let kept = self.manifest_list(&parent.manifest_list).await?;
             let (kept, merged) = self
                 .merge_manifests(kept, &metadata, snapshot_id, sequence_number)
                 .await?;
@@ -792,9 +832,13 @@ impl IcebergTable {
         .map_err(|e| self.malformed("a new manifest list", e))?;
         let list_name = format!("snap-{snapshot_id}-1-{}.avro", uuid::Uuid::new_v4());
         let list_key = format!("{}{list_name}", self.metadata_prefix);
-        self.put(&list_key, list, false)
-            .await
-            .map_err(|e| self.store_error(e))?;
+        let (manifest_put, list_put) = tokio::join!(manifest_put, self.put(&list_key, list, false));
+        manifest_put.map_err(|e| self.store_error(e))?;
+        list_put.map_err(|e| self.store_error(e))?;
+        *self.last_list.lock().unwrap_or_else(|e| e.into_inner()) = Some((
+            format!("{}/metadata/{list_name}", self.location()),
+            Arc::new(manifests.clone()),
+        ));
 
         let SluiceState {
             transactions: mut state,
@@ -1071,7 +1115,9 @@ impl IcebergTable {
             })
             .await?;
         match (outcome.committed, outcome.after) {
-            (Committed::Version(version), Some(after)) => Ok((version, after)),
+            (Committed::Version(version), Some(after)) => {
+                Ok((version, TableMetadata::clone(&after)))
+            }
             _ => unreachable!("a catalog commit always writes a version"),
         }
     }
