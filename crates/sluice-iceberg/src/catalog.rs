@@ -43,6 +43,9 @@ pub enum CatalogError {
     LocationInUse(String),
     #[error("{0}")]
     BadRequest(String),
+    /// One of the catalog's own objects does not read (500).
+    #[error("{0}")]
+    Corrupt(String),
     /// A requirement failed: the table moved (retry on top of it).
     #[error("{0}")]
     CommitFailed(String),
@@ -83,6 +86,18 @@ pub struct CreateTable {
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }
+
+/// One of the catalog's objects as read.
+struct Stored {
+    value: Value,
+    etag: String,
+    modified: std::time::SystemTime,
+}
+
+/// How long a location's lock naming an entry not written yet is another
+/// create's, still under way (a lock older than that was left by one that
+/// stopped, and is taken over).
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The catalog over one store.
 pub struct Catalog {
@@ -155,6 +170,9 @@ impl Catalog {
     }
 
     fn store_error(key: &str, source: StoreError) -> CatalogError {
+        if matches!(source, StoreError::InvalidKey { .. }) {
+            return CatalogError::BadRequest(format!("{key}: {source}"));
+        }
         CatalogError::Store {
             key: key.to_owned(),
             source,
@@ -163,20 +181,29 @@ impl Catalog {
 
     /// A small object and its ETag; None when absent.
     async fn read(&self, key: &str) -> Result<Option<(Value, String)>, CatalogError> {
+        Ok(self.read_stored(key).await?.map(|s| (s.value, s.etag)))
+    }
+
+    async fn read_stored(&self, key: &str) -> Result<Option<Stored>, CatalogError> {
         let output = match self.store.get_object(key, None).await {
             Ok(output) => output,
             Err(error) if error.is_not_found() => return Ok(None),
             Err(error) => return Err(Self::store_error(key, error)),
         };
         let etag = output.meta.etag.clone();
+        let modified = output.meta.last_modified;
         let bytes = output
             .bytes()
             .await
             .map_err(|e| Self::store_error(key, e))?;
         let value = serde_json::from_slice(&bytes).map_err(|e| {
-            CatalogError::BadRequest(format!("the catalog's {key} does not read: {e}"))
+            CatalogError::Corrupt(format!("the catalog's {key} does not read: {e}"))
         })?;
-        Ok(Some((value, etag)))
+        Ok(Some(Stored {
+            value,
+            etag,
+            modified,
+        }))
     }
 
     async fn write(
@@ -397,6 +424,30 @@ impl Catalog {
         Ok(self.table_at(location)?.with_floor(first))
     }
 
+    /// The table at a location a client gave: under the caller's scope,
+    /// outside sluice's own state, with no `.` or `..` in its path.
+    fn table_in(&self, scope: &str, location: &str) -> Result<IcebergTable, CatalogError> {
+        let table = self.table_at(location)?;
+        let key = &table.layout().location;
+        let fine = key.starts_with(scope)
+            && !key.starts_with("_sluice/")
+            && key != "_sluice"
+            && key
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != "..");
+        if !fine {
+            let within = if scope.is_empty() {
+                format!("{} (outside _sluice/)", self.root_uri)
+            } else {
+                format!("{}/{scope}", self.root_uri)
+            };
+            return Err(CatalogError::BadRequest(format!(
+                "the location {location} is not one this caller may put a table at: tables go under {within}"
+            )));
+        }
+        Ok(table)
+    }
+
     fn table_at(&self, location: &str) -> Result<IcebergTable, CatalogError> {
         let key = crate::key_under(&self.root_uri, location)
             .filter(|k| !k.is_empty())
@@ -474,25 +525,35 @@ impl Catalog {
                 Err(StoreError::PreconditionFailed) => {}
                 Err(error) => return Err(Self::store_error(&key, error)),
             }
-            let Some((lock, etag)) = self.read(&key).await? else {
+            let Some(lock) = self.read_stored(&key).await? else {
                 continue;
             };
-            let holder = lock["entry"].as_str().unwrap_or_default();
+            let etag = lock.etag;
+            let holder = lock.value["entry"].as_str().unwrap_or_default().to_owned();
             if holder == entry_key {
                 return Ok(());
             }
             let theirs = match renamed_from {
                 Some(from) if from == holder => None,
-                _ => self.read(holder).await?,
+                _ => self.read(&holder).await?,
             };
-            if let Some((entry, _)) = theirs {
-                let same = entry["location"]
-                    .as_str()
-                    .and_then(|l| crate::key_under(&self.root_uri, l))
-                    == Some(table.layout().location.clone());
-                if same {
+            match theirs {
+                Some((entry, _)) => {
+                    let same = entry["location"]
+                        .as_str()
+                        .and_then(|l| crate::key_under(&self.root_uri, l))
+                        == Some(table.layout().location.clone());
+                    if same {
+                        return Err(CatalogError::LocationInUse(location.to_owned()));
+                    }
+                }
+                // Another create that has its lock and not yet its entry.
+                None if renamed_from.is_none()
+                    && lock.modified.elapsed().unwrap_or_default() < LOCK_GRACE =>
+                {
                     return Err(CatalogError::LocationInUse(location.to_owned()));
                 }
+                None => {}
             }
             match self
                 .write(&key, &body, Some(WriteCondition::IfMatch(etag)))
@@ -529,13 +590,7 @@ impl Catalog {
         namespace: &[String],
         name: &str,
     ) -> Result<String, CatalogError> {
-        let mut path = String::from(scope);
-        for level in namespace {
-            path.push_str(&encode(level));
-            path.push('/');
-        }
-        path.push_str(&encode(name));
-        let location = format!("{}/{path}", self.root_uri);
+        let location = self.plain_location(scope, namespace, name);
         let entry_key = Self::entry_key(scope, namespace, name);
         match self
             .claim_location(scope, &location, &entry_key, None)
@@ -548,6 +603,17 @@ impl Catalog {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// `{scope}{levels}/{name}` as a location in the bucket.
+    fn plain_location(&self, scope: &str, namespace: &[String], name: &str) -> String {
+        let mut path = String::from(scope);
+        for level in namespace {
+            path.push_str(&encode(level));
+            path.push('/');
+        }
+        path.push_str(&encode(name));
+        format!("{}/{path}", self.root_uri)
     }
 
     /// Makes the entry of `name` the table at `location` from its next
@@ -621,9 +687,11 @@ impl Catalog {
         }
         let location = match &request.location {
             Some(location) => {
-                self.table_at(location)?;
+                self.table_in(scope, location)?;
                 location.trim_end_matches('/').to_owned()
             }
+            // A staged create claims no location yet: its commit will.
+            None if request.stage_create => self.plain_location(scope, namespace, &request.name),
             None => {
                 self.default_location(scope, namespace, &request.name)
                     .await?
@@ -649,7 +717,31 @@ impl Catalog {
                 namespace,
                 &request.name,
             ))),
-            other => other,
+            Err(error) => {
+                self.forget_unmade(scope, namespace, &request.name, &location)
+                    .await;
+                Err(error)
+            }
+            made => made,
+        }
+    }
+
+    /// Removes the entry of a create that failed, when it still names
+    /// `location` and no table is there from its first version (an entry
+    /// naming no table would otherwise hold the name).
+    async fn forget_unmade(&self, scope: &str, namespace: &[String], name: &str, location: &str) {
+        let key = Self::entry_key(scope, namespace, name);
+        let Ok(Some((entry, _))) = self.read(&key).await else {
+            return;
+        };
+        if entry["location"].as_str() != Some(location) {
+            return;
+        }
+        if let Ok(table) = self.entry_table(&entry) {
+            if let Ok(None) = table.latest().await {
+                let _ = self.store.delete_object(&key).await;
+                self.release_location(scope, location, &key).await;
+            }
         }
     }
 
@@ -687,6 +779,10 @@ impl Catalog {
         updates: &[Value],
     ) -> Result<LoadedTable, CatalogError> {
         let creates = requirements.contains(&Requirement::AssertCreate);
+        for update in updates.iter().filter(|u| u["action"] == "set-location") {
+            let location = update["location"].as_str().unwrap_or_default();
+            self.table_in(scope, location)?;
+        }
         let table = match self.table(scope, namespace, name).await? {
             Some(table) if !creates || table.latest().await?.is_some() => table,
             _ if creates => {
@@ -787,8 +883,13 @@ impl Catalog {
         }
         let location = entry["location"].as_str().unwrap_or_default();
         // The location is the new entry's (the old one is gone or going).
-        self.claim_location(scope, location, &target, Some(&source))
-            .await?;
+        if let Err(error) = self
+            .claim_location(scope, location, &target, Some(&source))
+            .await
+        {
+            let _ = self.store.delete_object(&target).await;
+            return Err(error);
+        }
         self.store
             .delete_object(&source)
             .await
@@ -820,22 +921,38 @@ impl Catalog {
         };
         let metadata: TableMetadata = serde_json::from_value(metadata)
             .map_err(|e| CatalogError::BadRequest(format!("{metadata_location}: {e}")))?;
+        let at = self.table_in(scope, &metadata.location)?;
         if let Some(table) = self.table(scope, namespace, name).await? {
             if table.latest().await?.is_some() {
                 return Err(CatalogError::TableExists(Self::identifier(namespace, name)));
             }
         }
+        // One of the location's own versions (a table sluice or the
+        // file-system catalog made there): the table is that history as it
+        // is, its newest version current. Another catalog's metadata file
+        // becomes the first version of a location with none; over a
+        // history, it would roll the table back, and is refused.
+        let own_version = metadata_key
+            .strip_prefix(&format!("{}/metadata/v", at.layout().location))
+            .and_then(|v| v.strip_suffix(".metadata.json"))
+            .and_then(|v| v.parse::<u64>().ok());
+        let newest = at.newest().await?;
+        let adopt = match (own_version, &newest) {
+            (Some(_), _) => false,
+            (None, None) => true,
+            (None, Some((version, _))) => {
+                return Err(CatalogError::BadRequest(format!(
+                    "{metadata_location} is not one of the versions at its location, which has \
+                     {version} already: registering it would roll that table back; register \
+                     {} instead",
+                    at.metadata_location(*version)
+                )))
+            }
+        };
         let entry_key = Self::entry_key(scope, namespace, name);
         self.claim_location(scope, &metadata.location, &entry_key, None)
             .await?;
-        let at = self.table_at(&metadata.location)?;
-        // Already the newest version there: the table is it, from its first
-        // version on; else the metadata becomes the next version.
-        let first = match at.newest().await? {
-            Some((_, newest)) if *newest == metadata => 1,
-            _ => at.adopt(&metadata).await?,
-        };
-        let body = serde_json::json!({"location": metadata.location, "first-version": first});
+        let body = serde_json::json!({"location": metadata.location, "first-version": 1});
         match self
             .write(&entry_key, &body, Some(WriteCondition::IfNoneMatch))
             .await
@@ -846,14 +963,16 @@ impl Catalog {
             }
             Err(error) => return Err(Self::store_error(&entry_key, error)),
         }
+        if adopt {
+            at.adopt(&metadata).await?;
+        }
         let table = self.entry_table(&body)?;
-        let (version, _) = table
-            .latest()
-            .await?
-            .ok_or_else(|| CatalogError::NoSuchTable(Self::identifier(namespace, name)))?;
+        let Some((version, current)) = table.latest().await? else {
+            return Err(CatalogError::NoSuchTable(Self::identifier(namespace, name)));
+        };
         Ok(LoadedTable {
             metadata_location: Some(table.metadata_location(version)),
-            metadata,
+            metadata: TableMetadata::clone(&current),
         })
     }
 }

@@ -63,9 +63,6 @@ const VERSION_HINT: &str = "version-hint.text";
 const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
 const DEFAULT_PREVIOUS_VERSIONS: usize = 100;
 
-/// The table property that has metadata files the log drops deleted.
-const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
-
 /// What sluice keeps in the summaries of the snapshots it makes.
 #[derive(Debug, Default)]
 struct SluiceState {
@@ -557,9 +554,6 @@ impl IcebergTable {
             match self.put(&key, body.clone(), true).await {
                 Ok(()) => {
                     self.hint(version + 1).await;
-                    if let Some(before) = &before {
-                        self.delete_dropped_metadata(before, version, &next).await;
-                    }
                     // The next commit starts from it without reading it.
                     let next = Arc::new(next);
                     self.remember(version + 1, next.clone());
@@ -613,6 +607,7 @@ impl IcebergTable {
             return Ok(Next::Write(Box::new(next), Vec::new()));
         }
         let metadata = metadata.expect("only a catalog's commit is made on no table");
+        let before_updated_ms = metadata.last_updated_ms;
         match change {
             Change::Updates { .. } => unreachable!("made above"),
             Change::Append {
@@ -651,7 +646,13 @@ impl IcebergTable {
                 older_than_ms,
                 keep_last,
             } => match upkeep::expired(metadata, *older_than_ms, *keep_last, now_ms()) {
-                Some(next) => Ok(Next::Write(Box::new(next), Vec::new())),
+                Some(mut next) => {
+                    // Logged as every other version is (`expired` set the
+                    // time of this one).
+                    let updated_ms = before_updated_ms;
+                    self.log_previous(&mut next, version, updated_ms);
+                    Ok(Next::Write(Box::new(next), Vec::new()))
+                }
                 None => Ok(Next::Done(Committed::Already)),
             },
         }
@@ -965,7 +966,9 @@ impl IcebergTable {
         let mut kept = Vec::new();
         for m in manifests {
             let mergeable = m.content == 0
-                && m.partitions.is_none()
+                && m.partitions.as_ref().is_none_or(
+                    |p| matches!(p, apache_avro::types::Value::Array(a) if a.is_empty()),
+                )
                 && m.partition_spec_id == metadata.default_spec_id
                 && m.length < target;
             if !mergeable {
@@ -1034,41 +1037,6 @@ impl IcebergTable {
             .unwrap_or(DEFAULT_PREVIOUS_VERSIONS);
         let excess = metadata.metadata_log.len().saturating_sub(kept);
         metadata.metadata_log.drain(..excess);
-    }
-
-    /// With `write.metadata.delete-after-commit.enabled`, the metadata files
-    /// that `after` no longer logs (`before`, version `version`, and its
-    /// log) are deleted, as Iceberg's own writers do.
-    async fn delete_dropped_metadata(
-        &self,
-        before: &TableMetadata,
-        version: u64,
-        after: &TableMetadata,
-    ) {
-        if after
-            .properties
-            .get(DELETE_AFTER_COMMIT)
-            .is_none_or(|v| v != "true")
-        {
-            return;
-        }
-        let logged = |m: &TableMetadata| -> Vec<String> {
-            m.metadata_log
-                .iter()
-                .filter_map(|e| e["metadata-file"].as_str().map(str::to_owned))
-                .collect()
-        };
-        let kept = logged(after);
-        let mut dropped = logged(before);
-        dropped.push(self.metadata_location(version));
-        for file in dropped.into_iter().filter(|f| !kept.contains(f)) {
-            let Ok(key) = self.key_of(&file) else {
-                continue;
-            };
-            if let Err(error) = self.store.delete_object(&key).await {
-                tracing::debug!(%key, error = %sluice_store::error_chain(&error), "could not delete an old metadata file");
-            }
-        }
     }
 
     /// Where readers find metadata version `version`.
@@ -1165,7 +1133,11 @@ impl IcebergTable {
             for m in self.manifests_of(&snapshot.manifest_list).await? {
                 if m.content == 0 && manifests.insert(m.path.clone()) {
                     for file in self.files_of(&m.path).await? {
-                        held.insert(self.key_of(&file)?);
+                        // A file elsewhere (another writer's) is none of
+                        // sluice's.
+                        if let Ok(key) = self.key_of(&file) {
+                            held.insert(key);
+                        }
                     }
                 }
             }

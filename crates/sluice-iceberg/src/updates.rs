@@ -380,6 +380,12 @@ fn apply_one(
         "add-snapshot" => {
             let snapshot: Snapshot = serde_json::from_value(update["snapshot"].clone())
                 .map_err(|e| UpdateError::Invalid(format!("add-snapshot: {e}")))?;
+            if let Some(key) = snapshot.summary.keys().find(|k| k.starts_with("sluice.")) {
+                return invalid(format!(
+                    "a snapshot's summary may not carry {key}: sluice's streams keep their \
+                     positions there"
+                ));
+            }
             if m.snapshots
                 .iter()
                 .any(|s| s.snapshot_id == snapshot.snapshot_id)
@@ -455,6 +461,32 @@ fn apply_one(
         }
         "remove-snapshots" => {
             let ids = ids(update, "snapshot-ids");
+            // The newest snapshot sluice made holds where its streams are
+            // (each Kafka partition's offset, each writer's last batch),
+            // found through the main branch's history after it: without
+            // them the streams would start over and append again.
+            let mut needed = Vec::new();
+            for snapshot in m.ancestry() {
+                needed.push(snapshot.snapshot_id);
+                if snapshot.summary.contains_key(crate::TRANSACTIONS) {
+                    break;
+                }
+            }
+            let sluice_made = m
+                .ancestry()
+                .any(|s| s.summary.contains_key(crate::TRANSACTIONS));
+            if let Some(held) = needed
+                .iter()
+                .copied()
+                .find(|id| sluice_made && ids.contains(id))
+            {
+                return invalid(format!(
+                    "snapshot {held} is the newest sluice made or comes after it on the main \
+                     branch: readers find the positions of sluice's streams ({}) through it; \
+                     expire only snapshots older than the newest sluice made",
+                    crate::TRANSACTIONS
+                ));
+            }
             m.snapshots.retain(|s| !ids.contains(&s.snapshot_id));
             m.refs.retain(|_, r| {
                 r["snapshot-id"]
@@ -618,6 +650,50 @@ mod tests {
         let ids: Vec<i64> = m.snapshots.iter().map(|s| s.snapshot_id).collect();
         assert_eq!(ids, [8]);
         assert_eq!(m.refs["main"]["snapshot-id"], 8);
+    }
+
+    /// A client's expiry may not drop the snapshot that holds sluice's
+    /// streams' positions, nor the history after it; nor may a client's
+    /// snapshot carry sluice's keys.
+    #[test]
+    fn sluice_s_positions_stay_whatever_a_client_expires() {
+        let mut m = created();
+        let add = |id: i64, parent: Option<i64>, seq: i64, sluice: bool| {
+            let mut summary = json!({"operation": "append"});
+            if sluice {
+                summary[crate::TRANSACTIONS] = json!("{\"w\":1}");
+            }
+            vec![
+                json!({"action": "add-snapshot", "snapshot": {"snapshot-id": id,
+                    "parent-snapshot-id": parent, "sequence-number": seq, "timestamp-ms": seq,
+                    "manifest-list": "s3://b/l.avro", "summary": summary, "schema-id": 0}}),
+                json!({"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+                    "snapshot-id": id}),
+            ]
+        };
+        let forged = apply(&mut m.clone(), &add(1, None, 1, true), 5).unwrap_err();
+        assert!(
+            forged.to_string().contains("sluice.transactions"),
+            "{forged}"
+        );
+        // As sluice's own commit would have it.
+        let mut sluice_made = add(1, None, 1, false);
+        sluice_made[0]["snapshot"]["summary"][crate::TRANSACTIONS] = json!("{}");
+        m.snapshots
+            .push(serde_json::from_value(sluice_made[0]["snapshot"].clone()).unwrap());
+        apply(&mut m, &sluice_made[1..], 5).unwrap();
+        apply(&mut m, &add(2, Some(1), 2, false), 6).unwrap();
+        apply(&mut m, &add(3, Some(2), 3, false), 7).unwrap();
+        let remove = |ids: &[i64]| json!({"action": "remove-snapshots", "snapshot-ids": ids});
+        for held in [1, 2] {
+            let refused = apply(&mut m.clone(), &[remove(&[held])], 8).unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("positions of sluice's streams"),
+                "{refused}"
+            );
+        }
     }
 
     /// (case, requirement, holds on the created table)

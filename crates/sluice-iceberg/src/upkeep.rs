@@ -187,7 +187,11 @@ impl IcebergTable {
             files_deleted: 0,
         };
         for location in doomed {
-            let key = self.key_of(&location)?;
+            // A file outside the store (another writer's) is not sluice's
+            // to delete.
+            let Ok(key) = self.key_of(&location) else {
+                continue;
+            };
             self.store
                 .delete_object(&key)
                 .await

@@ -564,6 +564,38 @@ async fn tenants_see_only_their_own_catalog() {
         .unwrap()
         .to_owned();
     assert!(location.ends_with("/acme/sales/t"), "{location}");
+    // globex may not put a table where acme's are, nor in sluice's state.
+    for (case, elsewhere) in [
+        ("acme's table", location.clone()),
+        (
+            "sluice's own state",
+            location.replace("/acme/sales/t", "/_sluice/x"),
+        ),
+    ] {
+        let refused = call_as(
+            &state,
+            Some(&globex),
+            "POST",
+            "namespaces/ops/tables",
+            Some(json!({"name": "squat", "schema": schema(), "location": elsewhere})),
+        )
+        .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::BAD_REQUEST,
+            "{case}: {:?}",
+            refused.json()
+        );
+    }
+    let dots = call_as(
+        &state,
+        Some(&acme),
+        "GET",
+        "namespaces/sales/tables/..",
+        None,
+    )
+    .await;
+    assert_eq!(dots.status, StatusCode::BAD_REQUEST);
     let anonymous = call(&state, "GET", "namespaces", None).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
     let refused = call_as(

@@ -120,6 +120,7 @@ impl From<CatalogError> for IcebergError {
             E::NamespaceNotEmpty(_) => (StatusCode::CONFLICT, "NamespaceNotEmptyException"),
             E::CommitFailed(_) => (StatusCode::CONFLICT, "CommitFailedException"),
             E::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequestException"),
+            E::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ServerErrorException"),
             E::Table(sluice_iceberg::TableError::Store { .. }) | E::Store { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailableException",
@@ -189,12 +190,31 @@ fn scoped(grant: &Grant, op: Op, segment: &str) -> Result<(String, Vec<String>),
 /// (`%1F`).
 fn namespace(segment: &str) -> Result<Vec<String>, IcebergError> {
     let levels: Vec<String> = segment.split('\u{1f}').map(str::to_owned).collect();
-    if levels.iter().any(String::is_empty) {
-        return Err(IcebergError::bad_request(format!(
-            "Invalid namespace: {segment:?}"
-        )));
+    for level in &levels {
+        checked_name(level, "namespace")?;
     }
     Ok(levels)
+}
+
+/// A namespace level or table name: 1 to 255 bytes, not `.` or `..`.
+fn checked_name<'a>(name: &'a str, what: &str) -> Result<&'a str, IcebergError> {
+    if name.is_empty() || name.len() > 255 || name == "." || name == ".." {
+        return Err(IcebergError::bad_request(format!(
+            "Invalid {what} name: {name:?}"
+        )));
+    }
+    Ok(name)
+}
+
+/// A table identifier of a request body, checked as a path's would be.
+fn identifier(identifier: &Identifier) -> Result<(Vec<String>, &str), IcebergError> {
+    for level in &identifier.namespace {
+        checked_name(level, "namespace")?;
+    }
+    Ok((
+        identifier.namespace.clone(),
+        checked_name(&identifier.name, "table")?,
+    ))
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, IcebergError> {
@@ -340,6 +360,7 @@ async fn load_table(
     Path((segment, name)): Path<(String, String)>,
 ) -> Answer {
     let (scope, namespace) = scoped(&grant, Op::Get, &segment)?;
+    checked_name(&name, "table")?;
     let table = catalog(&state)
         .load_table(&scope, &namespace, &name)
         .await?;
@@ -352,6 +373,7 @@ async fn table_exists(
     Path((segment, name)): Path<(String, String)>,
 ) -> Answer {
     let (scope, namespace) = scoped(&grant, Op::Get, &segment)?;
+    checked_name(&name, "table")?;
     catalog(&state)
         .load_table(&scope, &namespace, &name)
         .await?;
@@ -382,6 +404,7 @@ async fn commit_table(
     body: Bytes,
 ) -> Answer {
     let (scope, namespace) = scoped(&grant, Op::Put, &segment)?;
+    checked_name(&name, "table")?;
     let change: TableChange = parse(&body)?;
     let table = catalog(&state)
         .commit_table(
@@ -412,6 +435,7 @@ async fn drop_table(
     Query(purge): Query<Purge>,
 ) -> Answer {
     let (scope, namespace) = scoped(&grant, Op::Delete, &segment)?;
+    checked_name(&name, "table")?;
     catalog(&state)
         .drop_table(&scope, &namespace, &name, purge.purge_requested)
         .await?;
@@ -467,12 +491,12 @@ async fn rename_table(State(state): State<AppState>, grant: Grant, body: Bytes) 
     let scope = scope(&grant, Op::Put)?;
     grant.allows(Op::Delete)?;
     let rename: Rename = parse(&body)?;
+    let (from, to) = (
+        identifier(&rename.source)?,
+        identifier(&rename.destination)?,
+    );
     catalog(&state)
-        .rename_table(
-            &scope,
-            (&rename.source.namespace, &rename.source.name),
-            (&rename.destination.namespace, &rename.destination.name),
-        )
+        .rename_table(&scope, (&from.0, from.1), (&to.0, to.1))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -495,20 +519,21 @@ async fn commit_transaction(State(state): State<AppState>, grant: Grant, body: B
             "sluice's catalog commits a transaction of one table only",
         ));
     };
-    let Some(identifier) = &change.identifier else {
+    let Some(table) = &change.identifier else {
         return Err(IcebergError::bad_request(
             "a transaction's table change needs its identifier",
         ));
     };
+    let (namespace, name) = identifier(table)?;
     catalog(&state)
         .commit_table(
             &scope,
-            &identifier.namespace,
-            &identifier.name,
+            &namespace,
+            name,
             &change.requirements,
             &change.updates,
         )
         .await?;
-    tracing::info!(table = %format!("{}.{}", dotted(&identifier.namespace), identifier.name), "transaction committed");
+    tracing::info!(table = %format!("{}.{name}", dotted(&namespace)), "transaction committed");
     Ok(StatusCode::NO_CONTENT.into_response())
 }

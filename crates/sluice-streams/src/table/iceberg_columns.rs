@@ -111,7 +111,8 @@ fn inside_collection(kind: &Type, dotted: &str) -> Result<(), String> {
         let path = format!("{dotted}[].{}", field.name);
         if field.required {
             return Err(format!(
-                "`{path}` allows no nulls inside a list or map, which sluice does not check;                  it does not append to such a table"
+                "`{path}` allows no nulls inside a list or map, which sluice does not check; \
+                 it does not append to such a table"
             ));
         }
         inside_collection(&field.kind, &path)?;
