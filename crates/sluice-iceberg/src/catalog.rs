@@ -68,24 +68,7 @@ pub struct LoadedTable {
     pub metadata: TableMetadata,
 }
 
-/// What a client asks a new table to be (the REST spec's
-/// `CreateTableRequest`).
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct CreateTable {
-    pub name: String,
-    #[serde(default)]
-    pub location: Option<String>,
-    pub schema: Value,
-    #[serde(default)]
-    pub partition_spec: Option<Value>,
-    #[serde(default)]
-    pub write_order: Option<Value>,
-    #[serde(default)]
-    pub stage_create: bool,
-    #[serde(default)]
-    pub properties: BTreeMap<String, String>,
-}
+pub use crate::create::CreateTable;
 
 /// One of the catalog's objects as read.
 struct Stored {

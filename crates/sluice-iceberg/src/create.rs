@@ -5,12 +5,30 @@
 //! what each holds), with its partition spec and sort order following the
 //! columns to their new ids; partition fields numbered from 1000.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
-use crate::catalog::CreateTable;
 use crate::metadata::FORMAT_VERSION;
+
+/// What a client asks a new table to be (the REST spec's
+/// `CreateTableRequest`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CreateTable {
+    pub name: String,
+    #[serde(default)]
+    pub location: Option<String>,
+    pub schema: Value,
+    #[serde(default)]
+    pub partition_spec: Option<Value>,
+    #[serde(default)]
+    pub write_order: Option<Value>,
+    #[serde(default)]
+    pub stage_create: bool,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
 
 /// The updates that make `request`'s table at `location`.
 pub(crate) fn updates(request: &CreateTable, location: &str) -> Result<Vec<Value>, String> {
