@@ -552,3 +552,72 @@ fn readers() -> Option<(String, String)> {
         }
     }
 }
+
+/// Against a real MinIO (its `If-None-Match` decides who has each version):
+/// two owners of one Kafka partition (a revoked member still running) race
+/// for the same transaction, 24 rounds; exactly one commit wins each round,
+/// the other is fenced or finds the offsets committed, and only the
+/// winners' files are in the table.
+#[tokio::test]
+async fn owners_of_one_partition_race_on_minio_and_exactly_one_wins_each_round() {
+    let Some(store) = sluice_testkit::minio::store("iceberg-zombies").await else {
+        return;
+    };
+    let root = store.describe().trim_end_matches('/').to_owned();
+    let store: Arc<dyn ObjectStore> = Arc::new(store);
+    let owner = IcebergTable::new(store.clone(), layout(), &root);
+    let zombie = IcebergTable::new(store.clone(), layout(), &root);
+    let app_id = "sluice-group-topic-0";
+    let mut at: Option<i64> = None;
+    let mut winners = std::collections::BTreeSet::new();
+    let mut wins = [0, 0];
+    for round in 0..24i64 {
+        // Both read the table as it is now.
+        owner.latest().await.unwrap();
+        zombie.latest().await.unwrap();
+        // The two read the same messages; on odd rounds the zombie's batch
+        // ended earlier (its own flush).
+        let ends = [
+            at.unwrap_or(0) + 1000,
+            at.unwrap_or(0) + 1000 - 100 * (round % 2),
+        ];
+        let (a, b) = (
+            file(&format!("{round}-owner")),
+            file(&format!("{round}-zombie")),
+        );
+        let (owner_steps, zombie_steps, schema) = (
+            [step(app_id, at, ends[0])],
+            [step(app_id, at, ends[1])],
+            columns(),
+        );
+        let by_owner = owner.append(std::slice::from_ref(&a), &owner_steps, &schema);
+        let by_zombie = zombie.append(std::slice::from_ref(&b), &zombie_steps, &schema);
+        // Who sends first alternates, so that each side wins some rounds.
+        let (by_owner, by_zombie) = if round % 4 < 2 {
+            tokio::join!(by_owner, by_zombie)
+        } else {
+            let (z, o) = tokio::join!(by_zombie, by_owner);
+            (o, z)
+        };
+        let lost = |r: &Result<Committed, TableError>| {
+            matches!(r, Err(TableError::Fenced { .. }) | Ok(Committed::Already))
+        };
+        let winner = match (&by_owner, &by_zombie) {
+            (Ok(Committed::Version(_)), theirs) if lost(theirs) => 0,
+            (ours, Ok(Committed::Version(_))) if lost(ours) => 1,
+            other => panic!("round {round}: not exactly one winner: {other:?}"),
+        };
+        winners.insert(format!("{root}/{}", [a, b][winner].key));
+        wins[winner] += 1;
+        at = Some(ends[winner]);
+    }
+    eprintln!("wins (owner, zombie): {wins:?}");
+    let files: std::collections::BTreeSet<String> =
+        owner.data_files().await.unwrap().into_iter().collect();
+    assert_eq!(files, winners, "the losers' files must not be in the table");
+    let (_, metadata) = owner.load().await.unwrap().unwrap();
+    assert_eq!(
+        owner.transactions(&metadata).unwrap().get(app_id).copied(),
+        at
+    );
+}
