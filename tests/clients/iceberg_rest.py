@@ -5,9 +5,12 @@ are on MinIO: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 AWS_REGION say where. Prints one JSON document.
 
 usage:
-  iceberg_rest.py append URI NAMESPACE TABLE START COUNT [--token T]
+  iceberg_rest.py append URI NAMESPACE TABLE START COUNT [--token T] [--batches N]
       creates the namespace and the table (id long, source string) when
-      missing, appends ids START..START+COUNT with pyiceberg
+      missing, appends ids START..START+COUNT with pyiceberg, in N commits
+      (1 without --batches); a commit refused because the table moved
+      (CommitFailedException: nothing of it landed) is made again on the
+      table as it is now, as an application would
   iceberg_rest.py register URI NAMESPACE TABLE METADATA_LOCATION [--token T]
   iceberg_rest.py read URI NAMESPACE TABLE [--token T]
       rows, distinct ids and columns, as pyiceberg and as DuckDB read them
@@ -25,11 +28,17 @@ import duckdb_extension_httpfs
 import duckdb_extension_iceberg
 import pyarrow as pa
 from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 args = sys.argv[1:]
 token = None
+batches = 1
+if "--batches" in args:
+    i = args.index("--batches")
+    batches = int(args[i + 1])
+    del args[i : i + 2]
 if "--token" in args:
     i = args.index("--token")
     token = args[i + 1]
@@ -93,15 +102,26 @@ if command == "append":
         NestedField(2, "source", StringType(), required=False),
     )
     handle = catalog.create_table_if_not_exists(f"{namespace}.{table}", schema=schema)
-    data = pa.table(
-        {
-            "id": pa.array(range(start, start + count), type=pa.int64()),
-            "source": pa.array(["pyiceberg"] * count, type=pa.string()),
-        }
-    )
-    handle.append(data)
+    retried = 0
+    step = max(1, count // batches)
+    for first in range(start, start + count, step):
+        last = min(first + step, start + count)
+        data = pa.table(
+            {
+                "id": pa.array(range(first, last), type=pa.int64()),
+                "source": pa.array(["pyiceberg"] * (last - first), type=pa.string()),
+            }
+        )
+        while True:
+            handle = catalog.load_table(f"{namespace}.{table}")
+            try:
+                handle.append(data)
+                break
+            except CommitFailedException:
+                retried += 1
     handle = catalog.load_table(f"{namespace}.{table}")
-    print(json.dumps({"snapshots": len(handle.metadata.snapshots), "location": handle.location()}))
+    print(json.dumps({"snapshots": len(handle.metadata.snapshots), "location": handle.location(),
+                      "retried": retried}))
 elif command == "register":
     namespace, table, metadata = args[2], args[3], args[4]
     catalog.create_namespace_if_not_exists(namespace)

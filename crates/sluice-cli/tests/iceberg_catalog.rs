@@ -3,7 +3,8 @@
 //! reads; DuckDB 1.5.5 attaches the catalog (`TYPE iceberg`) and reads. A
 //! stream's Iceberg table, registered in the catalog, takes pyiceberg's
 //! appends between the stream's commits (keyed requests among them, one
-//! retried), and every reader counts every row once.
+//! retried), and every reader counts every row once; eight writers of four
+//! kinds at once on one table all commit, and nothing is lost.
 
 mod common;
 
@@ -139,4 +140,131 @@ async fn pyiceberg_duckdb_and_a_stream_share_tables_through_sluice_s_catalog() {
         listed["namespaces"],
         serde_json::json!([["analytics"], ["lake"]])
     );
+}
+
+/// Eight writers on one Iceberg table at once, none of them waiting for the
+/// others: two gateways' streams (two clients each), two `sluice ingest`
+/// runs and two pyiceberg appenders through the catalog (each commit of
+/// theirs refused because the table moved is made again, as an application
+/// does). Every writer's every record is in the table once, as pyiceberg and
+/// DuckDB read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_writers_at_once_all_commit_and_nothing_is_lost() {
+    let Some(readers) = python_readers("iceberg-eight-writers") else {
+        return;
+    };
+    let Some((endpoint, prefix, _store)) = minio_prefix("iceberg-eight-writers").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.clicks]\ntable = \"iceberg\"\nformat = \"parquet\"\n\
+         table_location = \"analytics/clicks\"\nkey_template = \"analytics/clicks/data/{uuid}\"\n\
+         flush_age = \"100ms\"\n",
+    )
+    .unwrap();
+    let gateways = [
+        common::serve_on_minio(
+            &endpoint,
+            &prefix,
+            "127.0.0.1:0",
+            &["--config", config.to_str().unwrap()],
+        ),
+        common::serve_on_minio(
+            &endpoint,
+            &prefix,
+            "127.0.0.1:0",
+            &["--config", config.to_str().unwrap()],
+        ),
+    ];
+    let catalog = format!("{}/iceberg", gateways[0].url);
+    let client = reqwest::Client::new();
+    // The table, made by the first request, registered in the catalog.
+    post(&client, &gateways[0].url, "first", 0..1).await;
+    let metadata = format!(
+        "s3://{}/{}analytics/clicks/metadata/v1.metadata.json",
+        sluice_testkit::minio::TEST_BUCKET,
+        prefix
+    );
+    rest_client(
+        &readers,
+        &endpoint,
+        &["register", &catalog, "analytics", "clicks", &metadata],
+    );
+    const PER_WRITER: u64 = 10_000;
+    let mut writers = Vec::new();
+    // Stream clients: requests of 100 records, two through each gateway.
+    for (w, gateway) in [0u64, 1, 2, 3].iter().zip([0usize, 0, 1, 1]) {
+        let (client, url) = (client.clone(), gateways[gateway].url.clone());
+        writers.push(tokio::spawn(async move {
+            let base = (w + 1) * 1_000_000;
+            for r in 0..PER_WRITER / 100 {
+                let start = base + r * 100;
+                post(&client, &url, &format!("w{w}-r{r}"), start..start + 100).await;
+            }
+        }));
+    }
+    // Two `sluice ingest` runs into the same table.
+    for w in [4u64, 5] {
+        let store_uri = format!("s3://{}/{}", sluice_testkit::minio::TEST_BUCKET, prefix);
+        let endpoint = endpoint.clone();
+        writers.push(tokio::task::spawn_blocking(move || {
+            let base = (w + 1) * 1_000_000;
+            let input: String = (base..base + PER_WRITER)
+                .map(|id| format!("{{\"id\":{id},\"source\":\"ingest\"}}\n"))
+                .collect();
+            let output = common::tables::fed(
+                Command::new(env!("CARGO_BIN_EXE_sluice"))
+                    .args(["ingest", "--stream", "clicks", "--table", "iceberg"])
+                    .args(["--table-location", "analytics/clicks"])
+                    .args(["--key-template", "analytics/clicks/data/{uuid}"])
+                    .args(["--flush-records", "2000", "--store", &store_uri])
+                    .args(["--endpoint", &endpoint]),
+                input.as_bytes(),
+            );
+            assert!(
+                output.status.success(),
+                "ingest {w}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }));
+    }
+    // Two pyiceberg appenders, ten commits each.
+    for w in [6u64, 7] {
+        let (readers, endpoint, catalog) = (readers.clone(), endpoint.clone(), catalog.clone());
+        writers.push(tokio::task::spawn_blocking(move || {
+            let start = ((w + 1) * 1_000_000).to_string();
+            let count = PER_WRITER.to_string();
+            let appended = rest_client(
+                &readers,
+                &endpoint,
+                &[
+                    "append",
+                    &catalog,
+                    "analytics",
+                    "clicks",
+                    &start,
+                    &count,
+                    "--batches",
+                    "10",
+                ],
+            );
+            eprintln!("pyiceberg appender {w}: {appended}");
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let total = 1 + 8 * PER_WRITER;
+    let read = rest_client(
+        &readers,
+        &endpoint,
+        &["read", &catalog, "analytics", "clicks"],
+    );
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], total, "{reader}: {read}");
+        assert_eq!(read[reader]["distinct"], total, "{reader}: {read}");
+    }
 }
