@@ -15,19 +15,21 @@ use sluice_store::ObjectStore;
 
 /// tests/clients/iceberg_rest.py with `args`, on MinIO at `endpoint`.
 fn rest_client(readers: &(String, String), endpoint: &str, args: &[&str]) -> serde_json::Value {
-    let (clients, python) = readers;
-    let output = Command::new(python)
-        .arg(format!("{clients}/iceberg_rest.py"))
-        .args(args)
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::python_json(readers, "iceberg_rest.py", args, Some(endpoint))
+}
+
+/// A config file under `dir` with stream `clicks` into the Iceberg table at
+/// `analytics/clicks`.
+fn clicks_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[streams.clicks]\ntable = \"iceberg\"\nformat = \"parquet\"\n\
+         table_location = \"analytics/clicks\"\nkey_template = \"analytics/clicks/data/{uuid}\"\n\
+         flush_age = \"100ms\"\n",
+    )
+    .unwrap();
+    config
 }
 
 /// Posts records `ids` to stream `clicks` with idempotency key `key`; the
@@ -62,14 +64,7 @@ async fn pyiceberg_duckdb_and_a_stream_share_tables_through_sluice_s_catalog() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("sluice.toml");
-    std::fs::write(
-        &config,
-        "[streams.clicks]\ntable = \"iceberg\"\nformat = \"parquet\"\n\
-         table_location = \"analytics/clicks\"\nkey_template = \"analytics/clicks/data/{uuid}\"\n\
-         flush_age = \"100ms\"\n",
-    )
-    .unwrap();
+    let config = clicks_config(dir.path());
     let gateway = common::serve_on_minio(
         &endpoint,
         &prefix,
@@ -157,14 +152,7 @@ async fn eight_writers_at_once_all_commit_and_nothing_is_lost() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("sluice.toml");
-    std::fs::write(
-        &config,
-        "[streams.clicks]\ntable = \"iceberg\"\nformat = \"parquet\"\n\
-         table_location = \"analytics/clicks\"\nkey_template = \"analytics/clicks/data/{uuid}\"\n\
-         flush_age = \"100ms\"\n",
-    )
-    .unwrap();
+    let config = clicks_config(dir.path());
     let gateways = [
         common::serve_on_minio(
             &endpoint,

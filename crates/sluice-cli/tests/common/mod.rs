@@ -244,27 +244,38 @@ pub fn read_delta(
     key: &str,
     rows: bool,
 ) -> serde_json::Value {
-    let (clients, python) = readers;
-    let mut command = std::process::Command::new(python);
-    command
-        .arg(format!("{clients}/delta_read.py"))
-        .args([table, key]);
+    let mut args = vec![table, key];
     if rows {
-        command.arg("--rows");
+        args.push("--rows");
     }
-    if let Some(endpoint) = endpoint {
-        command.env("AWS_ENDPOINT_URL", endpoint);
-    }
-    let read = command.output().unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let read = python_json(readers, "delta_read.py", &args, endpoint);
     assert_eq!(
         read["deltalake"]["rows"], read["duckdb"]["rows"],
         "the readers disagree"
     );
     read
+}
+
+/// What the Python client `script` (under tests/clients) prints as JSON, run
+/// with `args` (on MinIO at `endpoint`, if any); a failed run fails the test
+/// with its error output.
+pub fn python_json(
+    readers: &(String, String),
+    script: &str,
+    args: &[&str],
+    endpoint: Option<&str>,
+) -> serde_json::Value {
+    let (clients, python) = readers;
+    let mut command = std::process::Command::new(python);
+    command.arg(format!("{clients}/{script}")).args(args);
+    if let Some(endpoint) = endpoint {
+        command.env("AWS_ENDPOINT_URL", endpoint);
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }

@@ -193,25 +193,11 @@ pub fn read_iceberg_at(
     key: &str,
     count: bool,
 ) -> serde_json::Value {
-    let (clients, python) = readers;
-    let mut command = Command::new(python);
-    command
-        .arg(format!("{clients}/iceberg_read.py"))
-        .arg(metadata)
-        .arg(key);
+    let mut args = vec![metadata, key];
     if count {
-        command.arg("--count");
+        args.push("--count");
     }
-    if let Some(endpoint) = endpoint {
-        command.env("AWS_ENDPOINT_URL", endpoint);
-    }
-    let read = command.output().unwrap();
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let read = super::python_json(readers, "iceberg_read.py", &args, endpoint);
     assert_eq!(
         read["pyiceberg"]["rows"], read["duckdb"]["rows"],
         "the readers disagree"
