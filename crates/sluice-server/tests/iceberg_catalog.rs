@@ -729,3 +729,91 @@ async fn a_dropped_table_s_location_takes_a_new_table_and_a_live_one_does_not() 
         .json();
     assert_eq!(v["metadata"]["location"], json!(location));
 }
+
+/// Registering a table by one of its location's older metadata files keeps
+/// its history as it is (review finding: it was written again as the newest
+/// version, rolling the table back); another writer's file over a history is
+/// refused.
+#[tokio::test]
+async fn registering_an_older_version_rolls_nothing_back() {
+    let store = MemoryStore::new();
+    let state = gateway(&store);
+    call(
+        &state,
+        "POST",
+        "namespaces",
+        Some(json!({"namespace": ["ns"]})),
+    )
+    .await;
+    let made = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables",
+        Some(json!({"name": "t", "schema": schema()})),
+    )
+    .await;
+    let first = made.json()["metadata-location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let committed = call(
+        &state,
+        "POST",
+        "namespaces/ns/tables/t",
+        Some(json!({"requirements": [], "updates": snapshot(9, None, 1)})),
+    )
+    .await;
+    assert_eq!(committed.status, StatusCode::OK);
+    call(&state, "DELETE", "namespaces/ns/tables/t", None).await;
+    let registered = call(
+        &state,
+        "POST",
+        "namespaces/ns/register",
+        Some(json!({"name": "again", "metadata-location": first})),
+    )
+    .await;
+    assert_eq!(registered.status, StatusCode::OK, "{:?}", registered.json());
+    let loaded = call(&state, "GET", "namespaces/ns/tables/again", None)
+        .await
+        .json();
+    assert_eq!(loaded["metadata"]["current-snapshot-id"], 9, "{loaded}");
+    assert!(loaded["metadata-location"]
+        .as_str()
+        .unwrap()
+        .ends_with("/v2.metadata.json"));
+    // A file of the same table under another name: not one of its versions.
+    let foreign = first.replace("v1.metadata.json", "00001-copy.metadata.json");
+    let bytes = store
+        .keys_under("")
+        .into_iter()
+        .find(|k| k.ends_with("ns/t/metadata/v1.metadata.json"))
+        .unwrap();
+    let body = sluice_store::ObjectStore::get_object(&store, &bytes, None)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    sluice_store::ObjectStore::put_object(
+        &store,
+        sluice_store::PutRequest::new(
+            bytes.replace("v1.metadata.json", "00001-copy.metadata.json"),
+            body,
+        ),
+    )
+    .await
+    .unwrap();
+    let refused = call(
+        &state,
+        "POST",
+        "namespaces/ns/register",
+        Some(json!({"name": "copy", "metadata-location": foreign})),
+    )
+    .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::BAD_REQUEST,
+        "{:?}",
+        refused.json()
+    );
+}
