@@ -181,8 +181,9 @@ sluice ingest --stream clicks --store s3://events --config clicks.toml < records
 sluice ingest --stream clicks --from kafka://127.0.0.1:9092/clicks --group sluice --store s3://events"
     )]
     Ingest(Box<IngestArgs>),
-    /// Keep a stream's Delta Lake table fast to read: compact small files,
-    /// vacuum files no version reads, write a checkpoint.
+    /// Keep a stream's Delta Lake or Iceberg table fast to read: compact
+    /// small files, delete files no version reads, expire snapshots, write a
+    /// checkpoint.
     #[command(subcommand)]
     Tables(TablesCommand),
     /// Print a signed URL: one PUT, GET/HEAD or DELETE of one key until it expires,
@@ -910,14 +911,16 @@ pub struct ServeArgs {
 #[derive(Debug, Subcommand)]
 pub enum TablesCommand {
     /// Bin-pack each partition's small files into larger ones, in one commit
-    /// that changes no data (readers of older versions still read the old files).
+    /// that changes no data (readers of older versions still read the old
+    /// files); an Iceberg table's data manifests are merged in the same commit.
     #[command(
         after_help = "Examples:\n  sluice tables compact --store s3://events --endpoint http://127.0.0.1:9000 clicks\n  \
 sluice tables compact --store ./sluice-data clicks --target-size 128MiB"
     )]
     Compact(TableCompactArgs),
     /// Delete the table's files that no version within --retain reads, and
-    /// files writers stored and never committed, once older than --retain.
+    /// files writers stored and never committed, once older than --retain
+    /// (for an Iceberg table: data files and manifests no snapshot reads).
     #[command(
         after_help = "Examples:\n  sluice tables vacuum --store s3://events clicks --dry-run\n  \
 sluice tables vacuum --store s3://events clicks --retain 48h"
@@ -925,7 +928,31 @@ sluice tables vacuum --store s3://events clicks --retain 48h"
     Vacuum(TableVacuumArgs),
     /// Write a checkpoint of the table's current version (writers write one
     /// every delta.checkpointInterval versions by themselves, 100 without it).
+    /// Delta Lake only.
     Checkpoint(TableCheckpointArgs),
+    /// Drop an Iceberg table's snapshots older than --retain (keeping the
+    /// newest --keep and every branch's and tag's) and delete the files only
+    /// they read: time travel to them ends. Writers do this by themselves
+    /// every 100 versions, by the table's history.expire.* properties.
+    #[command(after_help = "Examples:
+  sluice tables expire --store s3://events clicks
+  sluice tables expire --store s3://events clicks --retain 1h --keep 10")]
+    Expire(TableExpireArgs),
+}
+
+/// `sluice tables expire`.
+#[derive(Debug, Args)]
+pub struct TableExpireArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// Keep snapshots this recent [default: the table's
+    /// history.expire.max-snapshot-age-ms, else 5 days].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub retain: Option<std::time::Duration>,
+    /// Keep at least this many of the main branch's newest snapshots
+    /// [default: the table's history.expire.min-snapshots-to-keep, else 1].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
 }
 
 /// `sluice tables checkpoint`.
@@ -993,8 +1020,8 @@ pub struct JanitorArgs {
     /// MinIO refuses such rules and purges stale uploads by itself).
     #[arg(long, value_name = "DAYS", num_args = 0..=1, default_missing_value = "1")]
     pub install_lifecycle: Option<u32>,
-    /// Also vacuum this stream's Delta table (its root key; repeatable):
-    /// Parquet files a writer stored and never committed, and files no
+    /// Also vacuum this stream's Delta or Iceberg table (its root key;
+    /// repeatable): files a writer stored and never committed, and files no
     /// version reads, once older than --older-than (at least 1h), as
     /// `sluice tables vacuum --retain` does.
     #[arg(long = "table", value_name = "KEY")]

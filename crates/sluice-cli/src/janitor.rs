@@ -119,8 +119,8 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
             store: args.store.clone(),
             table: table.clone(),
         };
-        let (delta, place) = crate::tables::open(&table_args).await?;
-        let vacuumed = delta
+        let (found, place) = crate::tables::open(&table_args).await?;
+        let vacuumed = found
             .vacuum(retain, args.dry_run)
             .await
             .with_context(|| format!("vacuuming {place}"))?;

@@ -58,6 +58,35 @@ fn iceberg_tables_grow_columns_refuse_conflicts_and_read_in_pyiceberg_and_duckdb
     assert!(ids["late"].as_i64() > ids["where"].as_i64(), "{ids}");
 }
 
+/// Compaction, orphan-file removal (by `sluice tables vacuum` and by the
+/// janitor) and snapshot expiry of an Iceberg table twenty ingests made keep
+/// every row, in both readers; a Delta-only step is refused by name.
+#[test]
+fn iceberg_tables_compact_vacuum_and_expire_keep_every_row() {
+    let Some(readers) = common::python_readers("iceberg-upkeep") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    common::tables::upkeep_keeps_every_row(
+        store.path(),
+        "iceberg",
+        // The twenty appends' snapshots go, with the files only they read.
+        (
+            &["expire", "t", "--retain", "0s"],
+            "20 snapshots dropped",
+            1,
+        ),
+        (&["checkpoint", "t"], "is an Iceberg table"),
+        &|| {
+            let read = read_iceberg(&readers, &table, "id", true);
+            ["pyiceberg", "duckdb"]
+                .map(|reader| (reader, read[reader].clone()))
+                .to_vec()
+        },
+    );
+}
+
 #[test]
 fn keyed_standard_input_loads_into_iceberg_once_across_a_sigkill_and_a_death_after_its_commit() {
     let Some(readers) = common::python_readers("iceberg-keyed-stdin") else {

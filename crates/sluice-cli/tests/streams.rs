@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use common::tables::{
     assert_read_back, changing_records, comparable, fed, ingest_into_table,
-    keyed_input_loads_once_across_a_sigkill_and_a_death_after_its_commit, table_files, tables,
-    walk,
+    keyed_input_loads_once_across_a_sigkill_and_a_death_after_its_commit, table_files, walk,
 };
 use common::{minio_prefix, serve_on_minio, stored_records as stored};
 
@@ -686,6 +685,9 @@ async fn delta_gateway_requests_retried_across_gateway_deaths_count_once() {
     }
 }
 
+/// Compaction, vacuum (by `sluice tables` and by the janitor) and a
+/// checkpoint of a Delta table twenty ingests made keep every row; an
+/// Iceberg-only step is refused by name.
 #[test]
 fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     let Some(readers) = common::python_readers("delta-upkeep") else {
@@ -693,82 +695,18 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     };
     let store = tempfile::tempdir().unwrap();
     let table = store.path().join("t");
-    // Twenty small files, as twenty one-second flushes would make.
-    for run in 0..20u64 {
-        let input: String = (0..500)
-            .map(|n| format!("{{\"id\":{},\"run\":{run}}}\n", run * 500 + n))
-            .collect();
-        ingest_into_table(store.path(), "delta", &input);
-    }
-    let parquet_files = || {
-        walk(&table)
-            .into_iter()
-            .filter(|p| {
-                p.extension().is_some_and(|e| e == "parquet")
-                    && !p.to_string_lossy().contains("_delta_log")
-            })
-            .count()
-    };
-    assert_eq!(parquet_files(), 20);
-    // An orphan: a file a writer stored and never committed, a day ago.
-    let orphan = table.join("orphan.parquet");
-    let plant_orphan = || {
-        std::fs::write(&orphan, b"PAR1 not committed").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&orphan)
-            .unwrap()
-            .set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
-            .unwrap();
-    };
-    plant_orphan();
-    let said = tables(store.path(), &["compact", "t", "--min-files", "4"]);
-    assert!(said.contains("20 files rewritten as 1"), "{said}");
-    let said = tables(store.path(), &["checkpoint", "t"]);
-    assert!(said.contains("checkpoint at version"), "{said}");
-    let said = tables(store.path(), &["vacuum", "t", "--retain", "1h"]);
-    // The orphan goes; the compacted-away files stay for readers of older
-    // versions until they are older than the retention.
-    assert!(said.contains("deleted 1 files"), "{said}");
-    assert!(!orphan.exists());
-    assert_eq!(parquet_files(), 21);
-    // The janitor does the same for the tables it is given.
-    plant_orphan();
-    let janitor = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["janitor", "--store"])
-        .arg(store.path())
-        .args(["--table", "t"])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&janitor.stdout);
-    assert!(
-        janitor.status.success(),
-        "{said} {}",
-        String::from_utf8_lossy(&janitor.stderr)
+    common::tables::upkeep_keeps_every_row(
+        store.path(),
+        "delta",
+        (&["checkpoint", "t"], "checkpoint at version", 21),
+        (&["expire", "t"], "is a Delta Lake table"),
+        &|| {
+            let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
+            ["deltalake", "duckdb"]
+                .map(|reader| (reader, read[reader].clone()))
+                .to_vec()
+        },
     );
-    assert!(said.contains("table t: deleted 1 files"), "{said}");
-    assert!(!orphan.exists());
-    assert_eq!(parquet_files(), 21);
-    // A writer after the checkpoint, then both readers.
-    ingest_into_table(store.path(), "delta", "{\"id\":10000,\"run\":20}\n");
-    let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", false);
-    for reader in ["deltalake", "duckdb"] {
-        assert_eq!(read[reader]["rows"], 10_001, "{reader}: {}", read[reader]);
-        assert_eq!(
-            read[reader]["distinct"], 10_001,
-            "{reader}: {}",
-            read[reader]
-        );
-    }
-    // Refused: a retention that could delete what a writer is committing.
-    let refused = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["tables", "vacuum", "--store"])
-        .arg(store.path())
-        .args(["t", "--retain", "10m"])
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("at least 1h"));
 }
 
 #[test]

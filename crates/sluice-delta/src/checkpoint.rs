@@ -270,7 +270,7 @@ fn write_parquet(actions: &[Action], schema: SchemaRef) -> Result<Vec<u8>, Strin
             .map_err(|e| e.to_string())?;
     for chunk in actions.chunks(CHUNK_ACTIONS) {
         let lines = log::write_commit(chunk);
-        crate::jsonl::decode_into(&mut writer, &schema, &lines, CHUNK_ACTIONS)?;
+        sluice_table::rewrite::decode_into(&mut writer, &schema, &lines, CHUNK_ACTIONS)?;
     }
     writer.close().map_err(|e| e.to_string())?;
     Ok(out)
@@ -294,7 +294,7 @@ pub fn read_checkpoint(bytes: Bytes) -> Result<Vec<Action>, String> {
     let mut lines = Vec::new();
     for batch in reader {
         let batch: RecordBatch = batch.map_err(|e| e.to_string())?;
-        lines.extend(crate::jsonl::to_lines(&batch)?);
+        lines.extend(sluice_table::rewrite::to_lines(&batch)?);
     }
     log::parse_commit(&lines)
 }

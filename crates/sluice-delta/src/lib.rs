@@ -29,7 +29,6 @@
 pub mod checkpoint;
 mod commit;
 pub mod features;
-mod jsonl;
 pub mod log;
 pub mod mapping;
 pub mod properties;

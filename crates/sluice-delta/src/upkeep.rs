@@ -11,10 +11,8 @@
 //! one of the files meanwhile; the files it wrote are then orphans for vacuum.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arrow_schema::Schema;
 use bytes::Bytes;
 use serde_json::json;
 use sluice_store::PutRequest;
@@ -25,37 +23,8 @@ use super::log::{self, Add};
 use super::properties;
 use super::stats::{file_stats, StatsColumns};
 use super::{now_ms, Committed, DeltaTable, TableError, SIDECARS};
-use parquet::file::metadata::ParquetMetaData;
 
-/// What compaction takes and makes.
-#[derive(Debug, Clone, Copy)]
-pub struct CompactOptions {
-    /// Files at least this large are left alone; bins are filled up to it.
-    pub target_bytes: u64,
-    /// A partition's small files are compacted once there are this many.
-    pub min_files: usize,
-}
-
-impl Default for CompactOptions {
-    fn default() -> Self {
-        CompactOptions {
-            target_bytes: 256 << 20,
-            min_files: 4,
-        }
-    }
-}
-
-/// What a compaction did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CompactReport {
-    pub files_before: usize,
-    pub files_after: usize,
-    /// Files rewritten, and the files they became.
-    pub removed: usize,
-    pub added: usize,
-    /// The version that holds the rewrite (None: nothing to do).
-    pub version: Option<u64>,
-}
+pub use sluice_table::upkeep::{CompactOptions, CompactReport, VacuumReport};
 
 /// What a clean-up of the log removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,22 +33,6 @@ pub struct LogCleanReport {
     pub kept_from: Option<u64>,
     /// Commits and checkpoints removed.
     pub deleted: usize,
-}
-
-/// What a vacuum found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VacuumReport {
-    /// Deleted (or, in a dry run, to be deleted): not read by any version
-    /// within the retention, and older than it.
-    pub deleted: Vec<String>,
-    /// Not referenced, but younger than the retention (may be a file being
-    /// committed right now): kept.
-    pub kept_young: usize,
-    /// Read by the table (or by a version within the retention).
-    pub referenced: usize,
-    /// Under the table's root but no data file (hidden, or not Parquet):
-    /// never deleted.
-    pub not_data: usize,
 }
 
 impl DeltaTable {
@@ -113,23 +66,13 @@ impl DeltaTable {
         }
         let mut bins: Vec<Vec<Add>> = Vec::new();
         for (_, mut small) in partitions {
-            if small.len() < options.min_files.max(2) {
-                continue;
-            }
             small.sort_by_key(|a| (a.modification_time, a.path.clone()));
-            let mut bin: Vec<Add> = Vec::new();
-            let mut bytes = 0u64;
-            for add in small {
-                if !bin.is_empty() && bytes + add.size as u64 > options.target_bytes {
-                    bins.push(std::mem::take(&mut bin));
-                    bytes = 0;
-                }
-                bytes += add.size as u64;
-                bin.push(add);
-            }
-            bins.push(bin);
+            bins.extend(sluice_table::upkeep::pack(
+                small,
+                |a| a.size as u64,
+                &options,
+            ));
         }
-        bins.retain(|bin| bin.len() >= 2);
         if bins.is_empty() {
             return Ok(report);
         }
@@ -169,16 +112,17 @@ impl DeltaTable {
             ),
         };
         let key = format!("{root}{relative}");
-        let (file, records, footer) = tokio::task::spawn_blocking(move || merge_files(parts))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|merged| merged)
-            .map_err(|reason| TableError::Log {
-                key: key.clone(),
-                reason: format!("compacting: {reason}"),
-            })?;
-        let size = file.len() as i64;
-        let mut put = PutRequest::new(key.clone(), file);
+        let merged =
+            tokio::task::spawn_blocking(move || sluice_table::rewrite::merge_parquet(parts, None))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|merged| merged)
+                .map_err(|reason| TableError::Log {
+                    key: key.clone(),
+                    reason: format!("compacting: {reason}"),
+                })?;
+        let size = merged.bytes.len() as i64;
+        let mut put = PutRequest::new(key.clone(), merged.bytes);
         put.content_type = Some(crate::PARQUET_CONTENT_TYPE.into());
         self.store
             .put_object(put)
@@ -190,7 +134,9 @@ impl DeltaTable {
             size,
             modification_time: now_ms(),
             data_change: false,
-            stats: Some(file_stats(records, Some(&footer), stats_columns).to_string()),
+            stats: Some(
+                file_stats(merged.records, Some(&merged.footer), stats_columns).to_string(),
+            ),
             ..Add::default()
         })
     }
@@ -452,45 +398,4 @@ fn checkpoint_parts(name: &str) -> usize {
         Some((part, total)) if part.len() == 10 && total.len() == 10 => total.parse().unwrap_or(1),
         _ => 1,
     }
-}
-
-/// The rows of Parquet files `parts` as one zstd Parquet file under the union
-/// of their schemas; its row count and footer.
-fn merge_files(parts: Vec<Bytes>) -> Result<(Vec<u8>, u64, ParquetMetaData), String> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let mut schemas = Vec::with_capacity(parts.len());
-    for part in &parts {
-        let builder =
-            ParquetRecordBatchReaderBuilder::try_new(part.clone()).map_err(|e| e.to_string())?;
-        schemas.push(
-            builder
-                .schema()
-                .as_ref()
-                .clone()
-                .with_metadata(Default::default()),
-        );
-    }
-    let schema = Arc::new(Schema::try_merge(schemas).map_err(|e| e.to_string())?);
-    let properties = parquet::file::properties::WriterProperties::builder()
-        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
-        .set_max_row_group_row_count(Some(1 << 20))
-        .build();
-    let mut out = Vec::new();
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(&mut out, schema.clone(), Some(properties))
-            .map_err(|e| e.to_string())?;
-    let mut records = 0u64;
-    for part in parts {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(part)
-            .map_err(|e| e.to_string())?
-            .build()
-            .map_err(|e| e.to_string())?;
-        for batch in reader {
-            let batch = batch.map_err(|e| e.to_string())?;
-            let lines = crate::jsonl::to_lines(&batch)?;
-            records += crate::jsonl::decode_into(&mut writer, &schema, &lines, batch.num_rows())?;
-        }
-    }
-    let footer = writer.close().map_err(|e| e.to_string())?;
-    Ok((out, records, footer))
 }

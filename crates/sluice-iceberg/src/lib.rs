@@ -25,6 +25,7 @@
 //! fields is refused, naming it.
 
 pub mod catalog;
+pub mod compact;
 mod create;
 pub mod manifest;
 pub mod metadata;
@@ -98,6 +99,13 @@ pub(crate) enum Change<'a> {
         older_than_ms: i64,
         keep_last: usize,
     },
+    /// A compaction: the live data files `removed` replaced by `added`,
+    /// their rows the same, the table's data manifests merged (see
+    /// [`compact`]).
+    Rewrite {
+        removed: &'a std::collections::HashSet<String>,
+        added: &'a [DataFile],
+    },
     /// A REST catalog commit: `requirements` checked, then `updates`
     /// applied (see [`updates`]); with `assert-create`, on no table.
     Updates {
@@ -158,6 +166,9 @@ pub enum TableError {
     FormatVersion { root: String, version: i64 },
     #[error("{key} is not below the Iceberg table's root {root}")]
     Outside { key: String, root: String },
+    /// Upkeep (compaction, orphan-file removal) that cannot be done.
+    #[error("the Iceberg table at {root}: {reason}")]
+    Upkeep { root: String, reason: String },
     /// A catalog commit's requirement failed, or an update cannot apply.
     #[error("the Iceberg table at {root}: {source}")]
     Update {
@@ -186,6 +197,9 @@ pub struct IcebergTable {
     /// absolute, as Iceberg has them.
     root_uri: String,
     metadata_prefix: String,
+    /// Milliseconds since the epoch: snapshots' and metadata's times, and
+    /// the age expiry measures (the system's clock, but in tests).
+    clock: fn() -> i64,
 }
 
 impl IcebergTable {
@@ -202,7 +216,19 @@ impl IcebergTable {
             last_list: std::sync::Mutex::new(None),
             root_uri: root_uri.trim_end_matches('/').to_owned(),
             metadata_prefix,
+            clock: now_ms,
         }
+    }
+
+    /// The same table, its times read from `clock` (ms since the epoch): a
+    /// test's hour of commits made in a minute.
+    pub fn with_clock(mut self, clock: fn() -> i64) -> IcebergTable {
+        self.clock = clock;
+        self
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        (self.clock)()
     }
 
     /// The same table, starting at version `floor` (see
@@ -239,6 +265,16 @@ impl IcebergTable {
             key: key.to_owned(),
             reason: reason.to_string(),
         }
+    }
+
+    /// `metadata`'s current schema.
+    pub(crate) fn schema_of(&self, metadata: &TableMetadata) -> Result<schema::Schema, TableError> {
+        metadata
+            .current_schema()
+            .map_err(|source| TableError::Schema {
+                root: self.layout.location.clone(),
+                source,
+            })
     }
 
     fn metadata_key(&self, version: u64) -> String {
@@ -526,7 +562,7 @@ impl IcebergTable {
                         self.create(columns).await?;
                         continue;
                     }
-                    Change::Expire { .. } => {
+                    Change::Expire { .. } | Change::Rewrite { .. } => {
                         return Ok(Outcome {
                             committed: Committed::Already,
                             before: None,
@@ -595,7 +631,7 @@ impl IcebergTable {
                     .check(metadata.as_ref())
                     .map_err(|source| self.update_error(source))?;
             }
-            let now = now_ms();
+            let now = self.now_ms();
             let previous = metadata.as_ref().map(|m| m.last_updated_ms);
             let mut next =
                 metadata.unwrap_or_else(|| updates::empty_metadata(&self.location(), now));
@@ -645,7 +681,7 @@ impl IcebergTable {
             Change::Expire {
                 older_than_ms,
                 keep_last,
-            } => match upkeep::expired(metadata, *older_than_ms, *keep_last, now_ms()) {
+            } => match upkeep::expired(metadata, *older_than_ms, *keep_last, self.now_ms()) {
                 Some(mut next) => {
                     // Logged as every other version is (`expired` set the
                     // time of this one).
@@ -655,6 +691,13 @@ impl IcebergTable {
                 }
                 None => Ok(Next::Done(Committed::Already)),
             },
+            Change::Rewrite { removed, added } => {
+                self.check(&metadata)?;
+                match self.rewritten(metadata, removed, added, version).await? {
+                    Some((next, written)) => Ok(Next::Write(Box::new(next), written)),
+                    None => Ok(Next::Done(Committed::Already)),
+                }
+            }
         }
     }
 
@@ -708,7 +751,7 @@ impl IcebergTable {
                 root: self.layout.location.clone(),
                 source,
             })?;
-        let metadata = TableMetadata::new(&self.location(), &schema, last, now_ms());
+        let metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms());
         let body = serde_json::to_vec(&metadata).expect("metadata serializes");
         match self.put(&self.metadata_key(1), body, true).await {
             Ok(()) | Err(StoreError::PreconditionFailed) => {
@@ -785,7 +828,7 @@ impl IcebergTable {
                 .properties
                 .insert(schema::NAME_MAPPING.to_owned(), mapping.to_string());
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let snapshot_id = new_snapshot_id();
         let sequence_number = metadata.last_sequence_number + 1;
         let parent = metadata.current_snapshot().cloned();
@@ -817,7 +860,7 @@ impl IcebergTable {
         }];
         let mut written = vec![manifest_key.clone()];
         if let Some(parent) = &parent {
-            let kept = self.manifest_list(&parent.manifest_list).await?;
+            let kept = live_manifests(self.manifest_list(&parent.manifest_list).await?);
             let (kept, merged) = self
                 .merge_manifests(kept, &metadata, snapshot_id, sequence_number)
                 .await?;
@@ -853,56 +896,29 @@ impl IcebergTable {
             }
         }
         forget_old_keys(&mut keys, now);
-        let total = |key: &str| -> i64 {
-            parent
-                .as_ref()
-                .and_then(|p| p.summary.get(key))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
         let added_size: i64 = files.iter().map(|f| f.size).sum();
-        let summary = BTreeMap::from([
-            ("operation".to_owned(), "append".to_owned()),
-            ("added-data-files".to_owned(), files.len().to_string()),
-            ("added-records".to_owned(), added_rows.to_string()),
-            ("added-files-size".to_owned(), added_size.to_string()),
-            (
-                "total-data-files".to_owned(),
-                (total("total-data-files") + files.len() as i64).to_string(),
-            ),
-            (
-                "total-records".to_owned(),
-                (total("total-records") + added_rows).to_string(),
-            ),
-            (
-                "total-files-size".to_owned(),
-                (total("total-files-size") + added_size).to_string(),
-            ),
-            (
-                "total-delete-files".to_owned(),
-                total("total-delete-files").to_string(),
-            ),
-            (
-                "total-position-deletes".to_owned(),
-                total("total-position-deletes").to_string(),
-            ),
-            (
-                "total-equality-deletes".to_owned(),
-                total("total-equality-deletes").to_string(),
-            ),
-            (
-                TRANSACTIONS.to_owned(),
-                serde_json::to_string(&state).expect("serializes"),
-            ),
-        ]);
-        let mut summary = summary;
+        let mut summary = summary(
+            "append",
+            parent.as_ref(),
+            Totals {
+                added_files: files.len() as i64,
+                added_rows,
+                added_size,
+                ..Totals::default()
+            },
+        );
+        summary.insert(
+            TRANSACTIONS.to_owned(),
+            serde_json::to_string(&state).expect("serializes"),
+        );
         if !keys.is_empty() {
             summary.insert(
                 KEYS.to_owned(),
                 serde_json::to_string(&keys).expect("serializes"),
             );
         }
-        metadata.snapshots.push(Snapshot {
+        written.push(list_key);
+        let snapshot = Snapshot {
             snapshot_id,
             parent_snapshot_id: parent.as_ref().map(|p| p.snapshot_id),
             sequence_number,
@@ -911,9 +927,23 @@ impl IcebergTable {
             summary,
             schema_id: Some(schema.schema_id),
             other: Default::default(),
-        });
+        };
+        self.push_snapshot(&mut metadata, snapshot, version);
+        Ok((metadata, written))
+    }
+
+    /// `metadata` (version `version`) with `snapshot` as the main branch's
+    /// current one, logged.
+    pub(crate) fn push_snapshot(
+        &self,
+        metadata: &mut TableMetadata,
+        snapshot: Snapshot,
+        version: u64,
+    ) {
+        let (snapshot_id, now) = (snapshot.snapshot_id, snapshot.timestamp_ms);
+        metadata.last_sequence_number = snapshot.sequence_number;
+        metadata.snapshots.push(snapshot);
         metadata.current_snapshot_id = Some(snapshot_id);
-        metadata.last_sequence_number = sequence_number;
         // The main branch moves; what else its ref says (retention) stays.
         let main = metadata
             .refs
@@ -924,10 +954,8 @@ impl IcebergTable {
             .snapshot_log
             .push(serde_json::json!({"timestamp-ms": now, "snapshot-id": snapshot_id}));
         let updated_ms = metadata.last_updated_ms;
-        self.log_previous(&mut metadata, version, updated_ms);
+        self.log_previous(metadata, version, updated_ms);
         metadata.last_updated_ms = now;
-        written.push(list_key);
-        Ok((metadata, written))
     }
 
     /// The parent's `manifests`, with the small ones of one kind merged into
@@ -991,7 +1019,7 @@ impl IcebergTable {
                 continue;
             }
             group.sort_by_key(|(m, _)| m.sequence_number);
-            let merged = manifest::merge_manifests(&group)
+            let merged = manifest::merge_manifests(&group, None)
                 .map_err(|e| self.malformed("a merged manifest", e))?;
             let name = format!("{}-m1.avro", uuid::Uuid::new_v4());
             let key = format!("{}{name}", self.metadata_prefix);
@@ -1178,6 +1206,76 @@ pub fn key_under(root_uri: &str, location: &str) -> Option<String> {
     Some(rest.trim_matches('/').to_owned())
 }
 
+/// `manifests` (a parent snapshot's) without the data manifests that list no
+/// live file (a compaction's record of the files it removed: history the
+/// next snapshot does not need, as Iceberg's own writers drop it).
+pub(crate) fn live_manifests(mut manifests: Vec<ManifestFile>) -> Vec<ManifestFile> {
+    manifests.retain(|m| m.content != 0 || m.added_files > 0 || m.existing_files > 0);
+    manifests
+}
+
+/// What a snapshot adds and deletes, for its summary.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Totals {
+    pub(crate) added_files: i64,
+    pub(crate) added_rows: i64,
+    pub(crate) added_size: i64,
+    pub(crate) deleted_files: i64,
+    pub(crate) deleted_rows: i64,
+    pub(crate) deleted_size: i64,
+}
+
+/// A snapshot summary of `operation` after `parent`: what it adds and
+/// deletes, and the table's totals (the parent's, moved by them).
+pub(crate) fn summary(
+    operation: &str,
+    parent: Option<&Snapshot>,
+    totals: Totals,
+) -> BTreeMap<String, String> {
+    let total = |key: &str| -> i64 {
+        parent
+            .and_then(|p| p.summary.get(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut summary = BTreeMap::from([
+        ("operation".to_owned(), operation.to_owned()),
+        (
+            "total-data-files".to_owned(),
+            (total("total-data-files") + totals.added_files - totals.deleted_files).to_string(),
+        ),
+        (
+            "total-records".to_owned(),
+            (total("total-records") + totals.added_rows - totals.deleted_rows).to_string(),
+        ),
+        (
+            "total-files-size".to_owned(),
+            (total("total-files-size") + totals.added_size - totals.deleted_size).to_string(),
+        ),
+    ]);
+    for key in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        summary.insert(key.to_owned(), total(key).to_string());
+    }
+    let counts = [
+        ("added-data-files", totals.added_files),
+        ("added-records", totals.added_rows),
+        ("added-files-size", totals.added_size),
+        ("deleted-data-files", totals.deleted_files),
+        ("deleted-records", totals.deleted_rows),
+        ("removed-files-size", totals.deleted_size),
+    ];
+    for (key, n) in counts {
+        if n > 0 || key.starts_with("added") && operation == "append" {
+            summary.insert(key.to_owned(), n.to_string());
+        }
+    }
+    summary
+}
+
 /// Keys committed longer than [`KEY_RETENTION`] before `now_ms` go: a retry
 /// after that long is a new request.
 fn forget_old_keys(keys: &mut BTreeMap<String, i64>, now_ms: i64) {
@@ -1191,7 +1289,7 @@ fn new_snapshot_id() -> i64 {
     ((bits.0 ^ bits.1) & (i64::MAX as u64)) as i64
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

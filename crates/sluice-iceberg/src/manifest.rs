@@ -277,6 +277,15 @@ pub fn read_manifest_list(bytes: &[u8]) -> Result<Vec<ManifestFile>, ManifestErr
 /// The data files a manifest lists as live (added or existing), for tests
 /// and upkeep.
 pub fn read_manifest_paths(bytes: &[u8]) -> Result<Vec<String>, ManifestError> {
+    Ok(read_live_files(bytes)?
+        .into_iter()
+        .map(|f| f.path)
+        .collect())
+}
+
+/// The data files a manifest lists as live (added or existing), with their
+/// record counts and sizes.
+pub fn read_live_files(bytes: &[u8]) -> Result<Vec<DataFile>, ManifestError> {
     let reader = Reader::new(bytes).map_err(avro_error)?;
     let mut out = Vec::new();
     for record in reader {
@@ -284,13 +293,21 @@ pub fn read_manifest_paths(bytes: &[u8]) -> Result<Vec<String>, ManifestError> {
             continue;
         };
         let fields: HashMap<String, Avro> = fields.into_iter().collect();
-        let deleted = matches!(fields.get("status").map(unwrap_union), Some(Avro::Int(2)));
+        if matches!(fields.get("status").map(unwrap_union), Some(Avro::Int(2))) {
+            continue;
+        }
         if let Some(Avro::Record(file)) = fields.get("data_file").map(unwrap_union) {
-            if let Some((_, Avro::String(path))) = file.iter().find(|(name, _)| name == "file_path")
-            {
-                if !deleted {
-                    out.push(path.clone());
-                }
+            let field = |name: &str| file.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+            if let Some(Avro::String(path)) = field("file_path") {
+                let long = |name: &str| match field(name) {
+                    Some(Avro::Long(n)) => *n,
+                    _ => 0,
+                };
+                out.push(DataFile {
+                    path: path.clone(),
+                    records: long("record_count"),
+                    size: long("file_size_in_bytes"),
+                });
             }
         }
     }
@@ -305,8 +322,20 @@ pub struct Merged {
     /// Its live entries (all existing now) and their rows.
     pub files: i32,
     pub rows: i64,
-    /// The lowest data sequence number among them.
+    /// The entries it marks deleted (the removed files it found), their
+    /// rows and bytes.
+    pub deleted: Vec<String>,
+    pub deleted_rows: i64,
+    pub deleted_bytes: i64,
+    /// The lowest data sequence number among its entries.
     pub min_sequence_number: i64,
+}
+
+/// Files a merge marks deleted, by the snapshot that removes them.
+#[derive(Debug, Clone, Copy)]
+pub struct Removal<'a> {
+    pub paths: &'a std::collections::HashSet<String>,
+    pub snapshot_id: i64,
 }
 
 /// The Avro schema a manifest was written with, as its header has it (two
@@ -323,8 +352,12 @@ pub fn writer_schema(bytes: &[u8]) -> Result<String, ManifestError> {
 /// deletion is history the merged manifest's snapshots no longer need). The
 /// header is the newest manifest's (the table's schema and spec as of it).
 /// Nothing of another writer's entries is lost: the records are copied as
-/// they were read, but for those fields.
-pub fn merge_manifests(manifests: &[(ManifestFile, Vec<u8>)]) -> Result<Merged, ManifestError> {
+/// they were read, but for those fields. The live entries of `removal`'s
+/// files are kept as deleted ones, of its snapshot (a rewrite's).
+pub fn merge_manifests(
+    manifests: &[(ManifestFile, Vec<u8>)],
+    removal: Option<Removal<'_>>,
+) -> Result<Merged, ManifestError> {
     let Some((_, newest)) = manifests.last() else {
         return Err(ManifestError("no manifest to merge".into()));
     };
@@ -344,6 +377,9 @@ pub fn merge_manifests(manifests: &[(ManifestFile, Vec<u8>)]) -> Result<Merged, 
         bytes: Vec::new(),
         files: 0,
         rows: 0,
+        deleted: Vec::new(),
+        deleted_rows: 0,
+        deleted_bytes: 0,
         min_sequence_number: i64::MAX,
     };
     for (list_entry, bytes) in manifests {
@@ -358,13 +394,40 @@ pub fn merge_manifests(manifests: &[(ManifestFile, Vec<u8>)]) -> Result<Merged, 
             if matches!(status, Some(Avro::Int(2))) {
                 continue;
             }
+            let file = fields
+                .iter()
+                .find(|(name, _)| name == "data_file")
+                .and_then(|(_, v)| match unwrap_union(v) {
+                    Avro::Record(file) => Some(file),
+                    _ => None,
+                });
+            let file_field = |name: &str| {
+                file.and_then(|f| f.iter().find(|(n, _)| n == name))
+                    .map(|(_, v)| v)
+            };
+            let long_of = |name: &str| match file_field(name) {
+                Some(Avro::Long(n)) => *n,
+                _ => 0,
+            };
+            let (records, bytes) = (long_of("record_count"), long_of("file_size_in_bytes"));
+            let removed_by = match (removal, file_field("file_path")) {
+                (Some(removal), Some(Avro::String(path))) if removal.paths.contains(path) => {
+                    merged.deleted.push(path.clone());
+                    Some(removal.snapshot_id)
+                }
+                _ => None,
+            };
             let mut sequence = list_entry.sequence_number;
             for (name, value) in fields.iter_mut() {
                 match name.as_str() {
-                    "status" => *value = Avro::Int(0),
-                    "snapshot_id" if matches!(unwrap_union(value), Avro::Null) => {
-                        *value = some(long(list_entry.added_snapshot_id));
-                    }
+                    "status" => *value = Avro::Int(if removed_by.is_some() { 2 } else { 0 }),
+                    "snapshot_id" => match removed_by {
+                        Some(id) => *value = some(long(id)),
+                        None if matches!(unwrap_union(value), Avro::Null) => {
+                            *value = some(long(list_entry.added_snapshot_id));
+                        }
+                        None => {}
+                    },
                     "sequence_number" => match unwrap_union(value) {
                         Avro::Long(n) => sequence = *n,
                         _ => *value = some(long(list_entry.sequence_number)),
@@ -372,19 +435,16 @@ pub fn merge_manifests(manifests: &[(ManifestFile, Vec<u8>)]) -> Result<Merged, 
                     "file_sequence_number" if matches!(unwrap_union(value), Avro::Null) => {
                         *value = some(long(list_entry.sequence_number));
                     }
-                    "data_file" => {
-                        if let Avro::Record(file) = unwrap_union(value) {
-                            if let Some((_, Avro::Long(n))) =
-                                file.iter().find(|(name, _)| name == "record_count")
-                            {
-                                merged.rows += n;
-                            }
-                        }
-                    }
                     _ => {}
                 }
             }
-            merged.files += 1;
+            if removed_by.is_some() {
+                merged.deleted_rows += records;
+                merged.deleted_bytes += bytes;
+            } else {
+                merged.files += 1;
+                merged.rows += records;
+            }
             merged.min_sequence_number = merged.min_sequence_number.min(sequence);
             writer
                 .append_value_ref(&Avro::Record(fields))

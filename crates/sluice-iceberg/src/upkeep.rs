@@ -7,6 +7,11 @@
 //! the table as any kept snapshot has it stays whole. The newest snapshot
 //! sluice made (whose summary holds its writers' transactions) stays with
 //! the history after it, whatever its age.
+//!
+//! Orphan-file removal: data files and manifests under the table's root
+//! that no snapshot of the table reads (a writer's that lost its commit, a
+//! compaction refused), deleted once older than a retention, so that a file
+//! stored for a commit still being made is never one.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use std::time::Duration;
 
 use crate::metadata::TableMetadata;
 use crate::{Change, Committed, IcebergTable, TableError};
+pub use sluice_table::upkeep::VacuumReport;
 
 /// What an expiry did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,20 +104,7 @@ impl IcebergTable {
         }
         let table = self.clone();
         tokio::spawn(async move {
-            let Ok(Some((_, metadata))) = table.latest().await else {
-                return;
-            };
-            let property = |(name, default): (&str, i64)| {
-                metadata
-                    .properties
-                    .get(name)
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .unwrap_or(default)
-                    .max(0)
-            };
-            let retain = Duration::from_millis(property(MAX_SNAPSHOT_AGE_MS) as u64);
-            let keep = property(MIN_SNAPSHOTS_TO_KEEP).max(1) as usize;
-            match table.expire_snapshots(retain, keep).await {
+            match table.expire(None, None).await {
                 Ok(report) if report.snapshots_dropped > 0 => tracing::info!(
                     table = %table.layout().location,
                     dropped = report.snapshots_dropped,
@@ -126,6 +119,33 @@ impl IcebergTable {
         });
     }
 
+    /// [`IcebergTable::expire_snapshots`] with the table's own retention
+    /// where `retain` or `keep_last` is not given: its
+    /// `history.expire.max-snapshot-age-ms` and
+    /// `history.expire.min-snapshots-to-keep` (Iceberg's defaults without
+    /// them: 5 days, 1).
+    pub async fn expire(
+        &self,
+        retain: Option<Duration>,
+        keep_last: Option<usize>,
+    ) -> Result<ExpiryReport, TableError> {
+        let Some((_, metadata)) = self.latest().await? else {
+            return Ok(ExpiryReport::default());
+        };
+        let property = |(name, default): (&str, i64)| {
+            metadata
+                .properties
+                .get(name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(default)
+                .max(0)
+        };
+        let retain =
+            retain.unwrap_or_else(|| Duration::from_millis(property(MAX_SNAPSHOT_AGE_MS) as u64));
+        let keep = keep_last.unwrap_or_else(|| property(MIN_SNAPSHOTS_TO_KEEP) as usize);
+        self.expire_snapshots(retain, keep.max(1)).await
+    }
+
     /// Drops the snapshots older than `retain` (keeping the main branch's
     /// newest `keep_last` and every ref's) and deletes what only they read.
     pub async fn expire_snapshots(
@@ -133,7 +153,7 @@ impl IcebergTable {
         retain: Duration,
         keep_last: usize,
     ) -> Result<ExpiryReport, TableError> {
-        let older_than_ms = crate::now_ms() - retain.as_millis() as i64;
+        let older_than_ms = self.now_ms() - retain.as_millis() as i64;
         let outcome = self
             .commit(Change::Expire {
                 older_than_ms,
@@ -199,6 +219,83 @@ impl IcebergTable {
             report.files_deleted += 1;
         }
         tracing::info!(table = %self.layout.location, version, dropped = report.snapshots_dropped, deleted = report.files_deleted, "snapshots expired");
+        Ok(report)
+    }
+}
+
+impl IcebergTable {
+    /// Deletes the data files (`*.parquet`) and manifests (`metadata/*.avro`)
+    /// under the table's root that no snapshot of the latest metadata reads
+    /// and that are older than `retain` (nothing in a dry run). Metadata
+    /// versions, the version hint and hidden files (`_`, `.`) are never
+    /// touched. Refused when the table names a file outside the store's
+    /// root (its location written another way): that file could not be
+    /// told from an orphan.
+    pub async fn remove_orphans(
+        &self,
+        retain: Duration,
+        dry_run: bool,
+    ) -> Result<VacuumReport, TableError> {
+        let root = format!("{}/", self.layout.location);
+        // Listed first: a file stored after the listing is not seen, and one
+        // committed before the metadata is read below is referenced.
+        let listed = sluice_store::list_all(self.store.as_ref(), &root)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let mut report = VacuumReport::default();
+        let Some((_, metadata)) = self.latest().await? else {
+            return Ok(report);
+        };
+        let mut referenced = BTreeSet::new();
+        let mut manifests = BTreeSet::new();
+        let key = |location: &str| {
+            self.key_of(location).map_err(|_| TableError::Upkeep {
+                root: self.layout.location.clone(),
+                reason: format!(
+                    "the table names {location}, which is not under {}; orphan-file removal \
+                     cannot tell the table's files from orphans, and removes none",
+                    self.root_uri
+                ),
+            })
+        };
+        for snapshot in &metadata.snapshots {
+            referenced.insert(key(&snapshot.manifest_list)?);
+            for m in self.manifests_of(&snapshot.manifest_list).await? {
+                if manifests.insert(m.path.clone()) {
+                    referenced.insert(key(&m.path)?);
+                    for file in self.files_of(&m.path).await? {
+                        referenced.insert(key(&file)?);
+                    }
+                }
+            }
+        }
+        let cutoff = std::time::SystemTime::now() - retain;
+        for object in listed {
+            let rest = &object.key[root.len()..];
+            let candidate = !rest
+                .split('/')
+                .any(|s| s.starts_with('_') || s.starts_with('.'))
+                && (rest.ends_with(".parquet")
+                    || rest.starts_with("metadata/") && rest.ends_with(".avro"));
+            if !candidate {
+                report.not_data += usize::from(!rest.starts_with("metadata/"));
+            } else if referenced.contains(&object.key) {
+                report.referenced += 1;
+            } else if object.last_modified > cutoff {
+                report.kept_young += 1;
+            } else {
+                report.deleted.push(object.key);
+            }
+        }
+        if !dry_run {
+            for key in &report.deleted {
+                self.store
+                    .delete_object(key)
+                    .await
+                    .map_err(|e| self.store_error(e))?;
+            }
+            tracing::info!(table = %self.layout.location, deleted = report.deleted.len(), "orphan files removed");
+        }
         Ok(report)
     }
 }

@@ -5,25 +5,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, Int64Array, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
-use sluice_iceberg::{Committed, IcebergTable, NewFile, TableError, TableLayout, Transaction};
+use sluice_iceberg::{Committed, IcebergTable, NewFile, TableError, Transaction};
 use sluice_store::ObjectStore;
 use sluice_testkit::{Fault, FaultyStore, MemoryStore, Op};
 
-fn layout() -> TableLayout {
-    TableLayout {
-        location: "events".into(),
-        partition_columns: Vec::new(),
-    }
-}
-
-fn columns() -> ArrowSchema {
-    ArrowSchema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-    ])
-}
+mod common;
+use common::{columns, layout, parquet_file, readers, step};
 
 fn file(name: &str) -> NewFile {
     NewFile {
@@ -33,10 +22,6 @@ fn file(name: &str) -> NewFile {
         announce_as: None,
         footer: None,
     }
-}
-
-fn step(app_id: &str, after: Option<i64>, version: i64) -> Transaction {
-    Transaction::new(app_id, after, version)
 }
 
 /// A replayed commit changes nothing; one whose `after` another writer moved
@@ -198,56 +183,6 @@ async fn what_sluice_cannot_write_is_refused_by_name() {
         .await
         .unwrap_err();
     assert!(matches!(error, TableError::Partitioned { .. }), "{error}");
-}
-
-/// A Parquet file of `batch` under the table's data directory, with the
-/// table's field ids, as a stream would store it.
-fn parquet_file(
-    root: &std::path::Path,
-    name: &str,
-    schema: &sluice_iceberg::schema::Schema,
-    with_ids: bool,
-    batch: Vec<(&str, ArrayRef)>,
-) -> NewFile {
-    let mut arrow = schema.to_arrow();
-    if !with_ids {
-        arrow = ArrowSchema::new(
-            arrow
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_metadata(Default::default()))
-                .collect::<Vec<_>>(),
-        );
-    }
-    let arrow = Arc::new(arrow);
-    let columns: Vec<ArrayRef> = arrow
-        .fields()
-        .iter()
-        .map(|f| {
-            batch
-                .iter()
-                .find(|(n, _)| *n == f.name())
-                .map(|(_, a)| a.clone())
-                .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), batch[0].1.len()))
-        })
-        .collect();
-    let records = columns[0].len() as u64;
-    let batch = RecordBatch::try_new(arrow.clone(), columns).unwrap();
-    let mut out = Vec::new();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, arrow, None).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let key = format!("events/data/{name}.parquet");
-    let path = root.join(&key);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, &out).unwrap();
-    NewFile {
-        key,
-        size: out.len() as u64,
-        records,
-        announce_as: None,
-        footer: None,
-    }
 }
 
 /// pyiceberg and DuckDB read a table sluice made, appended to and expired
@@ -532,24 +467,6 @@ async fn manifests_are_merged_and_readers_read_every_row() {
     for reader in ["pyiceberg", "duckdb"] {
         assert_eq!(read[reader]["rows"], COMMITS, "{reader}: {read}");
         assert_eq!(read[reader]["distinct"], COMMITS, "{reader}: {read}");
-    }
-}
-
-/// The Python readers (scripts/test.sh installs them), or None when the
-/// test may go without them.
-fn readers() -> Option<(String, String)> {
-    match (
-        std::env::var("SLUICE_TEST_CLIENTS"),
-        std::env::var("SLUICE_TEST_PYTHON"),
-    ) {
-        (Ok(clients), Ok(python)) => Some((clients, python)),
-        _ => {
-            assert!(
-                std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() != Ok("1"),
-                "the Python readers are not installed (SLUICE_TEST_CLIENTS, SLUICE_TEST_PYTHON)"
-            );
-            None
-        }
     }
 }
 

@@ -59,6 +59,24 @@ pub fn cursor_past(prefix: &str, after: Option<&str>) -> String {
 }
 
 /// S3's limits, which every backend enforces so that what works locally works on S3.
+/// Every object whose key starts with `prefix`, in key order, page after
+/// page (for listings a caller holds whole anyway: a table's files).
+pub async fn list_all(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<Vec<ObjectSummary>, StoreError> {
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list_objects(prefix, cursor.as_deref(), 1000).await?;
+        listed.extend(page.objects);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(listed),
+        }
+    }
+}
+
 pub mod limits {
     /// Smallest part other than the last: 5 MiB.
     pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;

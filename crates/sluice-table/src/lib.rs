@@ -3,9 +3,12 @@
 //! adds ([`NewFile`]), application transactions that make a commit exactly
 //! once ([`Transaction`], [`Committed`]), a stream's table layout from its
 //! key template ([`TableLayout`]: the root and the Hive-style partition
-//! directories), and who hears of a commit's files ([`listener`]).
+//! directories), who hears of a commit's files ([`listener`]), and rows rewritten under
+//! one schema ([`rewrite`], for checkpoints and compaction).
 
 pub mod listener;
+pub mod rewrite;
+pub mod upkeep;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -432,3 +432,100 @@ pub fn keyed_input_loads_once_across_a_sigkill_and_a_death_after_its_commit(
     assert_eq!(summary["records"], 0, "{summary}");
     RECORDS
 }
+
+/// `sluice tables compact` and `vacuum` (and the janitor's vacuum) on a
+/// FORMAT table twenty ingests made, as twenty one-second flushes would,
+/// with an orphan (a file a writer stored and never committed) planted a day
+/// ago: the small files become one, the orphan goes and nothing else does.
+/// Then the format's own step `history` (ARGS, what it says, the Parquet
+/// files after it), one more writer, and `count` (each reader's count of
+/// `id`s) finds every row once. Refused: a vacuum that could delete what a
+/// writer is committing, and the other format's step `refused` (ARGS, what
+/// the refusal says).
+pub fn upkeep_keeps_every_row(
+    store: &std::path::Path,
+    format: &str,
+    history: (&[&str], &str, usize),
+    refused: (&[&str], &str),
+    count: &dyn Fn() -> Vec<(&'static str, serde_json::Value)>,
+) {
+    let table = store.join("t");
+    for run in 0..20u64 {
+        let input: String = (0..500)
+            .map(|n| format!("{{\"id\":{},\"run\":{run}}}\n", run * 500 + n))
+            .collect();
+        ingest_into_table(store, format, &input);
+    }
+    // Data files (not a Delta checkpoint).
+    let parquet_files = || {
+        walk(&table)
+            .into_iter()
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "parquet")
+                    && !p.to_string_lossy().contains("_delta_log")
+            })
+            .count()
+    };
+    assert_eq!(parquet_files(), 20);
+    let orphan = table.join("orphan.parquet");
+    let plant_orphan = || {
+        std::fs::write(&orphan, b"PAR1 not committed").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&orphan)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(86_400))
+            .unwrap();
+    };
+    plant_orphan();
+    let said = tables(store, &["compact", "t", "--min-files", "4"]);
+    assert!(said.contains("20 files rewritten as 1"), "{said}");
+    let said = tables(store, &["vacuum", "t", "--retain", "1h"]);
+    // The orphan goes; the compacted-away files stay for readers of older
+    // versions until they are older than the retention.
+    assert!(said.contains("deleted 1 files"), "{said}");
+    assert!(!orphan.exists());
+    assert_eq!(parquet_files(), 21);
+    // The janitor does the same for the tables it is given.
+    plant_orphan();
+    let janitor = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["janitor", "--store"])
+        .arg(store)
+        .args(["--table", "t"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&janitor.stdout);
+    assert!(
+        janitor.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&janitor.stderr)
+    );
+    assert!(said.contains("table t: deleted 1 files"), "{said}");
+    assert!(!orphan.exists());
+    assert_eq!(parquet_files(), 21);
+    let (args, says, files) = history;
+    let said = tables(store, args);
+    assert!(said.contains(says), "{said}");
+    assert_eq!(parquet_files(), files);
+    // A writer after it, then the readers.
+    ingest_into_table(store, format, "{\"id\":10000,\"run\":20}\n");
+    for (reader, read) in count() {
+        assert_eq!(read["rows"], 10_001, "{reader}: {read}");
+        assert_eq!(read["distinct"], 10_001, "{reader}: {read}");
+    }
+    let refusals: [(&[&str], &str); 2] = [
+        (&["vacuum", "t", "--retain", "10m"], "at least 1h"),
+        refused,
+    ];
+    for (args, says) in refusals {
+        let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["tables", args[0], "--store"])
+            .arg(store)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

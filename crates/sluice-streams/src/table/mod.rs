@@ -24,6 +24,8 @@ pub mod stream_table;
 /// of its own, seen here under its old path.
 pub use sluice_delta as delta;
 pub use sluice_delta::PARQUET_CONTENT_TYPE;
+/// The Iceberg table (metadata, manifests, commits, catalog and upkeep).
+pub use sluice_iceberg as iceberg;
 
 /// A fault for tests: with `SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS=N`, the
 /// process ends at once (exit status 137, as SIGKILL's; nothing flushed, the
