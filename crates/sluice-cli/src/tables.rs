@@ -55,9 +55,10 @@ pub async fn run(command: TablesCommand) -> anyhow::Result<()> {
                 min_files: args.min_files,
             };
             let report = match table {
-                Table::Delta(table) => table.compact(options).await?,
-                Table::Iceberg(table) => table.compact(options).await?,
-            };
+                Table::Delta(table) => table.compact(options).await.map_err(anyhow::Error::from),
+                Table::Iceberg(table) => table.compact(options).await.map_err(Into::into),
+            }
+            .with_context(|| format!("compacting {place}"))?;
             print_compaction(&place, &report);
         }
         TablesCommand::Vacuum(args) => {

@@ -61,27 +61,40 @@ impl IcebergTable {
             .collect();
         let mut removed = HashSet::new();
         let mut added = Vec::new();
-        let result = async {
+        let rewritten = async {
             for bin in sluice_table::upkeep::pack(small, |f| f.size as u64, &options) {
                 if let Some((file, rewritten)) = self.rewrite(&bin, &columns).await? {
                     added.push(file);
                     removed.extend(rewritten);
                 }
             }
-            self.commit(Change::Rewrite {
-                removed: &removed,
-                added: &added,
-            })
-            .await
+            Ok::<_, TableError>(())
         }
         .await;
+        let committing = rewritten.is_ok();
+        let result = match rewritten {
+            Ok(()) => {
+                self.commit(Change::Rewrite {
+                    removed: &removed,
+                    added: &added,
+                })
+                .await
+            }
+            Err(error) => Err(error),
+        };
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
-                // What it wrote is nobody's.
-                for file in &added {
-                    if let Ok(key) = self.key_of(&file.path) {
-                        let _ = self.store.delete_object(&key).await;
+                // What it wrote is nobody's when no commit was made or the
+                // commit was refused (each attempt that could have landed is
+                // read back before a refusal); after a store error, a
+                // version may hold them: orphan-file removal takes them if
+                // none does.
+                if !committing || !matches!(error, TableError::Store { .. }) {
+                    for file in &added {
+                        if let Ok(key) = self.key_of(&file.path) {
+                            let _ = self.store.delete_object(&key).await;
+                        }
                     }
                 }
                 return Err(error);
@@ -188,11 +201,49 @@ impl IcebergTable {
     /// is nothing to do.
     pub(crate) async fn rewritten(
         &self,
-        mut metadata: TableMetadata,
+        metadata: TableMetadata,
         removed: &HashSet<String>,
         added: &[DataFile],
         version: u64,
     ) -> Result<Option<(TableMetadata, Vec<String>)>, TableError> {
+        let mut written = Vec::new();
+        match self
+            .rewritten_into(metadata, removed, added, version, &mut written)
+            .await
+        {
+            Ok(next) => Ok(next.map(|next| (next, written))),
+            Err(error) => {
+                self.forget(&written).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// [`IcebergTable::rewritten`], the keys it stores pushed to `written`.
+    async fn rewritten_into(
+        &self,
+        mut metadata: TableMetadata,
+        removed: &HashSet<String>,
+        added: &[DataFile],
+        version: u64,
+        written: &mut Vec<String>,
+    ) -> Result<Option<TableMetadata>, TableError> {
+        // Its files are still there (a compaction that took longer than
+        // orphan-file removal's retention could have lost them).
+        for file in added {
+            let key = self.key_of(&file.path)?;
+            if let Err(error) = self.store.head_object(&key).await {
+                return Err(match error.is_not_found() {
+                    true => TableError::Upkeep {
+                        root: self.layout.location.clone(),
+                        reason: format!(
+                            "the file compaction wrote, {key}, is gone; nothing was changed"
+                        ),
+                    },
+                    false => self.store_error(error),
+                });
+            }
+        }
         let Some(parent) = metadata.current_snapshot().cloned() else {
             return match removed.is_empty() {
                 true => Ok(None),
@@ -219,14 +270,14 @@ impl IcebergTable {
             snapshot_id,
         };
         let mut list = Vec::new();
-        let mut written = Vec::new();
         let mut totals = Totals::default();
         let mut found = 0;
         for ((spec_id, _), mut group) in groups {
             let holds_removed = || {
                 group.iter().any(|(_, bytes)| {
+                    // One that does not read is merged, and says so there.
                     manifest::read_manifest_paths(bytes)
-                        .is_ok_and(|paths| paths.iter().any(|p| removed.contains(p)))
+                        .map_or(true, |paths| paths.iter().any(|p| removed.contains(p)))
                 })
             };
             if group.len() < 2 && !holds_removed() {
@@ -266,8 +317,7 @@ impl IcebergTable {
             });
         }
         if found != removed.len() {
-            self.forget(&written).await;
-            return Err(self.gone(removed.len() - found));
+            return Err(self.gone(removed.len().abs_diff(found)));
         }
         if written.is_empty() && added.is_empty() {
             return Ok(None);
@@ -279,10 +329,9 @@ impl IcebergTable {
             let name = format!("{}-m0.avro", uuid::Uuid::new_v4());
             let key = format!("{}{name}", self.metadata_prefix);
             let length = bytes.len() as i64;
-            if let Err(error) = self.put(&key, bytes, false).await {
-                self.forget(&written).await;
-                return Err(self.store_error(error));
-            }
+            self.put(&key, bytes, false)
+                .await
+                .map_err(|e| self.store_error(e))?;
             written.push(key);
             totals.added_files = added.len() as i64;
             totals.added_rows = added.iter().map(|f| f.records).sum();
@@ -317,10 +366,9 @@ impl IcebergTable {
         .map_err(|e| self.malformed("a new manifest list", e))?;
         let name = format!("snap-{snapshot_id}-1-{}.avro", uuid::Uuid::new_v4());
         let key = format!("{}{name}", self.metadata_prefix);
-        if let Err(error) = self.put(&key, bytes, false).await {
-            self.forget(&written).await;
-            return Err(self.store_error(error));
-        }
+        self.put(&key, bytes, false)
+            .await
+            .map_err(|e| self.store_error(e))?;
         written.push(key);
         let mut summary = crate::summary("replace", Some(&parent), totals);
         // The writers' transactions, as they were: the snapshot is sluice's
@@ -345,7 +393,7 @@ impl IcebergTable {
             other: Default::default(),
         };
         self.push_snapshot(&mut metadata, snapshot, version);
-        Ok(Some((metadata, written)))
+        Ok(Some(metadata))
     }
 
     fn gone(&self, files: usize) -> TableError {

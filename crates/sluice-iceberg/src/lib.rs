@@ -1232,33 +1232,30 @@ pub(crate) fn summary(
     parent: Option<&Snapshot>,
     totals: Totals,
 ) -> BTreeMap<String, String> {
-    let total = |key: &str| -> i64 {
-        parent
-            .and_then(|p| p.summary.get(key))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+    // A total the parent does not give is left out (unknown), as Iceberg's
+    // own writers leave it; a first snapshot's start at zero.
+    let total = |key: &str| -> Option<i64> {
+        match parent {
+            Some(p) => p.summary.get(key).and_then(|v| v.parse().ok()),
+            None => Some(0),
+        }
     };
-    let mut summary = BTreeMap::from([
-        ("operation".to_owned(), operation.to_owned()),
+    let mut summary = BTreeMap::from([("operation".to_owned(), operation.to_owned())]);
+    let moved = [
         (
-            "total-data-files".to_owned(),
-            (total("total-data-files") + totals.added_files - totals.deleted_files).to_string(),
+            "total-data-files",
+            totals.added_files - totals.deleted_files,
         ),
-        (
-            "total-records".to_owned(),
-            (total("total-records") + totals.added_rows - totals.deleted_rows).to_string(),
-        ),
-        (
-            "total-files-size".to_owned(),
-            (total("total-files-size") + totals.added_size - totals.deleted_size).to_string(),
-        ),
-    ]);
-    for key in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ] {
-        summary.insert(key.to_owned(), total(key).to_string());
+        ("total-records", totals.added_rows - totals.deleted_rows),
+        ("total-files-size", totals.added_size - totals.deleted_size),
+        ("total-delete-files", 0),
+        ("total-position-deletes", 0),
+        ("total-equality-deletes", 0),
+    ];
+    for (key, by) in moved {
+        if let Some(total) = total(key) {
+            summary.insert(key.to_owned(), (total + by).to_string());
+        }
     }
     let counts = [
         ("added-data-files", totals.added_files),

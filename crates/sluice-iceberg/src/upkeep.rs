@@ -224,7 +224,7 @@ impl IcebergTable {
 }
 
 impl IcebergTable {
-    /// Deletes the data files (`*.parquet`) and manifests (`metadata/*.avro`)
+    /// Deletes the data files (`*.parquet` outside `metadata/`) and manifests (`metadata/*.avro`)
     /// under the table's root that no snapshot of the latest metadata reads
     /// and that are older than `retain` (nothing in a dry run). Metadata
     /// versions, the version hint and hidden files (`_`, `.`) are never
@@ -272,11 +272,15 @@ impl IcebergTable {
         let cutoff = std::time::SystemTime::now() - retain;
         for object in listed {
             let rest = &object.key[root.len()..];
+            // Data files, and manifests and lists; not statistics files
+            // (`metadata/*.parquet`, `*.puffin`), which the metadata names
+            // apart from the snapshots.
+            let in_metadata = rest.starts_with("metadata/");
             let candidate = !rest
                 .split('/')
                 .any(|s| s.starts_with('_') || s.starts_with('.'))
-                && (rest.ends_with(".parquet")
-                    || rest.starts_with("metadata/") && rest.ends_with(".avro"));
+                && (!in_metadata && rest.ends_with(".parquet")
+                    || in_metadata && rest.ends_with(".avro"));
             if !candidate {
                 report.not_data += usize::from(!rest.starts_with("metadata/"));
             } else if referenced.contains(&object.key) {

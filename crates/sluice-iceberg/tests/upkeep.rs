@@ -206,11 +206,21 @@ async fn compaction_rewrites_small_files_and_readers_read_every_row() {
     assert_eq!(report.version, None, "{report:?}");
 }
 
-/// A compaction held up after planning (its new file's write delayed) while
-/// another writer commits: an append that lands first is kept (the
-/// compaction's commit is made again on top of it); a compaction that
-/// removed the same files first wins, and the late one is refused by name,
-/// its file deleted.
+/// Where a compaction is held up while another writer commits.
+#[derive(Debug, Clone, Copy)]
+enum Hold {
+    /// After planning: its new file's write is delayed.
+    Planning,
+    /// At its commit: its manifests stored, the write of its metadata
+    /// version delayed; the version is taken meanwhile, and the compaction
+    /// is made again on the table as it is then.
+    Committing,
+}
+
+/// A compaction held up while another writer commits: an append that lands
+/// first is kept (the compaction's commit is made on top of it); a
+/// compaction that removed the same files first wins, and the late one is
+/// refused by name, its file deleted.
 #[tokio::test]
 async fn compaction_beside_other_writers_loses_nothing() {
     type Meanwhile = for<'a> fn(
@@ -229,25 +239,72 @@ async fn compaction_beside_other_writers_loses_nothing() {
             assert_eq!(report.removed, 4, "{report:?}");
         })
     };
-    // (case, what the other writer does, whether the held compaction wins,
-    // rows after, data files after)
-    let cases: [(&str, Meanwhile, bool, i64, usize); 2] = [
-        ("an append lands first", append, true, 5, 2),
-        ("another compaction lands first", compact, false, 4, 1),
+    // (case, where it is held, what the other writer does, whether the held
+    // compaction wins, rows after, data files after)
+    let cases: [(&str, Hold, Meanwhile, bool, i64, usize); 4] = [
+        (
+            "an append while planning",
+            Hold::Planning,
+            append,
+            true,
+            5,
+            2,
+        ),
+        (
+            "a compaction while planning",
+            Hold::Planning,
+            compact,
+            false,
+            4,
+            1,
+        ),
+        (
+            "an append while committing",
+            Hold::Committing,
+            append,
+            true,
+            5,
+            2,
+        ),
+        (
+            "a compaction while committing",
+            Hold::Committing,
+            compact,
+            false,
+            4,
+            1,
+        ),
     ];
-    for (case, meanwhile, wins, rows, files) in cases {
+    for (case, hold, meanwhile, wins, rows, files) in cases {
         let scratch = Scratch::new("iceberg-compact-race");
         let other = scratch.table(scratch.store.clone());
         for id in 0..4 {
             scratch.append_row(&other, id, false, false).await;
         }
         let faulty = FaultyStore::new(scratch.store.clone());
+        // Four appends on the version that made the table: v5 is the latest.
+        let held_at = match hold {
+            Hold::Planning => "events/data/compacted-",
+            Hold::Committing => "events/metadata/v6.metadata.json",
+        };
         faulty.inject_under(
             Op::Put,
-            "events/data/compacted-",
+            held_at,
             Some(1),
             Fault::Delay(Duration::from_secs(5)),
         );
+        let lists = || {
+            std::fs::read_dir(scratch.root.join("events/metadata"))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("snap-")
+                })
+                .count()
+        };
         let held = scratch.table(Arc::new(faulty.clone()));
         let compaction = async {
             let result = held.compact(SMALL).await;
@@ -255,8 +312,16 @@ async fn compaction_beside_other_writers_loses_nothing() {
             (result, version)
         };
         let other_writer = async {
-            // Once the held compaction has planned and is storing its file.
-            while faulty.attempts(Op::Put, None) == 0 {
+            // Once the held compaction is where it is held.
+            loop {
+                let there = match hold {
+                    Hold::Planning => faulty.attempts(Op::Put, None) > 0,
+                    // Its manifest list is stored just before its version.
+                    Hold::Committing => lists() > 4,
+                };
+                if there {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             meanwhile(&scratch, &other).await;
@@ -283,8 +348,55 @@ async fn compaction_beside_other_writers_loses_nothing() {
         // read (until they expire): the loser's file is gone.
         assert_eq!(scratch.stored_data_files().len(), files + 4, "{case}");
         assert_eq!(manifests(&other).await.1, rows, "{case}");
+        // No manifest of a lost attempt is left: after an expiry of every
+        // older snapshot, orphan-file removal finds nothing.
+        other.expire_snapshots(Duration::ZERO, 1).await.unwrap();
+        let orphans = other.remove_orphans(Duration::ZERO, true).await.unwrap();
+        assert_eq!(orphans.deleted, Vec::<String>::new(), "{case}");
         readers_count(&scratch, &other, rows).await;
     }
+}
+
+/// A compaction whose commit's end it cannot tell (its version written,
+/// the answer lost, the version unreadable when read back) fails, and
+/// deletes nothing it wrote: the version holds its file, and the table
+/// reads whole.
+#[tokio::test]
+async fn a_compaction_whose_commit_is_unknown_keeps_its_file() {
+    let scratch = Scratch::new("iceberg-compact-unknown");
+    let other = scratch.table(scratch.store.clone());
+    for id in 0..4 {
+        scratch.append_row(&other, id, false, false).await;
+    }
+    let faulty = FaultyStore::new(scratch.store.clone());
+    faulty.inject_under(
+        Op::Put,
+        "events/metadata/v6.metadata.json",
+        Some(1),
+        Fault::AnswerLost,
+    );
+    faulty.inject_under(
+        Op::Get,
+        "events/metadata/v6.metadata.json",
+        Some(1),
+        Fault::Denied,
+    );
+    let held = scratch.table(Arc::new(faulty));
+    let failed = held.compact(SMALL).await;
+    assert!(
+        matches!(failed, Err(TableError::Store { .. })),
+        "{failed:?}"
+    );
+    let (version, _) = other.load().await.unwrap().unwrap();
+    assert_eq!(version, 6, "the compaction's version");
+    let live = table_files(&other).await;
+    assert_eq!(live.len(), 1, "{live:?}");
+    let key = live[0].strip_prefix("file://").unwrap();
+    assert!(
+        std::path::Path::new(key).exists(),
+        "the committed file was deleted"
+    );
+    readers_count(&scratch, &other, 4).await;
 }
 
 async fn table_files(table: &IcebergTable) -> Vec<String> {
@@ -315,6 +427,9 @@ async fn orphan_files_go_and_the_table_reads_the_same() {
     }
     write("events/data/_notes.parquet");
     write("events/metadata/v99.json");
+    // Statistics another engine wrote, named by the metadata apart from
+    // the snapshots.
+    write("events/metadata/partition-stats-1.parquet");
     let young = table
         .remove_orphans(Duration::from_secs(3600), false)
         .await
@@ -338,6 +453,7 @@ async fn orphan_files_go_and_the_table_reads_the_same() {
     for key in [
         "events/data/_notes.parquet",
         "events/metadata/v99.json",
+        "events/metadata/partition-stats-1.parquet",
         "events/metadata/v1.metadata.json",
         "events/metadata/version-hint.text",
     ] {
@@ -416,6 +532,14 @@ async fn an_hour_of_commits_every_second_stays_small_and_whole() {
     }
     let (count, rows) = manifests(&table).await;
     assert_eq!(rows, COMMITS);
+    // Expiry ran: 15 minutes of snapshots and what the last 100 versions
+    // made, compactions included.
+    let (_, metadata) = table.load().await.unwrap().unwrap();
+    assert!(
+        metadata.snapshots.len() <= 1_100,
+        "{} snapshots",
+        metadata.snapshots.len()
+    );
     assert!(count <= 100, "{count} manifests");
     assert!(most_manifests <= 100, "{most_manifests} manifests at most");
     assert!(

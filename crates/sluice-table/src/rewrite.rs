@@ -99,6 +99,16 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
             .map_err(|e| e.to_string())?;
         for batch in reader {
             let batch = batch.map_err(|e| e.to_string())?;
+            // JSON has no NaN or infinity: arrow-json writes them as null.
+            for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+                if non_finite(column.as_ref()) {
+                    return Err(format!(
+                        "column {} holds NaN or an infinity, which this rewrite would make null; \
+                         the files are left as they are",
+                        field.name()
+                    ));
+                }
+            }
             let lines = to_lines(&batch)?;
             records += decode_into(&mut writer, &schema, &lines, batch.num_rows())?;
         }
@@ -109,4 +119,90 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
         records,
         footer,
     })
+}
+
+/// Whether `array` (or a field, element or value nested in it) holds a
+/// floating-point NaN or infinity.
+fn non_finite(array: &dyn arrow_array::Array) -> bool {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float16Type, Float32Type, Float64Type};
+    use arrow_schema::DataType;
+    match array.data_type() {
+        DataType::Float16 => array
+            .as_primitive::<Float16Type>()
+            .iter()
+            .flatten()
+            .any(|v| !v.is_finite()),
+        DataType::Float32 => array
+            .as_primitive::<Float32Type>()
+            .iter()
+            .flatten()
+            .any(|v| !v.is_finite()),
+        DataType::Float64 => array
+            .as_primitive::<Float64Type>()
+            .iter()
+            .flatten()
+            .any(|v| !v.is_finite()),
+        DataType::Struct(_) => array
+            .as_struct()
+            .columns()
+            .iter()
+            .any(|c| non_finite(c.as_ref())),
+        DataType::List(_) => non_finite(array.as_list::<i32>().values().as_ref()),
+        DataType::LargeList(_) => non_finite(array.as_list::<i64>().values().as_ref()),
+        DataType::Map(_, _) => non_finite(array.as_map().entries()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, Float64Array, Int64Array};
+    use arrow_schema::{DataType, Field};
+
+    fn file(values: Vec<Option<f64>>) -> Bytes {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("x", DataType::Float64, true),
+        ]));
+        let ids: Vec<i64> = (0..values.len() as i64).collect();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(ids)) as ArrayRef,
+                Arc::new(Float64Array::from(values)) as ArrayRef,
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        Bytes::from(out)
+    }
+
+    /// (case, values of the second file, rows merged or the refusal)
+    #[test]
+    fn files_merge_whole_or_not_at_all() {
+        type Case = (&'static str, Vec<Option<f64>>, Result<u64, &'static str>);
+        let cases: Vec<Case> = vec![
+            ("finite values and nulls", vec![Some(1.5), None], Ok(4)),
+            ("a NaN", vec![Some(f64::NAN)], Err("column x holds NaN")),
+            (
+                "an infinity",
+                vec![None, Some(f64::INFINITY)],
+                Err("column x holds NaN"),
+            ),
+        ];
+        for (case, values, want) in cases {
+            let got = merge_parquet(vec![file(vec![Some(0.25), Some(-2.0)]), file(values)], None)
+                .map(|m| m.records);
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{case}"),
+                (Err(got), Err(want)) => assert!(got.contains(want), "{case}: {got}"),
+                (got, want) => panic!("{case}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
 }
