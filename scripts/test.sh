@@ -50,6 +50,13 @@ if [ ! -x target/test-clients/venv/bin/python ]; then
 fi
 target/test-clients/venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/clients/requirements.txt
 export SLUICE_TEST_CLIENTS="$PWD/tests/clients" SLUICE_TEST_PYTHON="$PWD/target/test-clients/venv/bin/python"
+# Spark for Iceberg in a venv of its own: Iceberg's Spark runtime is built
+# for Spark 4.1 (none for 4.2, which delta-spark 4.4 above wants).
+if [ ! -x target/test-clients/spark-iceberg/bin/python ]; then
+  python3 -m venv target/test-clients/spark-iceberg
+fi
+target/test-clients/spark-iceberg/bin/python -m pip install --quiet --disable-pip-version-check -r tests/clients/requirements-spark-iceberg.txt
+export SLUICE_TEST_SPARK_ICEBERG_PYTHON="$PWD/target/test-clients/spark-iceberg/bin/python"
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

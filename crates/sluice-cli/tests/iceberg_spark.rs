@@ -1,0 +1,188 @@
+//! Apache Spark with Apache Iceberg (pyspark 4.1, iceberg-spark-runtime
+//! 4.1_2.13 1.12.0, local[2], Iceberg's Hadoop catalog on a local directory)
+//! and sluice on one table, taking turns: Spark reads what sluice wrote and
+//! appends; sluice appends on top with a new column; Spark compacts with its
+//! own `rewrite_data_files`; sluice appends and compacts Spark's files; and
+//! Spark, pyiceberg and DuckDB agree on every row at each step.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::tables::{fed, read_iceberg, tables};
+
+/// How long one Spark command may take on a loaded 2-core machine (the
+/// first resolves the runtime's jar through ivy).
+const COMMAND_TIME: Duration = Duration::from_secs(300);
+
+/// The Spark session (tests/clients/spark_iceberg.py).
+struct Spark {
+    child: Child,
+    input: ChildStdin,
+    answers: Receiver<String>,
+}
+
+impl Spark {
+    fn start(python: &str, clients: &str, warehouse: &std::path::Path) -> Spark {
+        let mut child = Command::new(python)
+            .arg(format!("{clients}/spark_iceberg.py"))
+            .arg(warehouse)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python runs");
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        let (send, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in output.lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut spark = Spark {
+            child,
+            input,
+            answers,
+        };
+        let ready = spark.answer();
+        assert_eq!(ready["ok"], true, "Spark did not start: {ready}");
+        spark
+    }
+
+    fn answer(&mut self) -> Value {
+        let line = self
+            .answers
+            .recv_timeout(COMMAND_TIME)
+            .expect("Spark answers within its time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    fn call(&mut self, command: Value) -> Value {
+        writeln!(self.input, "{command}").unwrap();
+        self.input.flush().unwrap();
+        let answer = self.answer();
+        assert_eq!(answer["ok"], true, "{command}: {answer}");
+        answer
+    }
+
+    fn sql(&mut self, sql: &str) {
+        self.call(json!({"op": "sql", "sql": sql}));
+    }
+
+    fn read(&mut self) -> Value {
+        self.call(json!({"op": "read", "table": "ns.t", "key": "id"}))
+    }
+}
+
+impl Drop for Spark {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sluice ingest` of the rows `ids` into the Iceberg table `ns/t` of the
+/// directory store `store` (with column `extra` when `extra`).
+fn sluice_appends(store: &std::path::Path, ids: std::ops::Range<u64>, extra: bool) {
+    let input: String = ids
+        .map(|id| match extra {
+            true => format!(
+                "{{\"id\":{id},\"name\":\"sluice {id}\",\"extra\":{}}}\n",
+                id % 2 == 0
+            ),
+            false => format!("{{\"id\":{id},\"name\":\"sluice {id}\"}}\n"),
+        })
+        .collect();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["ingest", "--stream", "t", "--table", "iceberg", "--json"])
+        .args([
+            "--table-location",
+            "ns/t",
+            "--key-template",
+            "ns/t/data/{uuid}",
+        ])
+        .arg("--store")
+        .arg(store);
+    let output = fed(&mut command, input.as_bytes());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Spark, pyiceberg and DuckDB each count `rows` rows, ids 0 up to `max`
+/// once each.
+fn all_read(
+    spark: &mut Spark,
+    readers: &(String, String),
+    table: &std::path::Path,
+    rows: u64,
+    max: u64,
+) {
+    let by_spark = spark.read();
+    let read = read_iceberg(readers, table, "id", true);
+    for (reader, got) in [
+        ("spark", &by_spark),
+        ("pyiceberg", &read["pyiceberg"]),
+        ("duckdb", &read["duckdb"]),
+    ] {
+        assert_eq!(got["rows"], rows, "{reader}: {got}");
+        assert_eq!(got["distinct"], rows, "{reader}: {got}");
+        assert_eq!(got["max"], max, "{reader}: {got}");
+    }
+}
+
+#[test]
+fn spark_and_sluice_take_turns_on_one_iceberg_table() {
+    let Some(readers) = common::python_readers("iceberg-spark") else {
+        return;
+    };
+    let Ok(spark_python) = std::env::var("SLUICE_TEST_SPARK_ICEBERG_PYTHON") else {
+        assert!(
+            std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() != Ok("1"),
+            "pyspark 4.1 for Iceberg is not installed (SLUICE_TEST_SPARK_ICEBERG_PYTHON; scripts/test.sh installs it)"
+        );
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("ns/t");
+    // 1. sluice makes the table; Spark reads it and appends.
+    sluice_appends(store.path(), 0..1000, false);
+    let mut spark = Spark::start(&spark_python, &readers.0, store.path());
+    all_read(&mut spark, &readers, &table, 1000, 999);
+    spark.sql(
+        "INSERT INTO local.ns.t (id, name) \
+         SELECT id + 1000, concat('spark ', id) FROM range(500)",
+    );
+    all_read(&mut spark, &readers, &table, 1500, 1499);
+    // 2. sluice appends on top of Spark's snapshot, with a new column.
+    sluice_appends(store.path(), 1500..2000, true);
+    all_read(&mut spark, &readers, &table, 2000, 1999);
+    let columns = spark.read()["columns"].clone();
+    assert_eq!(columns, json!(["id", "name", "extra"]));
+    // 3. Spark compacts (its own replace snapshot); sluice appends on top,
+    //    then compacts Spark's files with its own.
+    spark.sql(
+        "CALL local.system.rewrite_data_files(table => 'ns.t', \
+         options => map('min-input-files', '2'))",
+    );
+    all_read(&mut spark, &readers, &table, 2000, 1999);
+    sluice_appends(store.path(), 2000..2500, true);
+    let said = tables(store.path(), &["compact", "ns/t", "--min-files", "2"]);
+    assert!(said.contains("files rewritten as 1"), "{said}");
+    all_read(&mut spark, &readers, &table, 2500, 2499);
+    // 4. Spark appends once more, after sluice's compaction.
+    spark.sql("INSERT INTO local.ns.t VALUES (2500, 'spark last', true)");
+    all_read(&mut spark, &readers, &table, 2501, 2500);
+}
