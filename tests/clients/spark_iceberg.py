@@ -8,7 +8,9 @@ directory WAREHOUSE/ns/t, its versions metadata/vN.metadata.json, the layout
 sluice writes.
 
 Commands:
-  {"op": "sql", "sql": "..."}                runs a statement; {"ok": true}
+  {"op": "sql", "sql": "..."}                runs a statement; {"ok": true,
+                                              "first": the first row's first
+                                              value, if any}
   {"op": "read", "table": "ns.t",            reads the table: {"ok", "rows",
    "key": COL}                                "distinct", "min", "max",
                                               "columns", "snapshots"}
@@ -71,8 +73,8 @@ for line in sys.stdin:
     try:
         command = json.loads(line)
         if command["op"] == "sql":
-            spark.sql(command["sql"]).collect()
-            answer = {}
+            rows = spark.sql(command["sql"]).collect()
+            answer = {"first": rows[0][0] if rows and len(rows[0]) else None}
         elif command["op"] == "read":
             answer = read(command)
         else:

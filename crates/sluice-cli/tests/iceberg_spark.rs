@@ -74,8 +74,8 @@ impl Spark {
         answer
     }
 
-    fn sql(&mut self, sql: &str) {
-        self.call(json!({"op": "sql", "sql": sql}));
+    fn sql(&mut self, sql: &str) -> Value {
+        self.call(json!({"op": "sql", "sql": sql}))["first"].clone()
     }
 
     fn read(&mut self) -> Value {
@@ -185,4 +185,50 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
     // 4. Spark appends once more, after sluice's compaction.
     spark.sql("INSERT INTO local.ns.t VALUES (2500, 'spark last', true)");
     all_read(&mut spark, &readers, &table, 2501, 2500);
+
+    // 5. A table sluice partitions by its key template's directories:
+    //    Spark prunes by the partition tuples sluice wrote, appends into a
+    //    partition, and sluice appends after it.
+    let partitioned = |ids: std::ops::Range<u64>| {
+        let input: String = ids
+            .map(|id| {
+                let tenant = ["north", "south"][(id % 2) as usize];
+                format!("{{\"id\":{id},\"tenant\":\"{tenant}\"}}\n")
+            })
+            .collect();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(["ingest", "--stream", "p", "--table", "iceberg", "--json"])
+            .args(["--table-location", "ns/p"])
+            .args(["--key-template", "ns/p/data/tenant={field:tenant}/{uuid}"])
+            .arg("--store")
+            .arg(store.path());
+        let output = fed(&mut command, input.as_bytes());
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    partitioned(0..1000);
+    // Spark's catalog caches a table's metadata: refreshed to see sluice's
+    // commits.
+    let count = |spark: &mut Spark, filter: &str| {
+        spark.sql("REFRESH TABLE local.ns.p");
+        spark.sql(&format!("SELECT count(*) FROM local.ns.p {filter}"))
+    };
+    assert_eq!(count(&mut spark, "WHERE tenant = 'north'"), 500);
+    // Only the north partition's files are read for it.
+    let files = spark.sql("SELECT count(*) FROM local.ns.p.files WHERE partition.tenant = 'north'");
+    assert_eq!(files, 1);
+    spark.sql("INSERT INTO local.ns.p VALUES (1000, 'north'), (1001, 'west')");
+    partitioned(1002..1100);
+    assert_eq!(count(&mut spark, ""), 1100);
+    assert_eq!(count(&mut spark, "WHERE tenant = 'north'"), 550);
+    assert_eq!(count(&mut spark, "WHERE tenant = 'west'"), 1);
+    let read = read_iceberg(&readers, &store.path().join("ns/p"), "id", true);
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], 1100, "{reader}: {read}");
+        assert_eq!(read[reader]["distinct"], 1100, "{reader}: {read}");
+    }
 }

@@ -120,7 +120,8 @@ fn keyed_standard_input_loads_into_iceberg_once_across_a_sigkill_and_a_death_aft
 }
 
 /// A stream refuses, naming why, an Iceberg table it must not append to:
-/// partition directories (not written yet), a required column of a type
+/// a partition directory that names no record field (a time transform), a
+/// table partitioned otherwise than its key template, a required column of a type
 /// sluice does not write, and a declared type the table holds otherwise.
 #[test]
 fn iceberg_tables_sluice_must_not_append_to_are_refused_by_name() {
@@ -138,10 +139,7 @@ fn iceberg_tables_sluice_must_not_append_to_are_refused_by_name() {
     let partitioned = ingest(&["--key-template", "{stream}/day={yyyy}-{mm}-{dd}/{uuid}"]);
     assert_eq!(partitioned.status.code(), Some(2));
     let message = String::from_utf8_lossy(&partitioned.stderr);
-    assert!(
-        message.contains("unpartitioned Iceberg tables"),
-        "{message}"
-    );
+    assert!(message.contains("must be `day={field:day}`"), "{message}");
     // A table another engine made, with a required binary column.
     let metadata = store.path().join("t/metadata");
     std::fs::create_dir_all(&metadata).unwrap();
@@ -174,6 +172,16 @@ fn iceberg_tables_sluice_must_not_append_to_are_refused_by_name() {
     assert!(message.contains("column `raw` is required"), "{message}");
     made["schemas"][0]["fields"][1]["required"] = false.into();
     std::fs::write(metadata.join("v2.metadata.json"), made.to_string()).unwrap();
+    // The table is unpartitioned; the key template makes directories.
+    let otherwise = ingest(&["--key-template", "t/id={field:id}/{uuid}"]);
+    assert_eq!(otherwise.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&otherwise.stderr);
+    assert!(
+        message.contains(
+            "it is partitioned by []; the key template's NAME= directories make [\"id\"]"
+        ),
+        "{message}"
+    );
     let config = store.path().join("t.toml");
     std::fs::write(&config, "schema = { id = \"string\" }\n").unwrap();
     let declared = ingest(&["--config", config.to_str().unwrap()]);
@@ -185,6 +193,81 @@ fn iceberg_tables_sluice_must_not_append_to_are_refused_by_name() {
     );
     // Nothing of theirs changed.
     assert_eq!(walk(&metadata).len(), 2);
+}
+
+/// A key template's `NAME={field:NAME}` directories partition the table
+/// sluice makes by identity on those columns (a string and a long here),
+/// kept in the files too; a second run appends to it, compaction rewrites
+/// each partition's files apart, and both readers count every row.
+#[test]
+fn iceberg_tables_are_partitioned_by_the_key_template_s_directories() {
+    let Some(readers) = common::python_readers("iceberg-partitions") else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let table = store.path().join("t");
+    let run = |ids: std::ops::Range<u64>| {
+        let input: String = ids
+            .map(|id| {
+                let tenant = ["north", "south", "east"][(id % 3) as usize];
+                format!(
+                    "{{\"id\":{id},\"tenant\":\"{tenant}\",\"shard\":{}}}\n",
+                    id % 2
+                )
+            })
+            .collect();
+        let output = fed(
+            Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["ingest", "--stream", "t", "--table", "iceberg", "--json"])
+                .args([
+                    "--key-template",
+                    "t/tenant={field:tenant}/shard={field:shard}/{uuid}",
+                ])
+                .arg("--store")
+                .arg(store.path()),
+            input.as_bytes(),
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(0..3000);
+    run(3000..6000);
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(common::tables::iceberg_metadata(&table)).unwrap())
+            .unwrap();
+    let fields = &metadata["partition-specs"][0]["fields"];
+    let named: Vec<(&str, &str)> = fields
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["transform"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [("tenant", "identity"), ("shard", "identity")],
+        "{fields}"
+    );
+    let read = read_iceberg(&readers, &table, "id", true);
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], 6000, "{reader}: {read}");
+        assert_eq!(read[reader]["distinct"], 6000, "{reader}: {read}");
+    }
+    // Two runs, six partitions each: twelve files, compacted into six.
+    let said = common::tables::tables(store.path(), &["compact", "t", "--min-files", "2"]);
+    assert!(said.contains("12 files rewritten as 6"), "{said}");
+    let read = read_iceberg(&readers, &table, "id", true);
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["rows"], 6000, "{reader}: {read}");
+        assert_eq!(read[reader]["distinct"], 6000, "{reader}: {read}");
+    }
 }
 
 /// Issue 47's guarantee for Iceberg tables: a file is announced once a

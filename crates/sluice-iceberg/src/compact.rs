@@ -38,31 +38,41 @@ impl IcebergTable {
         let Some((_, metadata)) = self.latest().await? else {
             return Ok(report);
         };
-        self.check(&metadata)?;
+        self.check_upkeep(&metadata)?;
         let Some(snapshot) = metadata.current_snapshot() else {
             return Ok(report);
         };
         let manifests = self.manifest_list(&snapshot.manifest_list).await?;
         self.refuse_deletes(&manifests)?;
-        let mut files = Vec::new();
-        // The list names the newest manifest first; files are read oldest first.
+        // Per partition (of the default spec), the small files, oldest first
+        // (the list names the newest manifest first).
+        let mut partitions: BTreeMap<String, Vec<DataFile>> = BTreeMap::new();
         for m in manifests.iter().rev() {
             let key = self.key_of(&m.path)?;
             let bytes = self.read(&key).await?;
-            files.extend(manifest::read_live_files(&bytes).map_err(|e| self.malformed(&key, e))?);
+            let files = manifest::read_live_files(&bytes).map_err(|e| self.malformed(&key, e))?;
+            report.files_before += files.len();
+            if m.partition_spec_id != metadata.default_spec_id {
+                continue;
+            }
+            for file in files {
+                if (file.size as u64) < options.target_bytes && file.path.ends_with(".parquet") {
+                    let partition = format!("{:?}", file.partition);
+                    partitions.entry(partition).or_default().push(file);
+                }
+            }
         }
-        report.files_before = files.len();
-        report.files_after = files.len();
+        report.files_after = report.files_before;
         let schema = self.schema_of(&metadata)?;
         let columns = Arc::new(schema.to_arrow());
-        let small: Vec<DataFile> = files
-            .into_iter()
-            .filter(|f| (f.size as u64) < options.target_bytes && f.path.ends_with(".parquet"))
-            .collect();
         let mut removed = HashSet::new();
         let mut added = Vec::new();
+        let bins: Vec<Vec<DataFile>> = partitions
+            .into_values()
+            .flat_map(|small| sluice_table::upkeep::pack(small, |f| f.size as u64, &options))
+            .collect();
         let rewritten = async {
-            for bin in sluice_table::upkeep::pack(small, |f| f.size as u64, &options) {
+            for bin in bins {
                 if let Some((file, rewritten)) = self.rewrite(&bin, &columns).await? {
                     added.push(file);
                     removed.extend(rewritten);
@@ -115,6 +125,21 @@ impl IcebergTable {
         report.version = Some(version);
         tracing::info!(table = %self.layout.location, version, removed = report.removed, added = report.added, manifests_before = manifests.len(), manifests_after, "compacted");
         Ok(report)
+    }
+
+    /// Refuses a table sluice cannot compact (another format version, a
+    /// partition transform other than identity); its partition spec.
+    pub(crate) fn check_upkeep(
+        &self,
+        metadata: &TableMetadata,
+    ) -> Result<crate::partition::PartitionSpec, TableError> {
+        if metadata.format_version != crate::metadata::FORMAT_VERSION {
+            return Err(TableError::FormatVersion {
+                root: self.layout.location.clone(),
+                version: metadata.format_version,
+            });
+        }
+        self.spec_of(metadata, None)
     }
 
     fn refuse_deletes(&self, manifests: &[ManifestFile]) -> Result<(), TableError> {
@@ -190,6 +215,7 @@ impl IcebergTable {
                 path: format!("{}/{name}", self.location()),
                 records,
                 size,
+                partition: bin[0].partition.clone(),
             },
             paths,
         )))
@@ -324,7 +350,8 @@ impl IcebergTable {
         }
         let schema = self.schema_of(&metadata)?;
         if !added.is_empty() {
-            let bytes = manifest::write_manifest(added, snapshot_id, &schema)
+            let spec = self.check_upkeep(&metadata)?;
+            let bytes = manifest::write_manifest(added, snapshot_id, &schema, &spec)
                 .map_err(|e| self.malformed("a new manifest", e))?;
             let name = format!("{}-m0.avro", uuid::Uuid::new_v4());
             let key = format!("{}{name}", self.metadata_prefix);

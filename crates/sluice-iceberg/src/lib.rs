@@ -20,15 +20,16 @@
 //! is this writer's when the version holds exactly its bytes.
 //!
 //! I/O-free parts: [`schema`] (field ids, merging a stream's columns),
-//! [`metadata`] (the JSON), [`manifest`] (Avro manifests and lists). Only
-//! unpartitioned tables are written so far; a table whose partition spec has
-//! fields is refused, naming it.
+//! [`metadata`] (the JSON), [`manifest`] (Avro manifests and lists),
+//! [`partition`] (identity partitions from the key template's `NAME=`
+//! directories; a table partitioned otherwise is refused, naming why).
 
 pub mod catalog;
 pub mod compact;
 mod create;
 pub mod manifest;
 pub mod metadata;
+pub mod partition;
 pub mod schema;
 pub mod updates;
 pub mod upkeep;
@@ -157,11 +158,9 @@ pub enum TableError {
         #[source]
         source: schema::SchemaError,
     },
-    #[error(
-        "the Iceberg table at {root} is partitioned (partition spec {spec}); sluice writes \
-         unpartitioned Iceberg tables only so far"
-    )]
-    Partitioned { root: String, spec: String },
+    /// The table's partitioning is not what the key template makes.
+    #[error("the Iceberg table at {root}: {reason}")]
+    Partitioned { root: String, reason: String },
     #[error("the Iceberg table at {root} is of format version {version}; sluice writes version 2")]
     FormatVersion { root: String, version: i64 },
     #[error("{key} is not below the Iceberg table's root {root}")]
@@ -517,6 +516,8 @@ impl IcebergTable {
                     path: format!("{}/{}", self.root_uri, f.key),
                     records: f.records as i64,
                     size: f.size as i64,
+                    // Filled in as the commit is made, by the table's spec.
+                    partition: Vec::new(),
                 })
             })
             .collect::<Result<Vec<_>, TableError>>()?;
@@ -692,7 +693,7 @@ impl IcebergTable {
                 None => Ok(Next::Done(Committed::Already)),
             },
             Change::Rewrite { removed, added } => {
-                self.check(&metadata)?;
+                self.check_upkeep(&metadata)?;
                 match self.rewritten(metadata, removed, added, version).await? {
                     Some((next, written)) => Ok(Next::Write(Box::new(next), written)),
                     None => Ok(Next::Done(Committed::Already)),
@@ -734,13 +735,59 @@ impl IcebergTable {
                 version: metadata.format_version,
             });
         }
-        if metadata.is_partitioned() {
-            return Err(TableError::Partitioned {
+        self.partition_spec(metadata).map(|_| ())
+    }
+
+    /// `metadata`'s default partition spec, which must be identity
+    /// partitions on the key template's `NAME=` directories.
+    pub(crate) fn partition_spec(
+        &self,
+        metadata: &TableMetadata,
+    ) -> Result<partition::PartitionSpec, TableError> {
+        self.spec_of(metadata, Some(&self.layout.partition_columns))
+    }
+
+    /// `metadata`'s default partition spec, identity partitions on
+    /// `columns` when given, on any top-level columns when not (upkeep,
+    /// which keeps each file's partition as it is).
+    pub(crate) fn spec_of(
+        &self,
+        metadata: &TableMetadata,
+        columns: Option<&[String]>,
+    ) -> Result<partition::PartitionSpec, TableError> {
+        partition::PartitionSpec::of_table(metadata, columns).map_err(|reason| {
+            TableError::Partitioned {
                 root: self.layout.location.clone(),
-                spec: metadata.default_spec_id.to_string(),
-            });
-        }
-        Ok(())
+                reason,
+            }
+        })
+    }
+
+    /// `files` with the partition tuples their directories name under
+    /// `spec`.
+    pub(crate) fn with_partitions(
+        &self,
+        files: &[DataFile],
+        spec: &partition::PartitionSpec,
+    ) -> Result<Vec<DataFile>, TableError> {
+        files
+            .iter()
+            .map(|file| {
+                let key = self.key_of(&file.path)?;
+                let relative = self.layout.relative(&key).unwrap_or(&key);
+                let values = self.layout.partition_values(relative);
+                let partition = spec
+                    .tuple(&values)
+                    .map_err(|reason| TableError::Partitioned {
+                        root: self.layout.location.clone(),
+                        reason,
+                    })?;
+                Ok(DataFile {
+                    partition,
+                    ..file.clone()
+                })
+            })
+            .collect()
     }
 
     /// Version 1 of a new table of `columns`, written create-only (another
@@ -751,7 +798,13 @@ impl IcebergTable {
                 root: self.layout.location.clone(),
                 source,
             })?;
-        let metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms());
+        let spec = partition::PartitionSpec::identity(&self.layout.partition_columns, &schema)
+            .map_err(|reason| TableError::Partitioned {
+                root: self.layout.location.clone(),
+                reason,
+            })?;
+        let metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms())
+            .partitioned_by(&spec);
         let body = serde_json::to_vec(&metadata).expect("metadata serializes");
         match self.put(&self.metadata_key(1), body, true).await {
             Ok(()) | Err(StoreError::PreconditionFailed) => {
@@ -833,7 +886,9 @@ impl IcebergTable {
         let sequence_number = metadata.last_sequence_number + 1;
         let parent = metadata.current_snapshot().cloned();
 
-        let manifest = manifest::write_manifest(files, snapshot_id, &schema)
+        let spec = self.partition_spec(&metadata)?;
+        let files = &self.with_partitions(files, &spec)?;
+        let manifest = manifest::write_manifest(files, snapshot_id, &schema, &spec)
             .map_err(|e| self.malformed("a new manifest", e))?;
         let manifest_name = format!("{}-m0.avro", uuid::Uuid::new_v4());
         let manifest_length = manifest.len() as i64;
@@ -963,7 +1018,7 @@ impl IcebergTable {
     /// manifests, as Iceberg's own appends do (`commit.manifest-merge.enabled`
     /// turns it off): a streaming table's one manifest per commit would
     /// otherwise make every reader open thousands. Merged: data manifests of
-    /// the default spec, unpartitioned, smaller than
+    /// the default spec, smaller than
     /// `commit.manifest.target-size-bytes` (8 MiB), written with one Avro
     /// schema (sluice's own, mostly). The key of the manifest it wrote.
     async fn merge_manifests(
@@ -993,10 +1048,8 @@ impl IcebergTable {
         let mut groups: BTreeMap<String, Vec<(ManifestFile, Vec<u8>)>> = BTreeMap::new();
         let mut kept = Vec::new();
         for m in manifests {
+            // Partitioned ones too: one Avro schema means one partition type.
             let mergeable = m.content == 0
-                && m.partitions.as_ref().is_none_or(
-                    |p| matches!(p, apache_avro::types::Value::Array(a) if a.is_empty()),
-                )
                 && m.partition_spec_id == metadata.default_spec_id
                 && m.length < target;
             if !mergeable {

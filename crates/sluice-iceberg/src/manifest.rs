@@ -10,19 +10,23 @@ use std::collections::HashMap;
 use apache_avro::types::Value as Avro;
 use apache_avro::{Codec, Reader, Schema as AvroSchema, Writer};
 
+use crate::partition::PartitionSpec;
 use crate::schema::Schema;
 
 /// A manifest entry's status: the file was added by the entry's snapshot.
 const ADDED: i32 = 1;
 
-/// A data file a manifest lists (unpartitioned).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A data file a manifest lists.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DataFile {
     /// Its full location (`s3://bucket/table/data/…`, or the table's own
     /// scheme).
     pub path: String,
     pub records: i64,
     pub size: i64,
+    /// Its partition tuple, as the manifest's Avro has it (empty:
+    /// unpartitioned).
+    pub partition: Vec<(String, Avro)>,
 }
 
 /// One manifest of a manifest list (`manifest_file` in the spec).
@@ -118,18 +122,22 @@ fn some(index_and_value: Avro) -> Avro {
 
 /// A manifest of `files`, all added by snapshot `snapshot_id` (their
 /// sequence numbers inherited from the manifest list's entry), in a table of
-/// `schema`, unpartitioned.
+/// `schema` partitioned by `spec`.
 pub fn write_manifest(
     files: &[DataFile],
     snapshot_id: i64,
     schema: &Schema,
+    spec: &PartitionSpec,
 ) -> Result<Vec<u8>, ManifestError> {
-    let avro = AvroSchema::parse_str(MANIFEST_ENTRY).map_err(avro_error)?;
+    let mut entry: serde_json::Value =
+        serde_json::from_str(MANIFEST_ENTRY).expect("the manifest entry's schema is JSON");
+    entry["fields"][4]["type"]["fields"][3]["type"]["fields"] = spec.avro_fields();
+    let avro = AvroSchema::parse_str(&entry.to_string()).map_err(avro_error)?;
     let metadata = [
         ("schema", schema.to_json().to_string()),
         ("schema-id", schema.schema_id.to_string()),
-        ("partition-spec", "[]".to_owned()),
-        ("partition-spec-id", "0".to_owned()),
+        ("partition-spec", spec.fields_json().to_string()),
+        ("partition-spec-id", spec.spec_id.to_string()),
         ("format-version", "2".to_owned()),
         ("content", "data".to_owned()),
     ];
@@ -139,7 +147,7 @@ pub fn write_manifest(
             ("content".into(), Avro::Int(0)),
             ("file_path".into(), Avro::String(file.path.clone())),
             ("file_format".into(), Avro::String("PARQUET".into())),
-            ("partition".into(), Avro::Record(Vec::new())),
+            ("partition".into(), Avro::Record(file.partition.clone())),
             ("record_count".into(), long(file.records)),
             ("file_size_in_bytes".into(), long(file.size)),
         ]);
@@ -303,10 +311,15 @@ pub fn read_live_files(bytes: &[u8]) -> Result<Vec<DataFile>, ManifestError> {
                     Some(Avro::Long(n)) => *n,
                     _ => 0,
                 };
+                let partition = match field("partition").map(unwrap_union) {
+                    Some(Avro::Record(values)) => values.clone(),
+                    _ => Vec::new(),
+                };
                 out.push(DataFile {
                     path: path.clone(),
                     records: long("record_count"),
                     size: long("file_size_in_bytes"),
+                    partition,
                 });
             }
         }
@@ -485,14 +498,16 @@ mod tests {
                 path: "file:///t/data/a.parquet".into(),
                 records: 10,
                 size: 100,
+                partition: Vec::new(),
             },
             DataFile {
                 path: "file:///t/data/b.parquet".into(),
                 records: 5,
                 size: 50,
+                partition: Vec::new(),
             },
         ];
-        let manifest = write_manifest(&files, 7, &schema).unwrap();
+        let manifest = write_manifest(&files, 7, &schema, &PartitionSpec::default()).unwrap();
         assert_eq!(
             read_manifest_paths(&manifest).unwrap(),
             ["file:///t/data/a.parquet", "file:///t/data/b.parquet"]

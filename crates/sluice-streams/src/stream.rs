@@ -708,19 +708,19 @@ impl Inner {
     }
 
     /// The columns of a file written under `version`, as the records are
-    /// decoded and as they are stored: the table's partition columns are in
-    /// its directories, not in the file, and a table that maps its columns
+    /// decoded and as they are stored: a Delta table's partition columns are
+    /// in its directories, not in the file, and a table that maps its columns
     /// has them stored under their physical names.
     fn file_schema(&self, version: &Version) -> (arrow_schema::SchemaRef, arrow_schema::SchemaRef) {
         let schema = version.arrow_schema();
         let Some(sink) = &self.table else {
             return (schema.clone(), schema);
         };
-        let partition_columns = &sink.table().layout().partition_columns;
+        let apart = sink.table().columns_apart();
         let fields: Vec<_> = schema
             .fields()
             .iter()
-            .filter(|f| !partition_columns.contains(f.name()))
+            .filter(|f| !apart.contains(f.name()))
             .cloned()
             .collect();
         let columns = Arc::new(arrow_schema::Schema::new(fields));

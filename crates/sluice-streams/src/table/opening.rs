@@ -69,6 +69,23 @@ pub(crate) async fn open(
                 .map_err(|reason| refuse("Delta", reason))?
         }
         TableFormat::Iceberg => {
+            // An Iceberg partition is a column (identity): each directory
+            // must name its records' field of the same name.
+            if let Some(column) = layout
+                .partition_columns
+                .iter()
+                .find(|c| !keys.contains(&format!("{c}={{field:{c}}}")))
+            {
+                return Err(StreamConfigError {
+                    key: "key_template",
+                    reason: format!(
+                        "its directory `{column}=` names no `{{field:{column}}}`; an Iceberg \
+                         table's partitions are its records' columns (identity), so a \
+                         partition directory must be `{column}={{field:{column}}}` (time \
+                         transforms such as day(ts) are not written yet)"
+                    ),
+                });
+            }
             let root_uri = store.describe();
             let table =
                 sluice_iceberg::IcebergTable::new(store, layout, &root_uri).listened_by(listener);
@@ -79,10 +96,8 @@ pub(crate) async fn open(
         TableFormat::None => unreachable!("a stream without a table has none to open"),
     };
     let format = found.table.format();
-    let partition_columns = found.table.layout().partition_columns.clone();
-    found
-        .known
-        .retain(|(field, _)| !partition_columns.contains(field));
+    let apart = found.table.columns_apart().to_vec();
+    found.known.retain(|(field, _)| !apart.contains(field));
     for (field, kind) in &config.schema {
         let declared = Shape::declared(kind).expect("validated");
         match found.known.iter().find(|(k, _)| k == field) {
@@ -168,21 +183,15 @@ async fn read_delta(table: DeltaTable) -> Result<Found, String> {
 
 /// An Iceberg table: its format version, partitioning, schema and rules.
 async fn read_iceberg(table: sluice_iceberg::IcebergTable) -> Result<Found, String> {
-    let partition_columns = table.layout().partition_columns.clone();
-    if !partition_columns.is_empty() {
-        return Err(format!(
-            "the key template makes partition directories ({}), and sluice writes unpartitioned \
-             Iceberg tables only so far: leave the NAME= directories out of the key template",
-            partition_columns.join(", ")
-        ));
-    }
     let (known, required) = match table.latest().await.map_err(|e| e.to_string())? {
         Some((_, metadata)) => {
             table.check(&metadata).map_err(|e| e.to_string())?;
             let schema = metadata.current_schema().map_err(|e| e.to_string())?;
             (
                 crate::table::iceberg_columns::struct_fields(&schema.fields),
-                crate::table::iceberg_columns::table_rules(&schema, &partition_columns)?,
+                // Partition columns are in the files: required ones are
+                // required fields.
+                crate::table::iceberg_columns::table_rules(&schema, &[])?,
             )
         }
         None => (Vec::new(), Required::default()),

@@ -98,10 +98,21 @@ impl StreamTable {
                 table.commit(files, transactions, &columns).await?
             }
             StreamTable::Iceberg(table) => {
-                let columns = iceberg_columns(columns, partition_columns);
+                let columns = iceberg_columns(columns, self.columns_apart());
                 table.append(files, transactions, &columns).await?
             }
         })
+    }
+
+    /// The stream's fields kept out of its files: a Delta table's partition
+    /// columns (in its directories and its log only); an Iceberg table keeps
+    /// its partition columns in the files too (readers that do not project
+    /// partition values read them there).
+    pub fn columns_apart(&self) -> &[String] {
+        match self {
+            StreamTable::Delta(table) => &table.layout().partition_columns,
+            StreamTable::Iceberg(_) => &[],
+        }
     }
 
     /// After this writer made `version`: upkeep off the commit's way (a
@@ -147,11 +158,11 @@ fn delta_columns(columns: Option<&Version>, partition_columns: &[String]) -> ser
     columns
 }
 
-/// The stream's columns as the Arrow schema of its files, partition columns
-/// left out, and the fields every record gives (the table's required ones,
+/// The stream's columns as the Arrow schema of its files (but `apart`), and
+/// the fields every record gives (the table's required ones,
 /// which the stream keeps) not nullable: what an Iceberg commit merges into
 /// the table's schema.
-fn iceberg_columns(columns: Option<&Version>, partition_columns: &[String]) -> Schema {
+fn iceberg_columns(columns: Option<&Version>, apart: &[String]) -> Schema {
     let Some(version) = columns else {
         return Schema::empty();
     };
@@ -160,7 +171,7 @@ fn iceberg_columns(columns: Option<&Version>, partition_columns: &[String]) -> S
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .filter(|f| !partition_columns.contains(f.name()))
+        .filter(|f| !apart.contains(f.name()))
         .map(|f| with_required(f, required, &[]))
         .collect();
     Schema::new(fields)
