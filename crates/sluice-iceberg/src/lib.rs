@@ -803,8 +803,8 @@ impl IcebergTable {
                 root: self.layout.location.clone(),
                 reason,
             })?;
-        let metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms())
-            .partitioned_by(&spec);
+        let mut metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms());
+        spec.install(&mut metadata);
         let body = serde_json::to_vec(&metadata).expect("metadata serializes");
         match self.put(&self.metadata_key(1), body, true).await {
             Ok(()) | Err(StoreError::PreconditionFailed) => {

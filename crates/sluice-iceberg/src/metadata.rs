@@ -144,19 +144,6 @@ impl TableMetadata {
         })
     }
 
-    /// The same new table, partitioned by `spec` (as its only spec).
-    pub fn partitioned_by(mut self, spec: &crate::partition::PartitionSpec) -> Self {
-        self.partition_specs =
-            vec![serde_json::json!({"spec-id": 0, "fields": spec.fields_json()})];
-        self.last_partition_id = spec
-            .fields
-            .iter()
-            .map(|f| f.field_id)
-            .max()
-            .unwrap_or(crate::partition::FIRST_FIELD_ID - 1);
-        self
-    }
-
     /// Whether the default partition spec has fields.
     pub fn is_partitioned(&self) -> bool {
         self.partition_specs

@@ -142,6 +142,18 @@ impl PartitionSpec {
         })
     }
 
+    /// `metadata` (a new table's) partitioned by this spec, its only one.
+    pub fn install(&self, metadata: &mut TableMetadata) {
+        metadata.partition_specs = vec![json!({"spec-id": 0, "fields": self.fields_json()})];
+        metadata.default_spec_id = 0;
+        metadata.last_partition_id = self
+            .fields
+            .iter()
+            .map(|f| f.field_id)
+            .max()
+            .unwrap_or(FIRST_FIELD_ID - 1);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.fields.is_empty()
     }
