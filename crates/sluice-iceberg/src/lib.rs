@@ -1259,11 +1259,15 @@ pub fn key_under(root_uri: &str, location: &str) -> Option<String> {
     Some(rest.trim_matches('/').to_owned())
 }
 
-/// `manifests` (a parent snapshot's) without the data manifests that list no
-/// live file (a compaction's record of the files it removed: history the
-/// next snapshot does not need, as Iceberg's own writers drop it).
+/// `manifests` (a parent snapshot's) without the data manifests that list
+/// only deleted files (a compaction's record of the files it removed:
+/// history the next snapshot does not need, as Iceberg's own writers drop
+/// it). One that gives no counts at all (format version 1 made them
+/// optional) is kept: it may list live files.
 pub(crate) fn live_manifests(mut manifests: Vec<ManifestFile>) -> Vec<ManifestFile> {
-    manifests.retain(|m| m.content != 0 || m.added_files > 0 || m.existing_files > 0);
+    manifests.retain(|m| {
+        m.content != 0 || m.added_files > 0 || m.existing_files > 0 || m.deleted_files == 0
+    });
     manifests
 }
 
@@ -1349,6 +1353,38 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (case, content, added, existing, deleted files, kept)
+    #[test]
+    fn only_manifests_of_deleted_files_alone_are_dropped() {
+        let cases = [
+            ("added files", 0, 2, 0, 0, true),
+            ("existing and deleted files", 0, 0, 3, 1, true),
+            ("deleted files only", 0, 0, 0, 4, false),
+            ("no counts (format version 1)", 0, 0, 0, 0, true),
+            ("delete files", 1, 0, 0, 4, true),
+        ];
+        for (case, content, added, existing, deleted, kept) in cases {
+            let manifest = ManifestFile {
+                path: "memory://t/metadata/m.avro".into(),
+                length: 1,
+                partition_spec_id: 0,
+                content,
+                sequence_number: 1,
+                min_sequence_number: 1,
+                added_snapshot_id: 1,
+                added_files: added,
+                existing_files: existing,
+                deleted_files: deleted,
+                added_rows: 0,
+                existing_rows: 0,
+                deleted_rows: 0,
+                partitions: None,
+                key_metadata: None,
+            };
+            assert_eq!(live_manifests(vec![manifest]).len() == 1, kept, "{case}");
+        }
+    }
 
     #[test]
     fn keys_are_kept_for_their_retention_only() {
