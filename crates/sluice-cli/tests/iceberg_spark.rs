@@ -7,87 +7,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::Duration;
+use std::process::Command;
 
 use serde_json::{json, Value};
 
+use common::spark::Session;
 use common::tables::{fed, read_iceberg, tables};
 
-/// How long one Spark command may take on a loaded 2-core machine (the
-/// first resolves the runtime's jar through ivy).
-const COMMAND_TIME: Duration = Duration::from_secs(300);
-
-/// The Spark session (tests/clients/spark_iceberg.py).
-struct Spark {
-    child: Child,
-    input: ChildStdin,
-    answers: Receiver<String>,
-}
-
-impl Spark {
-    fn start(python: &str, clients: &str, warehouse: &std::path::Path) -> Spark {
-        let mut child = Command::new(python)
-            .arg(format!("{clients}/spark_iceberg.py"))
-            .arg(warehouse)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python runs");
-        let input = child.stdin.take().unwrap();
-        let output = BufReader::new(child.stdout.take().unwrap());
-        let (send, answers) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in output.lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut spark = Spark {
-            child,
-            input,
-            answers,
-        };
-        let ready = spark.answer();
-        assert_eq!(ready["ok"], true, "Spark did not start: {ready}");
-        spark
-    }
-
-    fn answer(&mut self) -> Value {
-        let line = self
-            .answers
-            .recv_timeout(COMMAND_TIME)
-            .expect("Spark answers within its time");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
-    }
-
-    fn call(&mut self, command: Value) -> Value {
-        writeln!(self.input, "{command}").unwrap();
-        self.input.flush().unwrap();
-        let answer = self.answer();
-        assert_eq!(answer["ok"], true, "{command}: {answer}");
-        answer
-    }
-
-    fn sql(&mut self, sql: &str) -> Value {
-        self.call(json!({"op": "sql", "sql": sql}))["first"].clone()
-    }
-
-    fn read(&mut self) -> Value {
-        self.call(json!({"op": "read", "table": "ns.t", "key": "id"}))
-    }
-}
-
-impl Drop for Spark {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Reads the table `ns.t` as Spark has it.
+fn read(spark: &mut Session) -> Value {
+    spark.call(json!({"op": "read", "table": "ns.t", "key": "id"}))
 }
 
 /// `sluice ingest` of the rows `ids` into the Iceberg table `ns/t` of the
@@ -124,13 +53,13 @@ fn sluice_appends(store: &std::path::Path, ids: std::ops::Range<u64>, extra: boo
 /// Spark, pyiceberg and DuckDB each count `rows` rows, ids 0 up to `max`
 /// once each.
 fn all_read(
-    spark: &mut Spark,
+    spark: &mut Session,
     readers: &(String, String),
     table: &std::path::Path,
     rows: u64,
     max: u64,
 ) {
-    let by_spark = spark.read();
+    let by_spark = read(spark);
     let read = read_iceberg(readers, table, "id", true);
     for (reader, got) in [
         ("spark", &by_spark),
@@ -159,7 +88,8 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
     let table = store.path().join("ns/t");
     // 1. sluice makes the table; Spark reads it and appends.
     sluice_appends(store.path(), 0..1000, false);
-    let mut spark = Spark::start(&spark_python, &readers.0, store.path());
+    let script = format!("{}/spark_iceberg.py", readers.0);
+    let mut spark = Session::start(&spark_python, &script, &[store.path().as_os_str()]);
     all_read(&mut spark, &readers, &table, 1000, 999);
     spark.sql(
         "INSERT INTO local.ns.t (id, name) \
@@ -169,7 +99,7 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
     // 2. sluice appends on top of Spark's snapshot, with a new column.
     sluice_appends(store.path(), 1500..2000, true);
     all_read(&mut spark, &readers, &table, 2000, 1999);
-    let columns = spark.read()["columns"].clone();
+    let columns = read(&mut spark)["columns"].clone();
     assert_eq!(columns, json!(["id", "name", "extra"]));
     // 3. Spark compacts (its own replace snapshot); sluice appends on top,
     //    then compacts Spark's files with its own.
@@ -213,7 +143,7 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
     partitioned(0..1000);
     // Spark's catalog caches a table's metadata: refreshed to see sluice's
     // commits.
-    let count = |spark: &mut Spark, filter: &str| {
+    let count = |spark: &mut Session, filter: &str| {
         spark.sql("REFRESH TABLE local.ns.p");
         spark.sql(&format!("SELECT count(*) FROM local.ns.p {filter}"))
     };

@@ -10,77 +10,22 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use common::spark::Session;
 use common::tables::{fed, tables};
 
-/// How long one Spark command may take on a loaded 2-core machine.
-const COMMAND_TIME: Duration = Duration::from_secs(300);
-
-/// The Spark session (tests/clients/spark_delta.py).
-struct Spark {
-    _child: Child,
-    input: ChildStdin,
-    answers: Receiver<String>,
+/// What the Delta tests ask of Spark beyond SQL (tests/clients/spark_delta.py).
+trait DeltaReads {
+    fn read_by(&mut self, table: &std::path::Path, key: &str) -> Value;
+    fn read(&mut self, table: &std::path::Path, version: Option<u64>) -> Value;
 }
 
-impl Spark {
-    fn start(clients: &str, python: &str) -> Spark {
-        let mut child = Command::new(python)
-            .arg(format!("{clients}/spark_delta.py"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python runs");
-        let input = child.stdin.take().unwrap();
-        let output = BufReader::new(child.stdout.take().unwrap());
-        let (send, answers) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in output.lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut spark = Spark {
-            _child: child,
-            input,
-            answers,
-        };
-        let ready = spark.answer();
-        assert_eq!(ready["ok"], true, "Spark did not start: {ready}");
-        spark
-    }
-
-    fn answer(&mut self) -> Value {
-        let line = self
-            .answers
-            .recv_timeout(COMMAND_TIME)
-            .expect("Spark answers within its time");
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
-    }
-
-    /// Runs `command`; its answer, which must be a success.
-    fn call(&mut self, command: Value) -> Value {
-        writeln!(self.input, "{command}").unwrap();
-        self.input.flush().unwrap();
-        let answer = self.answer();
-        assert_eq!(answer["ok"], true, "{command}: {answer}");
-        answer
-    }
-
-    fn sql(&mut self, sql: &str) {
-        self.call(json!({"op": "sql", "sql": sql}));
-    }
-
+impl DeltaReads for Session {
     fn read_by(&mut self, table: &std::path::Path, key: &str) -> Value {
         self.call(json!({"op": "read", "table": table, "key": key}))
     }
@@ -96,10 +41,16 @@ impl Spark {
 
 /// The session, started by the first test that needs it (None: no Python
 /// clients, and the suite does not require them).
-fn spark(test: &str) -> Option<std::sync::MutexGuard<'static, Spark>> {
-    static SPARK: OnceLock<Mutex<Spark>> = OnceLock::new();
+fn spark(test: &str) -> Option<std::sync::MutexGuard<'static, Session>> {
+    static SPARK: OnceLock<Mutex<Session>> = OnceLock::new();
     let (clients, python) = common::python_readers(test)?;
-    let spark = SPARK.get_or_init(|| Mutex::new(Spark::start(&clients, &python)));
+    let spark = SPARK.get_or_init(|| {
+        Mutex::new(Session::start(
+            &python,
+            &format!("{clients}/spark_delta.py"),
+            &[],
+        ))
+    });
     Some(spark.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
@@ -174,7 +125,7 @@ fn log_actions(table: &std::path::Path) -> Vec<Value> {
 /// Spark, DuckDB and `deltalake` read the same ids from `table`.
 /// `deltalake` 1.6 reads no table with V2 checkpoints (its reader says so,
 /// and that is all it may say).
-fn all_readers_agree(spark: &mut Spark, table: &std::path::Path, want: &[u64], case: &str) {
+fn all_readers_agree(spark: &mut Session, table: &std::path::Path, want: &[u64], case: &str) {
     let read = spark.read(table, None);
     let ids: Vec<u64> = serde_json::from_value(read["keys"].clone()).unwrap();
     assert_eq!(ids, want, "{case}: Spark");

@@ -75,7 +75,6 @@ impl PartitionSpec {
         metadata: &TableMetadata,
         columns: Option<&[String]>,
     ) -> Result<PartitionSpec, String> {
-        let schema = metadata.current_schema().map_err(|e| e.to_string())?;
         let spec = metadata
             .partition_specs
             .iter()
@@ -87,6 +86,20 @@ impl PartitionSpec {
                 )
             })?;
         let listed = spec["fields"].as_array().cloned().unwrap_or_default();
+        if listed.is_empty() {
+            // Unpartitioned (every commit of most tables asks): no schema
+            // to read.
+            return match columns.filter(|c| !c.is_empty()) {
+                Some(columns) => Err(format!(
+                    "it is partitioned by []; the key template's NAME= directories make {columns:?}"
+                )),
+                None => Ok(PartitionSpec {
+                    spec_id: metadata.default_spec_id,
+                    fields: Vec::new(),
+                }),
+            };
+        }
+        let schema = metadata.current_schema().map_err(|e| e.to_string())?;
         let mut fields = Vec::new();
         for field in &listed {
             let source_id = field["source-id"].as_i64().unwrap_or(-1) as i32;

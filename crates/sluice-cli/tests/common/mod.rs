@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 pub mod kafka;
+pub mod spark;
 pub mod tables;
 
 use std::io::{BufRead, BufReader};
