@@ -86,6 +86,17 @@ struct Attempt {
     before: Option<Arc<TableMetadata>>,
 }
 
+/// A metadata version this writer knows.
+#[derive(Clone)]
+struct Known {
+    version: u64,
+    metadata: Arc<TableMetadata>,
+    /// This writer wrote it, and no commit since found another on top:
+    /// the next commit is made on it while the store confirms it is still
+    /// the newest (see [`IcebergTable::commit`]).
+    written_here: bool,
+}
+
 /// What a commit changes.
 pub(crate) enum Change<'a> {
     /// A snapshot that adds `files`, with `transactions`, in `columns`.
@@ -185,9 +196,9 @@ pub struct IcebergTable {
     /// The table's first version: those below are an earlier table's at the
     /// same location (dropped from the catalog without its files).
     floor: u64,
-    /// The latest metadata this writer read: the next read starts there
-    /// (one HEAD when nothing changed).
-    latest: std::sync::Mutex<Option<(u64, Arc<TableMetadata>)>>,
+    /// The latest metadata this writer read or wrote: the next read starts
+    /// there (one round trip of HEADs when nothing changed).
+    latest: std::sync::Mutex<Option<Known>>,
     /// The manifest list this writer wrote last, by its location: the next
     /// commit on top of that snapshot reads no list.
     last_list: std::sync::Mutex<Option<(String, Arc<Vec<ManifestFile>>)>>,
@@ -304,8 +315,10 @@ impl IcebergTable {
     /// it belongs to (one dropped from a catalog leaves its versions below
     /// the next table's floor).
     pub async fn newest(&self) -> Result<Option<(u64, Arc<TableMetadata>)>, TableError> {
-        let cached = self.cached();
-        if let Some((version, metadata)) = cached {
+        if let Some(Known {
+            version, metadata, ..
+        }) = self.cached()
+        {
             // Both at once: a commit's first round trip.
             let (this, next) = tokio::join!(self.exists(version), self.exists(version + 1));
             if this? {
@@ -351,15 +364,53 @@ impl IcebergTable {
         let bytes = self.read(&key).await?;
         let metadata: Arc<TableMetadata> =
             Arc::new(serde_json::from_slice(&bytes).map_err(|e| self.malformed(&key, e))?);
-        self.remember(version, metadata.clone());
+        self.remember(version, metadata.clone(), false);
         Ok((version, metadata))
     }
 
-    /// Version `version` is `metadata` (this writer's own commit).
-    fn remember(&self, version: u64, metadata: Arc<TableMetadata>) {
+    /// Version `version` is `metadata` (`written_here`: this writer's own
+    /// commit).
+    fn remember(&self, version: u64, metadata: Arc<TableMetadata>, written_here: bool) {
         let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-        if latest.as_ref().is_none_or(|(known, _)| *known <= version) {
-            *latest = Some((version, metadata));
+        if latest.as_ref().is_none_or(|known| known.version <= version) {
+            *latest = Some(Known {
+                version,
+                metadata,
+                written_here,
+            });
+        }
+    }
+
+    /// The version this writer wrote last, when no commit since found
+    /// another on top of it.
+    fn written_here(&self) -> Option<(u64, Arc<TableMetadata>)> {
+        self.cached()
+            .filter(|known| known.written_here && known.version >= self.floor)
+            .map(|known| (known.version, known.metadata))
+    }
+
+    /// Whether `version` is still the table's newest: it exists and the
+    /// next does not (both asked at once). When not, the next commit reads
+    /// the table first.
+    async fn still_newest(&self, version: u64) -> Result<bool, TableError> {
+        let (this, next) = tokio::join!(self.exists(version), self.exists(version + 1));
+        let newest = this? && !next?;
+        if !newest {
+            let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(known) = latest.as_mut().filter(|k| k.version == version) {
+                known.written_here = false;
+            }
+        }
+        Ok(newest)
+    }
+
+    /// Removes what a commit that will not be made stored for it (its
+    /// manifests, its manifest list): nobody's.
+    async fn forget_written(&self, written: &[String]) {
+        for key in written {
+            if let Err(error) = self.store.delete_object(key).await {
+                tracing::debug!(%key, error = %sluice_store::error_chain(&error), "could not remove a file of a commit not made; orphan-file removal will");
+            }
         }
     }
 
@@ -381,7 +432,7 @@ impl IcebergTable {
         manifest::read_manifest_list(&list).map_err(|e| self.malformed(&key, e))
     }
 
-    fn cached(&self) -> Option<(u64, Arc<TableMetadata>)> {
+    fn cached(&self) -> Option<Known> {
         self.latest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -556,7 +607,16 @@ impl IcebergTable {
                     before: attempt.before,
                 });
             }
-            let (version, metadata) = match self.latest().await? {
+            // On top of this writer's own last version, the change is made
+            // while the store confirms that version is still the newest (one
+            // round trip fewer: a single writer's commit is its writes
+            // alone); on any other, after reading the newest.
+            let optimistic = self.written_here();
+            let found = match &optimistic {
+                Some(known) => Some(known.clone()),
+                None => self.latest().await?,
+            };
+            let (version, metadata) = match found {
                 Some((version, metadata)) => (version, Some(metadata)),
                 None => match &change {
                     Change::Append { columns, .. } => {
@@ -576,7 +636,27 @@ impl IcebergTable {
             };
             let before = metadata.clone();
             let metadata = metadata.map(|m| TableMetadata::clone(&m));
-            let (next, written) = match self.make(&change, metadata, version).await? {
+            let made = if optimistic.is_some() {
+                let (made, newest) = tokio::join!(
+                    self.make(&change, metadata, version),
+                    self.still_newest(version)
+                );
+                match newest {
+                    Ok(true) => made?,
+                    stale_or_unknown => {
+                        // Made on a version that is not the newest (or may
+                        // not be): nothing of it stands, whatever it found.
+                        if let Ok(Next::Write(_, written)) = &made {
+                            self.forget_written(written).await;
+                        }
+                        stale_or_unknown?;
+                        continue;
+                    }
+                }
+            } else {
+                self.make(&change, metadata, version).await?
+            };
+            let (next, written) = match made {
                 Next::Write(next, written) => (*next, written),
                 Next::Done(committed) => {
                     return Ok(Outcome {
@@ -593,7 +673,7 @@ impl IcebergTable {
                     self.hint(version + 1).await;
                     // The next commit starts from it without reading it.
                     let next = Arc::new(next);
-                    self.remember(version + 1, next.clone());
+                    self.remember(version + 1, next.clone(), true);
                     return Ok(Outcome {
                         committed: Committed::Version(version + 1),
                         before,
@@ -710,14 +790,8 @@ impl IcebergTable {
         for attempt in std::mem::take(attempts) {
             match self.read(&self.metadata_key(attempt.version)).await {
                 Ok(found) if found[..] == attempt.body[..] => return Ok(Some(attempt)),
-                Ok(_) => {
-                    // Another writer's: what this attempt wrote is nobody's.
-                    for key in &attempt.written {
-                        if let Err(error) = self.store.delete_object(key).await {
-                            tracing::debug!(%key, error = %sluice_store::error_chain(&error), "could not remove a lost attempt's file; orphan-file removal will");
-                        }
-                    }
-                }
+                // Another writer's: what this attempt wrote is nobody's.
+                Ok(_) => self.forget_written(&attempt.written).await,
                 Err(TableError::Store { source, .. }) if source.is_not_found() => {
                     return Err(self.store_error(attempt.error));
                 }

@@ -102,6 +102,46 @@ async fn two_writers_never_take_one_version() {
     assert_eq!((state["a"], state["b"]), (commits, commits));
 }
 
+/// A writer makes its next commit on the version it wrote last while the
+/// store confirms that version is still the newest. When another writer
+/// committed on top in between, what it made there goes (its manifest and
+/// manifest list with it) and the commit is made again on the newest:
+/// every commit lands once, and no file is left that no snapshot reads.
+#[tokio::test]
+async fn a_commit_made_on_a_passed_version_is_made_again_on_the_newest() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let a = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    let b = IcebergTable::new(store.clone(), layout(), "memory://bucket");
+    let cases: [(&IcebergTable, &str, Transaction, u64); 5] = [
+        (&a, "a0", step("a", None, 1), 2), // version 1 made the table
+        (&b, "b0", step("b", None, 1), 3),
+        (&a, "a1", step("a", Some(1), 2), 4),
+        (&a, "a2", step("a", Some(2), 3), 5),
+        (&b, "b1", step("b", Some(1), 2), 6),
+    ];
+    for (writer, name, transaction, version) in cases {
+        let got = writer
+            .append(&[file(name)], &[transaction], &columns())
+            .await
+            .unwrap();
+        assert_eq!(got, Committed::Version(version), "{name}");
+    }
+    let mut files = a.data_files().await.unwrap();
+    files.sort();
+    assert_eq!(
+        files,
+        ["a0", "a1", "a2", "b0", "b1"].map(|n| format!("memory://bucket/events/data/{n}.parquet"))
+    );
+    let orphans = a
+        .remove_orphans(std::time::Duration::ZERO, true)
+        .await
+        .unwrap();
+    assert_eq!(orphans.deleted, Vec::<String>::new(), "{orphans:?}");
+    let (_, metadata) = b.load().await.unwrap().unwrap();
+    let state = b.transactions(&metadata).unwrap();
+    assert_eq!((state["a"], state["b"]), (3, 2));
+}
+
 /// A commit that lands and whose answer is lost is the writer's (its bytes
 /// are the version's): reported once, as its version, never committed
 /// again, with or without transactions. Its retry may be refused by its own
