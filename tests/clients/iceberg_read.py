@@ -10,7 +10,11 @@ A METADATA_FILE of s3://bucket/… is read from the endpoint in
 AWS_ENDPOINT_URL (MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_REGION (DuckDB through its httpfs extension).
 
-usage: iceberg_read.py METADATA_FILE KEY [--count]
+With --filter EXPR (a predicate both take, such as
+"ts >= '2026-11-29T00:00:00+00:00'"), also the rows each reader counts under
+it and the data files pyiceberg plans for it (partition pruning).
+
+usage: iceberg_read.py METADATA_FILE KEY [--count] [--filter EXPR]
 """
 import json
 import os
@@ -26,6 +30,7 @@ from pyiceberg.table import StaticTable
 
 metadata, key = sys.argv[1], sys.argv[2]
 count_only = "--count" in sys.argv[3:]
+row_filter = sys.argv[sys.argv.index("--filter") + 1] if "--filter" in sys.argv else None
 
 
 def described(names, rows):
@@ -81,4 +86,11 @@ if on_s3:
 relation = con.sql(f"SELECT * FROM iceberg_scan('{metadata}')")
 names = relation.columns
 result["duckdb"] = described(names, [dict(zip(names, row)) for row in relation.fetchall()])
+if row_filter is not None:
+    scan = table.scan(row_filter=row_filter)
+    result["filtered"] = {
+        "files": len(list(scan.plan_files())),
+        "pyiceberg": scan.to_arrow().num_rows,
+        "duckdb": con.sql(f"SELECT count(*) FROM iceberg_scan('{metadata}') WHERE {row_filter}").fetchone()[0],
+    }
 json.dump(result, sys.stdout, default=str)

@@ -31,15 +31,18 @@ fn sluice_appends(store: &std::path::Path, ids: std::ops::Range<u64>, extra: boo
             false => format!("{{\"id\":{id},\"name\":\"sluice {id}\"}}\n"),
         })
         .collect();
+    ingest_to(store, "t", &["--key-template", "ns/t/data/{uuid}"], &input);
+}
+
+/// `sluice ingest` of `input` into the Iceberg table `ns/NAME` (stream
+/// NAME) under `store`, with `args` besides.
+fn ingest_to(store: &std::path::Path, name: &str, args: &[&str], input: &str) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command
-        .args(["ingest", "--stream", "t", "--table", "iceberg", "--json"])
-        .args([
-            "--table-location",
-            "ns/t",
-            "--key-template",
-            "ns/t/data/{uuid}",
-        ])
+        .args(["ingest", "--stream", name, "--table", "iceberg", "--json"])
+        .arg("--table-location")
+        .arg(format!("ns/{name}"))
+        .args(args)
         .arg("--store")
         .arg(store);
     let output = fed(&mut command, input.as_bytes());
@@ -126,18 +129,11 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
                 format!("{{\"id\":{id},\"tenant\":\"{tenant}\"}}\n")
             })
             .collect();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .args(["ingest", "--stream", "p", "--table", "iceberg", "--json"])
-            .args(["--table-location", "ns/p"])
-            .args(["--key-template", "ns/p/data/tenant={field:tenant}/{uuid}"])
-            .arg("--store")
-            .arg(store.path());
-        let output = fed(&mut command, input.as_bytes());
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
+        ingest_to(
+            store.path(),
+            "p",
+            &["--key-template", "ns/p/data/tenant={field:tenant}/{uuid}"],
+            &input,
         );
     };
     partitioned(0..1000);
@@ -160,5 +156,89 @@ fn spark_and_sluice_take_turns_on_one_iceberg_table() {
     for reader in ["pyiceberg", "duckdb"] {
         assert_eq!(read[reader]["rows"], 1100, "{reader}: {read}");
         assert_eq!(read[reader]["distinct"], 1100, "{reader}: {read}");
+    }
+
+    // 6. A table Spark makes partitioned by days(ts): sluice appends into
+    //    its days (each record's time read as the column reads it), Spark
+    //    prunes by the tuples both wrote, and sluice's compaction merges
+    //    both writers' files day by day.
+    spark.sql(
+        "CREATE TABLE local.ns.d (id bigint, ts timestamp) USING iceberg \
+         PARTITIONED BY (days(ts))",
+    );
+    spark.sql(
+        "INSERT INTO local.ns.d VALUES (0, TIMESTAMP '2026-11-29T10:00:00Z'), \
+         (1, TIMESTAMP '2026-11-30T10:00:00Z')",
+    );
+    // 48 records 90 minutes apart from 2026-11-29 00:00 UTC: 16 a day, over
+    // three days, half of them written with an offset.
+    let input: String = (0..48i64)
+        .map(|n| {
+            let minutes = n * 90;
+            let (day, hour, minute) = (29 + minutes / 1440, minutes % 1440 / 60, minutes % 60);
+            let (month, day) = if day > 30 { (12, day - 30) } else { (11, day) };
+            let ts = if n % 2 == 0 {
+                format!("2026-{month:02}-{day:02}T{hour:02}:{minute:02}:00Z")
+            } else {
+                // The same instant, an hour ahead.
+                let (day, hour) = if hour == 23 {
+                    (day + 1, 0)
+                } else {
+                    (day, hour + 1)
+                };
+                let (month, day) = if month == 11 && day > 30 {
+                    (12, day - 30)
+                } else {
+                    (month, day)
+                };
+                format!("2026-{month:02}-{day:02}T{hour:02}:{minute:02}:00+01:00")
+            };
+            format!("{{\"id\":{},\"ts\":\"{ts}\"}}\n", n + 2)
+        })
+        .collect();
+    ingest_to(
+        store.path(),
+        "d",
+        &[
+            "--time-field",
+            "ts",
+            "--key-template",
+            "ns/d/data/ts_day={yyyy}-{mm}-{dd}/{uuid}",
+        ],
+        &input,
+    );
+    let days = |spark: &mut Session| -> Vec<i64> {
+        spark.sql("REFRESH TABLE local.ns.d");
+        ["2026-11-29", "2026-11-30", "2026-12-01"]
+            .iter()
+            .map(|day| {
+                let filter = format!(
+                    "ts >= TIMESTAMP '{day}T00:00:00Z' \
+                     AND ts < TIMESTAMP '{day}T00:00:00Z' + INTERVAL 1 DAY"
+                );
+                let count = spark.sql(&format!("SELECT count(*) FROM local.ns.d WHERE {filter}"));
+                count.as_i64().unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(days(&mut spark), [17, 17, 16]);
+    let files = |spark: &mut Session, day: &str| {
+        spark.sql(&format!(
+            "SELECT count(*) FROM local.ns.d.files WHERE partition.ts_day = DATE '{day}'"
+        ))
+    };
+    assert_eq!(
+        files(&mut spark, "2026-11-29"),
+        2,
+        "Spark's file and sluice's"
+    );
+    let said = tables(store.path(), &["compact", "ns/d", "--min-files", "2"]);
+    assert!(said.contains("4 files rewritten as 2"), "{said}");
+    assert_eq!(days(&mut spark), [17, 17, 16]);
+    assert_eq!(files(&mut spark, "2026-11-29"), 1);
+    assert_eq!(files(&mut spark, "2026-12-01"), 1);
+    let read = read_iceberg(&readers, &store.path().join("ns/d"), "id", true);
+    for reader in ["pyiceberg", "duckdb"] {
+        assert_eq!(read[reader]["distinct"], 50, "{reader}: {read}");
     }
 }

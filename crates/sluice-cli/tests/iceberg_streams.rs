@@ -120,7 +120,8 @@ fn keyed_standard_input_loads_into_iceberg_once_across_a_sigkill_and_a_death_aft
 }
 
 /// A stream refuses, naming why, an Iceberg table it must not append to:
-/// a partition directory that names no record field (a time transform), a
+/// a partition directory that is no Iceberg partition (a day without a
+/// time field, a month), a
 /// table partitioned otherwise than its key template, a required column of a type
 /// sluice does not write, and a declared type the table holds otherwise.
 #[test]
@@ -136,10 +137,23 @@ fn iceberg_tables_sluice_must_not_append_to_are_refused_by_name() {
             b"{\"id\": 1}\n",
         )
     };
-    let partitioned = ingest(&["--key-template", "{stream}/day={yyyy}-{mm}-{dd}/{uuid}"]);
-    assert_eq!(partitioned.status.code(), Some(2));
-    let message = String::from_utf8_lossy(&partitioned.stderr);
-    assert!(message.contains("must be `day={field:day}`"), "{message}");
+    // (key template, what the refusal says)
+    let templates = [
+        (
+            "{stream}/day={yyyy}-{mm}-{dd}/{uuid}",
+            "names no time_field",
+        ),
+        (
+            "{stream}/month={yyyy}-{mm}/{uuid}",
+            "must be `month={field:month}`",
+        ),
+    ];
+    for (template, want) in templates {
+        let partitioned = ingest(&["--key-template", template]);
+        assert_eq!(partitioned.status.code(), Some(2), "{template}");
+        let message = String::from_utf8_lossy(&partitioned.stderr);
+        assert!(message.contains(want), "{template}: {message}");
+    }
     // A table another engine made, with a required binary column.
     let metadata = store.path().join("t/metadata");
     std::fs::create_dir_all(&metadata).unwrap();
@@ -268,6 +282,164 @@ fn iceberg_tables_are_partitioned_by_the_key_template_s_directories() {
         assert_eq!(read[reader]["rows"], 6000, "{reader}: {read}");
         assert_eq!(read[reader]["distinct"], 6000, "{reader}: {read}");
     }
+}
+
+/// A key template's `NAME={yyyy}-{mm}-{dd}` (or `…-{hh}`) directory with a
+/// `time_field` partitions the table by `day` (or `hour`) of that timestamp
+/// column, as Iceberg's own writers do: records written with an offset, in
+/// UTC, without an offset and with a space land in the partition of the
+/// instant their column holds; one without a time is set aside by name.
+/// Both readers read every row, and the same rows under a filter on the
+/// time, for which pyiceberg plans only the files of the partitions it
+/// reaches; compaction keeps each partition's files apart.
+#[test]
+fn iceberg_tables_are_partitioned_by_the_day_or_hour_of_the_record_time() {
+    let Some(readers) = common::python_readers("iceberg-time-partitions") else {
+        return;
+    };
+    use time::macros::{datetime, format_description};
+    let start = datetime!(2026-11-29 20:00 UTC);
+    let since = datetime!(2026-11-30 12:00 UTC);
+    const RECORDS: i64 = 1_800; // a minute apart: 30 hours over 3 days
+    let records: String = (0..RECORDS)
+        .map(|id| {
+            let at = start + time::Duration::minutes(id);
+            let utc = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
+            let text = match id % 4 {
+                0 => format!("{}Z", at.format(utc).unwrap()),
+                1 => {
+                    let local = at.to_offset(time::macros::offset!(-05:00));
+                    format!("{}-05:00", local.format(utc).unwrap())
+                }
+                2 => at.format(utc).unwrap(),
+                _ => at
+                    .format(format_description!(
+                        "[year]-[month]-[day] [hour]:[minute]:[second]"
+                    ))
+                    .unwrap(),
+            };
+            format!("{{\"id\":{id},\"ts\":\"{text}\"}}\n")
+        })
+        .chain(["{\"id\":-1}\n".to_owned()])
+        .collect();
+    let since_rows = (0..RECORDS)
+        .filter(|id| start + time::Duration::minutes(*id) >= since)
+        .count();
+    // (directory, transform, partitions, partitions reached by the filter)
+    let cases = [
+        ("ts_day={yyyy}-{mm}-{dd}", "day", 3, 2),
+        ("ts_hour={yyyy}-{mm}-{dd}-{hh}", "hour", 30, 14),
+    ];
+    for (directory, transform, partitions, reached) in cases {
+        let store = tempfile::tempdir().unwrap();
+        let table = store.path().join("t");
+        let config = store.path().join("stream.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "table = \"iceberg\"\ntime_field = \"ts\"\n\
+                 key_template = \"t/{directory}/{{uuid}}\"\n\
+                 dead_letter_template = \"dead/{{uuid}}\"\n[schema]\nts = \"timestamp\"\n"
+            ),
+        )
+        .unwrap();
+        let run = || {
+            let output = fed(
+                Command::new(env!("CARGO_BIN_EXE_sluice"))
+                    .args(["ingest", "--stream", "t", "--json", "--config"])
+                    .arg(&config)
+                    .arg("--store")
+                    .arg(store.path()),
+                records.as_bytes(),
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(output.status.success(), "{transform}: {stderr}");
+            let said: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+            assert_eq!(said["records"], RECORDS, "{transform}: {said}");
+            assert_eq!(said["dead_lettered"], 1, "{transform}: {said}");
+        };
+        run();
+        let metadata: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(common::tables::iceberg_metadata(&table)).unwrap(),
+        )
+        .unwrap();
+        let field = &metadata["partition-specs"][0]["fields"][0];
+        let name = directory.split('=').next().unwrap();
+        assert_eq!(
+            (field["name"].as_str(), field["transform"].as_str()),
+            (Some(name), Some(transform)),
+            "{metadata}"
+        );
+        // pyiceberg takes an offset, not `Z`.
+        let filter = "ts >= '2026-11-30T12:00:00+00:00'";
+        let read_filtered = |table: &std::path::Path, filter: &str| {
+            let metadata = common::tables::iceberg_metadata(table);
+            let args = [
+                metadata.to_str().unwrap(),
+                "id",
+                "--count",
+                "--filter",
+                filter,
+            ];
+            common::python_json(&readers, "iceberg_read.py", &args, None)
+        };
+        let read = read_filtered(&table, filter);
+        for reader in ["pyiceberg", "duckdb"] {
+            let got = &read[reader];
+            assert_eq!(got["distinct"], RECORDS, "{transform} {reader}: {read}");
+            assert_eq!(
+                read["filtered"][reader], since_rows,
+                "{transform} {reader}: {read}"
+            );
+        }
+        assert_eq!(
+            read["files"].as_array().unwrap().len(),
+            partitions,
+            "{transform}: {read}"
+        );
+        assert_eq!(read["filtered"]["files"], reached, "{transform}: {read}");
+        // A second run: two files per partition, compacted into one each.
+        run();
+        let said = common::tables::tables(store.path(), &["compact", "t", "--min-files", "2"]);
+        let want = format!("{} files rewritten as {partitions}", 2 * partitions);
+        assert!(said.contains(&want), "{transform}: {said}");
+        let read = read_filtered(&table, filter);
+        for reader in ["pyiceberg", "duckdb"] {
+            let got = &read[reader];
+            assert_eq!(got["rows"], 2 * RECORDS, "{transform} {reader}: {read}");
+            assert_eq!(
+                read["filtered"][reader],
+                2 * since_rows,
+                "{transform} {reader}: {read}"
+            );
+        }
+        assert_eq!(read["filtered"]["files"], reached, "{transform}: {read}");
+    }
+    // A time field that is no timestamp column is refused at start, by name.
+    let store = tempfile::tempdir().unwrap();
+    let output = fed(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "ingest",
+                "--stream",
+                "t",
+                "--table",
+                "iceberg",
+                "--time-field",
+                "ts",
+            ])
+            .args(["--key-template", "t/ts_day={yyyy}-{mm}-{dd}/{uuid}"])
+            .arg("--store")
+            .arg(store.path()),
+        records.as_bytes(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("`ts` must be a timestamp column"),
+        "{stderr}"
+    );
+    assert!(!store.path().join("t").exists(), "a refused stream wrote");
 }
 
 /// Issue 47's guarantee for Iceberg tables: a file is announced once a

@@ -128,7 +128,7 @@ impl IcebergTable {
     }
 
     /// Refuses a table sluice cannot compact (another format version, a
-    /// partition transform other than identity); its partition spec.
+    /// partition transform sluice does not write); its partition spec.
     pub(crate) fn check_upkeep(
         &self,
         metadata: &TableMetadata,

@@ -207,6 +207,9 @@ pub struct IcebergTable {
     /// absolute, as Iceberg has them.
     root_uri: String,
     metadata_prefix: String,
+    /// The partitions the key template declares (identity on the layout's
+    /// partition columns, unless told otherwise).
+    partitioning: Vec<partition::DeclaredPartition>,
     /// Milliseconds since the epoch: snapshots' and metadata's times, and
     /// the age expiry measures (the system's clock, but in tests).
     clock: fn() -> i64,
@@ -217,7 +220,13 @@ impl IcebergTable {
     /// `root_uri`.
     pub fn new(store: Arc<dyn ObjectStore>, layout: TableLayout, root_uri: &str) -> IcebergTable {
         let metadata_prefix = format!("{}/metadata/", layout.location);
+        let partitioning = layout
+            .partition_columns
+            .iter()
+            .map(|c| partition::DeclaredPartition::identity(c))
+            .collect();
         IcebergTable {
+            partitioning,
             store,
             layout,
             listener: None,
@@ -234,6 +243,16 @@ impl IcebergTable {
     /// test's hour of commits made in a minute.
     pub fn with_clock(mut self, clock: fn() -> i64) -> IcebergTable {
         self.clock = clock;
+        self
+    }
+
+    /// The same table, partitioned as `partitioning` says: one partition
+    /// per `NAME=` directory of the layout, in order (see [`partition`]).
+    pub fn with_partitioning(
+        mut self,
+        partitioning: Vec<partition::DeclaredPartition>,
+    ) -> IcebergTable {
+        self.partitioning = partitioning;
         self
     }
 
@@ -812,24 +831,24 @@ impl IcebergTable {
         self.partition_spec(metadata).map(|_| ())
     }
 
-    /// `metadata`'s default partition spec, which must be identity
-    /// partitions on the key template's `NAME=` directories.
+    /// `metadata`'s default partition spec, which must be the partitions
+    /// the key template's `NAME=` directories declare.
     pub(crate) fn partition_spec(
         &self,
         metadata: &TableMetadata,
     ) -> Result<partition::PartitionSpec, TableError> {
-        self.spec_of(metadata, Some(&self.layout.partition_columns))
+        self.spec_of(metadata, Some(&self.partitioning))
     }
 
-    /// `metadata`'s default partition spec, identity partitions on
-    /// `columns` when given, on any top-level columns when not (upkeep,
-    /// which keeps each file's partition as it is).
+    /// `metadata`'s default partition spec: `declared` when given, any
+    /// that sluice writes when not (upkeep, which keeps each file's
+    /// partition as it is).
     pub(crate) fn spec_of(
         &self,
         metadata: &TableMetadata,
-        columns: Option<&[String]>,
+        declared: Option<&[partition::DeclaredPartition]>,
     ) -> Result<partition::PartitionSpec, TableError> {
-        partition::PartitionSpec::of_table(metadata, columns).map_err(|reason| {
+        partition::PartitionSpec::of_table(metadata, declared).map_err(|reason| {
             TableError::Partitioned {
                 root: self.layout.location.clone(),
                 reason,
@@ -872,10 +891,12 @@ impl IcebergTable {
                 root: self.layout.location.clone(),
                 source,
             })?;
-        let spec = partition::PartitionSpec::identity(&self.layout.partition_columns, &schema)
-            .map_err(|reason| TableError::Partitioned {
-                root: self.layout.location.clone(),
-                reason,
+        let spec =
+            partition::PartitionSpec::declared(&self.partitioning, &schema).map_err(|reason| {
+                TableError::Partitioned {
+                    root: self.layout.location.clone(),
+                    reason,
+                }
             })?;
         let mut metadata = TableMetadata::new(&self.location(), &schema, last, self.now_ms());
         spec.install(&mut metadata);
@@ -945,15 +966,11 @@ impl IcebergTable {
             metadata.schemas.push(schema.to_json());
             metadata.current_schema_id = schema.schema_id;
             metadata.last_column_id = last_column_id;
-            let mapping = schema.name_mapping(
-                metadata
-                    .properties
-                    .get(schema::NAME_MAPPING)
-                    .map(String::as_str),
-            );
-            metadata
-                .properties
-                .insert(schema::NAME_MAPPING.to_owned(), mapping.to_string());
+            map_names(&mut metadata, &schema);
+        } else if !metadata.properties.contains_key(schema::NAME_MAPPING) {
+            // Another engine's table, whose files carry field ids: sluice's
+            // do not, and readers find their columns by this mapping.
+            map_names(&mut metadata, &schema);
         }
         let now = self.now_ms();
         let snapshot_id = new_snapshot_id();
@@ -1316,6 +1333,21 @@ impl IcebergTable {
         }
         Ok(out)
     }
+}
+
+/// `metadata`'s name mapping (`schema.name-mapping.default`) extended to
+/// `schema`'s columns: how readers find the columns of files written
+/// without field ids, as the stream's are.
+fn map_names(metadata: &mut TableMetadata, schema: &schema::Schema) {
+    let mapping = schema.name_mapping(
+        metadata
+            .properties
+            .get(schema::NAME_MAPPING)
+            .map(String::as_str),
+    );
+    metadata
+        .properties
+        .insert(schema::NAME_MAPPING.to_owned(), mapping.to_string());
 }
 
 /// The store key of `location` (a file or directory a table names) under

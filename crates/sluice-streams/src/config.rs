@@ -124,7 +124,8 @@ pub struct StreamConfig {
     pub level: Option<i32>,
     /// A top-level record field holding the record's time (RFC 3339 text, or
     /// seconds or milliseconds since 1970) for the time placeholders; records
-    /// without a usable one use their arrival time.
+    /// without a usable one use their arrival time (except into an Iceberg
+    /// table partitioned by its day or hour, which requires a timestamp).
     #[arg(id = "time_field", long = "time-field", value_name = "FIELD")]
     pub time_field: Option<String>,
     /// Batches open at once; a record for one more partition first flushes the
@@ -252,6 +253,15 @@ pub enum RecordSource {
 const MAX_FLUSH_BYTES: u64 = 1 << 40;
 
 impl StreamConfig {
+    /// Whether the stream's Iceberg table is partitioned by its records'
+    /// time (a `NAME={yyyy}-{mm}-{dd}` or `…-{hh}` directory): each record's
+    /// `time_field` is then read as its timestamp column reads it, and
+    /// required.
+    pub fn partitions_by_record_time(&self) -> bool {
+        self.table == TableFormat::Iceberg
+            && crate::table::iceberg_partitions::by_time(&self.key_template)
+    }
+
     /// What batch keys end with.
     pub fn extension(&self) -> &'static str {
         match self.format {

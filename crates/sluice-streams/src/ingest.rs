@@ -103,6 +103,7 @@ pub async fn parse_on_pool(
             let rules = RecordRules {
                 template: job_stream.template(),
                 time_field: config.time_field.as_deref(),
+                time_is_column: config.partitions_by_record_time(),
                 max_record_bytes: config.max_record_bytes,
                 arrival,
                 source_partition: None,

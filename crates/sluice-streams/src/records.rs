@@ -32,6 +32,10 @@ pub enum BodyFormat {
 pub struct RecordRules<'a> {
     pub template: &'a StreamKeyTemplate,
     pub time_field: Option<&'a str>,
+    /// The time field is the timestamp column a table is partitioned by
+    /// (Iceberg's day or hour): each record must give it, as text its
+    /// column takes, and its time is read as the column reads it.
+    pub time_is_column: bool,
     pub max_record_bytes: u64,
     /// When the records came in (their time without `time_field`).
     pub arrival: OffsetDateTime,
@@ -269,6 +273,13 @@ fn check_record(
     for (i, value) in picked.into_iter().enumerate() {
         if i < picker.fields {
             fields.push(value.map(Scalar::into_text).unwrap_or_default());
+        } else if rules.time_is_column {
+            time = value.and_then(Scalar::into_column_time).ok_or_else(|| {
+                format!(
+                    "the record has no timestamp in `{}`, which the table is partitioned by",
+                    rules.time_field.unwrap_or_default()
+                )
+            })?;
         } else if let Some(at) = value.and_then(Scalar::into_time) {
             time = at;
         }
@@ -444,6 +455,21 @@ impl Scalar {
     }
 }
 
+impl Scalar {
+    /// A timestamp column's value, read as arrow reads the text into the
+    /// column (RFC 3339, a space for the `T`, no offset as UTC); a column
+    /// without a zone reads the same digits.
+    fn into_column_time(self) -> Option<OffsetDateTime> {
+        use arrow_array::types::TimestampMicrosecondType;
+        use arrow_cast::parse::Parser;
+        let Scalar::Text(text) = self else {
+            return None;
+        };
+        let micros = TimestampMicrosecondType::parse(&text)?;
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).ok()
+    }
+}
+
 struct PickSeed<'n> {
     names: &'n [&'n str],
 }
@@ -555,6 +581,7 @@ mod tests {
         RecordRules {
             template,
             time_field: Some("ts"),
+            time_is_column: false,
             max_record_bytes: 64,
             arrival: time::macros::datetime!(2026-11-25 10:30 UTC),
             source_partition: None,
@@ -729,6 +756,50 @@ mod tests {
                 (Some(10), vec![String::new()]),
             ]
         );
+    }
+
+    /// A table partitioned by the day or hour of the time field takes each
+    /// record's time as its timestamp column reads it, and refuses a record
+    /// without one (its partition would not be its column's).
+    /// (record, the hour of its partition, or the refusal)
+    #[test]
+    fn a_time_that_partitions_a_table_is_read_as_its_column_reads_it() {
+        let template = StreamKeyTemplate::parse("{hh}/{uuid}", Compression::None).unwrap();
+        let rules = RecordRules {
+            time_is_column: true,
+            max_record_bytes: 1024,
+            ..rules(&template)
+        };
+        let cases: Vec<(&str, Result<i64, &str>)> = vec![
+            (r#"{"ts":"2026-11-25T08:15:00Z"}"#, Ok(8)),
+            (r#"{"ts":"2026-11-25T23:15:00-02:00"}"#, Ok(1)),
+            // No offset: UTC, as the column (or a wall-clock column) reads it.
+            (r#"{"ts":"2026-11-25T08:15:00"}"#, Ok(8)),
+            (r#"{"ts":"2026-11-25 08:15:00"}"#, Ok(8)),
+            (r#"{"ts":1795600000}"#, Err("no timestamp in `ts`")),
+            (r#"{"ts":null}"#, Err("no timestamp in `ts`")),
+            (r#"{"other":1}"#, Err("no timestamp in `ts`")),
+            (r#"{"ts":"yesterday"}"#, Err("no timestamp in `ts`")),
+        ];
+        for (record, want) in cases {
+            let body = Bytes::from(format!("{record}\n"));
+            let parsed = parse_records(body, BodyFormat::Ndjson, &rules).unwrap();
+            match want {
+                Ok(hour) => {
+                    assert_eq!(parsed.runs.len(), 1, "{record}");
+                    assert_eq!(
+                        parsed.runs[0].partition.hour.map(|h| h % 24),
+                        Some(hour),
+                        "{record}"
+                    );
+                }
+                Err(want) => {
+                    assert_eq!(parsed.rejected.len(), 1, "{record}");
+                    let reason = &parsed.rejected[0].why.reason;
+                    assert!(reason.contains(want), "{record}: {reason}");
+                }
+            }
+        }
     }
 
     #[test]

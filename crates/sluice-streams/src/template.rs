@@ -43,7 +43,9 @@ pub struct StreamKeyTemplate {
 /// placeholders (those it does not use stay empty).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct PartitionKey {
-    /// Hours since 1970 (UTC), when the template has a time placeholder.
+    /// Hours since 1970 (UTC), when the template has a time placeholder:
+    /// the first hour of the template's finest unit (a template without
+    /// `{hh}` puts a day's records in one batch).
     pub hour: Option<i64>,
     /// The template's fields, in order, as they appear in keys.
     pub fields: Vec<String>,
@@ -270,10 +272,31 @@ impl StreamKeyTemplate {
         PartitionKey {
             hour: self
                 .uses_time()
-                .then(|| time.unix_timestamp().div_euclid(3600)),
+                .then(|| self.unit_start(time).unix_timestamp().div_euclid(3600)),
             fields,
             source_partition: source,
         }
+    }
+
+    /// The start of the finest time unit the template renders that holds
+    /// `time` (UTC).
+    fn unit_start(&self, time: OffsetDateTime) -> OffsetDateTime {
+        let time = time.to_offset(time::UtcOffset::UTC);
+        let has = |piece: Piece| self.pieces.contains(&piece);
+        if has(Piece::Hour) {
+            return time;
+        }
+        let day = time.replace_time(time::Time::MIDNIGHT);
+        if has(Piece::Day) {
+            return day;
+        }
+        let month = day.replace_day(1).expect("every month has a first day");
+        if has(Piece::Month) {
+            return month;
+        }
+        month
+            .replace_month(time::Month::January)
+            .expect("January has a first day")
     }
 
     /// The key of a batch of `partition` whose first record is at `offset`.
@@ -472,6 +495,78 @@ mod tests {
         assert_ne!(p, other_hour);
         let untimed = StreamKeyTemplate::parse("{stream}/{uuid}", Compression::None).unwrap();
         assert_eq!(untimed.partition_of(time, vec![], None).hour, None);
+        // A batch spans the template's finest unit: (template, two times,
+        // whether they share a batch)
+        let at = |text: &str| {
+            OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).unwrap()
+        };
+        let units = [
+            (
+                "{hh}/{uuid}",
+                "2026-11-29T10:59:59Z",
+                "2026-11-29T11:00:00Z",
+                false,
+            ),
+            (
+                "{dd}/{uuid}",
+                "2026-11-29T00:00:00Z",
+                "2026-11-29T23:59:59Z",
+                true,
+            ),
+            (
+                "{dd}/{uuid}",
+                "2026-11-29T23:59:59Z",
+                "2026-11-30T00:00:00Z",
+                false,
+            ),
+            (
+                "{dd}/{uuid}",
+                "2026-11-29T23:30:00-01:00",
+                "2026-11-30T01:00:00Z",
+                true,
+            ),
+            (
+                "{yyyy}/{mm}/{uuid}",
+                "2026-11-01T00:00:00Z",
+                "2026-11-30T23:00:00Z",
+                true,
+            ),
+            (
+                "{yyyy}/{mm}/{uuid}",
+                "2026-11-30T23:00:00Z",
+                "2026-12-01T00:00:00Z",
+                false,
+            ),
+            (
+                "{yyyy}/{uuid}",
+                "2026-01-01T00:00:00Z",
+                "2026-12-31T23:00:00Z",
+                true,
+            ),
+        ];
+        for (template, one, other, shared) in units {
+            let t = StreamKeyTemplate::parse(template, Compression::None).unwrap();
+            let (one, other) = (at(one), at(other));
+            let (a, b) = (
+                t.partition_of(one, vec![], None),
+                t.partition_of(other, vec![], None),
+            );
+            assert_eq!(a == b, shared, "{template}: {one} {other}");
+            // And the batch's key renders the record's own unit.
+            let uuid = uuid::Uuid::nil();
+            let rendered =
+                |time: OffsetDateTime| t.render("s", &t.partition_of(time, vec![], None), 0, uuid);
+            let exact = |time: OffsetDateTime| {
+                let hour = time.unix_timestamp().div_euclid(3600);
+                let key = PartitionKey {
+                    hour: Some(hour),
+                    ..PartitionKey::default()
+                };
+                t.render("s", &key, 0, uuid)
+            };
+            assert_eq!(rendered(one), exact(one), "{template}");
+            assert_eq!(rendered(other), exact(other), "{template}");
+        }
     }
 
     #[test]

@@ -109,8 +109,9 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
                     ));
                 }
             }
-            let lines = to_lines(&batch)?;
-            records += decode_into(&mut writer, &schema, &lines, batch.num_rows())?;
+            let rows = batch.num_rows();
+            let lines = to_lines(&in_utc_offsets(batch)?)?;
+            records += decode_into(&mut writer, &schema, &lines, rows)?;
         }
     }
     let footer = writer.close().map_err(|e| e.to_string())?;
@@ -119,6 +120,62 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
         records,
         footer,
     })
+}
+
+/// `batch` with every zoned timestamp's zone named `+00:00`: their values
+/// are instants (UTC) whatever the zone's name, and a named zone (`UTC`, as
+/// Spark's files give it) would not format without a zone database.
+fn in_utc_offsets(batch: RecordBatch) -> Result<RecordBatch, String> {
+    use arrow_schema::{DataType, Field};
+    fn retyped(data_type: &DataType) -> DataType {
+        let field =
+            |f: &Arc<Field>| Arc::new(f.as_ref().clone().with_data_type(retyped(f.data_type())));
+        match data_type {
+            DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
+            DataType::List(f) => DataType::List(field(f)),
+            DataType::LargeList(f) => DataType::LargeList(field(f)),
+            DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
+            DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
+            other => other.clone(),
+        }
+    }
+    fn rebuilt(data: arrow_data::ArrayData) -> Result<arrow_data::ArrayData, String> {
+        let data_type = retyped(data.data_type());
+        if &data_type == data.data_type() {
+            return Ok(data);
+        }
+        let children = data
+            .child_data()
+            .iter()
+            .cloned()
+            .map(rebuilt)
+            .collect::<Result<Vec<_>, _>>()?;
+        data.into_builder()
+            .data_type(data_type)
+            .child_data(children)
+            .build()
+            .map_err(|e| e.to_string())
+    }
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| &retyped(f.data_type()) != f.data_type())
+    {
+        return Ok(batch);
+    }
+    let schema = batch.schema();
+    let fields: Vec<Arc<Field>> = schema
+        .fields()
+        .iter()
+        .map(|f| Arc::new(f.as_ref().clone().with_data_type(retyped(f.data_type()))))
+        .collect();
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| rebuilt(c.to_data()).map(arrow_array::make_array))
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
 }
 
 /// Whether `array` (or a field, element or value nested in it) holds a
@@ -180,6 +237,56 @@ mod tests {
         writer.write(&batch).unwrap();
         writer.close().unwrap();
         Bytes::from(out)
+    }
+
+    /// A timestamp column whose zone is named (`UTC`, in Spark's files)
+    /// merges with sluice's (`+00:00`): the same instants come out, under
+    /// the target schema's zone, at the top level and in a struct.
+    #[test]
+    fn zoned_timestamps_merge_whatever_their_zone_is_named() {
+        use arrow_array::{StructArray, TimestampMicrosecondArray};
+        use arrow_schema::TimeUnit;
+        let zoned = |zone: &str| DataType::Timestamp(TimeUnit::Microsecond, Some(zone.into()));
+        let file = |zone: &str, micros: i64| {
+            let ts = Arc::new(TimestampMicrosecondArray::from(vec![micros]).with_timezone(zone))
+                as ArrayRef;
+            let inner = Field::new("at", zoned(zone), true);
+            let nested =
+                Arc::new(StructArray::from(vec![(Arc::new(inner), ts.clone())])) as ArrayRef;
+            let batch = RecordBatch::try_from_iter(vec![("ts", ts), ("s", nested)]).unwrap();
+            let mut out = Vec::new();
+            let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            Bytes::from(out)
+        };
+        let target = Arc::new(Schema::new(vec![
+            Field::new("ts", zoned("+00:00"), true),
+            Field::new(
+                "s",
+                DataType::Struct(vec![Field::new("at", zoned("+00:00"), true)].into()),
+                true,
+            ),
+        ]));
+        let at = 1_795_913_491_000_000i64;
+        let merged =
+            merge_parquet(vec![file("UTC", at), file("+00:00", at + 1)], Some(target)).unwrap();
+        assert_eq!(merged.records, 2);
+        let batch = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(merged.bytes))
+            .unwrap()
+            .build()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        use arrow_array::cast::AsArray;
+        let ts = batch
+            .column(0)
+            .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+        assert_eq!(ts.values().to_vec(), vec![at, at + 1]);
+        let nested = batch.column(1).as_struct().column(0);
+        let nested = nested.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+        assert_eq!(nested.values().to_vec(), vec![at, at + 1]);
     }
 
     /// (case, values of the second file, rows merged or the refusal)

@@ -690,6 +690,7 @@ fn kafka_rules(stream: &RecordStream) -> RecordRules<'_> {
     RecordRules {
         template: stream.template(),
         time_field: config.time_field.as_deref(),
+        time_is_column: config.partitions_by_record_time(),
         max_record_bytes: config.max_record_bytes,
         arrival: time::OffsetDateTime::now_utc(),
         source_partition: None,

@@ -14,6 +14,7 @@ pub mod announce;
 pub mod columns;
 pub(crate) mod file;
 pub mod iceberg_columns;
+pub(crate) mod iceberg_partitions;
 pub(crate) mod opening;
 pub(crate) mod rules;
 pub mod schema;

@@ -61,6 +61,8 @@ pub(crate) async fn open(
         key: "table",
         reason: format!("the {format} table at {location}: {reason}"),
     };
+    // The timestamp column an Iceberg table's day or hour partitions are of.
+    let mut time_source: Option<(String, &str)> = None;
     let mut found = match config.table {
         TableFormat::Delta => {
             let table = DeltaTable::new(store, layout).listened_by(listener);
@@ -69,26 +71,23 @@ pub(crate) async fn open(
                 .map_err(|reason| refuse("Delta", reason))?
         }
         TableFormat::Iceberg => {
-            // An Iceberg partition is a column (identity): each directory
-            // must name its records' field of the same name.
-            if let Some(column) = layout
-                .partition_columns
+            let partitioning = super::iceberg_partitions::declared(
+                &keys,
+                &layout.partition_columns,
+                config.time_field.as_deref(),
+            )
+            .map_err(|reason| StreamConfigError {
+                key: "key_template",
+                reason,
+            })?;
+            time_source = partitioning
                 .iter()
-                .find(|c| !keys.contains(&format!("{c}={{field:{c}}}")))
-            {
-                return Err(StreamConfigError {
-                    key: "key_template",
-                    reason: format!(
-                        "its directory `{column}=` names no `{{field:{column}}}`; an Iceberg \
-                         table's partitions are its records' columns (identity), so a \
-                         partition directory must be `{column}={{field:{column}}}` (time \
-                         transforms such as day(ts) are not written yet)"
-                    ),
-                });
-            }
+                .find(|p| p.transform != sluice_iceberg::partition::Transform::Identity)
+                .map(|p| (p.source.clone(), p.transform.name()));
             let root_uri = store.describe();
-            let table =
-                sluice_iceberg::IcebergTable::new(store, layout, &root_uri).listened_by(listener);
+            let table = sluice_iceberg::IcebergTable::new(store, layout, &root_uri)
+                .with_partitioning(partitioning)
+                .listened_by(listener);
             read_iceberg(table)
                 .await
                 .map_err(|reason| refuse("Iceberg", reason))?
@@ -111,6 +110,21 @@ pub(crate) async fn open(
             }
             Some(_) => {}
             None => found.known.push((field.clone(), declared)),
+        }
+    }
+    if let Some((source, transform)) = &time_source {
+        let timestamp = found.known.iter().any(|(field, shape)| {
+            field == source && matches!(shape, Shape::Timestamp | Shape::TimestampNtz)
+        });
+        if !timestamp {
+            return Err(StreamConfigError {
+                key: "time_field",
+                reason: format!(
+                    "the key template partitions the Iceberg table at {location} by \
+                     {transform}({source}), so `{source}` must be a timestamp column: declare it \
+                     (schema.{source} = \"timestamp\"), or use a table whose `{source}` is one"
+                ),
+            });
         }
     }
     if let Some(mapping) = &found.column_mapping {
