@@ -74,7 +74,7 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
                 sluice_store::ObjectStore::describe(&bucket_store),
                 bucket_store.endpoint()
             );
-            (Arc::new(bucket_store), place)
+            (crate::target::with_faults(Arc::new(bucket_store)), place)
         }
         local => {
             let store = crate::target::open_store(local, &Default::default(), None).await?;

@@ -215,6 +215,29 @@ pub async fn open_store(
     reach: &StoreArgs,
     stall_timeout: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
+    let store = open_store_itself(location, reach, stall_timeout).await?;
+    Ok(with_faults(store))
+}
+
+/// `store`, with a crash test's fault when one is set
+/// (`SLUICE_FAULT_EXIT_AFTER_STORE_WRITES=N`, see
+/// `sluice_store::exit_fault`: the process ends right after its N-th store
+/// write).
+pub fn with_faults(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    match std::env::var("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(at) => Arc::new(sluice_store::exit_fault::ExitAfterWrites::new(store, at)),
+        None => store,
+    }
+}
+
+async fn open_store_itself(
+    location: StoreLocation,
+    reach: &StoreArgs,
+    stall_timeout: Option<std::time::Duration>,
+) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
     match location {
         StoreLocation::S3 { bucket, rest } => Ok(Arc::new(
             connect_s3(bucket, rest, reach, stall_timeout).await,

@@ -256,3 +256,104 @@ async fn eight_writers_at_once_all_commit_and_nothing_is_lost() {
         assert_eq!(read[reader]["distinct"], total, "{reader}: {read}");
     }
 }
+
+/// The catalog's gateway killed right after any one of its store writes
+/// (`SLUICE_FAULT_EXIT_AFTER_STORE_WRITES=N`, N from 1 until pyiceberg's
+/// first run ends with the gateway alive, each on a fresh prefix) while
+/// pyiceberg makes a namespace and a table and appends 100 rows: a gateway
+/// started again with the default settings serves a catalog in which the
+/// same client makes the same namespace and table (taking over what was
+/// half made) and appends 100 more, and both readers count the rows of
+/// every append that landed, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_killed_after_any_store_write_is_whole_when_started_again() {
+    let Some(readers) = python_readers("iceberg-catalog-kill") else {
+        return;
+    };
+    let Some((endpoint, prefix, _store)) = minio_prefix("iceberg-catalog-kill").await else {
+        return;
+    };
+    let first_append = |catalog: &str| {
+        let (clients, python) = &readers;
+        Command::new(python)
+            .arg(format!("{clients}/iceberg_rest.py"))
+            .args(["append", catalog, "lake", "events", "0", "100"])
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .output()
+            .unwrap()
+    };
+    let mut killed = 0;
+    for at in 1.. {
+        assert!(
+            at <= 40,
+            "a namespace, a table and an append made 40 writes"
+        );
+        let here = format!("{prefix}kill-{at}/");
+        let store = format!("s3://{}/{here}", sluice_testkit::minio::TEST_BUCKET);
+        let args = [
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--endpoint",
+            &endpoint,
+        ];
+        let fault = at.to_string();
+        let mut gateway =
+            common::serve_with_env(&args, &[("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", &fault)]);
+        let catalog = format!("{}/iceberg", gateway.url);
+        let first = first_append(&catalog);
+        if first.status.success() {
+            // A write after the answer (the version hint) may still end it.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            if gateway.child.try_wait().unwrap().is_none() {
+                break;
+            }
+        }
+        let mut status = None;
+        for _ in 0..100 {
+            status = gateway.child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let stderr = String::from_utf8_lossy(&first.stderr);
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(137),
+            "write {at}: the client failed and the gateway lives on: {stderr}"
+        );
+        killed += 1;
+        drop(gateway);
+        let again = common::serve_on_minio(&endpoint, &here, "127.0.0.1:0", &[]);
+        let catalog = format!("{}/iceberg", again.url);
+        rest_client(
+            &readers,
+            &endpoint,
+            &["append", &catalog, "lake", "events", "100", "100"],
+        );
+        let read = rest_client(&readers, &endpoint, &["read", &catalog, "lake", "events"]);
+        let rows = read["pyiceberg"]["rows"].as_u64().unwrap();
+        // The first append is in when its commit landed, answered or not.
+        assert!(
+            rows == 100 || (rows == 200 && at > 1),
+            "write {at}: {rows} rows: {read}"
+        );
+        for reader in ["pyiceberg", "duckdb"] {
+            assert_eq!(read[reader]["rows"], rows, "write {at}, {reader}: {read}");
+            assert_eq!(
+                read[reader]["distinct"], rows,
+                "write {at}, {reader}: {read}"
+            );
+        }
+        let listed = rest_client(&readers, &endpoint, &["list", &catalog]);
+        assert_eq!(
+            listed["namespaces"],
+            serde_json::json!([["lake"]]),
+            "write {at}"
+        );
+    }
+    assert!(killed >= 3, "only {killed} writes to kill after");
+    eprintln!("the catalog was killed after each of its {killed} store writes");
+}

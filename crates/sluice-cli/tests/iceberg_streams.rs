@@ -87,6 +87,21 @@ fn iceberg_tables_compact_vacuum_and_expire_keep_every_row() {
     );
 }
 
+/// A compaction killed between any two of its store writes loses and
+/// repeats no row, and the next one finishes it.
+#[test]
+fn an_iceberg_compaction_killed_after_any_store_write_loses_nothing() {
+    let Some(readers) = common::python_readers("iceberg-compact-kill") else {
+        return;
+    };
+    common::tables::compaction_survives_a_kill_after_any_store_write("iceberg", &|table| {
+        let read = read_iceberg(&readers, table, "id", true);
+        ["pyiceberg", "duckdb"]
+            .map(|reader| (reader, read[reader].clone()))
+            .to_vec()
+    });
+}
+
 #[test]
 fn keyed_standard_input_loads_into_iceberg_once_across_a_sigkill_and_a_death_after_its_commit() {
     let Some(readers) = common::python_readers("iceberg-keyed-stdin") else {

@@ -709,6 +709,21 @@ fn delta_tables_compact_vacuum_and_checkpoint_keep_every_row() {
     );
 }
 
+/// A compaction killed between any two of its store writes loses and
+/// repeats no row, and the next one finishes it.
+#[test]
+fn a_delta_compaction_killed_after_any_store_write_loses_nothing() {
+    let Some(readers) = common::python_readers("delta-compact-kill") else {
+        return;
+    };
+    common::tables::compaction_survives_a_kill_after_any_store_write("delta", &|table| {
+        let read = common::read_delta(&readers, None, table.to_str().unwrap(), "id", true);
+        ["deltalake", "duckdb"]
+            .map(|reader| (reader, read[reader].clone()))
+            .to_vec()
+    });
+}
+
 #[test]
 fn keyed_standard_input_loads_once_across_a_sigkill_and_a_death_after_its_commit() {
     let Some(readers) = common::python_readers("delta-keyed-stdin") else {

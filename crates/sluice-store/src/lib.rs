@@ -9,6 +9,7 @@
 
 pub mod checksum;
 mod error;
+pub mod exit_fault;
 pub mod fs;
 pub mod location;
 pub mod presign;

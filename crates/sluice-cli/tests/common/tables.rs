@@ -529,3 +529,58 @@ pub fn upkeep_keeps_every_row(
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// A FORMAT table's compaction killed right after any one of its store
+/// writes (`SLUICE_FAULT_EXIT_AFTER_STORE_WRITES=N`, N from 1 until the
+/// compaction ends by itself, each on a table made anew) leaves a
+/// table `count` (each reader's count of `id`s in the table at the path it
+/// is given) reads whole, once; the next compaction, with nothing set,
+/// finishes the job and the readers count the same.
+pub fn compaction_survives_a_kill_after_any_store_write(
+    format: &str,
+    count: &dyn Fn(&std::path::Path) -> Vec<(&'static str, serde_json::Value)>,
+) {
+    const ROWS: u64 = 400;
+    // Four files: made anew for every kill (an Iceberg table's paths are
+    // absolute, so it cannot be copied).
+    let made = || {
+        let store = tempfile::tempdir().unwrap();
+        for run in 0..4u64 {
+            let input: String = (0..ROWS / 4)
+                .map(|n| format!("{{\"id\":{}}}\n", run * ROWS / 4 + n))
+                .collect();
+            ingest_into_table(store.path(), format, &input);
+        }
+        store
+    };
+    let whole = |table: &std::path::Path, when: &str| {
+        for (reader, read) in count(table) {
+            assert_eq!(read["rows"], ROWS, "{when}, {reader}: {read}");
+            assert_eq!(read["distinct"], ROWS, "{when}, {reader}: {read}");
+        }
+    };
+    let mut killed = 0;
+    for at in 1.. {
+        assert!(at <= 40, "a compaction of four files made 40 writes");
+        let store = made();
+        let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["tables", "compact", "t", "--min-files", "2", "--store"])
+            .arg(store.path())
+            .env("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", at.to_string())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if output.status.success() {
+            // It made fewer writes than `at`: every one of them was tried.
+            break;
+        }
+        assert_eq!(output.status.code(), Some(137), "write {at}: {stderr}");
+        killed += 1;
+        let table = store.path().join("t");
+        whole(&table, &format!("killed after write {at}"));
+        tables(store.path(), &["compact", "t", "--min-files", "2"]);
+        whole(&table, &format!("compacted again after write {at}"));
+    }
+    assert!(killed >= 3, "only {killed} writes to kill after");
+    eprintln!("{format}: the compaction was killed after each of its {killed} store writes");
+}
