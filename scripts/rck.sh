@@ -27,10 +27,12 @@ if [ "${1:-}" = --inside ]; then
     sleep 0.1
   done
   cd /
-  # The kit's switch for what this catalog is: namespaces are created before
-  # their tables (as Polaris and most REST catalogs have it).
+  # The kit's switches for what this catalog is: namespaces are created
+  # before their tables (as Polaris and most REST catalogs have it), and
+  # names may hold dots.
   CATALOG_URI="http://127.0.0.1:$port/iceberg" \
   CATALOG_RCK_REQUIRES__NAMESPACE__CREATE=true \
+  CATALOG_RCK_SUPPORTS__NAMES__WITH__DOT=true \
     timeout 600 java -Xmx1g -Djava.io.tmpdir=/tmp/java -cp "$(cat "$stage/classpath")" \
     org.junit.platform.console.ConsoleLauncher execute \
     --select-class org.apache.iceberg.rest.RESTCompatibilityKitCatalogTests \

@@ -415,12 +415,18 @@ impl IcebergTable {
         let (this, next) = tokio::join!(self.exists(version), self.exists(version + 1));
         let newest = this? && !next?;
         if !newest {
-            let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(known) = latest.as_mut().filter(|k| k.version == version) {
-                known.written_here = false;
-            }
+            self.forget_written_here(version);
         }
         Ok(newest)
+    }
+
+    /// The next commit reads the table before it makes its change on
+    /// `version`.
+    fn forget_written_here(&self, version: u64) {
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = latest.as_mut().filter(|k| k.version == version) {
+            known.written_here = false;
+        }
     }
 
     /// Removes what a commit that will not be made stored for it (its
@@ -701,6 +707,10 @@ impl IcebergTable {
                 }
                 Err(error) => {
                     tracing::debug!(table = %self.layout.location, version = version + 1, error = %sluice_store::error_chain(&error), "the version was not taken; reading it back");
+                    // Whoever took it, the next attempt reads the table
+                    // first (review finding: it was made on `version`
+                    // again, its files written and removed).
+                    self.forget_written_here(version);
                     unsure.push(Attempt {
                         version: version + 1,
                         body,

@@ -1,6 +1,7 @@
 //! A fault for crash tests: a store that ends the process (exit status 137,
-//! SIGKILL's: nothing flushed, nothing cleaned up) right after its N-th
-//! write lands. A test walks N from 1 up to the writes an operation makes,
+//! SIGKILL's) right after its N-th write lands, before anything else of the
+//! operation happens: no store request, no answer, no clean-up of its own
+//! (`std::process::exit`: only buffered standard output is flushed). A test walks N from 1 up to the writes an operation makes,
 //! and so kills it between every two of its store writes, the window a
 //! SIGKILL from outside hits only by luck. The binary wraps its store in it
 //! when `SLUICE_FAULT_EXIT_AFTER_STORE_WRITES` is set; nothing else does.

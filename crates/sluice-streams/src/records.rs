@@ -456,16 +456,18 @@ impl Scalar {
 }
 
 impl Scalar {
-    /// A timestamp column's value, read as arrow reads the text into the
-    /// column (RFC 3339, a space for the `T`, no offset as UTC); a column
-    /// without a zone reads the same digits.
+    /// A timestamp column's value, computed as arrow-json computes it into
+    /// the column (RFC 3339, a space for the `T`, no offset as UTC; whole
+    /// microseconds, rounded down); a column without a zone reads the same
+    /// digits.
     fn into_column_time(self) -> Option<OffsetDateTime> {
-        use arrow_array::types::TimestampMicrosecondType;
-        use arrow_cast::parse::Parser;
         let Scalar::Text(text) = self else {
             return None;
         };
-        let micros = TimestampMicrosecondType::parse(&text)?;
+        let utc: arrow_array::timezone::Tz = "+00:00".parse().ok()?;
+        let micros = arrow_cast::parse::string_to_datetime(&utc, &text)
+            .ok()?
+            .timestamp_micros();
         OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).ok()
     }
 }
@@ -776,6 +778,9 @@ mod tests {
             // No offset: UTC, as the column (or a wall-clock column) reads it.
             (r#"{"ts":"2026-11-25T08:15:00"}"#, Ok(8)),
             (r#"{"ts":"2026-11-25 08:15:00"}"#, Ok(8)),
+            // Rounded down to the microsecond, as the column holds it: still
+            // 1969 (review finding: rounding toward zero made it 1970).
+            (r#"{"ts":"1969-12-31T23:59:59.9999995Z"}"#, Ok(23)),
             (r#"{"ts":1795600000}"#, Err("no timestamp in `ts`")),
             (r#"{"ts":null}"#, Err("no timestamp in `ts`")),
             (r#"{"other":1}"#, Err("no timestamp in `ts`")),
@@ -788,7 +793,7 @@ mod tests {
                 Ok(hour) => {
                     assert_eq!(parsed.runs.len(), 1, "{record}");
                     assert_eq!(
-                        parsed.runs[0].partition.hour.map(|h| h % 24),
+                        parsed.runs[0].partition.hour.map(|h| h.rem_euclid(24)),
                         Some(hour),
                         "{record}"
                     );

@@ -73,13 +73,14 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
             for part in &parts {
                 let builder = ParquetRecordBatchReaderBuilder::try_new(part.clone())
                     .map_err(|e| e.to_string())?;
-                schemas.push(
-                    builder
-                        .schema()
-                        .as_ref()
-                        .clone()
-                        .with_metadata(Default::default()),
-                );
+                // Zones named otherwise (Spark's `UTC`) as the rows will be.
+                let fields: Vec<Arc<arrow_schema::Field>> = builder
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| Arc::new(f.as_ref().clone().with_data_type(in_utc(f.data_type()))))
+                    .collect();
+                schemas.push(Schema::new(fields));
             }
             Arc::new(Schema::try_merge(schemas).map_err(|e| e.to_string())?)
         }
@@ -126,21 +127,9 @@ pub fn merge_parquet(parts: Vec<Bytes>, schema: Option<SchemaRef>) -> Result<Mer
 /// are instants (UTC) whatever the zone's name, and a named zone (`UTC`, as
 /// Spark's files give it) would not format without a zone database.
 fn in_utc_offsets(batch: RecordBatch) -> Result<RecordBatch, String> {
-    use arrow_schema::{DataType, Field};
-    fn retyped(data_type: &DataType) -> DataType {
-        let field =
-            |f: &Arc<Field>| Arc::new(f.as_ref().clone().with_data_type(retyped(f.data_type())));
-        match data_type {
-            DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
-            DataType::List(f) => DataType::List(field(f)),
-            DataType::LargeList(f) => DataType::LargeList(field(f)),
-            DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
-            DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
-            other => other.clone(),
-        }
-    }
+    use arrow_schema::Field;
     fn rebuilt(data: arrow_data::ArrayData) -> Result<arrow_data::ArrayData, String> {
-        let data_type = retyped(data.data_type());
+        let data_type = in_utc(data.data_type());
         if &data_type == data.data_type() {
             return Ok(data);
         }
@@ -160,7 +149,7 @@ fn in_utc_offsets(batch: RecordBatch) -> Result<RecordBatch, String> {
         .schema()
         .fields()
         .iter()
-        .any(|f| &retyped(f.data_type()) != f.data_type())
+        .any(|f| &in_utc(f.data_type()) != f.data_type())
     {
         return Ok(batch);
     }
@@ -168,7 +157,7 @@ fn in_utc_offsets(batch: RecordBatch) -> Result<RecordBatch, String> {
     let fields: Vec<Arc<Field>> = schema
         .fields()
         .iter()
-        .map(|f| Arc::new(f.as_ref().clone().with_data_type(retyped(f.data_type()))))
+        .map(|f| Arc::new(f.as_ref().clone().with_data_type(in_utc(f.data_type()))))
         .collect();
     let columns = batch
         .columns()
@@ -176,6 +165,21 @@ fn in_utc_offsets(batch: RecordBatch) -> Result<RecordBatch, String> {
         .map(|c| rebuilt(c.to_data()).map(arrow_array::make_array))
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
+}
+
+/// `data_type` with every zoned timestamp's zone named `+00:00` (see
+/// [`in_utc_offsets`]).
+fn in_utc(data_type: &arrow_schema::DataType) -> arrow_schema::DataType {
+    use arrow_schema::{DataType, Field};
+    let field = |f: &Arc<Field>| Arc::new(f.as_ref().clone().with_data_type(in_utc(f.data_type())));
+    match data_type {
+        DataType::Timestamp(unit, Some(_)) => DataType::Timestamp(*unit, Some("+00:00".into())),
+        DataType::List(f) => DataType::List(field(f)),
+        DataType::LargeList(f) => DataType::LargeList(field(f)),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
+        DataType::Map(f, sorted) => DataType::Map(field(f), *sorted),
+        other => other.clone(),
+    }
 }
 
 /// Whether `array` (or a field, element or value nested in it) holds a
@@ -269,24 +273,27 @@ mod tests {
             ),
         ]));
         let at = 1_795_913_491_000_000i64;
-        let merged =
-            merge_parquet(vec![file("UTC", at), file("+00:00", at + 1)], Some(target)).unwrap();
-        assert_eq!(merged.records, 2);
-        let batch = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(merged.bytes))
-            .unwrap()
-            .build()
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap();
-        use arrow_array::cast::AsArray;
-        let ts = batch
-            .column(0)
-            .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
-        assert_eq!(ts.values().to_vec(), vec![at, at + 1]);
-        let nested = batch.column(1).as_struct().column(0);
-        let nested = nested.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
-        assert_eq!(nested.values().to_vec(), vec![at, at + 1]);
+        // Into a table's schema (Iceberg), and into the files' own (Delta).
+        for target in [Some(target), None] {
+            let merged =
+                merge_parquet(vec![file("UTC", at), file("+00:00", at + 1)], target).unwrap();
+            assert_eq!(merged.records, 2);
+            let batch = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(merged.bytes))
+                .unwrap()
+                .build()
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap();
+            use arrow_array::cast::AsArray;
+            let ts = batch
+                .column(0)
+                .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+            assert_eq!(ts.values().to_vec(), vec![at, at + 1]);
+            let nested = batch.column(1).as_struct().column(0);
+            let nested = nested.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+            assert_eq!(nested.values().to_vec(), vec![at, at + 1]);
+        }
     }
 
     /// (case, values of the second file, rows merged or the refusal)

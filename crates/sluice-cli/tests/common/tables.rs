@@ -580,6 +580,12 @@ pub fn compaction_survives_a_kill_after_any_store_write(
         whole(&table, &format!("killed after write {at}"));
         tables(store.path(), &["compact", "t", "--min-files", "2"]);
         whole(&table, &format!("compacted again after write {at}"));
+        // The job is done: one file, nothing left to compact.
+        let said = tables(store.path(), &["compact", "t", "--min-files", "2"]);
+        assert!(
+            said.contains("nothing to compact (1 files)"),
+            "after write {at}: {said}"
+        );
     }
     assert!(killed >= 3, "only {killed} writes to kill after");
     eprintln!("{format}: the compaction was killed after each of its {killed} store writes");
