@@ -950,15 +950,17 @@ async fn kafka_into_delta_is_exactly_once_across_deaths_between_the_commits_sigk
     exactly_once_across_deaths(Format::Delta, 3).await;
 }
 
-/// The same for an Iceberg table, with eight SIGKILLs from outside.
+/// The same for an Iceberg table, with nine SIGKILLs from outside (ten
+/// with the second member's).
 #[tokio::test]
 async fn kafka_into_iceberg_is_exactly_once_across_deaths_between_the_commits_sigkills_and_a_rebalance(
 ) {
-    exactly_once_across_deaths(Format::Iceberg, 8).await;
+    exactly_once_across_deaths(Format::Iceberg, 9).await;
 }
 
 /// Kafka into a `format` table, exactly once: twice a run dies right after
-/// a table commit (before the group's), `kills` runs are SIGKILLed from
+/// a table commit (before the group's) and once right after its first
+/// store write (before its commit), `kills` runs are SIGKILLed from
 /// outside once they committed, and a second member joins (a rebalance) and
 /// is killed; then both readers of the format count every record once.
 async fn exactly_once_across_deaths(format: Format, kills: usize) {
@@ -994,9 +996,16 @@ async fn exactly_once_across_deaths(format: Format, kills: usize) {
     // Such a run waits for records as long as it takes (the producer, a JVM,
     // may be slow to start on a loaded machine): it is meant to die at its
     // commit, not to end idle before it has any work.
-    for at in [1, 2] {
+    // Then once right after its first store write, before any commit of
+    // its own: what it stored is in no table version.
+    let faults = [
+        ("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", 1),
+        ("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", 2),
+        ("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", 1),
+    ];
+    for (fault, at) in faults {
         let died = ingest_table(format, &fixture, &endpoint, &group, "120s")
-            .env("SLUICE_FAULT_EXIT_AFTER_TABLE_COMMITS", at.to_string())
+            .env(fault, at.to_string())
             .stdout(Stdio::null())
             .output()
             .unwrap();
