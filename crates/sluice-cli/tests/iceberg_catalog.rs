@@ -289,18 +289,14 @@ async fn a_catalog_killed_after_any_store_write_is_whole_when_started_again() {
             "a namespace, a table and an append made 40 writes"
         );
         let here = format!("{prefix}kill-{at}/");
-        let store = format!("s3://{}/{here}", sluice_testkit::minio::TEST_BUCKET);
-        let args = [
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "--endpoint",
-            &endpoint,
-        ];
         let fault = at.to_string();
-        let mut gateway =
-            common::serve_with_env(&args, &[("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", &fault)]);
+        let mut gateway = common::serve_on_minio_with_env(
+            &endpoint,
+            &here,
+            "127.0.0.1:0",
+            &[],
+            &[("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", &fault)],
+        );
         let catalog = format!("{}/iceberg", gateway.url);
         let first = first_append(&catalog);
         let answered = first.status.success();

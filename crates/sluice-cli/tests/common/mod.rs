@@ -72,6 +72,17 @@ pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Gateway {
 
 /// Starts `sluice serve` listening on `listen` against `s3://sluice-test/<prefix>`.
 pub fn serve_on_minio(endpoint: &str, prefix: &str, listen: &str, extra: &[&str]) -> Gateway {
+    serve_on_minio_with_env(endpoint, prefix, listen, extra, &[])
+}
+
+/// [`serve_on_minio`] with variables set for the gateway (a fault, ...).
+pub fn serve_on_minio_with_env(
+    endpoint: &str,
+    prefix: &str,
+    listen: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Gateway {
     let store = format!("s3://{}/{prefix}", minio::TEST_BUCKET);
     let mut args = vec![
         "--listen",
@@ -82,7 +93,7 @@ pub fn serve_on_minio(endpoint: &str, prefix: &str, listen: &str, extra: &[&str]
         endpoint,
     ];
     args.extend_from_slice(extra);
-    serve(&args)
+    serve_with_env(&args, env)
 }
 
 /// MinIO's endpoint, a fresh prefix and a store on it; None when S3 tests may skip.
