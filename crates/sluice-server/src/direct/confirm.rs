@@ -34,8 +34,13 @@ const CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// Records looked at per pass.
 const PER_PASS: usize = 1000;
 
-/// How long a gateway holds a record it is confirming.
-const CLAIM: Duration = Duration::from_secs(60);
+/// How long a gateway holds a record it is confirming: long enough for the
+/// few store requests a confirmation makes, short enough that an upload whose
+/// gateway died while confirming it is announced within seconds of another
+/// look. A confirmation slower than this may be repeated by another gateway;
+/// it announces the same event (same intent, same id), which receivers
+/// de-duplicate as every redelivery.
+const CLAIM: Duration = Duration::from_secs(10);
 
 /// A single-request upload that was signed and not yet seen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
