@@ -45,6 +45,7 @@ export SLUICE_TEST_HAPROXY=/usr/sbin/haproxy
 export SLUICE_TEST_PROMTOOL="$(command -v promtool)"
 echo "==> installing the test clients (npm, pip)"
 npm install --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
+npm install --prefix tests/clients/uppy6 --no-audit --no-fund --loglevel=error >/dev/null
 if [ ! -x target/test-clients/venv/bin/python ]; then
   python3 -m venv target/test-clients/venv
 fi

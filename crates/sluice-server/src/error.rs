@@ -39,6 +39,9 @@ pub enum ApiError {
     NoRoute,
     #[error("direct uploads are not enabled on this gateway (sluice serve --direct)")]
     DirectUploadsOff,
+    /// The store gave no temporary credentials (it has no STS, or refused).
+    #[error("the store gives no temporary credentials: {0}")]
+    CredentialsUnavailable(String),
     #[error("the object already exists or changed (precondition failed)")]
     PreconditionFailed,
     #[error("the upload is larger than the limit of {limit} bytes")]
@@ -138,6 +141,7 @@ impl ApiError {
             ApiError::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::CredentialsUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -171,6 +175,7 @@ impl ApiError {
             ApiError::Store(e) if e.is_transient() => "store_unavailable",
             ApiError::Store(_) => "store_error",
             ApiError::Internal(_) => "internal",
+            ApiError::CredentialsUnavailable(_) => "credentials_unavailable",
         }
     }
 

@@ -155,6 +155,7 @@ impl AppState {
             signer,
             settings: self.config.direct.clone(),
             confirm_cursor: Default::default(),
+            session_key: Default::default(),
         });
         self
     }

@@ -860,15 +860,14 @@ async fn an_object_older_than_the_signature_is_not_taken_for_the_upload() {
     // Signed for a key that held an object before (a hook may choose one):
     // that object, an hour older than the signature, is not the upload.
     let pending = confirm::Pending {
-        key: "acme/taken".into(),
-        owner: Some("acme".into()),
-        max_size: 1024,
-        content_type: None,
-        metadata: Default::default(),
         signed_at: now + 3600,
-        expires_at: now + 4500,
-        claimed_until: 0,
-        announced_etag: None,
+        ..confirm::Pending::new(
+            sluice_upload::UploadKind::DirectPost,
+            confirm::Watched::Key("acme/taken".into()),
+            Some("acme".into()),
+            1024,
+            UNIX_EPOCH + Duration::from_secs(now + 4500),
+        )
     };
     confirm::record(&world.store, &pending).await.unwrap();
     assert_eq!(

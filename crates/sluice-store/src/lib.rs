@@ -23,7 +23,7 @@ use async_trait::async_trait;
 pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
 pub use error::{error_chain, StoreError};
 pub use location::StoreLocation;
-pub use presign::{DirectSigner, PostPolicy, PresignedPost};
+pub use presign::{BucketRequest, DirectSigner, PostPolicy, PresignedPost, TemporaryCredentials};
 pub use types::*;
 
 /// The first key segment of sluice's own state in a store (resumable uploads

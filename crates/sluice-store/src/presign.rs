@@ -2,8 +2,10 @@
 //! itself, signed by the gateway (the way Uppy's Companion signs for
 //! `@uppy/aws-s3`). A [`DirectSigner`] presigns one part of a multipart upload
 //! (a PUT URL) and a whole small upload (a browser form POST with a policy that
-//! pins its key, type, metadata and size range). Only a bucket store has one:
-//! [`crate::s3::S3Store::direct_signer`].
+//! pins its key, type, metadata and size range), the other requests of a
+//! multipart upload a browser may send itself ([`BucketRequest`]), and hands
+//! out temporary credentials confined by a session policy. Only a bucket store
+//! has one: [`crate::s3::S3Store::direct_signer`].
 
 use std::time::{Duration, SystemTime};
 
@@ -34,6 +36,35 @@ pub struct PostPolicy {
     pub expires_at: SystemTime,
 }
 
+/// One request to the bucket a client may send itself with a presigned URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketRequest {
+    /// `POST /KEY?uploads`: starts a multipart upload.
+    CreateMultipart { key: String },
+    /// `PUT /KEY?partNumber=N&uploadId=ID`: one part, any bytes.
+    UploadPart {
+        key: String,
+        upload_id: String,
+        part_number: u32,
+    },
+    /// `GET /KEY?uploadId=ID`: the parts stored so far.
+    ListParts { key: String, upload_id: String },
+    /// `POST /KEY?uploadId=ID`: joins the parts the body names.
+    Complete { key: String, upload_id: String },
+    /// `DELETE /KEY?uploadId=ID`: aborts the upload.
+    Abort { key: String, upload_id: String },
+}
+
+/// Short-lived credentials for the bucket (an STS session), confined by the
+/// session policy they were asked for with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemporaryCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: String,
+    pub expires_at: SystemTime,
+}
+
 /// Signs requests a client sends to the bucket without the gateway.
 #[async_trait]
 pub trait DirectSigner: Send + Sync + std::fmt::Debug + 'static {
@@ -47,17 +78,30 @@ pub trait DirectSigner: Send + Sync + std::fmt::Debug + 'static {
     /// Where the object at `key` can be found (for answers; not signed).
     fn object_url(&self, key: &str) -> String;
 
-    /// A URL to PUT part `part_number` of the multipart upload `upload_id` of
-    /// `key` to, good for `expires`. It signs no checksum and no body hash
-    /// (`UNSIGNED-PAYLOAD`), so any bytes may be sent with it.
-    async fn upload_part_url(
+    /// A form POST to the bucket that stores what `policy` allows, nothing else.
+    async fn post(&self, policy: &PostPolicy) -> Result<PresignedPost, StoreError>;
+
+    /// A URL for `request`, good for `expires`, signing no checksum and no body
+    /// hash (a browser sends it with any body).
+    async fn presign(
         &self,
-        key: &str,
-        upload_id: &str,
-        part_number: u32,
+        request: &BucketRequest,
         expires: Duration,
     ) -> Result<String, StoreError>;
 
-    /// A form POST to the bucket that stores what `policy` allows, nothing else.
-    async fn post(&self, policy: &PostPolicy) -> Result<PresignedPost, StoreError>;
+    /// The bucket's endpoint as a client signing its own requests names it
+    /// (`ENDPOINT/BUCKET` path-style, the bucket's host otherwise).
+    fn bucket_endpoint(&self) -> &str;
+
+    /// The region requests are signed for.
+    fn region(&self) -> &str;
+
+    /// Temporary credentials (STS `AssumeRole`) for `duration`, allowed only
+    /// what `policy` (an IAM policy document, whose resources name keys with
+    /// the store's prefix) allows. A store without STS answers an error.
+    async fn temporary_credentials(
+        &self,
+        policy: &str,
+        duration: Duration,
+    ) -> Result<TemporaryCredentials, StoreError>;
 }

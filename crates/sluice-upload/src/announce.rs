@@ -42,14 +42,18 @@ pub enum UploadKind {
     ResumableAppend,
     /// A browser's form POST straight to the bucket, seen there afterwards.
     DirectPost,
-    /// A multipart upload straight to the bucket, completed through the gateway.
+    /// A multipart upload straight to the bucket, completed through the gateway
+    /// (or, signed one request at a time, seen in the bucket afterwards).
     DirectMultipart,
+    /// An object a browser stored with temporary credentials, seen in the
+    /// bucket afterwards.
+    DirectCredentials,
     /// A batch of records of a stream (`POST /v1/streams/NAME`).
     StreamBatch,
 }
 
 impl UploadKind {
-    pub const ALL: [UploadKind; 11] = [
+    pub const ALL: [UploadKind; 12] = [
         UploadKind::Put,
         UploadKind::Form,
         UploadKind::TusPatch,
@@ -60,6 +64,7 @@ impl UploadKind {
         UploadKind::ResumableAppend,
         UploadKind::DirectPost,
         UploadKind::DirectMultipart,
+        UploadKind::DirectCredentials,
         UploadKind::StreamBatch,
     ];
 
@@ -76,6 +81,7 @@ impl UploadKind {
             UploadKind::ResumableAppend => "resumable_append",
             UploadKind::DirectPost => "direct_post",
             UploadKind::DirectMultipart => "direct_multipart",
+            UploadKind::DirectCredentials => "direct_credentials",
             UploadKind::StreamBatch => "stream_batch",
         }
     }

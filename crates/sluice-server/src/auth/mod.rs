@@ -197,8 +197,9 @@ struct Claims {
     key: Option<String>,
 }
 
-/// What one caller may do.
-#[derive(Debug, Clone, PartialEq)]
+/// What one caller may do (serialised only into sealed direct-upload
+/// sessions, [`crate::direct::session`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Grant {
     /// The tenant: `{tenant}` in key templates, the owner of resumable uploads,
     /// the party of fair admission.

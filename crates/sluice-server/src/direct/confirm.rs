@@ -1,11 +1,14 @@
-//! Confirming single-request direct uploads. A browser's form POST goes to the
-//! bucket and never tells the gateway it finished, so `GET /s3/params` records
-//! what it signed under `_sluice/direct/pending/` (key, owner, size limit,
-//! expiry), and every `direct.confirm_interval` each gateway looks for those
-//! keys in the bucket. An object that showed up is claimed (a conditional
-//! write of the record, so of several gateways one goes on), checked against
-//! the size limit and put through the completion point (`upload.completed`,
-//! kind `direct_post`).
+//! Confirming direct uploads the bucket finishes without the gateway. A
+//! browser's form POST, a multipart upload it completes with a URL the gateway
+//! signed (`POST /s3/sign`) and every object it stores with temporary
+//! credentials (`GET /s3/sts`) never tell the gateway they finished. So what
+//! was signed is recorded under `_sluice/direct/pending/` (the key, or for
+//! credentials the prefix they are confined to; the owner, size limit, expiry
+//! and the kind of upload), and every `direct.confirm_interval` each gateway
+//! looks for those keys in the bucket (a prefix is listed). An object that
+//! showed up is claimed (a conditional write of the record, so of several
+//! gateways one goes on), checked against the size limit and put through the
+//! completion point (`upload.completed` of the record's kind).
 //!
 //! S3 cannot make a POST policy single-use: until it expires it can store its
 //! key again, replacing the object. So a confirmed record stays, holding the
@@ -15,13 +18,14 @@
 //! whose policy expired an `expires` ago is dropped, with or without an
 //! object (an unused signature: that upload never happened).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use sluice_store::{Metadata, ObjectStore, PutRequest, StoreError, WriteCondition};
+use sluice_store::{Metadata, ObjectMeta, ObjectStore, PutRequest, StoreError, WriteCondition};
 
 use crate::AppState;
 use sluice_upload::{Intent, Making, Origin, UploadKind, UploadOutcome};
@@ -42,10 +46,25 @@ const PER_PASS: usize = 1000;
 /// de-duplicate as every redelivery.
 const CLAIM: Duration = Duration::from_secs(10);
 
-/// A single-request upload that was signed and not yet seen.
+/// What a record watches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Watched {
+    /// One key (a form POST, a multipart completion).
+    Key(String),
+    /// Every key under a prefix (temporary credentials confined to it).
+    Prefix(String),
+}
+
+/// An upload that was signed and is looked for in the bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pending {
+    /// The key, or with `prefix` the prefix whose keys are watched.
     pub key: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefix: bool,
+    /// How the objects came (`UploadKind::as_str`; a form POST when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub owner: Option<String>,
     pub max_size: u64,
     pub content_type: Option<String>,
@@ -58,9 +77,51 @@ pub struct Pending {
     pub expires_at: u64,
     /// A gateway is confirming it until then (seconds since the epoch).
     pub claimed_until: u64,
-    /// The ETag of the object last announced for this policy.
+    /// The ETag of the object last announced for a key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announced_etag: Option<String>,
+    /// The ETags last announced under a prefix, by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub announced: BTreeMap<String, String>,
+}
+
+impl Pending {
+    /// A record of `kind` for `watched`, signed now, good until `expires_at`.
+    pub fn new(
+        kind: UploadKind,
+        watched: Watched,
+        owner: Option<String>,
+        max_size: u64,
+        expires_at: SystemTime,
+    ) -> Pending {
+        let (key, prefix) = match watched {
+            Watched::Key(key) => (key, false),
+            Watched::Prefix(prefix) => (prefix, true),
+        };
+        Pending {
+            key,
+            prefix,
+            kind: Some(kind.as_str().to_owned()),
+            owner,
+            max_size,
+            content_type: None,
+            metadata: Metadata::new(),
+            signed_at: now(),
+            expires_at: expires_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            claimed_until: 0,
+            announced_etag: None,
+            announced: BTreeMap::new(),
+        }
+    }
+
+    fn kind(&self) -> UploadKind {
+        self.kind
+            .as_deref()
+            .and_then(UploadKind::from_name)
+            .unwrap_or(UploadKind::DirectPost)
+    }
 }
 
 fn now() -> u64 {
@@ -155,35 +216,20 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         return Ok(Outcome::Waiting);
     }
     let over = now > pending.expires_at + grace;
-    let object = match store.head_object(&pending.key).await {
-        Ok(object) => object,
-        Err(StoreError::NoSuchKey { .. }) => {
-            if over {
-                store.delete_object(name).await?;
-                return Ok(Outcome::Expired);
-            }
-            return Ok(Outcome::Waiting);
-        }
-        Err(e) => return Err(e),
+    let found = match pending.prefix {
+        false => found_at_key(store.as_ref(), &pending).await?,
+        true => found_under_prefix(store.as_ref(), &pending).await?,
     };
-    if pending.announced_etag.as_deref() == Some(object.etag.as_str()) {
+    if found.is_empty() {
         if over {
             store.delete_object(name).await?;
             return Ok(Outcome::Expired);
         }
-        return Ok(Outcome::Watching);
-    }
-    // Clocks of store and gateway may differ a little.
-    let modified = object
-        .last_modified
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if modified + CLOCK_SKEW.as_secs() < pending.signed_at {
-        if over {
-            store.delete_object(name).await?;
-            return Ok(Outcome::Expired);
-        }
-        return Ok(Outcome::Waiting);
+        let announced = pending.announced_etag.is_some() || !pending.announced.is_empty();
+        return Ok(match announced {
+            true => Outcome::Watching,
+            false => Outcome::Waiting,
+        });
     }
     pending.claimed_until = now + CLAIM.as_secs();
     let mut claim = PutRequest::new(name, encode(&pending));
@@ -193,59 +239,140 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         Err(StoreError::PreconditionFailed) => return Ok(Outcome::Waiting),
         Err(e) => return Err(e),
     };
-    if object.size > pending.max_size {
-        tracing::warn!(
-            key = pending.key,
-            size = object.size,
-            limit = pending.max_size,
-            "a direct upload is larger than was allowed; removing it"
-        );
-        store.delete_object(&pending.key).await?;
-        store.delete_object(name).await?;
-        return Ok(Outcome::Oversized);
-    }
-    let origin = Origin {
-        kind: UploadKind::DirectPost,
-        tenant: pending.owner.clone(),
-        content_type: object.content_type.or_else(|| pending.content_type.clone()),
-        metadata: object.metadata,
-        ..Origin::default()
-    };
-    // The record's name and the object's ETag make the intent's, so a retried
-    // confirmation has one event, and each object the policy made has its own.
-    let nonce = nonce(name, &object.etag);
-    let intent = Intent::new(
-        &origin,
-        &pending.key,
-        object.size,
-        object.checksum,
-        Making::Put { nonce },
-    );
-    let outcome = UploadOutcome {
-        key: pending.key.clone(),
-        size: object.size,
-        etag: object.etag,
-        checksum: object.checksum,
-        parts: 0,
-    };
-    if let Err(e) = state.completion.made_outside(&intent, &outcome).await {
-        tracing::warn!(key = %pending.key, error = %e, "could not record a direct upload's completion; will retry");
-        return Ok(Outcome::Waiting);
+    let mut outcome = Outcome::Confirmed;
+    for object in found {
+        if object.size > pending.max_size {
+            tracing::warn!(
+                key = object.key,
+                size = object.size,
+                limit = pending.max_size,
+                "a direct upload is larger than was allowed; removing it"
+            );
+            store.delete_object(&object.key).await?;
+            if !pending.prefix {
+                store.delete_object(name).await?;
+                return Ok(Outcome::Oversized);
+            }
+            outcome = Outcome::Oversized;
+            continue;
+        }
+        let (key, etag) = (object.key.clone(), object.etag.clone());
+        if let Err(e) = announce(state, name, &pending, object).await {
+            tracing::warn!(key, error = %e, "could not record a direct upload's completion; will retry");
+            return Ok(Outcome::Waiting);
+        }
+        match pending.prefix {
+            false => pending.announced_etag = Some(etag),
+            true => {
+                pending.announced.insert(key, etag);
+            }
+        }
     }
     if over {
         store.delete_object(name).await?;
-        return Ok(Outcome::Confirmed);
+        return Ok(outcome);
     }
     pending.claimed_until = 0;
-    pending.announced_etag = Some(outcome.etag);
     let mut watch = PutRequest::new(name, encode(&pending));
     watch.condition = Some(WriteCondition::IfMatch(claimed));
     match store.put_object(watch).await {
         // Lost only if the claim ran out meanwhile: another gateway's look
         // then finds the same intent and announces nothing twice.
-        Ok(_) | Err(StoreError::PreconditionFailed) => Ok(Outcome::Confirmed),
+        Ok(_) | Err(StoreError::PreconditionFailed) => Ok(outcome),
         Err(e) => Err(e),
     }
+}
+
+/// The object at a record's key, if it is new: not the one announced last,
+/// not older than the signature.
+async fn found_at_key(
+    store: &dyn ObjectStore,
+    pending: &Pending,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    let object = match store.head_object(&pending.key).await {
+        Ok(object) => object,
+        Err(StoreError::NoSuchKey { .. }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let fresh = pending.announced_etag.as_deref() != Some(object.etag.as_str())
+        && made_since_signed(object.last_modified, pending);
+    Ok(if fresh { vec![object] } else { Vec::new() })
+}
+
+/// Objects under a record's prefix that are new: not announced with their
+/// ETag, not older than the credentials.
+async fn found_under_prefix(
+    store: &dyn ObjectStore,
+    pending: &Pending,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    let mut found = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_objects(&pending.key, cursor.as_deref(), PER_PASS)
+            .await?;
+        for entry in page.objects {
+            let announced = pending.announced.get(&entry.key) == Some(&entry.etag);
+            if announced || !made_since_signed(entry.last_modified, pending) {
+                continue;
+            }
+            match store.head_object(&entry.key).await {
+                Ok(object) => found.push(object),
+                Err(StoreError::NoSuchKey { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match page.next_cursor {
+            Some(next) if found.len() < PER_PASS => cursor = Some(next),
+            _ => return Ok(found),
+        }
+    }
+}
+
+/// Clocks of store and gateway may differ a little.
+fn made_since_signed(modified: SystemTime, pending: &Pending) -> bool {
+    let modified = modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    modified + CLOCK_SKEW.as_secs() >= pending.signed_at
+}
+
+/// Puts one object the record watched for through the completion point.
+async fn announce(
+    state: &AppState,
+    name: &str,
+    pending: &Pending,
+    object: ObjectMeta,
+) -> Result<(), StoreError> {
+    let origin = Origin {
+        kind: pending.kind(),
+        tenant: pending.owner.clone(),
+        content_type: object.content_type.or_else(|| pending.content_type.clone()),
+        metadata: object.metadata,
+        ..Origin::default()
+    };
+    // The record's name and the object's ETag (and key, under a prefix) make
+    // the intent's, so a retried confirmation has one event, and each object
+    // the record saw has its own.
+    let nonce = match pending.prefix {
+        false => nonce(name, &object.etag),
+        true => nonce(&format!("{name}\n{}", object.key), &object.etag),
+    };
+    let intent = Intent::new(
+        &origin,
+        &object.key,
+        object.size,
+        object.checksum,
+        Making::Put { nonce },
+    );
+    let outcome = UploadOutcome {
+        key: object.key,
+        size: object.size,
+        etag: object.etag,
+        checksum: object.checksum,
+        parts: 0,
+    };
+    state.completion.made_outside(&intent, &outcome).await
 }
 
 /// One object's intent nonce: from the record's name and the object's ETag.

@@ -1,6 +1,10 @@
 //! Direct-to-bucket uploads: the `/s3/` routes Uppy's Companion serves for
 //! `@uppy/aws-s3`, with the same request and answer shapes, so the browser
-//! sends the bytes to the bucket and the gateway only signs. Callers are
+//! sends the bytes to the bucket and the gateway only signs; the same routes
+//! under a sealed session path ([`session`], Uppy 6's `companionEndpoint`,
+//! which sends no headers), one signing route for Uppy 6's `signRequest`
+//! ([`sign`]) and temporary credentials for its `getCredentials`
+//! ([`credentials`]). Callers are
 //! authorized as for every upload ([`Grant`]): keys come from the key template
 //! under the caller's prefix, the pre-create hook is asked, `max_size` is
 //! pinned in the POST policy and checked against part numbers and at
@@ -10,6 +14,9 @@
 //! reads them.
 
 pub mod confirm;
+pub mod credentials;
+pub mod session;
+pub mod sign;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +30,8 @@ use serde_json::{json, Value};
 use sluice_store::limits::{MAX_PARTS, MAX_PUT_SIZE, MIN_PART_SIZE};
 use sluice_store::presign::MAX_PRESIGN_EXPIRY;
 use sluice_store::{
-    CreateMultipartRequest, DirectSigner, Metadata, PostPolicy, StoreError, UploadedPart,
+    BucketRequest, CreateMultipartRequest, DirectSigner, Metadata, PostPolicy, StoreError,
+    UploadedPart,
 };
 use sluice_upload::{Origin, TransferError, UploadKind};
 
@@ -71,9 +79,21 @@ pub struct Direct {
     pub settings: DirectSettings,
     /// Where the next confirmation pass goes on listing pending records.
     pub confirm_cursor: Arc<std::sync::Mutex<Option<String>>>,
+    /// The key sessions are sealed with, read from the bucket once.
+    pub session_key: Arc<tokio::sync::OnceCell<bytes::Bytes>>,
 }
 
 pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(companion_routes())
+        .nest("/s3/session/{session}", companion_routes())
+        .route("/s3/session", post(session::create))
+        .route("/s3/sign", post(sign::sign))
+        .route("/s3/sts", get(credentials::credentials))
+}
+
+/// Companion's routes for `@uppy/aws-s3`.
+fn companion_routes() -> Router<AppState> {
     Router::new()
         .route("/s3/params", get(params))
         .route("/s3/multipart", post(create_multipart))
@@ -90,7 +110,8 @@ pub fn router() -> Router<AppState> {
 
 type DirectResult<T> = Result<T, FlatApiError>;
 
-/// The caller's [`Grant`], refused in Uppy's error shape.
+/// The caller's [`Grant`]: its session's under `/s3/session/SESSION/`, its
+/// token's elsewhere; refused in Uppy's error shape.
 pub struct CallerGrant(pub Grant);
 
 impl axum::extract::FromRequestParts<AppState> for CallerGrant {
@@ -100,8 +121,31 @@ impl axum::extract::FromRequestParts<AppState> for CallerGrant {
         parts: &mut axum::http::request::Parts,
         state: &AppState,
     ) -> Result<CallerGrant, FlatApiError> {
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::NoRoute)?;
+        if let Some((_, sealed)) = params.iter().find(|(name, _)| *name == "session") {
+            let grant = session::grant(state, sealed).await?;
+            if let Some(tenant) = grant.owner() {
+                crate::request_span::record_tenant(&tenant);
+            }
+            return Ok(CallerGrant(grant));
+        }
         Ok(CallerGrant(Grant::from_request_parts(parts, state).await?))
     }
+}
+
+/// `{uploadId}` of a route (a struct, so a session's parameter may sit beside it).
+#[derive(Debug, Deserialize)]
+pub struct UploadPath {
+    upload_id: String,
+}
+
+/// `{uploadId}/{partNumber}` of a route.
+#[derive(Debug, Deserialize)]
+pub struct PartPath {
+    upload_id: String,
+    part: String,
 }
 
 fn direct(state: &AppState) -> Result<&Direct, FlatApiError> {
@@ -109,11 +153,6 @@ fn direct(state: &AppState) -> Result<&Direct, FlatApiError> {
         .direct
         .as_ref()
         .ok_or(FlatApiError(ApiError::DirectUploadsOff))
-}
-
-fn unix_seconds(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The largest object the caller may make directly: the token's and the
@@ -261,27 +300,54 @@ async fn params(
     let filename = filename
         .ok_or_else(|| ApiError::BadRequest("the filename query parameter is missing".into()))?;
     let metadata = object_metadata(pairs)?;
+    let signed = form_post(&state, direct, &grant, &filename, content_type, metadata).await?;
+    Ok(Json(json!({
+        "method": "POST",
+        "url": signed.url,
+        "fields": signed.fields,
+        "expires": direct.settings.expires.as_secs(),
+    })))
+}
+
+/// A signed form POST for one new object.
+struct SignedForm {
+    url: String,
+    fields: serde_json::Map<String, Value>,
+    /// The key, as the gateway names it (without the store's prefix).
+    key: String,
+}
+
+/// Signs a form POST of one file to the bucket, after the key template and the
+/// hook, and records it for [`confirm`] before handing it out.
+async fn form_post(
+    state: &AppState,
+    direct: &Direct,
+    grant: &Grant,
+    filename: &str,
+    content_type: Option<String>,
+    metadata: Metadata,
+) -> Result<SignedForm, ApiError> {
     let (key, content_type, metadata) = new_key(
-        &state,
-        &grant,
-        &filename,
+        state,
+        grant,
+        filename,
         &content_type,
         &metadata,
         UploadKind::DirectPost,
     )
     .await?;
-    let max_size = size_limit(&state, &grant, MAX_PUT_SIZE);
+    let max_size = size_limit(state, grant, MAX_PUT_SIZE);
     let expires_at = SystemTime::now() + direct.settings.expires;
     let pending = confirm::Pending {
-        key: key.clone(),
-        owner: grant.owner(),
-        max_size,
         content_type: content_type.clone(),
         metadata: metadata.clone(),
-        signed_at: unix_seconds(SystemTime::now()),
-        expires_at: unix_seconds(expires_at),
-        claimed_until: 0,
-        announced_etag: None,
+        ..confirm::Pending::new(
+            UploadKind::DirectPost,
+            confirm::Watched::Key(key.clone()),
+            grant.owner(),
+            max_size,
+            expires_at,
+        )
     };
     confirm::record(&state.store, &pending)
         .await
@@ -289,7 +355,7 @@ async fn params(
     let post = direct
         .signer
         .post(&PostPolicy {
-            key,
+            key: key.clone(),
             content_type,
             metadata: metadata.into_iter().collect(),
             max_size,
@@ -297,17 +363,15 @@ async fn params(
         })
         .await
         .map_err(ApiError::Store)?;
-    let fields: serde_json::Map<String, Value> = post
-        .fields
-        .into_iter()
-        .map(|(name, value)| (name, Value::String(value)))
-        .collect();
-    Ok(Json(json!({
-        "method": "POST",
-        "url": post.url,
-        "fields": fields,
-        "expires": direct.settings.expires.as_secs(),
-    })))
+    Ok(SignedForm {
+        url: post.url,
+        fields: post
+            .fields
+            .into_iter()
+            .map(|(name, value)| (name, Value::String(value)))
+            .collect(),
+        key,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -365,24 +429,42 @@ async fn create_multipart(
 async fn sign_part(
     State(state): State<AppState>,
     CallerGrant(grant): CallerGrant,
-    Path((upload_id, part)): Path<(String, String)>,
+    Path(PartPath { upload_id, part }): Path<PartPath>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {
     let direct = direct(&state)?;
     let key = own_key(&grant, query.key)?;
-    let part: u32 = part
-        .parse()
-        .ok()
-        .filter(|n| (1..=MAX_PARTS).contains(n))
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!("part number {part:?} is not 1 to {MAX_PARTS}"))
-        })?;
+    let part: u32 = part.parse().map_err(|_| {
+        ApiError::BadRequest(format!("part number {part:?} is not 1 to {MAX_PARTS}"))
+    })?;
+    let url = part_url(&state, direct, &grant, key, upload_id, part).await?;
+    Ok(Json(
+        json!({ "url": url, "expires": direct.settings.expires.as_secs() }),
+    ))
+}
+
+/// A URL to PUT part `part` of the caller's upload to: refused beyond the
+/// part that the caller's size limit allows, and for an upload id that is not
+/// an upload at the caller's key.
+async fn part_url(
+    state: &AppState,
+    direct: &Direct,
+    grant: &Grant,
+    key: String,
+    upload_id: String,
+    part: u32,
+) -> Result<String, ApiError> {
+    if !(1..=MAX_PARTS).contains(&part) {
+        return Err(ApiError::BadRequest(format!(
+            "part number {part} is not 1 to {MAX_PARTS}"
+        )));
+    }
     // Every part but the last holds at least 5 MiB: beyond this many parts the
     // object cannot fit the caller's limit.
-    let limit = size_limit(&state, &grant, sluice_store::limits::MAX_OBJECT_SIZE);
+    let limit = size_limit(state, grant, sluice_store::limits::MAX_OBJECT_SIZE);
     let most_parts = limit.div_ceil(MIN_PART_SIZE).max(1);
     if u64::from(part) > most_parts {
-        return Err(ApiError::TooLarge { limit }.into());
+        return Err(ApiError::TooLarge { limit });
     }
     // The signature would name the caller's key with any upload id: the id
     // must be an upload at that key, or it is not the caller's upload.
@@ -391,21 +473,25 @@ async fn sign_part(
         .check_upload(&key, &upload_id)
         .await
         .map_err(upload_gone)?;
-    let url = direct
+    direct
         .signer
-        .upload_part_url(&key, &upload_id, part, direct.settings.expires)
+        .presign(
+            &BucketRequest::UploadPart {
+                key,
+                upload_id,
+                part_number: part,
+            },
+            direct.settings.expires,
+        )
         .await
-        .map_err(ApiError::Store)?;
-    Ok(Json(
-        json!({ "url": url, "expires": direct.settings.expires.as_secs() }),
-    ))
+        .map_err(ApiError::Store)
 }
 
 /// `GET /s3/multipart/{uploadId}?key=`: the parts in the bucket, every page.
 async fn list_parts(
     State(state): State<AppState>,
     CallerGrant(grant): CallerGrant,
-    Path(upload_id): Path<String>,
+    Path(UploadPath { upload_id }): Path<UploadPath>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {
     direct(&state)?;
@@ -442,7 +528,7 @@ pub struct ClientPart {
 async fn complete_multipart(
     State(state): State<AppState>,
     CallerGrant(grant): CallerGrant,
-    Path(upload_id): Path<String>,
+    Path(UploadPath { upload_id }): Path<UploadPath>,
     Query(query): Query<KeyQuery>,
     body: axum::body::Bytes,
 ) -> DirectResult<Json<Value>> {
@@ -518,7 +604,7 @@ async fn complete_multipart(
 async fn abort_multipart(
     State(state): State<AppState>,
     CallerGrant(grant): CallerGrant,
-    Path(upload_id): Path<String>,
+    Path(UploadPath { upload_id }): Path<UploadPath>,
     Query(query): Query<KeyQuery>,
 ) -> DirectResult<Json<Value>> {
     direct(&state)?;

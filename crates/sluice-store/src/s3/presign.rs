@@ -1,34 +1,38 @@
-//! [`DirectSigner`] for a bucket: part URLs presigned by the SDK (SigV4 query
-//! signing, no checksum signed: the store's client computes checksums only when
-//! an operation requires one, so a browser's PUT of any bytes matches), and
-//! browser form POSTs signed by hand (the SDK has no presigned POST): a policy
-//! document, base64, signed with the SigV4 key of the day.
+//! [`DirectSigner`] for a bucket: multipart requests presigned by the SDK
+//! (SigV4 query signing, no checksum signed: the store's client computes
+//! checksums only when an operation requires one, so a browser's PUT of any
+//! bytes matches), browser form POSTs signed by hand (the SDK has no presigned
+//! POST): a policy document, base64, signed with the SigV4 key of the day, and
+//! temporary credentials from the store's STS (`AssumeRole` with a session
+//! policy), asked at the store's own endpoint (MinIO serves STS there).
 
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use aws_sdk_s3::config::ProvideCredentials;
 use aws_sdk_s3::presigning::PresigningConfig;
-use aws_sdk_s3::Client;
 use aws_smithy_types::date_time::{DateTime, Format};
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::{errors, S3Store};
-use crate::presign::{DirectSigner, PostPolicy, PresignedPost, MAX_PRESIGN_EXPIRY};
+use super::S3Store;
+use crate::presign::{
+    BucketRequest, DirectSigner, PostPolicy, PresignedPost, TemporaryCredentials,
+    MAX_PRESIGN_EXPIRY,
+};
 use crate::StoreError;
 
 /// Signs for one bucket and prefix, as a browser reaches it.
 #[derive(Debug, Clone)]
 pub struct S3DirectSigner {
-    /// The store's client, with the public endpoint.
-    client: Client,
     credentials: Option<aws_sdk_s3::config::SharedCredentialsProvider>,
     bucket: String,
     prefix: String,
     region: String,
     /// Where form POSTs go: the bucket's URL.
     bucket_url: String,
+    /// The STS client: the store's own endpoint and credentials.
+    sts: aws_sdk_sts::Client,
 }
 
 impl S3DirectSigner {
@@ -41,17 +45,29 @@ impl S3DirectSigner {
                     .as_ref()
                     .map(|e| e.trim_end_matches('/').to_string())
             });
-        let mut config = store.client.config().to_builder();
-        if let Some(endpoint) = &endpoint {
-            config = config.endpoint_url(endpoint);
-        }
         let region = store
             .client
             .config()
             .region()
             .map_or("us-east-1".to_string(), |r| r.to_string());
+        let s3_config = store.client.config();
+        let mut sts = aws_sdk_sts::config::Builder::new()
+            .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
+            .region(aws_sdk_sts::config::Region::new(region.clone()));
+        if let Some(endpoint) = &store.endpoint {
+            sts = sts.endpoint_url(endpoint);
+        }
+        if let Some(credentials) = &store.credentials {
+            sts = sts.credentials_provider(credentials.clone());
+        }
+        if let Some(sleep) = s3_config.sleep_impl() {
+            sts = sts.sleep_impl(sleep);
+        }
+        if let Some(client) = s3_config.http_client() {
+            sts = sts.http_client(client);
+        }
         S3DirectSigner {
-            client: Client::from_conf(config.build()),
+            sts: aws_sdk_sts::Client::from_conf(sts.build()),
             credentials: store.credentials.clone(),
             bucket_url: bucket_url(
                 endpoint.as_deref(),
@@ -67,6 +83,60 @@ impl S3DirectSigner {
 
     fn full_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
+    }
+
+    /// `url` query-signed (SigV4) for `method`, `UNSIGNED-PAYLOAD`, no header
+    /// but `host` signed: the SDK presigns only a few of S3's operations.
+    async fn presign_url(
+        &self,
+        method: &str,
+        url: &str,
+        expires: Duration,
+    ) -> Result<String, StoreError> {
+        use aws_sigv4::http_request::{
+            sign, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation,
+            SigningSettings, UriPathNormalizationMode,
+        };
+        let provider = self
+            .credentials
+            .as_ref()
+            .ok_or_else(|| signing_error("no credentials to sign with"))?;
+        let credentials = provider
+            .provide_credentials()
+            .await
+            .map_err(|e| StoreError::NoCredentials(e.to_string()))?;
+        let identity = credentials.into();
+        let mut settings = SigningSettings::default();
+        settings.signature_location = SignatureLocation::QueryParams;
+        settings.expires_in = Some(expires);
+        // S3 takes the path as sent: encoded once, never normalised.
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(signing_error)?
+            .into();
+        let signable = SignableRequest::new(
+            method,
+            url,
+            std::iter::empty(),
+            SignableBody::UnsignedPayload,
+        )
+        .map_err(signing_error)?;
+        let (instructions, _signature) =
+            sign(signable, &params).map_err(signing_error)?.into_parts();
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(url)
+            .body(())
+            .map_err(signing_error)?;
+        instructions.apply_to_request_http1x(&mut request);
+        Ok(request.uri().to_string())
     }
 }
 
@@ -118,36 +188,113 @@ impl DirectSigner for S3DirectSigner {
         format!("{}/{path}", self.bucket_url)
     }
 
-    async fn upload_part_url(
+    async fn presign(
         &self,
-        key: &str,
-        upload_id: &str,
-        part_number: u32,
+        request: &BucketRequest,
         expires: Duration,
     ) -> Result<String, StoreError> {
         let presigning =
             PresigningConfig::expires_in(expires.min(MAX_PRESIGN_EXPIRY)).map_err(signing_error)?;
-        let request = self
-            .client
-            .upload_part()
-            .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .upload_id(upload_id)
-            .part_number(part_number as i32)
-            .presigned(presigning)
+        let (key, upload_id) = match request {
+            BucketRequest::CreateMultipart { key } => (key, None),
+            BucketRequest::UploadPart { key, upload_id, .. }
+            | BucketRequest::ListParts { key, upload_id }
+            | BucketRequest::Complete { key, upload_id }
+            | BucketRequest::Abort { key, upload_id } => (key, Some(upload_id.as_str())),
+        };
+        let query: Vec<(&str, String)> = match request {
+            BucketRequest::CreateMultipart { .. } => vec![("uploads", String::new())],
+            BucketRequest::UploadPart { part_number, .. } => vec![
+                ("partNumber", part_number.to_string()),
+                ("uploadId", upload_id.unwrap_or_default().to_string()),
+            ],
+            BucketRequest::ListParts { .. }
+            | BucketRequest::Complete { .. }
+            | BucketRequest::Abort { .. } => {
+                vec![("uploadId", upload_id.unwrap_or_default().to_string())]
+            }
+        };
+        let method = match request {
+            BucketRequest::CreateMultipart { .. } | BucketRequest::Complete { .. } => "POST",
+            BucketRequest::UploadPart { .. } => "PUT",
+            BucketRequest::ListParts { .. } => "GET",
+            BucketRequest::Abort { .. } => "DELETE",
+        };
+        let query: String = query
+            .iter()
+            .map(|(name, value)| match value.is_empty() {
+                true => name.to_string(),
+                false => format!(
+                    "{name}={}",
+                    percent_encoding::utf8_percent_encode(value, PATH_SEGMENT)
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        let url = format!("{}?{query}", self.object_url(key));
+        self.presign_url(method, &url, presigning.expires()).await
+    }
+
+    fn bucket_endpoint(&self) -> &str {
+        &self.bucket_url
+    }
+
+    fn region(&self) -> &str {
+        &self.region
+    }
+
+    async fn temporary_credentials(
+        &self,
+        policy: &str,
+        duration: Duration,
+    ) -> Result<TemporaryCredentials, StoreError> {
+        let answer = self
+            .sts
+            .assume_role()
+            // AWS needs a role to assume; MinIO takes the caller's own keys
+            // and ignores it.
+            .role_arn(
+                std::env::var("SLUICE_DIRECT_ROLE_ARN")
+                    .unwrap_or_else(|_| "arn:aws:iam::000000000000:role/sluice-direct".to_string()),
+            )
+            .role_session_name("sluice-direct")
+            .policy(policy)
+            .duration_seconds(duration.as_secs().clamp(900, 43_200) as i32)
+            .send()
             .await
             .map_err(|e| {
-                errors::map(
-                    e,
-                    errors::Context {
-                        endpoint: &self.bucket_url,
-                        bucket: &self.bucket,
-                        key,
-                        upload_id: Some(upload_id),
+                let service = e.as_service_error().map(|s| {
+                    (
+                        s.meta().code().unwrap_or("StsError").to_string(),
+                        s.meta().message().unwrap_or_default().to_string(),
+                    )
+                });
+                match service {
+                    Some((code, message)) => StoreError::Service {
+                        status: e.raw_response().map_or(500, |r| r.status().as_u16()),
+                        code,
+                        message,
                     },
-                )
+                    None => StoreError::Transport {
+                        at: None,
+                        cause: format!(
+                            "STS AssumeRole: {}",
+                            aws_smithy_types::error::display::DisplayErrorContext(&e)
+                        ),
+                    },
+                }
             })?;
-        Ok(request.uri().to_string())
+        let credentials = answer
+            .credentials()
+            .ok_or_else(|| signing_error("STS answered without credentials"))?;
+        let expires_at = SystemTime::UNIX_EPOCH
+            + Duration::from_secs(credentials.expiration().secs().max(0) as u64);
+        Ok(TemporaryCredentials {
+            access_key_id: credentials.access_key_id().to_string(),
+            secret_access_key: credentials.secret_access_key().to_string(),
+            session_token: credentials.session_token().to_string(),
+            expires_at,
+        })
     }
 
     async fn post(&self, policy: &PostPolicy) -> Result<PresignedPost, StoreError> {
