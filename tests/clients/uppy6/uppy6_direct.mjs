@@ -19,7 +19,8 @@
 // CASE: upload (one upload; single request or multipart by size), reload (a
 // multipart upload interrupted by reloading the page once 5 parts are in,
 // then resumed), slow (an upload whose parts reach the bucket 800 ms apart;
-// prints {"parts": N} lines as they land, for the caller to kill the gateway).
+// prints {"parts": N} lines as they land, for the caller to kill the gateway;
+// a failed upload is retried as Uppy's retry button does, once a second).
 // Prints one JSON line: {outcome, error, body, sha256, consoleErrors,
 // partPuts, partPutsAfterReload, bucketRequests}.
 import { createRequire } from "node:module";
@@ -145,7 +146,16 @@ window.ready = (async () => {
     uppy.addFile({ name: "file-" + size + ".bin", type: "application/octet-stream", data: blob });
     const sha = await sha256(blob);
     try {
-      return { ...outcome(await uppy.upload()), sha256: sha };
+      let result = await uppy.upload();
+      // As a user would with Uppy's retry button: once the gateway is back,
+      // the failed upload goes on from the parts it has (a few tries, 1 s apart).
+      let retries = 0;
+      while (window.retryFailed && result && result.failed && result.failed.length && retries < 10) {
+        retries += 1;
+        await new Promise((r) => setTimeout(r, 1000));
+        result = await uppy.retryAll();
+      }
+      return { ...outcome(result), sha256: sha, retries };
     } catch (error) {
       return { outcome: "error", error: String(error), sha256: sha };
     }
@@ -220,6 +230,7 @@ try {
   });
   await page.goto(origin + "/");
   await page.evaluate(() => window.ready);
+  await page.evaluate((retry) => (window.retryFailed = retry), kind === "slow");
   if (kind === "upload" || kind === "slow") {
     Object.assign(report, await page.evaluate((n) => window.run(n), size));
     // A refused upload is aborted by Uppy after it reports the error: let that
