@@ -1,6 +1,8 @@
 //! The gateway's own pages in headless Chromium (issue 15), driven by
 //! tests/clients/ui_check.mjs: a file dropped on the upload page with a token
-//! from the embedding application is stored and read back, and the dashboard's
+//! from the embedding application is stored and read back (through the
+//! gateway with tus, and straight to the bucket with Uppy 6's aws-s3 on a
+//! session, issue 50), and the dashboard's
 //! charts move while `sluice bench load` runs. Neither page may log a console
 //! error. With SLUICE_UI_SCREENSHOTS=DIR the screenshots are kept there (that
 //! is how docs/ui-*.png are made).
@@ -97,6 +99,63 @@ fn the_upload_page_stores_a_dropped_file_with_the_applications_token() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&page.stdout).contains("\"auth\":true"));
+}
+
+/// The page on a gateway with `--direct` (Uppy 6's aws-s3 on a session the
+/// page asks for with the token): the file goes to the bucket in one form POST
+/// and is read back from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upload_page_sends_a_dropped_file_straight_to_the_bucket() {
+    let Some(clients) = common::npm_clients("upload_page_direct") else {
+        return;
+    };
+    let Some((endpoint, prefix, store)) = common::minio_prefix("upload-page-direct").await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let secret = work.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--direct", "--jwt-secret-file", secret.to_str().unwrap()],
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({ "sub": "acme", "exp": now + 600 }),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap();
+    let size = 3 * 1024 * 1024 + 17;
+    let page = format!("{}/#token={token}", gateway.url);
+    let report = tokio::task::spawn_blocking(move || {
+        check(
+            &clients,
+            &[
+                "upload",
+                &page,
+                &size.to_string(),
+                &screenshot(&work, "ui-upload-direct.png"),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(report["errors"], json!([]), "{report}");
+    let key = report["key"].as_str().unwrap();
+    assert!(key.starts_with("acme/"), "{report}");
+    assert_eq!(report["bytes"], size.to_string());
+    let stored = common::object_bytes(&store, key).await;
+    let sha: String = Sha256::digest(&stored)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sha, report["sha256"].as_str().unwrap());
 }
 
 #[test]

@@ -1,10 +1,12 @@
 // The upload page: Uppy's Dashboard (drag and drop, several files, progress,
 // pause and resume) uploading resumably with tus to this gateway, or straight
 // to the bucket when the gateway signs direct uploads. GoldenRetriever keeps
-// the files and the upload state across reloads. The token comes from the
+// the files and the upload state across reloads. Uppy 6's aws-s3 sends no
+// headers to its Companion, so with a token the page first asks the gateway
+// for a session path that stands for it (docs/DIRECT.md). The token comes from the
 // embedding application in the URL fragment (#token=...), which browsers never
 // send to a server.
-(function () {
+(async function () {
   "use strict";
   const config = JSON.parse(document.getElementById("sluice-config").textContent);
   const fragment = new URLSearchParams(location.hash.slice(1));
@@ -37,7 +39,17 @@
   // The key each tus upload got (X-Sluice-Key on the gateway's answers).
   const keys = new Map();
   if (config.mode === "direct") {
-    uppy.use(AwsS3, { endpoint: location.origin, headers, shouldUseMultipart: (f) => f.size > 100 * MiB });
+    let companionEndpoint = location.origin;
+    if (token) {
+      const answer = await fetch("/s3/session", { method: "POST", headers });
+      const session = await answer.json();
+      if (!answer.ok) {
+        uppy.info(session.message || "no upload session: " + answer.status, "error", 10000);
+        return;
+      }
+      companionEndpoint = location.origin + session.path;
+    }
+    uppy.use(AwsS3, { companionEndpoint, shouldUseMultipart: (f) => f.size > 100 * MiB });
   } else {
     uppy.use(Tus, {
       endpoint: new URL(config.tusPath, location.href).href,
