@@ -1,7 +1,8 @@
 //! The gateway's work beside its requests, owned in one place: the janitor
 //! (expired resumable uploads, stale multipart uploads), the reload of auth
 //! keys and of the TLS certificate, event delivery from the outbox, the
-//! reconciliation of intents, the confirmation of direct uploads, and the store
+//! reconciliation of intents, the confirmation of direct uploads, imports to
+//! carry on (a dead gateway's), and the store
 //! heartbeat (a store that dies while no upload asks it is noticed all the
 //! same). [`Background::start`] starts what the settings ask for and
 //! [`Background::stop`] stops it all; the listener (`server.rs`) does both
@@ -51,6 +52,7 @@ impl Background {
             "direct upload confirmation",
             crate::direct::confirm::spawn(state.clone()),
         ));
+        tasks.push(("imports", crate::imports::spawn(state.clone())));
         tasks.push((
             "TLS certificate reloader",
             state.tls.as_ref().map(|tls| {

@@ -98,6 +98,8 @@ pub struct ServerConfig {
     #[command(flatten)]
     pub direct: crate::direct::DirectSettings,
     #[command(flatten)]
+    pub imports: crate::imports::ImportSettings,
+    #[command(flatten)]
     pub ui: crate::ui::UiSettings,
     #[command(flatten)]
     pub tls: crate::tls::TlsSettings,

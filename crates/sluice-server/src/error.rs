@@ -39,6 +39,14 @@ pub enum ApiError {
     NoRoute,
     #[error("direct uploads are not enabled on this gateway (sluice serve --direct)")]
     DirectUploadsOff,
+    #[error("imports are not enabled on this gateway (sluice serve --imports)")]
+    ImportsOff,
+    /// An import's URL names an address imports may not fetch from.
+    #[error("{0}")]
+    ImportRefused(String),
+    /// An import's origin failed or said something unusable.
+    #[error("{0}")]
+    BadGateway(String),
     /// The store gave no temporary credentials (it has no STS, or refused).
     #[error("the store gives no temporary credentials: {0}")]
     CredentialsUnavailable(String),
@@ -142,6 +150,9 @@ impl ApiError {
             ApiError::Store(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::CredentialsUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::ImportsOff => StatusCode::NOT_FOUND,
+            ApiError::ImportRefused(_) => StatusCode::FORBIDDEN,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -176,6 +187,9 @@ impl ApiError {
             ApiError::Store(_) => "store_error",
             ApiError::Internal(_) => "internal",
             ApiError::CredentialsUnavailable(_) => "credentials_unavailable",
+            ApiError::ImportsOff => "imports_off",
+            ApiError::ImportRefused(_) => "import_refused",
+            ApiError::BadGateway(_) => "origin_error",
         }
     }
 

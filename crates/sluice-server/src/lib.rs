@@ -21,6 +21,7 @@ pub mod direct;
 pub mod error;
 pub mod events;
 pub mod hooks;
+pub mod imports;
 pub mod janitor;
 pub use sluice_input::keys;
 pub mod metrics;
@@ -72,6 +73,8 @@ pub struct AppState {
     pub bodies: body::Bodies,
     /// Signing of direct-to-bucket uploads (`/s3/`), when on.
     pub direct: Option<direct::Direct>,
+    /// Imports from a URL (`/v1/imports`), when on.
+    pub imports: Option<imports::Imports>,
     /// Record streams (`/v1/streams/`).
     pub streams: streams::Streams,
     /// Waits before answering small tus PATCHes.
@@ -126,6 +129,8 @@ impl AppState {
             config.tus.small_patches_per_second,
             config.tus.small_patch_bytes,
         );
+        let imports = imports::Imports::from_settings(&config.imports)
+            .map_err(|reason| ConfigError::new("imports.allow", reason))?;
         let tls = tls::Tls::from_settings(&config.tls)
             .map_err(|e| ConfigError::new("tls.cert_file", e.to_string()))?;
         Ok(AppState {
@@ -137,6 +142,7 @@ impl AppState {
             begin: begin::Begin::new(template, hooks),
             bodies: body::Bodies::new(&config, metrics.clone()),
             direct: None,
+            imports,
             auth: Arc::new(auth),
             completion,
             store,

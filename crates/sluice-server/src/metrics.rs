@@ -185,7 +185,7 @@ impl Metrics {
         );
         registry.register(
             "sluice_uploads_completed",
-            "Objects that came into being, by kind: put, form, tus_patch, tus_creation, tus_concatenation, tus_recovered, resumable_creation, resumable_append, direct_post, direct_multipart, direct_credentials, stream_batch (counted at the one completion point)",
+            "Objects that came into being, by kind: put, form, tus_patch, tus_creation, tus_concatenation, tus_recovered, resumable_creation, resumable_append, direct_post, direct_multipart, direct_credentials, stream_batch, import (counted at the one completion point)",
             inner.uploads_completed.clone(),
         );
         registry.register(

@@ -50,10 +50,12 @@ pub enum UploadKind {
     DirectCredentials,
     /// A batch of records of a stream (`POST /v1/streams/NAME`).
     StreamBatch,
+    /// An object fetched from a URL by the gateway (`POST /v1/imports`).
+    Import,
 }
 
 impl UploadKind {
-    pub const ALL: [UploadKind; 12] = [
+    pub const ALL: [UploadKind; 13] = [
         UploadKind::Put,
         UploadKind::Form,
         UploadKind::TusPatch,
@@ -66,6 +68,7 @@ impl UploadKind {
         UploadKind::DirectMultipart,
         UploadKind::DirectCredentials,
         UploadKind::StreamBatch,
+        UploadKind::Import,
     ];
 
     /// The name in events, metrics and logs.
@@ -83,6 +86,7 @@ impl UploadKind {
             UploadKind::DirectMultipart => "direct_multipart",
             UploadKind::DirectCredentials => "direct_credentials",
             UploadKind::StreamBatch => "stream_batch",
+            UploadKind::Import => "import",
         }
     }
 

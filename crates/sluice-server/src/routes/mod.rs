@@ -43,6 +43,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/iceberg", iceberg::router())
         .merge(crate::resumable_endpoint::router())
         .merge(crate::direct::router())
+        .merge(crate::imports::router())
         .merge(crate::ui::router(&state))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
