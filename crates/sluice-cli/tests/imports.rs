@@ -1,0 +1,533 @@
+//! Imports from a URL (issue 50) through the built `sluice serve --imports` on
+//! MinIO, from an origin in this process on 127.0.0.2 (the one address the
+//! gateways allow) that serves ranges and strong ETags, resets connections
+//! and pauses mid-body, and counts every byte it sends:
+//!
+//! - many imports through two gateways, each SIGKILLed and started again in
+//!   turn while imports are half done: every object byte-exact, its one
+//!   `upload.completed` (kind `import`), no multipart upload left, and the
+//!   bytes the origin sent at most 1.1x the objects' total
+//!   (`SLUICE_TEST_IMPORTS=N` and `SLUICE_TEST_IMPORT_MIB=MIN-MAX` scale it:
+//!   the issue's 100 imports of 64-256 MiB; the suite runs 16 of 8-40 MiB);
+//! - the SSRF table: every forbidden URL (spellings, redirects, schemes,
+//!   credentials, sizes) refused with a 4xx, and listeners on the loopback
+//!   addresses it names record no request.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sluice_store::ObjectStore;
+
+mod common;
+
+const MIB: u64 = 1024 * 1024;
+const SECRET: &[u8] = b"an events secret of at least thirty-two bytes";
+
+/// The origin's objects: object `n` of `sizes[n]` bytes, its byte at `i`
+/// being `pattern[(i + n * 4099) % pattern.len()]`.
+struct Origin {
+    sizes: Vec<u64>,
+    pattern: Bytes,
+    /// Bytes sent, per object.
+    sent: Vec<AtomicU64>,
+    /// Requests answered (for the fault schedule).
+    requests: AtomicU64,
+    /// Faults on: every fifth body is cut, every seventh pauses.
+    faults: bool,
+}
+
+impl Origin {
+    fn new(sizes: Vec<u64>, faults: bool) -> Origin {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let pattern: Vec<u8> = (0..(MIB as usize + 7))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        Origin {
+            sent: sizes.iter().map(|_| AtomicU64::new(0)).collect(),
+            sizes,
+            pattern: Bytes::from(pattern),
+            requests: AtomicU64::new(0),
+            faults,
+        }
+    }
+
+    /// Bytes `from..to` of object `n`, as slices of the pattern.
+    fn chunks(&self, n: usize, from: u64, to: u64) -> Vec<Bytes> {
+        let len = self.pattern.len() as u64;
+        let mut chunks = Vec::new();
+        let mut at = from;
+        while at < to {
+            let start = (at + n as u64 * 4099) % len;
+            let take = (len - start).min(to - at).min(256 * 1024);
+            chunks.push(self.pattern.slice(start as usize..(start + take) as usize));
+            at += take;
+        }
+        chunks
+    }
+
+    fn etag(n: usize) -> String {
+        format!("\"object-{n}-v1\"")
+    }
+}
+
+async fn serve_object(
+    State(origin): State<Arc<Origin>>,
+    Path(n): Path<usize>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(&size) = origin.sizes.get(n) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let request = origin.requests.fetch_add(1, Ordering::SeqCst);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let if_range_holds = header("if-range").is_none_or(|v| v == Origin::etag(n));
+    let range = header("range")
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.split_once('-'))
+        .filter(|_| if_range_holds)
+        .map(|(from, to)| {
+            let from: u64 = from.parse().unwrap();
+            let to: u64 = if to.is_empty() {
+                size - 1
+            } else {
+                to.parse().unwrap()
+            };
+            (from, to.min(size - 1) + 1)
+        });
+    let (status, from, to) = match range {
+        Some((from, to)) => (StatusCode::PARTIAL_CONTENT, from, to),
+        None => (StatusCode::OK, 0, size),
+    };
+    let chunks = origin.chunks(n, from, to);
+    let long = to - from > 4 * MIB;
+    // Cut a fifth of the long bodies a third of the way in; pause a seventh
+    // of them for 2 s.
+    let cut_at = (origin.faults && long && request % 5 == 1).then_some((to - from) / 3);
+    let pause_at = (origin.faults && long && request % 7 == 3).then_some((to - from) / 2);
+    let counted = origin.clone();
+    let mut offsets = Vec::with_capacity(chunks.len());
+    let mut at = 0u64;
+    for chunk in &chunks {
+        offsets.push(at);
+        at += chunk.len() as u64;
+    }
+    let body = futures::stream::iter(chunks.into_iter().zip(offsets))
+        .then(move |(chunk, at)| {
+            let origin = counted.clone();
+            async move {
+                if cut_at.is_some_and(|cut| at >= cut) {
+                    return Err(std::io::Error::other("the origin resets the connection"));
+                }
+                if pause_at.is_some_and(|pause| at <= pause && pause < at + chunk.len() as u64) {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                origin.sent[n].fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                Ok::<Bytes, std::io::Error>(chunk)
+            }
+        })
+        .boxed();
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert("etag", Origin::etag(n).parse().unwrap());
+    headers.insert("accept-ranges", "bytes".parse().unwrap());
+    headers.insert("content-length", (to - from).to_string().parse().unwrap());
+    headers.insert("content-type", "application/octet-stream".parse().unwrap());
+    if status == StatusCode::PARTIAL_CONTENT {
+        headers.insert(
+            "content-range",
+            format!("bytes {from}-{}/{size}", to - 1).parse().unwrap(),
+        );
+    }
+    response
+}
+
+/// `/to?u=URL`: a redirect to URL.
+async fn redirect(Query(query): Query<BTreeMap<String, String>>) -> Response {
+    (StatusCode::FOUND, [("location", query["u"].clone())]).into_response()
+}
+
+/// Serves `app` on `address` for the rest of the test.
+async fn listen(address: &str, app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+    let bound = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    bound
+}
+
+async fn origin_on_127_0_0_2(origin: Arc<Origin>) -> SocketAddr {
+    let app = axum::Router::new()
+        .route("/objects/{n}", axum::routing::get(serve_object))
+        .route("/to", axum::routing::get(redirect))
+        .with_state(origin);
+    listen("127.0.0.2:0", app).await
+}
+
+/// The sizes of the run: `SLUICE_TEST_IMPORTS` objects (16), each
+/// `SLUICE_TEST_IMPORT_MIB` = MIN-MAX MiB (8-40), spread evenly and odd-sized.
+fn sizes() -> Vec<u64> {
+    let count: usize = std::env::var("SLUICE_TEST_IMPORTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let (low, high) = std::env::var("SLUICE_TEST_IMPORT_MIB")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('-')?;
+            Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        })
+        .unwrap_or((8, 40));
+    (0..count as u64)
+        .map(|i| {
+            let span = (high - low) * MIB;
+            low * MIB + span * i / (count as u64).max(2).saturating_sub(1) + i * 4099 % MIB
+        })
+        .map(|size| size.min(high * MIB))
+        .collect()
+}
+
+/// Whether `key` holds object `n` of the origin, byte for byte.
+async fn holds(store: &dyn ObjectStore, key: &str, origin: &Origin, n: usize) -> bool {
+    let Ok(output) = store.get_object(key, None).await else {
+        return false;
+    };
+    if output.meta.size != origin.sizes[n] {
+        return false;
+    }
+    let mut body = output.body;
+    let mut at = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.unwrap();
+        let want: Vec<u8> = origin.chunks(n, at, at + chunk.len() as u64).concat();
+        if want != chunk.as_ref() {
+            return false;
+        }
+        at += chunk.len() as u64;
+    }
+    at == origin.sizes[n]
+}
+
+/// (upload kind, count) of the outbox's events, by key.
+async fn outbox_events(store: &dyn ObjectStore) -> BTreeMap<String, (String, usize)> {
+    let mut events = BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_objects("_sluice/events/pending/", cursor.as_deref(), 1000)
+            .await
+            .unwrap();
+        for entry in &page.objects {
+            let entry: Value =
+                serde_json::from_slice(&common::object_bytes(store, &entry.key).await).unwrap();
+            let data = &entry["event"]["data"];
+            let slot = events
+                .entry(data["key"].as_str().unwrap().to_string())
+                .or_insert((data["upload_kind"].as_str().unwrap().to_string(), 0));
+            slot.1 += 1;
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return events,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
+    let Some((endpoint, prefix, store)) = common::minio_prefix("imports-killed").await else {
+        return;
+    };
+    let sizes = sizes();
+    let total: u64 = sizes.iter().sum();
+    let origin = Arc::new(Origin::new(sizes.clone(), true));
+    let at = origin_on_127_0_0_2(origin.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let args = [
+        "--imports",
+        "--import-allow",
+        "127.0.0.2",
+        // Nothing listens there: events stay in the outbox, to be counted.
+        "--event-url",
+        "http://127.0.0.1:9/events",
+        "--event-secret-file",
+        secret.to_str().unwrap(),
+    ];
+    let addresses = [
+        common::free_loopback_address(),
+        common::free_loopback_address(),
+    ];
+    let mut gateways: Vec<common::Gateway> = addresses
+        .iter()
+        .map(|a| common::serve_on_minio(&endpoint, &prefix, a, &args))
+        .collect();
+    let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for n in 0..sizes.len() {
+        let answer = client
+            .post(format!("{}/v1/imports", urls[n % 2]))
+            .json(&json!({ "url": format!("http://{at}/objects/{n}"), "filename": format!("object-{n}.bin") }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 202, "{}", answer.text().await.unwrap());
+        let body: Value = answer.json().await.unwrap();
+        ids.push((n, body["id"].as_str().unwrap().to_string()));
+    }
+    // Five SIGKILLs, the gateways in turn, each while an import is half done;
+    // the killed gateway starts again at once on its address.
+    let status = |id: String| {
+        let (client, urls) = (client.clone(), urls.clone());
+        async move {
+            for url in &urls {
+                if let Ok(answer) = client.get(format!("{url}/v1/imports/{id}")).send().await {
+                    if let Ok(body) = answer.json::<Value>().await {
+                        return Some(body);
+                    }
+                }
+            }
+            None
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60 + total / MIB);
+    let mut kills = 0;
+    let mut records = BTreeMap::new();
+    loop {
+        records.clear();
+        for (n, id) in &ids {
+            if let Some(record) = status(id.clone()).await {
+                records.insert(*n, record);
+            }
+        }
+        let done = records.values().filter(|r| r["state"] != "running").count();
+        if done == ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} done: {records:#?}",
+            ids.len()
+        );
+        let half_done = records.values().any(|r| {
+            let stored = r["bytes_stored"].as_u64().unwrap_or(0);
+            r["state"] == "running" && stored > 0 && stored < r["size"].as_u64().unwrap()
+        });
+        if kills < 5 && half_done {
+            let which = kills % 2;
+            let _ = gateways[which].child.kill();
+            let _ = gateways[which].child.wait();
+            gateways[which] = common::serve_on_minio(&endpoint, &prefix, &addresses[which], &args);
+            kills += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(kills, 5, "the run ended before five kills");
+    let mut reported = 0;
+    for (n, record) in &records {
+        assert_eq!(record["state"], "completed", "object {n}: {record}");
+        let key = record["key"].as_str().unwrap();
+        assert!(
+            holds(&store, key, &origin, *n).await,
+            "object {n} at {key} differs"
+        );
+        reported += record["bytes_fetched"].as_u64().unwrap();
+    }
+    let sent: u64 = origin.sent.iter().map(|s| s.load(Ordering::Relaxed)).sum();
+    eprintln!(
+        "{} imports, {} MiB: the origin sent {} MiB ({:.3}x), the records report {} MiB, {} requests, {kills} kills",
+        ids.len(),
+        total / MIB,
+        sent / MIB,
+        sent as f64 / total as f64,
+        reported / MIB,
+        origin.requests.load(Ordering::Relaxed)
+    );
+    assert!(
+        sent as f64 <= 1.1 * total as f64,
+        "the origin sent {sent} bytes for {total}"
+    );
+    assert!(
+        reported >= total && reported <= sent,
+        "reported {reported}, sent {sent}"
+    );
+    // No multipart upload is left, and each object has its one event.
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = outbox_events(&store).await;
+        let want: BTreeMap<String, (String, usize)> = records
+            .values()
+            .map(|r| {
+                (
+                    r["key"].as_str().unwrap().to_string(),
+                    ("import".to_string(), 1),
+                )
+            })
+            .collect();
+        if events == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "events {events:#?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A listener that records every request it gets.
+async fn recorder(address: &str, hits: Arc<Mutex<Vec<String>>>) -> Option<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address).await.ok()?;
+    let bound = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let hits = hits.clone();
+        async move {
+            hits.lock().unwrap().push(uri.to_string());
+            "secret metadata"
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Some(bound)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
+    let Some((endpoint, prefix, store)) = common::minio_prefix("imports-ssrf").await else {
+        return;
+    };
+    let origin = Arc::new(Origin::new(vec![MIB, 3 * MIB], false));
+    let allowed = origin_on_127_0_0_2(origin.clone()).await;
+    let hits = Arc::new(Mutex::new(Vec::new()));
+    let lo = recorder("127.0.0.1:0", hits.clone()).await.unwrap();
+    let p = lo.port();
+    let lo3 = recorder(&format!("127.0.0.3:{p}"), hits.clone())
+        .await
+        .unwrap_or(lo);
+    let v6 = recorder(&format!("[::1]:{p}"), hits.clone()).await;
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &[
+            "--imports",
+            "--import-allow",
+            "127.0.0.2",
+            "--max-upload-size",
+            "2MiB",
+        ],
+    );
+    let to = |target: &str| format!("http://{allowed}/to?u={}", target.replace('&', "%26"));
+    // (URL, status)
+    let mut table: Vec<(String, u16)> = vec![
+        (format!("http://127.0.0.1:{p}/x"), 403),
+        (format!("http://{lo3}/x"), 403),
+        (format!("http://localhost:{p}/x"), 403),
+        (format!("http://2130706433:{p}/x"), 403),
+        (format!("http://0177.0.0.1:{p}/x"), 403),
+        (format!("http://0x7f.0.0.1:{p}/x"), 403),
+        (format!("http://0x7f000001:{p}/x"), 403),
+        (format!("http://127.1:{p}/x"), 403),
+        (format!("http://0.0.0.0:{p}/x"), 403),
+        (format!("http://0:{p}/x"), 403),
+        (format!("http://[::1]:{p}/x"), 403),
+        (format!("http://[::]:{p}/x"), 403),
+        (format!("http://[::ffff:127.0.0.1]:{p}/x"), 403),
+        (format!("http://[::ffff:7f00:1]:{p}/x"), 403),
+        ("http://169.254.169.254/latest/meta-data/".into(), 403),
+        ("http://[fd00:ec2::254]/latest/meta-data/".into(), 403),
+        ("http://[::ffff:169.254.169.254]/latest/".into(), 403),
+        ("http://10.0.0.1/x".into(), 403),
+        ("http://172.16.0.1/x".into(), 403),
+        ("http://192.168.0.1/x".into(), 403),
+        ("http://100.64.0.1/x".into(), 403),
+        ("http://224.0.0.1/x".into(), 403),
+        ("http://255.255.255.255/x".into(), 403),
+        ("http://[fe80::1]/x".into(), 403),
+        ("http://[ff02::1]/x".into(), 403),
+        (to(&format!("http://127.0.0.1:{p}/redirected")), 403),
+        (to(&format!("http://0x7f000001:{p}/redirected")), 403),
+        (to(&format!("http://[::1]:{p}/redirected")), 403),
+        (to("http://169.254.169.254/latest/meta-data/"), 403),
+        (to(&to(&format!("http://localhost:{p}/twice"))), 403),
+        ("file:///etc/passwd".into(), 400),
+        (format!("ftp://{allowed}/objects/0"), 400),
+        (format!("gopher://{allowed}/objects/0"), 400),
+        (format!("http://user:secret@{allowed}/objects/0"), 400),
+        (format!("http://user@{allowed}/objects/0"), 400),
+        ("not a url".into(), 400),
+        // Over the gateway's 2 MiB limit: refused before anything is stored.
+        (format!("http://{allowed}/objects/1"), 413),
+    ];
+    if v6.is_none() {
+        table.retain(|(url, _)| !url.contains(&format!("[::1]:{p}")));
+    }
+    assert!(table.len() >= 30);
+    let client = reqwest::Client::new();
+    for (url, status) in &table {
+        let answer = client
+            .post(format!("{}/v1/imports", gateway.url))
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .unwrap();
+        let got = answer.status().as_u16();
+        let body = answer.text().await.unwrap();
+        assert_eq!(got, *status, "{url}: {body}");
+    }
+    assert_eq!(
+        *hits.lock().unwrap(),
+        Vec::<String>::new(),
+        "forbidden listeners were reached"
+    );
+    // Nothing was stored for them: no record, no upload, no object.
+    let listed = store.list_objects("", None, 100).await.unwrap();
+    assert_eq!(listed.objects.len(), 0, "{:?}", listed.objects);
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    // The allowed origin is fetched.
+    let answer = client
+        .post(format!("{}/v1/imports", gateway.url))
+        .json(&json!({ "url": format!("http://{allowed}/objects/0") }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let id = answer.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let record: Value = client
+            .get(format!("{}/v1/imports/{id}", gateway.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if record["state"] == "completed" {
+            assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{record}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
