@@ -531,3 +531,75 @@ async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Uppy's `@uppy/url` 6.0 in Chromium with the gateway as its Companion
+/// (`/url/meta`, `/url/get`, the progress socket): a 24 MiB object from the
+/// origin is imported under the caller's tenant, byte-exact, with progress
+/// along the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uppy_url_imports_through_the_gateway_as_its_companion() {
+    let Some(clients) = common::npm_clients("uppy_url") else {
+        return;
+    };
+    let Some((endpoint, prefix, store)) = common::minio_prefix("imports-uppy-url").await else {
+        return;
+    };
+    let origin = Arc::new(Origin::new(vec![24 * MIB + 7], false));
+    let at = origin_on_127_0_0_2(origin.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &[
+            "--imports",
+            "--import-allow",
+            "127.0.0.2",
+            "--direct",
+            "--jwt-secret-file",
+            secret.to_str().unwrap(),
+            "--cors-origin",
+            "http://localhost:5173",
+        ],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({ "sub": "acme", "exp": now + 600 }),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap();
+    let url = format!("http://{at}/objects/0");
+    let gateway_url = gateway.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(format!("{clients}/uppy6/uppy6_url.mjs"))
+            .arg(&url)
+            .env("GATEWAY", &gateway_url)
+            .env("TOKEN", &token)
+            .output()
+            .expect("run node")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
+        panic!(
+            "not JSON: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert_eq!(report["outcome"], "success", "{report}");
+    assert_eq!(report["consoleErrors"], json!([]), "{report}");
+    assert_eq!(report["name"], "0", "{report}");
+    assert_eq!(report["size"], 24 * MIB + 7, "{report}");
+    assert!(report["progressEvents"].as_u64().unwrap() >= 1, "{report}");
+    let key = report["body"]["key"].as_str().unwrap();
+    assert!(key.starts_with("acme/"), "{report}");
+    assert!(holds(&store, key, &origin, 0).await, "{key} differs");
+}

@@ -7,8 +7,10 @@
 //! and goes on from the parts it stored on any gateway ([`run`]);
 //! `GET /v1/imports/ID` shows its progress. What may be fetched is the
 //! guard's to say ([`guard`]): public addresses only unless an operator
-//! allows more.
+//! allows more. Companion's `/url/` routes and progress socket serve Uppy's
+//! `@uppy/url` ([`companion`]).
 
+pub mod companion;
 pub mod fetch;
 pub mod guard;
 pub mod record;
@@ -116,9 +118,10 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/imports", post(create))
         .route("/v1/imports/{id}", get(show))
+        .merge(companion::router())
 }
 
-fn imports(state: &AppState) -> Result<&Imports, ApiError> {
+pub(crate) fn imports(state: &AppState) -> Result<&Imports, ApiError> {
     state.imports.as_ref().ok_or(ApiError::ImportsOff)
 }
 
@@ -134,7 +137,7 @@ pub struct CreateBody {
 }
 
 /// The URL path's last segment, decoded, as a file name.
-fn filename_of(url: &url::Url) -> String {
+pub(crate) fn filename_of(url: &url::Url) -> String {
     let last = url
         .path_segments()
         .and_then(|mut s| s.next_back())
@@ -168,16 +171,42 @@ async fn create(
     ),
     ApiError,
 > {
-    let imports = imports(&state)?;
-    grant.allows(Op::Put)?;
     let request: CreateBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::BadRequest(format!(
             "the body must be JSON {{url, filename, metadata}}: {e}"
         ))
     })?;
-    let url = imports.guard.parse(&request.url).map_err(refused)?;
-    // What the origin says of the object, before anything is stored.
-    let probe = fetch::get(
+    let record = begin(
+        &state,
+        &grant,
+        &request.url,
+        request.filename,
+        request.metadata,
+    )
+    .await?;
+    let location = format!("/v1/imports/{}", record.id);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(axum::http::header::LOCATION, location)],
+        Json(record.view()),
+    ))
+}
+
+/// What the origin says of an object: (size, whether it serves ranges, its
+/// validator, its content type), before anything is stored.
+pub struct Probed {
+    pub url: url::Url,
+    pub size: u64,
+    pub ranges: bool,
+    pub validator: Option<String>,
+    pub content_type: Option<String>,
+}
+
+/// Checks `url` with the guard and asks the origin for its first byte.
+pub async fn probe(state: &AppState, url: &str) -> Result<Probed, ApiError> {
+    let imports = imports(state)?;
+    let url = imports.guard.parse(url).map_err(refused)?;
+    let answer = fetch::get(
         &imports.guard,
         imports.resolver.as_ref(),
         url.as_str(),
@@ -190,29 +219,48 @@ async fn create(
         fetch::FetchError::Refused(refusal) => refused(refusal),
         other => ApiError::BadGateway(format!("the origin: {other}")),
     })?;
-    let size = probe.object_size().ok_or_else(|| {
+    let size = answer.object_size().ok_or_else(|| {
         ApiError::BadGateway(
             "the origin does not say how large the object is (no Content-Length or Content-Range)"
                 .into(),
         )
     })?;
+    Ok(Probed {
+        url,
+        size,
+        ranges: answer.status == 206,
+        validator: answer.validator(),
+        content_type: answer.content_type(),
+    })
+}
+
+/// Starts importing `url` for `grant`: checked, probed, begun (key template,
+/// hook), its multipart upload created and its record written; carried on in
+/// the background.
+pub async fn begin(
+    state: &AppState,
+    grant: &Grant,
+    url: &str,
+    filename: Option<String>,
+    metadata: BTreeMap<String, String>,
+) -> Result<ImportRecord, ApiError> {
+    imports(state)?;
+    grant.allows(Op::Put)?;
+    let probed = probe(state, url).await?;
+    let (url, size) = (probed.url, probed.size);
     let limit = state
         .bodies
-        .size_limit(&grant)
+        .size_limit(grant)
         .map_or(MAX_OBJECT_SIZE, |l| l.min(MAX_OBJECT_SIZE));
     if size > limit {
         return Err(ApiError::TooLarge { limit });
     }
-    let ranges = probe.status == 206;
-    let validator = probe.validator();
-    let content_type = probe.content_type();
-    drop(probe);
-    let filename = request.filename.unwrap_or_else(|| filename_of(&url));
+    let filename = filename.unwrap_or_else(|| filename_of(&url));
     let id = uuid::Uuid::new_v4().simple().to_string();
     let begun = state
         .begin
         .begin(
-            &grant,
+            grant,
             Asked {
                 kind: UploadKind::Import,
                 key: KeyFrom::Template {
@@ -220,8 +268,8 @@ async fn create(
                     id: uuid::Uuid::new_v4(),
                 },
                 size: Some(size),
-                content_type,
-                metadata: request.metadata,
+                content_type: probed.content_type,
+                metadata,
                 filename: Some(filename),
                 ask_hook: true,
             },
@@ -245,8 +293,8 @@ async fn create(
         content_type: begun.content_type.clone(),
         metadata: begun.metadata.clone(),
         size,
-        validator,
-        ranges,
+        validator: probed.validator,
+        ranges: probed.ranges,
         upload_id,
         part_size: part_size(size),
         parts: Vec::new(),
@@ -262,13 +310,8 @@ async fn create(
         .await
         .map_err(ApiError::Store)?;
     tracing::info!(import = id, url = %url, key = record.key, size, tenant = %grant.tenant, "import started");
-    start(&state, id.clone());
-    let location = format!("/v1/imports/{id}");
-    Ok((
-        StatusCode::ACCEPTED,
-        [(axum::http::header::LOCATION, location)],
-        Json(record.view()),
-    ))
+    start(state, id);
+    Ok(record)
 }
 
 /// Carries import `id` on in the background when this gateway has a turn free
