@@ -201,7 +201,8 @@ mod tests {
             | "SLUICE_RETRY_AFTER_SECONDS"
             | "SLUICE_FORM_MAX_PARTS"
             | "SLUICE_TUS_MAX_PARTIALS"
-            | "SLUICE_PENALTY_AFTER_OFFENSES" => ("16", Some("x")),
+            | "SLUICE_PENALTY_AFTER_OFFENSES"
+            | "SLUICE_IMPORT_CONCURRENCY" => ("16", Some("x")),
             "SLUICE_TUS_SMALL_PATCHES_PER_SECOND" => ("2.5", Some("x")),
             "SLUICE_CHECKSUM_ALGORITHM" => ("crc64nvme", Some("md5")),
             "SLUICE_LOG_FORMAT" => ("json", Some("xml")),
@@ -211,11 +212,13 @@ mod tests {
             }
             "SLUICE_ENDPOINT" | "SLUICE_URL" => ("http://127.0.0.1:9000", None),
             "SLUICE_PENALTY_EXEMPT" => ("10.0.0.0/8", Some("ten")),
+            "SLUICE_IMPORT_ALLOW" => ("10.0.0.0/8", Some("not a host!")),
             "SLUICE_KEY_TEMPLATE" => ("{uuid}/{filename}", Some("{nope}")),
             "SLUICE_STORE" => ("./sluice-data", None),
             "SLUICE_UPLOAD_PAGE_PATH" => ("/upload", Some("upload")),
             "SLUICE_CORS_ORIGIN" => ("https://app.example", Some("app.example")),
             "SLUICE_DIRECT"
+            | "SLUICE_IMPORTS"
             | "SLUICE_SHARD_PREFIX"
             | "SLUICE_FIXED_PART_SIZE"
             | "SLUICE_ALLOW_ANONYMOUS"
@@ -229,6 +232,7 @@ mod tests {
                 || name.ends_with("_GRACE")
                 || name.ends_with("_EXPIRY")
                 || name.ends_with("_EXPIRES")
+                || name.ends_with("_KEEP")
                 || name.ends_with("_OLDER_THAN")
                 || name.ends_with("_LEEWAY")
                 || name.ends_with("_RETRY_FOR")
