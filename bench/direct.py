@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Direct-to-bucket benchmark: 1 GiB uploaded through `sluice serve` (relayed: one
 PUT /v1/objects/KEY by curl) and straight to the bucket with the gateway only
-signing (direct: the @uppy/aws-s3 flow of /s3/multipart, 64 MiB parts, 4 in
-flight, PUT to MinIO by this script), in front of one MinIO on loopback, in one
-run, alternating. The point is the gateway's cost: CPU-seconds per GiB and peak
-RSS of the gateway process (a fresh one per upload), next to wall-clock MiB/s."""
+signing, in each of @uppy/aws-s3's ways (64 MiB parts, 4 in flight, sent to MinIO
+by this script): `companion` (Uppy 5 and 6's Companion routes, /s3/multipart),
+`session` (the same under a /s3/session/SESSION path, Uppy 6's
+companionEndpoint), `sign` (POST /s3/sign per request, Uppy 6's signRequest;
+the bucket completes the upload and the gateway finds it) and `sts` (GET /s3/sts,
+then s5cmd with the temporary credentials, Uppy 6's getCredentials), in front of
+one MinIO on loopback, in one run, alternating. The point is the gateway's cost:
+CPU-seconds per GiB and peak RSS of the gateway process (a fresh one per upload,
+measured until it announced the object), next to wall-clock MiB/s."""
 
 import concurrent.futures
 import datetime
@@ -64,15 +69,16 @@ def put_part(url, path, offset, length):
     return answer.getheader("ETag")
 
 
-def direct(port, path, size):
-    created = gateway_json(port, "POST", "/s3/multipart",
+def companion(port, path, size, base=""):
+    created = gateway_json(port, "POST", f"{base}/s3/multipart",
                            {"filename": "big.bin", "type": "application/octet-stream", "metadata": {}})
     key, upload = created["key"], created["uploadId"]
     q = urllib.parse.quote
     parts = []
 
     def one(number):
-        signed = gateway_json(port, "GET", f"/s3/multipart/{q(upload, safe='')}/{number}?key={q(key, safe='')}")
+        signed = gateway_json(port, "GET",
+                              f"{base}/s3/multipart/{q(upload, safe='')}/{number}?key={q(key, safe='')}")
         offset = (number - 1) * PART
         etag = put_part(signed["url"], path, offset, min(PART, size - offset))
         return {"ETag": etag, "PartNumber": number}
@@ -80,8 +86,69 @@ def direct(port, path, size):
     count = (size + PART - 1) // PART
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         parts = list(pool.map(one, range(1, count + 1)))
-    gateway_json(port, "POST", f"/s3/multipart/{q(upload, safe='')}/complete?key={q(key, safe='')}",
+    gateway_json(port, "POST", f"{base}/s3/multipart/{q(upload, safe='')}/complete?key={q(key, safe='')}",
                  {"parts": parts})
+
+
+def session(port, path, size):
+    companion(port, path, size, gateway_json(port, "POST", "/s3/session")["path"])
+
+
+def bucket_request(method, url, body=b""):
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=600)
+    conn.request(method, parsed.path + "?" + parsed.query, body=body)
+    answer = conn.getresponse()
+    text = answer.read().decode()
+    if answer.status != 200:
+        raise SystemExit(f"{method} {parsed.path} answered {answer.status}: {text}")
+    return text
+
+
+def sign(port, path, size):
+    created = gateway_json(port, "POST", "/s3/sign", {"method": "POST", "key": "big.bin"})
+    key = created["key"]
+    answer = bucket_request("POST", created["url"])
+    upload = answer.split("<UploadId>")[1].split("</UploadId>")[0]
+
+    def one(number):
+        signed = gateway_json(port, "POST", "/s3/sign",
+                              {"method": "PUT", "key": key, "uploadId": upload, "partNumber": number})
+        offset = (number - 1) * PART
+        return number, put_part(signed["url"], path, offset, min(PART, size - offset))
+
+    count = (size + PART - 1) // PART
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(one, range(1, count + 1)))
+    body = "<CompleteMultipartUpload>" + "".join(
+        f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>" for n, etag in parts
+    ) + "</CompleteMultipartUpload>"
+    signed = gateway_json(port, "POST", "/s3/sign", {"method": "POST", "key": key, "uploadId": upload})
+    bucket_request("POST", signed["url"], body.encode())
+
+
+def sts(port, path, size, minio_url, env):
+    answer = gateway_json(port, "GET", "/s3/sts")
+    credentials = answer["credentials"]
+    temporary = dict(env, AWS_ACCESS_KEY_ID=credentials["AccessKeyId"],
+                     AWS_SECRET_ACCESS_KEY=credentials["SecretAccessKey"],
+                     AWS_SESSION_TOKEN=credentials["SessionToken"])
+    subprocess.run(["s5cmd", "--endpoint-url", minio_url, "cp", "--part-size", str(PART // MIB),
+                    "--concurrency", "4", path, f"s3://{answer['bucket']}/{answer['prefix']}big.bin"],
+                   env=temporary, check=True, stdout=subprocess.DEVNULL)
+
+
+def announced(port, kind, timeout=30):
+    """Waits until the gateway counted an upload of `kind` (the completion point)."""
+    deadline = time.monotonic() + timeout
+    line = f'sluice_uploads_completed_total{{kind="{kind}"}} '
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
+            for text in answer.read().decode().splitlines():
+                if text.startswith(line) and float(text[len(line):]) >= 1:
+                    return
+        time.sleep(0.2)
+    raise SystemExit(f"no {kind} upload was announced")
 
 
 def main():
@@ -97,7 +164,9 @@ def main():
                    stdout=subprocess.DEVNULL)
     path = os.path.join(work, "file.bin")
     make_file(path, args.size)
-    modes = ["relayed", "direct"]
+    modes = ["relayed", "companion", "session", "sign", "sts"]
+    kinds = {"relayed": "put", "companion": "direct_multipart", "session": "direct_multipart",
+             "sign": "direct_multipart", "sts": "direct_credentials"}
     rows = []
     try:
         for run in range(args.runs):
@@ -108,9 +177,12 @@ def main():
                 started = time.monotonic()
                 if mode == "relayed":
                     relayed(port, path, f"relayed-{run}")
+                elif mode == "sts":
+                    sts(port, path, args.size, minio_url, env)
                 else:
-                    direct(port, path, args.size)
+                    {"companion": companion, "session": session, "sign": sign}[mode](port, path, args.size)
                 seconds = time.monotonic() - started
+                announced(port, kinds[mode])
                 row = dict(tool=mode, run=run, seconds=seconds, mib_s=args.size / MIB / seconds,
                            cpu_s_per_gib=(stats.cpu() - cpu0) / (args.size / GIB), rss=stats.peak_rss())
                 stop(proc)
@@ -129,18 +201,23 @@ def main():
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
              f"sluice: {version([sluice, '--version'])} (commit {commit}), serve --direct, defaults",
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
-             f"relayed: curl -T FILE /v1/objects/KEY; direct: /s3/multipart + signed part PUTs "
-             f"({PART // MIB} MiB parts, 4 in flight) + complete; {args.size / GIB:g} GiB per upload",
+             f"relayed: curl -T FILE /v1/objects/KEY; companion: /s3/multipart + signed part PUTs + complete; "
+             f"session: the same under POST /s3/session's path; sign: POST /s3/sign for create, parts and "
+             f"complete (sent to the bucket); sts: GET /s3/sts, s5cmd cp with its credentials; "
+             f"{PART // MIB} MiB parts, 4 in flight; {args.size / GIB:g} GiB per upload",
+             "wall time: until the upload ended; gateway CPU and RSS: until it announced the object",
              f"{args.runs} runs, modes alternated, medians; a fresh gateway process per upload", "",
-             f"{'mode':8} {'MiB/s':>8} {'gateway CPU-s/GiB':>18} {'gateway peak RSS':>17}", "-" * 56]
+             f"{'mode':9} {'MiB/s':>8} {'gateway CPU-s/GiB':>18} {'gateway peak RSS':>17}", "-" * 57]
     for mode in modes:
         rs = [r for r in rows if r["tool"] == mode]
-        lines.append(f"{mode:8} {med(r['mib_s'] for r in rs):8.1f} {med(r['cpu_s_per_gib'] for r in rs):18.3f} "
+        lines.append(f"{mode:9} {med(r['mib_s'] for r in rs):8.1f} {med(r['cpu_s_per_gib'] for r in rs):18.3f} "
                      f"{max(r['rss'] for r in rs) / MIB:13.1f} MiB")
     relayed_cpu = med(r["cpu_s_per_gib"] for r in rows if r["tool"] == "relayed")
-    direct_cpu = med(r["cpu_s_per_gib"] for r in rows if r["tool"] == "direct")
-    lines += ["", f"gateway CPU direct / relayed: {direct_cpu / relayed_cpu:.3f} "
-              f"(target: near zero: the bytes bypass the gateway)"]
+    lines.append("")
+    for mode in modes[1:]:
+        mode_cpu = med(r["cpu_s_per_gib"] for r in rows if r["tool"] == mode)
+        lines.append(f"gateway CPU {mode} / relayed: {mode_cpu / relayed_cpu:.3f} "
+                     f"(target: near zero: the bytes bypass the gateway)")
     emit_report(lines, rows, args.out)
 
 

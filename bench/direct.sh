@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: the gateway's CPU and memory for 1 GiB relayed through `sluice
 # serve` against 1 GiB sent straight to the bucket with `sluice serve --direct`
-# only signing (the @uppy/aws-s3 multipart flow), in one run, in front of one
+# only signing (@uppy/aws-s3: Companion routes, a session, /s3/sign, /s3/sts),
+# in one run, in front of one
 # MinIO on loopback. Installs MinIO and s5cmd when missing, builds sluice in
 # release mode, then runs direct.py.
 #

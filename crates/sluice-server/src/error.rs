@@ -47,6 +47,9 @@ pub enum ApiError {
     /// An import's origin failed or said something unusable.
     #[error("{0}")]
     BadGateway(String),
+    /// An import's URL names nothing to import.
+    #[error("{0}")]
+    Unprocessable(String),
     /// The store gave no temporary credentials (it has no STS, or refused).
     #[error("the store gives no temporary credentials: {0}")]
     CredentialsUnavailable(String),
@@ -153,6 +156,7 @@ impl ApiError {
             ApiError::ImportsOff => StatusCode::NOT_FOUND,
             ApiError::ImportRefused(_) => StatusCode::FORBIDDEN,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 
@@ -190,6 +194,7 @@ impl ApiError {
             ApiError::ImportsOff => "imports_off",
             ApiError::ImportRefused(_) => "import_refused",
             ApiError::BadGateway(_) => "origin_error",
+            ApiError::Unprocessable(_) => "nothing_to_import",
         }
     }
 

@@ -195,6 +195,10 @@ struct Claims {
     ops: Option<Vec<Op>>,
     max_size: Option<u64>,
     key: Option<String>,
+    /// Checked by the decoder; kept so what is made from the token (a direct
+    /// upload session) ends with it.
+    #[serde(default)]
+    exp: Option<u64>,
 }
 
 /// What one caller may do (serialised only into sealed direct-upload
@@ -213,6 +217,9 @@ pub struct Grant {
     key: Option<String>,
     /// False for the anonymous grant of a gateway without `[auth]`.
     authenticated: bool,
+    /// When the token it came from expires (seconds since the epoch).
+    #[serde(default)]
+    pub expires_at: Option<u64>,
 }
 
 impl Grant {
@@ -225,6 +232,17 @@ impl Grant {
             max_size: None,
             key: None,
             authenticated: false,
+            expires_at: None,
+        }
+    }
+
+    /// A token's grant for `tenant` with the default claims (for tests).
+    #[cfg(test)]
+    pub(crate) fn for_tenant(tenant: &str) -> Grant {
+        Grant {
+            prefix: format!("{tenant}/"),
+            authenticated: true,
+            ..Grant::anonymous(tenant.into())
         }
     }
 
@@ -249,6 +267,7 @@ impl Grant {
             key: claims.key,
             tenant,
             authenticated: true,
+            expires_at: claims.exp,
         })
     }
 
@@ -691,6 +710,7 @@ impl Authenticator {
             ops: Some(vec![op]),
             max_size: signed.max_size,
             key: Some(key),
+            exp: Some(signed.expires),
         })?;
         grant.authenticated = true;
         Ok(grant)
@@ -839,6 +859,7 @@ mod tests {
             max_size: Some(100),
             key: key.map(str::to_owned),
             authenticated: true,
+            expires_at: None,
         }
     }
 

@@ -136,11 +136,25 @@ fn encode(pending: &Pending) -> Bytes {
 
 /// Records a signed upload before its signature is handed out.
 pub async fn record(store: &Arc<dyn ObjectStore>, pending: &Pending) -> Result<(), StoreError> {
-    let name = format!("{PENDING}{}", uuid::Uuid::new_v4());
-    let mut request = PutRequest::new(name, encode(pending));
+    record_as(store, &uuid::Uuid::new_v4().to_string(), pending).await
+}
+
+/// Records a signed upload under a name of its own (`{PENDING}{name}`),
+/// once: signing the same thing again (a multipart upload's completion,
+/// asked twice) finds its record there and leaves it as it is, so the object
+/// has one record and one event id.
+pub async fn record_as(
+    store: &Arc<dyn ObjectStore>,
+    name: &str,
+    pending: &Pending,
+) -> Result<(), StoreError> {
+    let mut request = PutRequest::new(format!("{PENDING}{name}"), encode(pending));
     request.content_type = Some("application/json".into());
     request.condition = Some(WriteCondition::IfNoneMatch);
-    store.put_object(request).await.map(|_| ())
+    match store.put_object(request).await {
+        Ok(_) | Err(StoreError::PreconditionFailed) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 async fn read(
@@ -234,7 +248,7 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
     pending.claimed_until = now + CLAIM.as_secs();
     let mut claim = PutRequest::new(name, encode(&pending));
     claim.condition = Some(WriteCondition::IfMatch(etag));
-    let claimed = match store.put_object(claim).await {
+    let mut claimed = match store.put_object(claim).await {
         Ok(written) => written.etag,
         Err(StoreError::PreconditionFailed) => return Ok(Outcome::Waiting),
         Err(e) => return Err(e),
@@ -264,7 +278,16 @@ async fn look(state: &AppState, name: &str, grace: u64) -> Result<Outcome, Store
         match pending.prefix {
             false => pending.announced_etag = Some(etag),
             true => {
+                // Written down at once: a later object's failure does not
+                // make this one announced again.
                 pending.announced.insert(key, etag);
+                let mut step = PutRequest::new(name, encode(&pending));
+                step.condition = Some(WriteCondition::IfMatch(claimed.clone()));
+                claimed = match store.put_object(step).await {
+                    Ok(written) => written.etag,
+                    Err(StoreError::PreconditionFailed) => return Ok(Outcome::Waiting),
+                    Err(e) => return Err(e),
+                };
             }
         }
     }
@@ -294,8 +317,11 @@ async fn found_at_key(
         Err(StoreError::NoSuchKey { .. }) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let fresh = pending.announced_etag.as_deref() != Some(object.etag.as_str())
-        && made_since_signed(object.last_modified, pending);
+    let announced = pending
+        .announced_etag
+        .as_deref()
+        .is_some_and(|etag| etag.trim_matches('"') == object.etag.trim_matches('"'));
+    let fresh = !announced && made_since_signed(object.last_modified, pending);
     Ok(if fresh { vec![object] } else { Vec::new() })
 }
 
@@ -373,6 +399,18 @@ async fn announce(
         parts: 0,
     };
     state.completion.made_outside(&intent, &outcome).await
+}
+
+/// The record name of a multipart upload's completion: the same for every
+/// signature of it.
+pub fn upload_record_name(key: &str, upload_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(key.as_bytes())
+        .chain_update([0])
+        .chain_update(upload_id.as_bytes())
+        .finalize();
+    format!("upload-{}", hex::encode(&digest[..16]))
 }
 
 /// One object's intent nonce: from the record's name and the object's ETag.

@@ -33,11 +33,24 @@ const SHORTEST: Duration = Duration::from_secs(900);
 
 /// Where the credentials may write: a prefix of their own under the caller's,
 /// or the token's one key. (what the policy's resource names, is it a prefix)
-fn scope(grant: &Grant) -> (String, bool) {
+/// A scope an IAM policy would read as a pattern (`*`, `?`, `${…}` in a
+/// tenant, prefix or key) is refused: it could reach other tenants' keys.
+fn scope(grant: &Grant) -> Result<(String, bool), ApiError> {
     let own = format!("{}/", uuid::Uuid::new_v4().simple());
     let scope = grant.generated_key(own.clone());
     let prefix = scope.ends_with(&own);
-    (scope, prefix)
+    if let Some(c) = scope.chars().find(|c| matches!(c, '*' | '?' | '$')) {
+        return Err(ApiError::Forbidden(format!(
+            "temporary credentials are not given for keys with {c:?} in them (an IAM policy reads it as a pattern)"
+        )));
+    }
+    let example = if prefix {
+        format!("{scope}x")
+    } else {
+        scope.clone()
+    };
+    crate::keys::validate_client_key(&example).map_err(ApiError::InvalidKey)?;
+    Ok((scope, prefix))
 }
 
 /// The session policy: uploads under `resource` (an ARN's key part, with the
@@ -63,7 +76,7 @@ pub async fn credentials(
     CallerGrant(grant): CallerGrant,
 ) -> DirectResult<Json<Value>> {
     let direct = direct(&state)?;
-    let (scope, is_prefix) = scope(&grant);
+    let (scope, is_prefix) = scope(&grant)?;
     grant.check(Op::Put, &scope)?;
     let signer = &direct.signer;
     let store_prefix = signer.key_prefix();
@@ -109,6 +122,24 @@ pub async fn credentials(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scopes_that_a_policy_would_read_as_patterns_are_refused() {
+        // (tenant, refused)
+        let cases = [
+            ("acme", false),
+            ("a*", true),
+            ("a?b", true),
+            ("${aws:username}", true),
+        ];
+        for (tenant, refused) in cases {
+            let got = scope(&Grant::for_tenant(tenant));
+            assert_eq!(got.is_err(), refused, "{tenant}: {got:?}");
+            if let Ok((scope, prefix)) = got {
+                assert!(prefix && scope.ends_with('/'), "{scope}");
+            }
+        }
+    }
 
     #[test]
     fn the_policy_allows_uploads_under_its_resource_only() {

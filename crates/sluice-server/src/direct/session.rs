@@ -3,7 +3,8 @@
 //! token, and a cookie reaches only a same-origin gateway. So a caller with a
 //! token asks `POST /s3/session` for an endpoint of its own,
 //! `/s3/session/SESSION`, whose last segment is its grant and expiry sealed
-//! with an HMAC: the `/s3/…` routes under it act for that grant until then.
+//! with an HMAC: the `/s3/…` routes under it act for that grant until then
+//! (`direct.expires`, and never beyond the token's own `exp`).
 //!
 //! The sealing key is 32 random bytes kept in the bucket
 //! (`_sluice/direct/session-key`, written create-only by the first gateway to
@@ -142,12 +143,16 @@ pub async fn create(
     let expires = direct(&state)?.settings.expires;
     grant.allows(Op::Put)?;
     let key = key(&state).await?;
-    let expires_at = now() + expires.as_secs();
+    // Never beyond the token it was made from.
+    let expires_at = grant
+        .expires_at
+        .map_or(u64::MAX, |exp| exp)
+        .min(now() + expires.as_secs());
     let path = format!("{SESSIONS}{}", seal(&key, &grant, expires_at));
     Ok(Json(json!({
         "path": path,
         "companionEndpoint": origin(&state, &headers).map(|origin| format!("{origin}{path}")),
-        "expires": expires.as_secs(),
+        "expires": expires_at.saturating_sub(now()),
     })))
 }
 

@@ -117,15 +117,28 @@ pub async fn sign(
                 .await
                 .map_err(upload_gone)?;
             // The bucket completes it: the object is looked for, and checked
-            // against the caller's limit, once it shows up.
-            let pending = Pending::new(
-                UploadKind::DirectMultipart,
-                Watched::Key(key.clone()),
-                grant.owner(),
-                size_limit(&state, &grant, MAX_OBJECT_SIZE),
-                SystemTime::now() + expires,
-            );
-            confirm::record(&state.store, &pending)
+            // against the caller's limit, once it shows up. Not by its age (a
+            // completed upload's Last-Modified is its initiation on AWS): an
+            // object at the key now is not the upload.
+            let before = match state.store.head_object(&key).await {
+                Ok(object) => Some(object.etag),
+                Err(sluice_store::StoreError::NoSuchKey { .. }) => None,
+                Err(e) => return Err(ApiError::Store(e).into()),
+            };
+            let pending = Pending {
+                signed_at: 0,
+                announced_etag: before,
+                ..Pending::new(
+                    UploadKind::DirectMultipart,
+                    Watched::Key(key.clone()),
+                    grant.owner(),
+                    size_limit(&state, &grant, MAX_OBJECT_SIZE),
+                    SystemTime::now() + expires,
+                )
+            };
+            // One record per upload, however often its completion is signed.
+            let name = confirm::upload_record_name(&key, &upload_id);
+            confirm::record_as(&state.store, &name, &pending)
                 .await
                 .map_err(ApiError::Store)?;
             json!({ "url": presign(BucketRequest::Complete { key, upload_id }).await? })

@@ -1,8 +1,9 @@
 //! Requests to an import's origin: every hop through [`ImportGuard`] (resolved
 //! once, connected to the address checked), redirects followed by hand (at
 //! most [`MAX_REDIRECTS`], each checked like the first), no proxy, ranged
-//! reads with `If-Range` so a source that changed is noticed, and a body that
-//! stalls for [`STALL`] ends in an error.
+//! reads with `If-Range` so a source that changed is noticed, a body that
+//! stalls for [`STALL`] ends in an error, and one of another length than
+//! announced too ([`exactly`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,8 +20,8 @@ pub const MAX_REDIRECTS: usize = 5;
 /// A body that brings no byte for this long has stalled.
 pub const STALL: Duration = Duration::from_secs(30);
 
-/// How long connecting and the answer's headers may take.
-const ANSWER: Duration = Duration::from_secs(30);
+/// How long connecting and the answer's headers may take, per hop.
+const ANSWER: Duration = Duration::from_secs(10);
 
 /// Why an origin request gave nothing to import.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +86,15 @@ impl Answer {
         .boxed()
     }
 
+    /// Where a 206's `Content-Range` starts.
+    pub fn range_start(&self) -> Option<u64> {
+        let range = self
+            .header("content-range")?
+            .trim()
+            .strip_prefix("bytes ")?;
+        range.split_once('-')?.0.trim().parse().ok()
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -116,6 +126,45 @@ impl Answer {
     pub fn content_type(&self) -> Option<String> {
         self.header("content-type").map(str::to_owned)
     }
+}
+
+/// `body` if it brings exactly `length` bytes: more is an error as soon as it
+/// shows, fewer an error at its end (never a short object, never a longer one
+/// than the origin announced and the caller's limit allowed).
+pub fn exactly(
+    body: BoxStream<'static, std::io::Result<Bytes>>,
+    length: u64,
+) -> BoxStream<'static, std::io::Result<Bytes>> {
+    futures::stream::unfold(
+        (body, 0u64, false),
+        move |(mut body, seen, done)| async move {
+            if done {
+                return None;
+            }
+            match body.next().await {
+                Some(Ok(chunk)) => {
+                    let seen = seen + chunk.len() as u64;
+                    if seen > length {
+                        let error = std::io::Error::other(format!(
+                            "the origin sent more than the {length} bytes it announced"
+                        ));
+                        return Some((Err(error), (body, seen, true)));
+                    }
+                    Some((Ok(chunk), (body, seen, false)))
+                }
+                Some(Err(e)) => Some((Err(e), (body, seen, true))),
+                None if seen < length => {
+                    let error = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the origin ended the body after {seen} of {length} bytes"),
+                    );
+                    Some((Err(error), (body, seen, true)))
+                }
+                None => None,
+            }
+        },
+    )
+    .boxed()
 }
 
 /// GETs `url` from byte `from` on (a range request when `from` > 0 or
@@ -181,4 +230,48 @@ pub async fn get(
         });
     }
     Err(FetchError::TooManyRedirects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (chunks, announced, bytes passed on, error)
+    type Case<'a> = (&'a [&'a [u8]], u64, usize, Option<&'a str>);
+
+    #[tokio::test]
+    async fn a_body_of_another_length_than_announced_is_an_error() {
+        let cases: [Case; 5] = [
+            (&[b"abc", b"de"], 5, 5, None),
+            (&[b"abc", b"de"], 4, 3, Some("more than the 4 bytes")),
+            (&[b"abc"], 5, 3, Some("after 3 of 5 bytes")),
+            (&[], 0, 0, None),
+            (&[], 1, 0, Some("after 0 of 1 bytes")),
+        ];
+        for (chunks, announced, passed, error) in cases {
+            let body = futures::stream::iter(
+                chunks
+                    .iter()
+                    .map(|c| Ok(Bytes::copy_from_slice(c)))
+                    .collect::<Vec<_>>(),
+            )
+            .boxed();
+            let items: Vec<_> = exactly(body, announced).collect().await;
+            let bytes: usize = items
+                .iter()
+                .filter_map(|i| i.as_ref().ok())
+                .map(|b| b.len())
+                .sum();
+            let failed = items
+                .iter()
+                .find_map(|i| i.as_ref().err())
+                .map(|e| e.to_string());
+            assert_eq!(bytes, passed, "{chunks:?} {announced}");
+            match (failed, error) {
+                (None, None) => {}
+                (Some(got), Some(want)) => assert!(got.contains(want), "{got}"),
+                (got, want) => panic!("{chunks:?} {announced}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
 }

@@ -25,7 +25,8 @@ pub enum Refusal {
     Credentials,
     #[error("the URL has no host")]
     NoHost,
-    #[error("{host} is {reason} ({ip}): imports fetch from public addresses only (an operator may allow it: imports.allow)")]
+    /// (`ip` is not said for a name: a refusal must not map internal names.)
+    #[error("{host} is {reason}{}: imports fetch from public addresses only (an operator may allow it: imports.allow)", if host.parse::<IpAddr>().is_ok() { String::new() } else { " (for this gateway's resolver)".into() })]
     Address {
         host: String,
         ip: IpAddr,
@@ -223,7 +224,7 @@ impl ImportGuard {
         let host_allowed = self
             .allow
             .iter()
-            .any(|a| matches!(a, Allowed::Host(h) if *h == name));
+            .any(|a| matches!(a, Allowed::Host(h) if h.trim_end_matches('.') == name));
         // Every answer must pass: a name with one private address among public
         // ones is refused (whichever the connection would have taken).
         for address in &addresses {
@@ -236,6 +237,7 @@ impl ImportGuard {
                 continue;
             }
             if let Some(reason) = denied(ip) {
+                tracing::info!(host = name, %ip, reason, "import refused");
                 return Err(Refusal::Address {
                     host: name,
                     ip,

@@ -217,6 +217,12 @@ pub async fn probe(state: &AppState, url: &str) -> Result<Probed, ApiError> {
     .await
     .map_err(|e| match e {
         fetch::FetchError::Refused(refusal) => refused(refusal),
+        // The URL names nothing to import (404, 403, 410, 416 ...).
+        fetch::FetchError::Status { status }
+            if (400..500).contains(&status) && !e.is_transient() =>
+        {
+            ApiError::Unprocessable(format!("the origin answered {status} for this URL"))
+        }
         other => ApiError::BadGateway(format!("the origin: {other}")),
     })?;
     let size = answer.object_size().ok_or_else(|| {

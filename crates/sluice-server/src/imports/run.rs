@@ -80,14 +80,18 @@ impl Held {
         self.record.parts = all;
     }
 
-    /// Gives the import up: its upload aborted, the reason recorded.
+    /// Gives the import up: the reason recorded, then (only if this gateway
+    /// still held it) its upload aborted.
     async fn fail(&mut self, state: &AppState, reason: String) -> Result<(), StoreError> {
-        tracing::warn!(
-            import = self.record.id,
-            url = self.record.url,
-            reason,
-            "import failed"
-        );
+        tracing::warn!(import = self.record.id, reason, "import failed");
+        self.record.phase = Phase::Failed;
+        self.record.error = Some(reason);
+        let stored = std::mem::take(&mut self.record.parts);
+        if !self.write(state).await? {
+            // Another gateway has it: its upload is that gateway's now.
+            self.record.parts = stored;
+            return Ok(());
+        }
         if let Err(e) = state
             .store
             .abort_multipart_upload(&self.record.key, &self.record.upload_id)
@@ -95,10 +99,7 @@ impl Held {
         {
             tracing::warn!(import = self.record.id, error = %e, "could not abort a failed import's upload; the janitor will");
         }
-        self.record.phase = Phase::Failed;
-        self.record.error = Some(reason);
-        self.record.parts.clear();
-        self.write(state).await.map(|_| ())
+        Ok(())
     }
 }
 
@@ -184,25 +185,43 @@ async fn fetch_into_parts(
     offset: u64,
     fetched: &Arc<AtomicU64>,
 ) -> Attempt {
+    // The lease is renewed before asking the origin, whose answer may take
+    // up to half a lease: the lease never lapses while this gateway works.
+    match held.write(state).await {
+        Ok(true) => {}
+        Ok(false) => return Attempt::Lost,
+        Err(e) => return Attempt::Again(format!("could not renew the lease: {e}")),
+    }
     let record = &held.record;
-    let answer = match fetch::get(
+    let asked = fetch::get(
         &imports.guard,
         imports.resolver.as_ref(),
         &record.url,
         offset,
         false,
         record.validator.as_deref(),
-    )
-    .await
-    {
-        Ok(answer) => answer,
-        Err(e) if e.is_transient() => return Attempt::Again(e.to_string()),
-        Err(e) => return Attempt::Fatal(e.to_string()),
+    );
+    let answer = match tokio::time::timeout(LEASE / 2, asked).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) if e.is_transient() => return Attempt::Again(e.to_string()),
+        Ok(Err(e)) => return Attempt::Fatal(e.to_string()),
+        Err(_) => {
+            return Attempt::Again(format!(
+                "the origin did not answer within {}s",
+                (LEASE / 2).as_secs()
+            ))
+        }
     };
     if offset > 0 && answer.status != 206 {
         return Attempt::Fatal(
             "the source changed since the import began (its validator no longer matches)".into(),
         );
+    }
+    if answer.status == 206 && answer.range_start() != Some(offset) {
+        return Attempt::Again(format!(
+            "the origin answered another range than bytes={offset}- ({:?})",
+            answer.range_start()
+        ));
     }
     if answer.object_size() != Some(record.size) {
         return Attempt::Fatal(format!(
@@ -225,7 +244,7 @@ async fn fetch_into_parts(
         parts_stored: Some(stored_tx),
     };
     let source = UploadSource::Stream {
-        stream: answer.body(fetched.clone()),
+        stream: fetch::exactly(answer.body(fetched.clone()), remaining),
         length: Some(remaining),
     };
     let append = state.engine.append_parts(request, source);
@@ -302,11 +321,16 @@ async fn complete(state: &AppState, held: &mut Held) -> Result<(), StoreError> {
                     .is_ok_and(|o| o.size == record.size) => {}
         Err(error) => {
             held.record.attempts += 1;
-            held.record.error = Some(sluice_store::error_chain(&error));
+            let reason = format!(
+                "completing the upload: {}",
+                sluice_store::error_chain(&error)
+            );
+            if held.record.attempts >= MOST_ATTEMPTS {
+                return held.fail(state, reason).await;
+            }
+            held.record.error = Some(reason.clone());
             held.write(state).await?;
-            return Err(StoreError::transport(format!(
-                "completing the import: {error}"
-            )));
+            return Err(StoreError::transport(reason));
         }
     }
     held.record.phase = Phase::Completed;
