@@ -25,11 +25,16 @@ pub async fn run(args: JanitorArgs) -> anyhow::Result<()> {
     // Expiry is recorded in each upload; the gateway's defaults only shape how
     // it is swept.
     let resumable = Resumable::new(engine, ServerConfig::default().resumable_config());
-    let report = sluice_resumable::janitor::run_once(
+    // The uploads of imports a gateway still carries on are not stale.
+    let imports = sluice_server::imports::record::running_upload_ids(&store)
+        .await
+        .with_context(|| format!("reading the imports on {description}"))?;
+    let report = sluice_resumable::janitor::run_once_sparing(
         &resumable,
         args.older_than,
         args.dry_run,
         SystemTime::now(),
+        &imports,
     )
     .await
     .with_context(|| format!("janitor pass on {description}"))?;

@@ -5,6 +5,7 @@
 //! Uploads a pass finishes come back in the report, for the caller's completion
 //! point.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use sluice_store::StoreError;
@@ -37,12 +38,26 @@ pub async fn run_once(
     dry_run: bool,
     now: SystemTime,
 ) -> Result<JanitorReport, JanitorError> {
+    run_once_sparing(tus, older_than, dry_run, now, &BTreeSet::new()).await
+}
+
+/// [`run_once`], sparing besides the resumable uploads' the multipart uploads
+/// in `also_spare` (those others carry on, such as the gateway's imports).
+pub async fn run_once_sparing(
+    tus: &Resumable,
+    older_than: Duration,
+    dry_run: bool,
+    now: SystemTime,
+    also_spare: &BTreeSet<String>,
+) -> Result<JanitorReport, JanitorError> {
     let resumable = sweep(tus, now, dry_run)
         .await
         .map_err(JanitorError::Sweep)?;
+    let mut spare = resumable.live_multipart_ids.clone();
+    spare.extend(also_spare.iter().cloned());
     let filter = StaleUploadFilter {
         older_than,
-        spare: resumable.live_multipart_ids.clone(),
+        spare,
         dry_run,
     };
     let multipart = tus

@@ -30,6 +30,7 @@ impl Background {
             (!janitor.interval.is_zero()).then(|| {
                 crate::janitor::spawn(
                     state.resumable.clone(),
+                    state.store.clone(),
                     janitor.interval,
                     janitor.older_than,
                 )

@@ -1,23 +1,34 @@
 //! The janitor inside the gateway: a pass of `sluice_resumable::janitor` every
-//! `janitor.interval` (expired resumable uploads, stale multipart uploads). An
-//! upload a pass finishes is announced by the engine like any other
-//! (`tus_recovered`).
+//! `janitor.interval` (expired resumable uploads, stale multipart uploads; the
+//! uploads of running imports are spared). An upload a pass finishes is
+//! announced by the engine like any other (`tus_recovered`).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluice_resumable::janitor::run_once;
+use sluice_resumable::janitor::run_once_sparing;
 use sluice_resumable::Resumable;
+use sluice_store::ObjectStore;
 
 /// Runs a pass every `interval` until the task is aborted.
 pub fn spawn(
     resumable: Resumable,
+    store: Arc<dyn ObjectStore>,
     interval: Duration,
     older_than: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(interval).await;
-            match run_once(&resumable, older_than, false, SystemTime::now()).await {
+            let imports = match crate::imports::record::running_upload_ids(&store).await {
+                Ok(ids) => ids,
+                Err(error) => {
+                    tracing::warn!(error = %sluice_store::error_chain(&error), "janitor pass skipped: the imports could not be read");
+                    continue;
+                }
+            };
+            match run_once_sparing(&resumable, older_than, false, SystemTime::now(), &imports).await
+            {
                 Ok(report) => {
                     let r = &report.resumable;
                     let m = &report.multipart;

@@ -281,6 +281,9 @@ pub async fn begin(
             },
         )
         .await?;
+    // Admitted like every upload: an overloaded or draining gateway answers
+    // 503 with Retry-After before anything is stored.
+    drop(state.admission.admit(&begun.party()).await?);
     let upload_id = state
         .engine
         .create_multipart(&UploadRequest {

@@ -6,7 +6,7 @@
 //! goes, and every write is conditional on the ETag it read, so two gateways
 //! never both carry one import on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -150,4 +150,33 @@ pub async fn replace(
     request.content_type = Some("application/json".into());
     request.condition = Some(WriteCondition::IfMatch(etag.to_owned()));
     Ok(store.put_object(request).await?.etag)
+}
+
+/// The multipart uploads of the imports still running (the janitor spares them).
+pub async fn running_upload_ids(
+    store: &Arc<dyn ObjectStore>,
+) -> Result<BTreeSet<String>, StoreError> {
+    let mut ids = BTreeSet::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_objects(IMPORTS, cursor.as_deref(), 1000).await?;
+        for entry in &page.objects {
+            let Some(id) = entry
+                .key
+                .strip_prefix(IMPORTS)
+                .and_then(|n| n.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            if let Some((record, _)) = read(store, id).await? {
+                if record.phase == Phase::Running {
+                    ids.insert(record.upload_id);
+                }
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(ids),
+        }
+    }
 }

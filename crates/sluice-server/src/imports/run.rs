@@ -113,6 +113,20 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
     if record.phase != Phase::Running || record.lease_until_ms > now_ms() {
         return Ok(());
     }
+    // An import streams like an upload: it takes an admission slot for its
+    // tenant and prefix, and waits (or is left for a later look) when there
+    // is none.
+    let party = crate::admission::Party::for_key(
+        record.owner.clone().unwrap_or_else(|| "default".into()),
+        &record.key,
+    );
+    let _slot = match state.admission.admit(&party).await {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            tracing::info!(import = id, reason = %refusal, "import not admitted now; a later look takes it");
+            return Ok(());
+        }
+    };
     let mut held = Held { record, etag };
     if !held.write(state).await? {
         return Ok(());
@@ -137,6 +151,7 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
         held.record.bytes_fetched += fetched.load(Ordering::Relaxed);
         match attempt {
             Attempt::Done => break,
+            Attempt::UploadGone => return gone(state, &mut held).await,
             Attempt::Lost => return Ok(()),
             Attempt::Fatal(reason) => return held.fail(state, reason).await,
             Attempt::Again(reason) => {
@@ -176,6 +191,9 @@ enum Attempt {
     Again(String),
     /// The import cannot succeed.
     Fatal(String),
+    /// The multipart upload is no more: completed (by an attempt whose record
+    /// was overwritten since) or aborted.
+    UploadGone,
 }
 
 async fn fetch_into_parts(
@@ -282,7 +300,39 @@ async fn fetch_into_parts(
             held.record.stored(),
             held.record.size
         )),
+        Some(error) if matches!(error.store_error(), Some(StoreError::NoSuchUpload { .. })) => {
+            Attempt::UploadGone
+        }
         Some(error) => Attempt::Again(sluice_store::error_chain(&error)),
+    }
+}
+
+/// The import's upload is gone. If the object is there with the import's
+/// size, an earlier attempt completed it and announced it (its record was
+/// overwritten since: a conditional write the store carried out late can put
+/// back an older state); it is recorded as completed. Otherwise the upload was
+/// aborted under the import, which cannot go on.
+async fn gone(state: &AppState, held: &mut Held) -> Result<(), StoreError> {
+    match state.store.head_object(&held.record.key).await {
+        Ok(object) if object.size == held.record.size => {
+            tracing::info!(
+                import = held.record.id,
+                key = held.record.key,
+                "an import's upload was completed already; recorded as completed"
+            );
+            held.record.phase = Phase::Completed;
+            held.record.error = None;
+            held.record.parts.clear();
+            held.write(state).await.map(|_| ())
+        }
+        Ok(_) | Err(StoreError::NoSuchKey { .. }) => {
+            held.fail(
+                state,
+                "the multipart upload was aborted under the import".into(),
+            )
+            .await
+        }
+        Err(e) => Err(e),
     }
 }
 
