@@ -3,7 +3,7 @@
 //! announced within seconds of a gateway starting again with the default
 //! settings (issue 50), whichever of its store writes was its last.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice_store::ObjectStore;
@@ -13,16 +13,7 @@ mod common;
 const SECRET: &[u8] = b"a test secret of at least thirty-two bytes";
 
 fn token(tenant: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({ "sub": tenant, "exp": now + 600 }),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
+    common::hs256_token(SECRET, json!({ "sub": tenant }))
 }
 
 /// Sends `bytes` to the bucket with the form `signed` describes, as Uppy does.

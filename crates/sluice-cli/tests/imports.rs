@@ -222,6 +222,41 @@ fn sizes() -> Vec<u64> {
         .collect()
 }
 
+/// Starts an import of `url` at `gateway` (202) and returns its id.
+async fn start_import(client: &reqwest::Client, gateway: &str, url: &str) -> String {
+    let answer = client
+        .post(format!("{gateway}/v1/imports"))
+        .json(&json!({ "url": url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    answer.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The import's record once it is no longer running (within `within`).
+async fn settled(client: &reqwest::Client, gateway: &str, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let record: Value = client
+            .get(format!("{gateway}/v1/imports/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if record["state"] != "running" {
+            return record;
+        }
+        assert!(Instant::now() < deadline, "{record}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Whether `key` holds object `n` of the origin, byte for byte.
 async fn holds(store: &dyn ObjectStore, key: &str, origin: &Origin, n: usize) -> bool {
     let Ok(output) = store.get_object(key, None).await else {
@@ -521,34 +556,15 @@ async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
     assert_eq!(listed.objects.len(), 0, "{:?}", listed.objects);
     assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
     // The allowed origin is fetched.
-    let answer = client
-        .post(format!("{}/v1/imports", gateway.url))
-        .json(&json!({ "url": format!("http://{allowed}/objects/0") }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
-    let id = answer.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let record: Value = client
-            .get(format!("{}/v1/imports/{id}", gateway.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if record["state"] == "completed" {
-            assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
-            break;
-        }
-        assert!(Instant::now() < deadline, "{record}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let id = start_import(
+        &client,
+        &gateway.url,
+        &format!("http://{allowed}/objects/0"),
+    )
+    .await;
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(30)).await;
+    assert_eq!(record["state"], "completed", "{record}");
+    assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
 }
 
 /// Uppy's `@uppy/url` 6.0 in Chromium with the gateway as its Companion
@@ -583,16 +599,7 @@ async fn uppy_url_imports_through_the_gateway_as_its_companion() {
             "http://localhost:5173",
         ],
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({ "sub": "acme", "exp": now + 600 }),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap();
+    let token = common::hs256_token(SECRET, json!({ "sub": "acme" }));
     let url = format!("http://{at}/objects/0");
     let gateway_url = gateway.url.clone();
     let output = tokio::task::spawn_blocking(move || {
@@ -727,33 +734,8 @@ async fn an_origin_that_stalls_is_asked_again_from_the_last_stored_part() {
         &["--imports", "--import-allow", "127.0.0.2"],
     );
     let client = reqwest::Client::new();
-    let answer = client
-        .post(format!("{}/v1/imports", gateway.url))
-        .json(&json!({ "url": format!("http://{at}/objects/0") }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
-    let id = answer.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let record = loop {
-        let record: Value = client
-            .get(format!("{}/v1/imports/{id}", gateway.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if record["state"] != "running" {
-            break record;
-        }
-        assert!(Instant::now() < deadline, "{record}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(120)).await;
     assert_eq!(record["state"], "completed", "{record}");
     assert!(
         record["attempts"].as_u64().unwrap() >= 1,
@@ -787,35 +769,9 @@ async fn a_completed_import_put_back_to_running_is_recorded_completed_again() {
         &["--imports", "--import-allow", "127.0.0.2"],
     );
     let client = reqwest::Client::new();
-    let status = |id: String| {
-        let (client, url) = (client.clone(), gateway.url.clone());
-        async move {
-            client
-                .get(format!("{url}/v1/imports/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    };
-    let answer = client
-        .post(format!("{}/v1/imports", gateway.url))
-        .json(&json!({ "url": format!("http://{at}/objects/0") }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
-    let id = answer.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status(id.clone()).await["state"] != "completed" {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(60)).await;
+    assert_eq!(record["state"], "completed", "{record}");
     // The late write: running again, one part, the lease lapsed.
     let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     let (mut stale, etag) = record::read(&shared, &id).await.unwrap().unwrap();
@@ -829,15 +785,7 @@ async fn a_completed_import_put_back_to_running_is_recorded_completed_again() {
     }];
     record::replace(&shared, &mut stale, &etag).await.unwrap();
     let sent_before = origin.sent[0].load(Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let record = loop {
-        let record = status(id.clone()).await;
-        if record["state"] != "running" {
-            break record;
-        }
-        assert!(Instant::now() < deadline, "{record}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(60)).await;
     assert_eq!(record["state"], "completed", "{record}");
     assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
     // At most one attempt's worth fetched again, and still the one event.

@@ -8,7 +8,6 @@
 //! is how docs/ui-*.png are made).
 
 use std::process::{Command, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -56,16 +55,7 @@ fn the_upload_page_stores_a_dropped_file_with_the_applications_token() {
         "--jwt-secret-file",
         secret.to_str().unwrap(),
     ]);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({ "sub": "acme", "exp": now + 600 }),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap();
+    let token = common::hs256_token(SECRET, json!({ "sub": "acme" }));
     let size = 3 * 1024 * 1024 + 17;
     let report = check(
         &clients,
@@ -121,16 +111,7 @@ async fn the_upload_page_sends_a_dropped_file_straight_to_the_bucket() {
         "127.0.0.1:0",
         &["--direct", "--jwt-secret-file", secret.to_str().unwrap()],
     );
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({ "sub": "acme", "exp": now + 600 }),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap();
+    let token = common::hs256_token(SECRET, json!({ "sub": "acme" }));
     let size = 3 * 1024 * 1024 + 17;
     let page = format!("{}/#token={token}", gateway.url);
     let report = tokio::task::spawn_blocking(move || {

@@ -8,7 +8,7 @@
 //! generated.
 
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -21,16 +21,7 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
 
 fn token(tenant: &str, max_size: u64) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({ "sub": tenant, "exp": now + 600, "max_size": max_size }),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
+    common::hs256_token(SECRET, json!({ "sub": tenant, "max_size": max_size }))
 }
 
 /// Runs one case of uppy_direct.mjs and returns its report.

@@ -291,3 +291,22 @@ pub fn python_json(
     );
     serde_json::from_slice(&output.stdout).unwrap()
 }
+
+/// An HS256 token signed with `secret` carrying `claims` (an `exp` ten
+/// minutes away added when they have none).
+pub fn hs256_token(secret: &[u8], claims: serde_json::Value) -> String {
+    let mut claims = claims;
+    if claims.get("exp").is_none() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        claims["exp"] = serde_json::json!(now + 600);
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .unwrap()
+}
