@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -49,18 +48,23 @@ def imported(port, url):
 
 
 def piped(sluice, url, minio_url, env, key):
-    """curl | sluice put -; CPU of both from the children's rusage."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """curl | sluice put -; CPU and peak RSS of each from its own rusage
+    (os.wait4): RUSAGE_CHILDREN's peak is the largest of every child waited
+    for so far, not of these two."""
     curl = subprocess.Popen(["curl", "-sS", "-f", url], stdout=subprocess.PIPE)
-    put = subprocess.run([sluice, "put", "-", f"s3://gw-import/{key}", "--endpoint", minio_url, "--quiet"],
-                         stdin=curl.stdout, env=env, capture_output=True, text=True)
+    put = subprocess.Popen([sluice, "put", "-", f"s3://gw-import/{key}", "--endpoint", minio_url, "--quiet"],
+                           stdin=curl.stdout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     curl.stdout.close()
-    curl.wait()
+    errors = put.stderr.read().decode(errors="replace")
+    cpu, rss = 0.0, 0
+    for proc in (put, curl):
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu += usage.ru_utime + usage.ru_stime
+        rss = max(rss, usage.ru_maxrss * 1024)
     if put.returncode != 0 or curl.returncode != 0:
-        raise SystemExit(f"pipe failed: {put.stderr}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, after.ru_maxrss * 1024
+        raise SystemExit(f"pipe failed: {errors}")
+    return cpu, rss
 
 
 def main():

@@ -21,7 +21,14 @@ Any failure answers {"ok": false, "error": "..."}.
 usage: spark_delta.py   (local[2], 1 GiB driver, no UI)
 """
 import json
+import os
 import sys
+
+# The answers go to the original stdout; everything else written to fd 1
+# (the JVM's own prints, such as ivy's ":: loading settings ::") goes to
+# stderr, so that only JSON lines reach the tests.
+answers = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
 import traceback
 
 from delta import configure_spark_with_delta_pip
@@ -31,6 +38,8 @@ builder = (
     SparkSession.builder.master("local[2]")
     .appName("sluice-tests")
     .config("spark.driver.memory", "1g")
+    # Maven Central only (see ivysettings.xml).
+    .config("spark.jars.ivySettings", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ivysettings.xml"))
     .config("spark.ui.enabled", "false")
     .config("spark.ui.showConsoleProgress", "false")
     .config("spark.sql.shuffle.partitions", "2")
@@ -83,7 +92,7 @@ def count(command):
     }
 
 
-print(json.dumps({"ok": True, "ready": spark.version}), flush=True)
+print(json.dumps({"ok": True, "ready": spark.version}), file=answers, flush=True)
 for line in sys.stdin:
     if not line.strip():
         continue
@@ -104,4 +113,4 @@ for line in sys.stdin:
     except Exception as e:  # the test reads the error
         traceback.print_exc(file=sys.stderr)
         answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-    print(json.dumps(answer, default=str), flush=True)
+    print(json.dumps(answer, default=str), file=answers, flush=True)

@@ -19,7 +19,14 @@ Any failure answers {"ok": false, "error": "..."}.
 usage: spark_iceberg.py WAREHOUSE   (local[2], 1 GiB driver, no UI)
 """
 import json
+import os
 import sys
+
+# The answers go to the original stdout; everything else written to fd 1
+# (the JVM's own prints, such as ivy's ":: loading settings ::") goes to
+# stderr, so that only JSON lines reach the tests.
+answers = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
 import traceback
 
 from pyspark.sql import SparkSession
@@ -31,6 +38,8 @@ spark = (
     SparkSession.builder.master("local[2]")
     .appName("sluice-tests-iceberg")
     .config("spark.driver.memory", "1g")
+    # Maven Central only (see ivysettings.xml).
+    .config("spark.jars.ivySettings", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ivysettings.xml"))
     .config("spark.ui.enabled", "false")
     .config("spark.ui.showConsoleProgress", "false")
     .config("spark.sql.shuffle.partitions", "2")
@@ -66,7 +75,7 @@ def read(command):
     }
 
 
-print(json.dumps({"ok": True, "spark": spark.version}), flush=True)
+print(json.dumps({"ok": True, "spark": spark.version}), file=answers, flush=True)
 for line in sys.stdin:
     if not line.strip():
         continue
@@ -83,4 +92,4 @@ for line in sys.stdin:
     except Exception as error:  # answered, not raised: the session goes on
         traceback.print_exc(file=sys.stderr)
         answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-    print(json.dumps(answer, default=str), flush=True)
+    print(json.dumps(answer, default=str), file=answers, flush=True)

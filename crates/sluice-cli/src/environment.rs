@@ -217,6 +217,10 @@ mod tests {
             "SLUICE_STORE" => ("./sluice-data", None),
             "SLUICE_UPLOAD_PAGE_PATH" => ("/upload", Some("upload")),
             "SLUICE_CORS_ORIGIN" => ("https://app.example", Some("app.example")),
+            "SLUICE_DIRECT_ROLE_ARN" => (
+                "arn:aws:iam::123456789012:role/uploads",
+                Some("arn:aws:s3:::bucket"),
+            ),
             "SLUICE_DIRECT"
             | "SLUICE_IMPORTS"
             | "SLUICE_SHARD_PREFIX"
@@ -238,6 +242,7 @@ mod tests {
                 || name.ends_with("_RETRY_FOR")
                 || name.ends_with("_WINDOW")
                 || name.ends_with("_DURATION")
+                || name.ends_with("_LIFETIME")
                 || name.ends_with("_DEADLINE")
                 || name.ends_with("_AFTER")
                 || name.ends_with("_KEEP_ALIVE")

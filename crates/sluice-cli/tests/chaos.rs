@@ -6,11 +6,13 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::metric;
+use common::own_minio::OwnMinio;
 use common::{minio_prefix, serve_on_minio};
 use futures::{StreamExt, TryStreamExt};
 use sluice_chaos::{ChaosConfig, ChaosProxy, FaultRates};
@@ -364,112 +366,6 @@ async fn a_thousand_mixed_uploads_survive_throttling_resets_and_errors() {
         "{totals:?}"
     );
     assert!(totals.internal_error > 5, "{totals:?}");
-}
-
-/// A MinIO of the test's own, on a free port, that can be stopped and started.
-struct OwnMinio {
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl OwnMinio {
-    fn start() -> OwnMinio {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut minio = OwnMinio {
-            dir: tempfile::tempdir().unwrap(),
-            port,
-            child: None,
-        };
-        minio.resume();
-        minio
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn resume(&mut self) {
-        let binary = std::env::var("SLUICE_TEST_MINIO").unwrap_or_else(|_| "minio".into());
-        let child = Command::new(binary)
-            .args([
-                "server",
-                self.dir.path().to_str().unwrap(),
-                "--quiet",
-                "--address",
-            ])
-            .arg(format!("127.0.0.1:{}", self.port))
-            .args(["--console-address", "127.0.0.1:0"])
-            .env(
-                "MINIO_ROOT_USER",
-                std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
-            )
-            .env(
-                "MINIO_ROOT_PASSWORD",
-                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start minio (on PATH, or SLUICE_TEST_MINIO)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let health = format!("{}/minio/health/live", self.endpoint());
-        while Instant::now() < deadline {
-            if health_ok(&health) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("MinIO did not come up on port {}", self.port);
-    }
-
-    /// Sends `signal` (STOP, CONT) to the MinIO process.
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id().to_string();
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-CONT", &child.id().to_string()])
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for OwnMinio {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// True when a GET of `url` answers 200 (std only, no runtime needed).
-fn health_ok(url: &str) -> bool {
-    use std::io::{Read, Write};
-    let rest = url.trim_start_matches("http://");
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let Ok(mut stream) = std::net::TcpStream::connect(host) else {
-        return false;
-    };
-    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
 }
 
 /// How the store goes away.
@@ -888,25 +784,6 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
     );
     drop(gateway);
     drop(outage_store);
-}
-
-/// A figure from the gateway's /metrics (open without auth).
-async fn metric(client: &reqwest::Client, gateway: &str, name: &str) -> f64 {
-    let text = client
-        .get(format!("{gateway}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| l.split([' ', '{']).next() == Some(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .collect();
-    assert!(!values.is_empty(), "no {name} in /metrics");
-    values.iter().sum()
 }
 
 /// The other side of detection, with the default settings: a store that is

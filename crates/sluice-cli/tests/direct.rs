@@ -46,18 +46,6 @@ async fn outbox(store: &dyn ObjectStore) -> usize {
         .len()
 }
 
-/// Whether the gateway ended within `wait`.
-fn died_within(gateway: &mut common::Gateway, wait: Duration) -> bool {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if gateway.child.try_wait().unwrap().is_some() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
 /// A gateway dies right after each of its store writes in turn, while it signs
 /// a form POST and confirms the object: the recording of the signature, the
 /// claim, the event, the record of what it announced. A gateway started again
@@ -119,7 +107,7 @@ async fn a_form_post_is_announced_within_seconds_of_a_gateway_killed_while_confi
             // Killed on the signature's own record: nothing was handed out.
             _ => false,
         };
-        if !died_within(&mut gateway, Duration::from_secs(15)) {
+        if !gateway.died_within(Duration::from_secs(15)) {
             // The confirmation ended with fewer writes: every one was tried.
             assert!(kills >= 3, "only {kills} kills");
             assert_eq!(outbox(&run_store).await, 1, "the last run, unkilled");

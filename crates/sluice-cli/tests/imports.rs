@@ -8,10 +8,13 @@
 //!   `upload.completed` (kind `import`), no multipart upload left, and the
 //!   bytes the origin sent at most 1.1x the objects' total
 //!   (`SLUICE_TEST_IMPORTS=N` and `SLUICE_TEST_IMPORT_MIB=MIN-MAX` scale it:
-//!   the 100 imports of 64-256 MiB; the suite runs 16 of 8-40 MiB);
+//!   the 100 imports of 64-256 MiB; the suite runs 16 of 48-144 MiB);
 //! - the SSRF table: every forbidden URL (spellings, redirects, schemes,
 //!   credentials, sizes) refused with a 4xx, and listeners on the loopback
-//!   addresses it names record no request.
+//!   addresses it names record no request;
+//! - admission (503 before anything is stored, a slot while streaming), a
+//!   gateway that exits after each of its store writes in turn, and a store
+//!   frozen mid-import (a MinIO of the test's own, SIGSTOP).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -199,8 +202,51 @@ async fn origin_on_127_0_0_2(origin: Arc<Origin>) -> SocketAddr {
     listen("127.0.0.2:0", app).await
 }
 
+/// One gateway on a fresh MinIO prefix that imports from `origin` (served on
+/// 127.0.0.2), with `extra` arguments: (store, origin, its address, gateway);
+/// None when S3 tests may skip.
+async fn one_gateway(
+    test: &str,
+    origin: Origin,
+    extra: &[&str],
+) -> Option<(
+    sluice_store::s3::S3Store,
+    Arc<Origin>,
+    SocketAddr,
+    common::Gateway,
+)> {
+    let (endpoint, prefix, store) = common::minio_prefix(test).await?;
+    let origin = Arc::new(origin);
+    let at = origin_on_127_0_0_2(origin.clone()).await;
+    let mut args = vec!["--imports", "--import-allow", "127.0.0.2"];
+    args.extend_from_slice(extra);
+    let gateway = common::serve_on_minio(&endpoint, &prefix, "127.0.0.1:0", &args);
+    Some((store, origin, at, gateway))
+}
+
+/// A gateway's arguments for imports from 127.0.0.2 whose events stay in the
+/// outbox, to be counted (nothing listens at the event URL); the directory
+/// holds the events secret and must outlive the gateways.
+fn importing_with_events_kept() -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let args = [
+        "--imports",
+        "--import-allow",
+        "127.0.0.2",
+        "--event-url",
+        "http://127.0.0.1:9/events",
+        "--event-secret-file",
+        secret.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    (dir, args)
+}
+
 /// The sizes of the run: `SLUICE_TEST_IMPORTS` objects (16), each
-/// `SLUICE_TEST_IMPORT_MIB` = MIN-MAX MiB (8-40), spread evenly and odd-sized.
+/// `SLUICE_TEST_IMPORT_MIB` = MIN-MAX MiB (48-144), spread evenly and odd-sized.
 fn sizes() -> Vec<u64> {
     let count: usize = std::env::var("SLUICE_TEST_IMPORTS")
         .ok()
@@ -212,7 +258,11 @@ fn sizes() -> Vec<u64> {
             let (a, b) = v.split_once('-')?;
             Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
         })
-        .unwrap_or((8, 40));
+        // Large enough that what five kills and the origin's cuts cost (the
+        // parts in flight when each struck, tens of MiB in all) is measured
+        // against a total like the issue's, where 1.1x is the bound: at
+        // 8-40 MiB a run under load lost 1.23x.
+        .unwrap_or((48, 144));
     (0..count as u64)
         .map(|i| {
             let span = (high - low) * MIB;
@@ -239,21 +289,33 @@ async fn start_import(client: &reqwest::Client, gateway: &str, url: &str) -> Str
 
 /// The import's record once it is no longer running (within `within`).
 async fn settled(client: &reqwest::Client, gateway: &str, id: &str, within: Duration) -> Value {
+    record_when(client, gateway, id, within, |r| r["state"] != "running").await
+}
+
+/// The import's record once `holds` says so (asked every 100 ms, within
+/// `within`; a 503 while the store is away is asked again).
+async fn record_when(
+    client: &reqwest::Client,
+    gateway: &str,
+    id: &str,
+    within: Duration,
+    holds: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + within;
     loop {
-        let record: Value = client
+        let answer = client
             .get(format!("{gateway}/v1/imports/{id}"))
             .send()
             .await
-            .unwrap()
-            .json()
-            .await
             .unwrap();
-        if record["state"] != "running" {
+        let status = answer.status();
+        let record: Value = answer.json().await.unwrap();
+        if status == 200 && holds(&record) {
             return record;
         }
+        assert!(status == 200 || status == 503, "{status}: {record}");
         assert!(Instant::now() < deadline, "{record}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -303,6 +365,27 @@ async fn outbox_events(store: &dyn ObjectStore) -> BTreeMap<String, (String, usi
     }
 }
 
+/// Waits (60 s at most) until the outbox holds one `import` event for each
+/// of `keys` and nothing else.
+async fn one_import_event_each(store: &dyn ObjectStore, keys: &[String], what: &str) {
+    let want: BTreeMap<String, (String, usize)> = keys
+        .iter()
+        .map(|k| (k.clone(), ("import".to_string(), 1)))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = outbox_events(store).await;
+        if events == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: events {events:#?}, want {want:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
     let Some((endpoint, prefix, store)) = common::minio_prefix("imports-killed").await else {
@@ -312,19 +395,8 @@ async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
     let total: u64 = sizes.iter().sum();
     let origin = Arc::new(Origin::new(sizes.clone(), true));
     let at = origin_on_127_0_0_2(origin.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("secret");
-    std::fs::write(&secret, SECRET).unwrap();
-    let args = [
-        "--imports",
-        "--import-allow",
-        "127.0.0.2",
-        // Nothing listens there: events stay in the outbox, to be counted.
-        "--event-url",
-        "http://127.0.0.1:9/events",
-        "--event-secret-file",
-        secret.to_str().unwrap(),
-    ];
+    let (_secrets, args) = importing_with_events_kept();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let addresses = [
         common::free_loopback_address(),
         common::free_loopback_address(),
@@ -425,24 +497,11 @@ async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
     );
     // No multipart upload is left, and each object has its one event.
     assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let events = outbox_events(&store).await;
-        let want: BTreeMap<String, (String, usize)> = records
-            .values()
-            .map(|r| {
-                (
-                    r["key"].as_str().unwrap().to_string(),
-                    ("import".to_string(), 1),
-                )
-            })
-            .collect();
-        if events == want {
-            break;
-        }
-        assert!(Instant::now() < deadline, "events {events:#?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let keys: Vec<String> = records
+        .values()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    one_import_event_each(&store, &keys, "after the kills").await;
 }
 
 /// A listener that records every request it gets.
@@ -546,6 +605,19 @@ async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
         let body = answer.text().await.unwrap();
         assert_eq!(got, *status, "{url}: {body}");
     }
+    // Metadata S3 could not store, or more than 2 KiB of it: 400 before the
+    // origin is asked.
+    let sent_before = origin.requests.load(Ordering::SeqCst);
+    for metadata in [json!({ "a b": "x" }), json!({ "big": "x".repeat(2100) })] {
+        let answer = client
+            .post(format!("{}/v1/imports", gateway.url))
+            .json(&json!({ "url": format!("http://{allowed}/objects/0"), "metadata": metadata }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{metadata}");
+    }
+    assert_eq!(origin.requests.load(Ordering::SeqCst), sent_before);
     assert_eq!(
         *hits.lock().unwrap(),
         Vec::<String>::new(),
@@ -721,18 +793,12 @@ async fn the_janitor_spares_the_upload_of_a_running_import() {
 /// completes byte-exact having fetched little more than the object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_origin_that_stalls_is_asked_again_from_the_last_stored_part() {
-    let Some((endpoint, prefix, store)) = common::minio_prefix("imports-stall").await else {
+    let size = 40 * MIB + 3;
+    let stalling = Origin::new(vec![size], false).stalling(Duration::from_secs(40));
+    let Some((store, origin, at, gateway)) = one_gateway("imports-stall", stalling, &[]).await
+    else {
         return;
     };
-    let size = 40 * MIB + 3;
-    let origin = Arc::new(Origin::new(vec![size], false).stalling(Duration::from_secs(40)));
-    let at = origin_on_127_0_0_2(origin.clone()).await;
-    let gateway = common::serve_on_minio(
-        &endpoint,
-        &prefix,
-        "127.0.0.1:0",
-        &["--imports", "--import-allow", "127.0.0.2"],
-    );
     let client = reqwest::Client::new();
     let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
     let record = settled(&client, &gateway.url, &id, Duration::from_secs(120)).await;
@@ -756,18 +822,12 @@ async fn an_origin_that_stalls_is_asked_again_from_the_last_stored_part() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completed_import_put_back_to_running_is_recorded_completed_again() {
     use sluice_server::imports::record::{self, Phase};
-    let Some((endpoint, prefix, store)) = common::minio_prefix("imports-put-back").await else {
+    let size = 20 * MIB + 5;
+    let Some((store, origin, at, gateway)) =
+        one_gateway("imports-put-back", Origin::new(vec![size], false), &[]).await
+    else {
         return;
     };
-    let size = 20 * MIB + 5;
-    let origin = Arc::new(Origin::new(vec![size], false));
-    let at = origin_on_127_0_0_2(origin.clone()).await;
-    let gateway = common::serve_on_minio(
-        &endpoint,
-        &prefix,
-        "127.0.0.1:0",
-        &["--imports", "--import-allow", "127.0.0.2"],
-    );
     let client = reqwest::Client::new();
     let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
     let record = settled(&client, &gateway.url, &id, Duration::from_secs(60)).await;
@@ -796,4 +856,381 @@ async fn a_completed_import_put_back_to_running_is_recorded_completed_again() {
         events.is_empty() || events.values().all(|(_, n)| *n == 1),
         "{events:?}"
     );
+}
+
+/// A store on `prefix` of the test bucket at `endpoint`.
+async fn store_on(endpoint: &str, prefix: &str) -> sluice_store::s3::S3Store {
+    let mut config = sluice_store::s3::S3Config::new(sluice_testkit::minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.to_string());
+    config.prefix = prefix.to_string();
+    sluice_store::s3::S3Store::connect(config).await
+}
+
+/// The import records stored under the store's prefix: (id, phase).
+async fn stored_imports(store: &dyn ObjectStore) -> Vec<(String, String)> {
+    let listed = store
+        .list_objects("_sluice/imports/", None, 1000)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for object in &listed.objects {
+        let record: Value =
+            serde_json::from_slice(&common::object_bytes(store, &object.key).await).unwrap();
+        records.push((
+            record["id"].as_str().unwrap().to_string(),
+            record["phase"].as_str().unwrap_or_default().to_string(),
+        ));
+    }
+    records
+}
+
+/// Imports are admitted like every upload: with the gateway's one slot held
+/// by a PUT whose body is still arriving, `POST /v1/imports` is 503 with
+/// Retry-After and stores nothing (no record, no multipart upload); an import
+/// that is streaming holds a slot itself, so a PUT meanwhile is 503; and once
+/// the slot is free the import completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_take_admission_like_every_upload() {
+    // Its first long body pauses half-way for 6 s: the import is streaming
+    // (its slot held) for that long.
+    let size = 24 * MIB + 11;
+    let stalling = Origin::new(vec![size], false).stalling(Duration::from_secs(6));
+    let one_slot = ["--max-concurrent-uploads", "1", "--queue-length", "0"];
+    let Some((store, origin, at, gateway)) =
+        one_gateway("imports-admission", stalling, &one_slot).await
+    else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let url = format!("http://{at}/objects/0");
+    let holder = gateway.hold_a_slot().await;
+    let refused = client
+        .post(format!("{}/v1/imports", gateway.url))
+        .json(&json!({ "url": url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    assert_eq!(stored_imports(&store).await, vec![], "a record was stored");
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    drop(holder);
+
+    // The slot given back (the held PUT ends when its client goes).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let answer = client
+            .post(format!("{}/v1/imports", gateway.url))
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .unwrap();
+        if answer.status() == 202 {
+            break answer.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+        }
+        assert_eq!(answer.status(), 503);
+        assert!(Instant::now() < deadline, "the slot was not given back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // While it streams (paused at the origin), a PUT finds no slot.
+    record_when(&client, &gateway.url, &id, Duration::from_secs(20), |r| {
+        r["bytes_fetched"].as_u64().unwrap_or(0) > 0 || origin.stalled.load(Ordering::SeqCst)
+    })
+    .await;
+    let put = client
+        .put(format!("{}/v1/objects/meanwhile", gateway.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 503, "a PUT got the streaming import's slot");
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(60)).await;
+    assert_eq!(record["state"], "completed", "{record}");
+    assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
+    // And the slot is free again.
+    let put = client
+        .put(format!("{}/v1/objects/after", gateway.url))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+}
+
+/// The gateway dies right after each of its store writes in turn while it
+/// takes and carries an import (the multipart upload, the record, the lease,
+/// each part and its record, the completion's intent, the object, the event,
+/// the record's last state): a gateway started again on the same bucket with
+/// the default settings completes every import whose POST was answered,
+/// byte-exact, with its one event; nothing is left behind that the janitor
+/// does not take. The runs, one per write, go side by side, each on its own
+/// prefix (most of each is waiting out the dead gateway's 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_killed_after_each_store_write_completes_once_on_a_restarted_gateway() {
+    let Some((endpoint, prefix, _store)) = common::minio_prefix("imports-walk").await else {
+        return;
+    };
+    let size = 12 * MIB + 7;
+    let origin = Arc::new(Origin::new(vec![size], false));
+    let at = origin_on_127_0_0_2(origin.clone()).await;
+    let (_secrets, args) = importing_with_events_kept();
+    let runs = (1..=14).map(|writes| {
+        let (endpoint, origin, args) = (endpoint.clone(), origin.clone(), args.clone());
+        let run_prefix = format!("{prefix}after-write-{writes}/");
+        async move {
+            // A gateway on the run's prefix (started off the runtime: it
+            // blocks until the gateway says where it listens).
+            let serve = |fault: Option<String>| {
+                let (endpoint, run_prefix, args) =
+                    (endpoint.clone(), run_prefix.clone(), args.clone());
+                tokio::task::spawn_blocking(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let env: Vec<(&str, &str)> = fault
+                        .iter()
+                        .map(|f| ("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", f.as_str()))
+                        .collect();
+                    common::serve_on_minio_with_env(
+                        &endpoint,
+                        &run_prefix,
+                        "127.0.0.1:0",
+                        &args,
+                        &env,
+                    )
+                })
+            };
+            let run_store = store_on(&endpoint, &run_prefix).await;
+            let mut gateway = serve(Some(writes.to_string())).await.unwrap();
+            let client = reqwest::Client::new();
+            let answered = client
+                .post(format!("{}/v1/imports", gateway.url))
+                .json(&json!({ "url": format!("http://{at}/objects/0") }))
+                .send()
+                .await;
+            let accepted = match answered {
+                Ok(answer) if answer.status() == 202 => Some(
+                    answer.json::<Value>().await.unwrap()["id"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                ),
+                // Killed while taking the import: the client was told nothing.
+                Ok(answer) => panic!("after write {writes}: {}", answer.status()),
+                Err(_) => None,
+            };
+            let died = {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    if gateway.child.try_wait().unwrap().is_some() {
+                        break true;
+                    }
+                    if Instant::now() > deadline {
+                        break false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            drop(gateway);
+            let again = serve(None).await.unwrap();
+            // Every import recorded completes (the one accepted among them).
+            let recorded = stored_imports(&run_store).await;
+            if let Some(id) = &accepted {
+                assert!(
+                    recorded.iter().any(|(r, _)| r == id),
+                    "after write {writes}: 202 without a record"
+                );
+            }
+            let mut keys = Vec::new();
+            for (id, _) in &recorded {
+                let record = settled(&client, &again.url, id, Duration::from_secs(120)).await;
+                assert_eq!(
+                    record["state"], "completed",
+                    "after write {writes}: {record}"
+                );
+                let key = record["key"].as_str().unwrap().to_string();
+                if !holds(&run_store, &key, &origin, 0).await {
+                    let stored = run_store.head_object(&key).await;
+                    panic!("after write {writes}: {key} differs: {stored:?}, record {record}");
+                }
+                keys.push(key);
+            }
+            // Its one event (written by the time the record says completed,
+            // or by the intent's reconciliation soon after).
+            one_import_event_each(&run_store, &keys, &format!("after write {writes}")).await;
+            drop(again);
+            // What is left is the janitor's: an upload made before its record.
+            let location = format!("s3://{}/{run_prefix}", sluice_testkit::minio::TEST_BUCKET);
+            let janitor = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["janitor", "--store", &location, "--endpoint", &endpoint])
+                .args(["--older-than", "0s"])
+                .output()
+                .await
+                .unwrap();
+            assert!(janitor.status.success(), "after write {writes}");
+            assert!(
+                run_store
+                    .list_multipart_uploads("")
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "after write {writes}: a multipart upload is left"
+            );
+            for key in &keys {
+                assert!(
+                    holds(&run_store, key, &origin, 0).await,
+                    "after write {writes}"
+                );
+            }
+            (died, accepted.is_some(), recorded.len())
+        }
+    });
+    let outcomes = futures::future::join_all(runs).await;
+    eprintln!("(died, accepted, records) after each write: {outcomes:?}");
+    let kills = outcomes.iter().filter(|o| o.0).count();
+    assert!(kills >= 10, "only {kills} runs were killed: {outcomes:?}");
+    assert!(
+        outcomes.iter().filter(|o| o.0 && o.1).count() >= 8,
+        "too few runs killed after the import was accepted: {outcomes:?}"
+    );
+}
+
+/// The store freezes (MinIO stopped with SIGSTOP, a MinIO of the test's own)
+/// for 12 s while an import streams, with the default settings: the import's
+/// status and a new import are answered (503) meanwhile, and once the store
+/// thaws the import completes byte-exact with its one event, no multipart
+/// upload left and only the parts in flight fetched twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_through_a_frozen_store_completes_once_it_thaws() {
+    if common::minio_prefix("imports-frozen").await.is_none() {
+        return;
+    }
+    let minio = common::own_minio::OwnMinio::start();
+    let store = store_on(&minio.endpoint(), "").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(error) = store.ensure_bucket().await {
+        assert!(Instant::now() < deadline, "{error}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let size = 64 * MIB + 13;
+    // The origin pauses half-way for 4 s: the freeze comes mid-import.
+    let origin = Arc::new(Origin::new(vec![size, MIB], false).stalling(Duration::from_secs(4)));
+    let at = origin_on_127_0_0_2(origin.clone()).await;
+    let (_secrets, args) = importing_with_events_kept();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gateway = common::serve_on_minio(&minio.endpoint(), "", "127.0.0.1:0", &args);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
+    let record = record_when(&client, &gateway.url, &id, Duration::from_secs(60), |r| {
+        r["bytes_stored"].as_u64().unwrap_or(0) > 0
+    })
+    .await;
+    assert_eq!(
+        record["state"], "running",
+        "done before the freeze: {record}"
+    );
+    minio.signal("STOP");
+    let frozen = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (what, request) in [
+        (
+            "status",
+            client.get(format!("{}/v1/imports/{id}", gateway.url)),
+        ),
+        (
+            "new import",
+            client
+                .post(format!("{}/v1/imports", gateway.url))
+                .json(&json!({ "url": format!("http://{at}/objects/1") })),
+        ),
+    ] {
+        let asked = Instant::now();
+        let answer = request.send().await.unwrap();
+        let took = asked.elapsed();
+        let status = answer.status().as_u16();
+        let body = answer.text().await.unwrap();
+        // Answered, not hung: the store's stall deadline (5 to 30 s, from
+        // what the store's recent answers took) cuts the request.
+        assert!(
+            took <= Duration::from_secs(30),
+            "{what} answered after {took:?}"
+        );
+        assert_eq!(status, 503, "{what}: {body}");
+    }
+    let rest = Duration::from_secs(12).saturating_sub(frozen.elapsed());
+    tokio::time::sleep(rest).await;
+    minio.signal("CONT");
+    let thawed = Instant::now();
+    let frozen_for = frozen.elapsed();
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(180)).await;
+    // How soon depends on where the freeze caught it: an attempt that ended
+    // during the freeze goes on at the gateway's next look (about a second
+    // on a quiet machine, not after its own lease: see
+    // `Imports::left_here`); one still waiting on a frozen request goes on
+    // when the store's stall deadline (up to 30 s) cuts that request.
+    let resumed = thawed.elapsed();
+    assert_eq!(record["state"], "completed", "{record}");
+    assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
+    // Fetched twice: the parts read ahead when the store froze, at most the
+    // engine's parts in flight (8 by default); and the record says so.
+    let sent = origin.sent[0].load(Ordering::Relaxed);
+    eprintln!(
+        "frozen {frozen_for:?} mid-import: completed {resumed:?} after the thaw, the origin sent {:.3}x the object, {} attempts",
+        sent as f64 / size as f64,
+        record["attempts"]
+    );
+    assert!(sent <= size + 8 * 8 * MIB, "sent {sent} for {size}");
+    let reported = record["bytes_fetched"].as_u64().unwrap();
+    assert!(
+        reported >= size && reported <= sent,
+        "reported {reported}, sent {sent}"
+    );
+    assert!(store.list_multipart_uploads("").await.unwrap().is_empty());
+    let key = record["key"].as_str().unwrap().to_string();
+    one_import_event_each(&store, &[key], "after the freeze").await;
+}
+
+/// A finished import's record stays to be asked about for `--import-keep`,
+/// then is dropped (404); the object stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_import_is_dropped_after_its_keep() {
+    let Some((store, origin, at, gateway)) = one_gateway(
+        "imports-keep",
+        Origin::new(vec![MIB + 1], false),
+        &["--import-keep", "8s"],
+    )
+    .await
+    else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let id = start_import(&client, &gateway.url, &format!("http://{at}/objects/0")).await;
+    let record = settled(&client, &gateway.url, &id, Duration::from_secs(30)).await;
+    let finished = Instant::now();
+    assert_eq!(record["state"], "completed", "{record}");
+    assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
+    let status = |client: reqwest::Client| {
+        let url = format!("{}/v1/imports/{id}", gateway.url);
+        async move { client.get(url).send().await.unwrap().status().as_u16() }
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status(client.clone()).await, 200, "dropped before its keep");
+    loop {
+        if status(client.clone()).await == 404 {
+            break;
+        }
+        assert!(
+            finished.elapsed() < Duration::from_secs(30),
+            "still there after its keep"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The object stays.
+    assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
 }

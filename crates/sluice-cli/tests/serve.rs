@@ -191,15 +191,8 @@ async fn overload_answers_503_with_retry_after() {
         &prefix,
         &["--max-concurrent-uploads", "1", "--queue-length", "0"],
     );
-    let address = gateway.url.trim_start_matches("http://").to_string();
     // Hold the only slot with a body that is still arriving.
-    let mut holder = std::net::TcpStream::connect(&address).unwrap();
-    write!(
-        holder,
-        "PUT /v1/objects/held HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000\r\n\r\nstart"
-    )
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let holder = gateway.hold_a_slot().await;
     let response = reqwest::Client::new()
         .put(format!("{}/v1/objects/other", gateway.url))
         .body("x")

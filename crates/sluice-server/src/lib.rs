@@ -13,6 +13,7 @@ pub mod auth;
 pub mod background;
 pub mod begin;
 pub mod body;
+pub mod client_metadata;
 pub mod completion;
 pub mod config;
 mod connection_cut;

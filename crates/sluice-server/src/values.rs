@@ -127,6 +127,23 @@ pub fn http_url(text: &str) -> Result<String, String> {
     }
 }
 
+/// An IAM role's ARN: `arn:PARTITION:iam::ACCOUNT:role/NAME` (the account
+/// may be empty, as Ceph RGW's roles have it).
+pub fn role_arn(text: &str) -> Result<String, String> {
+    let parts: Vec<&str> = text.splitn(6, ':').collect();
+    match parts.as_slice() {
+        ["arn", partition, "iam", "", _account, resource]
+            if !partition.is_empty()
+                && resource
+                    .strip_prefix("role/")
+                    .is_some_and(|n| !n.is_empty()) =>
+        {
+            Ok(text.to_owned())
+        }
+        _ => Err("must be a role's ARN, arn:aws:iam::ACCOUNT:role/NAME".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +173,22 @@ mod tests {
             Err("must be at most 1024".into())
         );
         assert_eq!(count_in::<usize>(1, 1024)("8"), Ok(8));
+    }
+
+    #[test]
+    fn role_arns_are_iam_roles() {
+        // (text, accepted)
+        let cases = [
+            ("arn:aws:iam::123456789012:role/uploads", true),
+            ("arn:aws-cn:iam::123456789012:role/path/uploads", true),
+            ("arn:aws:iam:::role/uploads", true),
+            ("arn:aws:iam::123456789012:user/someone", false),
+            ("arn:aws:s3:::bucket", false),
+            ("arn:aws:iam::123456789012:role/", false),
+            ("uploads", false),
+        ];
+        for (text, accepted) in cases {
+            assert_eq!(role_arn(text).is_ok(), accepted, "{text}");
+        }
     }
 }

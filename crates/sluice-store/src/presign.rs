@@ -96,12 +96,15 @@ pub trait DirectSigner: Send + Sync + std::fmt::Debug + 'static {
     /// The region requests are signed for.
     fn region(&self) -> &str;
 
-    /// Temporary credentials (STS `AssumeRole`) for `duration`, allowed only
-    /// what `policy` (an IAM policy document, whose resources name keys with
-    /// the store's prefix) allows. A store without STS answers an error.
+    /// Temporary credentials (STS `AssumeRole` of `role_arn`) for
+    /// `duration`, allowed only what `policy` (an IAM policy document, whose
+    /// resources name keys with the store's prefix) allows. MinIO ignores the
+    /// role (it takes the caller's own keys); AWS needs one. A store without
+    /// STS answers an error.
     async fn temporary_credentials(
         &self,
         policy: &str,
+        role_arn: &str,
         duration: Duration,
     ) -> Result<TemporaryCredentials, StoreError>;
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 pub mod kafka;
+pub mod own_minio;
 pub mod spark;
 pub mod tables;
 
@@ -20,11 +21,75 @@ pub struct Gateway {
     pub url: String,
 }
 
+impl Gateway {
+    /// Whether the gateway process ends within `wait` (by itself: a fault
+    /// that makes it exit).
+    pub fn died_within(&mut self, wait: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Gateway {
+    /// Takes an upload slot and keeps it: a PUT whose body (1000 bytes
+    /// announced, 5 sent) is still arriving, returned once the gateway counts
+    /// it in flight (`sluice_uploads_in_flight` on /metrics, counted after
+    /// admission). The slot is given back when the connection drops.
+    pub async fn hold_a_slot(&self) -> std::net::TcpStream {
+        use std::io::Write;
+        let address = self.url.trim_start_matches("http://").to_string();
+        let mut holder = std::net::TcpStream::connect(&address).unwrap();
+        write!(
+            holder,
+            "PUT /v1/objects/held HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000\r\n\r\nstart"
+        )
+        .unwrap();
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let in_flight = metric(&client, &self.url, "sluice_uploads_in_flight").await;
+            if in_flight >= 1.0 {
+                return holder;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the held PUT was not admitted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A figure from the gateway's /metrics (open without auth).
+pub async fn metric(client: &reqwest::Client, gateway: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{gateway}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect();
+    assert!(!values.is_empty(), "no {name} in /metrics");
+    values.iter().sum()
 }
 
 /// `127.0.0.1:PORT` with a port free now (closed again: a gateway started on

@@ -86,9 +86,19 @@ pub async fn credentials(
     };
     let duration = direct.settings.expires.max(SHORTEST);
     let credentials = signer
-        .temporary_credentials(&policy(signer.bucket(), &resource), duration)
+        .temporary_credentials(
+            &policy(signer.bucket(), &resource),
+            &direct.settings.role_arn,
+            duration,
+        )
         .await
-        .map_err(|e| ApiError::CredentialsUnavailable(e.to_string()))?;
+        .map_err(|e| match e {
+            // Worth asking again (no answer, throttled, a 5xx): like any
+            // store outage, 503 with Retry-After.
+            e if e.is_transient() => ApiError::Store(e),
+            // The store has no STS, or will not give these.
+            e => ApiError::CredentialsUnavailable(e.to_string()),
+        })?;
     // Recorded before they are handed out: every object they make is looked for.
     let watched = match is_prefix {
         true => Watched::Prefix(scope.clone()),

@@ -37,6 +37,7 @@ use sluice_upload::{Origin, TransferError, UploadKind};
 
 use crate::auth::{Grant, Op};
 use crate::begin::{Asked, KeyFrom};
+use crate::client_metadata;
 use crate::error::{ApiError, FlatApiError};
 use crate::AppState;
 
@@ -64,6 +65,17 @@ pub struct DirectSettings {
     #[arg(id = "direct.confirm_interval", long = "direct-confirm-interval", env = "SLUICE_DIRECT_CONFIRM_INTERVAL", value_name = "DURATION", default_value = "2s", value_parser = crate::values::duration_in(std::time::Duration::from_millis(1), std::time::Duration::MAX))]
     #[serde(with = "humantime_serde")]
     pub confirm_interval: Duration,
+    /// How long a session from POST /s3/session (Uppy 6's companionEndpoint)
+    /// acts for the token it was made from; never beyond the token's own exp.
+    /// Each URL it signs is good for --direct-expires.
+    #[arg(id = "direct.session_lifetime", long = "direct-session-lifetime", env = "SLUICE_DIRECT_SESSION_LIFETIME", value_name = "DURATION", default_value = "12h", value_parser = crate::values::duration_in(crate::values::SECOND, Duration::from_secs(7 * 24 * 3600)))]
+    #[serde(with = "humantime_serde")]
+    pub session_lifetime: Duration,
+    /// The role /s3/sts assumes for a browser's temporary credentials (AWS
+    /// needs one the gateway's keys may assume; MinIO ignores it and takes
+    /// the gateway's own keys).
+    #[arg(id = "direct.role_arn", long = "direct-role-arn", env = "SLUICE_DIRECT_ROLE_ARN", value_name = "ARN", default_value = "arn:aws:iam::000000000000:role/sluice-direct", value_parser = crate::values::role_arn)]
+    pub role_arn: String,
 }
 
 impl Default for DirectSettings {
@@ -164,53 +176,6 @@ fn size_limit(state: &AppState, grant: &Grant, ceiling: u64) -> u64 {
         .map_or(ceiling, |limit| limit.min(ceiling))
 }
 
-/// Metadata from Uppy (`metadata[NAME]=value` or a JSON object), as object
-/// metadata: names of letters, digits, `-` and `_`; values with anything
-/// outside visible ASCII percent-encoded; 2 KiB in all, like S3.
-fn object_metadata(
-    pairs: impl IntoIterator<Item = (String, String)>,
-) -> Result<Metadata, ApiError> {
-    let mut metadata = Metadata::new();
-    let mut total = 0;
-    for (name, value) in pairs {
-        let name = name.to_ascii_lowercase();
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(ApiError::BadRequest(format!(
-                "metadata name {name:?}: letters, digits, '-' and '_' only"
-            )));
-        }
-        let value: String =
-            percent_encoding::utf8_percent_encode(&value, &VISIBLE_ASCII).to_string();
-        total += name.len() + value.len();
-        metadata.insert(name, value);
-    }
-    if total > 2048 {
-        return Err(ApiError::BadRequest(format!(
-            "metadata is {total} bytes; at most 2048 are allowed"
-        )));
-    }
-    Ok(metadata)
-}
-
-/// Everything but visible ASCII and space is percent-encoded in metadata values.
-const VISIBLE_ASCII: percent_encoding::AsciiSet = percent_encoding::CONTROLS.add(b'%');
-
-/// A JSON metadata object's values as text (`null` dropped).
-fn json_metadata(object: BTreeMap<String, Value>) -> Vec<(String, String)> {
-    object
-        .into_iter()
-        .filter_map(|(name, value)| match value {
-            Value::Null => None,
-            Value::String(text) => Some((name, text)),
-            other => Some((name, other.to_string())),
-        })
-        .collect()
-}
-
 /// The key a new direct upload gets, after the hook had its say (see
 /// [`crate::begin`]).
 async fn new_key(
@@ -299,7 +264,7 @@ async fn params(
     }
     let filename = filename
         .ok_or_else(|| ApiError::BadRequest("the filename query parameter is missing".into()))?;
-    let metadata = object_metadata(pairs)?;
+    let metadata = client_metadata::object_metadata(pairs)?;
     let signed = form_post(&state, direct, &grant, &filename, content_type, metadata).await?;
     Ok(Json(json!({
         "method": "POST",
@@ -396,7 +361,8 @@ async fn create_multipart(
         ))
     })?;
     let content_type = request.content_type.filter(|t| !t.is_empty());
-    let metadata = object_metadata(json_metadata(request.metadata))?;
+    let metadata =
+        client_metadata::object_metadata(client_metadata::json_metadata(request.metadata))?;
     let (key, content_type, metadata) = new_key(
         &state,
         &grant,
@@ -612,55 +578,5 @@ async fn abort_multipart(
     match state.store.abort_multipart_upload(&key, &upload_id).await {
         Ok(()) | Err(StoreError::NoSuchUpload { .. }) => Ok(Json(json!({}))),
         Err(e) => Err(ApiError::Store(e).into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_from_uppy() {
-        type Pairs<'a> = Vec<(&'a str, &'a str)>;
-        // (pairs, stored or the error's words)
-        let long = "x".repeat(2100);
-        let cases: [(Pairs, Result<Pairs, &str>); 6] = [
-            (vec![("name", "a.txt")], Ok(vec![("name", "a.txt")])),
-            (vec![("Name", "café")], Ok(vec![("name", "caf%C3%A9")])),
-            (vec![("note", "50% off")], Ok(vec![("note", "50%25 off")])),
-            (vec![("a b", "x")], Err("letters, digits")),
-            (vec![("", "x")], Err("letters, digits")),
-            (vec![("big", long.as_str())], Err("at most 2048")),
-        ];
-        for (pairs, want) in cases {
-            let got = object_metadata(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())));
-            match (got, want) {
-                (Ok(got), Ok(want)) => {
-                    let want: Metadata = want
-                        .into_iter()
-                        .map(|(n, v)| (n.to_string(), v.to_string()))
-                        .collect();
-                    assert_eq!(got, want, "{pairs:?}");
-                }
-                (Err(e), Err(words)) => assert!(e.to_string().contains(words), "{pairs:?}: {e}"),
-                (got, want) => panic!("{pairs:?}: got {got:?}, want {want:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn json_metadata_drops_nulls_and_keeps_text() {
-        let object: BTreeMap<String, Value> = serde_json::from_value(json!({
-            "name": "a", "relativePath": null, "size": 12, "tags": ["x"]
-        }))
-        .unwrap();
-        assert_eq!(
-            json_metadata(object),
-            vec![
-                ("name".to_string(), "a".to_string()),
-                ("size".to_string(), "12".to_string()),
-                ("tags".to_string(), "[\"x\"]".to_string()),
-            ]
-        );
     }
 }

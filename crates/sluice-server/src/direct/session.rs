@@ -4,7 +4,9 @@
 //! token asks `POST /s3/session` for an endpoint of its own,
 //! `/s3/session/SESSION`, whose last segment is its grant and expiry sealed
 //! with an HMAC: the `/s3/…` routes under it act for that grant until then
-//! (`direct.expires`, and never beyond the token's own `exp`).
+//! (`direct.session_lifetime`, 12 h by default, and never beyond the token's
+//! own `exp`: an upload that takes long keeps signing its parts, each
+//! signature itself good for `direct.expires`).
 //!
 //! The sealing key is 32 random bytes kept in the bucket
 //! (`_sluice/direct/session-key`, written create-only by the first gateway to
@@ -134,26 +136,30 @@ pub async fn grant(state: &AppState, session: &str) -> Result<Grant, ApiError> {
 }
 
 /// `POST /s3/session`: an endpoint for Uppy's `companionEndpoint` that acts
-/// for the caller's token for `direct.expires`.
+/// for the caller's token for `direct.session_lifetime`.
 pub async fn create(
     State(state): State<AppState>,
     CallerGrant(grant): CallerGrant,
     headers: axum::http::HeaderMap,
 ) -> DirectResult<Json<Value>> {
-    let expires = direct(&state)?.settings.expires;
+    let lifetime = direct(&state)?.settings.session_lifetime;
     grant.allows(Op::Put)?;
     let key = key(&state).await?;
-    // Never beyond the token it was made from.
-    let expires_at = grant
-        .expires_at
-        .map_or(u64::MAX, |exp| exp)
-        .min(now() + expires.as_secs());
+    let expires_at = session_end(now(), lifetime, grant.expires_at);
     let path = format!("{SESSIONS}{}", seal(&key, &grant, expires_at));
     Ok(Json(json!({
         "path": path,
         "companionEndpoint": origin(&state, &headers).map(|origin| format!("{origin}{path}")),
         "expires": expires_at.saturating_sub(now()),
     })))
+}
+
+/// When a session made at `now` ends: after `lifetime`, and never beyond the
+/// token it was made from (`token_exp`).
+fn session_end(now: u64, lifetime: std::time::Duration, token_exp: Option<u64>) -> u64 {
+    token_exp
+        .unwrap_or(u64::MAX)
+        .min(now.saturating_add(lifetime.as_secs()))
 }
 
 /// The gateway's origin as the caller reached it (`Host`, and `https` with TLS
@@ -211,6 +217,25 @@ mod tests {
             if opens {
                 assert_eq!(opened.unwrap(), grant, "{what}");
             }
+        }
+    }
+
+    #[test]
+    fn a_session_lasts_its_lifetime_and_never_beyond_its_token() {
+        let hours = |h: u64| std::time::Duration::from_secs(h * 3600);
+        // (lifetime, token exp, ends at), made at 1,000
+        let cases = [
+            (hours(12), None, 1_000 + 12 * 3600),
+            (hours(12), Some(1_000 + 3600), 1_000 + 3600),
+            (hours(1), Some(1_000 + 12 * 3600), 1_000 + 3600),
+            (hours(12), Some(500), 500),
+        ];
+        for (lifetime, exp, want) in cases {
+            assert_eq!(
+                session_end(1_000, lifetime, exp),
+                want,
+                "{lifetime:?} {exp:?}"
+            );
         }
     }
 }

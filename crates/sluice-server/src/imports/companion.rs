@@ -80,20 +80,9 @@ async fn start(
         .get("name")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let metadata = body
-        .metadata
+    // Checked and encoded once, by `begin`.
+    let metadata = crate::client_metadata::json_metadata(body.metadata)
         .into_iter()
-        .filter_map(|(name, value)| match value {
-            Value::String(text) => Some((name, text)),
-            Value::Null => None,
-            other => Some((name, other.to_string())),
-        })
-        .filter(|(name, _)| {
-            !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
         .collect();
     let record = super::begin(&state, &grant, &body.url, filename, metadata).await?;
     Ok(Json(json!({ "token": record.id })))

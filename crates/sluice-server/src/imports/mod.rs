@@ -16,7 +16,7 @@ pub mod guard;
 pub mod record;
 pub mod run;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,6 +84,19 @@ pub struct Imports {
     pub settings: ImportSettings,
     /// One permit per import this gateway carries on.
     pub turns: Arc<tokio::sync::Semaphore>,
+    /// Imports this gateway stopped carrying while it held them (the store
+    /// would not answer), by id: the record's ETag as this gateway last wrote
+    /// it, and the record as it knows it (with what it could not write: the
+    /// bytes fetched, the attempts, parts stored since). A record still at
+    /// that ETag is this gateway's to go on with at once, lease or not,
+    /// instead of waiting out its own lease.
+    pub left_here: Arc<std::sync::Mutex<HashMap<String, (String, ImportRecord)>>>,
+    /// Imports a task of this gateway is carrying (or waiting to): one task
+    /// per import.
+    carrying: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Finished imports' records as last read (id: ETag, `updated_ms`), so
+    /// that a look reads only the records that may have changed.
+    finished: Arc<std::sync::Mutex<HashMap<String, (String, u64)>>>,
 }
 
 impl std::fmt::Debug for Imports {
@@ -110,7 +123,32 @@ impl Imports {
             resolver: Arc::new(SystemResolver),
             settings: settings.clone(),
             turns: Arc::new(tokio::sync::Semaphore::new(settings.concurrency)),
+            left_here: Arc::default(),
+            finished: Arc::default(),
+            carrying: Arc::default(),
         }))
+    }
+
+    /// Whether the record of import `id` at `etag` is one this gateway left
+    /// while holding it (and no one has written since); one written since
+    /// is forgotten.
+    pub fn left_here(&self, id: &str, etag: &str) -> bool {
+        let mut left_here = self.left_here.lock().unwrap();
+        match left_here.get(id) {
+            Some((left, _)) if left == etag => true,
+            Some(_) => {
+                left_here.remove(id);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The record this gateway left import `id` at, when the stored one is
+    /// still at `etag` (forgotten either way).
+    pub fn take_left(&self, id: &str, etag: &str) -> Option<ImportRecord> {
+        let (left, record) = self.left_here.lock().unwrap().remove(id)?;
+        (left == etag).then_some(record)
     }
 }
 
@@ -252,6 +290,8 @@ pub async fn begin(
 ) -> Result<ImportRecord, ApiError> {
     imports(state)?;
     grant.allows(Op::Put)?;
+    // Checked before the origin is asked: bad metadata is a 400 at once.
+    let metadata = crate::client_metadata::object_metadata(metadata)?;
     let probed = probe(state, url).await?;
     let (url, size) = (probed.url, probed.size);
     let limit = state
@@ -332,9 +372,13 @@ pub fn start(state: &AppState, id: String) {
     let Ok(turn) = imports.turns.clone().try_acquire_owned() else {
         return;
     };
-    let state = state.clone();
+    if !imports.carrying.lock().unwrap().insert(id.clone()) {
+        return;
+    }
+    let (state, carrying) = (state.clone(), imports.carrying.clone());
     tokio::spawn(async move {
-        run::carry_on(state, id).await;
+        run::carry_on(state, id.clone()).await;
+        carrying.lock().unwrap().remove(&id);
         drop(turn);
     });
 }
@@ -370,11 +414,14 @@ fn refused(refusal: guard::Refusal) -> ApiError {
 }
 
 /// One look at every import record: those running that nobody holds are
-/// taken on (as turns allow), finished ones older than `keep` dropped.
+/// taken on (as turns allow), finished ones older than `keep` dropped. A
+/// finished record read once is not read again while its ETag stays.
 pub async fn look(state: &AppState) -> Result<(), StoreError> {
     let Some(imports) = &state.imports else {
         return Ok(());
     };
+    let keep = imports.settings.keep.as_millis() as u64;
+    let mut seen = std::collections::HashSet::new();
     let mut cursor = None;
     loop {
         let page = state
@@ -389,25 +436,51 @@ pub async fn look(state: &AppState) -> Result<(), StoreError> {
             else {
                 continue;
             };
-            let Some((record, _)) = record::read(&state.store, id).await? else {
-                continue;
-            };
-            match record.phase {
-                Phase::Running if record.lease_until_ms <= now_ms() => start(state, id.to_owned()),
-                Phase::Completed | Phase::Failed
-                    if now_ms().saturating_sub(record.updated_ms)
-                        > imports.settings.keep.as_millis() as u64 =>
-                {
-                    state.store.delete_object(&entry.key).await?;
+            seen.insert(id.to_owned());
+            let known = imports.finished.lock().unwrap().get(id).cloned();
+            let finished_at = match known {
+                Some((etag, updated_ms)) if etag == entry.etag => updated_ms,
+                _ => {
+                    let Some((record, etag)) = record::read(&state.store, id).await? else {
+                        continue;
+                    };
+                    let mine = imports.left_here(id, &etag);
+                    if record.phase == Phase::Running {
+                        if record.lease_until_ms <= now_ms() || mine {
+                            start(state, id.to_owned());
+                        }
+                        continue;
+                    }
+                    imports
+                        .finished
+                        .lock()
+                        .unwrap()
+                        .insert(id.to_owned(), (etag, record.updated_ms));
+                    record.updated_ms
                 }
-                _ => {}
+            };
+            if now_ms().saturating_sub(finished_at) > keep {
+                state.store.delete_object(&entry.key).await?;
+                imports.finished.lock().unwrap().remove(id);
             }
         }
         match page.next_cursor {
             Some(next) => cursor = Some(next),
-            None => return Ok(()),
+            None => break,
         }
     }
+    // Records gone (dropped by another gateway) are forgotten.
+    imports
+        .finished
+        .lock()
+        .unwrap()
+        .retain(|id, _| seen.contains(id));
+    imports
+        .left_here
+        .lock()
+        .unwrap()
+        .retain(|id, _| seen.contains(id));
+    Ok(())
 }
 
 /// Looks for imports to carry on every `imports.interval`.
@@ -442,5 +515,40 @@ mod tests {
         assert_eq!(part_size(1), 8 * 1024 * 1024);
         let big = 5 * 1024 * 1024 * 1024 * 1024u64;
         assert!(part_size(big) * MAX_PARTS as u64 >= big);
+    }
+
+    #[test]
+    fn an_import_left_here_is_taken_back_only_at_the_etag_it_was_left_at() {
+        let imports = Imports::from_settings(&ImportSettings {
+            enabled: true,
+            ..ImportSettings::default()
+        })
+        .unwrap()
+        .unwrap();
+        let record: ImportRecord = serde_json::from_value(serde_json::json!({
+            "id": "a", "url": "https://files.example/a", "owner": null, "key": "a",
+            "content_type": null, "size": 1, "ranges": true, "upload_id": "u",
+            "part_size": 8, "phase": "running", "created_ms": 0, "updated_ms": 0,
+            "bytes_fetched": 7
+        }))
+        .unwrap();
+        let leave = || {
+            imports
+                .left_here
+                .lock()
+                .unwrap()
+                .insert("a".into(), ("\"1\"".into(), record.clone()));
+        };
+        // (stored ETag, left here, taken back)
+        let cases = [("\"1\"", true, true), ("\"2\"", false, false)];
+        for (etag, here, taken) in cases {
+            leave();
+            assert_eq!(imports.left_here("a", etag), here, "{etag}");
+            let back = imports.take_left("a", etag);
+            assert_eq!(back.is_some(), taken, "{etag}");
+            assert_eq!(back.map(|r| r.bytes_fetched), taken.then_some(7));
+            // Forgotten either way.
+            assert!(!imports.left_here("a", "\"1\""));
+        }
     }
 }

@@ -42,6 +42,9 @@ pub async fn carry_on(state: AppState, id: String) {
 struct Held {
     record: ImportRecord,
     etag: String,
+    /// The last write of the record failed (the store did not answer): what
+    /// this gateway knows is ahead of what is stored.
+    unwritten: bool,
 }
 
 impl Held {
@@ -55,10 +58,14 @@ impl Held {
         match record::replace(&state.store, &mut self.record, &self.etag).await {
             Ok(etag) => {
                 self.etag = etag;
+                self.unwritten = false;
                 Ok(true)
             }
             Err(StoreError::PreconditionFailed) => Ok(false),
-            Err(e) => Err(e),
+            Err(e) => {
+                self.unwritten = true;
+                Err(e)
+            }
         }
     }
 
@@ -110,7 +117,10 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
     let Some((record, etag)) = record::read(&state.store, id).await? else {
         return Ok(());
     };
-    if record.phase != Phase::Running || record.lease_until_ms > now_ms() {
+    // Left here when the store stopped answering, and the record as it was
+    // left: this gateway's still, lease or not.
+    let mine = imports.left_here(id, &etag);
+    if record.phase != Phase::Running || (record.lease_until_ms > now_ms() && !mine) {
         return Ok(());
     }
     // An import streams like an upload: it takes an admission slot for its
@@ -127,7 +137,34 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
             return Ok(());
         }
     };
-    let mut held = Held { record, etag };
+    // Taken only now that it is admitted (a refusal leaves it to the next
+    // look): what this gateway knew beyond the stored record.
+    let record = imports.take_left(id, &etag).unwrap_or(record);
+    let mut held = Held {
+        record,
+        etag,
+        unwritten: false,
+    };
+    let carried = carry(state, imports, id, &mut held).await;
+    // Stopped because the store would not take the record: this gateway goes
+    // on with it at its next look, unless another writes the record first.
+    // (Stopped after a write that landed, the lease decides, as for anyone.)
+    if carried.is_err() && held.unwritten && held.record.phase == Phase::Running {
+        imports
+            .left_here
+            .lock()
+            .unwrap()
+            .insert(id.to_owned(), (held.etag.clone(), held.record.clone()));
+    }
+    carried
+}
+
+async fn carry(
+    state: &AppState,
+    imports: &super::Imports,
+    id: &str,
+    held: &mut Held,
+) -> Result<(), StoreError> {
     if !held.write(state).await? {
         return Ok(());
     }
@@ -147,11 +184,11 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
             break;
         }
         let fetched = Arc::new(AtomicU64::new(0));
-        let attempt = fetch_into_parts(state, imports, &mut held, offset, &fetched).await;
+        let attempt = fetch_into_parts(state, imports, held, offset, &fetched).await;
         held.record.bytes_fetched += fetched.load(Ordering::Relaxed);
         match attempt {
             Attempt::Done => break,
-            Attempt::UploadGone => return gone(state, &mut held).await,
+            Attempt::UploadGone => return gone(state, held).await,
             Attempt::Lost => return Ok(()),
             Attempt::Fatal(reason) => return held.fail(state, reason).await,
             Attempt::Again(reason) => {
@@ -178,7 +215,7 @@ async fn drive(state: &AppState, id: &str) -> Result<(), StoreError> {
             }
         }
     }
-    complete(state, &mut held).await
+    complete(state, held).await
 }
 
 /// How one attempt ended.

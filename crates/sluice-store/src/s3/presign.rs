@@ -66,6 +66,12 @@ impl S3DirectSigner {
         if let Some(client) = s3_config.http_client() {
             sts = sts.http_client(client);
         }
+        // The S3 client's connect and read timeouts, and no retries of its
+        // own: a store that does not answer fails the call, not hangs it.
+        if let Some(timeouts) = s3_config.timeout_config() {
+            sts = sts.timeout_config(timeouts.clone());
+        }
+        sts = sts.retry_config(aws_sdk_sts::config::retry::RetryConfig::disabled());
         S3DirectSigner {
             sts: aws_sdk_sts::Client::from_conf(sts.build()),
             credentials: store.credentials.clone(),
@@ -246,17 +252,13 @@ impl DirectSigner for S3DirectSigner {
     async fn temporary_credentials(
         &self,
         policy: &str,
+        role_arn: &str,
         duration: Duration,
     ) -> Result<TemporaryCredentials, StoreError> {
         let answer = self
             .sts
             .assume_role()
-            // AWS needs a role to assume; MinIO takes the caller's own keys
-            // and ignores it.
-            .role_arn(
-                std::env::var("SLUICE_DIRECT_ROLE_ARN")
-                    .unwrap_or_else(|_| "arn:aws:iam::000000000000:role/sluice-direct".to_string()),
-            )
+            .role_arn(role_arn)
             .role_session_name("sluice-direct")
             .policy(policy)
             .duration_seconds(duration.as_secs().clamp(900, 43_200) as i32)
