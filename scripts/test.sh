@@ -5,8 +5,8 @@
 # enabled (they fail rather than skip when MinIO is not there), then stops MinIO.
 # It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run,
 # and starts an Apache Kafka broker (KRaft, jars from Maven Central, scripts/kafka.sh)
-# for the record-stream tests, and installs haproxy and promtool for the deploy/
-# checks.
+# for the record-stream tests, Azurite (npm) for the Azure Blob store's tests,
+# and installs haproxy and promtool for the deploy/ checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,11 +71,17 @@ MINIO_KMS_SECRET_KEY="sluice-test-key:$(head -c 32 /dev/urandom | base64)" \
   minio server "$work/data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$console" --quiet \
   >"$work/minio.log" 2>&1 &
 minio_pid=$!
+# Azurite, the Azure Blob emulator (npm, installed with the test clients
+# above), in memory on a loopback port of its own.
+azurite_port=$(free_port)
+tests/clients/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$azurite_port" \
+  --inMemoryPersistence --skipApiVersionCheck --silent >"$work/azurite.log" 2>&1 &
+azurite_pid=$!
 source scripts/kafka.sh
 cleanup() {
   kafka_stop
-  kill "$minio_pid" 2>/dev/null || true
-  wait "$minio_pid" 2>/dev/null || true
+  kill "$minio_pid" "$azurite_pid" 2>/dev/null || true
+  wait "$minio_pid" "$azurite_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -87,6 +93,15 @@ for _ in $(seq 1 120); do
 done
 curl -fsS "http://127.0.0.1:$port/minio/health/live" >/dev/null || { cat "$work/minio.log"; exit 1; }
 echo "==> MinIO on 127.0.0.1:$port"
+for _ in $(seq 1 60); do
+  if curl -sS -o /dev/null "http://127.0.0.1:$azurite_port/devstoreaccount1?comp=list" 2>/dev/null; then break; fi
+  if ! kill -0 "$azurite_pid" 2>/dev/null; then cat "$work/azurite.log"; echo "Azurite did not start" >&2; exit 1; fi
+  sleep 0.5
+done
+echo "==> Azurite on 127.0.0.1:$azurite_port"
+export SLUICE_TEST_AZURE_BLOB_ENDPOINT="http://127.0.0.1:$azurite_port/devstoreaccount1"
+export SLUICE_TEST_AZURE_REQUIRED=1
+unset AZURE_STORAGE_CONNECTION_STRING AZURE_STORAGE_ACCOUNT AZURE_STORAGE_KEY AZURE_STORAGE_SAS_TOKEN 2>/dev/null || true
 kafka_start "$work"
 echo "==> resolving the Iceberg REST Compatibility Kit's jars (Maven Central, cached in ~/.m2)"
 (cd tests/rck && mvn -q dependency:build-classpath -Dmdep.outputFile="$work/rck-classpath.txt" >/dev/null)

@@ -758,7 +758,8 @@ pub struct SyncArgs {
 /// variable, with the same meaning, as its setting `store`, docs/CONFIG.md).
 #[derive(Debug, Args, Clone)]
 pub struct StoreFlag {
-    /// The store: s3://bucket[/prefix] or a local directory [serve's default: ./sluice-data].
+    /// The store: s3://bucket[/prefix], az://container[/prefix] or a local
+    /// directory [serve's default: ./sluice-data].
     #[arg(long = "store", env = "SLUICE_STORE", value_name = "STORE")]
     pub location: String,
 }
@@ -775,7 +776,9 @@ pub struct OpenStoreArgs {
 /// Where to find a bucket and how to sign for it, as aws s3 takes them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct StoreArgs {
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style
+    /// addressing then); for az://, the blob endpoint (Azurite:
+    /// http://127.0.0.1:10000/devstoreaccount1).
     #[arg(
         long,
         visible_alias = "endpoint-url",

@@ -110,7 +110,7 @@ async fn strategies(args: StrategiesArgs) -> anyhow::Result<()> {
     use sluice_bench::strategies::{render, run_strategies, StrategyPlan};
     use sluice_store::StoreLocation;
     let location = StoreLocation::parse(&args.store).map_err(|e| UsageError(e.to_string()))?;
-    if matches!(location, StoreLocation::S3 { .. }) && !args.allow_remote {
+    if matches!(location, StoreLocation::Bucket { .. }) && !args.allow_remote {
         let endpoint = args.endpoint.as_deref().ok_or_else(|| {
             UsageError(
                 "without --endpoint the store is AWS S3; pass --allow-remote to measure it".into(),

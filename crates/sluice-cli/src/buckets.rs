@@ -19,11 +19,20 @@ enum Place {
 
 fn place(location: &str) -> Result<Place, UsageError> {
     match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
-        StoreLocation::S3 { bucket, rest } if rest.is_empty() || rest == "/" => {
-            Ok(Place::Bucket(bucket))
-        }
-        StoreLocation::S3 { bucket, .. } => Err(UsageError(format!(
+        StoreLocation::Bucket {
+            service: sluice_store::Service::S3,
+            bucket,
+            rest,
+        } if rest.is_empty() || rest == "/" => Ok(Place::Bucket(bucket)),
+        StoreLocation::Bucket {
+            service: sluice_store::Service::S3,
+            bucket,
+            ..
+        } => Err(UsageError(format!(
             "{location} names a key or prefix: a bucket is s3://{bucket}"
+        ))),
+        StoreLocation::Bucket { .. } => Err(UsageError(format!(
+            "{location}: mb, rb and ls of buckets are for s3:// and directories; create Azure containers with the Azure CLI or portal"
         ))),
         StoreLocation::Local(path) => Ok(Place::Directory(path)),
     }

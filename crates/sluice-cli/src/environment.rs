@@ -139,6 +139,19 @@ pub fn render() -> String {
         }
     }
     text.push_str(
+        "\nFor `az://` locations (every command that takes a store), the Azure CLI's own\n\
+         variables, `--endpoint` moving the blob endpoint:\n\n\
+         | variable | meaning |\n| --- | --- |\n",
+    );
+    for (name, doc) in crate::azure::VARIABLES {
+        text.push_str(&format!("| `{name}` | {doc} |\n"));
+    }
+    text.push_str(
+        "\nFor `s3://` locations, the AWS SDK's chain (`AWS_ACCESS_KEY_ID`,\n\
+         `AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, `AWS_REGION`, web identity, instance\n\
+         metadata).\n",
+    );
+    text.push_str(
         "\nAlso read: `SLUICE_LOG` (log filter, as `RUST_LOG`: `info` by default,\n\
          `debug` shows each part) and, by the test suite only, `SLUICE_TEST_*`.\n",
     );

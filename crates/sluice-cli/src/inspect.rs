@@ -6,7 +6,7 @@ use anyhow::Context;
 use futures::StreamExt;
 use serde_json::json;
 use sluice_store::s3::PresignedMethod;
-use sluice_store::{error_chain, Encryption, StoreError, StoreLocation};
+use sluice_store::{error_chain, Encryption, Service, StoreError, StoreLocation};
 use sluice_upload::format_size;
 
 use crate::args::{CatArgs, DuArgs, PresignArgs, StatArgs};
@@ -142,10 +142,20 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
     let (bucket, key) = match StoreLocation::parse(&args.location)
         .map_err(|e| UsageError(e.to_string()))?
     {
-        StoreLocation::S3 { bucket, rest } if !rest.is_empty() && !rest.ends_with('/') => {
-            (bucket, rest)
-        }
-        StoreLocation::S3 { .. } => {
+        StoreLocation::Bucket {
+            service: Service::S3,
+            bucket,
+            rest,
+        } if !rest.is_empty() && !rest.ends_with('/') => (bucket, rest),
+        StoreLocation::Bucket {
+            service: Service::Azure,
+            ..
+        } => return Err(UsageError(
+            "presign makes S3 URLs; Azure containers take SAS URLs, which sluice does not make yet"
+                .into(),
+        )
+        .into()),
+        StoreLocation::Bucket { .. } => {
             return Err(UsageError(format!(
                 "{} names no object (expected s3://bucket/key)",
                 args.location

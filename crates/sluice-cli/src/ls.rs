@@ -27,9 +27,14 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
     let recursive = args.recursive || wildcard.is_some();
     let (store, prefix, display) =
         match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
-            StoreLocation::S3 { bucket, rest } => {
+            StoreLocation::Bucket {
+                service,
+                bucket,
+                rest,
+            } => {
                 let store = crate::target::open_store(
-                    StoreLocation::S3 {
+                    StoreLocation::Bucket {
+                        service,
                         bucket: bucket.clone(),
                         rest: String::new(),
                     },
@@ -37,7 +42,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<()> {
                     Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
                 )
                 .await?;
-                (store, rest, format!("s3://{bucket}/"))
+                (store, rest, format!("{}://{bucket}/", service.scheme()))
             }
             StoreLocation::Local(path) => {
                 let (root, rest) = match crate::target::enclosing_store(&path)? {

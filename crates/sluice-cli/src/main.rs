@@ -6,6 +6,7 @@
 
 mod announcing;
 mod args;
+mod azure;
 mod batch;
 mod bench;
 mod buckets;
@@ -261,7 +262,7 @@ async fn put(mut args: PutArgs) -> anyhow::Result<()> {
     {
         object.check_for_directory_store()?;
     }
-    if args.many.dry_run && !args.dest.starts_with("s3://") {
+    if args.many.dry_run && !is_bucket(&args.dest) {
         // Opening a directory store would make its directory.
         return dry_run(
             &format!("upload {}", args.src.display()),
@@ -522,13 +523,21 @@ async fn get(mut args: GetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether a location is in a bucket or container (`s3://`, `az://`), not local.
+fn is_bucket(location: &str) -> bool {
+    matches!(
+        sluice_store::StoreLocation::parse(location),
+        Ok(sluice_store::StoreLocation::Bucket { .. })
+    )
+}
+
 /// Whether a location names a prefix rather than one object: it ends in `/`,
 /// or is a bucket alone.
 fn names_prefix(location: &str) -> bool {
     location.ends_with('/')
         || matches!(
             sluice_store::StoreLocation::parse(location),
-            Ok(sluice_store::StoreLocation::S3 { ref rest, .. }) if rest.is_empty()
+            Ok(sluice_store::StoreLocation::Bucket { ref rest, .. }) if rest.is_empty()
         )
 }
 
@@ -542,11 +551,10 @@ async fn cp(mut args: CopyArgs) -> anyhow::Result<()> {
     for location in [&args.src, &args.dest] {
         sluice_store::StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))?;
     }
-    let is_s3 = |location: &str| location.starts_with("s3://");
-    if is_s3(&args.src) {
-        object::ObjectSpec::from_args(&args.object)?.check_for_copy(is_s3(&args.dest))?;
+    if is_bucket(&args.src) {
+        object::ObjectSpec::from_args(&args.object)?.check_for_copy(is_bucket(&args.dest))?;
     }
-    match (is_s3(&args.src), is_s3(&args.dest)) {
+    match (is_bucket(&args.src), is_bucket(&args.dest)) {
         (false, true) => {
             put(PutArgs {
                 src: PathBuf::from(&args.src),
@@ -618,7 +626,11 @@ async fn mv(mut args: CopyArgs) -> anyhow::Result<()> {
 async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     use sluice_store::StoreLocation;
     let parse = |location: &str| match StoreLocation::parse(location) {
-        Ok(StoreLocation::S3 { bucket, rest }) => Ok((bucket, rest)),
+        Ok(StoreLocation::Bucket {
+            service: sluice_store::Service::S3,
+            bucket,
+            rest,
+        }) => Ok((bucket, rest)),
         _ => Err(UsageError(format!("{location} is not an s3:// location"))),
     };
     let ((source_bucket, source_key), (bucket, rest)) = (parse(&args.src)?, parse(&args.dest)?);

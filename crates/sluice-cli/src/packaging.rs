@@ -67,6 +67,13 @@ pub fn man() -> anyhow::Result<()> {
             doc.replace('\\', "\\\\")
         )?;
     }
+    for (name, doc) in crate::azure::VARIABLES {
+        writeln!(
+            out,
+            ".TP\n\\fB{name}\\fR (az:// locations)\n{}",
+            doc.replace('\\', "\\\\")
+        )?;
+    }
     write_out(&out)
 }
 

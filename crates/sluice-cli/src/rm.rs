@@ -25,17 +25,21 @@ pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
     }
     let location = StoreLocation::parse(&args.location).map_err(|e| UsageError(e.to_string()))?;
     let single_key = match &location {
-        StoreLocation::S3 { rest, .. } if !rest.is_empty() && !rest.ends_with('/') => {
+        StoreLocation::Bucket { rest, .. } if !rest.is_empty() && !rest.ends_with('/') => {
             Some(rest.clone())
         }
-        StoreLocation::S3 { bucket, .. } if !args.location.ends_with('/') => {
+        StoreLocation::Bucket {
+            service, bucket, ..
+        } if !args.location.ends_with('/') => {
             return Err(UsageError(format!(
-                "{}: to remove every object in the bucket, write s3://{bucket}/",
-                args.location
+                "{}: to remove every object in the {}, write {}://{bucket}/",
+                args.location,
+                service.bucket_word(),
+                service.scheme()
             ))
             .into())
         }
-        StoreLocation::S3 { .. } => None,
+        StoreLocation::Bucket { .. } => None,
         StoreLocation::Local(path) if !args.location.ends_with('/') => {
             return Err(UsageError(format!(
                 "{}: a local location is a directory store and must end with / (use rm(1) for a file)",
@@ -62,7 +66,12 @@ pub async fn run(mut args: RmArgs) -> anyhow::Result<()> {
     }
     // For one key, the side is the bucket and the key is taken whole.
     let side_location = match (&location, &single_key) {
-        (StoreLocation::S3 { bucket, .. }, Some(_)) => format!("s3://{bucket}/"),
+        (
+            StoreLocation::Bucket {
+                service, bucket, ..
+            },
+            Some(_),
+        ) => format!("{}://{bucket}/", service.scheme()),
         _ => args.location.clone(),
     };
     let prefix = Side::open_store(&side_location, crate::target::Intent::Read, &args.store).await?;

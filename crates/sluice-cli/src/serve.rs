@@ -52,7 +52,11 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
     let mut direct_signer: Option<Arc<dyn sluice_store::DirectSigner>> = None;
     // (the store, where it is as the start-up check names it)
     let (store, place): (Arc<dyn sluice_store::ObjectStore>, String) = match location {
-        StoreLocation::S3 { bucket, rest } => {
+        StoreLocation::Bucket {
+            service: sluice_store::Service::S3,
+            bucket,
+            rest,
+        } => {
             let bucket_store = crate::target::connect_s3(
                 bucket,
                 rest,
@@ -75,6 +79,23 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
                 bucket_store.endpoint()
             );
             (crate::target::with_faults(Arc::new(bucket_store)), place)
+        }
+        StoreLocation::Bucket {
+            service: sluice_store::Service::Azure,
+            bucket,
+            rest,
+        } => {
+            let reach = crate::args::StoreArgs {
+                endpoint: config.endpoint.clone(),
+                ..Default::default()
+            };
+            let container = crate::azure::connect(bucket, rest, &reach, stall_timeout)?;
+            let place = format!(
+                "{} at {}",
+                sluice_store::ObjectStore::describe(&container),
+                container.endpoint()
+            );
+            (crate::target::with_faults(Arc::new(container)), place)
         }
         local => {
             let store = crate::target::open_store(local, &Default::default(), None).await?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sluice_store::fs::{FsConfig, FsStore};
 use sluice_store::s3::{S3Config, S3Store};
-use sluice_store::{ObjectStore, StoreLocation};
+use sluice_store::{ObjectStore, Service, StoreLocation};
 
 use crate::args::{StoreArgs, TransferArgs};
 use crate::UsageError;
@@ -47,13 +47,17 @@ pub async fn for_put(
             })
     };
     match StoreLocation::parse(dest).map_err(|e| UsageError(e.to_string()))? {
-        StoreLocation::S3 { bucket, rest } => {
+        StoreLocation::Bucket {
+            service,
+            bucket,
+            rest,
+        } => {
             let key = if rest.is_empty() || rest.ends_with('/') {
                 format!("{rest}{}", file_name()?)
             } else {
                 rest
             };
-            s3_target(bucket, key, &transfer.reach()).await
+            bucket_target(service, bucket, key, &transfer.reach()).await
         }
         StoreLocation::Local(path) => {
             let names_dir = path.is_dir() || dest.ends_with('/');
@@ -175,14 +179,20 @@ sluice keeps its bookkeeping in a store's .sluice/, so it writes only into a sto
 /// The source of `get`, `cat`, `stat`, `presign`: one object.
 pub async fn for_get(src: &str, reach: &StoreArgs) -> Result<Target, anyhow::Error> {
     match StoreLocation::parse(src).map_err(|e| UsageError(e.to_string()))? {
-        StoreLocation::S3 { bucket, rest } => {
+        StoreLocation::Bucket {
+            service,
+            bucket,
+            rest,
+        } => {
             if rest.is_empty() || rest.ends_with('/') {
                 return Err(UsageError(format!(
-                    "{src:?} names no object (expected s3://bucket/key)"
+                    "{src:?} names no object (expected {}://{}/key)",
+                    service.scheme(),
+                    service.bucket_word()
                 ))
                 .into());
             }
-            s3_target(bucket, rest, reach).await
+            bucket_target(service, bucket, rest, reach).await
         }
         StoreLocation::Local(path) => {
             let (root, key) = match enclosing_store(&path)? {
@@ -239,9 +249,23 @@ async fn open_store_itself(
     stall_timeout: Option<std::time::Duration>,
 ) -> Result<Arc<dyn ObjectStore>, anyhow::Error> {
     match location {
-        StoreLocation::S3 { bucket, rest } => Ok(Arc::new(
+        StoreLocation::Bucket {
+            service: Service::S3,
+            bucket,
+            rest,
+        } => Ok(Arc::new(
             connect_s3(bucket, rest, reach, stall_timeout).await,
         )),
+        StoreLocation::Bucket {
+            service: Service::Azure,
+            bucket,
+            rest,
+        } => Ok(Arc::new(crate::azure::connect(
+            bucket,
+            rest,
+            reach,
+            stall_timeout,
+        )?)),
         StoreLocation::Local(root) => {
             let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
                 anyhow::anyhow!("cannot open the directory store at {}: {e}", root.display())
@@ -268,18 +292,20 @@ pub async fn connect_s3(
     S3Store::connect(config).await
 }
 
-async fn s3_target(
+async fn bucket_target(
+    service: Service,
     bucket: String,
     key: String,
     reach: &StoreArgs,
 ) -> Result<Target, anyhow::Error> {
-    let location = StoreLocation::S3 {
+    let location = StoreLocation::Bucket {
+        service,
         bucket: bucket.clone(),
         rest: String::new(),
     };
     let store = open_store(location, reach, Some(S3Config::DEFAULT_STALL_TIMEOUT)).await?;
     Ok(Target {
-        display: format!("s3://{bucket}/{key}"),
+        display: format!("{}://{bucket}/{key}", service.scheme()),
         store,
         key,
     })

@@ -25,14 +25,18 @@ pub struct Wildcard {
 const WILDCARDS: [char; 2] = ['*', '?'];
 
 impl Wildcard {
-    /// Splits `location` when it holds a wildcard (in the key, for `s3://`).
+    /// Splits `location` when it holds a wildcard (in the key, for `s3://`
+    /// and `az://`).
     /// A local path that exists as written is itself, not a pattern
     /// (`what?.txt` names that file).
     pub fn split(location: &str) -> Option<Wildcard> {
-        if !location.starts_with("s3://") && std::path::Path::new(location).exists() {
+        let bucket_rest = ["s3://", "az://"]
+            .into_iter()
+            .find_map(|scheme| location.strip_prefix(scheme));
+        if bucket_rest.is_none() && std::path::Path::new(location).exists() {
             return None;
         }
-        let searched_from = match location.strip_prefix("s3://") {
+        let searched_from = match bucket_rest {
             Some(rest) => location.len() - rest.len() + rest.find('/')? + 1,
             None => 0,
         };

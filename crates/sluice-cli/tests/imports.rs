@@ -340,31 +340,6 @@ async fn holds(store: &dyn ObjectStore, key: &str, origin: &Origin, n: usize) ->
     at == origin.sizes[n]
 }
 
-/// (upload kind, count) of the outbox's events, by key.
-async fn outbox_events(store: &dyn ObjectStore) -> BTreeMap<String, (String, usize)> {
-    let mut events = BTreeMap::new();
-    let mut cursor = None;
-    loop {
-        let page = store
-            .list_objects("_sluice/events/pending/", cursor.as_deref(), 1000)
-            .await
-            .unwrap();
-        for entry in &page.objects {
-            let entry: Value =
-                serde_json::from_slice(&common::object_bytes(store, &entry.key).await).unwrap();
-            let data = &entry["event"]["data"];
-            let slot = events
-                .entry(data["key"].as_str().unwrap().to_string())
-                .or_insert((data["upload_kind"].as_str().unwrap().to_string(), 0));
-            slot.1 += 1;
-        }
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return events,
-        }
-    }
-}
-
 /// Waits (60 s at most) until the outbox holds one `import` event for each
 /// of `keys` and nothing else.
 async fn one_import_event_each(store: &dyn ObjectStore, keys: &[String], what: &str) {
@@ -374,7 +349,7 @@ async fn one_import_event_each(store: &dyn ObjectStore, keys: &[String], what: &
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let events = outbox_events(store).await;
+        let events = common::outbox_events(store).await;
         if events == want {
             return;
         }
@@ -851,7 +826,7 @@ async fn a_completed_import_put_back_to_running_is_recorded_completed_again() {
     // At most one attempt's worth fetched again, and still the one event.
     let again = origin.sent[0].load(Ordering::Relaxed) - sent_before;
     assert!(again <= size, "fetched {again} again");
-    let events = outbox_events(&store).await;
+    let events = common::outbox_events(&store).await;
     assert!(
         events.is_empty() || events.values().all(|(_, n)| *n == 1),
         "{events:?}"

@@ -40,10 +40,13 @@ pub struct ServerConfig {
         value_name = "ADDR"
     )]
     pub admin_listen: Option<SocketAddr>,
-    /// The store: s3://bucket[/prefix] or a local directory.
+    /// The store: s3://bucket[/prefix], az://container[/prefix] (the account
+    /// from AZURE_STORAGE_*) or a local directory.
     #[arg(id = "store", long = "store", env = "SLUICE_STORE", value_name = "STORE", default_value = "./sluice-data", value_parser = crate::values::store_location)]
     pub store: String,
-    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style addressing then).
+    /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style
+    /// addressing then); for az://, the blob endpoint (Azurite:
+    /// http://127.0.0.1:10000/devstoreaccount1).
     #[arg(
         id = "endpoint",
         long = "endpoint",
@@ -454,7 +457,10 @@ impl ServerConfig {
         if self.direct.enabled
             && !matches!(
                 sluice_store::StoreLocation::parse(&self.store),
-                Ok(sluice_store::StoreLocation::S3 { .. })
+                Ok(sluice_store::StoreLocation::Bucket {
+                    service: sluice_store::Service::S3,
+                    ..
+                })
             )
         {
             return fail(

@@ -1,12 +1,15 @@
 //! sluice-store owns the `ObjectStore` trait — the storage operations the engine,
 //! the gateway and the janitor use, and no others — and its backends:
-//! [`s3::S3Store`] (aws-sdk-s3; AWS, MinIO, Ceph RGW, R2, ...) and
-//! [`fs::FsStore`] (a local directory, the embedded default).
+//! [`s3::S3Store`] (aws-sdk-s3; AWS, MinIO, Ceph RGW, R2, ...),
+//! [`az::AzureStore`] (Azure Blob Storage and Azurite) and [`fs::FsStore`] (a
+//! local directory, the embedded default).
 //!
 //! Errors are [`StoreError`], split into modelled answers and transient failures
 //! ([`StoreError::is_transient`]). Retrying is the caller's job: backends send each
 //! request once so that one retry policy, the engine's, governs every request.
 
+#[cfg(feature = "az")]
+pub mod az;
 pub mod checksum;
 mod error;
 pub mod exit_fault;
@@ -22,7 +25,7 @@ use async_trait::async_trait;
 
 pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
 pub use error::{error_chain, StoreError};
-pub use location::StoreLocation;
+pub use location::{Service, StoreLocation};
 pub use presign::{BucketRequest, DirectSigner, PostPolicy, PresignedPost, TemporaryCredentials};
 pub use types::*;
 

@@ -1,14 +1,48 @@
-//! Where objects live, as written by a person: `s3://bucket[/prefix]` or a local
-//! directory path. Parsing only; opening a store from a location is the caller's job.
+//! Where objects live, as written by a person: `s3://bucket[/prefix]`,
+//! `az://container[/prefix]` or a local directory path. Parsing only; opening
+//! a store from a location is the caller's job.
 
 use std::fmt;
 use std::path::PathBuf;
 
+/// The object service a bucket location names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `s3://`: AWS S3 and every S3-compatible server.
+    S3,
+    /// `az://`: an Azure Blob Storage container (the account from the
+    /// environment or a connection string).
+    Azure,
+}
+
+impl Service {
+    /// The URL scheme, without `://`.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Service::S3 => "s3",
+            Service::Azure => "az",
+        }
+    }
+
+    /// What the service calls a bucket, for messages.
+    pub fn bucket_word(self) -> &'static str {
+        match self {
+            Service::S3 => "bucket",
+            Service::Azure => "container",
+        }
+    }
+}
+
 /// A parsed store location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
-    /// `s3://bucket/rest`: `rest` is a key or a key prefix, without a leading `/`.
-    S3 { bucket: String, rest: String },
+    /// `s3://bucket/rest` or `az://container/rest`: `rest` is a key or a key
+    /// prefix, without a leading `/`.
+    Bucket {
+        service: Service,
+        bucket: String,
+        rest: String,
+    },
     /// A local path (also accepted as `file://path`).
     Local(PathBuf),
 }
@@ -16,11 +50,15 @@ pub enum StoreLocation {
 /// Why a location string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LocationError {
-    #[error("{0:?} has no bucket name (expected s3://bucket/key)")]
+    #[error("{0:?} has no bucket name (expected s3://bucket/key or az://container/key)")]
     MissingBucket(String),
     #[error("bucket name {0:?} is not valid (3-63 characters: a-z, 0-9, '.', '-')")]
     InvalidBucket(String),
-    #[error("unsupported scheme in {0:?} (expected s3://bucket/key or a local path)")]
+    #[error(
+        "container name {0:?} is not valid (3-63 characters: a-z, 0-9 and single '-' between them)"
+    )]
+    InvalidContainer(String),
+    #[error("unsupported scheme in {0:?} (expected s3://bucket/key, az://container/key or a local path)")]
     UnsupportedScheme(String),
     /// `s3:/b/k`, `s3//b/k`, `S3://b/k`: an S3 URL mistyped, never a path.
     #[error(
@@ -36,15 +74,28 @@ impl StoreLocation {
         if text.is_empty() {
             return Err(LocationError::Empty);
         }
-        if let Some(rest) = text.strip_prefix("s3://") {
+        for service in [Service::S3, Service::Azure] {
+            let Some(rest) = text
+                .strip_prefix(service.scheme())
+                .and_then(|r| r.strip_prefix("://"))
+            else {
+                continue;
+            };
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
                 return Err(LocationError::MissingBucket(text.to_string()));
             }
-            if !valid_bucket(bucket) {
-                return Err(LocationError::InvalidBucket(bucket.to_string()));
+            match service {
+                Service::S3 if !valid_bucket(bucket) => {
+                    return Err(LocationError::InvalidBucket(bucket.to_string()))
+                }
+                Service::Azure if !valid_container(bucket) => {
+                    return Err(LocationError::InvalidContainer(bucket.to_string()))
+                }
+                _ => {}
             }
-            return Ok(StoreLocation::S3 {
+            return Ok(StoreLocation::Bucket {
+                service,
                 bucket: bucket.to_string(),
                 rest: key.to_string(),
             });
@@ -76,7 +127,11 @@ impl StoreLocation {
 impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreLocation::S3 { bucket, rest } => write!(f, "s3://{bucket}/{rest}"),
+            StoreLocation::Bucket {
+                service,
+                bucket,
+                rest,
+            } => write!(f, "{}://{bucket}/{rest}", service.scheme()),
             StoreLocation::Local(path) => write!(f, "{}", path.display()),
         }
     }
@@ -107,6 +162,18 @@ fn valid_bucket(name: &str) -> bool {
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
 }
 
+/// Azure's container names: lower-case letters, digits and single hyphens
+/// between them.
+fn valid_container(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+        && !name.contains("--")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,12 +187,15 @@ mod tests {
 
     #[test]
     fn parse_table() {
-        let s3 = |b: &str, r: &str| {
-            Ok(StoreLocation::S3 {
+        let bucket = |service, b: &str, r: &str| {
+            Ok(StoreLocation::Bucket {
+                service,
                 bucket: b.into(),
                 rest: r.into(),
             })
         };
+        let s3 = |b: &str, r: &str| bucket(Service::S3, b, r);
+        let az = |b: &str, r: &str| bucket(Service::Azure, b, r);
         let cases: Vec<(&str, Result<StoreLocation, LocationError>)> = vec![
             ("s3://bucket/key", s3("bucket", "key")),
             ("s3://bucket/a/b/c.bin", s3("bucket", "a/b/c.bin")),
@@ -142,6 +212,24 @@ mod tests {
             (
                 "gs://b/k",
                 Err(LocationError::UnsupportedScheme("gs://b/k".into())),
+            ),
+            ("az://uploads/in/a.bin", az("uploads", "in/a.bin")),
+            ("az://uploads", az("uploads", "")),
+            (
+                "az://Up_Loads/k",
+                Err(LocationError::InvalidContainer("Up_Loads".into())),
+            ),
+            (
+                "az://a--b/k",
+                Err(LocationError::InvalidContainer("a--b".into())),
+            ),
+            (
+                "az://my.bucket/k",
+                Err(LocationError::InvalidContainer("my.bucket".into())),
+            ),
+            (
+                "az:///k",
+                Err(LocationError::MissingBucket("az:///k".into())),
             ),
             (
                 "./data/file.bin",

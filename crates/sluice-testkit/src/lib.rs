@@ -1,8 +1,9 @@
-//! Test support for sluice, a dev-dependency only: the connection to the MinIO
-//! that `scripts/test.sh` starts ([`minio`]), an in-memory store that measures what
+//! Test support for sluice, a dev-dependency only: the connections to the MinIO
+//! and the Azurite that `scripts/test.sh` starts ([`minio`], [`azurite`]), an in-memory store that measures what
 //! it is sent ([`memory`]), and a wrapper that injects faults and delays
 //! ([`faults`]).
 
+pub mod azurite;
 pub mod faults;
 pub mod memory;
 pub mod minio;
@@ -10,6 +11,23 @@ pub mod tls;
 
 pub use faults::{Fault, FaultyStore, Op};
 pub use memory::MemoryStore;
+
+/// The address of a service `scripts/test.sh` started, from `variable`, or
+/// `None` after saying that `test` skips; with `required` (a variable) set to
+/// 1, a missing address fails the test instead, so that nothing skips
+/// silently in CI.
+pub fn announced(test: &str, variable: &str, required: &str, service: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var(required).as_deref() == Ok("1") {
+                panic!("{test}: {required}=1 but {variable} is not set");
+            }
+            eprintln!("SKIPPED {test}: no {service} (run scripts/test.sh, which starts it)");
+            None
+        }
+    }
+}
 
 /// Deterministic pseudo-random test data (xorshift), so failures reproduce.
 pub fn test_data(len: usize, seed: u64) -> Vec<u8> {

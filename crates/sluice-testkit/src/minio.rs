@@ -13,16 +13,12 @@ pub const TEST_BUCKET: &str = "sluice-test";
 
 /// The endpoint of the test MinIO, or `None` (after saying so) when there is none.
 pub fn endpoint(test: &str) -> Option<String> {
-    match std::env::var("SLUICE_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") {
-                panic!("{test}: SLUICE_TEST_S3_REQUIRED=1 but SLUICE_TEST_S3_ENDPOINT is not set");
-            }
-            eprintln!("SKIPPED {test}: no S3 endpoint (run scripts/test.sh, which starts MinIO)");
-            None
-        }
-    }
+    crate::announced(
+        test,
+        "SLUICE_TEST_S3_ENDPOINT",
+        "SLUICE_TEST_S3_REQUIRED",
+        "S3 endpoint",
+    )
 }
 
 /// A unique key prefix for one test run of one test.

@@ -57,18 +57,25 @@ impl Side {
         reach: &StoreArgs,
     ) -> anyhow::Result<Side> {
         match StoreLocation::parse(location).map_err(|e| UsageError(e.to_string()))? {
-            StoreLocation::S3 { bucket, rest } => {
+            StoreLocation::Bucket {
+                service,
+                bucket,
+                rest,
+            } => {
                 let prefix = as_prefix(&rest);
-                let store = crate::target::connect_s3(
-                    bucket.clone(),
-                    String::new(),
+                let store = crate::target::open_store(
+                    StoreLocation::Bucket {
+                        service,
+                        bucket: bucket.clone(),
+                        rest: String::new(),
+                    },
                     reach,
                     Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
                 )
-                .await;
+                .await?;
                 Ok(Side::Store(Prefix {
-                    store: Arc::new(store),
-                    display: format!("s3://{bucket}/{prefix}"),
+                    store,
+                    display: format!("{}://{bucket}/{prefix}", service.scheme()),
                     bucket: Some(bucket),
                     prefix,
                 }))

@@ -5,6 +5,7 @@
 pub mod kafka;
 pub mod own_minio;
 pub mod spark;
+pub mod stores;
 pub mod tables;
 
 use std::io::{BufRead, BufReader};
@@ -374,4 +375,31 @@ pub fn hs256_token(secret: &[u8], claims: serde_json::Value) -> String {
         &jsonwebtoken::EncodingKey::from_secret(secret),
     )
     .unwrap()
+}
+
+/// (upload kind, count) of the outbox's events, by key.
+pub async fn outbox_events(
+    store: &dyn ObjectStore,
+) -> std::collections::BTreeMap<String, (String, usize)> {
+    let mut events = std::collections::BTreeMap::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list_objects("_sluice/events/pending/", cursor.as_deref(), 1000)
+            .await
+            .unwrap();
+        for entry in &page.objects {
+            let entry: serde_json::Value =
+                serde_json::from_slice(&object_bytes(store, &entry.key).await).unwrap();
+            let data = &entry["event"]["data"];
+            let slot = events
+                .entry(data["key"].as_str().unwrap().to_string())
+                .or_insert((data["upload_kind"].as_str().unwrap().to_string(), 0));
+            slot.1 += 1;
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return events,
+        }
+    }
 }

@@ -1,0 +1,322 @@
+//! The guarantees that rest on the store, on every store the suite starts
+//! (MinIO and Azurite; `common::stores`), with the built binary and default
+//! settings:
+//!
+//! - the CLI's put, get, ls, sync and rm move files byte-exact both ways, and
+//!   sync moves only what differs;
+//! - a create-only race (`If-None-Match: *`, eight clients, one key, small and
+//!   multipart) has exactly one winner, whose bytes are stored, and leaves no
+//!   multipart upload behind;
+//! - a PUT whose gateway exits right after its Nth store write (the intent,
+//!   each part, the completion, the event, ...), for every N: after a gateway
+//!   with the default settings has run, an object that exists has exactly
+//!   one `upload.completed` event and an event names an object that exists,
+//!   once `sluice janitor` has aborted what the dead gateways left open.
+//!
+//! The conformance suite (`sluice-store`'s tests) checks each operation; these
+//! check what users rely on end to end.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::stores::{Backend, TestStore, BACKENDS};
+use sluice_testkit::test_data;
+
+const MIB: usize = 1024 * 1024;
+
+fn run_ok(command: &mut std::process::Command, what: &str) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Every file under `dir`, by relative path.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let name = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                files.insert(name, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_puts_gets_syncs_and_removes_on_every_store() {
+    for backend in BACKENDS {
+        let Some(store) = TestStore::open(backend, "stores-cli").await else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // One small file and one of several parts, put and got back.
+        for (name, size) in [("small.bin", 1000), ("large.bin", 20 * MIB + 7)] {
+            let data = test_data(size, size as u64);
+            let file = dir.path().join(name);
+            std::fs::write(&file, &data).unwrap();
+            let location = store.location(&format!("one/{name}"));
+            run_ok(
+                &mut store.sluice(&["put", file.to_str().unwrap(), &location]),
+                &format!("{backend:?}: put {name}"),
+            );
+            let back = dir.path().join(format!("{name}.back"));
+            run_ok(
+                &mut store.sluice(&["get", &location, back.to_str().unwrap()]),
+                &format!("{backend:?}: get {name}"),
+            );
+            assert!(
+                std::fs::read(&back).unwrap() == data,
+                "{backend:?}: {name} differs"
+            );
+        }
+        let listed = run_ok(
+            &mut store.sluice(&["ls", &store.location("one/")]),
+            &format!("{backend:?}: ls"),
+        );
+        assert!(
+            listed.contains("small.bin") && listed.contains("large.bin"),
+            "{backend:?}: {listed}"
+        );
+        // A tree up, two files changed, up again, and down into another directory.
+        let up = dir.path().join("up");
+        for i in 0..30 {
+            let path = up.join(format!("d{}/f{i}.txt", i % 3));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, test_data(500 + i * 37, i as u64)).unwrap();
+        }
+        let remote = store.location("tree/");
+        run_ok(
+            &mut store.sluice(&["sync", up.to_str().unwrap(), &remote]),
+            &format!("{backend:?}: first sync"),
+        );
+        std::fs::write(up.join("d0/f0.txt"), b"changed").unwrap();
+        std::fs::write(up.join("d1/f1.txt"), b"changed too, longer").unwrap();
+        let second = run_ok(
+            &mut store.sluice(&["sync", up.to_str().unwrap(), &remote]),
+            &format!("{backend:?}: second sync"),
+        );
+        assert!(
+            second.contains("synced 2 files") && second.contains("28 unchanged"),
+            "{backend:?}: the second sync said:\n{second}"
+        );
+        let down = dir.path().join("down");
+        run_ok(
+            &mut store.sluice(&["sync", &remote, down.to_str().unwrap()]),
+            &format!("{backend:?}: sync down"),
+        );
+        assert!(tree(&up) == tree(&down), "{backend:?}: the trees differ");
+        run_ok(
+            &mut store.sluice(&["rm", &store.location("")]),
+            &format!("{backend:?}: rm"),
+        );
+        let left = sluice_store::list_all(store.store.as_ref(), "")
+            .await
+            .unwrap();
+        let left: Vec<&str> = left
+            .iter()
+            .map(|o| o.key.as_str())
+            .filter(|k| !sluice_store::is_reserved_key(k))
+            .collect();
+        assert!(left.is_empty(), "{backend:?}: left after rm: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_only_race_has_one_winner_on_every_store() {
+    for backend in BACKENDS {
+        let Some(store) = TestStore::open(backend, "stores-race").await else {
+            return;
+        };
+        let gateway = store.serve("127.0.0.1:0", &[]);
+        let client = reqwest::Client::new();
+        for (case, size) in [("small", 2000), ("multipart", 12 * MIB)] {
+            let key = format!("race/{case}");
+            let racers: Vec<_> = (0..8u64)
+                .map(|n| {
+                    let (client, url) =
+                        (client.clone(), format!("{}/v1/objects/{key}", gateway.url));
+                    let body = Bytes::from(test_data(size, 100 + n));
+                    tokio::spawn(async move {
+                        let status = client
+                            .put(url)
+                            .header("if-none-match", "*")
+                            .body(body.clone())
+                            .send()
+                            .await
+                            .unwrap()
+                            .status()
+                            .as_u16();
+                        (status, body)
+                    })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for racer in racers {
+                answers.push(racer.await.unwrap());
+            }
+            let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+            let winners: Vec<&Bytes> = answers
+                .iter()
+                .filter(|(s, _)| (200..300).contains(s))
+                .map(|(_, b)| b)
+                .collect();
+            assert_eq!(winners.len(), 1, "{backend:?} {case}: {statuses:?}");
+            assert!(
+                statuses.iter().all(|s| (200..300).contains(s) || *s == 412),
+                "{backend:?} {case}: {statuses:?}"
+            );
+            let stored = common::object_bytes(store.store.as_ref(), &key).await;
+            assert!(
+                stored == winners[0].as_ref(),
+                "{backend:?} {case}: the stored object is not the winner's"
+            );
+        }
+        let open = store.store.list_multipart_uploads("").await.unwrap();
+        assert!(open.is_empty(), "{backend:?}: {open:?}");
+    }
+}
+
+/// How many store writes the walk covers (puts, completions, deletes: what
+/// `SLUICE_FAULT_EXIT_AFTER_STORE_WRITES` counts): past the last write of a
+/// multipart PUT with its event (intent, completion, outbox entry, intent
+/// removal), where the gateway no longer exits before answering.
+const WRITES: u64 = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_killed_after_each_store_write_has_one_event_on_every_store() {
+    for backend in BACKENDS.into_iter().rev() {
+        killed_after_each_write(backend).await;
+    }
+}
+
+async fn killed_after_each_write(backend: Backend) {
+    let Some(store) = TestStore::open(backend, "stores-kill-walk").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, b"the kill walk's events secret, 32 bytes or more").unwrap();
+    // Events go nowhere, so they stay in the outbox to be counted.
+    let events = [
+        "--event-url",
+        "http://127.0.0.1:9/events",
+        "--event-secret-file",
+        secret.to_str().unwrap(),
+    ];
+    // Over the 16 MiB threshold: a multipart upload (on Azure, staged blocks).
+    let data = Bytes::from(test_data(20 * MIB + 5, 51));
+    let client = reqwest::Client::new();
+    // Side by side: one gateway per N, each exiting after its Nth write.
+    let mut walk = Vec::new();
+    for n in 1..=WRITES {
+        let n_text = n.to_string();
+        let gateway = store.serve_with_env(
+            "127.0.0.1:0",
+            &events,
+            &[("SLUICE_FAULT_EXIT_AFTER_STORE_WRITES", n_text.as_str())],
+        );
+        let key = format!("walk/{n}");
+        let put = client
+            .put(format!("{}/v1/objects/{key}", gateway.url))
+            .body(data.clone())
+            .send();
+        walk.push((n, gateway, tokio::spawn(put)));
+    }
+    let mut answered = BTreeMap::new();
+    let mut gateways = Vec::new();
+    for (n, gateway, put) in walk {
+        let status = put.await.unwrap().map(|r| r.status().as_u16()).ok();
+        answered.insert(n, status);
+        gateways.push(gateway);
+    }
+    // The last walk's PUT was answered before its gateway's fault: the walk
+    // covered every write the PUT makes.
+    assert!(
+        answered[&WRITES].is_some_and(|s| (200..300).contains(&s)),
+        "{backend:?}: {answered:?}"
+    );
+    drop(gateways);
+    // `sluice janitor` aborts what the dead gateways left open, and a gateway
+    // with the default settings settles their intents (older than 30 s): an
+    // object made becomes its event, an upload gone without one is dropped.
+    let (flags, env) = store.reach();
+    let location = store.location("");
+    run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["janitor", "--store", &location, "--older-than", "0s"])
+            .args(&flags)
+            .envs(env),
+        &format!("{backend:?}: janitor"),
+    );
+    let open = store.store.list_multipart_uploads("walk/").await.unwrap();
+    assert!(open.is_empty(), "{backend:?}: {open:?}");
+    let _settler = store.serve("127.0.0.1:0", &events);
+    // Until every object has its event (an intent whose object was never
+    // made, written before its multipart upload was, waits out its 15
+    // minutes: it is not waited for here).
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let (objects, events) = loop {
+        let events = common::outbox_events(store.store.as_ref()).await;
+        let objects: Vec<String> = sluice_store::list_all(store.store.as_ref(), "walk/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        let settled = objects
+            .iter()
+            .all(|k| events.get(k).is_some_and(|(_, count)| *count == 1));
+        if settled {
+            break (objects, events);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{backend:?}: objects {objects:?}, events {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    for key in &objects {
+        assert!(
+            common::object_bytes(store.store.as_ref(), key).await == data.as_ref(),
+            "{backend:?}: {key} differs"
+        );
+    }
+    for key in events.keys() {
+        assert!(
+            objects.contains(key),
+            "{backend:?}: an event names {key}, which does not exist"
+        );
+    }
+    // Every 2xx names an object that exists.
+    for (n, status) in &answered {
+        if status.is_some_and(|s| (200..300).contains(&s)) {
+            assert!(
+                objects.contains(&format!("walk/{n}")),
+                "{backend:?}: write {n} answered {status:?} without an object"
+            );
+        }
+    }
+    eprintln!(
+        "{backend:?}: {} of {WRITES} walks made an object, each with one event; answers {answered:?}",
+        objects.len()
+    );
+}

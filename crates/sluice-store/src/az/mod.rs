@@ -1,0 +1,984 @@
+//! The Azure Blob Storage backend, on Azure's REST API over `reqwest` (Shared
+//! Key or SAS): block blobs in one container, under an optional prefix.
+//!
+//! How S3's model maps onto it:
+//! - a put is Put Blob, with `If-None-Match: *` / `If-Match` as sent (Azure
+//!   answers 409 `BlobAlreadyExists` where S3 answers 412: both are
+//!   [`StoreError::PreconditionFailed`]);
+//! - every write carries `x-ms-content-crc64`, which Azure verifies; the
+//!   object's checksum (CRC-64/NVME, or CRC-32C when asked) is kept in a
+//!   metadata entry of sluice's own, since Azure stores none;
+//! - a multipart upload stages blocks on the destination blob itself (Put
+//!   Block); a block's id names the upload, the part and its CRCs
+//!   ([`names`]); completion is Put Block List with the condition;
+//! - an upload exists while its record `_sluice/azure/uploads/KEY/ID` does
+//!   (content type, metadata and settings given at the start): `list_parts`,
+//!   completion and the janitor's listing go by it, and abort deletes it.
+//!   Azure collects the blocks of an aborted upload after a week.
+//!
+//! Two uploads to one key share that blob's uncommitted blocks: completing or
+//! overwriting the key drops the other's parts, whose completion then fails
+//! (S3 keeps them apart). sluice's keys are unique per upload by default.
+
+mod auth;
+mod body;
+mod client;
+mod errors;
+mod names;
+mod xml;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use reqwest::Method;
+
+pub use auth::{AzureAccount, AzureAccountError, AzureCredential, EMULATOR_ACCOUNT, EMULATOR_KEY};
+
+use crate::checksum::{Checksum, ChecksumAlgorithm};
+use crate::error::StoreError;
+use crate::types::*;
+use crate::{limits, ObjectStore};
+use client::{header_text, Call, Client};
+use errors::Context;
+use names::{BlockId, PartCrcs, StoredName};
+
+/// Where the records of uploads in progress are kept, under the store's prefix.
+const RECORDS: &str = crate::reserved_key!("azure/uploads/");
+
+/// How to reach a container.
+#[derive(Debug, Clone)]
+pub struct AzureConfig {
+    pub account: AzureAccount,
+    pub container: String,
+    /// Prepended to every key (a `/` is added if missing); empty for none.
+    pub prefix: String,
+    pub connect_timeout: Duration,
+    /// The longest a request may wait for an answer or the next body byte;
+    /// `None` waits as long as the connection lives.
+    pub stall_timeout: Option<Duration>,
+}
+
+impl AzureConfig {
+    pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+    pub fn new(account: AzureAccount, container: impl Into<String>) -> AzureConfig {
+        AzureConfig {
+            account,
+            container: container.into(),
+            prefix: String::new(),
+            connect_timeout: Duration::from_secs(5),
+            stall_timeout: Some(AzureConfig::DEFAULT_STALL_TIMEOUT),
+        }
+    }
+}
+
+/// A container of an Azure storage account as an [`ObjectStore`].
+#[derive(Debug)]
+pub struct AzureStore {
+    client: Client,
+    prefix: String,
+}
+
+/// What an upload was started with, kept until it completes or is aborted.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct UploadRecord {
+    key: String,
+    content_type: Option<String>,
+    metadata: Metadata,
+    settings: ObjectSettings,
+    checksum_algorithm: Option<ChecksumAlgorithm>,
+}
+
+impl AzureStore {
+    pub fn open(config: AzureConfig) -> Result<AzureStore, StoreError> {
+        let mut prefix = config.prefix;
+        if !prefix.is_empty() && !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        let client = Client::new(
+            config.account,
+            config.container,
+            config.connect_timeout,
+            config.stall_timeout,
+        )?;
+        Ok(AzureStore { client, prefix })
+    }
+
+    fn full(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn context<'a>(&'a self, key: &'a str) -> Context<'a> {
+        Context {
+            key,
+            container: self.client.container(),
+            create_only: false,
+        }
+    }
+
+    fn record_name(&self, key: &str, upload_id: &str) -> String {
+        self.full(&format!("{RECORDS}{key}/{upload_id}"))
+    }
+
+    /// The record of an upload, or `NoSuchUpload`.
+    async fn record(&self, key: &str, upload_id: &str) -> Result<UploadRecord, StoreError> {
+        let name = self.record_name(key, upload_id);
+        let no_such = || StoreError::NoSuchUpload {
+            upload_id: upload_id.to_string(),
+        };
+        let answer = self
+            .client
+            .send(Call::new(Method::GET, Some(&name), self.context(key)))
+            .await
+            .map_err(|e| if e.is_not_found() { no_such() } else { e })?;
+        let text = answer
+            .bytes()
+            .await
+            .map_err(|e| self.client.transport(&e))?;
+        let record: UploadRecord =
+            serde_json::from_slice(&text).map_err(|e| StoreError::Service {
+                status: 200,
+                code: "UnreadableUploadRecord".into(),
+                message: format!("{name}: {e}"),
+            })?;
+        if record.key != key {
+            return Err(no_such());
+        }
+        Ok(record)
+    }
+
+    /// Whether the record of an upload exists (one HEAD).
+    async fn check_record(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        let name = self.record_name(key, upload_id);
+        self.client
+            .send(Call::new(Method::HEAD, Some(&name), self.context(key)))
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                e if e.is_not_found() => StoreError::NoSuchUpload {
+                    upload_id: upload_id.to_string(),
+                },
+                e => e,
+            })
+    }
+
+    /// sluice's blocks of a blob, committed or not, by id.
+    async fn blocks(&self, key: &str) -> Result<Vec<(BlockId, String, u64)>, StoreError> {
+        let name = self.full(key);
+        let call = Call::new(Method::GET, Some(&name), self.context(key))
+            .query("comp", "blocklist")
+            .query("blocklisttype", "all");
+        let answer = match self.client.send(call).await {
+            Ok(answer) => answer,
+            // No blob and no staged block.
+            Err(e) if e.is_not_found() => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+        let root = xml::parse(&text).map_err(unreadable)?;
+        let mut blocks = Vec::new();
+        for list in ["CommittedBlocks", "UncommittedBlocks"] {
+            let Some(list) = root.child(list) else {
+                continue;
+            };
+            for block in list.children_named("Block") {
+                let id_text = block.text_at("Name").unwrap_or("");
+                let size = block
+                    .text_at("Size")
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                if let Some(id) = BlockId::decode(id_text) {
+                    blocks.push((id, id_text.to_string(), size));
+                }
+            }
+        }
+        Ok(blocks)
+    }
+
+    /// Stages one block: sent with its CRC-64 when known, while the upload's
+    /// record is checked beside it.
+    async fn stage_block(
+        &self,
+        key: &str,
+        upload_id: &str,
+        id: &str,
+        sent: reqwest::Body,
+        len: u64,
+        crc64: Option<String>,
+    ) -> Result<(), StoreError> {
+        let name = self.full(key);
+        let mut call = Call::new(Method::PUT, Some(&name), self.context(key))
+            .query("comp", "block")
+            .query("blockid", id)
+            .body(sent, len);
+        if let Some(crc64) = crc64 {
+            call = call.header("x-ms-content-crc64", crc64);
+        }
+        let (record, staged) =
+            tokio::join!(self.check_record(key, upload_id), self.client.send(call));
+        record?;
+        staged.map(|_| ())
+    }
+
+    /// Every upload record under `prefix` (relative to the store).
+    async fn records(&self, prefix: &str) -> Result<Vec<ObjectSummary>, StoreError> {
+        let mut listed = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .list_objects(&format!("{RECORDS}{prefix}"), cursor.as_deref(), 1000)
+                .await?;
+            listed.extend(page.objects);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(listed),
+            }
+        }
+    }
+
+    /// An object's description from the headers of a GET or HEAD answer.
+    fn meta_of(&self, key: &str, answer: &reqwest::Response, whole: bool) -> ObjectMeta {
+        let header = |name: &str| header_text(answer, name);
+        let length: u64 = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let size = header("content-range")
+            .and_then(|r| r.rsplit('/').next().and_then(|t| t.parse().ok()))
+            .unwrap_or(length);
+        let mut metadata = Metadata::new();
+        let mut own = BTreeMap::new();
+        for (name, value) in answer.headers() {
+            let Some(stored) = name.as_str().strip_prefix("x-ms-meta-") else {
+                continue;
+            };
+            let value = value.to_str().unwrap_or("").to_string();
+            match names::metadata_name_in(stored) {
+                StoredName::User(name) => {
+                    metadata.insert(name, value);
+                }
+                StoredName::Own(name) => {
+                    own.insert(name, value);
+                }
+            }
+        }
+        let checksum = [ChecksumAlgorithm::Crc64nvme, ChecksumAlgorithm::Crc32c]
+            .into_iter()
+            .find_map(|a| {
+                own.get(a.name())
+                    .and_then(|text| Checksum::from_base64(a, text))
+            })
+            .filter(|_| whole);
+        let explicit_tier = header("x-ms-access-tier-inferred").as_deref() != Some("true");
+        ObjectMeta {
+            key: key.to_string(),
+            size,
+            etag: header("etag").unwrap_or_default(),
+            last_modified: header("last-modified")
+                .and_then(|d| httpdate::parse_http_date(&d).ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+            content_type: header("content-type"),
+            metadata,
+            settings: ObjectSettings {
+                cache_control: header("cache-control"),
+                content_encoding: header("content-encoding"),
+                content_disposition: header("content-disposition"),
+                storage_class: header("x-ms-access-tier").filter(|_| explicit_tier),
+                acl: None,
+                encryption: None,
+            },
+            checksum,
+        }
+    }
+
+    /// The copy of a range of `source` as a block: its bytes stream from a
+    /// GET into the Put Block.
+    async fn copy_block(&self, request: &CopyPartRequest, block: &str) -> Result<u64, StoreError> {
+        if request.source_bucket.is_some() {
+            return Err(StoreError::Unsupported(
+                "copying parts from another container",
+            ));
+        }
+        let source = self.full(&request.source_key);
+        let mut call = Call::new(
+            Method::GET,
+            Some(&source),
+            self.context(&request.source_key),
+        );
+        if let Some(range) = request.source_range {
+            match range.end {
+                Some(end) if end <= range.start => return Err(StoreError::InvalidRange),
+                Some(end) => {
+                    call = call.header("x-ms-range", format!("bytes={}-{}", range.start, end - 1))
+                }
+                None => call = call.header("x-ms-range", format!("bytes={}-", range.start)),
+            }
+        }
+        if let Some(etag) = &request.source_if_match {
+            call = call.header("if-match", etag.as_str());
+        }
+        let answer = self.client.send(call).await?;
+        let meta = self.meta_of(&request.source_key, &answer, false);
+        // A range past the source's end is refused, as S3 refuses it.
+        if request
+            .source_range
+            .and_then(|r| r.end)
+            .is_some_and(|end| end > meta.size)
+        {
+            return Err(StoreError::InvalidRange);
+        }
+        let len: u64 = header_text(&answer, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let transport_error = |e: reqwest::Error| std::io::Error::other(e.to_string());
+        let sent = reqwest::Body::wrap_stream(answer.bytes_stream().map_err(transport_error));
+        self.stage_block(&request.key, &request.upload_id, block, sent, len, None)
+            .await?;
+        Ok(len)
+    }
+}
+
+/// The upload id's bytes, as block ids hold them; an id sluice did not
+/// make names no upload.
+fn upload_of(upload_id: &str) -> Result<[u8; 16], StoreError> {
+    names::upload_bytes(upload_id).ok_or_else(|| StoreError::NoSuchUpload {
+        upload_id: upload_id.to_string(),
+    })
+}
+
+/// An ETag in quotes (listings give them bare, headers quoted).
+fn quoted(etag: &str) -> String {
+    match etag {
+        "" => String::new(),
+        e if e.starts_with('"') => e.to_string(),
+        e => format!("\"{e}\""),
+    }
+}
+
+/// An answer that is not the XML it should be.
+fn unreadable(error: xml::XmlError) -> StoreError {
+    StoreError::Service {
+        status: 200,
+        code: "UnreadableAnswer".into(),
+        message: error.to_string(),
+    }
+}
+
+/// The headers that set a blob's content type, settings and metadata (the
+/// user's and sluice's own entries).
+fn property_headers(
+    content_type: Option<&str>,
+    metadata: &Metadata,
+    settings: &ObjectSettings,
+    checksum: Option<Checksum>,
+) -> Result<Vec<(String, String)>, StoreError> {
+    if settings.acl.is_some() {
+        return Err(StoreError::Unsupported(
+            "ACLs on Azure Blob (access is set per container)",
+        ));
+    }
+    if settings.encryption.is_some() {
+        return Err(StoreError::Unsupported(
+            "S3 server-side encryption settings on Azure Blob (Azure encrypts every blob)",
+        ));
+    }
+    let mut headers = Vec::new();
+    let mut set = |name: &str, value: Option<&String>| {
+        if let Some(value) = value {
+            headers.push((name.to_string(), value.clone()));
+        }
+    };
+    set(
+        "x-ms-blob-content-type",
+        content_type.map(str::to_string).as_ref(),
+    );
+    set("x-ms-blob-cache-control", settings.cache_control.as_ref());
+    set(
+        "x-ms-blob-content-encoding",
+        settings.content_encoding.as_ref(),
+    );
+    set(
+        "x-ms-blob-content-disposition",
+        settings.content_disposition.as_ref(),
+    );
+    if let Some(class) = &settings.storage_class {
+        let tier = ["Hot", "Cool", "Cold", "Archive"]
+            .into_iter()
+            .find(|t| t.eq_ignore_ascii_case(class))
+            .ok_or(StoreError::Unsupported(
+                "this storage class on Azure Blob (its access tiers are Hot, Cool, Cold and Archive)",
+            ))?;
+        headers.push(("x-ms-access-tier".into(), tier.into()));
+    }
+    for (name, value) in metadata {
+        headers.push((
+            format!("x-ms-meta-{}", names::metadata_name_out(name)),
+            value.clone(),
+        ));
+    }
+    if let Some(checksum) = checksum {
+        headers.push((
+            format!("x-ms-meta-{}", names::checksum_entry(checksum.algorithm)),
+            checksum.to_base64(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// The headers of a write's condition.
+fn condition_header(condition: &Option<WriteCondition>) -> Option<(&'static str, String)> {
+    match condition {
+        None => None,
+        Some(WriteCondition::IfNoneMatch) => Some(("if-none-match", "*".into())),
+        Some(WriteCondition::IfMatch(etag)) => Some(("if-match", etag.clone())),
+    }
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[async_trait]
+impl ObjectStore for AzureStore {
+    fn describe(&self) -> String {
+        format!("az://{}/{}", self.client.container(), self.prefix)
+    }
+
+    async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
+        let crcs = body::crcs_of(&request.body).await?;
+        body::check_declared(crcs, request.checksum)?;
+        let algorithm = request
+            .checksum
+            .map_or(ChecksumAlgorithm::Crc64nvme, |c| c.algorithm);
+        let checksum = PartCrcs::of(algorithm, Some(crcs));
+        let name = self.full(&request.key);
+        let mut context = self.context(&request.key);
+        context.create_only = request.condition == Some(WriteCondition::IfNoneMatch);
+        let (sent, len) = body::outgoing(&request.body);
+        let mut call = Call::new(Method::PUT, Some(&name), context)
+            .header("x-ms-blob-type", "BlockBlob")
+            .header("x-ms-content-crc64", body::crc64_header(crcs))
+            .body(sent, len);
+        for (header, value) in property_headers(
+            request.content_type.as_deref(),
+            &request.metadata,
+            &request.settings,
+            checksum,
+        )? {
+            call = call.header(&header, value);
+        }
+        if let Some((header, value)) = condition_header(&request.condition) {
+            call = call.header(header, value);
+        }
+        let answer = self.client.send(call).await?;
+        Ok(PutOutput {
+            etag: header_text(&answer, "etag").unwrap_or_default(),
+            checksum,
+        })
+    }
+
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+    ) -> Result<GetOutput, StoreError> {
+        if matches!(range, Some(ByteRange { start, end: Some(end) }) if end < start) {
+            return Err(StoreError::InvalidRange);
+        }
+        let name = self.full(key);
+        let mut call = Call::new(Method::GET, Some(&name), self.context(key));
+        // An empty range is asked as one byte and answered with none.
+        let mut empty = false;
+        if let Some(r) = range {
+            let header = match r.end.filter(|&e| e <= limits::MAX_OBJECT_SIZE) {
+                Some(end) if end > r.start => format!("bytes={}-{}", r.start, end - 1),
+                Some(_) => {
+                    empty = true;
+                    format!("bytes={}-{}", r.start, r.start)
+                }
+                None => format!("bytes={}-", r.start),
+            };
+            call = call.header("x-ms-range", header);
+        }
+        let answer = match self.client.send(call).await {
+            Ok(answer) => answer,
+            // Azure refuses any range of an empty blob; S3 answers `0-` with nothing.
+            Err(StoreError::InvalidRange) if range.is_some_and(|r| r.start == 0) => {
+                let meta = self.head_object(key).await?;
+                if meta.size != 0 {
+                    return Err(StoreError::InvalidRange);
+                }
+                return Ok(GetOutput {
+                    meta,
+                    range: (0, 0),
+                    body: Box::pin(futures::stream::empty()),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let meta = self.meta_of(key, &answer, range.is_none());
+        // Azurite answers a range that starts at the end with nothing; S3 refuses it.
+        if range.is_some_and(|r| r.resolve(meta.size).is_none()) {
+            return Err(StoreError::InvalidRange);
+        }
+        let start = range.map_or(0, |r| r.start);
+        let length: u64 = header_text(&answer, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if empty {
+            return Ok(GetOutput {
+                meta,
+                range: (start, start),
+                body: Box::pin(futures::stream::empty()),
+            });
+        }
+        let endpoint = self.client.account().endpoint.clone();
+        let body = answer
+            .bytes_stream()
+            .map_err(move |e| StoreError::Transport {
+                at: Some(endpoint.clone()),
+                cause: crate::error::error_chain(&e),
+            });
+        Ok(GetOutput {
+            meta,
+            range: (start, start + length),
+            body: Box::pin(body),
+        })
+    }
+
+    async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let name = self.full(key);
+        let answer = self
+            .client
+            .send(Call::new(Method::HEAD, Some(&name), self.context(key)))
+            .await?;
+        Ok(self.meta_of(key, &answer, true))
+    }
+
+    async fn delete_object(&self, key: &str) -> Result<(), StoreError> {
+        let name = self.full(key);
+        let call = Call::new(Method::DELETE, Some(&name), self.context(key))
+            .header("x-ms-delete-snapshots", "include");
+        match self.client.send(call).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list_objects(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        let limit = limit.clamp(1, 5000);
+        let full_prefix = self.full(prefix);
+        let mut objects: Vec<ObjectSummary> = Vec::new();
+        let mut marker: Option<String> = None;
+        let more = loop {
+            let mut call = Call::new(Method::GET, None, self.context(prefix))
+                .query("restype", "container")
+                .query("comp", "list")
+                .query("maxresults", (limit + 1).min(5000).to_string());
+            if !full_prefix.is_empty() {
+                call = call.query("prefix", full_prefix.as_str());
+            }
+            match (&marker, cursor) {
+                (Some(marker), _) => call = call.query("marker", marker.as_str()),
+                (None, Some(cursor)) => call = call.query("startFrom", self.full(cursor)),
+                (None, None) => {}
+            }
+            let answer = self.client.send(call).await?;
+            let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+            let root = xml::parse(&text).map_err(unreadable)?;
+            for blob in root
+                .child("Blobs")
+                .into_iter()
+                .flat_map(|b| b.children_named("Blob"))
+            {
+                let Some(name) = blob.child("Name") else {
+                    continue;
+                };
+                let name = if name.attribute("Encoded") == Some("true") {
+                    percent_encoding::percent_decode_str(&name.text)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                } else {
+                    name.text.clone()
+                };
+                let Some(key) = name.strip_prefix(&self.prefix) else {
+                    continue;
+                };
+                // `startFrom` is inclusive; a cursor names the last key seen.
+                if cursor.is_some_and(|c| key <= c) {
+                    continue;
+                }
+                objects.push(ObjectSummary {
+                    key: key.to_string(),
+                    size: blob
+                        .text_at("Properties/Content-Length")
+                        .and_then(|s| s.trim().parse().ok())
+                        .unwrap_or(0),
+                    // Quoted, as the ETag header of a HEAD or GET has it.
+                    etag: quoted(blob.text_at("Properties/Etag").unwrap_or("")),
+                    last_modified: blob
+                        .text_at("Properties/Last-Modified")
+                        .and_then(|d| httpdate::parse_http_date(d).ok())
+                        .unwrap_or(SystemTime::UNIX_EPOCH),
+                });
+            }
+            let next_marker = root
+                .text_at("NextMarker")
+                .filter(|m| !m.is_empty())
+                .map(str::to_string);
+            if objects.len() > limit {
+                objects.truncate(limit);
+                break true;
+            }
+            match next_marker {
+                Some(_) if objects.len() == limit => break true,
+                Some(next) => marker = Some(next),
+                None => break false,
+            }
+        };
+        let next_cursor = more
+            .then(|| objects.last().map(|o| o.key.clone()))
+            .flatten();
+        Ok(ListPage {
+            objects,
+            next_cursor,
+        })
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        request: CreateMultipartRequest,
+    ) -> Result<String, StoreError> {
+        // Refused at the start rather than at completion.
+        property_headers(
+            request.content_type.as_deref(),
+            &request.metadata,
+            &request.settings,
+            None,
+        )?;
+        let upload_id = uuid::Uuid::new_v4().simple().to_string();
+        let record = UploadRecord {
+            key: request.key.clone(),
+            content_type: request.content_type,
+            metadata: request.metadata,
+            settings: request.settings,
+            checksum_algorithm: request.checksum_algorithm,
+        };
+        let text = serde_json::to_vec(&record).expect("a record serializes");
+        let name = self.record_name(&request.key, &upload_id);
+        let crcs = body::crcs_of(&Body::from(text.clone())).await?;
+        let mut context = self.context(&request.key);
+        context.create_only = true;
+        let len = text.len() as u64;
+        let call = Call::new(Method::PUT, Some(&name), context)
+            .header("x-ms-blob-type", "BlockBlob")
+            .header("x-ms-blob-content-type", "application/json")
+            .header("x-ms-content-crc64", body::crc64_header(crcs))
+            .header("if-none-match", "*")
+            .body(reqwest::Body::from(text), len);
+        self.client.send(call).await?;
+        Ok(upload_id)
+    }
+
+    async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
+        let upload = upload_of(&request.upload_id)?;
+        if !(1..=limits::MAX_PARTS).contains(&request.part_number) {
+            return Err(StoreError::InvalidPart(format!(
+                "part number {} is outside 1..=10000",
+                request.part_number
+            )));
+        }
+        let crcs = body::crcs_of(&request.body).await?;
+        body::check_declared(crcs, request.checksum.known())?;
+        let id = BlockId {
+            upload,
+            part_number: request.part_number as u16,
+            staged_at_micros: now_micros(),
+            crcs: Some(crcs),
+        }
+        .encode();
+        let (sent, len) = body::outgoing(&request.body);
+        self.stage_block(
+            &request.key,
+            &request.upload_id,
+            &id,
+            sent,
+            len,
+            Some(body::crc64_header(crcs)),
+        )
+        .await?;
+        Ok(UploadedPart {
+            part_number: request.part_number,
+            etag: id,
+            size: len,
+            checksum: request
+                .checksum
+                .algorithm()
+                .and_then(|a| PartCrcs::of(a, Some(crcs))),
+        })
+    }
+
+    async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
+        let upload = upload_of(&request.upload_id)?;
+        let id = BlockId {
+            upload,
+            part_number: request.part_number as u16,
+            staged_at_micros: now_micros(),
+            crcs: None,
+        }
+        .encode();
+        let size = self.copy_block(&request, &id).await?;
+        Ok(UploadedPart {
+            part_number: request.part_number,
+            etag: id,
+            size,
+            checksum: None,
+        })
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        request: CompleteMultipartRequest,
+    ) -> Result<PutOutput, StoreError> {
+        let record = self.record(&request.key, &request.upload_id).await?;
+        let upload = upload_of(&request.upload_id)?;
+        let stored: BTreeMap<String, u64> = self
+            .blocks(&request.key)
+            .await?
+            .into_iter()
+            .filter(|(id, _, _)| id.upload == upload)
+            .map(|(_, text, size)| (text, size))
+            .collect();
+        let algorithm = record
+            .checksum_algorithm
+            .unwrap_or(ChecksumAlgorithm::Crc64nvme);
+        let mut pieces = Vec::new();
+        let mut ids = Vec::new();
+        let mut last_number = 0;
+        for (i, part) in request.parts.iter().enumerate() {
+            let id = BlockId::decode(&part.etag)
+                .filter(|id| id.upload == upload && u32::from(id.part_number) == part.part_number);
+            let size = stored.get(&part.etag);
+            let (Some(id), Some(&size)) = (id, size) else {
+                // Another upload's completion (or a put) of this key drops
+                // every block it does not name: a create-only loser hears
+                // that it lost, as on S3.
+                self.check_condition(&request.key, &request.condition)
+                    .await?;
+                return Err(StoreError::InvalidPart(format!(
+                    "part {} is not a stored part of this upload",
+                    part.part_number
+                )));
+            };
+            if part.part_number <= last_number {
+                return Err(StoreError::InvalidPart(
+                    "the parts are not in ascending order".into(),
+                ));
+            }
+            last_number = part.part_number;
+            if i + 1 < request.parts.len() && size < limits::MIN_PART_SIZE {
+                return Err(StoreError::EntityTooSmall);
+            }
+            pieces.push((PartCrcs::of(algorithm, id.crcs), size));
+            ids.push(part.etag.clone());
+        }
+        if ids.is_empty() {
+            return Err(StoreError::InvalidPart("no parts".into()));
+        }
+        let checksum = Checksum::combine_in_order(pieces);
+        if let (Some(want), Some(got)) = (request.checksum, checksum) {
+            if want.algorithm == got.algorithm && want != got {
+                return Err(StoreError::ChecksumMismatch {
+                    algorithm: want.algorithm.name(),
+                });
+            }
+        }
+        let name = self.full(&request.key);
+        let mut context = self.context(&request.key);
+        context.create_only = request.condition == Some(WriteCondition::IfNoneMatch);
+        let body = xml::block_list(&ids);
+        let len = body.len() as u64;
+        let mut call = Call::new(Method::PUT, Some(&name), context)
+            .query("comp", "blocklist")
+            .body(reqwest::Body::from(body), len);
+        for (header, value) in property_headers(
+            record.content_type.as_deref(),
+            &record.metadata,
+            &record.settings,
+            checksum,
+        )? {
+            call = call.header(&header, value);
+        }
+        if let Some((header, value)) = condition_header(&request.condition) {
+            call = call.header(header, value);
+        }
+        let etag = match self.client.send(call).await {
+            Ok(answer) => header_text(&answer, "etag").unwrap_or_default(),
+            // A completion sent again after it was carried out: the blob
+            // holds exactly this upload's blocks.
+            Err(StoreError::PreconditionFailed) => {
+                let committed = self.committed_ids(&request.key).await?;
+                if committed != ids {
+                    return Err(StoreError::PreconditionFailed);
+                }
+                self.head_object(&request.key).await?.etag
+            }
+            Err(e) => return Err(e),
+        };
+        let record_name = self.record_name(&request.key, &request.upload_id);
+        if let Err(error) = self
+            .client
+            .send(Call::new(
+                Method::DELETE,
+                Some(&record_name),
+                self.context(&request.key),
+            ))
+            .await
+        {
+            // The object is complete; a record left behind is an upload the
+            // janitor aborts (which deletes only the record).
+            tracing::warn!(key = %request.key, upload_id = %request.upload_id, error = %error, "an upload record outlived its completion");
+        }
+        Ok(PutOutput { etag, checksum })
+    }
+
+    async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        let name = self.record_name(key, upload_id);
+        match self
+            .client
+            .send(Call::new(Method::DELETE, Some(&name), self.context(key)))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Err(StoreError::NoSuchUpload {
+                upload_id: upload_id.to_string(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn list_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, StoreError> {
+        let record = self.record(key, upload_id).await?;
+        let upload = upload_of(upload_id)?;
+        // A part sent more than once: the newest block is the part.
+        let mut parts: BTreeMap<u16, (BlockId, String, u64)> = BTreeMap::new();
+        for (id, text, size) in self.blocks(key).await? {
+            if id.upload != upload {
+                continue;
+            }
+            let newer = parts
+                .get(&id.part_number)
+                .is_none_or(|(held, _, _)| held.staged_at_micros < id.staged_at_micros);
+            if newer {
+                parts.insert(id.part_number, (id, text, size));
+            }
+        }
+        Ok(parts
+            .into_values()
+            .map(|(id, text, size)| UploadedPart {
+                part_number: u32::from(id.part_number),
+                etag: text,
+                size,
+                checksum: record
+                    .checksum_algorithm
+                    .and_then(|a| PartCrcs::of(a, id.crcs)),
+            })
+            .collect())
+    }
+
+    async fn check_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.check_record(key, upload_id).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>, StoreError> {
+        Ok(self
+            .records(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|record| {
+                let rest = record.key.strip_prefix(RECORDS)?;
+                let (key, upload_id) = rest.rsplit_once('/')?;
+                Some(MultipartUploadInfo {
+                    key: key.to_string(),
+                    upload_id: upload_id.to_string(),
+                    initiated: Some(record.last_modified),
+                })
+            })
+            .collect())
+    }
+}
+
+impl AzureStore {
+    /// `PreconditionFailed` when `condition` does not hold for the key now.
+    async fn check_condition(
+        &self,
+        key: &str,
+        condition: &Option<WriteCondition>,
+    ) -> Result<(), StoreError> {
+        let current = match self.head_object(key).await {
+            Ok(meta) => Some(meta.etag),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        match (condition, current) {
+            (Some(WriteCondition::IfNoneMatch), Some(_)) => Err(StoreError::PreconditionFailed),
+            (Some(WriteCondition::IfMatch(_)), None) => Err(StoreError::PreconditionFailed),
+            (Some(WriteCondition::IfMatch(want)), Some(etag)) if *want != etag => {
+                Err(StoreError::PreconditionFailed)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The ids of a blob's committed blocks, in order.
+    async fn committed_ids(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let name = self.full(key);
+        let call = Call::new(Method::GET, Some(&name), self.context(key))
+            .query("comp", "blocklist")
+            .query("blocklisttype", "committed");
+        let answer = self.client.send(call).await?;
+        let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+        let root = xml::parse(&text).map_err(unreadable)?;
+        Ok(root
+            .child("CommittedBlocks")
+            .into_iter()
+            .flat_map(|l| l.children_named("Block"))
+            .map(|b| b.text_at("Name").unwrap_or("").to_string())
+            .collect())
+    }
+}
+
+impl AzureStore {
+    /// Creates the container when it does not exist (tests, `sluice mb`).
+    pub async fn ensure_container(&self) -> Result<(), StoreError> {
+        let call = Call::new(Method::PUT, None, self.context("")).query("restype", "container");
+        match self.client.send(call).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Service { status: 409, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AzureStore {
+    /// The blob endpoint requests go to, for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.client.account().endpoint
+    }
+}
