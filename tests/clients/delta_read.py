@@ -4,7 +4,9 @@ per reader, the row count, the distinct keys, the key range, each column's
 count of distinct values, and (with --rows) every row ordered by KEY.
 
 A TABLE of s3://bucket/prefix is read from the endpoint in AWS_ENDPOINT_URL
-(MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION.
+(MinIO) with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION; one of
+az://container/prefix from Azurite, with the account in
+AZURE_STORAGE_CONNECTION_STRING (AccountName, AccountKey, BlobEndpoint).
 
 With --deltalake-may-refuse, a table whose reader features the deltalake
 package does not support (1.6: v2Checkpoint; deletion vectors and column
@@ -21,6 +23,7 @@ from urllib.parse import urlparse
 
 import deltalake
 import duckdb
+import duckdb_extension_azure
 import duckdb_extension_delta
 import duckdb_extension_httpfs
 
@@ -37,6 +40,22 @@ if table.startswith("s3://"):
         "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"],
         "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
     }
+azure = None
+if table.startswith("az://"):
+    parts = dict(
+        part.split("=", 1)
+        for part in os.environ["AZURE_STORAGE_CONNECTION_STRING"].split(";")
+        if "=" in part
+    )
+    blob_endpoint = urlparse(parts["BlobEndpoint"])
+    # deltalake (object_store) finds the emulator by AZURITE_BLOB_STORAGE_URL.
+    os.environ["AZURITE_BLOB_STORAGE_URL"] = f"{blob_endpoint.scheme}://{blob_endpoint.netloc}"
+    storage_options = {
+        "azure_storage_account_name": parts["AccountName"],
+        "azure_storage_account_key": parts["AccountKey"],
+        "azure_storage_use_emulator": "true",
+    }
+    azure = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
 
 
 def summary(rows, columns):
@@ -82,7 +101,10 @@ def extension(module, name):
 
 con = duckdb.connect()
 con.execute(f"LOAD '{extension(duckdb_extension_delta, 'delta')}'")
-if storage_options:
+if azure:
+    con.execute(f"LOAD '{extension(duckdb_extension_azure, 'azure')}'")
+    con.execute("CREATE SECRET azurite (TYPE azure, CONNECTION_STRING ?)", [azure])
+elif storage_options:
     con.execute(f"LOAD '{extension(duckdb_extension_httpfs, 'httpfs')}'")
     endpoint = urlparse(storage_options["AWS_ENDPOINT_URL"])
     con.execute(

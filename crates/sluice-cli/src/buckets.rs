@@ -1,5 +1,6 @@
 //! `sluice mb`, `sluice rb` and `sluice ls` of buckets: making and removing a
-//! bucket or a directory store, and listing the account's buckets.
+//! bucket or a directory store, and listing the account's buckets; `mb` also
+//! makes Azure containers.
 
 use std::path::Path;
 
@@ -11,9 +12,10 @@ use sluice_store::{error_chain, ObjectStore, StoreError, StoreLocation};
 use crate::args::{MbArgs, RbArgs, StoreArgs};
 use crate::UsageError;
 
-/// A bucket named on the command line, or a local directory.
+/// A bucket named on the command line, an Azure container, or a local directory.
 enum Place {
     Bucket(String),
+    Container(String),
     Directory(std::path::PathBuf),
 }
 
@@ -31,8 +33,13 @@ fn place(location: &str) -> Result<Place, UsageError> {
         } => Err(UsageError(format!(
             "{location} names a key or prefix: a bucket is s3://{bucket}"
         ))),
-        StoreLocation::Bucket { .. } => Err(UsageError(format!(
-            "{location}: mb, rb and ls of buckets are for s3:// and directories; create Azure containers with the Azure CLI or portal"
+        StoreLocation::Bucket {
+            service: sluice_store::Service::Azure,
+            bucket,
+            rest,
+        } if rest.is_empty() || rest == "/" => Ok(Place::Container(bucket)),
+        StoreLocation::Bucket { bucket, .. } => Err(UsageError(format!(
+            "{location} names a key or prefix: a container is az://{bucket}"
         ))),
         StoreLocation::Local(path) => Ok(Place::Directory(path)),
     }
@@ -83,6 +90,7 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
     if args.dry_run {
         let what = match &place {
             Place::Bucket(name) => format!("bucket s3://{name}"),
+            Place::Container(name) => format!("container az://{name}"),
             Place::Directory(path) => format!("directory store {}", path.display()),
         };
         crate::output::out!("dry run: would make {what}; nothing changed");
@@ -96,6 +104,16 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| failed(&name, "make", e))?;
             crate::output::out!("made bucket s3://{name}");
+        }
+        Place::Container(name) => {
+            let container = crate::azure::connect(name.clone(), String::new(), &args.store, None)?;
+            container.create_container().await.map_err(|e| match e {
+                StoreError::Service { status: 409, .. } => {
+                    anyhow::anyhow!("az://{name} already exists")
+                }
+                e => anyhow::anyhow!("cannot make az://{name}: {}", error_chain(&e)),
+            })?;
+            crate::output::out!("made container az://{name}");
         }
         Place::Directory(path) => {
             if path.join(INTERNAL_DIR).is_dir() {
@@ -125,6 +143,10 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
 pub async fn remove(args: RbArgs) -> anyhow::Result<()> {
     match place(&args.location)? {
         Place::Bucket(name) => remove_bucket(&name, &args).await,
+        Place::Container(name) => Err(UsageError(format!(
+            "rb of az://{name}: delete containers with the Azure CLI or portal (Azure keeps a deleted container's name for a while)"
+        ))
+        .into()),
         Place::Directory(path) => remove_directory_store(&path, &args),
     }
 }

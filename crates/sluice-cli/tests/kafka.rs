@@ -523,7 +523,9 @@ async fn topic_with(bootstrap: &str, topic: &str, values: &[Option<&[u8]>]) {
         producer.send(record).map_err(|(e, _)| e).unwrap();
         producer.poll(Duration::ZERO);
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    // A fixture, not what is tested: on a loaded machine a topic just made
+    // may take its broker a while to accept (a suite run once timed out at 30 s).
+    producer.flush(Duration::from_secs(120)).unwrap();
 }
 
 /// The offset group `group` committed for partition 0 of `topic` (None: none).

@@ -4,6 +4,12 @@
 //!
 //! - the CLI's put, get, ls, sync and rm move files byte-exact both ways, and
 //!   sync moves only what differs;
+//! - a Delta table that `sluice ingest` writes in three runs and `sluice
+//!   tables compact` compacts is read back whole by two readers that are not
+//!   sluice's (the deltalake package and DuckDB), which agree;
+//! - uploads through the fault proxy (`sluice chaos-proxy`'s faults: SlowDown,
+//!   500s, connections reset either way) all land byte-exact, with clients
+//!   that retry a 503 as they are told;
 //! - a create-only race (`If-None-Match: *`, eight clients, one key, small and
 //!   multipart) has exactly one winner, whose bytes are stored, and leaves no
 //!   multipart upload behind;
@@ -137,6 +143,134 @@ async fn the_cli_puts_gets_syncs_and_removes_on_every_store() {
             .filter(|k| !sluice_store::is_reserved_key(k))
             .collect();
         assert!(left.is_empty(), "{backend:?}: left after rm: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_table_on_every_store_is_read_back_by_other_readers() {
+    let Some((clients, python)) = common::python_readers("stores-delta") else {
+        return;
+    };
+    for backend in BACKENDS {
+        let Some(store) = TestStore::open(backend, "stores-delta").await else {
+            return;
+        };
+        let location = store.location("");
+        for run in 0..3u64 {
+            let records: String = (run * 100..run * 100 + 100)
+                .map(|id| format!("{{\"id\":{id},\"name\":\"row {id}\"}}\n"))
+                .collect();
+            let mut ingest = store.sluice(&["ingest", "--stream", "t", "--table", "delta"]);
+            ingest.args(["--json", "--flush-records", "40", "--store", &location]);
+            let output = common::tables::fed(&mut ingest, records.as_bytes());
+            assert!(
+                output.status.success(),
+                "{backend:?}: ingest {run}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let compacted = run_ok(
+            &mut store.sluice(&[
+                "tables",
+                "compact",
+                "t",
+                "--store",
+                &location,
+                "--min-files",
+                "2",
+            ]),
+            &format!("{backend:?}: compact"),
+        );
+        assert!(
+            compacted.contains("rewritten as 1"),
+            "{backend:?}: {compacted}"
+        );
+        let (_, env) = store.reach();
+        let mut read = std::process::Command::new(&python);
+        read.arg(format!("{clients}/delta_read.py"))
+            .args([&store.location("t"), "id"])
+            .envs(env);
+        if backend == Backend::Minio {
+            read.env("AWS_ENDPOINT_URL", store.endpoint());
+        }
+        let read: serde_json::Value =
+            serde_json::from_str(&run_ok(&mut read, &format!("{backend:?}: delta_read.py")))
+                .unwrap();
+        for reader in ["deltalake", "duckdb"] {
+            assert_eq!(read[reader]["rows"], 300, "{backend:?} {reader}: {read}");
+            assert_eq!(
+                read[reader]["distinct"], 300,
+                "{backend:?} {reader}: {read}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_through_store_faults_land_byte_exact_on_every_store() {
+    use sluice_chaos::{ChaosConfig, ChaosProxy, FaultRates};
+    for backend in BACKENDS {
+        let Some(store) = TestStore::open(backend, "stores-faults").await else {
+            return;
+        };
+        let faults = FaultRates {
+            slowdown: 0.10,
+            internal_error: 0.02,
+            reset_request: 0.02,
+            reset_response: 0.02,
+            stall: 0.0,
+        };
+        let (origin, _) = store.origin_and_path();
+        let proxy = ChaosProxy::start(
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            &origin,
+            ChaosConfig {
+                faults,
+                ..ChaosConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let gateway = store.through(&proxy.url()).serve("127.0.0.1:0", &[]);
+        let client = reqwest::Client::new();
+        let mut failures = Vec::new();
+        for i in 0..60u64 {
+            let size = if i % 5 == 4 {
+                20 * MIB + i as usize
+            } else {
+                1000 + 997 * i as usize
+            };
+            let body = Bytes::from(test_data(size, 300 + i));
+            let key = format!("faults/{i}");
+            let url = format!("{}/v1/objects/{key}", gateway.url);
+            // As a client told to come back: a 503 is tried again a second later.
+            let mut status = 0;
+            for _ in 0..6 {
+                status = match client.put(&url).body(body.clone()).send().await {
+                    Ok(answer) => answer.status().as_u16(),
+                    Err(_) => 0,
+                };
+                if status != 503 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if status != 201 {
+                failures.push(format!("{key}: {status}"));
+                continue;
+            }
+            if common::object_bytes(store.store.as_ref(), &key).await != body.as_ref() {
+                failures.push(format!("{key}: differs"));
+            }
+        }
+        let injected = proxy.stats();
+        assert!(
+            failures.is_empty(),
+            "{backend:?}: {failures:?} ({injected:?})"
+        );
+        let open = store.store.list_multipart_uploads("faults/").await.unwrap();
+        assert!(open.is_empty(), "{backend:?}: {open:?}");
+        eprintln!("{backend:?}: 60 uploads through the fault proxy, {injected:?}");
     }
 }
 

@@ -72,6 +72,31 @@ impl TestStore {
         }
     }
 
+    /// The service's address (MinIO's URL, Azurite's account URL).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The service's origin (`http://HOST:PORT`) and the path before the
+    /// container (Azurite's `/devstoreaccount1`), for a proxy in between.
+    pub fn origin_and_path(&self) -> (String, String) {
+        let after_scheme = self.endpoint.split("://").nth(1).unwrap_or("");
+        let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
+        let origin = &self.endpoint[..self.endpoint.len() - path.len()];
+        (origin.to_string(), path.to_string())
+    }
+
+    /// The same prefix reached through another origin (a fault proxy).
+    pub fn through(&self, origin: &str) -> TestStore {
+        let (_, path) = self.origin_and_path();
+        TestStore {
+            backend: self.backend,
+            endpoint: format!("{}{path}", origin.trim_end_matches('/')),
+            prefix: self.prefix.clone(),
+            store: self.store.clone(),
+        }
+    }
+
     /// What a sluice process needs to reach the store besides its location:
     /// flags and variables.
     pub fn reach(&self) -> (Vec<String>, Vec<(String, String)>) {

@@ -834,8 +834,11 @@ impl ObjectStore for AzureStore {
             }
             Err(e) => return Err(e),
         };
+        // The upload ends with its record. A delete that did not land is an
+        // error the caller retries, as any completion whose answer it lacks:
+        // the next attempt finds the blob made of exactly these blocks.
         let record_name = self.record_name(&request.key, &request.upload_id);
-        if let Err(error) = self
+        match self
             .client
             .send(Call::new(
                 Method::DELETE,
@@ -844,9 +847,9 @@ impl ObjectStore for AzureStore {
             ))
             .await
         {
-            // The object is complete; a record left behind is an upload the
-            // janitor aborts (which deletes only the record).
-            tracing::warn!(key = %request.key, upload_id = %request.upload_id, error = %error, "an upload record outlived its completion");
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
         }
         Ok(PutOutput { etag, checksum })
     }
@@ -965,12 +968,16 @@ impl AzureStore {
 }
 
 impl AzureStore {
-    /// Creates the container when it does not exist (tests, `sluice mb`).
-    pub async fn ensure_container(&self) -> Result<(), StoreError> {
+    /// Creates the container (`sluice mb`); one that exists is a 409 `Service` error.
+    pub async fn create_container(&self) -> Result<(), StoreError> {
         let call = Call::new(Method::PUT, None, self.context("")).query("restype", "container");
-        match self.client.send(call).await {
-            Ok(_) => Ok(()),
-            Err(StoreError::Service { status: 409, .. }) => Ok(()),
+        self.client.send(call).await.map(|_| ())
+    }
+
+    /// Creates the container when it does not exist (tests).
+    pub async fn ensure_container(&self) -> Result<(), StoreError> {
+        match self.create_container().await {
+            Ok(()) | Err(StoreError::Service { status: 409, .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }

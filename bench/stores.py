@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The same transfers on each store sluice speaks, in one run: S3 on MinIO and
+Azure Blob on Azurite (in memory), both on loopback. Per store:
+
+- the CLI: `sluice put` of 1 GiB and `sluice get` of it back; `sluice put DIR`
+  of 10,000 x 10 KiB and `sluice get PREFIX/ DIR` of them back;
+- the gateway: a 1 GiB PUT and GET with curl; 10,000 x 10 KiB PUTs from
+  `sluice bench load` (64 users);
+- the store's own ceiling where a tool for it exists: warp on MinIO (1 GiB
+  PUT/GET, 10 KiB PUTs at 64 in flight); none for Azurite (azcopy is not here).
+
+Each case runs --runs times, stores alternated; medians are printed with the
+client's CPU-seconds per GiB (the CLI's, or the gateway's for gateway cases),
+the store process's CPU-seconds per GiB, and peak RSS. Ratios are Azure over S3
+for the same case: they say what the emulator costs, not what Azure would do."""
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, driver_args, emit_report,
+                      free_port, make_file, start_minio, stop, version, wait_for_port, warp_rate)
+
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+SMALL_COUNT, SMALL_SIZE = 10_000, 10 * 1024
+
+
+def start_azurite(work, azurite):
+    port = free_port()
+    log = open(os.path.join(work, "azurite.log"), "w")
+    proc = subprocess.Popen([azurite, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                             "--skipApiVersionCheck", "--silent"], stdout=log, stderr=log)
+    wait_for_port(port)
+    return proc, f"http://127.0.0.1:{port}/devstoreaccount1"
+
+
+def measured(argv, env):
+    """(wall seconds, CPU seconds, peak RSS) of argv, with its output."""
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.monotonic()
+        proc = subprocess.run(["/usr/bin/time", "-o", report.name, "-f", "%U %S %M"] + argv, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        wall = time.monotonic() - start
+        if proc.returncode != 0:
+            sys.exit(f"{argv[:4]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        user, system, rss_kib = report.read().split()[-3:]
+    return wall, float(user) + float(system), int(rss_kib) * 1024, proc.stdout
+
+
+class Store:
+    def __init__(self, name, location, endpoint, env, server):
+        self.name, self.location, self.endpoint, self.env = name, location, endpoint, env
+        self.server = ProcStats(server.pid)
+
+    def url(self, rest):
+        return f"{self.location}{rest}"
+
+
+def cli_cases(sluice, store, work, big, tree, run):
+    rows = []
+    flags = ["--endpoint", store.endpoint]
+    cases = [
+        ("cli put 1 GiB", [sluice, "put", big, store.url(f"big-{run}.bin")] + flags, GIB),
+        ("cli get 1 GiB", [sluice, "get", store.url(f"big-{run}.bin"), os.path.join(work, "big.back")] + flags, GIB),
+        ("cli put 10,000 x 10 KiB", [sluice, "put", tree, store.url(f"small-{run}/")] + flags, SMALL_COUNT * SMALL_SIZE),
+        ("cli get 10,000 x 10 KiB",
+         [sluice, "get", store.url(f"small-{run}/"), os.path.join(work, f"down-{store.name}-{run}")] + flags,
+         SMALL_COUNT * SMALL_SIZE),
+    ]
+    for case, argv, size in cases:
+        server_before = store.server.cpu()
+        wall, cpu, rss, _ = measured(argv, store.env)
+        rows.append({"store": store.name, "case": case, "run": run, "seconds": wall, "mib_s": size / MIB / wall,
+                     "files_s": SMALL_COUNT / wall if "10,000" in case else None,
+                     "cpu_s_per_gib": cpu / (size / GIB), "server_cpu_s_per_gib": (store.server.cpu() - server_before) / (size / GIB),
+                     "rss": rss})
+    os.remove(os.path.join(work, "big.back"))
+    shutil.rmtree(os.path.join(work, f"down-{store.name}-{run}"), ignore_errors=True)
+    return rows
+
+
+def gateway_cases(sluice, store, work, big, run):
+    port = free_port()
+    log = open(os.path.join(work, f"gateway-{store.name}.log"), "a")
+    gateway = subprocess.Popen([sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", store.url(f"gw-{run}/"),
+                                "--endpoint", store.endpoint], env=store.env, stdout=log, stderr=log, cwd=work)
+    wait_for_port(port)
+    stats = ProcStats(gateway.pid)
+    base = f"http://127.0.0.1:{port}/v1/objects"
+    rows = []
+    try:
+        cases = [
+            ("gateway PUT 1 GiB", ["curl", "-sS", "-f", "-T", big, f"{base}/big.bin", "-o", "/dev/null"], GIB),
+            ("gateway GET 1 GiB", ["curl", "-sS", "-f", f"{base}/big.bin", "-o", "/dev/null"], GIB),
+            ("gateway 10,000 x 10 KiB PUTs",
+             [sluice, "bench", "load", base, "--api", "put", "--users", "64", "--iterations",
+              str(SMALL_COUNT // 64 + 1), "--size", "10KiB", "--quiet", "--json", os.path.join(work, "load.json")],
+             (SMALL_COUNT // 64 + 1) * 64 * SMALL_SIZE),
+        ]
+        for case, argv, size in cases:
+            gateway_before, server_before = stats.cpu(), store.server.cpu()
+            wall, _, _, _ = measured(argv, store.env)
+            if "PUTs" in case:
+                summary = json.load(open(os.path.join(work, "load.json")))
+                failed = summary.get("failed", summary.get("errors", 0))
+                if failed:
+                    sys.exit(f"{store.name} {case}: {failed} uploads failed")
+            count = (SMALL_COUNT // 64 + 1) * 64
+            rows.append({"store": store.name, "case": case, "run": run, "seconds": wall, "mib_s": size / MIB / wall,
+                         "files_s": count / wall if "PUTs" in case else None,
+                         "cpu_s_per_gib": (stats.cpu() - gateway_before) / (size / GIB),
+                         "server_cpu_s_per_gib": (store.server.cpu() - server_before) / (size / GIB),
+                         "rss": stats.peak_rss()})
+    finally:
+        stop(gateway)
+    return rows
+
+
+def main():
+    ap = driver_args()
+    ap.add_argument("--azurite", required=True)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="sluice-bench-stores-")
+    minio, minio_url = start_minio(work)
+    azurite, azurite_url = start_azurite(work, args.azurite)
+    try:
+        env = client_env(work)
+        env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+        s3_env = dict(env)
+        az_env = dict(env, AZURE_STORAGE_CONNECTION_STRING=(
+            f"AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={azurite_url}"))
+        subprocess.run([args.sluice, "mb", "s3://bench", "--endpoint", minio_url], env=s3_env, check=True,
+                       capture_output=True)
+        subprocess.run([args.sluice, "mb", "az://bench", "--endpoint", azurite_url], env=az_env, check=True,
+                       capture_output=True)
+        stores = [Store("s3 (MinIO)", "s3://bench/", minio_url, s3_env, minio),
+                  Store("azure (Azurite)", "az://bench/", azurite_url, az_env, azurite)]
+        big = os.path.join(work, "big.bin")
+        make_file(big, GIB)
+        tree = os.path.join(work, "tree")
+        os.makedirs(tree)
+        payload = os.urandom(SMALL_SIZE)
+        for i in range(SMALL_COUNT):
+            d = os.path.join(tree, f"d{i // 100:03}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"f{i:05}.bin"), "wb") as f:
+                f.write(payload[i % 97:] + payload[:i % 97])
+        rows = []
+        for run in range(args.runs):
+            order = stores if run % 2 == 0 else list(reversed(stores))
+            for store in order:
+                rows += cli_cases(args.sluice, store, work, big, tree, run)
+                rows += gateway_cases(args.sluice, store, work, big, run)
+                print(f"run {run}: {store.name} done", file=sys.stderr)
+        ceilings = {
+            "warp PUT 1 GiB objects": f"{(warp_rate(minio_url, s3_env, 20, 4, work, size='1GiB', clear=True) or 0) * 1024:.0f} MiB/s",
+            "warp PUT 10 KiB objects": f"{warp_rate(minio_url, s3_env, 20, 64, work, clear=True) or 0:.0f} objects/s",
+        }
+        lines = [f"# stores benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                 f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
+                 f"sluice: {version([args.sluice, '--version'])}, defaults",
+                 f"s3: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+                 f"azure: Azurite {version([args.azurite, '--version'])}, in memory, 127.0.0.1",
+                 f"{args.runs} runs, stores alternated, medians; CPU = the CLI's or the gateway's; store CPU = MinIO's or Azurite's",
+                 "",
+                 f"{'case':32} {'store':16} {'MiB/s':>8} {'files/s':>8} {'CPU-s/GiB':>10} {'store CPU-s/GiB':>16} {'peak RSS':>10}",
+                 "-" * 106]
+        cases = list(dict.fromkeys(r["case"] for r in rows))
+        for case in cases:
+            for store in stores:
+                mine = [r for r in rows if r["case"] == case and r["store"] == store.name]
+                med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
+                files = f"{med('files_s'):8.0f}" if mine[0]["files_s"] else f"{'':8}"
+                lines.append(f"{case:32} {store.name:16} {med('mib_s'):8.1f} {files} {med('cpu_s_per_gib'):10.2f} "
+                             f"{med('server_cpu_s_per_gib'):16.2f} {med('rss') / MIB:7.0f} MiB")
+            s3 = statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == stores[0].name)
+            az = statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == stores[1].name)
+            lines.append(f"{'':32} azure / s3 rate {az / s3:.2f}x")
+        lines += ["", "MinIO's own ceiling (warp, 20 s each): " + ", ".join(f"{k} {v}" for k, v in ceilings.items())]
+        emit_report(lines, rows, args.out)
+    finally:
+        stop(minio)
+        stop(azurite)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
