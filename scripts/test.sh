@@ -118,6 +118,10 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+# The README's first command builds sluice-cli alone, with only the features
+# it asks for itself (the workspace build unifies them with the tests').
+echo "==> cargo check -p sluice-cli (as the README's first command builds it)"
+cargo check -p sluice-cli --quiet
 echo "==> cargo test"
 cargo test --workspace --no-fail-fast
 echo "==> fuzzing (bounded: 20 s per target)"
