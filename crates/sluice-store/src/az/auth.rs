@@ -223,7 +223,7 @@ fn string_to_sign(
         .iter()
         .filter(|(n, _)| n.starts_with("x-ms-"))
         .collect();
-    ms.sort();
+    ms.sort_by(|(a, _), (b, _)| header_order(a, b));
     for (name, value) in ms {
         text.push_str(name);
         text.push(':');
@@ -254,6 +254,25 @@ fn string_to_sign(
         i += 1;
     }
     text
+}
+
+/// The order Azure (and Azurite, with `localeCompare`) sorts header names
+/// in for the signature: culture order, not byte order. For the characters
+/// header names hold, `_` comes first, then `-`, digits, letters: so
+/// `x-ms-meta-file_name` goes before `x-ms-meta-file1`, where bytes would
+/// put it after.
+fn header_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let weight = |c: u8| -> u16 {
+        match c {
+            b'_' => 0,
+            b'-' => 1,
+            b'0'..=b'9' => 2 + u16::from(c - b'0'),
+            b'a'..=b'z' => 12 + u16::from(c - b'a'),
+            b'A'..=b'Z' => 12 + u16::from(c - b'A'),
+            other => 100 + u16::from(other),
+        }
+    };
+    a.bytes().map(weight).cmp(b.bytes().map(weight))
 }
 
 #[cfg(test)]
@@ -332,6 +351,22 @@ mod tests {
              blockid:QUJD\n\
              comp:block"
         );
+    }
+
+    #[test]
+    fn headers_sort_as_azure_sorts_them() {
+        // (a, b): a is signed before b
+        let cases = [
+            ("x-ms-meta-file_name", "x-ms-meta-file1"),
+            ("x-ms-meta-sluice__u_x_2Dy", "x-ms-meta-sluice__u_x1_2D"),
+            ("x-ms-blob-type", "x-ms-content-crc64"),
+            ("x-ms-date", "x-ms-version"),
+            ("x-ms-meta-a", "x-ms-meta-ab"),
+        ];
+        for (a, b) in cases {
+            assert_eq!(header_order(a, b), std::cmp::Ordering::Less, "{a} {b}");
+            assert_eq!(header_order(b, a), std::cmp::Ordering::Greater, "{b} {a}");
+        }
     }
 
     #[test]

@@ -85,19 +85,29 @@ pub(crate) fn crc64_header(crcs: PartCrcs) -> String {
     base64::engine::general_purpose::STANDARD.encode(crcs.crc64nvme.to_le_bytes())
 }
 
+/// A request body as the client sends it: chunks, so that each one taken
+/// counts as progress (see [`super::client`]'s stall watch).
+pub(crate) type Outgoing = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// Bytes in memory as a request body, in pieces of at most [`FILE_BUFFER`].
+pub(crate) fn in_memory(bytes: Bytes) -> Outgoing {
+    let pieces: Vec<Result<Bytes, std::io::Error>> = (0..bytes.len())
+        .step_by(FILE_BUFFER)
+        .map(|at| Ok(bytes.slice(at..(at + FILE_BUFFER).min(bytes.len()))))
+        .collect();
+    futures::stream::iter(pieces).boxed()
+}
+
 /// The body as a request body, and its length.
-pub(crate) fn outgoing(body: &Body) -> (reqwest::Body, u64) {
+pub(crate) fn outgoing(body: &Body) -> (Outgoing, u64) {
     let len = body.len();
     let sent = match body {
-        Body::Bytes(bytes) => reqwest::Body::from(bytes.clone()),
+        Body::Bytes(bytes) => in_memory(bytes.clone()),
         Body::Chunks(chunks) => {
-            let chunks: Vec<Result<Bytes, std::io::Error>> =
-                chunks.iter().cloned().map(Ok).collect();
-            reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+            let pieces: Vec<Outgoing> = chunks.iter().cloned().map(in_memory).collect();
+            futures::stream::iter(pieces).flatten().boxed()
         }
-        Body::File { path, offset, len } => {
-            reqwest::Body::wrap_stream(file_stream(path.clone(), *offset, *len))
-        }
+        Body::File { path, offset, len } => file_stream(path.clone(), *offset, *len).boxed(),
     };
     (sent, len)
 }

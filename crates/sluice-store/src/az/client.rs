@@ -2,13 +2,24 @@
 //! appended), the headers every request carries (`x-ms-date`,
 //! `x-ms-version`, the length), the Shared Key signature, sending it once,
 //! and an error answer read into a [`StoreError`].
+//!
+//! **Stalls.** A request is cancelled when, for the stall timeout, it neither
+//! hands the connection a body chunk nor gets its answer, and an answer's
+//! body when no chunk of it arrives for that long: progress, not the
+//! request's whole duration (a large block on a slow link goes on as long as
+//! its bytes do). Errors never carry the URL, which may hold a SAS.
 
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::Method;
 
 use super::auth::{shared_key, AzureAccount, AzureCredential};
+use super::body::Outgoing;
 use super::errors::{self, Context};
 use crate::error::{error_chain, StoreError};
 
@@ -51,7 +62,7 @@ pub(crate) struct Call<'a> {
     pub query: Vec<(&'static str, String)>,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
-    pub body: Option<(reqwest::Body, u64)>,
+    pub body: Option<(Outgoing, u64)>,
     pub context: Context<'a>,
 }
 
@@ -77,9 +88,16 @@ impl<'a> Call<'a> {
         self
     }
 
-    pub fn body(mut self, body: reqwest::Body, len: u64) -> Self {
+    pub fn body(mut self, body: Outgoing, len: u64) -> Self {
         self.body = Some((body, len));
         self
+    }
+
+    /// A small body in memory (a record, a block list).
+    pub fn bytes(self, bytes: impl Into<bytes::Bytes>) -> Self {
+        let bytes = bytes.into();
+        let len = bytes.len() as u64;
+        self.body(super::body::in_memory(bytes), len)
     }
 }
 
@@ -90,16 +108,12 @@ impl Client {
         connect_timeout: Duration,
         stall_timeout: Option<Duration>,
     ) -> Result<Client, StoreError> {
-        let mut http = reqwest::Client::builder()
+        let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
-            .http1_only();
-        if let Some(stall) = stall_timeout {
-            http = http.read_timeout(stall);
-        }
-        let http = http
+            .http1_only()
             .build()
-            .map_err(|e| StoreError::transport(error_chain(&e)))?;
+            .map_err(|e| StoreError::transport(error_chain(&e.without_url())))?;
         let after_scheme = account.endpoint.split("://").nth(1).unwrap_or("");
         let base_path = after_scheme
             .find('/')
@@ -149,6 +163,14 @@ impl Client {
             body,
             context,
         } = call;
+        // A URL resolves `.` and `..` segments: such a key would name another blob.
+        if let Some(name) = blob.filter(|b| b.split('/').any(|s| s == "." || s == "..")) {
+            return Err(StoreError::InvalidKey {
+                key: name.to_string(),
+                reason:
+                    "a segment `.` or `..` cannot be in a blob's name on Azure (URLs resolve them)",
+            });
+        }
         let (mut url, path) = self.url_of(blob);
         let mut text_query = String::new();
         for (name, value) in &query {
@@ -192,10 +214,36 @@ impl Client {
         for (name, value) in &headers {
             request = request.header(name.as_str(), value.as_str());
         }
+        // The last moment the request showed progress, in ms since it started.
+        let started = Instant::now();
+        let progress = Arc::new(AtomicU64::new(0));
         if let Some((body, _)) = body {
-            request = request.body(body);
+            let seen = progress.clone();
+            let watched = body.inspect(move |_| {
+                seen.store(started.elapsed().as_millis() as u64, Ordering::Relaxed)
+            });
+            request = request.body(reqwest::Body::wrap_stream(watched));
         }
-        let answer = request.send().await.map_err(|e| self.transport(&e))?;
+        let sending = request.send();
+        let answer = match self.stall_timeout {
+            None => sending.await,
+            Some(stall) => {
+                tokio::pin!(sending);
+                loop {
+                    tokio::select! {
+                        answer = &mut sending => break answer,
+                        _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                            let idle = started.elapsed().as_millis() as u64
+                                - progress.load(Ordering::Relaxed);
+                            if idle > stall.as_millis() as u64 {
+                                return Err(StoreError::Stalled { after: stall, store_silent: false });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        .map_err(|e| self.transport(e))?;
         let status = answer.status();
         if status.is_success() {
             return Ok(answer);
@@ -213,7 +261,7 @@ impl Client {
             .map(Duration::from_secs);
         let mut message = String::new();
         if method != Method::HEAD {
-            let text = answer.text().await.unwrap_or_default();
+            let text = self.text(answer).await.unwrap_or_default();
             if let Ok(error) = super::xml::parse(&text) {
                 if code.is_empty() {
                     code = error.text_at("Code").unwrap_or("").to_string();
@@ -236,18 +284,62 @@ impl Client {
         ))
     }
 
-    /// A request that got no answer.
-    pub fn transport(&self, error: &reqwest::Error) -> StoreError {
-        if let Some(after) = self.stall_timeout.filter(|_| error.is_timeout()) {
-            return StoreError::Stalled {
-                after,
-                store_silent: false,
-            };
-        }
+    /// A request that got no answer (without its URL: it may hold a SAS).
+    pub fn transport(&self, error: reqwest::Error) -> StoreError {
         StoreError::Transport {
             at: Some(self.account.endpoint.clone()),
-            cause: error_chain(error),
+            cause: error_chain(&error.without_url()),
         }
+    }
+
+    /// A small answer's body as text, within the stall timeout.
+    pub async fn text(&self, answer: reqwest::Response) -> Result<String, StoreError> {
+        match self.stall_timeout {
+            None => answer.text().await.map_err(|e| self.transport(e)),
+            Some(stall) => match tokio::time::timeout(stall, answer.text()).await {
+                Ok(text) => text.map_err(|e| self.transport(e)),
+                Err(_) => Err(StoreError::Stalled {
+                    after: stall,
+                    store_silent: false,
+                }),
+            },
+        }
+    }
+
+    /// An answer's body as a stream that fails when no chunk comes for the
+    /// stall timeout.
+    pub fn body_stream(&self, answer: reqwest::Response) -> crate::types::ByteStream {
+        let endpoint = self.account.endpoint.clone();
+        let stall = self.stall_timeout;
+        let chunks = answer.bytes_stream();
+        Box::pin(futures::stream::unfold(Some(chunks), move |chunks| {
+            let endpoint = endpoint.clone();
+            async move {
+                let mut chunks = chunks?;
+                let next = match stall {
+                    None => Ok(chunks.next().await),
+                    Some(stall) => tokio::time::timeout(stall, chunks.next()).await,
+                };
+                match next {
+                    Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(chunks))),
+                    Ok(None) => None,
+                    Ok(Some(Err(e))) => Some((
+                        Err(StoreError::Transport {
+                            at: Some(endpoint),
+                            cause: error_chain(&e.without_url()),
+                        }),
+                        None,
+                    )),
+                    Err(_) => Some((
+                        Err(StoreError::Stalled {
+                            after: stall.unwrap_or_default(),
+                            store_silent: false,
+                        }),
+                        None,
+                    )),
+                }
+            }
+        }))
     }
 }
 

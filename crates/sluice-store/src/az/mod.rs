@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use reqwest::Method;
 
 pub use auth::{AzureAccount, AzureAccountError, AzureCredential, EMULATOR_ACCOUNT, EMULATOR_KEY};
@@ -133,12 +133,9 @@ impl AzureStore {
             .send(Call::new(Method::GET, Some(&name), self.context(key)))
             .await
             .map_err(|e| if e.is_not_found() { no_such() } else { e })?;
-        let text = answer
-            .bytes()
-            .await
-            .map_err(|e| self.client.transport(&e))?;
+        let text = self.client.text(answer).await?;
         let record: UploadRecord =
-            serde_json::from_slice(&text).map_err(|e| StoreError::Service {
+            serde_json::from_str(&text).map_err(|e| StoreError::Service {
                 status: 200,
                 code: "UnreadableUploadRecord".into(),
                 message: format!("{name}: {e}"),
@@ -176,7 +173,7 @@ impl AzureStore {
             Err(e) if e.is_not_found() => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+        let text = self.client.text(answer).await?;
         let root = xml::parse(&text).map_err(unreadable)?;
         let mut blocks = Vec::new();
         for list in ["CommittedBlocks", "UncommittedBlocks"] {
@@ -204,7 +201,7 @@ impl AzureStore {
         key: &str,
         upload_id: &str,
         id: &str,
-        sent: reqwest::Body,
+        sent: body::Outgoing,
         len: u64,
         crc64: Option<String>,
     ) -> Result<(), StoreError> {
@@ -331,8 +328,11 @@ impl AzureStore {
         let len: u64 = header_text(&answer, "content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let transport_error = |e: reqwest::Error| std::io::Error::other(e.to_string());
-        let sent = reqwest::Body::wrap_stream(answer.bytes_stream().map_err(transport_error));
+        let sent = self
+            .client
+            .body_stream(answer)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .boxed();
         self.stage_block(&request.key, &request.upload_id, block, sent, len, None)
             .await?;
         Ok(len)
@@ -345,6 +345,16 @@ fn upload_of(upload_id: &str) -> Result<[u8; 16], StoreError> {
     names::upload_bytes(upload_id).ok_or_else(|| StoreError::NoSuchUpload {
         upload_id: upload_id.to_string(),
     })
+}
+
+/// Part numbers are 1..=10,000 (a block id holds them in 2 bytes).
+fn check_part_number(part_number: u32) -> Result<(), StoreError> {
+    match (1..=limits::MAX_PARTS).contains(&part_number) {
+        true => Ok(()),
+        false => Err(StoreError::InvalidPart(format!(
+            "part number {part_number} is outside 1..=10000"
+        ))),
+    }
 }
 
 /// An ETag in quotes (listings give them bare, headers quoted).
@@ -535,17 +545,10 @@ impl ObjectStore for AzureStore {
                 body: Box::pin(futures::stream::empty()),
             });
         }
-        let endpoint = self.client.account().endpoint.clone();
-        let body = answer
-            .bytes_stream()
-            .map_err(move |e| StoreError::Transport {
-                at: Some(endpoint.clone()),
-                cause: crate::error::error_chain(&e),
-            });
         Ok(GetOutput {
             meta,
             range: (start, start + length),
-            body: Box::pin(body),
+            body: self.client.body_stream(answer),
         })
     }
 
@@ -593,7 +596,7 @@ impl ObjectStore for AzureStore {
                 (None, None) => {}
             }
             let answer = self.client.send(call).await?;
-            let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+            let text = self.client.text(answer).await?;
             let root = xml::parse(&text).map_err(unreadable)?;
             for blob in root
                 .child("Blobs")
@@ -614,7 +617,9 @@ impl ObjectStore for AzureStore {
                     continue;
                 };
                 // `startFrom` is inclusive; a cursor names the last key seen.
-                if cursor.is_some_and(|c| key <= c) {
+                // Only that key is skipped: the service's order, not Rust's,
+                // decides what comes after it.
+                if cursor == Some(key) {
                     continue;
                 }
                 objects.push(ObjectSummary {
@@ -678,25 +683,19 @@ impl ObjectStore for AzureStore {
         let crcs = body::crcs_of(&Body::from(text.clone())).await?;
         let mut context = self.context(&request.key);
         context.create_only = true;
-        let len = text.len() as u64;
         let call = Call::new(Method::PUT, Some(&name), context)
             .header("x-ms-blob-type", "BlockBlob")
             .header("x-ms-blob-content-type", "application/json")
             .header("x-ms-content-crc64", body::crc64_header(crcs))
             .header("if-none-match", "*")
-            .body(reqwest::Body::from(text), len);
+            .bytes(text);
         self.client.send(call).await?;
         Ok(upload_id)
     }
 
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError> {
         let upload = upload_of(&request.upload_id)?;
-        if !(1..=limits::MAX_PARTS).contains(&request.part_number) {
-            return Err(StoreError::InvalidPart(format!(
-                "part number {} is outside 1..=10000",
-                request.part_number
-            )));
-        }
+        check_part_number(request.part_number)?;
         let crcs = body::crcs_of(&request.body).await?;
         body::check_declared(crcs, request.checksum.known())?;
         let id = BlockId {
@@ -729,6 +728,7 @@ impl ObjectStore for AzureStore {
 
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         let upload = upload_of(&request.upload_id)?;
+        check_part_number(request.part_number)?;
         let id = BlockId {
             upload,
             part_number: request.part_number as u16,
@@ -805,11 +805,9 @@ impl ObjectStore for AzureStore {
         let name = self.full(&request.key);
         let mut context = self.context(&request.key);
         context.create_only = request.condition == Some(WriteCondition::IfNoneMatch);
-        let body = xml::block_list(&ids);
-        let len = body.len() as u64;
         let mut call = Call::new(Method::PUT, Some(&name), context)
             .query("comp", "blocklist")
-            .body(reqwest::Body::from(body), len);
+            .bytes(xml::block_list(&ids));
         for (header, value) in property_headers(
             record.content_type.as_deref(),
             &record.metadata,
@@ -956,7 +954,7 @@ impl AzureStore {
             .query("comp", "blocklist")
             .query("blocklisttype", "committed");
         let answer = self.client.send(call).await?;
-        let text = answer.text().await.map_err(|e| self.client.transport(&e))?;
+        let text = self.client.text(answer).await?;
         let root = xml::parse(&text).map_err(unreadable)?;
         Ok(root
             .child("CommittedBlocks")
