@@ -273,13 +273,18 @@ fn sizes() -> Vec<u64> {
 }
 
 /// Starts an import of `url` at `gateway` (202) and returns its id.
-async fn start_import(client: &reqwest::Client, gateway: &str, url: &str) -> String {
-    let answer = client
+/// `POST /v1/imports` of `body` at `gateway`, answered.
+async fn post_import(client: &reqwest::Client, gateway: &str, body: Value) -> reqwest::Response {
+    client
         .post(format!("{gateway}/v1/imports"))
-        .json(&json!({ "url": url }))
+        .json(&body)
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn start_import(client: &reqwest::Client, gateway: &str, url: &str) -> String {
+    let answer = post_import(client, gateway, json!({ "url": url })).await;
     assert_eq!(answer.status(), 202);
     answer.json::<Value>().await.unwrap()["id"]
         .as_str()
@@ -384,12 +389,7 @@ async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for n in 0..sizes.len() {
-        let answer = client
-            .post(format!("{}/v1/imports", urls[n % 2]))
-            .json(&json!({ "url": format!("http://{at}/objects/{n}"), "filename": format!("object-{n}.bin") }))
-            .send()
-            .await
-            .unwrap();
+        let answer = post_import(&client, &urls[n % 2], json!({ "url": format!("http://{at}/objects/{n}"), "filename": format!("object-{n}.bin") })).await;
         assert_eq!(answer.status(), 202, "{}", answer.text().await.unwrap());
         let body: Value = answer.json().await.unwrap();
         ids.push((n, body["id"].as_str().unwrap().to_string()));
@@ -570,12 +570,7 @@ async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
     assert!(table.len() >= 30);
     let client = reqwest::Client::new();
     for (url, status) in &table {
-        let answer = client
-            .post(format!("{}/v1/imports", gateway.url))
-            .json(&json!({ "url": url }))
-            .send()
-            .await
-            .unwrap();
+        let answer = post_import(&client, &gateway.url, json!({ "url": url })).await;
         let got = answer.status().as_u16();
         let body = answer.text().await.unwrap();
         assert_eq!(got, *status, "{url}: {body}");
@@ -584,12 +579,12 @@ async fn imports_refuse_every_forbidden_address_and_fetch_nothing_from_them() {
     // origin is asked.
     let sent_before = origin.requests.load(Ordering::SeqCst);
     for metadata in [json!({ "a b": "x" }), json!({ "big": "x".repeat(2100) })] {
-        let answer = client
-            .post(format!("{}/v1/imports", gateway.url))
-            .json(&json!({ "url": format!("http://{allowed}/objects/0"), "metadata": metadata }))
-            .send()
-            .await
-            .unwrap();
+        let answer = post_import(
+            &client,
+            &gateway.url,
+            json!({ "url": format!("http://{allowed}/objects/0"), "metadata": metadata }),
+        )
+        .await;
         assert_eq!(answer.status(), 400, "{metadata}");
     }
     assert_eq!(origin.requests.load(Ordering::SeqCst), sent_before);
@@ -879,12 +874,7 @@ async fn imports_take_admission_like_every_upload() {
     let client = reqwest::Client::new();
     let url = format!("http://{at}/objects/0");
     let holder = gateway.hold_a_slot().await;
-    let refused = client
-        .post(format!("{}/v1/imports", gateway.url))
-        .json(&json!({ "url": url }))
-        .send()
-        .await
-        .unwrap();
+    let refused = post_import(&client, &gateway.url, json!({ "url": url })).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
     let body: Value = refused.json().await.unwrap();
@@ -896,12 +886,7 @@ async fn imports_take_admission_like_every_upload() {
     // The slot given back (the held PUT ends when its client goes).
     let deadline = Instant::now() + Duration::from_secs(20);
     let id = loop {
-        let answer = client
-            .post(format!("{}/v1/imports", gateway.url))
-            .json(&json!({ "url": url }))
-            .send()
-            .await
-            .unwrap();
+        let answer = post_import(&client, &gateway.url, json!({ "url": url })).await;
         if answer.status() == 202 {
             break answer.json::<Value>().await.unwrap()["id"]
                 .as_str()

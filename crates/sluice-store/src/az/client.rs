@@ -93,6 +93,28 @@ impl<'a> Call<'a> {
         self
     }
 
+    /// Several headers at once.
+    pub fn headers(mut self, headers: impl IntoIterator<Item = (String, String)>) -> Self {
+        for (name, value) in headers {
+            self = self.header(&name, value);
+        }
+        self
+    }
+
+    /// A write's condition: `If-None-Match: *` (then a 409
+    /// `BlobAlreadyExists` is the precondition failing) or `If-Match`.
+    pub fn condition(mut self, condition: &Option<crate::types::WriteCondition>) -> Self {
+        use crate::types::WriteCondition;
+        match condition {
+            None => self,
+            Some(WriteCondition::IfNoneMatch) => {
+                self.context.create_only = true;
+                self.header("if-none-match", "*")
+            }
+            Some(WriteCondition::IfMatch(etag)) => self.header("if-match", etag.clone()),
+        }
+    }
+
     /// A small body in memory (a record, a block list).
     pub fn bytes(self, bytes: impl Into<bytes::Bytes>) -> Self {
         let bytes = bytes.into();

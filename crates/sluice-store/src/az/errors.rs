@@ -12,7 +12,7 @@ use crate::error::StoreError;
 pub(crate) struct Context<'a> {
     pub key: &'a str,
     pub container: &'a str,
-    /// The request carried `If-None-Match: *`: a 409 `BlobAlreadyExists` is
+    /// The request carried `If-None-Match: *` (set by `Call::condition`): a 409 `BlobAlreadyExists` is
     /// its precondition failing (Azure answers 409 where the documentation
     /// says 412).
     pub create_only: bool,

@@ -436,15 +436,6 @@ fn property_headers(
     Ok(headers)
 }
 
-/// The headers of a write's condition.
-fn condition_header(condition: &Option<WriteCondition>) -> Option<(&'static str, String)> {
-    match condition {
-        None => None,
-        Some(WriteCondition::IfNoneMatch) => Some(("if-none-match", "*".into())),
-        Some(WriteCondition::IfMatch(etag)) => Some(("if-match", etag.clone())),
-    }
-}
-
 fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -465,24 +456,18 @@ impl ObjectStore for AzureStore {
             .map_or(ChecksumAlgorithm::Crc64nvme, |c| c.algorithm);
         let checksum = PartCrcs::of(algorithm, Some(crcs));
         let name = self.full(&request.key);
-        let mut context = self.context(&request.key);
-        context.create_only = request.condition == Some(WriteCondition::IfNoneMatch);
         let (sent, len) = body::outgoing(&request.body);
-        let mut call = Call::new(Method::PUT, Some(&name), context)
+        let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .header("x-ms-blob-type", "BlockBlob")
             .header("x-ms-content-crc64", body::crc64_header(crcs))
+            .headers(property_headers(
+                request.content_type.as_deref(),
+                &request.metadata,
+                &request.settings,
+                checksum,
+            )?)
+            .condition(&request.condition)
             .body(sent, len);
-        for (header, value) in property_headers(
-            request.content_type.as_deref(),
-            &request.metadata,
-            &request.settings,
-            checksum,
-        )? {
-            call = call.header(&header, value);
-        }
-        if let Some((header, value)) = condition_header(&request.condition) {
-            call = call.header(header, value);
-        }
         let answer = self.client.send(call).await?;
         Ok(PutOutput {
             etag: header_text(&answer, "etag").unwrap_or_default(),
@@ -681,13 +666,11 @@ impl ObjectStore for AzureStore {
         let text = serde_json::to_vec(&record).expect("a record serializes");
         let name = self.record_name(&request.key, &upload_id);
         let crcs = body::crcs_of(&Body::from(text.clone())).await?;
-        let mut context = self.context(&request.key);
-        context.create_only = true;
-        let call = Call::new(Method::PUT, Some(&name), context)
+        let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .header("x-ms-blob-type", "BlockBlob")
             .header("x-ms-blob-content-type", "application/json")
             .header("x-ms-content-crc64", body::crc64_header(crcs))
-            .header("if-none-match", "*")
+            .condition(&Some(WriteCondition::IfNoneMatch))
             .bytes(text);
         self.client.send(call).await?;
         Ok(upload_id)
@@ -803,22 +786,16 @@ impl ObjectStore for AzureStore {
             }
         }
         let name = self.full(&request.key);
-        let mut context = self.context(&request.key);
-        context.create_only = request.condition == Some(WriteCondition::IfNoneMatch);
-        let mut call = Call::new(Method::PUT, Some(&name), context)
+        let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .query("comp", "blocklist")
+            .headers(property_headers(
+                record.content_type.as_deref(),
+                &record.metadata,
+                &record.settings,
+                checksum,
+            )?)
+            .condition(&request.condition)
             .bytes(xml::block_list(&ids));
-        for (header, value) in property_headers(
-            record.content_type.as_deref(),
-            &record.metadata,
-            &record.settings,
-            checksum,
-        )? {
-            call = call.header(&header, value);
-        }
-        if let Some((header, value)) = condition_header(&request.condition) {
-            call = call.header(header, value);
-        }
         let etag = match self.client.send(call).await {
             Ok(answer) => header_text(&answer, "etag").unwrap_or_default(),
             // A completion sent again after it was carried out: the blob
