@@ -6,7 +6,8 @@
 # It also installs the tus clients (tus-js-client, tuspy) the end-to-end tests run,
 # and starts an Apache Kafka broker (KRaft, jars from Maven Central, scripts/kafka.sh)
 # for the record-stream tests, Azurite (npm) for the Azure Blob store's tests,
-# and installs haproxy and promtool for the deploy/ checks.
+# fake-gcs-server (go install, pinned) for the GCS store's tests, and installs
+# haproxy and promtool for the deploy/ checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,12 @@ export PATH="$(go env GOPATH)/bin:$HOME/.cargo/bin:$PATH"
 if ! command -v minio >/dev/null 2>&1; then
   echo "==> installing MinIO (go install, about 2-3 minutes)"
   go install github.com/minio/minio@latest
+fi
+# The GCS emulator, pinned: its behaviour is what the GCS tests were checked on.
+fake_gcs_version=v1.56.1
+if ! go version -m "$(go env GOPATH)/bin/fake-gcs-server" 2>/dev/null | grep -q "fake-gcs-server[[:space:]]*$fake_gcs_version"; then
+  echo "==> installing fake-gcs-server $fake_gcs_version (go install, about a minute)"
+  go install "github.com/fsouza/fake-gcs-server@$fake_gcs_version"
 fi
 
 # The clients the end-to-end tests drive: tus-js-client and playwright-core (npm)
@@ -77,11 +84,18 @@ azurite_port=$(free_port)
 tests/clients/node_modules/.bin/azurite-blob --blobHost 127.0.0.1 --blobPort "$azurite_port" \
   --inMemoryPersistence --skipApiVersionCheck --silent >"$work/azurite.log" 2>&1 &
 azurite_pid=$!
+# fake-gcs-server, the GCS emulator, in memory; -public-host lets path-style
+# XML requests (deltalake's listing) reach it too.
+gcs_port=$(free_port)
+fake-gcs-server -scheme http -host 127.0.0.1 -port "$gcs_port" -backend memory \
+  -external-url "http://127.0.0.1:$gcs_port" -public-host "127.0.0.1:$gcs_port" -log-level error \
+  >"$work/fake-gcs.log" 2>&1 &
+gcs_pid=$!
 source scripts/kafka.sh
 cleanup() {
   kafka_stop
-  kill "$minio_pid" "$azurite_pid" 2>/dev/null || true
-  wait "$minio_pid" "$azurite_pid" 2>/dev/null || true
+  kill "$minio_pid" "$azurite_pid" "$gcs_pid" 2>/dev/null || true
+  wait "$minio_pid" "$azurite_pid" "$gcs_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -102,6 +116,14 @@ echo "==> Azurite on 127.0.0.1:$azurite_port"
 export SLUICE_TEST_AZURE_BLOB_ENDPOINT="http://127.0.0.1:$azurite_port/devstoreaccount1"
 export SLUICE_TEST_AZURE_REQUIRED=1
 unset AZURE_STORAGE_CONNECTION_STRING AZURE_STORAGE_ACCOUNT AZURE_STORAGE_KEY AZURE_STORAGE_SAS_TOKEN 2>/dev/null || true
+for _ in $(seq 1 60); do
+  if curl -fsS -o /dev/null "http://127.0.0.1:$gcs_port/storage/v1/b" 2>/dev/null; then break; fi
+  if ! kill -0 "$gcs_pid" 2>/dev/null; then cat "$work/fake-gcs.log"; echo "fake-gcs-server did not start" >&2; exit 1; fi
+  sleep 0.5
+done
+echo "==> fake-gcs-server on 127.0.0.1:$gcs_port"
+export SLUICE_TEST_GCS_ENDPOINT="http://127.0.0.1:$gcs_port" SLUICE_TEST_GCS_REQUIRED=1
+unset GOOGLE_APPLICATION_CREDENTIALS STORAGE_EMULATOR_HOST GOOGLE_CLOUD_PROJECT 2>/dev/null || true
 kafka_start "$work"
 echo "==> resolving the Iceberg REST Compatibility Kit's jars (Maven Central, cached in ~/.m2)"
 (cd tests/rck && mvn -q dependency:build-classpath -Dmdep.outputFile="$work/rck-classpath.txt" >/dev/null)

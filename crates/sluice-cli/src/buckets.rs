@@ -16,6 +16,8 @@ use crate::UsageError;
 enum Place {
     Bucket(String),
     Container(String),
+    /// A Google Cloud Storage bucket.
+    GcsBucket(String),
     Directory(std::path::PathBuf),
 }
 
@@ -38,8 +40,20 @@ fn place(location: &str) -> Result<Place, UsageError> {
             bucket,
             rest,
         } if rest.is_empty() || rest == "/" => Ok(Place::Container(bucket)),
-        StoreLocation::Bucket { bucket, .. } => Err(UsageError(format!(
+        StoreLocation::Bucket {
+            service: sluice_store::Service::Azure,
+            bucket,
+            ..
+        } => Err(UsageError(format!(
             "{location} names a key or prefix: a container is az://{bucket}"
+        ))),
+        StoreLocation::Bucket {
+            service: sluice_store::Service::Gcs,
+            bucket,
+            rest,
+        } if rest.is_empty() || rest == "/" => Ok(Place::GcsBucket(bucket)),
+        StoreLocation::Bucket { bucket, .. } => Err(UsageError(format!(
+            "{location} names a key or prefix: a bucket is gs://{bucket}"
         ))),
         StoreLocation::Local(path) => Ok(Place::Directory(path)),
     }
@@ -91,6 +105,7 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
         let what = match &place {
             Place::Bucket(name) => format!("bucket s3://{name}"),
             Place::Container(name) => format!("container az://{name}"),
+            Place::GcsBucket(name) => format!("bucket gs://{name}"),
             Place::Directory(path) => format!("directory store {}", path.display()),
         };
         crate::output::out!("dry run: would make {what}; nothing changed");
@@ -114,6 +129,21 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
                 e => anyhow::anyhow!("cannot make az://{name}: {}", error_chain(&e)),
             })?;
             crate::output::out!("made container az://{name}");
+        }
+        Place::GcsBucket(name) => {
+            let credential = crate::gcs::credential(&args.store)?;
+            let project = crate::gcs::project(&credential);
+            let bucket = crate::gcs::connect(name.clone(), String::new(), &args.store, None)?;
+            bucket
+                .create_bucket(project.as_deref())
+                .await
+                .map_err(|e| match e {
+                    StoreError::Service { status: 409, .. } => {
+                        anyhow::anyhow!("gs://{name} already exists (bucket names are global)")
+                    }
+                    e => anyhow::anyhow!("cannot make gs://{name}: {}", error_chain(&e)),
+                })?;
+            crate::output::out!("made bucket gs://{name}");
         }
         Place::Directory(path) => {
             if path.join(INTERNAL_DIR).is_dir() {
@@ -145,6 +175,10 @@ pub async fn remove(args: RbArgs) -> anyhow::Result<()> {
         Place::Bucket(name) => remove_bucket(&name, &args).await,
         Place::Container(name) => Err(UsageError(format!(
             "rb of az://{name}: delete containers with the Azure CLI or portal (Azure keeps a deleted container's name for a while)"
+        ))
+        .into()),
+        Place::GcsBucket(name) => Err(UsageError(format!(
+            "rb of gs://{name}: delete buckets with gcloud or the console (sluice does not delete GCS buckets)"
         ))
         .into()),
         Place::Directory(path) => remove_directory_store(&path, &args),

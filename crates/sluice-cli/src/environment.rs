@@ -147,6 +147,14 @@ pub fn render() -> String {
         text.push_str(&format!("| `{name}` | {doc} |\n"));
     }
     text.push_str(
+        "\nFor `gs://` locations, the variables Google's libraries read, `--endpoint`\n\
+         moving the JSON API's endpoint:\n\n\
+         | variable | meaning |\n| --- | --- |\n",
+    );
+    for (name, doc) in crate::gcs::VARIABLES {
+        text.push_str(&format!("| `{name}` | {doc} |\n"));
+    }
+    text.push_str(
         "\nFor `s3://` locations, the AWS SDK's chain (`AWS_ACCESS_KEY_ID`,\n\
          `AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, `AWS_REGION`, web identity, instance\n\
          metadata).\n",

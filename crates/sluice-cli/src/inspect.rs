@@ -155,6 +155,14 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
                 .into(),
         )
         .into()),
+        StoreLocation::Bucket {
+            service: Service::Gcs,
+            ..
+        } => return Err(UsageError(
+            "presign makes S3 URLs; GCS buckets take V4 signed URLs, which sluice does not make yet"
+                .into(),
+        )
+        .into()),
         StoreLocation::Bucket { .. } => {
             return Err(UsageError(format!(
                 "{} names no object (expected s3://bucket/key)",

@@ -13,6 +13,7 @@ mod buckets;
 mod chaos;
 mod environment;
 mod events;
+mod gcs;
 mod ingest;
 mod inspect;
 mod janitor;

@@ -74,6 +74,13 @@ pub fn man() -> anyhow::Result<()> {
             doc.replace('\\', "\\\\")
         )?;
     }
+    for (name, doc) in crate::gcs::VARIABLES {
+        writeln!(
+            out,
+            ".TP\n\\fB{name}\\fR (gs:// locations)\n{}",
+            doc.replace('\\', "\\\\")
+        )?;
+    }
     write_out(&out)
 }
 

@@ -81,7 +81,7 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
             (crate::target::with_faults(Arc::new(bucket_store)), place)
         }
         StoreLocation::Bucket {
-            service: sluice_store::Service::Azure,
+            service: service @ (sluice_store::Service::Azure | sluice_store::Service::Gcs),
             bucket,
             rest,
         } => {
@@ -89,13 +89,20 @@ pub async fn run(args: ServeArgs, matches: &clap::ArgMatches) -> anyhow::Result<
                 endpoint: config.endpoint.clone(),
                 ..Default::default()
             };
-            let container = crate::azure::connect(bucket, rest, &reach, stall_timeout)?;
-            let place = format!(
-                "{} at {}",
-                sluice_store::ObjectStore::describe(&container),
-                container.endpoint()
-            );
-            (crate::target::with_faults(Arc::new(container)), place)
+            let (opened, endpoint): (Arc<dyn sluice_store::ObjectStore>, String) = match service {
+                sluice_store::Service::Azure => {
+                    let container = crate::azure::connect(bucket, rest, &reach, stall_timeout)?;
+                    let endpoint = container.endpoint().to_string();
+                    (Arc::new(container), endpoint)
+                }
+                _ => {
+                    let bucket = crate::gcs::connect(bucket, rest, &reach, stall_timeout)?;
+                    let endpoint = bucket.endpoint().to_string();
+                    (Arc::new(bucket), endpoint)
+                }
+            };
+            let place = format!("{} at {endpoint}", opened.describe());
+            (crate::target::with_faults(opened), place)
         }
         local => {
             let store = crate::target::open_store(local, &Default::default(), None).await?;

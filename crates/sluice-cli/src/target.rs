@@ -266,6 +266,16 @@ async fn open_store_itself(
             reach,
             stall_timeout,
         )?)),
+        StoreLocation::Bucket {
+            service: Service::Gcs,
+            bucket,
+            rest,
+        } => Ok(Arc::new(crate::gcs::connect(
+            bucket,
+            rest,
+            reach,
+            stall_timeout,
+        )?)),
         StoreLocation::Local(root) => {
             let store = FsStore::open(FsConfig::new(&root)).map_err(|e| {
                 anyhow::anyhow!("cannot open the directory store at {}: {e}", root.display())

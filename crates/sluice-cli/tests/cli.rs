@@ -116,7 +116,7 @@ fn usage_errors_exit_with_2_and_store_nothing() {
             "invalid value",
         ),
         (vec!["put", "-", "s3://bucket/"], "names no key"),
-        (vec!["put", src, "gs://bucket/key"], "unsupported scheme"),
+        (vec!["put", src, "wasb://bucket/key"], "unsupported scheme"),
         (vec!["get", "s3://bucket", "-"], "is a prefix"),
         (
             vec!["serve", "--listen", "0.0.0.0:0", "--store", dest],
@@ -918,4 +918,80 @@ fn bookkeeping_never_shows_up_as_data() {
         );
     }
     assert!(!plain.join(".sluice").exists());
+}
+
+/// Issue 51: a `gs://` location without a credential, with one sluice
+/// cannot use, or for what sluice does not do on GCS, is refused with a
+/// message that says what to do, and nothing is sent anywhere.
+#[test]
+fn gcs_locations_say_what_they_lack() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let federation = file("federation.json", r#"{"type": "external_account"}"#);
+    let broken = file("broken.json", "not json");
+    // (arguments, GOOGLE_APPLICATION_CREDENTIALS, exit code, message)
+    let cases: Vec<(Vec<&str>, Option<&str>, i32, &str)> = vec![
+        (
+            vec!["ls", "gs://bucket/"],
+            None,
+            2,
+            "gs:// needs a credential",
+        ),
+        (
+            vec!["ls", "gs://bucket/"],
+            Some(federation.as_str()),
+            1,
+            "credential type \"external_account\" is not supported",
+        ),
+        (
+            vec!["ls", "gs://bucket/"],
+            Some(broken.as_str()),
+            1,
+            "is not JSON",
+        ),
+        (
+            vec!["ls", "gs://bucket/"],
+            Some("/nonexistent/key.json"),
+            1,
+            "GOOGLE_APPLICATION_CREDENTIALS: cannot read /nonexistent/key.json",
+        ),
+        (vec!["presign", "gs://bucket/k"], None, 2, "V4 signed URLs"),
+        (
+            vec!["rb", "gs://bucket"],
+            None,
+            2,
+            "delete buckets with gcloud",
+        ),
+        (
+            vec!["mb", "gs://bucket/k"],
+            None,
+            2,
+            "a bucket is gs://bucket",
+        ),
+        (
+            vec!["ls", "gs://Bucket/"],
+            None,
+            2,
+            "not valid on Google Cloud Storage",
+        ),
+    ];
+    for (args, credentials, code, message) in cases {
+        let mut command = sluice(&args);
+        command
+            .env("HOME", dir.path())
+            .env_remove("STORAGE_EMULATOR_HOST")
+            .env_remove("CLOUDSDK_CONFIG")
+            .env_remove("GOOGLE_APPLICATION_CREDENTIALS");
+        if let Some(path) = credentials {
+            command.env("GOOGLE_APPLICATION_CREDENTIALS", path);
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
 }

@@ -1,18 +1,20 @@
 //! The guarantees that rest on the store, on every store the suite starts
-//! (MinIO and Azurite; `common::stores`), with the built binary and default
-//! settings:
+//! (MinIO, Azurite and fake-gcs-server; `common::stores`), with the built
+//! binary and default settings:
 //!
 //! - the CLI's put, get, ls, sync and rm move files byte-exact both ways, and
 //!   sync moves only what differs;
 //! - a Delta table that `sluice ingest` writes in three runs and `sluice
 //!   tables compact` compacts is read back whole by two readers that are not
-//!   sluice's (the deltalake package and DuckDB), which agree;
+//!   sluice's (the deltalake package and DuckDB), which agree (on GCS by
+//!   deltalake only: DuckDB needs GCS's XML API, which the emulator lacks);
 //! - uploads through the fault proxy (`sluice chaos-proxy`'s faults: SlowDown,
 //!   500s, connections reset either way) all land byte-exact, with clients
 //!   that retry a 503 as they are told;
 //! - a create-only race (`If-None-Match: *`, eight clients, one key, small and
-//!   multipart) has exactly one winner, whose bytes are stored, and leaves no
-//!   multipart upload behind;
+//!   multipart; on GCS small only, the emulator ignoring compose's
+//!   precondition) has exactly one winner, whose bytes are stored, and leaves
+//!   no multipart upload behind;
 //! - a PUT whose gateway exits right after its Nth store write (the intent,
 //!   the completion, the event, the intent's removal, then the outbox's own
 //!   writes; parts staged are not writes), for every N, each on a prefix of
@@ -198,7 +200,13 @@ async fn a_delta_table_on_every_store_is_read_back_by_other_readers() {
         let read: serde_json::Value =
             serde_json::from_str(&run_ok(&mut read, &format!("{backend:?}: delta_read.py")))
                 .unwrap();
-        for reader in ["deltalake", "duckdb"] {
+        // DuckDB reads gs:// only through GCS's XML API, which the emulator
+        // does not serve (delta_read.py says so in its answer).
+        let readers: &[&str] = match backend {
+            Backend::FakeGcs => &["deltalake"],
+            _ => &["deltalake", "duckdb"],
+        };
+        for &reader in readers {
             assert_eq!(read[reader]["rows"], 300, "{backend:?} {reader}: {read}");
             assert_eq!(
                 read[reader]["distinct"], 300,
@@ -284,7 +292,17 @@ async fn a_create_only_race_has_one_winner_on_every_store() {
         };
         let gateway = store.serve("127.0.0.1:0", &[]);
         let client = reqwest::Client::new();
-        for (case, size) in [("small", 2000), ("multipart", 12 * MIB)] {
+        let mut cases = vec![("small", 2000), ("multipart", 12 * MIB)];
+        if backend == Backend::FakeGcs {
+            // A multipart upload ends in a compose with ifGenerationMatch=0,
+            // which GCS enforces and fake-gcs-server ignores: racing
+            // completions cannot be kept apart there. (A loser that comes
+            // after the winner is refused on it too: the conformance suite's
+            // multipart_completion_if_none_match.)
+            eprintln!("FakeGcs: the multipart race needs GCS itself (the emulator ignores compose's precondition)");
+            cases.truncate(1);
+        }
+        for (case, size) in cases {
             let key = format!("race/{case}");
             let racers: Vec<_> = (0..8u64)
                 .map(|n| {

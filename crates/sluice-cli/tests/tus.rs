@@ -550,7 +550,8 @@ async fn parts_in_the_bucket(store: &dyn ObjectStore) -> Vec<sluice_store::Uploa
 /// reports at least what those parts hold less one part (the one whose
 /// record write the kill may have cut), the client resumes from there, and
 /// the object is byte-exact with no multipart upload left. Default settings.
-/// On MinIO and on Azurite (issue 51: Azure's blocks staged on the blob).
+/// On MinIO, on Azurite and on fake-gcs-server (issue 51: Azure's blocks
+/// staged on the blob, GCS's parts as objects composed at the end).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_keeps_the_parts_one_long_request_stored() {
     let cases = [
@@ -560,6 +561,8 @@ async fn a_crash_keeps_the_parts_one_long_request_stored() {
         (LongRequest::DraftAppend, true, Backend::Minio),
         (LongRequest::TusPatch, false, Backend::Azurite),
         (LongRequest::DraftAppend, true, Backend::Azurite),
+        (LongRequest::TusPatch, true, Backend::FakeGcs),
+        (LongRequest::DraftAppend, false, Backend::FakeGcs),
     ];
     for (n, (protocol, second_gateway, backend)) in cases.into_iter().enumerate() {
         let case = format!("{protocol:?} on {backend:?}, second gateway: {second_gateway}");

@@ -14,9 +14,13 @@ pub mod checksum;
 mod error;
 pub mod exit_fault;
 pub mod fs;
+#[cfg(feature = "gcs")]
+pub mod gcs;
 pub mod location;
 pub mod presign;
 pub mod probe;
+#[cfg(feature = "rest")]
+mod rest;
 #[cfg(feature = "s3")]
 pub mod s3;
 mod types;

@@ -1,5 +1,6 @@
 //! Where objects live, as written by a person: `s3://bucket[/prefix]`,
-//! `az://container[/prefix]` or a local directory path. Parsing only; opening
+//! `az://container[/prefix]`, `gs://bucket[/prefix]` or a local directory
+//! path. Parsing only; opening
 //! a store from a location is the caller's job.
 
 use std::fmt;
@@ -13,6 +14,8 @@ pub enum Service {
     /// `az://`: an Azure Blob Storage container (the account from the
     /// environment or a connection string).
     Azure,
+    /// `gs://`: a Google Cloud Storage bucket (its JSON API).
+    Gcs,
 }
 
 impl Service {
@@ -21,13 +24,14 @@ impl Service {
         match self {
             Service::S3 => "s3",
             Service::Azure => "az",
+            Service::Gcs => "gs",
         }
     }
 
     /// What the service calls a bucket, for messages.
     pub fn bucket_word(self) -> &'static str {
         match self {
-            Service::S3 => "bucket",
+            Service::S3 | Service::Gcs => "bucket",
             Service::Azure => "container",
         }
     }
@@ -36,8 +40,8 @@ impl Service {
 /// A parsed store location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreLocation {
-    /// `s3://bucket/rest` or `az://container/rest`: `rest` is a key or a key
-    /// prefix, without a leading `/`.
+    /// `s3://bucket/rest`, `az://container/rest` or `gs://bucket/rest`:
+    /// `rest` is a key or a key prefix, without a leading `/`.
     Bucket {
         service: Service,
         bucket: String,
@@ -50,7 +54,7 @@ pub enum StoreLocation {
 /// Why a location string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LocationError {
-    #[error("{0:?} has no bucket name (expected s3://bucket/key or az://container/key)")]
+    #[error("{0:?} has no bucket name (expected s3://bucket/key, az://container/key or gs://bucket/key)")]
     MissingBucket(String),
     #[error("bucket name {0:?} is not valid (3-63 characters: a-z, 0-9, '.', '-')")]
     InvalidBucket(String),
@@ -58,7 +62,9 @@ pub enum LocationError {
         "container name {0:?} is not valid (3-63 characters: a-z, 0-9 and single '-' between them)"
     )]
     InvalidContainer(String),
-    #[error("unsupported scheme in {0:?} (expected s3://bucket/key, az://container/key or a local path)")]
+    #[error("bucket name {0:?} is not valid on Google Cloud Storage (3-63 characters: a-z, 0-9, '-', '_', '.', a letter or digit at each end)")]
+    InvalidGcsBucket(String),
+    #[error("unsupported scheme in {0:?} (expected s3://bucket/key, az://container/key, gs://bucket/key or a local path)")]
     UnsupportedScheme(String),
     /// `s3:/b/k`, `s3//b/k`, `S3://b/k`: an S3 URL mistyped, never a path.
     #[error(
@@ -74,7 +80,7 @@ impl StoreLocation {
         if text.is_empty() {
             return Err(LocationError::Empty);
         }
-        for service in [Service::S3, Service::Azure] {
+        for service in [Service::S3, Service::Azure, Service::Gcs] {
             let Some(rest) = text
                 .strip_prefix(service.scheme())
                 .and_then(|r| r.strip_prefix("://"))
@@ -91,6 +97,9 @@ impl StoreLocation {
                 }
                 Service::Azure if !valid_container(bucket) => {
                     return Err(LocationError::InvalidContainer(bucket.to_string()))
+                }
+                Service::Gcs if !valid_gcs_bucket(bucket) => {
+                    return Err(LocationError::InvalidGcsBucket(bucket.to_string()))
                 }
                 _ => {}
             }
@@ -109,7 +118,7 @@ impl StoreLocation {
                 meant,
             });
         }
-        // `gs://b/k`, `http:/x`: a URL scheme (letters first, then letters,
+        // `wasb://b/k`, `http:/x`: a URL scheme (letters first, then letters,
         // digits, `+ - .`) before the first `/`.
         if let Some((scheme, _)) = text.split_once(':') {
             let scheme_like = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -174,6 +183,18 @@ fn valid_container(name: &str) -> bool {
         && !name.contains("--")
 }
 
+/// GCS's bucket names: lower-case letters, digits, `-`, `_` and `.`, a
+/// letter or digit at each end (names with dots may be longer, up to 222).
+fn valid_gcs_bucket(name: &str) -> bool {
+    let longest = if name.contains('.') { 222 } else { 63 };
+    (3..=longest).contains(&name.len())
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        })
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +217,7 @@ mod tests {
         };
         let s3 = |b: &str, r: &str| bucket(Service::S3, b, r);
         let az = |b: &str, r: &str| bucket(Service::Azure, b, r);
+        let gs = |b: &str, r: &str| bucket(Service::Gcs, b, r);
         let cases: Vec<(&str, Result<StoreLocation, LocationError>)> = vec![
             ("s3://bucket/key", s3("bucket", "key")),
             ("s3://bucket/a/b/c.bin", s3("bucket", "a/b/c.bin")),
@@ -210,8 +232,18 @@ mod tests {
                 Err(LocationError::InvalidBucket("Bad_Bucket".into())),
             ),
             (
-                "gs://b/k",
-                Err(LocationError::UnsupportedScheme("gs://b/k".into())),
+                "wasb://b/k",
+                Err(LocationError::UnsupportedScheme("wasb://b/k".into())),
+            ),
+            ("gs://my_bucket/a/b.bin", gs("my_bucket", "a/b.bin")),
+            ("gs://bucket", gs("bucket", "")),
+            (
+                "gs://Bucket/k",
+                Err(LocationError::InvalidGcsBucket("Bucket".into())),
+            ),
+            (
+                "gs://_b_/k",
+                Err(LocationError::InvalidGcsBucket("_b_".into())),
             ),
             ("az://uploads/in/a.bin", az("uploads", "in/a.bin")),
             ("az://uploads", az("uploads", "")),

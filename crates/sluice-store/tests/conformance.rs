@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use sluice_store::fs::{FsConfig, FsStore};
 use sluice_store::*;
-use sluice_testkit::{azurite, minio, test_data, MemoryStore};
+use sluice_testkit::{azurite, fake_gcs, minio, test_data, MemoryStore};
 
 const MIB: usize = 1024 * 1024;
 
@@ -829,6 +829,15 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let Some(store) = super::azurite::store(stringify!($case)).await else { return };
+                    super::$case(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod gcs_fake {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(store) = super::fake_gcs::store(stringify!($case)).await else { return };
                     super::$case(std::sync::Arc::new(store)).await;
                 }
             )*

@@ -4,6 +4,7 @@
 //! ([`faults`]).
 
 pub mod azurite;
+pub mod fake_gcs;
 pub mod faults;
 pub mod memory;
 pub mod minio;

@@ -1,5 +1,6 @@
 //! The stores the end-to-end tests of a guarantee run on, one table of
-//! them: MinIO (S3) and Azurite (Azure Blob), each with a prefix of the
+//! them: MinIO (S3), Azurite (Azure Blob) and fake-gcs-server (GCS), each
+//! with a prefix of the
 //! test's own, a gateway or a CLI run pointed at it, and a handle to look
 //! at what it holds.
 
@@ -7,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use sluice_store::ObjectStore;
-use sluice_testkit::{azurite, minio};
+use sluice_testkit::{azurite, fake_gcs, minio};
 
 use super::Gateway;
 
@@ -16,10 +17,11 @@ use super::Gateway;
 pub enum Backend {
     Minio,
     Azurite,
+    FakeGcs,
 }
 
 /// Every backend, for tests that are tables of them.
-pub const BACKENDS: [Backend; 2] = [Backend::Minio, Backend::Azurite];
+pub const BACKENDS: [Backend; 3] = [Backend::Minio, Backend::Azurite, Backend::FakeGcs];
 
 /// A prefix of a test's own on one backend.
 pub struct TestStore {
@@ -61,6 +63,16 @@ impl TestStore {
                     store: Arc::new(store),
                 })
             }
+            Backend::FakeGcs => {
+                let endpoint = fake_gcs::endpoint(test)?;
+                let store = fake_gcs::store_at(&endpoint, &prefix).await;
+                Some(TestStore {
+                    backend,
+                    endpoint,
+                    prefix,
+                    store: Arc::new(store),
+                })
+            }
         }
     }
 
@@ -69,6 +81,7 @@ impl TestStore {
         match self.backend {
             Backend::Minio => format!("s3://{}/{}{rest}", minio::TEST_BUCKET, self.prefix),
             Backend::Azurite => format!("az://{}/{}{rest}", azurite::TEST_CONTAINER, self.prefix),
+            Backend::FakeGcs => format!("gs://{}/{}{rest}", fake_gcs::TEST_BUCKET, self.prefix),
         }
     }
 
@@ -103,6 +116,8 @@ impl TestStore {
         let flags = vec!["--endpoint".to_string(), self.endpoint.clone()];
         let env = match self.backend {
             Backend::Minio => Vec::new(),
+            // An emulator is reached unsigned, as Google's libraries reach it.
+            Backend::FakeGcs => vec![("STORAGE_EMULATOR_HOST".to_string(), self.endpoint.clone())],
             Backend::Azurite => vec![(
                 "AZURE_STORAGE_CONNECTION_STRING".to_string(),
                 format!(

@@ -1,27 +1,20 @@
 //! One Azure Blob request: its URL (the blob name percent-encoded, the SAS
 //! appended), the headers every request carries (`x-ms-date`,
-//! `x-ms-version`, the length), the Shared Key signature, sending it once,
-//! and an error answer read into a [`StoreError`].
-//!
-//! **Stalls.** A request is cancelled when, for the stall timeout, it neither
-//! hands the connection a body chunk nor gets its answer, and an answer's
-//! body when no chunk of it arrives for that long: progress, not the
-//! request's whole duration (a large block on a slow link goes on as long as
-//! its bytes do). Errors never carry the URL, which may hold a SAS.
+//! `x-ms-version`, the length), the Shared Key signature, sending it once
+//! (watched for stalls: [`crate::rest::watch`]), and an error answer read
+//! into a [`StoreError`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
-
-use futures::StreamExt;
+use std::time::{Duration, SystemTime};
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::Method;
 
 use super::auth::{shared_key, AzureAccount, AzureCredential};
-use super::body::Outgoing;
 use super::errors::{self, Context};
-use crate::error::{error_chain, StoreError};
+use crate::error::StoreError;
+use crate::rest::body::Outgoing;
+pub(crate) use crate::rest::watch::header_text;
+use crate::rest::watch::Http;
 
 /// The service version sluice speaks: the first with `startFrom` on List
 /// Blobs (Azurite 3.37 accepts it).
@@ -45,13 +38,11 @@ const VALUE: &AsciiSet = &NON_ALPHANUMERIC
 /// container.
 #[derive(Debug)]
 pub(crate) struct Client {
-    http: reqwest::Client,
+    http: Http,
     account: AzureAccount,
     container: String,
     /// The endpoint's own path (`/devstoreaccount1` on Azurite), before the container.
     base_path: String,
-    /// How long a request may go without an answer or a body byte.
-    stall_timeout: Option<Duration>,
 }
 
 /// What a request sends.
@@ -119,7 +110,7 @@ impl<'a> Call<'a> {
     pub fn bytes(self, bytes: impl Into<bytes::Bytes>) -> Self {
         let bytes = bytes.into();
         let len = bytes.len() as u64;
-        self.body(super::body::in_memory(bytes), len)
+        self.body(crate::rest::body::in_memory(bytes), len)
     }
 }
 
@@ -130,12 +121,7 @@ impl Client {
         connect_timeout: Duration,
         stall_timeout: Option<Duration>,
     ) -> Result<Client, StoreError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .http1_only()
-            .build()
-            .map_err(|e| StoreError::transport(error_chain(&e.without_url())))?;
+        let http = Http::new(&account.endpoint, connect_timeout, stall_timeout)?;
         let after_scheme = account.endpoint.split("://").nth(1).unwrap_or("");
         let base_path = after_scheme
             .find('/')
@@ -145,7 +131,6 @@ impl Client {
             account,
             container,
             base_path,
-            stall_timeout,
         })
     }
 
@@ -236,36 +221,7 @@ impl Client {
         for (name, value) in &headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        // The last moment the request showed progress, in ms since it started.
-        let started = Instant::now();
-        let progress = Arc::new(AtomicU64::new(0));
-        if let Some((body, _)) = body {
-            let seen = progress.clone();
-            let watched = body.inspect(move |_| {
-                seen.store(started.elapsed().as_millis() as u64, Ordering::Relaxed)
-            });
-            request = request.body(reqwest::Body::wrap_stream(watched));
-        }
-        let sending = request.send();
-        let answer = match self.stall_timeout {
-            None => sending.await,
-            Some(stall) => {
-                tokio::pin!(sending);
-                loop {
-                    tokio::select! {
-                        answer = &mut sending => break answer,
-                        _ = tokio::time::sleep(Duration::from_millis(250)) => {
-                            let idle = started.elapsed().as_millis() as u64
-                                - progress.load(Ordering::Relaxed);
-                            if idle > stall.as_millis() as u64 {
-                                return Err(StoreError::Stalled { after: stall, store_silent: false });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        .map_err(|e| self.transport(e))?;
+        let answer = self.http.send(request, body.map(|(body, _)| body)).await?;
         let status = answer.status();
         if status.is_success() {
             return Ok(answer);
@@ -306,72 +262,15 @@ impl Client {
         ))
     }
 
-    /// A request that got no answer (without its URL: it may hold a SAS).
-    pub fn transport(&self, error: reqwest::Error) -> StoreError {
-        StoreError::Transport {
-            at: Some(self.account.endpoint.clone()),
-            cause: error_chain(&error.without_url()),
-        }
-    }
-
     /// A small answer's body as text, within the stall timeout.
     pub async fn text(&self, answer: reqwest::Response) -> Result<String, StoreError> {
-        match self.stall_timeout {
-            None => answer.text().await.map_err(|e| self.transport(e)),
-            Some(stall) => match tokio::time::timeout(stall, answer.text()).await {
-                Ok(text) => text.map_err(|e| self.transport(e)),
-                Err(_) => Err(StoreError::Stalled {
-                    after: stall,
-                    store_silent: false,
-                }),
-            },
-        }
+        self.http.text(answer).await
     }
 
-    /// An answer's body as a stream that fails when no chunk comes for the
-    /// stall timeout.
+    /// An answer's body as a stream, watched for stalls.
     pub fn body_stream(&self, answer: reqwest::Response) -> crate::types::ByteStream {
-        let endpoint = self.account.endpoint.clone();
-        let stall = self.stall_timeout;
-        let chunks = answer.bytes_stream();
-        Box::pin(futures::stream::unfold(Some(chunks), move |chunks| {
-            let endpoint = endpoint.clone();
-            async move {
-                let mut chunks = chunks?;
-                let next = match stall {
-                    None => Ok(chunks.next().await),
-                    Some(stall) => tokio::time::timeout(stall, chunks.next()).await,
-                };
-                match next {
-                    Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(chunks))),
-                    Ok(None) => None,
-                    Ok(Some(Err(e))) => Some((
-                        Err(StoreError::Transport {
-                            at: Some(endpoint),
-                            cause: error_chain(&e.without_url()),
-                        }),
-                        None,
-                    )),
-                    Err(_) => Some((
-                        Err(StoreError::Stalled {
-                            after: stall.unwrap_or_default(),
-                            store_silent: false,
-                        }),
-                        None,
-                    )),
-                }
-            }
-        }))
+        self.http.body_stream(answer)
     }
-}
-
-/// A response header as text.
-pub(crate) fn header_text(answer: &reqwest::Response, name: &str) -> Option<String> {
-    answer
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
 }
 
 #[cfg(test)]

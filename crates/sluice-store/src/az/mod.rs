@@ -21,7 +21,6 @@
 //! (S3 keeps them apart). sluice's keys are unique per upload by default.
 
 mod auth;
-mod body;
 mod client;
 mod errors;
 mod names;
@@ -38,11 +37,13 @@ pub use auth::{AzureAccount, AzureAccountError, AzureCredential, EMULATOR_ACCOUN
 
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::error::StoreError;
+use crate::rest::body::{self, PartCrcs};
+use crate::rest::model::{self, check_part_number, Page, UploadRecord};
 use crate::types::*;
-use crate::{limits, ObjectStore};
+use crate::ObjectStore;
 use client::{header_text, Call, Client};
 use errors::Context;
-use names::{BlockId, PartCrcs, StoredName};
+use names::{BlockId, StoredName};
 
 /// Where the records of uploads in progress are kept, under the store's prefix.
 const RECORDS: &str = crate::reserved_key!("azure/uploads/");
@@ -79,16 +80,6 @@ impl AzureConfig {
 pub struct AzureStore {
     client: Client,
     prefix: String,
-}
-
-/// What an upload was started with, kept until it completes or is aborted.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct UploadRecord {
-    key: String,
-    content_type: Option<String>,
-    metadata: Metadata,
-    settings: ObjectSettings,
-    checksum_algorithm: Option<ChecksumAlgorithm>,
 }
 
 impl AzureStore {
@@ -134,16 +125,7 @@ impl AzureStore {
             .await
             .map_err(|e| if e.is_not_found() { no_such() } else { e })?;
         let text = self.client.text(answer).await?;
-        let record: UploadRecord =
-            serde_json::from_str(&text).map_err(|e| StoreError::Service {
-                status: 200,
-                code: "UnreadableUploadRecord".into(),
-                message: format!("{name}: {e}"),
-            })?;
-        if record.key != key {
-            return Err(no_such());
-        }
-        Ok(record)
+        UploadRecord::read(&text, &name, key, upload_id)
     }
 
     /// Whether the record of an upload exists (one HEAD).
@@ -303,28 +285,15 @@ impl AzureStore {
             Some(&source),
             self.context(&request.source_key),
         );
-        if let Some(range) = request.source_range {
-            match range.end {
-                Some(end) if end <= range.start => return Err(StoreError::InvalidRange),
-                Some(end) => {
-                    call = call.header("x-ms-range", format!("bytes={}-{}", range.start, end - 1))
-                }
-                None => call = call.header("x-ms-range", format!("bytes={}-", range.start)),
-            }
+        if let Some(range) = model::copy_range(request.source_range)? {
+            call = call.header("x-ms-range", range);
         }
         if let Some(etag) = &request.source_if_match {
             call = call.header("if-match", etag.as_str());
         }
         let answer = self.client.send(call).await?;
         let meta = self.meta_of(&request.source_key, &answer, false);
-        // A range past the source's end is refused, as S3 refuses it.
-        if request
-            .source_range
-            .and_then(|r| r.end)
-            .is_some_and(|end| end > meta.size)
-        {
-            return Err(StoreError::InvalidRange);
-        }
+        model::past_the_end(request.source_range, meta.size)?;
         let len: u64 = header_text(&answer, "content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -345,16 +314,6 @@ fn upload_of(upload_id: &str) -> Result<[u8; 16], StoreError> {
     names::upload_bytes(upload_id).ok_or_else(|| StoreError::NoSuchUpload {
         upload_id: upload_id.to_string(),
     })
-}
-
-/// Part numbers are 1..=10,000 (a block id holds them in 2 bytes).
-fn check_part_number(part_number: u32) -> Result<(), StoreError> {
-    match (1..=limits::MAX_PARTS).contains(&part_number) {
-        true => Ok(()),
-        false => Err(StoreError::InvalidPart(format!(
-            "part number {part_number} is outside 1..=10000"
-        ))),
-    }
 }
 
 /// An ETag in quotes (listings give them bare, headers quoted).
@@ -436,6 +395,13 @@ fn property_headers(
     Ok(headers)
 }
 
+/// `x-ms-content-crc64`: the CRC-64/NVME's bytes little-endian, in base64
+/// (S3 sends the same value big-endian).
+fn crc64_header(crcs: PartCrcs) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(crcs.crc64nvme.to_le_bytes())
+}
+
 fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -459,7 +425,7 @@ impl ObjectStore for AzureStore {
         let (sent, len) = body::outgoing(&request.body);
         let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .header("x-ms-blob-type", "BlockBlob")
-            .header("x-ms-content-crc64", body::crc64_header(crcs))
+            .header("x-ms-content-crc64", crc64_header(crcs))
             .headers(property_headers(
                 request.content_type.as_deref(),
                 &request.metadata,
@@ -480,61 +446,21 @@ impl ObjectStore for AzureStore {
         key: &str,
         range: Option<ByteRange>,
     ) -> Result<GetOutput, StoreError> {
-        if matches!(range, Some(ByteRange { start, end: Some(end) }) if end < start) {
-            return Err(StoreError::InvalidRange);
-        }
+        let read = model::Read::new(range)?;
         let name = self.full(key);
         let mut call = Call::new(Method::GET, Some(&name), self.context(key));
-        // An empty range is asked as one byte and answered with none.
-        let mut empty = false;
-        if let Some(r) = range {
-            let header = match r.end.filter(|&e| e <= limits::MAX_OBJECT_SIZE) {
-                Some(end) if end > r.start => format!("bytes={}-{}", r.start, end - 1),
-                Some(_) => {
-                    empty = true;
-                    format!("bytes={}-{}", r.start, r.start)
-                }
-                None => format!("bytes={}-", r.start),
-            };
-            call = call.header("x-ms-range", header);
+        if let Some(header) = &read.header {
+            call = call.header("x-ms-range", header.clone());
         }
         let answer = match self.client.send(call).await {
             Ok(answer) => answer,
-            // Azure refuses any range of an empty blob; S3 answers `0-` with nothing.
-            Err(StoreError::InvalidRange) if range.is_some_and(|r| r.start == 0) => {
-                let meta = self.head_object(key).await?;
-                if meta.size != 0 {
-                    return Err(StoreError::InvalidRange);
-                }
-                return Ok(GetOutput {
-                    meta,
-                    range: (0, 0),
-                    body: Box::pin(futures::stream::empty()),
-                });
-            }
-            Err(e) => return Err(e),
+            Err(e) => return read.refused(e, self, key).await,
         };
         let meta = self.meta_of(key, &answer, range.is_none());
-        // Azurite answers a range that starts at the end with nothing; S3 refuses it.
-        if range.is_some_and(|r| r.resolve(meta.size).is_none()) {
-            return Err(StoreError::InvalidRange);
-        }
-        let start = range.map_or(0, |r| r.start);
         let length: u64 = header_text(&answer, "content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        if empty {
-            return Ok(GetOutput {
-                meta,
-                range: (start, start),
-                body: Box::pin(futures::stream::empty()),
-            });
-        }
-        Ok(GetOutput {
-            meta,
-            range: (start, start + length),
-            body: self.client.body_stream(answer),
-        })
+        read.answered(meta, length, || self.client.body_stream(answer))
     }
 
     async fn head_object(&self, key: &str) -> Result<ObjectMeta, StoreError> {
@@ -565,9 +491,9 @@ impl ObjectStore for AzureStore {
     ) -> Result<ListPage, StoreError> {
         let limit = limit.clamp(1, 5000);
         let full_prefix = self.full(prefix);
-        let mut objects: Vec<ObjectSummary> = Vec::new();
+        let mut page = Page::new(cursor, limit);
         let mut marker: Option<String> = None;
-        let more = loop {
+        loop {
             let mut call = Call::new(Method::GET, None, self.context(prefix))
                 .query("restype", "container")
                 .query("comp", "list")
@@ -601,13 +527,8 @@ impl ObjectStore for AzureStore {
                 let Some(key) = name.strip_prefix(&self.prefix) else {
                     continue;
                 };
-                // `startFrom` is inclusive; a cursor names the last key seen.
-                // Only that key is skipped: the service's order, not Rust's,
-                // decides what comes after it.
-                if cursor == Some(key) {
-                    continue;
-                }
-                objects.push(ObjectSummary {
+                // `startFrom` is inclusive: the page skips the cursor's key.
+                page.take(ObjectSummary {
                     key: key.to_string(),
                     size: blob
                         .text_at("Properties/Content-Length")
@@ -621,27 +542,14 @@ impl ObjectStore for AzureStore {
                         .unwrap_or(SystemTime::UNIX_EPOCH),
                 });
             }
-            let next_marker = root
+            marker = root
                 .text_at("NextMarker")
                 .filter(|m| !m.is_empty())
                 .map(str::to_string);
-            if objects.len() > limit {
-                objects.truncate(limit);
-                break true;
+            if let Some(done) = page.finish(marker.is_some()) {
+                return Ok(done);
             }
-            match next_marker {
-                Some(_) if objects.len() == limit => break true,
-                Some(next) => marker = Some(next),
-                None => break false,
-            }
-        };
-        let next_cursor = more
-            .then(|| objects.last().map(|o| o.key.clone()))
-            .flatten();
-        Ok(ListPage {
-            objects,
-            next_cursor,
-        })
+        }
     }
 
     async fn create_multipart_upload(
@@ -656,20 +564,13 @@ impl ObjectStore for AzureStore {
             None,
         )?;
         let upload_id = uuid::Uuid::new_v4().simple().to_string();
-        let record = UploadRecord {
-            key: request.key.clone(),
-            content_type: request.content_type,
-            metadata: request.metadata,
-            settings: request.settings,
-            checksum_algorithm: request.checksum_algorithm,
-        };
-        let text = serde_json::to_vec(&record).expect("a record serializes");
         let name = self.record_name(&request.key, &upload_id);
+        let text = UploadRecord::of(&request);
         let crcs = body::crcs_of(&Body::from(text.clone())).await?;
         let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .header("x-ms-blob-type", "BlockBlob")
             .header("x-ms-blob-content-type", "application/json")
-            .header("x-ms-content-crc64", body::crc64_header(crcs))
+            .header("x-ms-content-crc64", crc64_header(crcs))
             .condition(&Some(WriteCondition::IfNoneMatch))
             .bytes(text);
         self.client.send(call).await?;
@@ -695,7 +596,7 @@ impl ObjectStore for AzureStore {
             &id,
             sent,
             len,
-            Some(body::crc64_header(crcs)),
+            Some(crc64_header(crcs)),
         )
         .await?;
         Ok(UploadedPart {
@@ -762,15 +663,7 @@ impl ObjectStore for AzureStore {
                     part.part_number
                 )));
             };
-            if part.part_number <= last_number {
-                return Err(StoreError::InvalidPart(
-                    "the parts are not in ascending order".into(),
-                ));
-            }
-            last_number = part.part_number;
-            if i + 1 < request.parts.len() && size < limits::MIN_PART_SIZE {
-                return Err(StoreError::EntityTooSmall);
-            }
+            model::check_part_in_order(part, i, request.parts.len(), size, &mut last_number)?;
             pieces.push((PartCrcs::of(algorithm, id.crcs), size));
             ids.push(part.etag.clone());
         }
@@ -914,14 +807,7 @@ impl AzureStore {
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e),
         };
-        match (condition, current) {
-            (Some(WriteCondition::IfNoneMatch), Some(_)) => Err(StoreError::PreconditionFailed),
-            (Some(WriteCondition::IfMatch(_)), None) => Err(StoreError::PreconditionFailed),
-            (Some(WriteCondition::IfMatch(want)), Some(etag)) if *want != etag => {
-                Err(StoreError::PreconditionFailed)
-            }
-            _ => Ok(()),
-        }
+        model::condition_holds(condition, current.as_deref())
     }
 
     /// The ids of a blob's committed blocks, in order.

@@ -23,7 +23,8 @@
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
-use crate::checksum::{Checksum, ChecksumAlgorithm};
+use crate::checksum::ChecksumAlgorithm;
+pub(crate) use crate::rest::body::PartCrcs;
 
 /// A part as a block: which upload, which part, and its CRCs when known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,26 +33,6 @@ pub(crate) struct BlockId {
     pub part_number: u16,
     pub staged_at_micros: u64,
     pub crcs: Option<PartCrcs>,
-}
-
-/// A part's two CRCs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PartCrcs {
-    pub crc64nvme: u64,
-    pub crc32c: u32,
-}
-
-impl PartCrcs {
-    pub fn of(algorithm: ChecksumAlgorithm, crcs: Option<PartCrcs>) -> Option<Checksum> {
-        let crcs = crcs?;
-        Some(Checksum {
-            algorithm,
-            value: match algorithm {
-                ChecksumAlgorithm::Crc64nvme => crcs.crc64nvme,
-                ChecksumAlgorithm::Crc32c => u64::from(crcs.crc32c),
-            },
-        })
-    }
 }
 
 const BLOCK_ID_LEN: usize = 39;

@@ -1,14 +1,14 @@
-//! A write's [`Body`] on its way to Azure: its CRCs, taken before it is sent
-//! (a block's id carries them and `x-ms-content-crc64` has Azure verify
-//! them), off the async threads for anything but small bodies; and the body
-//! as a request body, files streamed with positioned reads.
+//! A write's [`Body`] on its way to a REST store: its CRCs, taken before it
+//! is sent (Azure's block ids carry them and the service verifies the one it
+//! knows; GCS stores the CRC-32C it was told, once verified), off the async
+//! threads for anything but small bodies; and the body as a request body,
+//! files streamed with positioned reads.
 
 use std::os::unix::fs::FileExt;
 
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::names::PartCrcs;
 use crate::checksum::{Checksum, ChecksumAlgorithm, Hasher};
 use crate::error::StoreError;
 use crate::types::Body;
@@ -17,6 +17,27 @@ use crate::types::Body;
 const INLINE_HASH: u64 = 256 * 1024;
 /// Read size when hashing or streaming a file.
 const FILE_BUFFER: usize = 256 * 1024;
+
+/// A body's two CRCs: the one S3 defaults to and the one GCS keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartCrcs {
+    pub crc64nvme: u64,
+    pub crc32c: u32,
+}
+
+impl PartCrcs {
+    /// The checksum of `algorithm` among `crcs`.
+    pub fn of(algorithm: ChecksumAlgorithm, crcs: Option<PartCrcs>) -> Option<Checksum> {
+        let crcs = crcs?;
+        Some(Checksum {
+            algorithm,
+            value: match algorithm {
+                ChecksumAlgorithm::Crc64nvme => crcs.crc64nvme,
+                ChecksumAlgorithm::Crc32c => u64::from(crcs.crc32c),
+            },
+        })
+    }
+}
 
 /// Both CRCs of a body.
 pub(crate) async fn crcs_of(body: &Body) -> Result<PartCrcs, StoreError> {
@@ -78,15 +99,8 @@ pub(crate) fn check_declared(crcs: PartCrcs, declared: Option<Checksum>) -> Resu
     }
 }
 
-/// `x-ms-content-crc64`: the CRC-64/NVME's bytes little-endian, in base64
-/// (S3 sends the same value big-endian).
-pub(crate) fn crc64_header(crcs: PartCrcs) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(crcs.crc64nvme.to_le_bytes())
-}
-
 /// A request body as the client sends it: chunks, so that each one taken
-/// counts as progress (see [`super::client`]'s stall watch).
+/// counts as progress (see [`super::watch`]).
 pub(crate) type Outgoing = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
 
 /// Bytes in memory as a request body, in pieces of at most [`FILE_BUFFER`].

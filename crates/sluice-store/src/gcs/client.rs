@@ -1,0 +1,288 @@
+//! One request to the GCS JSON API: its URL (object names percent-encoded
+//! whole, `/` included, as the API wants them in a path), the bearer token,
+//! sending it once (watched for stalls: [`crate::rest::watch`]), and an
+//! error answer read into a [`StoreError`].
+
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::Method;
+
+use super::auth::{GcsCredential, Tokens};
+use super::errors::{self, Context};
+use crate::error::StoreError;
+use crate::rest::body::Outgoing;
+pub(crate) use crate::rest::watch::header_text;
+use crate::rest::watch::Http;
+
+/// Object names and query values: everything but unreserved characters is
+/// escaped (an object name's `/` too).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Google's endpoint for the JSON API.
+pub const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
+
+/// The HTTP side of a GCS store: one connection pool, one bucket.
+#[derive(Debug)]
+pub(crate) struct Client {
+    http: Http,
+    /// `https://storage.googleapis.com`, or an emulator's origin.
+    endpoint: String,
+    bucket: String,
+    tokens: Tokens,
+}
+
+/// Which of the API's URL families a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// `/storage/v1/b/BUCKET/o[/NAME]`: metadata, listing, delete, compose.
+    Objects,
+    /// `/upload/storage/v1/b/BUCKET/o`: uploads.
+    Upload,
+    /// `/download/storage/v1/b/BUCKET/o/NAME?alt=media`: an object's bytes.
+    Download,
+    /// `/storage/v1/b`: buckets.
+    Buckets,
+}
+
+/// What a request sends.
+pub(crate) struct Call<'a> {
+    pub method: Method,
+    pub api: Api,
+    /// The object's full name, if the request is about one.
+    pub object: Option<&'a str>,
+    /// After the object's name (`/compose`).
+    pub suffix: &'static str,
+    pub query: Vec<(&'static str, String)>,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Option<(Outgoing, u64)>,
+    pub context: Context<'a>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(method: Method, api: Api, object: Option<&'a str>, context: Context<'a>) -> Self {
+        Call {
+            method,
+            api,
+            object,
+            suffix: "",
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: None,
+            context,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn suffix(mut self, suffix: &'static str) -> Self {
+        self.suffix = suffix;
+        self
+    }
+
+    pub fn body(mut self, body: Outgoing, len: u64) -> Self {
+        self.body = Some((body, len));
+        self
+    }
+
+    /// A JSON body.
+    pub fn json(self, value: &serde_json::Value) -> Self {
+        let bytes = bytes::Bytes::from(serde_json::to_vec(value).expect("JSON serializes"));
+        let len = bytes.len() as u64;
+        self.header("content-type", "application/json")
+            .body(crate::rest::body::in_memory(bytes), len)
+    }
+
+    /// `ifGenerationMatch`: 0 for "does not exist".
+    pub fn if_generation(self, generation: Option<u64>) -> Self {
+        match generation {
+            Some(generation) => self.query("ifGenerationMatch", generation.to_string()),
+            None => self,
+        }
+    }
+}
+
+impl Client {
+    pub fn new(
+        endpoint: &str,
+        bucket: String,
+        credential: GcsCredential,
+        connect_timeout: Duration,
+        stall_timeout: Option<Duration>,
+    ) -> Result<Client, StoreError> {
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        Ok(Client {
+            http: Http::new(&endpoint, connect_timeout, stall_timeout)?,
+            endpoint,
+            bucket,
+            tokens: Tokens::new(credential),
+        })
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The URL of a call, without its query.
+    pub fn url_of(&self, api: Api, object: Option<&str>, suffix: &str) -> String {
+        let bucket = utf8_percent_encode(&self.bucket, COMPONENT);
+        let mut url = match api {
+            Api::Objects => format!("{}/storage/v1/b/{bucket}/o", self.endpoint),
+            Api::Upload => format!("{}/upload/storage/v1/b/{bucket}/o", self.endpoint),
+            Api::Download => format!("{}/download/storage/v1/b/{bucket}/o", self.endpoint),
+            Api::Buckets => format!("{}/storage/v1/b", self.endpoint),
+        };
+        if let Some(object) = object {
+            url.push('/');
+            url.push_str(&utf8_percent_encode(object, COMPONENT).to_string());
+        }
+        url.push_str(suffix);
+        url
+    }
+
+    /// Sends `call` once; an answer other than 2xx is the error it maps to.
+    pub async fn send(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
+        let Call {
+            method,
+            api,
+            object,
+            suffix,
+            mut query,
+            headers,
+            body,
+            context,
+        } = call;
+        if api == Api::Download {
+            query.insert(0, ("alt", "media".into()));
+        }
+        let mut url = self.url_of(api, object, suffix);
+        for (i, (name, value)) in query.iter().enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            url.push_str(name);
+            url.push('=');
+            url.push_str(&utf8_percent_encode(value, COMPONENT).to_string());
+        }
+        let mut request = self.http.request(method.clone(), &url);
+        for (name, value) in &headers {
+            request = request.header(*name, value.as_str());
+        }
+        if let Some(authorization) = self.tokens.authorization(&self.http).await? {
+            request = request.header("authorization", authorization);
+        }
+        match &body {
+            Some((_, len)) => request = request.header("content-length", len.to_string()),
+            None if method == Method::POST || method == Method::PUT => {
+                request = request.header("content-length", "0")
+            }
+            None => {}
+        }
+        let answer = self.http.send(request, body.map(|(body, _)| body)).await?;
+        let status = answer.status();
+        if status.is_success() {
+            return Ok(answer);
+        }
+        let retry_after = header_text(&answer, "retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = if method == Method::HEAD {
+            String::new()
+        } else {
+            self.http.text(answer).await.unwrap_or_default()
+        };
+        let said = errors::Said::read(&text);
+        tracing::debug!(
+            status = status.as_u16(),
+            reason = %said.reason,
+            object = object.unwrap_or(""),
+            "gcs answered an error"
+        );
+        Err(errors::map(status.as_u16(), &said, retry_after, context))
+    }
+
+    /// A small answer's body as text, within the stall timeout.
+    pub async fn text(&self, answer: reqwest::Response) -> Result<String, StoreError> {
+        self.http.text(answer).await
+    }
+
+    /// A JSON answer.
+    pub async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        answer: reqwest::Response,
+    ) -> Result<T, StoreError> {
+        let text = self.text(answer).await?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Service {
+            status: 200,
+            code: "UnreadableAnswer".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// An answer's body as a stream, watched for stalls.
+    pub fn body_stream(&self, answer: reqwest::Response) -> crate::types::ByteStream {
+        self.http.body_stream(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_escape_whole_names() {
+        let client = Client::new(
+            "http://127.0.0.1:4443/",
+            "b".into(),
+            GcsCredential::Anonymous,
+            Duration::from_secs(1),
+            None,
+        )
+        .unwrap();
+        // (api, object, suffix, url)
+        let cases = [
+            (
+                Api::Objects,
+                Some("a b/ü+%.txt"),
+                "",
+                "http://127.0.0.1:4443/storage/v1/b/b/o/a%20b%2F%C3%BC%2B%25.txt",
+            ),
+            (
+                Api::Objects,
+                Some("d/k"),
+                "/compose",
+                "http://127.0.0.1:4443/storage/v1/b/b/o/d%2Fk/compose",
+            ),
+            (
+                Api::Upload,
+                None,
+                "",
+                "http://127.0.0.1:4443/upload/storage/v1/b/b/o",
+            ),
+            (
+                Api::Download,
+                Some("x"),
+                "",
+                "http://127.0.0.1:4443/download/storage/v1/b/b/o/x",
+            ),
+            (Api::Buckets, None, "", "http://127.0.0.1:4443/storage/v1/b"),
+        ];
+        for (api, object, suffix, url) in cases {
+            assert_eq!(client.url_of(api, object, suffix), url, "{object:?}");
+        }
+    }
+}
