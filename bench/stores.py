@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""The same transfers on each store sluice speaks, in one run: S3 on MinIO and
-Azure Blob on Azurite (in memory), both on loopback. Per store:
+"""The same transfers on each store sluice speaks, in one run: S3 on MinIO,
+Azure Blob on Azurite (in memory) and Google Cloud Storage on fake-gcs-server
+(in memory), all on loopback. Per store:
 
 - the CLI: `sluice put` of 1 GiB and `sluice get` of it back; `sluice put DIR`
   of 10,000 x 10 KiB and `sluice get PREFIX/ DIR` of them back;
 - the gateway: a 1 GiB PUT and GET with curl; 10,000 x 10 KiB PUTs from
   `sluice bench load` (64 users);
 - the store's own ceiling where a tool for it exists: warp on MinIO (PUTs of
-  64 MiB objects at 4 in flight, of 10 KiB at 64); none for Azurite (azcopy is
-  not here).
+  64 MiB objects at 4 in flight, of 10 KiB at 64); none for Azurite or
+  fake-gcs-server (azcopy and gsutil are not here).
 
 Each case runs --runs times, stores alternated; medians are printed with the
 client's CPU-seconds per GiB (the CLI's, or the gateway's for gateway cases),
-the store process's CPU-seconds per GiB, and peak RSS. Ratios are Azure over S3
-for the same case: they say what the emulator costs, not what Azure would do."""
+the store process's CPU-seconds per GiB, and peak RSS. Ratios are each store's
+rate over S3's for the same case: they say what the emulator costs, not what
+Azure or GCS would do."""
 
 import json
 import os
@@ -39,6 +41,16 @@ def start_azurite(work, azurite):
                              "--skipApiVersionCheck", "--silent"], stdout=log, stderr=log)
     wait_for_port(port)
     return proc, f"http://127.0.0.1:{port}/devstoreaccount1"
+
+
+def start_fake_gcs(work, binary):
+    port = free_port()
+    log = open(os.path.join(work, "fake-gcs.log"), "w")
+    proc = subprocess.Popen([binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
+                             "-external-url", f"http://127.0.0.1:{port}", "-public-host", f"127.0.0.1:{port}",
+                             "-log-level", "error"], stdout=log, stderr=log)
+    wait_for_port(port)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def measured(argv, env):
@@ -126,6 +138,7 @@ def gateway_cases(sluice, store, work, big, run):
 def main():
     ap = driver_args()
     ap.add_argument("--azurite", required=True)
+    ap.add_argument("--fake-gcs", required=True)
     ap.add_argument("--out")
     args = ap.parse_args()
     # The gateway runs in the work directory: paths must not be relative.
@@ -133,9 +146,11 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-bench-stores-")
     minio, minio_url = start_minio(work)
     azurite, azurite_url = start_azurite(work, args.azurite)
+    fake_gcs, gcs_url = start_fake_gcs(work, args.fake_gcs)
     try:
         env = client_env(work)
-        env.pop("AZURE_STORAGE_CONNECTION_STRING", None)
+        for name in ("AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
+            env.pop(name, None)
         s3_env = dict(env)
         az_env = dict(env, AZURE_STORAGE_CONNECTION_STRING=(
             f"AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={azurite_url}"))
@@ -143,8 +158,12 @@ def main():
                        capture_output=True)
         subprocess.run([args.sluice, "mb", "az://bench", "--endpoint", azurite_url], env=az_env, check=True,
                        capture_output=True)
+        gcs_env = dict(env, STORAGE_EMULATOR_HOST=gcs_url)
+        subprocess.run([args.sluice, "mb", "gs://bench", "--endpoint", gcs_url], env=gcs_env, check=True,
+                       capture_output=True)
         stores = [Store("s3 (MinIO)", "s3://bench/", minio_url, s3_env, minio),
-                  Store("azure (Azurite)", "az://bench/", azurite_url, az_env, azurite)]
+                  Store("azure (Azurite)", "az://bench/", azurite_url, az_env, azurite),
+                  Store("gcs (fake-gcs)", "gs://bench/", gcs_url, gcs_env, fake_gcs)]
         big = os.path.join(work, "big.bin")
         make_file(big, GIB)
         tree = os.path.join(work, "tree")
@@ -157,7 +176,7 @@ def main():
                 f.write(payload[i % 97:] + payload[:i % 97])
         rows = []
         for run in range(args.runs):
-            order = stores if run % 2 == 0 else list(reversed(stores))
+            order = stores[run % len(stores):] + stores[:run % len(stores)]
             for store in order:
                 rows += cli_cases(args.sluice, store, work, big, tree, run)
                 rows += gateway_cases(args.sluice, store, work, big, run)
@@ -172,7 +191,8 @@ def main():
                  f"sluice: {version([args.sluice, '--version'])}, defaults",
                  f"s3: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
                  f"azure: Azurite {version([args.azurite, '--version'])}, in memory, 127.0.0.1",
-                 f"{args.runs} runs, stores alternated, medians; CPU = the CLI's or the gateway's; store CPU = MinIO's or Azurite's",
+                 f"gcs: {fake_gcs_version(args.fake_gcs)}, in memory, 127.0.0.1",
+                 f"{args.runs} runs, stores in rotating order, medians; CPU = the CLI's or the gateway's; store CPU = the store process's",
                  "",
                  f"{'case':32} {'store':16} {'MiB/s':>8} {'files/s':>8} {'CPU-s/GiB':>10} {'store CPU-s/GiB':>16} {'peak RSS':>10}",
                  "-" * 106]
@@ -184,15 +204,28 @@ def main():
                 files = f"{med('files_s'):8.0f}" if mine[0]["files_s"] else f"{'':8}"
                 lines.append(f"{case:32} {store.name:16} {med('mib_s'):8.1f} {files} {med('cpu_s_per_gib'):10.2f} "
                              f"{med('server_cpu_s_per_gib'):16.2f} {med('rss') / MIB:7.0f} MiB")
-            s3 = statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == stores[0].name)
-            az = statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == stores[1].name)
-            lines.append(f"{'':32} azure / s3 rate {az / s3:.2f}x")
+            rate = {store.name: statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == store.name)
+                    for store in stores}
+            s3 = rate[stores[0].name]
+            lines.append(f"{'':32} rate over s3: " + ", ".join(
+                f"{store.name.split()[0]} {rate[store.name] / s3:.2f}x" for store in stores[1:]))
         lines += ["", "MinIO's own ceiling (warp, 20 s each): " + ", ".join(f"{k} {v}" for k, v in ceilings.items())]
         emit_report(lines, rows, args.out)
     finally:
         stop(minio)
         stop(azurite)
+        stop(fake_gcs)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def fake_gcs_version(binary):
+    """fake-gcs-server has no --version: the module version Go recorded."""
+    found = subprocess.run(["go", "version", "-m", binary], capture_output=True, text=True).stdout
+    for line in found.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "mod" and parts[1].endswith("fake-gcs-server"):
+            return f"fake-gcs-server {parts[2]}"
+    return "fake-gcs-server (version unknown)"
 
 
 if __name__ == "__main__":

@@ -133,6 +133,15 @@ pub async fn make(args: MbArgs) -> anyhow::Result<()> {
         Place::GcsBucket(name) => {
             let credential = crate::gcs::credential(&args.store)?;
             let project = crate::gcs::project(&credential);
+            // Google makes a bucket in a project; an emulator needs none.
+            if project.is_none()
+                && crate::gcs::endpoint(&args.store) == sluice_store::gcs::DEFAULT_ENDPOINT
+            {
+                return Err(UsageError(format!(
+                    "mb gs://{name}: which project? Set GOOGLE_CLOUD_PROJECT (the key file names none)"
+                ))
+                .into());
+            }
             let bucket = crate::gcs::connect(name.clone(), String::new(), &args.store, None)?;
             bucket
                 .create_bucket(project.as_deref())

@@ -2,9 +2,10 @@
 //! Google's client libraries and `gcloud` read, and `--endpoint` for an
 //! endpoint of one's own (an emulator, a proxy).
 //!
-//! - `GOOGLE_APPLICATION_CREDENTIALS`: a service account's key file, or an
-//!   `authorized_user` file;
-//! - else `STORAGE_EMULATOR_HOST`: an emulator, reached without credentials;
+//! - `STORAGE_EMULATOR_HOST`: an emulator, reached without credentials (as
+//!   Google's libraries reach it: a real token never goes to an emulator);
+//! - else `GOOGLE_APPLICATION_CREDENTIALS`: a service account's key file, or
+//!   an `authorized_user` file;
 //! - else gcloud's application-default file
 //!   (`~/.config/gcloud/application_default_credentials.json`);
 //! - `--no-sign-request` sends no credential (a public bucket).
@@ -31,7 +32,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "STORAGE_EMULATOR_HOST",
         "A GCS emulator's address (`127.0.0.1:4443` or a URL): gs:// requests go there, \
-         unsigned unless GOOGLE_APPLICATION_CREDENTIALS is set",
+         unsigned (a credential is never sent to an emulator)",
     ),
     (
         "GOOGLE_CLOUD_PROJECT",
@@ -62,11 +63,11 @@ pub fn credential(reach: &StoreArgs) -> anyhow::Result<GcsCredential> {
     if reach.no_sign_request {
         return Ok(GcsCredential::Anonymous);
     }
-    if let Some(path) = var("GOOGLE_APPLICATION_CREDENTIALS") {
-        return read_file(path.as_ref(), "GOOGLE_APPLICATION_CREDENTIALS");
-    }
     if emulator().is_some() {
         return Ok(GcsCredential::Anonymous);
+    }
+    if let Some(path) = var("GOOGLE_APPLICATION_CREDENTIALS") {
+        return read_file(path.as_ref(), "GOOGLE_APPLICATION_CREDENTIALS");
     }
     let gcloud = var("CLOUDSDK_CONFIG")
         .map(std::path::PathBuf::from)

@@ -933,6 +933,10 @@ fn gcs_locations_say_what_they_lack() {
     };
     let federation = file("federation.json", r#"{"type": "external_account"}"#);
     let broken = file("broken.json", "not json");
+    let user = file(
+        "user.json",
+        r#"{"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r"}"#,
+    );
     // (arguments, GOOGLE_APPLICATION_CREDENTIALS, exit code, message)
     let cases: Vec<(Vec<&str>, Option<&str>, i32, &str)> = vec![
         (
@@ -958,6 +962,23 @@ fn gcs_locations_say_what_they_lack() {
             Some("/nonexistent/key.json"),
             1,
             "GOOGLE_APPLICATION_CREDENTIALS: cannot read /nonexistent/key.json",
+        ),
+        (
+            vec!["mb", "gs://bucket"],
+            Some(user.as_str()),
+            2,
+            "Set GOOGLE_CLOUD_PROJECT",
+        ),
+        (
+            vec![
+                "ls",
+                "gs://bucket/",
+                "--endpoint",
+                "http://gcs.internal:4443",
+            ],
+            Some(user.as_str()),
+            1,
+            "an access token is sent only over https, or to loopback",
         ),
         (vec!["presign", "gs://bucket/k"], None, 2, "V4 signed URLs"),
         (
@@ -985,6 +1006,7 @@ fn gcs_locations_say_what_they_lack() {
             .env("HOME", dir.path())
             .env_remove("STORAGE_EMULATOR_HOST")
             .env_remove("CLOUDSDK_CONFIG")
+            .env_remove("GOOGLE_CLOUD_PROJECT")
             .env_remove("GOOGLE_APPLICATION_CREDENTIALS");
         if let Some(path) = credentials {
             command.env("GOOGLE_APPLICATION_CREDENTIALS", path);

@@ -43,6 +43,8 @@ struct Origin {
     pattern: Bytes,
     /// Bytes sent, per object.
     sent: Vec<AtomicU64>,
+    /// Where each request for an object started, in order, per object.
+    starts: Vec<std::sync::Mutex<Vec<u64>>>,
     /// Requests answered (for the fault schedule).
     requests: AtomicU64,
     /// Faults on: every fifth body is cut, every seventh pauses.
@@ -65,6 +67,7 @@ impl Origin {
             .collect();
         Origin {
             sent: sizes.iter().map(|_| AtomicU64::new(0)).collect(),
+            starts: sizes.iter().map(|_| Default::default()).collect(),
             sizes,
             pattern: Bytes::from(pattern),
             requests: AtomicU64::new(0),
@@ -126,6 +129,7 @@ async fn serve_object(
         Some((from, to)) => (StatusCode::PARTIAL_CONTENT, from, to),
         None => (StatusCode::OK, 0, size),
     };
+    origin.starts[n].lock().unwrap().push(from);
     let chunks = origin.chunks(n, from, to);
     let long = to - from > 4 * MIB;
     // Cut a fifth of the long bodies a third of the way in; pause a seventh
@@ -462,8 +466,24 @@ async fn imports_survive_gateway_kills_byte_exact_with_one_event_each() {
         reported / MIB,
         origin.requests.load(Ordering::Relaxed)
     );
+    // A killed import resumes where its stored parts end, never before:
+    // each object's requests start at non-decreasing offsets (a restart from
+    // the beginning after progress would go back to 0).
+    for (n, starts) in origin.starts.iter().enumerate() {
+        let starts = starts.lock().unwrap();
+        assert!(
+            starts.windows(2).all(|w| w[0] <= w[1]),
+            "object {n} was asked for again from before where it had been: {starts:?}"
+        );
+    }
+    // What was fetched twice: each kill may cost what the killed gateway
+    // held (its memory limit, 256 MiB, and socket buffers) and each cut body
+    // its parts in flight. At this size that is 1.06-1.19x in practice
+    // (busy machines the higher); at the size (100 x 64-256 MiB) it
+    // was 1.005-1.011x. The bound only catches gross waste: a restart is
+    // caught above.
     assert!(
-        sent as f64 <= 1.1 * total as f64,
+        sent as f64 <= 1.5 * total as f64,
         "the origin sent {sent} bytes for {total}"
     );
     assert!(

@@ -568,7 +568,7 @@ mod tests {
         type Change = fn(&mut ServerConfig);
         let cases: Vec<(Change, &str)> = vec![
             (|c| c.store = String::new(), "store"),
-            (|c| c.store = "gs://bucket".into(), "store"),
+            (|c| c.store = "wasb://bucket".into(), "store"),
             (|c| c.max_upload_size = Some(0), "max_upload_size"),
             (|c| c.key_template = "{nope}".into(), "key_template"),
             (

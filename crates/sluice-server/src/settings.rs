@@ -371,7 +371,7 @@ mod tests {
             ("[limits]\nmax_concurrent_uploads = 0\n", "limits.max_concurrent_uploads (--max-concurrent-uploads, SLUICE_MAX_CONCURRENT_UPLOADS)"),
             ("[tus]\nlock_timeout = \"2h\"\n", "tus.lock_timeout"),
             ("[engine]\npart_size = \"1MiB\"\n", "engine.part_size"),
-            ("store = \"gs://bucket\"\n", "store (--store, SLUICE_STORE)"),
+            ("store = \"wasb://bucket\"\n", "store (--store, SLUICE_STORE)"),
             ("cors_origins = [\"ftp://x\"]\n", "cors_origins"),
             ("[limits]\nnope = 1\n", "unknown field `nope`"),
             ("[engine]\nconcurrency = 8\n", "engine.concurrency is now limits.parts_in_flight"),

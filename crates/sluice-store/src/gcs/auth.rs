@@ -127,10 +127,19 @@ impl GcsCredential {
 
 /// Access tokens for one credential, fetched when needed and kept while
 /// they last.
-#[derive(Debug)]
 pub(crate) struct Tokens {
     credential: GcsCredential,
+    /// The token and when to fetch the next one.
     held: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself (a Mutex's Debug would print it).
+        f.debug_struct("Tokens")
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A token endpoint's answer.
@@ -160,15 +169,23 @@ impl Tokens {
         // One fetch at a time: requests that find the token expiring wait
         // for the one fetch rather than each making its own.
         let mut held = self.held.lock().await;
-        if let Some((token, until)) = held.as_ref() {
-            if Instant::now() + EARLY < *until {
+        if let Some((token, renew_at)) = held.as_ref() {
+            if Instant::now() < *renew_at {
                 return Ok(Some(format!("Bearer {token}")));
             }
         }
         let (token, lifetime) = self.fetch(http).await?;
         let bearer = format!("Bearer {token}");
-        *held = Some((token, Instant::now() + lifetime));
+        // Five minutes early, or a quarter of a short lifetime early.
+        let early = EARLY.min(lifetime / 4);
+        *held = Some((token, Instant::now() + lifetime - early));
         Ok(Some(bearer))
+    }
+
+    /// Drops the token held (the service refused it: revoked, or its
+    /// credential's rights changed), so that the next request fetches one.
+    pub async fn forget(&self) {
+        *self.held.lock().await = None;
     }
 
     /// A new token from the credential's endpoint, and how long it lasts.

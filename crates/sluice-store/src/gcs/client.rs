@@ -123,6 +123,15 @@ impl Client {
         stall_timeout: Option<Duration>,
     ) -> Result<Client, StoreError> {
         let endpoint = endpoint.trim_end_matches('/').to_string();
+        // An access token is a bearer secret: never over plain http, but to
+        // this machine (an emulator, a test's token endpoint).
+        let signed = !matches!(credential, GcsCredential::Anonymous);
+        if signed && endpoint.starts_with("http://") && !loopback(&endpoint) {
+            return Err(StoreError::InvalidCredentials(format!(
+                "{endpoint} is plain http: an access token is sent only over https, or to loopback \
+                 (for an emulator, set STORAGE_EMULATOR_HOST or pass --no-sign-request)"
+            )));
+        }
         Ok(Client {
             http: Http::new(&endpoint, connect_timeout, stall_timeout)?,
             endpoint,
@@ -158,6 +167,13 @@ impl Client {
 
     /// Sends `call` once; an answer other than 2xx is the error it maps to.
     pub async fn send(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
+        // GCS refuses these names, and a URL would resolve them to the bucket.
+        if let Some(name) = call.object.filter(|o| *o == "." || *o == "..") {
+            return Err(StoreError::InvalidKey {
+                key: name.to_string(),
+                reason: "an object on Google Cloud Storage cannot be named `.` or `..`",
+            });
+        }
         let Call {
             method,
             api,
@@ -196,6 +212,9 @@ impl Client {
         let status = answer.status();
         if status.is_success() {
             return Ok(answer);
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            self.tokens.forget().await;
         }
         let retry_after = header_text(&answer, "retry-after")
             .and_then(|v| v.trim().parse::<u64>().ok())
@@ -239,9 +258,60 @@ impl Client {
     }
 }
 
+/// Whether a URL's host is this machine.
+fn loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let host = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_go_over_https_or_to_loopback_only() {
+        let key = GcsCredential::AuthorizedUser(super::super::auth::AuthorizedUser {
+            client_id: "c".into(),
+            client_secret: "s".into(),
+            refresh_token: "r".into(),
+            token_uri: None,
+            quota_project_id: None,
+        });
+        // (endpoint, credential, accepted)
+        let cases = [
+            ("https://storage.googleapis.com", key.clone(), true),
+            ("http://127.0.0.1:4443", key.clone(), true),
+            ("http://[::1]:4443", key.clone(), true),
+            ("http://localhost:4443", key.clone(), true),
+            ("http://gcs.internal:4443", key.clone(), false),
+            ("http://10.0.0.7", key, false),
+            ("http://gcs.internal:4443", GcsCredential::Anonymous, true),
+        ];
+        for (endpoint, credential, accepted) in cases {
+            let made = Client::new(
+                endpoint,
+                "b".into(),
+                credential,
+                Duration::from_secs(1),
+                None,
+            );
+            assert_eq!(made.is_ok(), accepted, "{endpoint}");
+        }
+    }
 
     #[test]
     fn urls_escape_whole_names() {

@@ -16,10 +16,12 @@
 //!   exactly the parts the caller stored;
 //! - completion composes the parts, 32 at a time in a tree when there are
 //!   more, into the key with the condition as `ifGenerationMatch`, checks the
-//!   composed CRC-32C against the parts', then deletes the parts and, last,
-//!   the record. The object names its upload in an own entry, so a completion
-//!   sent again after it was carried out is recognised;
-//! - abort deletes the parts and the record; the janitor's listing is the
+//!   composed CRC-32C against the parts', then deletes the record (the upload
+//!   is complete) and the parts. The object names its upload in an own entry,
+//!   so a completion sent again finds no record and recognises its object;
+//! - a storage class asked for at the start rides in the upload id, so parts
+//!   are written in it (compose takes sources of one class);
+//! - abort deletes the record and the parts; the janitor's listing is the
 //!   records, and part folders left without one.
 
 mod auth;
@@ -56,6 +58,8 @@ const RECORDS: &str = crate::reserved_key!("gcs/uploads/");
 const PARTS: &str = crate::reserved_key!("gcs/parts/");
 /// The most sources one compose takes.
 const COMPOSE_MAX: usize = 32;
+/// What a listing asks of each object (and the next page's token).
+const LISTED_FIELDS: &str = "items(name,size,generation,updated,crc32c,metadata),nextPageToken";
 /// Part objects deleted at once after a completion or an abort.
 const DELETES_AT_ONCE: usize = 8;
 
@@ -255,7 +259,8 @@ impl GcsStore {
     ) -> Result<Listing, StoreError> {
         let full_prefix = self.full(prefix);
         let mut call = Call::new(Method::GET, Api::Objects, None, self.context(prefix))
-            .query("maxResults", limit.to_string());
+            .query("maxResults", limit.to_string())
+            .query("fields", LISTED_FIELDS);
         if !full_prefix.is_empty() {
             call = call.query("prefix", full_prefix);
         }
@@ -379,6 +384,14 @@ impl GcsStore {
         }
         let (size, len) = sizes_of(&answer);
         model::past_the_end(request.source_range, size)?;
+        // The part's upload frames the bytes by their length.
+        if header_text(&answer, "content-length").is_none() {
+            return Err(StoreError::Service {
+                status: answer.status().as_u16(),
+                code: "NoContentLength".into(),
+                message: "a download for a part copy came without its length".into(),
+            });
+        }
         let sent = self
             .client
             .body_stream(answer)
@@ -403,6 +416,10 @@ impl GcsStore {
         fields: serde_json::Map<String, serde_json::Value>,
         (sent, len): (Outgoing, u64),
     ) -> Result<Resource, StoreError> {
+        let mut fields = fields;
+        if let Some(class) = class_of(upload_id) {
+            fields.insert("storageClass".into(), class.into());
+        }
         let name = self.full(&format!(
             "{}{part_number:05}",
             Self::parts_of(key, upload_id)
@@ -531,7 +548,7 @@ fn resource_fields(
         settings.content_disposition.as_deref(),
     );
     if let Some(class) = &settings.storage_class {
-        let class = ["STANDARD", "NEARLINE", "COLDLINE", "ARCHIVE"]
+        let class = STORAGE_CLASSES
             .into_iter()
             .find(|c| c.eq_ignore_ascii_case(class))
             .ok_or(StoreError::Unsupported(
@@ -546,9 +563,36 @@ fn resource_fields(
     Ok(fields)
 }
 
-/// The upload id's form (a UUID's 32 hex digits); any other names no upload.
+/// GCS's storage classes, as a resource names them.
+const STORAGE_CLASSES: [&str; 4] = ["STANDARD", "NEARLINE", "COLDLINE", "ARCHIVE"];
+
+/// A new upload id: a UUID's 32 hex digits, then `-CLASS` when the upload
+/// asks for a storage class. Compose takes sources of one class and gives
+/// the object theirs, so parts are written in the object's class, and the
+/// id is where a part finds it without reading the record.
+fn new_upload_id(storage_class: Option<&str>) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    match storage_class {
+        Some(class) => format!("{id}-{}", class.to_ascii_lowercase()),
+        None => id,
+    }
+}
+
+/// The storage class an upload id names (`None`: the bucket's default).
+fn class_of(upload_id: &str) -> Option<&'static str> {
+    let suffix = upload_id.get(32..)?.strip_prefix('-')?;
+    STORAGE_CLASSES
+        .into_iter()
+        .find(|c| c.eq_ignore_ascii_case(suffix))
+}
+
+/// The upload id's form ([`new_upload_id`]); any other names no upload.
 fn check_upload_id(upload_id: &str) -> Result<(), StoreError> {
-    match upload_id.len() == 32 && uuid::Uuid::try_parse(upload_id).is_ok() {
+    let uuid = upload_id
+        .get(..32)
+        .is_some_and(|u| uuid::Uuid::try_parse(u).is_ok());
+    let rest = upload_id.get(32..).unwrap_or("");
+    match uuid && (rest.is_empty() || class_of(upload_id).is_some()) {
         true => Ok(()),
         false => Err(StoreError::NoSuchUpload {
             upload_id: upload_id.to_string(),
@@ -686,13 +730,17 @@ impl ObjectStore for GcsStore {
         request: CreateMultipartRequest,
     ) -> Result<String, StoreError> {
         // Refused at the start rather than at completion.
-        resource_fields(
+        let fields = resource_fields(
             request.content_type.as_deref(),
             &request.metadata,
             &request.settings,
             &[],
         )?;
-        let upload_id = uuid::Uuid::new_v4().simple().to_string();
+        let class = fields
+            .get("storageClass")
+            .and_then(|c| c.as_str())
+            .map(str::to_string);
+        let upload_id = new_upload_id(class.as_deref());
         let text = UploadRecord::of(&request);
         let crcs = body::crcs_of(&Body::from(text.clone())).await?;
         let name = self.record_name(&request.key, &upload_id);
@@ -766,7 +814,18 @@ impl ObjectStore for GcsStore {
         request: CompleteMultipartRequest,
     ) -> Result<PutOutput, StoreError> {
         check_upload_id(&request.upload_id)?;
-        let record = self.record(&request.key, &request.upload_id).await?;
+        let record = match self.record(&request.key, &request.upload_id).await {
+            Ok(record) => record,
+            // Completed before (the record goes right after the compose):
+            // the object names this upload, unless it was replaced since.
+            Err(StoreError::NoSuchUpload { upload_id }) => {
+                return match self.made_by(&request.key, &upload_id).await? {
+                    Some(done) => Ok(done),
+                    None => Err(StoreError::NoSuchUpload { upload_id }),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         let generation = generation_for(&request.condition)?;
         let stored = self.stored_parts(&request.key, &request.upload_id).await?;
         let algorithm = record
@@ -851,8 +910,12 @@ impl ObjectStore for GcsStore {
             let mut next = Vec::new();
             for (i, group) in sources.chunks(COMPOSE_MAX).enumerate() {
                 let name = format!("{folder}c{level}-{i:05}");
+                let mut piece_fields = serde_json::Map::new();
+                if let Some(class) = class_of(&request.upload_id) {
+                    piece_fields.insert("storageClass".into(), class.into());
+                }
                 let piece = self
-                    .compose(&request.key, &name, group, serde_json::Map::new(), None)
+                    .compose(&request.key, &name, group, piece_fields, None)
                     .await?;
                 next.push((name, piece.generation()));
             }
@@ -883,21 +946,22 @@ impl ObjectStore for GcsStore {
             tracing::error!(
                 key = %request.key,
                 upload_id = %request.upload_id,
-                "the composed object's CRC-32C is not its parts'"
+                "the composed object's CRC-32C is not its parts'; removing it"
             );
+            // Taken back (this generation only: never a later writer's), so
+            // that no one reads it and a retry does not take it as done.
+            self.delete_generation(&request.key, &name, made.generation())
+                .await?;
             return Err(StoreError::ChecksumMismatch {
                 algorithm: "crc32c",
             });
         }
-        // The parts, then the record: a completion that did not get this far
-        // is sent again and recognises its object.
-        let parts = self
-            .resources_under(&Self::parts_of(&request.key, &request.upload_id))
-            .await?;
-        self.delete_names(parts.into_iter().map(|p| p.name).collect())
-            .await?;
-        self.delete_names(vec![self.record_name(&request.key, &request.upload_id)])
-            .await?;
+        // The record first: from here the upload is complete, and a retry
+        // finds no record and recognises its object (or, replaced since,
+        // says the upload is gone rather than composing it again). Then the
+        // parts; ones a crash leaves are the janitor's (a parts folder
+        // without a record).
+        self.finish(&request.key, &request.upload_id).await?;
         Ok(PutOutput {
             etag: made.etag(),
             checksum,
@@ -907,16 +971,13 @@ impl ObjectStore for GcsStore {
     async fn abort_multipart_upload(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
         check_upload_id(upload_id)?;
         let record = self.check_record(key, upload_id).await;
-        let parts = self
-            .resources_under(&Self::parts_of(key, upload_id))
-            .await?;
+        let parts = self.part_objects(key, upload_id).await?;
         if record.is_err() && parts.is_empty() {
             return record;
         }
-        self.delete_names(parts.into_iter().map(|p| p.name).collect())
-            .await?;
         self.delete_names(vec![self.record_name(key, upload_id)])
-            .await
+            .await?;
+        self.delete_names(parts).await
     }
 
     async fn list_parts(
@@ -989,6 +1050,46 @@ impl ObjectStore for GcsStore {
 }
 
 impl GcsStore {
+    /// Ends an upload: its record, then its parts (and composed pieces).
+    async fn finish(&self, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        self.delete_names(vec![self.record_name(key, upload_id)])
+            .await?;
+        let parts = self.part_objects(key, upload_id).await?;
+        self.delete_names(parts).await
+    }
+
+    /// The full names of an upload's part objects and composed pieces: the
+    /// objects directly in its folder (another key's folder may lie below).
+    async fn part_objects(&self, key: &str, upload_id: &str) -> Result<Vec<String>, StoreError> {
+        let folder = self.full(&Self::parts_of(key, upload_id));
+        Ok(self
+            .resources_under(&Self::parts_of(key, upload_id))
+            .await?
+            .into_iter()
+            .map(|r| r.name)
+            .filter(|name| {
+                name.strip_prefix(&folder)
+                    .is_some_and(|leaf| !leaf.contains('/'))
+            })
+            .collect())
+    }
+
+    /// Deletes one generation of an object (a later one is left alone).
+    async fn delete_generation(
+        &self,
+        key: &str,
+        name: &str,
+        generation: u64,
+    ) -> Result<(), StoreError> {
+        let call = Call::new(Method::DELETE, Api::Objects, Some(name), self.context(key))
+            .if_generation(Some(generation));
+        match self.client.send(call).await {
+            Ok(_) | Err(StoreError::PreconditionFailed) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The object at `key`, if the upload `upload_id` made it.
     async fn made_by(&self, key: &str, upload_id: &str) -> Result<Option<PutOutput>, StoreError> {
         let Some(current) = self.resource(key).await? else {
@@ -997,14 +1098,8 @@ impl GcsStore {
         if current.own(UPLOAD_ENTRY) != Some(upload_id) {
             return Ok(None);
         }
-        // Finish what the first completion left: the parts and the record.
-        let parts = self
-            .resources_under(&Self::parts_of(key, upload_id))
-            .await?;
-        self.delete_names(parts.into_iter().map(|p| p.name).collect())
-            .await?;
-        self.delete_names(vec![self.record_name(key, upload_id)])
-            .await?;
+        // Finish what the first completion left.
+        self.finish(key, upload_id).await?;
         let meta = current.meta(key);
         Ok(Some(PutOutput {
             etag: meta.etag,

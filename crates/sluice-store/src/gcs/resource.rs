@@ -10,6 +10,7 @@
 //! - **Metadata.** GCS keeps any name; sluice's own entries are
 //!   `sluice__i_NAME` (the object's checksum, the upload that made it), and a
 //!   user's name that begins with `sluice__` is stored as `sluice__u_NAME`.
+//!   Names are read back in lower case, as S3 reports them.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -139,8 +140,10 @@ pub(crate) fn split_metadata<'a>(
         if let Some(own_name) = name.strip_prefix(OWN) {
             own.insert(own_name.to_string(), value.to_string());
         } else {
+            // In lower case, as S3 reports names (and a download's headers
+            // bring them).
             let name = name.strip_prefix(ESCAPED).unwrap_or(name);
-            user.insert(name.to_string(), value.to_string());
+            user.insert(name.to_ascii_lowercase(), value.to_string());
         }
     }
     (user, own)
@@ -288,7 +291,7 @@ mod tests {
         let user: Metadata = [
             ("plain".to_string(), "1".to_string()),
             ("sluice__i_checksum".to_string(), "2".to_string()),
-            ("Mixed Case".to_string(), "3".to_string()),
+            ("mixed case".to_string(), "3".to_string()),
         ]
         .into();
         let stored = metadata_out(&user, &[("crc64nvme", "x".into())]);
