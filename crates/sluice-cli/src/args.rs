@@ -778,7 +778,8 @@ pub struct OpenStoreArgs {
 pub struct StoreArgs {
     /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style
     /// addressing then); for az://, the blob endpoint (Azurite:
-    /// http://127.0.0.1:10000/devstoreaccount1).
+    /// http://127.0.0.1:10000/devstoreaccount1); for gs://, the JSON API's
+    /// origin (fake-gcs-server: http://127.0.0.1:4443).
     #[arg(
         long,
         visible_alias = "endpoint-url",

@@ -41,12 +41,14 @@ pub struct ServerConfig {
     )]
     pub admin_listen: Option<SocketAddr>,
     /// The store: s3://bucket[/prefix], az://container[/prefix] (the account
-    /// from AZURE_STORAGE_*) or a local directory.
+    /// from AZURE_STORAGE_*), gs://bucket[/prefix] (the credential from
+    /// GOOGLE_APPLICATION_CREDENTIALS) or a local directory.
     #[arg(id = "store", long = "store", env = "SLUICE_STORE", value_name = "STORE", default_value = "./sluice-data", value_parser = crate::values::store_location)]
     pub store: String,
     /// S3 endpoint URL for MinIO, Ceph RGW, R2 and others (path-style
     /// addressing then); for az://, the blob endpoint (Azurite:
-    /// http://127.0.0.1:10000/devstoreaccount1).
+    /// http://127.0.0.1:10000/devstoreaccount1); for gs://, the JSON API's
+    /// origin (fake-gcs-server: http://127.0.0.1:4443).
     #[arg(
         id = "endpoint",
         long = "endpoint",
