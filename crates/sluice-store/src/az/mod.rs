@@ -415,12 +415,7 @@ impl ObjectStore for AzureStore {
     }
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
-        let crcs = body::crcs_of(&request.body).await?;
-        body::check_declared(crcs, request.checksum)?;
-        let algorithm = request
-            .checksum
-            .map_or(ChecksumAlgorithm::Crc64nvme, |c| c.algorithm);
-        let checksum = PartCrcs::of(algorithm, Some(crcs));
+        let (crcs, checksum) = body::put_checksums(&request).await?;
         let name = self.full(&request.key);
         let (sent, len) = body::outgoing(&request.body);
         let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))

@@ -627,12 +627,7 @@ impl ObjectStore for GcsStore {
     }
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
-        let crcs = body::crcs_of(&request.body).await?;
-        body::check_declared(crcs, request.checksum)?;
-        let algorithm = request
-            .checksum
-            .map_or(ChecksumAlgorithm::Crc64nvme, |c| c.algorithm);
-        let checksum = PartCrcs::of(algorithm, Some(crcs));
+        let (crcs, checksum) = body::put_checksums(&request).await?;
         let generation = generation_for(&request.condition)?;
         let mut fields = resource_fields(
             request.content_type.as_deref(),

@@ -86,6 +86,19 @@ fn hash(body: &Body) -> Result<PartCrcs, StoreError> {
     })
 }
 
+/// A put's CRCs and the object's checksum in sluice's terms (the one the
+/// caller declared, else CRC-64/NVME), once the declared one is checked.
+pub(crate) async fn put_checksums(
+    request: &crate::types::PutRequest,
+) -> Result<(PartCrcs, Option<Checksum>), StoreError> {
+    let crcs = crcs_of(&request.body).await?;
+    check_declared(crcs, request.checksum)?;
+    let algorithm = request
+        .checksum
+        .map_or(ChecksumAlgorithm::Crc64nvme, |c| c.algorithm);
+    Ok((crcs, PartCrcs::of(algorithm, Some(crcs))))
+}
+
 /// Refuses a body whose bytes do not have the checksum the caller declared
 /// (nothing is sent then).
 pub(crate) fn check_declared(crcs: PartCrcs, declared: Option<Checksum>) -> Result<(), StoreError> {
