@@ -56,18 +56,16 @@ async fn a_form_post_is_announced_within_seconds_of_a_gateway_killed_while_confi
     let Some((endpoint, prefix, store)) = common::minio_prefix("direct-killed").await else {
         return;
     };
-    let secrets = tempfile::tempdir().unwrap();
-    let secret = secrets.path().join("secret");
-    std::fs::write(&secret, SECRET).unwrap();
+    let (_secrets, secret) = common::secret_file(SECRET);
     let args = [
         "--direct",
         "--jwt-secret-file",
-        secret.to_str().unwrap(),
+        &secret,
         // Nothing listens there: events stay in the outbox, to be counted.
         "--event-url",
         "http://127.0.0.1:9/events",
         "--event-secret-file",
-        secret.to_str().unwrap(),
+        &secret,
     ];
     let acme = token("acme");
     let client = reqwest::Client::new();
@@ -137,4 +135,81 @@ async fn a_form_post_is_announced_within_seconds_of_a_gateway_killed_while_confi
     }
     assert!(kills >= 4, "only {kills} kills");
     let _ = store;
+}
+
+/// `POST /s3/sign` for a CreateMultipartUpload asked with a `contentType`
+/// signs that type: its answer's `headers` carry it (Uppy 6 sends them after
+/// its own, so they win), the bucket takes the URL with that type and refuses
+/// it with another, so the object's type is the one the pre-create hook and
+/// the key template saw. Asked without one, the URL takes any type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_multipart_creation_pins_the_content_type_it_was_asked_with() {
+    let Some((endpoint, prefix, store)) = common::minio_prefix("direct-sign-type").await else {
+        return;
+    };
+    let (_secrets, secret) = common::secret_file(SECRET);
+    let gateway = common::serve_on_minio(
+        &endpoint,
+        &prefix,
+        "127.0.0.1:0",
+        &["--direct", "--jwt-secret-file", &secret],
+    );
+    let client = reqwest::Client::new();
+    let sign = |body: Value| {
+        let (client, url, token) = (
+            client.clone(),
+            format!("{}/s3/sign", gateway.url),
+            token("acme"),
+        );
+        async move {
+            let answer = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200);
+            answer.json::<Value>().await.unwrap()
+        }
+    };
+    let create = |signed: Value, content_type: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .post(signed["url"].as_str().unwrap())
+                .header("content-type", content_type)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let pinned = sign(json!({"method": "POST", "key": "a.png", "contentType": "image/png"})).await;
+    assert_eq!(
+        pinned["headers"],
+        json!({"content-type": "image/png"}),
+        "{pinned}"
+    );
+    // (what the browser sends, the bucket's answer)
+    for (content_type, status) in [("text/html", 403), ("image/png", 200)] {
+        assert_eq!(
+            create(pinned.clone(), content_type).await,
+            status,
+            "{content_type}"
+        );
+    }
+    let free = sign(json!({"method": "POST", "key": "b.bin"})).await;
+    assert!(free.get("headers").is_none_or(Value::is_null), "{free}");
+    assert_eq!(create(free, "text/plain").await, 200);
+    // The two uploads created; each is aborted by the test.
+    let uploads = store.list_multipart_uploads("acme/").await.unwrap();
+    assert_eq!(uploads.len(), 2, "{uploads:?}");
+    for upload in uploads {
+        store
+            .abort_multipart_upload(&upload.key, &upload.upload_id)
+            .await
+            .unwrap();
+    }
 }

@@ -737,6 +737,7 @@ async fn the_janitor_spares_the_upload_of_a_running_import() {
         lease_until_ms: now + 60_000,
         created_ms: now,
         updated_ms: now,
+        socket_secret: String::new(),
     };
     let shared: Arc<dyn ObjectStore> = Arc::new(store.clone());
     record::create(&shared, &import).await.unwrap();
@@ -1213,4 +1214,66 @@ async fn a_finished_import_is_dropped_after_its_keep() {
     }
     // The object stays.
     assert!(holds(&store, record["key"].as_str().unwrap(), &origin, 0).await);
+}
+
+/// The progress socket of `@uppy/url` (`/api/TOKEN`) opens only with the token
+/// `/url/get` answered: the import's id, which its `upload.completed` event
+/// and `GET /v1/imports/ID` show to others, does not open it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_progress_socket_opens_with_its_token_and_not_with_the_import_id() {
+    let Some((store, _origin, at, gateway)) =
+        one_gateway("imports-socket", Origin::new(vec![MIB + 3], false), &[]).await
+    else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(format!("{}/url/get", gateway.url))
+        .json(&json!({ "url": format!("http://{at}/objects/0"), "metadata": { "name": "a.bin" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let token = answer.json::<Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ids: Vec<String> = stored_imports(&store)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = &ids[0];
+    let upgrade = |path: String| {
+        let (client, url) = (client.clone(), format!("{}/api/{path}", gateway.url));
+        async move {
+            client
+                .get(url)
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    // (what the socket is opened with, status)
+    let cases = [
+        (id.clone(), 404),
+        (format!("{id}{}", "0".repeat(32)), 404),
+        (token.clone().to_uppercase(), 404),
+        (token[..token.len() - 1].to_string(), 404),
+        (token.clone(), 101),
+    ];
+    for (path, status) in cases {
+        assert_eq!(upgrade(path.clone()).await, status, "/api/{path}");
+    }
+    assert_ne!(&token, id, "the token is not the import id");
+    let record = settled(&client, &gateway.url, id, Duration::from_secs(30)).await;
+    assert_eq!(record["state"], "completed", "{record}");
+    assert!(record.get("token").is_none() && !record.to_string().contains(&token[32..]));
 }

@@ -39,8 +39,13 @@ pub struct PostPolicy {
 /// One request to the bucket a client may send itself with a presigned URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BucketRequest {
-    /// `POST /KEY?uploads`: starts a multipart upload.
-    CreateMultipart { key: String },
+    /// `POST /KEY?uploads`: starts a multipart upload; with a content type,
+    /// its `Content-Type` header is signed, so the request must send exactly
+    /// that type.
+    CreateMultipart {
+        key: String,
+        content_type: Option<String>,
+    },
     /// `PUT /KEY?partNumber=N&uploadId=ID`: one part, any bytes.
     UploadPart {
         key: String,

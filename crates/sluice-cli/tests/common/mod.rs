@@ -358,6 +358,17 @@ pub fn python_json(
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// `secret` in a file of a directory of its own (for `--jwt-secret-file`,
+/// `--event-secret-file`): the directory, which must outlive its readers, and
+/// the file's path.
+pub fn secret_file(secret: &[u8]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secret");
+    std::fs::write(&path, secret).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    (dir, path)
+}
+
 /// An HS256 token signed with `secret` carrying `claims` (an `exp` ten
 /// minutes away added when they have none).
 pub fn hs256_token(secret: &[u8], claims: serde_json::Value) -> String {

@@ -6,7 +6,7 @@
 //! | request | needs | answer |
 //! | --- | --- | --- |
 //! | `PUT` (PutObject) | `put` | a form POST (`fields`) whose policy pins the key the template made, the type and the size range; `key` |
-//! | `POST` (CreateMultipartUpload) | `put` | a URL, and `key`: the key the template made |
+//! | `POST` (CreateMultipartUpload) | `put` | a URL, and `key`: the key the template made; asked with a `contentType`, the URL is signed for it and `headers` carry it |
 //! | `PUT` + `uploadId` + `partNumber` | `resume` | a URL for that part of the caller's upload |
 //! | `GET` + `uploadId` (ListParts) | `resume` | a URL |
 //! | `POST` + `uploadId` (CompleteMultipartUpload) | `resume` | a URL; the object is then looked for ([`super::confirm`]) |
@@ -98,8 +98,19 @@ pub async fn sign(
                 UploadKind::DirectMultipart,
             )
             .await?;
-            let url = presign(BucketRequest::CreateMultipart { key: key.clone() }).await?;
-            json!({ "url": url, "key": key })
+            // A type asked for is signed: the bucket refuses the URL with
+            // another, and Uppy sends the answer's headers after its own.
+            let url = presign(BucketRequest::CreateMultipart {
+                key: key.clone(),
+                content_type: content_type.clone(),
+            })
+            .await?;
+            match content_type {
+                Some(content_type) => {
+                    json!({ "url": url, "key": key, "headers": { "content-type": content_type } })
+                }
+                None => json!({ "url": url, "key": key }),
+            }
         }
         ("PUT", Some(upload_id), Some(part)) => {
             let key = own_key(&grant, Some(request.key))?;

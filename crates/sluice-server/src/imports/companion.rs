@@ -7,8 +7,10 @@
 //! `success` (`{url, response: {status, responseText}}`) or `error`
 //! (`{error: {message}}`). The socket reads the record, so any gateway on the
 //! bucket serves it, and one that reconnects after a gateway died goes on.
-//! The token is the import's unguessable id: the socket shows that import's
-//! progress and nothing else.
+//! The token is the import's id followed by a secret of its record
+//! ([`record::ImportRecord::socket_token`]): the id alone, which the
+//! import's event and `GET /v1/imports/ID` show, does not open the socket,
+//! and the socket shows that import's progress and nothing else.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -68,7 +70,8 @@ pub struct GetBody {
     metadata: BTreeMap<String, Value>,
 }
 
-/// `POST /url/get {url, metadata}`: the import starts; its id is the token.
+/// `POST /url/get {url, metadata}`: the import starts; the answer's token
+/// opens its progress socket.
 async fn start(
     State(state): State<AppState>,
     grant: Grant,
@@ -85,7 +88,7 @@ async fn start(
         .into_iter()
         .collect();
     let record = super::begin(&state, &grant, &body.url, filename, metadata).await?;
-    Ok(Json(json!({ "token": record.id })))
+    Ok(Json(json!({ "token": record.socket_token() })))
 }
 
 /// `GET /api/TOKEN` (WebSocket): the import's progress until it ends.
@@ -95,10 +98,23 @@ async fn socket(
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     super::imports(&state)?;
-    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+    // 32 hex digits of id, then the secret.
+    let Some(id) = token
+        .get(..32)
+        .filter(|id| id.bytes().all(|b| b.is_ascii_hexdigit()))
+    else {
         return Err(ApiError::NotFound);
+    };
+    match record::read(&state.store, id)
+        .await
+        .map_err(ApiError::Store)?
+    {
+        Some((record, _)) if record.opens_socket(&token) => {
+            let id = record.id;
+            Ok(upgrade.on_upgrade(move |socket| follow(state, id, socket)))
+        }
+        _ => Err(ApiError::NotFound),
     }
-    Ok(upgrade.on_upgrade(move |socket| follow(state, token, socket)))
 }
 
 async fn follow(state: AppState, id: String, mut socket: WebSocket) {

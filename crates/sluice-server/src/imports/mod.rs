@@ -354,6 +354,7 @@ pub async fn begin(
         lease_until_ms: 0,
         created_ms: now,
         updated_ms: now,
+        socket_secret: uuid::Uuid::new_v4().simple().to_string(),
     };
     record::create(&state.store, &record)
         .await

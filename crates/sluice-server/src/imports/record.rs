@@ -68,6 +68,11 @@ pub struct ImportRecord {
     pub lease_until_ms: u64,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// 32 random hex digits that open the progress socket: its token is the
+    /// id followed by them (the id alone is in events and URLs others see).
+    /// Never shown by [`ImportRecord::view`].
+    #[serde(default)]
+    pub socket_secret: String,
 }
 
 pub fn now_ms() -> u64 {
@@ -79,6 +84,24 @@ pub fn now_ms() -> u64 {
 impl ImportRecord {
     pub fn name(id: &str) -> String {
         format!("{IMPORTS}{id}.json")
+    }
+
+    /// What opens this import's progress socket (`/api/TOKEN`).
+    pub fn socket_token(&self) -> String {
+        format!("{}{}", self.id, self.socket_secret)
+    }
+
+    /// Whether `token` opens this import's progress socket (compared in
+    /// constant time; a record without a secret opens to none).
+    pub fn opens_socket(&self, token: &str) -> bool {
+        let expected = self.socket_token();
+        !self.socket_secret.is_empty()
+            && token.len() == expected.len()
+            && token
+                .bytes()
+                .zip(expected.bytes())
+                .fold(0u8, |differ, (a, b)| differ | (a ^ b))
+                == 0
     }
 
     /// Bytes stored in parts.

@@ -97,6 +97,7 @@ impl S3DirectSigner {
         &self,
         method: &str,
         url: &str,
+        signed_headers: &[(&str, &str)],
         expires: Duration,
     ) -> Result<String, StoreError> {
         use aws_sigv4::http_request::{
@@ -130,7 +131,7 @@ impl S3DirectSigner {
         let signable = SignableRequest::new(
             method,
             url,
-            std::iter::empty(),
+            signed_headers.iter().copied(),
             SignableBody::UnsignedPayload,
         )
         .map_err(signing_error)?;
@@ -202,7 +203,7 @@ impl DirectSigner for S3DirectSigner {
         let presigning =
             PresigningConfig::expires_in(expires.min(MAX_PRESIGN_EXPIRY)).map_err(signing_error)?;
         let (key, upload_id) = match request {
-            BucketRequest::CreateMultipart { key } => (key, None),
+            BucketRequest::CreateMultipart { key, .. } => (key, None),
             BucketRequest::UploadPart { key, upload_id, .. }
             | BucketRequest::ListParts { key, upload_id }
             | BucketRequest::Complete { key, upload_id }
@@ -238,7 +239,15 @@ impl DirectSigner for S3DirectSigner {
             .collect::<Vec<_>>()
             .join("&");
         let url = format!("{}?{query}", self.object_url(key));
-        self.presign_url(method, &url, presigning.expires()).await
+        let signed_headers: Vec<(&str, &str)> = match request {
+            BucketRequest::CreateMultipart {
+                content_type: Some(content_type),
+                ..
+            } => vec![("content-type", content_type.as_str())],
+            _ => Vec::new(),
+        };
+        self.presign_url(method, &url, &signed_headers, presigning.expires())
+            .await
     }
 
     fn bucket_endpoint(&self) -> &str {
