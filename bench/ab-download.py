@@ -10,7 +10,7 @@ downloads into a fresh directory (removed, then `sync`, then a pause before the
 next); GNU time gives wall, user and sys time and peak RSS of the client alone.
 
     bench/ab-download.py --endpoint http://127.0.0.1:9100 --source s3://bench/big/ \\
-        --rounds 5 old=/tmp/sluice-old new=target/release/sluice 'c32=target/release/sluice --concurrency 32'
+        --server-pid "$(pgrep -f "minio server")" --rounds 5 old=/tmp/sluice-old new=target/release/sluice 'c32=target/release/sluice --concurrency 32'
 """
 
 import argparse
@@ -22,16 +22,27 @@ import sys
 import time
 
 
-def run(argv, dest):
+def server_cpu(pid):
+    """CPU seconds the store's process has used (user + system), or 0 without a pid."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(argv, dest, server_pid):
     shutil.rmtree(dest, ignore_errors=True)
     subprocess.run(["sync"], check=True)
     time.sleep(3)
     timed = ["/usr/bin/time", "-f", "%e %U %S %M"] + argv
+    before = server_cpu(server_pid)
     done = subprocess.run(timed, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = server_cpu(server_pid) - before
     if done.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed:\n{done.stderr}")
     wall, user, system, rss = done.stderr.strip().splitlines()[-1].split()
-    return {"wall": float(wall), "user": float(user), "sys": float(system), "rss_mib": int(rss) / 1024}
+    return {"wall": float(wall), "user": float(user), "sys": float(system), "rss_mib": int(rss) / 1024, "server": server}
 
 
 def main():
@@ -40,6 +51,7 @@ def main():
     parser.add_argument("--source", required=True, help="s3://bucket/prefix/ holding the objects")
     parser.add_argument("--dest", default="/tmp/sluice-ab-download")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--server-pid", type=int, help="the store's process: its CPU during each run is reported too")
     parser.add_argument("--args", default="", help="extra arguments for every sluice build")
     parser.add_argument("builds", nargs="+",
                         help="name=path of a sluice binary, with arguments of its own after the path ('c32=target/release/sluice --concurrency 32')")
@@ -56,14 +68,14 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores; get {source} into {opts.dest}")
     for name in names:
         print(f"# {name}: {' '.join(tools[name])}")
-    print("# round tool wall-s user-s sys-s rss-MiB")
+    print("# round tool wall-s user-s sys-s rss-MiB store-cpu-s")
     for r in range(opts.rounds):
         for k in range(len(names)):
             name = names[(r + k) % len(names)]
-            row = run(tools[name], opts.dest)
+            row = run(tools[name], opts.dest, opts.server_pid)
             row.update(round=r + 1, tool=name)
             rows.append(row)
-            print(f"{r + 1} {name} {row['wall']:.2f} {row['user']:.2f} {row['sys']:.2f} {row['rss_mib']:.1f}", flush=True)
+            print(f"{r + 1} {name} {row['wall']:.2f} {row['user']:.2f} {row['sys']:.2f} {row['rss_mib']:.1f} {row['server']:.2f}", flush=True)
     shutil.rmtree(opts.dest, ignore_errors=True)
     print(f"# medians of {opts.rounds} rounds; ratios to s5cmd (rate = its wall / ours; CPU = ours / its)")
     base = [r for r in rows if r["tool"] == "s5cmd"]
@@ -75,7 +87,7 @@ def main():
         cpu = statistics.median(r["user"] + r["sys"] for r in mine)
         print(f"# {name:>8}: wall {wall:6.2f} s  CPU {cpu:6.2f} s (user {statistics.median(r['user'] for r in mine):.2f}, "
               f"sys {statistics.median(r['sys'] for r in mine):.2f})  peak RSS {max(r['rss_mib'] for r in mine):6.1f} MiB  "
-              f"rate {base_wall / wall:.2f}x  CPU {cpu / base_cpu:.2f}x")
+              f"rate {base_wall / wall:.2f}x  CPU {cpu / base_cpu:.2f}x  store CPU {statistics.median(r['server'] for r in mine):.2f} s")
 
 
 if __name__ == "__main__":

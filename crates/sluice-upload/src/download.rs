@@ -21,12 +21,12 @@ use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
 /// Bytes gathered before one positioned write to the destination file. A
-/// range holds at most two batches: one being written, the next being
-/// received. Small enough that a batch is still in the core's cache when it is
-/// hashed and then copied into the page cache: with 1 MiB batches that copy
-/// took 28 % of a 20 x 256 MiB download's CPU samples against 11 % with
-/// 128 KiB, and in one rotation the run took 9.47 CPU-s against 8.55 with
-/// 256 KiB (bench/results/2026-11-26/write-batch-ab.txt).
+/// range holds one batch, written by the thread that received it. Small
+/// enough that a batch is still in the core's cache when it is hashed and then
+/// copied into the page cache: with 1 MiB batches that copy took 28 % of a
+/// 20 x 256 MiB download's CPU samples against 11 % with 128 KiB, and in one
+/// rotation the run took 9.47 CPU-s against 8.55 with 256 KiB
+/// (bench/results/2026-11-26/write-batch-ab.txt).
 const WRITE_BATCH: usize = 256 * 1024;
 
 /// The most a store's body hands over in one chunk: hyper's read buffer
@@ -35,8 +35,8 @@ const WRITE_BATCH: usize = 256 * 1024;
 /// less than `WRITE_BATCH + BODY_CHUNK_MOST`.
 const BODY_CHUNK_MOST: usize = 512 * 1024;
 
-/// What a range writing into a file reserves from the budget: two batches.
-const RANGE_WRITE_RESERVE: u64 = 2 * (WRITE_BATCH + BODY_CHUNK_MOST) as u64;
+/// What a range writing into a file reserves from the budget: one batch.
+const RANGE_WRITE_RESERVE: u64 = (WRITE_BATCH + BODY_CHUNK_MOST) as u64;
 
 /// A finished download.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -456,18 +456,17 @@ async fn fetch_range(
             let mut batch = Batch::default();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
-                if writer.received() + (batch.len + chunk.len()) as u64 > end {
+                if writer.written + (batch.len + chunk.len()) as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
                 if batch.len > 0 && batch.len + chunk.len() > WRITE_BATCH {
-                    writer.push(batch.take()).await.map_err(Attempt::Other)?;
+                    writer.push(batch.take()).map_err(Attempt::Other)?;
                 }
                 batch.push(chunk);
             }
             if batch.len > 0 {
-                writer.push(batch.take()).await.map_err(Attempt::Other)?;
+                writer.push(batch.take()).map_err(Attempt::Other)?;
             }
-            writer.settle().await.map_err(Attempt::Other)?;
             if writer.written < end {
                 return Err(Attempt::Store(StoreError::transport(format!(
                     "the body ended at byte {} of {end}",
@@ -477,17 +476,14 @@ async fn fetch_range(
             Ok(())
         }
         .await;
-        // A failed attempt resumes after what was written: the write in
-        // flight lands first (a batch still being received is dropped).
-        let settled = writer.settle().await;
+        // A failed attempt resumes after what was written (a batch still
+        // being received is dropped).
         match result {
             Ok(()) => {
-                settled?;
                 attempts.succeeded(turn);
                 break;
             }
             Err(Attempt::Store(error)) => {
-                settled?;
                 tracing::debug!(key = %meta.key, pos = writer.written, error = %sluice_store::error_chain(&error), "download interrupted");
                 attempts.failed(turn, error).await?;
             }
@@ -524,22 +520,21 @@ impl Batch {
     }
 }
 
-/// A blocking write of one batch into a file, handing the hasher back.
-type FileWrite = tokio::task::JoinHandle<(Option<Hasher>, io::Result<()>)>;
-
-/// Hashes and stores a range's batches in order. Into a file, one batch is
-/// written (on the blocking pool) while the next is received, so a write the
-/// kernel holds back (dirty-page throttling) does not stop the socket being
-/// read; into memory, a batch is taken at once.
+/// Hashes and stores a range's batches in order. Into a file, a batch is
+/// hashed and written by the thread that received it, while it is still in
+/// that core's cache: handed to the blocking pool, the copy into the page
+/// cache ran on another core from memory, and a 20 x 256 MiB download took
+/// 1.4-1.6x the CPU and time it takes now
+/// (bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
+/// is given over to the write ([`tokio::task::block_in_place`]), so a write
+/// the kernel holds back (dirty-page throttling) stops no other transfer;
+/// into memory, a batch is taken at once.
 struct RangeWriter<'t> {
     sink: Sink,
-    /// `None` while a file write holds it.
     hasher: Option<Hasher>,
     /// Where the bytes written (and hashed) so far end: a resumed request
     /// starts here.
     written: u64,
-    /// The write in flight, and its length.
-    in_flight: Option<(u64, FileWrite)>,
     tracker: &'t Tracker,
 }
 
@@ -549,57 +544,38 @@ impl<'t> RangeWriter<'t> {
             sink,
             hasher,
             written: start,
-            in_flight: None,
             tracker,
         }
     }
 
-    /// Where the bytes taken so far end, the write in flight included.
-    fn received(&self) -> u64 {
-        self.written + self.in_flight.as_ref().map_or(0, |(len, _)| *len)
-    }
-
-    /// Takes `batch`, which follows every byte taken so far: after the write
-    /// in flight has landed, it is hashed and written in turn.
-    async fn push(&mut self, batch: Vec<Bytes>) -> Result<(), TransferError> {
-        self.settle().await?;
+    /// Takes `batch`, which follows every byte taken so far: hashed, then
+    /// written.
+    fn push(&mut self, batch: Vec<Bytes>) -> Result<(), TransferError> {
         let len: u64 = batch.iter().map(|c| c.len() as u64).sum();
+        if let Some(h) = self.hasher.as_mut() {
+            batch.iter().for_each(|chunk| h.update(chunk));
+        }
         match &mut self.sink {
             Sink::File(file) => {
-                let (file, mut hasher, pos) = (file.clone(), self.hasher.take(), self.written);
-                let write = tokio::task::spawn_blocking(move || {
-                    if let Some(h) = hasher.as_mut() {
-                        batch.iter().for_each(|chunk| h.update(chunk));
-                    }
-                    (hasher, write_all_at(&file, &batch, pos))
-                });
-                self.in_flight = Some((len, write));
+                let pos = self.written;
+                write_here(|| write_all_at(file, &batch, pos))
+                    .map_err(TransferError::Destination)?;
             }
-            Sink::Memory(chunks) => {
-                if let Some(h) = self.hasher.as_mut() {
-                    batch.iter().for_each(|chunk| h.update(chunk));
-                }
-                chunks.extend(batch);
-                self.written += len;
-                self.tracker.advance(len, false);
-            }
+            Sink::Memory(chunks) => chunks.extend(batch),
         }
-        Ok(())
-    }
-
-    /// Waits for the write in flight, if any.
-    async fn settle(&mut self) -> Result<(), TransferError> {
-        let Some((len, write)) = self.in_flight.take() else {
-            return Ok(());
-        };
-        let (hasher, result) = write
-            .await
-            .map_err(|e| TransferError::Destination(io::Error::other(e)))?;
-        self.hasher = hasher;
-        result.map_err(TransferError::Destination)?;
         self.written += len;
         self.tracker.advance(len, false);
         Ok(())
+    }
+}
+
+/// Runs a write that may block on this thread: on a multi-threaded runtime
+/// the worker hands its other tasks over first; on a current-thread runtime
+/// (tests, embedders) it simply runs.
+fn write_here<T>(write: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),
+        _ => write(),
     }
 }
 
