@@ -145,25 +145,39 @@ def main():
     args.sluice, args.azurite = os.path.abspath(args.sluice), os.path.abspath(args.azurite)
     work = tempfile.mkdtemp(prefix="sluice-bench-stores-")
     minio, minio_url = start_minio(work)
-    azurite, azurite_url = start_azurite(work, args.azurite)
-    fake_gcs, gcs_url = start_fake_gcs(work, args.fake_gcs)
+    env = client_env(work)
+    for name in ("AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
+        env.pop(name, None)
+    emulators = []
+
+    def with_bucket(store):
+        subprocess.run([args.sluice, "mb", store.url(""), "--endpoint", store.endpoint], env=store.env, check=True,
+                       capture_output=True)
+        return store
+
+    def fresh(name):
+        """The store `name` on an empty bucket. The emulators are started anew for
+        each run: Azurite keeps what a run deleted in memory until its own clean-up
+        (a later run's CreateMultipartUpload once waited over 30 s, six times, on
+        it), and fake-gcs-server's memory backend scans every object it ever held
+        on each write (a second run's 10,000-file put took over 16 minutes)."""
+        if name == "s3 (MinIO)":
+            return Store(name, "s3://bench/", minio_url, env, minio)
+        if name == "azure (Azurite)":
+            proc, url = start_azurite(work, args.azurite)
+            store_env = dict(env, AZURE_STORAGE_CONNECTION_STRING=(
+                f"AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={url}"))
+            store = Store(name, "az://bench/", url, store_env, proc)
+        else:
+            proc, url = start_fake_gcs(work, args.fake_gcs)
+            store = Store(name, "gs://bench/", url, dict(env, STORAGE_EMULATOR_HOST=url), proc)
+        emulators.append(proc)
+        return with_bucket(store)
+
     try:
-        env = client_env(work)
-        for name in ("AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
-            env.pop(name, None)
-        s3_env = dict(env)
-        az_env = dict(env, AZURE_STORAGE_CONNECTION_STRING=(
-            f"AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint={azurite_url}"))
-        subprocess.run([args.sluice, "mb", "s3://bench", "--endpoint", minio_url], env=s3_env, check=True,
-                       capture_output=True)
-        subprocess.run([args.sluice, "mb", "az://bench", "--endpoint", azurite_url], env=az_env, check=True,
-                       capture_output=True)
-        gcs_env = dict(env, STORAGE_EMULATOR_HOST=gcs_url)
-        subprocess.run([args.sluice, "mb", "gs://bench", "--endpoint", gcs_url], env=gcs_env, check=True,
-                       capture_output=True)
-        stores = [Store("s3 (MinIO)", "s3://bench/", minio_url, s3_env, minio),
-                  Store("azure (Azurite)", "az://bench/", azurite_url, az_env, azurite),
-                  Store("gcs (fake-gcs)", "gs://bench/", gcs_url, gcs_env, fake_gcs)]
+        with_bucket(Store("s3 (MinIO)", "s3://bench/", minio_url, env, minio))
+        names = ["s3 (MinIO)", "azure (Azurite)", "gcs (fake-gcs)"]
+        versions = {"azure": version([args.azurite, "--version"]), "gcs": fake_gcs_version(args.fake_gcs)}
         big = os.path.join(work, "big.bin")
         make_file(big, GIB)
         tree = os.path.join(work, "tree")
@@ -176,51 +190,51 @@ def main():
                 f.write(payload[i % 97:] + payload[:i % 97])
         rows = []
         for run in range(args.runs):
-            order = stores[run % len(stores):] + stores[:run % len(stores)]
-            for store in order:
+            order = names[run % len(names):] + names[:run % len(names)]
+            for name in order:
+                store = fresh(name)
                 rows += cli_cases(args.sluice, store, work, big, tree, run)
                 rows += gateway_cases(args.sluice, store, work, big, run)
-                # Each run starts on an empty bucket: fake-gcs-server's memory
-                # backend scans every object it holds on each write, so a
-                # bucket that keeps growing slows it down run after run (a
-                # second run's 10,000-file put took over 16 minutes).
-                subprocess.run([args.sluice, "rm", store.url(""), "--endpoint", store.endpoint], env=store.env,
-                               check=True, capture_output=True)
+                if store.location.startswith("s3://"):
+                    subprocess.run([args.sluice, "rm", store.url(""), "--endpoint", store.endpoint], env=store.env,
+                                   check=True, capture_output=True)
+                else:
+                    stop(emulators.pop())
                 print(f"run {run}: {store.name} done", file=sys.stderr)
         ceilings = {
             # 1 GiB objects give warp too few samples in a short run; 64 MiB ones do not.
-            "warp PUT 64 MiB objects": f"{(warp_rate(minio_url, s3_env, 30, 4, work, size='64MiB', clear=True) or 0) * 64:.0f} MiB/s",
-            "warp PUT 10 KiB objects": f"{warp_rate(minio_url, s3_env, 20, 64, work, clear=True) or 0:.0f} objects/s",
+            "warp PUT 64 MiB objects": f"{(warp_rate(minio_url, env, 30, 4, work, size='64MiB', clear=True) or 0) * 64:.0f} MiB/s",
+            "warp PUT 10 KiB objects": f"{warp_rate(minio_url, env, 20, 64, work, clear=True) or 0:.0f} objects/s",
         }
         lines = [f"# stores benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
                  f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
                  f"sluice: {version([args.sluice, '--version'])}, defaults",
                  f"s3: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
-                 f"azure: Azurite {version([args.azurite, '--version'])}, in memory, 127.0.0.1",
-                 f"gcs: {fake_gcs_version(args.fake_gcs)}, in memory, 127.0.0.1",
+                 f"azure: Azurite {versions['azure']}, in memory, 127.0.0.1, started anew for each run",
+                 f"gcs: {versions['gcs']}, in memory, 127.0.0.1, started anew for each run",
                  f"{args.runs} runs, stores in rotating order, medians; CPU = the CLI's or the gateway's; store CPU = the store process's",
                  "",
                  f"{'case':32} {'store':16} {'MiB/s':>8} {'files/s':>8} {'CPU-s/GiB':>10} {'store CPU-s/GiB':>16} {'peak RSS':>10}",
                  "-" * 106]
         cases = list(dict.fromkeys(r["case"] for r in rows))
         for case in cases:
-            for store in stores:
-                mine = [r for r in rows if r["case"] == case and r["store"] == store.name]
+            for store in names:
+                mine = [r for r in rows if r["case"] == case and r["store"] == store]
                 med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
                 files = f"{med('files_s'):8.0f}" if mine[0]["files_s"] else f"{'':8}"
-                lines.append(f"{case:32} {store.name:16} {med('mib_s'):8.1f} {files} {med('cpu_s_per_gib'):10.2f} "
+                lines.append(f"{case:32} {store:16} {med('mib_s'):8.1f} {files} {med('cpu_s_per_gib'):10.2f} "
                              f"{med('server_cpu_s_per_gib'):16.2f} {med('rss') / MIB:7.0f} MiB")
-            rate = {store.name: statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == store.name)
-                    for store in stores}
-            s3 = rate[stores[0].name]
+            rate = {store: statistics.median(r["mib_s"] for r in rows if r["case"] == case and r["store"] == store)
+                    for store in names}
+            s3 = rate[names[0]]
             lines.append(f"{'':32} rate over s3: " + ", ".join(
-                f"{store.name.split()[0]} {rate[store.name] / s3:.2f}x" for store in stores[1:]))
+                f"{store.split()[0]} {rate[store] / s3:.2f}x" for store in names[1:]))
         lines += ["", "MinIO's own ceiling (warp, 20 s each): " + ", ".join(f"{k} {v}" for k, v in ceilings.items())]
         emit_report(lines, rows, args.out)
     finally:
         stop(minio)
-        stop(azurite)
-        stop(fake_gcs)
+        for proc in emulators:
+            stop(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 
