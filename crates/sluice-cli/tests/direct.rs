@@ -200,6 +200,15 @@ async fn a_signed_multipart_creation_pins_the_content_type_it_was_asked_with() {
             "{content_type}"
         );
     }
+    // A type that is no header value is refused, not signed.
+    let bad = client
+        .post(format!("{}/s3/sign", gateway.url))
+        .bearer_auth(token("acme"))
+        .json(&json!({"method": "POST", "key": "c.bin", "contentType": "text/plain\r\nx-amz-acl: public-read"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
     let free = sign(json!({"method": "POST", "key": "b.bin"})).await;
     assert!(free.get("headers").is_none_or(Value::is_null), "{free}");
     assert_eq!(create(free, "text/plain").await, 200);

@@ -35,8 +35,14 @@ const WRITE_BATCH: usize = 256 * 1024;
 /// less than `WRITE_BATCH + BODY_CHUNK_MOST`.
 const BODY_CHUNK_MOST: usize = 512 * 1024;
 
-/// What a range writing into a file reserves from the budget: one batch.
-const RANGE_WRITE_RESERVE: u64 = (WRITE_BATCH + BODY_CHUNK_MOST) as u64;
+/// What a range writing into a file reserves from the budget: a batch (up to
+/// [`WRITE_BATCH`], or one chunk alone) and the chunk received after it,
+/// held together until the batch is written.
+const RANGE_WRITE_RESERVE: u64 = (if WRITE_BATCH > BODY_CHUNK_MOST {
+    WRITE_BATCH
+} else {
+    BODY_CHUNK_MOST
+} + BODY_CHUNK_MOST) as u64;
 
 /// A finished download.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,16 +101,25 @@ impl Engine {
         .await?;
         let tracker = Tracker::new(Some(meta.size), progress);
         let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
+        // Each range is a task of its own (started as `buffered` asks for
+        // it, aborted when this future is dropped): a write that takes its
+        // worker thread holds up that range alone, not the others of this
+        // file or the files beside it.
         let fetches = ranges.iter().map(|&(start, end)| {
             let sink = Sink::File(file.clone());
-            let (tracker, meta) = (tracker.clone(), &meta);
-            async move {
-                let slot = inner.tuner.slot().await;
-                let _reservation = inner.budget.reserve(RANGE_WRITE_RESERVE).await;
+            let (engine, tracker, meta) = (self.inner.clone(), tracker.clone(), meta.clone());
+            let range = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+                let slot = engine.tuner.slot().await;
+                let _reservation = engine.budget.reserve(RANGE_WRITE_RESERVE).await;
                 fetch_range(
-                    inner, meta, start, end, multi, algorithm, sink, &tracker, None, slot,
+                    &engine, &meta, start, end, multi, algorithm, sink, &tracker, None, slot,
                 )
                 .await
+            }));
+            async move {
+                range
+                    .await
+                    .map_err(|e| TransferError::Destination(io::Error::other(e)))?
             }
         });
         let results: Vec<(Option<Checksum>, Sink)> = futures::stream::iter(fetches)
@@ -523,12 +538,13 @@ impl Batch {
 /// Hashes and stores a range's batches in order. Into a file, a batch is
 /// hashed and written by the thread that received it, while it is still in
 /// that core's cache: handed to the blocking pool, the copy into the page
-/// cache ran on another core from memory, and a 20 x 256 MiB download took
-/// 1.4-1.6x the CPU and time it takes now
-/// (bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
-/// is given over to the write ([`tokio::task::block_in_place`]), so a write
-/// the kernel holds back (dirty-page throttling) stops no other transfer;
-/// into memory, a batch is taken at once.
+/// cache ran on another core, and a 20 x 256 MiB download took 1.19x the
+/// CPU (6.28 against 5.28 CPU-s, medians of 5 rounds,
+/// bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
+/// is given over to the write ([`tokio::task::block_in_place`]) and every
+/// range of a file is a task of its own, so a write the kernel holds back
+/// (dirty-page throttling) holds up only its range; into memory, a batch is
+/// taken at once.
 struct RangeWriter<'t> {
     sink: Sink,
     hasher: Option<Hasher>,
@@ -571,7 +587,8 @@ impl<'t> RangeWriter<'t> {
 
 /// Runs a write that may block on this thread: on a multi-threaded runtime
 /// the worker hands its other tasks over first; on a current-thread runtime
-/// (tests, embedders) it simply runs.
+/// (tests, embedders) it simply runs. (Not to be called from a `LocalSet`,
+/// where tokio forbids `block_in_place`: ranges run in spawned tasks.)
 fn write_here<T>(write: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),

@@ -1,12 +1,12 @@
 //! `POST /s3/sign`: the route behind Uppy 6's `signRequest` mode. Uppy hands
 //! the app one request at a time (`{method, key, uploadId, partNumber,
 //! contentType}`), the app posts it here with the user's token, and hands back
-//! what this answers (`{url, key, fields}`):
+//! what this answers (`{url, key, fields, headers}`):
 //!
 //! | request | needs | answer |
 //! | --- | --- | --- |
 //! | `PUT` (PutObject) | `put` | a form POST (`fields`) whose policy pins the key the template made, the type and the size range; `key` |
-//! | `POST` (CreateMultipartUpload) | `put` | a URL, and `key`: the key the template made; asked with a `contentType`, the URL is signed for it and `headers` carry it |
+//! | `POST` (CreateMultipartUpload) | `put` | a URL, and `key`: the key the template made; with a type (asked with `contentType`, or set by the pre-create hook) the URL is signed for it and `headers` carry it |
 //! | `PUT` + `uploadId` + `partNumber` | `resume` | a URL for that part of the caller's upload |
 //! | `GET` + `uploadId` (ListParts) | `resume` | a URL |
 //! | `POST` + `uploadId` (CompleteMultipartUpload) | `resume` | a URL; the object is then looked for ([`super::confirm`]) |
@@ -64,6 +64,16 @@ pub async fn sign(
         Duration::from_secs(s.max(1)).min(direct.settings.expires)
     });
     let content_type = request.content_type.filter(|t| !t.is_empty());
+    // Signed as a header value for a multipart creation: it must be one.
+    if let Some(bad) = content_type
+        .as_deref()
+        .filter(|t| http::HeaderValue::from_str(t).is_err())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "contentType {bad:?} is not a header value (visible ASCII and spaces)"
+        ))
+        .into());
+    }
     let presign = |bucket_request: BucketRequest| async move {
         direct
             .signer
@@ -89,7 +99,7 @@ pub async fn sign(
             json!({ "url": signed.url, "fields": signed.fields, "key": signed.key })
         }
         ("POST", None, None) => {
-            let (key, _, _) = new_key(
+            let (key, content_type, _) = new_key(
                 &state,
                 &grant,
                 &request.key,
@@ -98,8 +108,9 @@ pub async fn sign(
                 UploadKind::DirectMultipart,
             )
             .await?;
-            // A type asked for is signed: the bucket refuses the URL with
-            // another, and Uppy sends the answer's headers after its own.
+            // The type asked for, or the one the hook set, is signed: the
+            // bucket refuses the URL with another, and Uppy sends the
+            // answer's headers after its own.
             let url = presign(BucketRequest::CreateMultipart {
                 key: key.clone(),
                 content_type: content_type.clone(),

@@ -91,8 +91,9 @@ impl S3DirectSigner {
         format!("{}{key}", self.prefix)
     }
 
-    /// `url` query-signed (SigV4) for `method`, `UNSIGNED-PAYLOAD`, no header
-    /// but `host` signed: the SDK presigns only a few of S3's operations.
+    /// `url` query-signed (SigV4) for `method`, `UNSIGNED-PAYLOAD`, with `host`
+    /// and `signed_headers` signed (the request must send exactly those): the
+    /// SDK presigns only a few of S3's operations.
     async fn presign_url(
         &self,
         method: &str,
