@@ -538,9 +538,11 @@ impl Batch {
 /// Hashes and stores a range's batches in order. Into a file, a batch is
 /// hashed and written by the thread that received it, while it is still in
 /// that core's cache: handed to the blocking pool, the copy into the page
-/// cache ran on another core, and a 20 x 256 MiB download took 1.19x the
-/// CPU (6.28 against 5.28 CPU-s, medians of 5 rounds,
-/// bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
+/// cache ran on another core (56 % of a 20 x 256 MiB download's samples).
+/// Written here with every range in one task, the download took 0.84x the
+/// CPU (bench/results/2026-11-30/download-write-here-ab.txt); with a task per
+/// range, as now, a 3-round A/B on a busy machine could not tell it from the
+/// blocking pool (download-range-tasks-ab.txt). The worker thread
 /// is given over to the write ([`tokio::task::block_in_place`]) and every
 /// range of a file is a task of its own, so a write the kernel holds back
 /// (dirty-page throttling) holds up only its range; into memory, a batch is
