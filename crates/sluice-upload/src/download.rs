@@ -101,31 +101,35 @@ impl Engine {
         .await?;
         let tracker = Tracker::new(Some(meta.size), progress);
         let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
-        // Each range is a task of its own (started as `buffered` asks for
-        // it, aborted when this future is dropped): a write that takes its
-        // worker thread holds up that range alone, not the others of this
-        // file or the files beside it.
-        let fetches = ranges.iter().map(|&(start, end)| {
-            let sink = Sink::File(file.clone());
-            let (engine, tracker, meta) = (self.inner.clone(), tracker.clone(), meta.clone());
-            let range = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+        // The file's ranges run in a task of their own (aborted when this
+        // future is dropped): a write that takes its worker thread holds up
+        // this file's ranges, whose writes the kernel serialises on the
+        // file's inode lock anyway, and not the files beside it. (A task per
+        // range made those writes contend for the lock: 0.86x s5cmd's rate
+        // against 0.93x, bench/results/2026-11-30/download-range-tasks-ab.txt.)
+        let (engine, file_ranges, file_meta) = (self.inner.clone(), ranges.clone(), meta.clone());
+        let (sink_file, file_tracker) = (file.clone(), tracker.clone());
+        let concurrency = inner.config.concurrency;
+        let fetches = file_ranges.into_iter().map(move |(start, end)| {
+            let (engine, meta, tracker) = (engine.clone(), file_meta.clone(), file_tracker.clone());
+            let sink = Sink::File(sink_file.clone());
+            async move {
                 let slot = engine.tuner.slot().await;
                 let _reservation = engine.budget.reserve(RANGE_WRITE_RESERVE).await;
                 fetch_range(
                     &engine, &meta, start, end, multi, algorithm, sink, &tracker, None, slot,
                 )
                 .await
-            }));
-            async move {
-                range
-                    .await
-                    .map_err(|e| TransferError::Destination(io::Error::other(e)))?
             }
         });
-        let results: Vec<(Option<Checksum>, Sink)> = futures::stream::iter(fetches)
-            .buffered(inner.config.concurrency)
-            .try_collect()
-            .await?;
+        let fetched = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            futures::stream::iter(fetches)
+                .buffered(concurrency)
+                .try_collect::<Vec<(Option<Checksum>, Sink)>>(),
+        ));
+        let results = fetched
+            .await
+            .map_err(|e| TransferError::Destination(io::Error::other(e)))??;
         let checksum = combine(results.iter().map(|(c, _)| *c), &ranges);
         drop(results);
         let verified = verify(&meta, checksum)?;
@@ -539,13 +543,11 @@ impl Batch {
 /// hashed and written by the thread that received it, while it is still in
 /// that core's cache: handed to the blocking pool, the copy into the page
 /// cache ran on another core (56 % of a 20 x 256 MiB download's samples).
-/// Written here with every range in one task, the download took 0.84x the
-/// CPU (bench/results/2026-11-30/download-write-here-ab.txt); with a task per
-/// range, as now, a 3-round A/B on a busy machine could not tell it from the
-/// blocking pool (download-range-tasks-ab.txt). The worker thread
-/// is given over to the write ([`tokio::task::block_in_place`]) and every
-/// range of a file is a task of its own, so a write the kernel holds back
-/// (dirty-page throttling) holds up only its range; into memory, a batch is
+/// Written here, the download took 0.84x the CPU
+/// (bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
+/// is given over to the write ([`tokio::task::block_in_place`]) and each
+/// file's ranges run in a task of their own, so a write the kernel holds back
+/// (dirty-page throttling) holds up only its file; into memory, a batch is
 /// taken at once.
 struct RangeWriter<'t> {
     sink: Sink,
