@@ -222,7 +222,7 @@ def kafka_lines(rows, count, table=None):
         f"  sluice ingest rec/s       {med('records_per_s', ours):>12,.0f}   (reads, checks, compresses, stores,"
         " commits; idle wait excluded)",
         f"  sluice/ConsumerPerf       {statistics.median(ratios):>12.2f}   per run: "
-        + ", ".join(f"{r:.2f}" for r in ratios) + ("   (target >= 0.4, into a Delta table)" if table
+        + ", ".join(f"{r:.2f}" for r in ratios) + ("   (target >= 0.5, into a Delta table)" if table
                                                    else "   (target >= 0.5)"),
         f"  sluice CPU-s, peak RSS    {med('cpu_s', ours):>8.1f} s, {med('peak_rss_mib', ours):.0f} MiB;"
         f" {med('objects', ours):.0f} objects, {med('stored_mib', ours):.0f} MiB stored",

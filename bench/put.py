@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Runs `sluice put`, `s5cmd cp` and `aws s3 cp` against one MinIO on loopback,
 alternating the tools, and prints median MiB/s, client CPU-seconds per GiB
-(user + sys), peak RSS and the sluice/s5cmd ratios. Client costs come from GNU
+(user + sys), peak RSS and the sluice/s5cmd ratios. In the same rotation warp,
+the MinIO team's load generator (no file to read, random data made as it
+sends), PUTs objects of each file size at --warp-concurrency: the store's own
+PUT ceiling for such objects, and the sluice/warp ratio of MiB/s. Client costs come from GNU
 time around the client process alone (the `cat` feeding standard input is not
 counted).
 Every object is deleted after its run so the disk does not fill up."""
@@ -15,7 +18,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import driver_args, GIB, MIB, client_env, emit_report, empty_trash, make_file, start_minio, version
+from benchlib import (driver_args, GIB, MIB, client_env, clear_bucket, emit_report, empty_trash, make_file,
+                      paired_ratio, start_minio, version, warp_rate)
 
 
 def run_measured(argv, env, stdin_file=None):
@@ -45,16 +49,22 @@ def main():
     ap = driver_args()
     ap.add_argument("--sizes", default="1,4", help="file sizes in GiB")
     ap.add_argument("--stdin-size", type=float, default=1, help="GiB sent through standard input")
+    ap.add_argument("--warp-seconds", type=int, default=20,
+                    help="seconds of warp put per file size and concurrency (0: no warp)")
+    ap.add_argument("--warp-concurrency", default="1,4",
+                    help="warp's --concurrent values, each a row (1: one object at a time, as one put)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    warp_concurrency = [int(c) for c in args.warp_concurrency.split(",") if c] if args.warp_seconds else []
 
     work = tempfile.mkdtemp(prefix="sluice-bench-")
     minio, url = start_minio(work)
     env = client_env(work)
     sluice = os.path.abspath(args.sluice)
     bucket = "bench"
-    subprocess.run(["s5cmd", "--endpoint-url", url, "mb", f"s3://{bucket}"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    for name in [bucket] + (["warp-bench"] if warp_concurrency else []):
+        subprocess.run(["s5cmd", "--endpoint-url", url, "mb", f"s3://{name}"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
 
     tools = {
         "sluice": lambda src, key: [sluice, "put", src, f"s3://{bucket}/{key}", "--endpoint", url, "--quiet"],
@@ -90,6 +100,18 @@ def main():
                     subprocess.run(["s5cmd", "--endpoint-url", url, "rm", f"s3://{bucket}/{key}"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                     empty_trash(work)
+                if from_stdin:
+                    continue
+                for concurrency in warp_concurrency:
+                    objects_per_s = warp_rate(url, env, args.warp_seconds, concurrency, work,
+                                              size=f"{size // MIB}MiB")
+                    if objects_per_s is None:
+                        sys.exit("warp gave no rate (its output is above)")
+                    tool = f"warp c{concurrency}"
+                    wall = 1 / objects_per_s
+                    raw.append(dict(case=label, tool=tool, run=run, bytes=size, wall=wall, cpu=None, rss=None))
+                    print(f"  run {run + 1} {label:14} {tool:7} {size / MIB / wall:8.1f} MiB/s", flush=True)
+                    clear_bucket("warp-bench", url, env, work)
     finally:
         minio.terminate()
         minio.wait()
@@ -125,6 +147,25 @@ def main():
             rate, cpu, rss = summary[(label, tool)]
             lines.append(f"{label:15} {tool:7} {rate:8.1f} {cpu:10.2f} {rss / MIB:8.1f} MiB "
                          f"{rate / base_rate:14.2f}x {cpu / base_cpu:12.2f}x")
+        for concurrency in warp_concurrency if "file" in label else []:
+            tool = f"warp c{concurrency}"
+            rate = statistics.median(size / MIB / r["wall"] for r in raw if r["case"] == label and r["tool"] == tool)
+            lines.append(f"{label:15} {tool:7} {rate:8.1f} {'':>10} {'':>12} {rate / base_rate:14.2f}x")
+    if warp_concurrency:
+        lines.append("")
+        lines.append(f"sluice put against warp put of objects of the file's size, {args.warp_seconds} s each, "
+                     "in the same rotation (MiB/s; the median of per-run ratios):")
+        for label, _, from_stdin, _ in cases:
+            if from_stdin:
+                continue
+            for concurrency in warp_concurrency:
+                for row in raw:
+                    if row["case"] == label:
+                        row["mib_s"] = row["bytes"] / MIB / row["wall"]
+                ratio, runs = paired_ratio([r for r in raw if r["case"] == label], "mib_s", "sluice",
+                                           f"warp c{concurrency}")
+                lines.append(f"  {label:15} sluice / warp --concurrent {concurrency}: {ratio:.2f}x "
+                             f"(runs {', '.join(f'{x:.2f}' for x in runs)})")
     emit_report(lines, raw, args.out)
 
 if __name__ == "__main__":

@@ -81,8 +81,10 @@ def main():
     ap = driver_args()
     ap.add_argument("--python", required=True)
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--before", help="another sluice build, run as the tool 'before' in every run")
     ap.add_argument("--out")
     args = ap.parse_args()
+    tools = ["sluice", "duckdb", "pyarrow"] + (["before"] if args.before else [])
     work = tempfile.mkdtemp(prefix="sluice-tables-")
     try:
         source = os.path.join(work, "events.ndjson")
@@ -90,12 +92,13 @@ def main():
         size = os.path.getsize(source)
         rows = []
         for run in range(args.runs):
-            for tool in ["sluice", "duckdb", "pyarrow"]:
+            for tool in tools if run % 2 == 0 else list(reversed(tools)):
                 out = os.path.join(work, f"out-{tool}")
                 shutil.rmtree(out, ignore_errors=True)
                 os.makedirs(out)
-                if tool == "sluice":
-                    argv = [args.sluice, "ingest", "--stream", "t", "--format", "parquet", "--store", out,
+                if tool in ("sluice", "before"):
+                    binary = args.sluice if tool == "sluice" else args.before
+                    argv = [binary, "ingest", "--stream", "t", "--format", "parquet", "--store", out,
                             "--quiet"]
                     wall, cpu, rss = timed(argv, source)
                 else:
@@ -113,23 +116,29 @@ def main():
         lines = [
             f"NDJSON -> zstd Parquet, {records} records ({size / MIB:.0f} MiB), {args.runs} runs, "
             f"{os.cpu_count()} cores, {platform.node()}",
-            f"sluice: {version([args.sluice, '--version'])}; duckdb 1.5.5; pyarrow 26.0.1",
+            f"sluice: {version([args.sluice, '--version'])}; duckdb 1.5.5; pyarrow 26.0.1"
+            + (f"; before: {args.before}" if args.before else ""),
+            "tools alternated within each run (reversed every other run); ratios are medians of per-run ratios",
             "",
             f"{'tool':<8} {'rec/CPU-s':>11} {'rec/s':>11} {'CPU s':>7} {'wall s':>7} {'RSS MiB':>8} {'out MiB':>8}",
         ]
-        for tool in ["sluice", "duckdb", "pyarrow"]:
+        for tool in tools:
             mine = [r for r in rows if r["tool"] == tool]
             med = {k: statistics.median(r[k] for r in mine) for k in mine[0] if k not in ("tool", "run")}
             lines.append(f"{tool:<8} {med['records_per_cpu_s']:>11.0f} {med['records_per_s']:>11.0f} "
                          f"{med['cpu_s']:>7.2f} {med['wall_s']:>7.2f} {med['peak_rss_mib']:>8.0f} "
                          f"{med['output_mib']:>8.1f}")
         lines.append("")
-        for peer, target in [("pyarrow", 1.0), ("duckdb", 0.8)]:
+        for peer, target in [("pyarrow", 1.0), ("duckdb", 1.0)]:
             for key, what in [("records_per_cpu_s", "per CPU-second"), ("records_per_s", "wall")]:
                 median, ratios = paired_ratio(rows, key, "sluice", peer)
                 mark = f" (target >= {target}x)" if key == "records_per_cpu_s" else ""
                 lines.append(f"sluice / {peer}, {what}: {median:.2f}x{mark}  runs: "
                              + " ".join(f"{r:.2f}" for r in ratios))
+        if args.before:
+            for key, what in [("records_per_cpu_s", "per CPU-second"), ("records_per_s", "wall")]:
+                median, ratios = paired_ratio(rows, key, "sluice", "before")
+                lines.append(f"sluice / before, {what}: {median:.2f}x  runs: " + " ".join(f"{r:.2f}" for r in ratios))
         emit_report(lines, rows, args.out)
     finally:
         shutil.rmtree(work, ignore_errors=True)

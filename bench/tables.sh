@@ -8,9 +8,9 @@
 # each as a process of its own: records/s per CPU-second (all threads, from
 # wait4), wall records/s, peak RSS and output bytes, medians of --runs, and the
 # per-run ratios against each peer (the issue's targets: >= 1.0x pyarrow and
-# >= 0.8x DuckDB per core).
+# >= 1.0x DuckDB per CPU-second; issue 51).
 #
-#   bench/tables.sh [--runs N] [--mib M] [--out FILE]
+#   bench/tables.sh [--runs N] [--mib M] [--before BINARY] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p sluice-cli --quiet

@@ -1,6 +1,7 @@
 //! One batch as one Parquet file, encoded while the batch grows: each frame of
-//! checked NDJSON records is decoded with arrow-json under the file's schema
-//! and written with the `parquet` crate's `ArrowWriter`; what the writer has
+//! checked NDJSON records is decoded under the file's schema in one pass
+//! ([`super::json_rows`]; arrow-json for a batch with a key given twice) and
+//! written with the `parquet` crate's `ArrowWriter`; what the writer has
 //! flushed (whole row groups) goes on to the upload, and the footer comes
 //! with the last frame. Frames of one file are encoded in order, one at a time
 //! (jobs of the CPU pool take them from the file's queue in the order they
@@ -14,6 +15,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
@@ -25,6 +27,10 @@ use tokio::sync::oneshot;
 
 use crate::compress::{Compression, CpuPool};
 use crate::stats::StreamStats;
+use crate::table::json_rows::{RowDecoder, RowsError};
+
+/// Rows per batch handed to the Parquet writer.
+const BATCH_ROWS: usize = 8192;
 
 /// What a frame became: the file's bytes to send on, and their memory.
 pub(crate) type Encoded = io::Result<(Bytes, Reservation)>;
@@ -189,28 +195,23 @@ impl State {
     }
 
     fn write(&mut self, records: &[u8], memory: Reservation) -> Encoded {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| io::Error::other("the file is closed"))?;
-        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
-            .with_batch_size(8192)
-            .build_decoder()
-            .map_err(io::Error::other)?;
-        // The decoder stops at a whole record once it holds a batch's rows.
         let mut rest = records;
-        loop {
-            let read = decoder.decode(rest).map_err(io::Error::other)?;
-            rest = &rest[read..];
-            if let Some(mut batch) = decoder.flush().map_err(io::Error::other)? {
-                if !Arc::ptr_eq(&self.schema, &self.stored) {
-                    batch = crate::table::delta::mapping::to_physical(batch, &self.stored)
-                        .map_err(io::Error::other)?;
+        while !rest.is_empty() {
+            let mut rows =
+                RowDecoder::new(self.schema.clone(), BATCH_ROWS).map_err(io::Error::other)?;
+            match rows.decode(rest) {
+                Ok(read) => {
+                    rest = &rest[read..];
+                    if let Some(batch) = rows.flush().map_err(io::Error::other)? {
+                        self.write_batch(batch)?;
+                    }
                 }
-                writer.write(&batch).map_err(io::Error::other)?;
-            }
-            if rest.is_empty() {
-                break;
+                Err(RowsError::KeyTwice) => {
+                    // arrow-json keeps a repeated key's last value.
+                    self.write_with_arrow_json(rest)?;
+                    break;
+                }
+                Err(e) => return Err(io::Error::other(e)),
             }
         }
         let held = match self.held.take() {
@@ -221,6 +222,37 @@ impl State {
             None => memory,
         };
         Ok(self.take_flushed(held))
+    }
+
+    /// Decodes `records` with arrow-json and writes them.
+    fn write_with_arrow_json(&mut self, records: &[u8]) -> io::Result<()> {
+        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
+            .with_batch_size(BATCH_ROWS)
+            .build_decoder()
+            .map_err(io::Error::other)?;
+        // The decoder stops at a whole record once it holds a batch's rows.
+        let mut rest = records;
+        while !rest.is_empty() {
+            let read = decoder.decode(rest).map_err(io::Error::other)?;
+            rest = &rest[read..];
+            if let Some(batch) = decoder.flush().map_err(io::Error::other)? {
+                self.write_batch(batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a batch of the records' columns (renamed to the stored ones).
+    fn write_batch(&mut self, mut batch: RecordBatch) -> io::Result<()> {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the file is closed"))?;
+        if !Arc::ptr_eq(&self.schema, &self.stored) {
+            batch = crate::table::delta::mapping::to_physical(batch, &self.stored)
+                .map_err(io::Error::other)?;
+        }
+        writer.write(&batch).map_err(io::Error::other)
     }
 
     fn close(&mut self, memory: Reservation) -> Encoded {
