@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--sizes", default="1,4", help="file sizes in GiB")
     ap.add_argument("--stdin-size", type=float, default=1, help="GiB sent through standard input")
     ap.add_argument("--warp-seconds", type=int, default=20,
-                    help="seconds of warp put per file size and concurrency (0: no warp)")
+                    help="seconds of warp put per file size at concurrency 1, times concurrency/2 above (0: no warp)")
     ap.add_argument("--warp-concurrency", default="1,4",
                     help="warp's --concurrent values, each a row (1: one object at a time, as one put)")
     ap.add_argument("--out", default=None)
@@ -103,8 +103,9 @@ def main():
                 if from_stdin:
                     continue
                 for concurrency in warp_concurrency:
-                    objects_per_s = warp_rate(url, env, args.warp_seconds, concurrency, work,
-                                              size=f"{size // MIB}MiB")
+                    # warp needs a few objects done per concurrent upload for a rate
+                    seconds = args.warp_seconds * max(1, concurrency // 2)
+                    objects_per_s = warp_rate(url, env, seconds, concurrency, work, size=f"{size // MIB}MiB")
                     if objects_per_s is None:
                         sys.exit("warp gave no rate (its output is above)")
                     tool = f"warp c{concurrency}"
@@ -153,8 +154,8 @@ def main():
             lines.append(f"{label:15} {tool:7} {rate:8.1f} {'':>10} {'':>12} {rate / base_rate:14.2f}x")
     if warp_concurrency:
         lines.append("")
-        lines.append(f"sluice put against warp put of objects of the file's size, {args.warp_seconds} s each, "
-                     "in the same rotation (MiB/s; the median of per-run ratios):")
+        lines.append(f"sluice put against warp put of objects of the file's size ({args.warp_seconds} s x "
+                     "max(1, concurrency/2)), in the same rotation (MiB/s; the median of per-run ratios):")
         for label, _, from_stdin, _ in cases:
             if from_stdin:
                 continue

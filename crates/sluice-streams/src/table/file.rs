@@ -195,7 +195,8 @@ impl State {
     }
 
     fn write(&mut self, records: &[u8], memory: Reservation) -> Encoded {
-        let mut rest = records;
+        // Checked once for the frame: the decoder slices its strings out.
+        let mut rest = std::str::from_utf8(records).map_err(io::Error::other)?;
         while !rest.is_empty() {
             let mut rows =
                 RowDecoder::new(self.schema.clone(), BATCH_ROWS).map_err(io::Error::other)?;
@@ -208,7 +209,7 @@ impl State {
                 }
                 Err(RowsError::KeyTwice) => {
                     // arrow-json keeps a repeated key's last value.
-                    self.write_with_arrow_json(rest)?;
+                    self.write_with_arrow_json(rest.as_bytes())?;
                     break;
                 }
                 Err(e) => return Err(io::Error::other(e)),
@@ -277,7 +278,16 @@ impl State {
     /// of `held` stays with the row group in progress.
     fn take_flushed(&mut self, mut held: Reservation) -> (Bytes, Reservation) {
         let writer = self.writer.as_mut().expect("open while writing");
-        let flushed = Bytes::from(std::mem::take(writer.inner_mut()));
+        let written = writer.inner_mut();
+        let flushed = if written.is_empty() {
+            Bytes::new()
+        } else {
+            // The next row group is about as large: room for it up front
+            // spares the buffer's doublings (each a copy onto fresh pages).
+            // Room never written is never touched, so it takes no memory.
+            let room = written.len() + written.len() / 4;
+            Bytes::from(std::mem::replace(written, Vec::with_capacity(room)))
+        };
         let sent = held.split(flushed.len() as u64);
         held.shrink_to(writer.memory_size() as u64);
         self.held = Some(held);

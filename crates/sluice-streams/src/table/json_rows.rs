@@ -63,12 +63,13 @@ pub(crate) struct RowDecoder {
 impl RowDecoder {
     /// A decoder for records of `schema`, `batch_rows` rows per batch.
     pub(crate) fn new(schema: SchemaRef, batch_rows: usize) -> Result<RowDecoder, RowsError> {
-        let root = Record::new(schema.fields())?;
+        let batch_rows = batch_rows.max(1);
+        let root = Record::new(schema.fields(), batch_rows)?;
         Ok(RowDecoder {
             schema,
             root,
             rows: 0,
-            batch_rows: batch_rows.max(1),
+            batch_rows,
             scratch: String::new(),
         })
     }
@@ -76,9 +77,10 @@ impl RowDecoder {
     /// Reads whole records from `records` until the batch is full or the
     /// bytes end; returns how many bytes it read. After an error the rows
     /// held are not whole: drop the decoder.
-    pub(crate) fn decode(&mut self, records: &[u8]) -> Result<usize, RowsError> {
+    pub(crate) fn decode(&mut self, records: &str) -> Result<usize, RowsError> {
         let mut reader = Reader {
-            bytes: records,
+            text: records,
+            bytes: records.as_bytes(),
             at: 0,
             scratch: &mut self.scratch,
         };
@@ -120,12 +122,13 @@ struct Record {
 }
 
 impl Record {
-    fn new(fields: &Fields) -> Result<Record, RowsError> {
+    /// Fields of `fields`, with room for `rows` values each.
+    fn new(fields: &Fields, rows: usize) -> Result<Record, RowsError> {
         Ok(Record {
             names: fields.iter().map(|f| f.name().as_bytes().into()).collect(),
             columns: fields
                 .iter()
-                .map(|f| Column::new(f.data_type()))
+                .map(|f| Column::new(f.data_type(), rows))
                 .collect::<Result<_, _>>()?,
             given: vec![false; fields.len()],
             next: 0,
@@ -160,7 +163,7 @@ impl Record {
     /// Reads a key; the index of its field, None when the object's fields
     /// have none of that name.
     fn field(&mut self, reader: &mut Reader<'_, '_>) -> Result<Option<usize>, RowsError> {
-        let key = reader.string_bytes()?;
+        let key = reader.string("a key")?.as_bytes();
         let at = match self.names.get(self.next) {
             Some(name) if **name == *key => Some(self.next),
             _ => self.names.iter().position(|name| **name == *key),
@@ -212,12 +215,13 @@ enum Column {
 }
 
 impl Column {
-    fn new(data_type: &DataType) -> Result<Column, RowsError> {
+    /// A column with room for `rows` values (and items: a guess, one a row).
+    fn new(data_type: &DataType, rows: usize) -> Result<Column, RowsError> {
         Ok(match data_type {
-            DataType::Boolean => Column::Bool(BooleanBuilder::new()),
-            DataType::Int64 => Column::Int(Int64Builder::new()),
-            DataType::Float64 => Column::Float(Float64Builder::new()),
-            DataType::Utf8 => Column::Text(StringBuilder::new()),
+            DataType::Boolean => Column::Bool(BooleanBuilder::with_capacity(rows)),
+            DataType::Int64 => Column::Int(Int64Builder::with_capacity(rows)),
+            DataType::Float64 => Column::Float(Float64Builder::with_capacity(rows)),
+            DataType::Utf8 => Column::Text(StringBuilder::with_capacity(rows, rows * 16)),
             DataType::Timestamp(TimeUnit::Microsecond, zone) => {
                 // arrow-json reads a time without an offset in the column's
                 // zone, UTC when it has none.
@@ -227,24 +231,25 @@ impl Column {
                     .parse()
                     .map_err(|e: arrow_schema::ArrowError| RowsError::Invalid(e.to_string()))?;
                 Column::Timestamp(
-                    TimestampMicrosecondBuilder::new().with_data_type(data_type.clone()),
+                    TimestampMicrosecondBuilder::with_capacity(rows)
+                        .with_data_type(data_type.clone()),
                     tz,
                 )
             }
-            DataType::Date32 => Column::Date(Date32Builder::new()),
+            DataType::Date32 => Column::Date(Date32Builder::with_capacity(rows)),
             DataType::Decimal128(precision, scale) => {
-                Column::Decimal(Decimal128Builder::new(), *precision, *scale)
+                Column::Decimal(Decimal128Builder::with_capacity(rows), *precision, *scale)
             }
             DataType::List(item) => Column::List {
                 item_field: item.clone(),
-                offsets: vec![0],
-                nulls: NullBufferBuilder::new(0),
-                item: Box::new(Column::new(item.data_type())?),
+                offsets: first_offset(rows),
+                nulls: NullBufferBuilder::new(rows),
+                item: Box::new(Column::new(item.data_type(), rows)?),
             },
             DataType::Struct(fields) => Column::Struct {
                 fields: fields.clone(),
-                nulls: NullBufferBuilder::new(0),
-                record: Record::new(fields)?,
+                nulls: NullBufferBuilder::new(rows),
+                record: Record::new(fields, rows)?,
             },
             DataType::Map(entries, false) => {
                 let DataType::Struct(pair) = entries.data_type() else {
@@ -255,10 +260,10 @@ impl Column {
                 }
                 Column::Map {
                     entries: entries.clone(),
-                    offsets: vec![0],
-                    nulls: NullBufferBuilder::new(0),
-                    keys: StringBuilder::new(),
-                    values: Box::new(Column::new(pair[1].data_type())?),
+                    offsets: first_offset(rows),
+                    nulls: NullBufferBuilder::new(rows),
+                    keys: StringBuilder::with_capacity(rows, rows * 8),
+                    values: Box::new(Column::new(pair[1].data_type(), rows)?),
                 }
             }
             other => return Err(RowsError::Unsupported(other.clone())),
@@ -466,6 +471,13 @@ impl Column {
     }
 }
 
+/// A list's offsets before its first row: 0, with room for `rows` more.
+fn first_offset(rows: usize) -> Vec<i32> {
+    let mut offsets = Vec::with_capacity(rows + 1);
+    offsets.push(0);
+    offsets
+}
+
 fn push_offset(offsets: &mut Vec<i32>, count: usize) -> Result<(), RowsError> {
     let last = *offsets.last().expect("starts with 0") as usize;
     let next = i32::try_from(last + count).map_err(|_| {
@@ -502,6 +514,7 @@ fn failed(text: &[u8], what: &str) -> RowsError {
 
 /// A cursor over the records' bytes.
 struct Reader<'a, 's> {
+    text: &'a str,
     bytes: &'a [u8],
     at: usize,
     scratch: &'s mut String,
@@ -607,53 +620,34 @@ impl<'a> Reader<'a, '_> {
         Ok(&self.bytes[start..self.at])
     }
 
-    /// A string's text, unescaped.
+    /// A string's text, unescaped (into the scratch buffer when it has an
+    /// escape). The text is a slice of the records' (checked once as UTF-8):
+    /// a quote is ASCII, so no slice between two splits a character.
     fn string(&mut self, what: &str) -> Result<&str, RowsError> {
-        if self.peek() != Some(b'"') {
+        if !self.eat(b'"') {
             return Err(self.not_a(&format!("a string ({what})")));
         }
-        let bytes = self.string_bytes()?;
-        // Bytes taken as they are (no escape) are checked here; unescaped
-        // text is built as a String.
-        std::str::from_utf8(bytes)
-            .map_err(|e| RowsError::Invalid(format!("invalid UTF-8 in a string: {e}")))
-    }
-
-    /// A string's bytes, unescaped (into the scratch buffer when it has an
-    /// escape).
-    fn string_bytes(&mut self) -> Result<&[u8], RowsError> {
-        self.expect(b'"', "a string")?;
+        let unclosed = || RowsError::Invalid("a string without its closing quote".into());
         let start = self.at;
-        let rest = &self.bytes[start..];
-        let Some(end) = memchr::memchr2(b'"', b'\\', rest) else {
-            return Err(RowsError::Invalid(
-                "a string without its closing quote".into(),
-            ));
-        };
-        if rest[end] == b'"' {
-            self.at = start + end + 1;
-            return Ok(&self.bytes[start..start + end]);
+        let end =
+            start + memchr::memchr2(b'"', b'\\', &self.bytes[start..]).ok_or_else(unclosed)?;
+        self.at = end + 1;
+        if self.bytes[end] == b'"' {
+            return Ok(&self.text[start..end]);
         }
         self.scratch.clear();
-        let mut run = start;
+        self.scratch.push_str(&self.text[start..end]);
         loop {
-            let rest = &self.bytes[run..];
-            let Some(end) = memchr::memchr2(b'"', b'\\', rest) else {
-                return Err(RowsError::Invalid(
-                    "a string without its closing quote".into(),
-                ));
-            };
-            let plain = std::str::from_utf8(&rest[..end])
-                .map_err(|e| RowsError::Invalid(format!("invalid UTF-8 in a string: {e}")))?;
-            self.scratch.push_str(plain);
-            self.at = run + end + 1;
-            if rest[end] == b'"' {
-                break;
-            }
             self.escape()?;
-            run = self.at;
+            let run = self.at;
+            let end =
+                run + memchr::memchr2(b'"', b'\\', &self.bytes[run..]).ok_or_else(unclosed)?;
+            self.scratch.push_str(&self.text[run..end]);
+            self.at = end + 1;
+            if self.bytes[end] == b'"' {
+                return Ok(self.scratch.as_str());
+            }
         }
-        Ok(self.scratch.as_bytes())
     }
 
     /// One escape, after its `\`, onto the scratch buffer.
@@ -724,11 +718,11 @@ impl<'a> Reader<'a, '_> {
         self.whitespace();
         match self.peek() {
             Some(b'"') => {
-                self.string_bytes()?;
+                self.string("a string")?;
             }
             Some(b'{') => {
                 self.elements(b'{', b'}', "an object", |reader| {
-                    reader.string_bytes()?;
+                    reader.string("a key")?;
                     reader.member_value()?;
                     reader.skip_value(depth + 1)
                 })?;
@@ -837,7 +831,8 @@ mod tests {
     ) -> Result<Vec<RecordBatch>, RowsError> {
         let mut decoder = RowDecoder::new(schema.clone(), batch)?;
         let mut batches = Vec::new();
-        let mut rest = records;
+        let mut rest =
+            std::str::from_utf8(records).map_err(|e| RowsError::Invalid(e.to_string()))?;
         loop {
             let read = decoder.decode(rest)?;
             rest = &rest[read..];
