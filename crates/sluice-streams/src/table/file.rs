@@ -1,7 +1,6 @@
 //! One batch as one Parquet file, encoded while the batch grows: each frame of
 //! checked NDJSON records is decoded under the file's schema in one pass
-//! ([`super::json_rows`]; arrow-json for a batch with a key given twice) and
-//! written with the `parquet` crate's `ArrowWriter`; what the writer has
+//! ([`super::json_rows`]) and written with the `parquet` crate's `ArrowWriter`; what the writer has
 //! flushed (whole row groups) goes on to the upload, and the footer comes
 //! with the last frame. Frames of one file are encoded in order, one at a time
 //! (jobs of the CPU pool take them from the file's queue in the order they
@@ -27,7 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::compress::{Compression, CpuPool};
 use crate::stats::StreamStats;
-use crate::table::json_rows::{RowDecoder, RowsError};
+use crate::table::json_rows::RowDecoder;
 
 /// Rows per batch handed to the Parquet writer.
 const BATCH_ROWS: usize = 8192;
@@ -195,24 +194,18 @@ impl State {
     }
 
     fn write(&mut self, records: &[u8], memory: Reservation) -> Encoded {
+        if self.writer.is_none() {
+            return Err(io::Error::other("the file is closed"));
+        }
         // Checked once for the frame: the decoder slices its strings out.
         let mut rest = std::str::from_utf8(records).map_err(io::Error::other)?;
+        let mut rows =
+            RowDecoder::new(self.schema.clone(), BATCH_ROWS).map_err(io::Error::other)?;
         while !rest.is_empty() {
-            let mut rows =
-                RowDecoder::new(self.schema.clone(), BATCH_ROWS).map_err(io::Error::other)?;
-            match rows.decode(rest) {
-                Ok(read) => {
-                    rest = &rest[read..];
-                    if let Some(batch) = rows.flush().map_err(io::Error::other)? {
-                        self.write_batch(batch)?;
-                    }
-                }
-                Err(RowsError::KeyTwice) => {
-                    // arrow-json keeps a repeated key's last value.
-                    self.write_with_arrow_json(rest.as_bytes())?;
-                    break;
-                }
-                Err(e) => return Err(io::Error::other(e)),
+            let (read, batch) = rows.batch(rest).map_err(io::Error::other)?;
+            rest = &rest[read..];
+            if let Some(batch) = batch {
+                self.write_batch(batch)?;
             }
         }
         let held = match self.held.take() {
@@ -222,25 +215,7 @@ impl State {
             }
             None => memory,
         };
-        Ok(self.take_flushed(held))
-    }
-
-    /// Decodes `records` with arrow-json and writes them.
-    fn write_with_arrow_json(&mut self, records: &[u8]) -> io::Result<()> {
-        let mut decoder = arrow_json::ReaderBuilder::new(self.schema.clone())
-            .with_batch_size(BATCH_ROWS)
-            .build_decoder()
-            .map_err(io::Error::other)?;
-        // The decoder stops at a whole record once it holds a batch's rows.
-        let mut rest = records;
-        while !rest.is_empty() {
-            let read = decoder.decode(rest).map_err(io::Error::other)?;
-            rest = &rest[read..];
-            if let Some(batch) = decoder.flush().map_err(io::Error::other)? {
-                self.write_batch(batch)?;
-            }
-        }
-        Ok(())
+        Ok(self.take_flushed(held, false))
     }
 
     /// Writes a batch of the records' columns (renamed to the stored ones).
@@ -269,26 +244,30 @@ impl State {
             }
             None => memory,
         };
-        let out = self.take_flushed(held);
+        let out = self.take_flushed(held, true);
         self.writer = None;
         Ok(out)
     }
 
     /// The bytes the writer has flushed, with their share of `held`; the rest
-    /// of `held` stays with the row group in progress.
-    fn take_flushed(&mut self, mut held: Reservation) -> (Bytes, Reservation) {
+    /// of `held` stays with the row group in progress. While the file goes
+    /// on, the writer's next buffer starts with room for a row group as large
+    /// as the last (sparing the doublings of a growing buffer, each a copy);
+    /// the bytes sent on count all the room their buffer has.
+    fn take_flushed(&mut self, mut held: Reservation, closing: bool) -> (Bytes, Reservation) {
         let writer = self.writer.as_mut().expect("open while writing");
         let written = writer.inner_mut();
-        let flushed = if written.is_empty() {
-            Bytes::new()
+        let (flushed, room) = if written.is_empty() {
+            (Bytes::new(), 0)
         } else {
-            // The next row group is about as large: room for it up front
-            // spares the buffer's doublings (each a copy onto fresh pages).
-            // Room never written is never touched, so it takes no memory.
-            let room = written.len() + written.len() / 4;
-            Bytes::from(std::mem::replace(written, Vec::with_capacity(room)))
+            let next = if closing { 0 } else { written.len() };
+            let room = written.capacity();
+            (
+                Bytes::from(std::mem::replace(written, Vec::with_capacity(next))),
+                room,
+            )
         };
-        let sent = held.split(flushed.len() as u64);
+        let sent = held.split(room as u64);
         held.shrink_to(writer.memory_size() as u64);
         self.held = Some(held);
         (flushed, sent)

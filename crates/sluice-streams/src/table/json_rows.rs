@@ -10,17 +10,23 @@
 //!
 //! Values are read as arrow-json 59 reads them, with the same parsers
 //! (lexical-core for numbers; arrow-cast for timestamps, dates and
-//! decimals), so a file holds the same values whichever of the two decodes
-//! it; `the_rows_are_those_arrow_json_decodes` holds the two side by side.
-//! The one difference left is a record that gives a key twice: arrow-json
-//! keeps the last value, and undoing an appended value is not possible here,
-//! so such a batch is handed back ([`RowsError::KeyTwice`]) for arrow-json
-//! to decode.
+//! decimals); `the_rows_are_those_arrow_json_decodes` holds the two side by
+//! side. Two differences, both arrow-json's:
+//! - An escaped surrogate pair is read as UTF-16 says. arrow-json 59.3 ORs
+//!   the halves where it should add them, so `"\ud840\udc00"` (U+20000, and
+//!   every other character of planes 2 to 16 written as escapes) became a
+//!   character of plane 1 in files sluice wrote before this decoder.
+//! - A key given twice: the last value counts, as with arrow-json and
+//!   serde_json, but a value is appended as it is read, so a batch that
+//!   meets a repeat ([`RowsError::KeyTwice`]), or that fails for any other
+//!   reason, is read again with each record first rewritten with its keys
+//!   given once (the last value kept, at every depth, the values' text as
+//!   it came). A batch that fails that way too is refused.
 //!
 //! The records were checked as JSON before (the check pass refuses what is
 //! not), so this reader does not check everything again (control
-//! characters inside strings); what it cannot read it refuses, never
-//! guesses.
+//! characters inside strings, the grammar of a skipped number): it refuses
+//! what it cannot read as a column's value.
 
 use std::sync::Arc;
 
@@ -38,8 +44,8 @@ use arrow_schema::{DataType, FieldRef, Fields, SchemaRef, TimeUnit};
 /// Why records could not be decoded here.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RowsError {
-    /// A record gives a key twice; arrow-json decodes such a batch (it keeps
-    /// the last value).
+    /// A record gives a key twice (the batch is read again, its keys made
+    /// unique).
     #[error("a record gives a key twice")]
     KeyTwice,
     /// Not a value of the column, or not JSON.
@@ -74,22 +80,45 @@ impl RowDecoder {
         })
     }
 
-    /// Reads whole records from `records` until the batch is full or the
-    /// bytes end; returns how many bytes it read. After an error the rows
-    /// held are not whole: drop the decoder.
-    pub(crate) fn decode(&mut self, records: &str) -> Result<usize, RowsError> {
-        let mut reader = Reader {
-            text: records,
-            bytes: records.as_bytes(),
-            at: 0,
-            scratch: &mut self.scratch,
+    /// Reads whole records from `records` until a batch is full or the
+    /// bytes end: how many bytes it read, and the batch (None when they held
+    /// no record). A batch that fails is read again with each record's keys
+    /// made unique ([`last_wins`]); the error is that second reading's.
+    pub(crate) fn batch(
+        &mut self,
+        records: &str,
+    ) -> Result<(usize, Option<RecordBatch>), RowsError> {
+        let read = match self.read(records, false) {
+            Ok(read) => read,
+            Err(_) => {
+                // Its columns hold part of a record: start the batch anew.
+                self.root = Record::new(self.schema.fields(), self.batch_rows)?;
+                self.rows = 0;
+                self.read(records, true)?
+            }
         };
+        Ok((read, self.flush()?))
+    }
+
+    /// Reads records into the columns, each rewritten by [`last_wins`] first
+    /// when `unique_keys`.
+    fn read(&mut self, records: &str, unique_keys: bool) -> Result<usize, RowsError> {
+        let mut reader = Reader::new(records, &mut self.scratch);
+        let mut rewritten = String::new();
+        let mut scratch = String::new();
         while self.rows < self.batch_rows {
             reader.whitespace();
             if reader.at == records.len() {
                 break;
             }
-            self.root.object(&mut reader)?;
+            if unique_keys {
+                rewritten.clear();
+                last_wins(&mut reader, &mut rewritten, 0)?;
+                self.root
+                    .object(&mut Reader::new(&rewritten, &mut scratch))?;
+            } else {
+                self.root.object(&mut reader)?;
+            }
             self.rows += 1;
         }
         Ok(reader.at)
@@ -97,7 +126,7 @@ impl RowDecoder {
 
     /// The rows read so far as a batch (None when there are none); the
     /// decoder starts a new batch.
-    pub(crate) fn flush(&mut self) -> Result<Option<RecordBatch>, RowsError> {
+    fn flush(&mut self) -> Result<Option<RecordBatch>, RowsError> {
         if self.rows == 0 {
             return Ok(None);
         }
@@ -332,7 +361,7 @@ impl Column {
             }
             Column::Text(b) => {
                 let text = reader.string("Utf8")?;
-                b.append_value(text);
+                append_text(b, text)?;
             }
             Column::Timestamp(b, tz) => {
                 let value = if reader.peek() == Some(b'"') {
@@ -396,7 +425,7 @@ impl Column {
                 ..
             } => {
                 let count = reader.elements(b'{', b'}', "an object", |reader| {
-                    keys.append_value(reader.string("Utf8")?);
+                    append_text(keys, reader.string("Utf8")?)?;
                     reader.member_value()?;
                     values.value(reader)
                 })?;
@@ -471,6 +500,18 @@ impl Column {
     }
 }
 
+/// Appends a string, refused (where the builder would panic) once the
+/// batch's text outgrows an Arrow string array's 32-bit offsets.
+fn append_text(builder: &mut StringBuilder, text: &str) -> Result<(), RowsError> {
+    if builder.values_slice().len() + text.len() > i32::MAX as usize {
+        return Err(RowsError::Invalid(
+            "more text in a batch than an Arrow string column holds (2 GiB)".into(),
+        ));
+    }
+    builder.append_value(text);
+    Ok(())
+}
+
 /// A list's offsets before its first row: 0, with room for `rows` more.
 fn first_offset(rows: usize) -> Vec<i32> {
     let mut offsets = Vec::with_capacity(rows + 1);
@@ -512,6 +553,61 @@ fn failed(text: &[u8], what: &str) -> RowsError {
     ))
 }
 
+/// Writes the value at `reader` to `out` with every object's keys given once
+/// (a repeated key's last value kept, where its first one stood); scalars
+/// go as they came, escapes and all.
+fn last_wins(reader: &mut Reader<'_, '_>, out: &mut String, depth: usize) -> Result<(), RowsError> {
+    if depth > 128 {
+        return Err(RowsError::Invalid(
+            "values nested more than 128 deep".into(),
+        ));
+    }
+    reader.whitespace();
+    match reader.peek() {
+        Some(b'{') => {
+            let mut members: Vec<(String, String)> = Vec::new();
+            reader.elements(b'{', b'}', "an object", |reader| {
+                let key = reader.string("a key")?.to_owned();
+                reader.member_value()?;
+                let mut value = String::new();
+                last_wins(reader, &mut value, depth + 1)?;
+                match members.iter_mut().find(|(given, _)| *given == key) {
+                    Some(member) => member.1 = value,
+                    None => members.push((key, value)),
+                }
+                Ok(())
+            })?;
+            out.push('{');
+            for (at, (key, value)) in members.iter().enumerate() {
+                if at > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::from(key.as_str()).to_string());
+                out.push(':');
+                out.push_str(value);
+            }
+            out.push('}');
+        }
+        Some(b'[') => {
+            out.push('[');
+            let mut first = true;
+            reader.elements(b'[', b']', "an array", |reader| {
+                if !std::mem::take(&mut first) {
+                    out.push(',');
+                }
+                last_wins(reader, out, depth + 1)
+            })?;
+            out.push(']');
+        }
+        _ => {
+            let start = reader.at;
+            reader.skip_value(depth)?;
+            out.push_str(&reader.text[start..reader.at]);
+        }
+    }
+    Ok(())
+}
+
 /// A cursor over the records' bytes.
 struct Reader<'a, 's> {
     text: &'a str,
@@ -520,7 +616,16 @@ struct Reader<'a, 's> {
     scratch: &'s mut String,
 }
 
-impl<'a> Reader<'a, '_> {
+impl<'a, 's> Reader<'a, 's> {
+    fn new(text: &'a str, scratch: &'s mut String) -> Reader<'a, 's> {
+        Reader {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+            scratch,
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -608,9 +713,14 @@ impl<'a> Reader<'a, '_> {
         self.expect(b':', "`:`")
     }
 
-    /// A number's text (not checked here: its parser refuses what is not one).
+    /// A number's text: a sign or a digit, then what a number holds (the
+    /// grammar is left to the column's parser, which refuses what is no
+    /// number).
     fn number(&mut self, what: &str) -> Result<&'a [u8], RowsError> {
         let start = self.at;
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            return Err(self.not_a(&format!("a number ({what})")));
+        }
         while let Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') = self.peek() {
             self.at += 1;
         }
@@ -700,6 +810,7 @@ impl<'a> Reader<'a, '_> {
         let digits = self
             .bytes
             .get(self.at..self.at + 4)
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit))
             .and_then(|d| std::str::from_utf8(d).ok())
             .and_then(|d| u32::from_str_radix(d, 16).ok())
             .ok_or_else(|| RowsError::Invalid("a \\u escape without four hex digits".into()))?;
@@ -708,7 +819,8 @@ impl<'a> Reader<'a, '_> {
     }
 
     /// Skips a value of a field no column has (`depth`: arrays and objects
-    /// around it).
+    /// around it, from the unknown field's; a record's depth is capped by the
+    /// check before, at 128).
     fn skip_value(&mut self, depth: usize) -> Result<(), RowsError> {
         if depth > 128 {
             return Err(RowsError::Invalid(
@@ -833,15 +945,10 @@ mod tests {
         let mut batches = Vec::new();
         let mut rest =
             std::str::from_utf8(records).map_err(|e| RowsError::Invalid(e.to_string()))?;
-        loop {
-            let read = decoder.decode(rest)?;
+        while !rest.is_empty() {
+            let (read, batch) = decoder.batch(rest)?;
             rest = &rest[read..];
-            if let Some(b) = decoder.flush()? {
-                batches.push(b);
-            }
-            if rest.is_empty() {
-                break;
-            }
+            batches.extend(batch);
         }
         Ok(batches)
     }
@@ -1062,6 +1169,9 @@ mod tests {
             ("not a record", r#"[1,2]"#, false),
             ("cut short", r#"{"id":1"#, false),
             ("a string cut short", r#"{"name":"abc"#, false),
+            ("a plus sign", r#"{"id":+1}"#, false),
+            ("a leading point", r#"{"score":.5}"#, false),
+            ("a signed hex escape", r#"{"name":"\u+041"}"#, false),
         ];
         let schema = every_type();
         for (case, records, taken) in cases {
@@ -1076,24 +1186,68 @@ mod tests {
     }
 
     #[test]
-    fn a_key_given_twice_is_left_to_arrow_json() {
+    fn a_key_given_twice_keeps_its_last_value_as_arrow_json_does() {
         let schema = every_type();
-        for records in [r#"{"id":1,"id":2}"#, r#"{"point":{"x":1,"x":2}}"#] {
-            assert!(
-                matches!(
-                    with_rows(&schema, records.as_bytes(), 16),
-                    Err(RowsError::KeyTwice)
-                ),
-                "{records}"
-            );
+        let cases = [
+            ("at the top", r#"{"id":1,"name":"a","id":2}"#),
+            ("in a struct", r#"{"point":{"x":1,"x":2,"label":"l"}}"#),
+            (
+                "in a list's struct",
+                r#"{"points":[{"x":1},{"x":2,"x":3}]}"#,
+            ),
+            (
+                "the first value no value of the column",
+                r#"{"id":"x","id":1}"#,
+            ),
+            (
+                "the first a list, the last null",
+                r#"{"tags":["a"],"tags":null}"#,
+            ),
+            ("an escaped repeat", r#"{"name":"a","n\u0061me":"b"}"#),
+            (
+                "in a later record of the batch",
+                "{\"id\":1}\n{\"id\":2}\n{\"id\":3,\"id\":4}\n{\"name\":\"\\u00e9\"}",
+            ),
+        ];
+        for (case, records) in cases {
+            for batch in [1, 2, 16] {
+                let expected = with_arrow_json(&schema, records.as_bytes(), batch)
+                    .unwrap_or_else(|e| panic!("{case}: arrow-json: {e}"));
+                let got = with_rows(&schema, records.as_bytes(), batch)
+                    .unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(got, expected, "{case} (batches of {batch})");
+            }
         }
-        // The same key in two records, or in two objects of one list, is no repeat.
-        let records = r#"{"points":[{"x":1},{"x":2}]}
-{"points":[{"x":3}]}"#;
-        assert_eq!(
-            with_rows(&schema, records.as_bytes(), 16).unwrap(),
-            with_arrow_json(&schema, records.as_bytes(), 16).unwrap()
-        );
+        // The last value no value of the column: refused, as by arrow-json.
+        let records = r#"{"id":1,"id":"x"}"#;
+        assert!(with_arrow_json(&schema, records.as_bytes(), 16).is_err());
+        assert!(matches!(
+            with_rows(&schema, records.as_bytes(), 16),
+            Err(RowsError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn an_escaped_surrogate_pair_is_the_character_utf16_says() {
+        // arrow-json 59.3 ORs the halves: U+20000 would become U+10000.
+        let schema = every_type();
+        let cases = [
+            (r#"{"name":"\ud840\udc00"}"#, "\u{20000}"),
+            (r#"{"name":"\ud842\udfb7"}"#, "\u{20bb7}"),
+            (r#"{"name":"\udb40\udc41"}"#, "\u{e0041}"),
+            (r#"{"name":"\udbff\udfff"}"#, "\u{10ffff}"),
+            (r#"{"name":"\ud83d\ude00"}"#, "\u{1f600}"),
+        ];
+        for (records, expected) in cases {
+            let batches = with_rows(&schema, records.as_bytes(), 16).unwrap();
+            let names = batches[0]
+                .column_by_name("name")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::StringArray>()
+                .unwrap();
+            assert_eq!(names.value(0), expected, "{records}");
+        }
     }
 
     #[test]
