@@ -340,68 +340,36 @@ impl Column {
                 _ => return Err(reader.not_a("boolean")),
             },
             Column::Int(b) => {
-                let value = if reader.peek() == Some(b'"') {
-                    let text = reader.string("Int64")?;
-                    Int64Type::parse(text).ok_or_else(|| failed(text.as_bytes(), "Int64"))?
-                } else {
-                    let text = reader.number("Int64")?;
-                    parse_number::<i64>(text).ok_or_else(|| failed(text, "Int64"))?
-                };
-                b.append_value(value);
+                b.append_value(reader.scalar("Int64", Int64Type::parse, parse_number::<i64>)?)
             }
             Column::Float(b) => {
-                let value = if reader.peek() == Some(b'"') {
-                    let text = reader.string("Float64")?;
-                    Float64Type::parse(text).ok_or_else(|| failed(text.as_bytes(), "Float64"))?
-                } else {
-                    let text = reader.number("Float64")?;
-                    lexical_core::parse(text).map_err(|_| failed(text, "Float64"))?
-                };
-                b.append_value(value);
+                b.append_value(reader.scalar("Float64", Float64Type::parse, |text| {
+                    lexical_core::parse(text).ok()
+                })?)
             }
             Column::Text(b) => {
                 let text = reader.string("Utf8")?;
                 append_text(b, text)?;
             }
-            Column::Timestamp(b, tz) => {
-                let value = if reader.peek() == Some(b'"') {
-                    let text = reader.string("Timestamp")?;
-                    string_to_datetime(tz, text)
-                        .map_err(|e| {
-                            RowsError::Invalid(format!(
-                                "failed to parse \"{text}\" as Timestamp: {e}"
-                            ))
-                        })?
-                        .timestamp_micros()
-                } else {
-                    let text = reader.number("Timestamp")?;
+            Column::Timestamp(b, tz) => b.append_value(reader.scalar(
+                "Timestamp",
+                |text| Some(string_to_datetime(tz, text).ok()?.timestamp_micros()),
+                |text| {
                     lexical_core::parse::<i64>(text)
                         .or_else(|_| lexical_core::parse::<f64>(text).map(|x| x as i64))
-                        .map_err(|_| failed(text, "Timestamp"))?
-                };
-                b.append_value(value);
-            }
+                        .ok()
+                },
+            )?),
             Column::Date(b) => {
-                let value = if reader.peek() == Some(b'"') {
-                    let text = reader.string("Date32")?;
-                    Date32Type::parse(text).ok_or_else(|| failed(text.as_bytes(), "Date32"))?
-                } else {
-                    let text = reader.number("Date32")?;
-                    parse_number::<i32>(text).ok_or_else(|| failed(text, "Date32"))?
-                };
-                b.append_value(value);
+                b.append_value(reader.scalar("Date32", Date32Type::parse, parse_number::<i32>)?)
             }
             Column::Decimal(b, precision, scale) => {
-                let text = if reader.peek() == Some(b'"') {
-                    reader.string("Decimal128")?
-                } else {
-                    let text = reader.number("Decimal128")?;
+                let decimal =
+                    |text: &str| parse_decimal::<Decimal128Type>(text, *precision, *scale).ok();
+                b.append_value(reader.scalar("Decimal128", decimal, |text| {
                     // A number's text is ASCII (digits, sign, point, exponent).
-                    std::str::from_utf8(text).map_err(|_| failed(text, "Decimal128"))?
-                };
-                let value = parse_decimal::<Decimal128Type>(text, *precision, *scale)
-                    .map_err(|e| RowsError::Invalid(e.to_string()))?;
-                b.append_value(value);
+                    decimal(std::str::from_utf8(text).ok()?)
+                })?);
             }
             Column::List {
                 offsets,
@@ -728,6 +696,23 @@ impl<'a, 's> Reader<'a, 's> {
             return Err(self.not_a(&format!("a number ({what})")));
         }
         Ok(&self.bytes[start..self.at])
+    }
+
+    /// A value given as a string or as a number, parsed by the one or the
+    /// other (as arrow-json takes both for numbers, dates and times).
+    fn scalar<T>(
+        &mut self,
+        what: &str,
+        from_string: impl FnOnce(&str) -> Option<T>,
+        from_number: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Result<T, RowsError> {
+        if self.peek() == Some(b'"') {
+            let text = self.string(what)?;
+            from_string(text).ok_or_else(|| failed(text.as_bytes(), what))
+        } else {
+            let text = self.number(what)?;
+            from_number(text).ok_or_else(|| failed(text, what))
+        }
     }
 
     /// A string's text, unescaped (into the scratch buffer when it has an
