@@ -410,6 +410,57 @@ fn parquet_streams_read_back_equal_in_pyarrow_and_duckdb() {
     }
 }
 
+/// Text as JSON means it, whatever arrow-json made of it: an escaped
+/// surrogate pair is one character of planes 2 to 16 (arrow-json 59.3 ORed
+/// the halves, so U+20000 was stored as U+10000), and a key given twice
+/// counts with its last value, even when its first is no value of the column.
+#[test]
+fn parquet_streams_store_text_and_repeated_keys_as_json_means_them() {
+    let Some((clients, python)) = common::python_readers("parquet-json-meaning") else {
+        return;
+    };
+    let input = concat!(
+        r#"{"id":0,"name":"plain","price":1.5}"#,
+        "\n",
+        r#"{"id":1,"name":"\ud840\udc00 \ud842\udfb7 \udb40\udc41 \ud83d\ude00 \u00e9"}"#,
+        "\n",
+        r#"{"id":2,"name":"first","name":"last","price":1}"#,
+        "\n",
+        r#"{"id":3,"price":"x","price":2.5,"name":"kept"}"#,
+        "\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let output = fed(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "ingest", "--stream", "t", "--format", "parquet", "--json", "--store",
+            ])
+            .arg(dir.path()),
+        input.as_bytes(),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = read_parquet(&clients, &python, &dir.path().join("t"));
+    let want = [
+        (0, "plain", Some(1.5)),
+        (1, "\u{20000} \u{20bb7} \u{e0041} \u{1f600} \u{e9}", None),
+        (2, "last", Some(1.0)),
+        (3, "kept", Some(2.5)),
+    ];
+    for reader in ["pyarrow", "duckdb"] {
+        let rows = read[reader].as_array().unwrap();
+        assert_eq!(rows.len(), want.len(), "{reader}: {rows:?}");
+        for (row, (id, name, price)) in rows.iter().zip(want) {
+            assert_eq!(row["id"], id, "{reader}: {row}");
+            assert_eq!(row["name"], name, "{reader}: {row}");
+            assert_eq!(row["price"].as_f64(), price, "{reader}: {row}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn parquet_streams_on_the_gateway_widen_and_refuse_by_field() {
     let Some((clients, python)) = common::python_readers("parquet-gateway") else {
