@@ -6,6 +6,9 @@
 //! (jobs of the CPU pool take them from the file's queue in the order they
 //! were sent); files of different batches encode in parallel.
 //!
+//! The writer opens with the file's first batch of rows, which chooses the
+//! columns written without a dictionary ([`super::dictionary`]).
+//!
 //! Memory: the row group being built is the unit held. It keeps the
 //! reservation of the records it came from, shrunk to the writer's own count
 //! of its buffered bytes, and what a frame sends on carries its share.
@@ -17,15 +20,18 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
+use parquet::arrow::ArrowSchemaConverter;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, GzipLevel, ZstdLevel};
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::{EnabledStatistics, WriterPropertiesBuilder};
+use parquet::schema::types::SchemaDescriptor;
 use sluice_upload::Reservation;
 use tokio::sync::oneshot;
 
 use crate::compress::{Compression, CpuPool};
 use crate::stats::StreamStats;
+use crate::table::dictionary;
 use crate::table::json_rows::RowDecoder;
 
 /// Rows per batch handed to the Parquet writer.
@@ -49,8 +55,20 @@ struct Queued {
     done: oneshot::Sender<Encoded>,
 }
 
+/// The file's writer through its life.
+enum Writer {
+    /// No row yet: the properties it will open with, and the stored columns
+    /// as Parquet sees them.
+    Unopened {
+        properties: WriterPropertiesBuilder,
+        parquet: SchemaDescriptor,
+    },
+    Open(ArrowWriter<Vec<u8>>),
+    Closed,
+}
+
 struct State {
-    writer: Option<ArrowWriter<Vec<u8>>>,
+    writer: Writer,
     /// The records' columns, as they are decoded.
     schema: SchemaRef,
     /// The columns as stored: `schema` itself, or the same columns under a
@@ -93,18 +111,22 @@ impl ParquetFile {
             ),
             Compression::None => ParquetCompression::UNCOMPRESSED,
         };
-        let properties = WriterProperties::builder()
+        let properties = WriterPropertiesBuilder::default()
             .set_compression(compression)
             .set_max_row_group_row_count(Some(settings.row_group_records))
             .set_statistics_enabled(EnabledStatistics::Page)
-            .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")))
-            .build();
-        let writer = ArrowWriter::try_new(Vec::new(), stored.clone(), Some(properties))
+            .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")));
+        // What the writer would refuse, refused now.
+        let parquet = ArrowSchemaConverter::new()
+            .convert(&stored)
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(ParquetFile {
             queue: Mutex::default(),
             state: Mutex::new(State {
-                writer: Some(writer),
+                writer: Writer::Unopened {
+                    properties,
+                    parquet,
+                },
                 schema,
                 stored,
                 footer: None,
@@ -194,7 +216,7 @@ impl State {
     }
 
     fn write(&mut self, records: &[u8], memory: Reservation) -> Encoded {
-        if self.writer.is_none() {
+        if matches!(self.writer, Writer::Closed) {
             return Err(io::Error::other("the file is closed"));
         }
         // Checked once for the frame: the decoder slices its strings out.
@@ -220,22 +242,45 @@ impl State {
 
     /// Writes a batch of the records' columns (renamed to the stored ones).
     fn write_batch(&mut self, mut batch: RecordBatch) -> io::Result<()> {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| io::Error::other("the file is closed"))?;
         if !Arc::ptr_eq(&self.schema, &self.stored) {
             batch = crate::table::delta::mapping::to_physical(batch, &self.stored)
                 .map_err(io::Error::other)?;
         }
-        writer.write(&batch).map_err(io::Error::other)
+        self.open(Some(&batch))?
+            .write(&batch)
+            .map_err(io::Error::other)
+    }
+
+    /// The open writer; an unopened one opens with the columns `first` (the
+    /// file's first batch, None for a file of no rows) shows to be mostly
+    /// distinct written plain.
+    fn open(&mut self, first: Option<&RecordBatch>) -> io::Result<&mut ArrowWriter<Vec<u8>>> {
+        if let Writer::Unopened {
+            properties,
+            parquet,
+        } = &self.writer
+        {
+            let plain = first
+                .map(|batch| dictionary::plain_columns(batch, parquet))
+                .unwrap_or_default();
+            let properties = plain
+                .into_iter()
+                .fold(properties.clone(), |properties, column| {
+                    properties.set_column_dictionary_enabled(column, false)
+                })
+                .build();
+            let writer = ArrowWriter::try_new(Vec::new(), self.stored.clone(), Some(properties))
+                .map_err(io::Error::other)?;
+            self.writer = Writer::Open(writer);
+        }
+        match &mut self.writer {
+            Writer::Open(writer) => Ok(writer),
+            _ => Err(io::Error::other("the file is closed")),
+        }
     }
 
     fn close(&mut self, memory: Reservation) -> Encoded {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| io::Error::other("the file is closed"))?;
+        let writer = self.open(None)?;
         self.footer = Some(Arc::new(writer.finish().map_err(io::Error::other)?));
         let held = match self.held.take() {
             Some(mut held) => {
@@ -245,7 +290,7 @@ impl State {
             None => memory,
         };
         let out = self.take_flushed(held, true);
-        self.writer = None;
+        self.writer = Writer::Closed;
         Ok(out)
     }
 
@@ -255,7 +300,13 @@ impl State {
     /// as the last (sparing the doublings of a growing buffer, each a copy);
     /// the bytes sent on count all the room their buffer has.
     fn take_flushed(&mut self, mut held: Reservation, closing: bool) -> (Bytes, Reservation) {
-        let writer = self.writer.as_mut().expect("open while writing");
+        let Writer::Open(writer) = &mut self.writer else {
+            // No row written yet: nothing flushed, nothing held.
+            let sent = held.split(0);
+            held.shrink_to(0);
+            self.held = Some(held);
+            return (Bytes::new(), sent);
+        };
         let written = writer.inner_mut();
         let (flushed, room) = if written.is_empty() {
             (Bytes::new(), 0)
@@ -271,5 +322,91 @@ impl State {
         held.shrink_to(writer.memory_size() as u64);
         self.held = Some(held);
         (flushed, sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use sluice_upload::MemoryBudget;
+
+    use super::*;
+
+    fn file_of(schema: &SchemaRef) -> Arc<ParquetFile> {
+        let settings = FileSettings {
+            compression: Compression::Zstd,
+            level: 3,
+            row_group_records: 1 << 20,
+        };
+        ParquetFile::new(
+            schema.clone(),
+            schema.clone(),
+            settings,
+            CpuPool::new(1),
+            Arc::default(),
+        )
+        .unwrap()
+    }
+
+    /// Sends `frames` (None: the end) and joins what the file sent on.
+    async fn written(file: &Arc<ParquetFile>, frames: Vec<Option<String>>) -> Bytes {
+        let budget = MemoryBudget::new(64 << 20);
+        let mut out = Vec::new();
+        for frame in frames {
+            let memory = budget.try_reserve(1).unwrap();
+            let (bytes, _) = file
+                .send(frame.map(Bytes::from), memory)
+                .await
+                .unwrap()
+                .unwrap();
+            out.extend_from_slice(&bytes);
+        }
+        Bytes::from(out)
+    }
+
+    #[tokio::test]
+    async fn unique_columns_are_written_plain_and_repeating_ones_with_a_dictionary() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("seq", DataType::Int64, true),
+            Field::new("event", DataType::Utf8, true),
+        ]));
+        let records: String = (0..5000)
+            .map(|i| format!("{{\"seq\":{i},\"event\":\"e{}\"}}\n", i % 7))
+            .collect();
+        let file = file_of(&schema);
+        let bytes = written(&file, vec![Some(records), None]).await;
+        let reader = SerializedFileReader::new(bytes).unwrap();
+        let row_group = reader.metadata().row_group(0);
+        assert_eq!(row_group.num_rows(), 5000);
+        let dictionary = |name: &str| {
+            row_group
+                .columns()
+                .iter()
+                .find(|column| column.column_path().string() == name)
+                .unwrap()
+                .dictionary_page_offset()
+                .is_some()
+        };
+        assert!(!dictionary("seq"), "seq has a dictionary");
+        assert!(dictionary("event"), "event has no dictionary");
+        assert_eq!(file.footer().unwrap().file_metadata().num_rows(), 5000);
+    }
+
+    #[tokio::test]
+    async fn a_file_closed_before_any_row_is_an_empty_parquet_file() {
+        let schema = Arc::new(Schema::new(vec![Field::new("seq", DataType::Int64, true)]));
+        let file = file_of(&schema);
+        let bytes = written(&file, vec![Some(String::new()), None]).await;
+        let reader = SerializedFileReader::new(bytes).unwrap();
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+        assert_eq!(
+            reader
+                .metadata()
+                .file_metadata()
+                .schema_descr()
+                .num_columns(),
+            1
+        );
     }
 }

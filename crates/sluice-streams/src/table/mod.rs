@@ -1,8 +1,8 @@
 //! Records as tables: a stream with `format = "parquet"` writes each batch as
 //! one Parquet file. Its records are checked against the stream's schema
 //! ([`schema`]: declared, or inferred and widened) before they are taken, and
-//! encoded frame by frame into the file ([`file`], decoded by [`json_rows`])
-//! on the CPU pool. With
+//! encoded frame by frame into the file ([`file`], decoded by [`json_rows`],
+//! dictionaries chosen by [`dictionary`]) on the CPU pool. With
 //! `table = "delta"` or `"iceberg"`, the table is read as the stream opens
 //! ([`opening`]) and each stored file is then committed to it by the
 //! stream's writer ([`sink`]) through [`stream_table`]: a Delta Lake table
@@ -13,6 +13,7 @@
 
 pub mod announce;
 pub mod columns;
+pub(crate) mod dictionary;
 pub(crate) mod file;
 pub mod iceberg_columns;
 pub(crate) mod iceberg_partitions;
