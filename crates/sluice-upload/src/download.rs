@@ -20,29 +20,18 @@ use crate::retry::Kind;
 use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
-/// Bytes gathered before one positioned write to the destination file. A
-/// range holds one batch, written by the thread that received it. Small
-/// enough that a batch is still in the core's cache when it is hashed and then
-/// copied into the page cache: with 1 MiB batches that copy took 28 % of a
-/// 20 x 256 MiB download's CPU samples against 11 % with 128 KiB, and in one
-/// rotation the run took 9.47 CPU-s against 8.55 with 256 KiB
-/// (bench/results/2026-11-26/write-batch-ab.txt).
-const WRITE_BATCH: usize = 256 * 1024;
-
 /// The most a store's body hands over in one chunk: hyper's read buffer
-/// grows to at most 408 KiB, the directory store reads 256 KiB. A batch is
-/// sent once the next chunk would take it past [`WRITE_BATCH`], so it holds
-/// less than `WRITE_BATCH + BODY_CHUNK_MOST`.
+/// grows to at most 408 KiB, the directory store reads 256 KiB.
 const BODY_CHUNK_MOST: usize = 512 * 1024;
 
-/// What a range writing into a file reserves from the budget: a batch (up to
-/// [`WRITE_BATCH`], or one chunk alone) and the chunk received after it,
-/// held together until the batch is written.
-const RANGE_WRITE_RESERVE: u64 = (if WRITE_BATCH > BODY_CHUNK_MOST {
-    WRITE_BATCH
-} else {
-    BODY_CHUNK_MOST
-} + BODY_CHUNK_MOST) as u64;
+/// What a range writing into a file reserves from the budget: the chunk
+/// being written. Each chunk is written as it comes and dropped before the
+/// next is read, so the body's reader fills the same buffer again (still in
+/// the core's cache, its pages already mapped). Gathering 256 KiB for one
+/// vectored write, as before, took 1.15x s5cmd's CPU for 0.84x its rate,
+/// against 0.82x and 1.04x chunk by chunk
+/// (bench/results/2026-11-30/download-direct-writes-ab.txt).
+const RANGE_WRITE_RESERVE: u64 = BODY_CHUNK_MOST as u64;
 
 /// A finished download.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,21 +459,13 @@ async fn fetch_range(
                 *answered.lock().expect("meta lock") = Some(output.meta.clone());
             }
             let mut body = output.body;
-            // Chunks are kept as they came and written together, about
-            // WRITE_BATCH at a time, with one vectored write: no copy into a batch.
-            let mut batch = Batch::default();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(Attempt::Store)?;
-                if writer.written + (batch.len + chunk.len()) as u64 > end {
+                if writer.written + chunk.len() as u64 > end {
                     return Err(Attempt::Other(TransferError::ObjectChanged));
                 }
-                if batch.len > 0 && batch.len + chunk.len() > WRITE_BATCH {
-                    writer.push(batch.take()).map_err(Attempt::Other)?;
-                }
-                batch.push(chunk);
-            }
-            if batch.len > 0 {
-                writer.push(batch.take()).map_err(Attempt::Other)?;
+                // Taken (and dropped) before the next chunk is read.
+                writer.push(chunk).map_err(Attempt::Other)?;
             }
             if writer.written < end {
                 return Err(Attempt::Store(StoreError::transport(format!(
@@ -495,8 +476,7 @@ async fn fetch_range(
             Ok(())
         }
         .await;
-        // A failed attempt resumes after what was written (a batch still
-        // being received is dropped).
+        // A failed attempt resumes after what was written.
         match result {
             Ok(()) => {
                 attempts.succeeded(turn);
@@ -520,35 +500,23 @@ enum Attempt {
     Other(TransferError),
 }
 
-/// Received chunks not yet written, as they came.
-#[derive(Default)]
-struct Batch {
-    chunks: Vec<Bytes>,
-    len: usize,
-}
-
-impl Batch {
-    fn push(&mut self, chunk: Bytes) {
-        self.len += chunk.len();
-        self.chunks.push(chunk);
-    }
-
-    fn take(&mut self) -> Vec<Bytes> {
-        self.len = 0;
-        std::mem::take(&mut self.chunks)
-    }
-}
-
-/// Hashes and stores a range's batches in order. Into a file, a batch is
+/// Hashes and stores a range's chunks in order. Into a file, a chunk is
 /// hashed and written by the thread that received it, while it is still in
 /// that core's cache: handed to the blocking pool, the copy into the page
-/// cache ran on another core (56 % of a 20 x 256 MiB download's samples).
-/// Written here, the download took 0.84x the CPU
-/// (bench/results/2026-11-30/download-write-here-ab.txt). The worker thread
-/// is given over to the write ([`tokio::task::block_in_place`]) and each
-/// file's ranges run in a task of their own, so a write the kernel holds back
-/// (dirty-page throttling) holds up only its file; into memory, a batch is
-/// taken at once.
+/// cache ran on another core (56 % of a 20 x 256 MiB download's samples;
+/// written here, 0.84x the CPU, bench/results/2026-11-30/download-write-here-ab.txt).
+///
+/// A write into the page cache takes tens of microseconds, and is made on
+/// the async worker itself, as Go makes it on its goroutine's thread: handing
+/// the worker over first for each write ([`tokio::task::block_in_place`],
+/// a thread woken and the scheduler moved to it) cost more than the write,
+/// 1.17x s5cmd's CPU against 0.88x without
+/// (bench/results/2026-11-30/download-direct-writes-ab.txt). A write that
+/// the kernel holds back (dirty-page throttling, a slow file system) is seen
+/// by its time: past [`SLOW_WRITE`], the range's later writes hand the worker
+/// over, so that what waits on the disk holds up only its own file's task
+/// (each file's ranges run in a task of their own). Into memory, a chunk is
+/// kept.
 struct RangeWriter<'t> {
     sink: Sink,
     hasher: Option<Hasher>,
@@ -556,7 +524,14 @@ struct RangeWriter<'t> {
     /// starts here.
     written: u64,
     tracker: &'t Tracker,
+    /// Set once a write of this range was slow: later ones hand the worker over.
+    hand_over: bool,
 }
+
+/// A write into the page cache slower than this is the disk's pace showing
+/// (a chunk takes well under a millisecond when the kernel does not hold it
+/// back).
+const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl<'t> RangeWriter<'t> {
     fn new(sink: Sink, hasher: Option<Hasher>, start: u64, tracker: &'t Tracker) -> Self {
@@ -565,23 +540,33 @@ impl<'t> RangeWriter<'t> {
             hasher,
             written: start,
             tracker,
+            hand_over: false,
         }
     }
 
-    /// Takes `batch`, which follows every byte taken so far: hashed, then
+    /// Takes `chunk`, which follows every byte taken so far: hashed, then
     /// written.
-    fn push(&mut self, batch: Vec<Bytes>) -> Result<(), TransferError> {
-        let len: u64 = batch.iter().map(|c| c.len() as u64).sum();
+    fn push(&mut self, chunk: Bytes) -> Result<(), TransferError> {
+        use std::os::unix::fs::FileExt;
+        let len = chunk.len() as u64;
         if let Some(h) = self.hasher.as_mut() {
-            batch.iter().for_each(|chunk| h.update(chunk));
+            h.update(&chunk);
         }
         match &mut self.sink {
             Sink::File(file) => {
                 let pos = self.written;
-                write_here(|| write_all_at(file, &batch, pos))
-                    .map_err(TransferError::Destination)?;
+                let write = || file.write_all_at(&chunk, pos);
+                if self.hand_over {
+                    handing_over(write)
+                } else {
+                    let started = std::time::Instant::now();
+                    let written = write();
+                    self.hand_over = started.elapsed() > SLOW_WRITE;
+                    written
+                }
+                .map_err(TransferError::Destination)?;
             }
-            Sink::Memory(chunks) => chunks.extend(batch),
+            Sink::Memory(chunks) => chunks.push(chunk),
         }
         self.written += len;
         self.tracker.advance(len, false);
@@ -589,11 +574,12 @@ impl<'t> RangeWriter<'t> {
     }
 }
 
-/// Runs a write that may block on this thread: on a multi-threaded runtime
-/// the worker hands its other tasks over first; on a current-thread runtime
-/// (tests, embedders) it simply runs. (Not to be called from a `LocalSet`,
-/// where tokio forbids `block_in_place`: ranges run in spawned tasks.)
-fn write_here<T>(write: impl FnOnce() -> T) -> T {
+/// Runs a write that may block for long on this thread: on a multi-threaded
+/// runtime the worker hands its other tasks over first; on a current-thread
+/// runtime (tests, embedders) it simply runs. (Not to be called from a
+/// `LocalSet`, where tokio forbids `block_in_place`: ranges run in spawned
+/// tasks.)
+fn handing_over<T>(write: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),
         _ => write(),
@@ -609,29 +595,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| TransferError::Destination(io::Error::other(e)))?
         .map_err(TransferError::Destination)
-}
-
-/// Writes `chunks` one after another from `pos` with positioned vectored
-/// writes (`pwritev`), going on after short writes and interruptions.
-fn write_all_at(file: &std::fs::File, chunks: &[Bytes], mut pos: u64) -> io::Result<()> {
-    /// IOV_MAX on Linux and macOS: the most slices one `pwritev` takes.
-    const MAX_SLICES: usize = 1024;
-    let mut slices: Vec<io::IoSlice<'_>> = chunks.iter().map(|c| io::IoSlice::new(c)).collect();
-    let mut rest = &mut slices[..];
-    io::IoSlice::advance_slices(&mut rest, 0);
-    while !rest.is_empty() {
-        let take = rest.len().min(MAX_SLICES);
-        match rustix::io::pwritev(file, &rest[..take], pos) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                pos += n as u64;
-                io::IoSlice::advance_slices(&mut rest, n);
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Cleared when the future holding it is dropped: blocking work it started
@@ -735,39 +698,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chunks_are_written_in_order_at_their_offset() {
-        let many: Vec<Bytes> = (0..3000u32)
-            .map(|i| Bytes::from(vec![(i % 251) as u8; (i % 3) as usize]))
-            .collect();
-        let cases: [(&str, Vec<Bytes>, u64); 4] = [
-            ("none", vec![], 5),
-            (
-                "empty chunks around",
-                vec![Bytes::new(), Bytes::from_static(b"abc"), Bytes::new()],
-                0,
-            ),
-            (
-                "at an offset",
-                vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
-                7,
-            ),
-            ("more chunks than one pwritev takes", many, 3),
-        ];
-        for (name, chunks, pos) in cases {
-            let file = tempfile::tempfile().unwrap();
-            write_all_at(&file, &chunks, pos).unwrap();
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunks_land_at_their_offsets_written_here_or_handed_over() {
+        for hand_over in [false, true] {
+            let file = Arc::new(tempfile::tempfile().unwrap());
+            let tracker = Tracker::new(None, None);
+            let mut writer = RangeWriter::new(Sink::File(file.clone()), None, 3, &tracker);
+            writer.hand_over = hand_over;
+            for chunk in ["ab", "", "cde", "f"] {
+                writer.push(Bytes::from_static(chunk.as_bytes())).unwrap();
+            }
+            assert_eq!(writer.written, 9);
             let mut written = Vec::new();
-            io::Read::read_to_end(&mut &file, &mut written).unwrap();
-            let expected: Vec<u8> = std::iter::repeat_n(0, pos as usize)
-                .chain(chunks.iter().flat_map(|c| c.iter().copied()))
-                .collect();
-            let expected_len = if chunks.iter().all(|c| c.is_empty()) {
-                0
-            } else {
-                expected.len()
-            };
-            assert_eq!(written, expected[..expected_len], "{name}");
+            io::Read::read_to_end(&mut &*file, &mut written).unwrap();
+            assert_eq!(written, b"\0\0\0abcdef", "hand_over: {hand_over}");
         }
     }
 }
