@@ -19,6 +19,7 @@ mod breaker;
 mod budget;
 mod config;
 mod copy;
+mod disk_pace;
 mod download;
 mod ending;
 mod error;
@@ -96,6 +97,8 @@ pub(crate) struct EngineInner {
     myself: std::sync::Weak<EngineInner>,
     /// Hears of every object made for an upload with an origin (see `announce`).
     announcer: std::sync::OnceLock<Arc<dyn Announcer>>,
+    /// Whether downloads' file writes run on the worker or are handed over.
+    disk: disk_pace::DiskPace,
 }
 
 impl Engine {
@@ -134,6 +137,7 @@ impl Engine {
                 breaker,
                 stopping: tokio_util::sync::CancellationToken::new(),
                 announcer: std::sync::OnceLock::new(),
+                disk: disk_pace::DiskPace::default(),
             }),
         })
     }
