@@ -7,7 +7,7 @@ work after the last removal fall on each in turn).
 The objects must already be under PREFIX (for example `s5cmd cp 'DIR/*'
 s3://bench/big/`), and the store's credentials in the environment. Each run
 downloads into a fresh directory (removed, then `sync`, then a pause before the
-next); GNU time gives wall, user and sys time and peak RSS of the client alone.
+next; with --back-to-back, neither); GNU time gives wall, user and sys time and peak RSS of the client alone.
 
     bench/ab-download.py --endpoint http://127.0.0.1:9100 --source s3://bench/big/ \\
         --server-pid "$(pgrep -f "minio server")" --rounds 5 old=/tmp/sluice-old new=target/release/sluice 'c32=target/release/sluice --concurrency 32'
@@ -31,10 +31,11 @@ def server_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(argv, dest, server_pid):
+def run(argv, dest, server_pid, settle=True):
     shutil.rmtree(dest, ignore_errors=True)
-    subprocess.run(["sync"], check=True)
-    time.sleep(3)
+    if settle:
+        subprocess.run(["sync"], check=True)
+        time.sleep(3)
     timed = ["/usr/bin/time", "-f", "%e %U %S %M"] + argv
     before = server_cpu(server_pid)
     done = subprocess.run(timed, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -52,6 +53,9 @@ def main():
     parser.add_argument("--dest", default="/tmp/sluice-ab-download")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--server-pid", type=int, help="the store's process: its CPU during each run is reported too")
+    parser.add_argument("--back-to-back", action="store_true",
+                        help="no sync and pause between runs: the last run's writeback and a page cache that fills "
+                             "the memory fall on the next (the regime of bench/many.sh)")
     parser.add_argument("--args", default="", help="extra arguments for every sluice build")
     parser.add_argument("builds", nargs="+",
                         help="name=path of a sluice binary, with arguments of its own after the path ('c32=target/release/sluice --concurrency 32')")
@@ -65,14 +69,15 @@ def main():
     tools["s5cmd"] = ["s5cmd", "--endpoint-url", opts.endpoint, "cp", source + "*", opts.dest + "/"]
     names = list(tools)
     rows = []
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores; get {source} into {opts.dest}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores; get {source} into {opts.dest}"
+          + (", back to back (no sync between runs)" if opts.back_to_back else ""))
     for name in names:
         print(f"# {name}: {' '.join(tools[name])}")
     print("# round tool wall-s user-s sys-s rss-MiB store-cpu-s")
     for r in range(opts.rounds):
         for k in range(len(names)):
             name = names[(r + k) % len(names)]
-            row = run(tools[name], opts.dest, opts.server_pid)
+            row = run(tools[name], opts.dest, opts.server_pid, settle=not opts.back_to_back)
             row.update(round=r + 1, tool=name)
             rows.append(row)
             print(f"{r + 1} {name} {row['wall']:.2f} {row['user']:.2f} {row['sys']:.2f} {row['rss_mib']:.1f} {row['server']:.2f}", flush=True)

@@ -17,8 +17,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// A piece of work slower than this is the disk's pace showing.
-pub(crate) const SLOW: Duration = Duration::from_millis(5);
+/// A piece of work slower than this is the disk's pace showing. Under
+/// memory pressure (a page cache that fills the memory, pages reclaimed for
+/// each write) writes of 5-15 ms come every second or so: handed over from
+/// then on, chunk by chunk, a download took twice the CPU. Dirty-page
+/// throttling pauses a writer for tens to hundreds of milliseconds.
+pub(crate) const SLOW: Duration = Duration::from_millis(50);
 
 /// How long work is handed over after a slow piece.
 pub(crate) const SLOW_FOR: Duration = Duration::from_secs(1);
