@@ -92,9 +92,10 @@ impl Engine {
         let tracker = Tracker::new(Some(meta.size), progress);
         let algorithm = meta.checksum.map(|c| c.algorithm).or(inner.config.checksum);
         // The file's ranges run in a task of their own (aborted when this
-        // future is dropped): a write that takes its worker thread holds up
-        // this file's ranges, whose writes the kernel serialises on the
-        // file's inode lock anyway, and not the files beside it. (A task per
+        // future is dropped): a write handed over while the disk is slow
+        // ([`DiskPace`]) holds up this file's ranges, whose writes the kernel
+        // serialises on the file's inode lock anyway, and not the files
+        // beside it. (A task per
         // range made those writes contend for the lock: 0.86x s5cmd's rate
         // against 0.93x, bench/results/2026-11-30/download-range-tasks-ab.txt.)
         let (engine, file_ranges, file_meta) = (self.inner.clone(), ranges.clone(), meta.clone());
@@ -163,8 +164,9 @@ impl Engine {
     /// An object no larger than one part is fetched with one GET and no HEAD
     /// (the listing's ETag guards against a change; the answer carries the
     /// checksum and metadata) into memory, then written, stamped (flushed
-    /// when `flush_downloads` asks) and renamed into place in one go, on the
-    /// worker while the disk keeps up ([`DiskPace`]). Larger objects go as
+    /// when `flush_downloads` asks) and renamed into place in one go, where
+    /// the caller runs while the disk keeps up
+    /// ([`DiskPace::for_small_files`]). Larger objects go as
     /// [`Engine::download_to_path`].
     pub async fn download_listed_to_path(
         &self,
@@ -245,8 +247,9 @@ impl Engine {
         let staging = TempFile::beside(&dest)?;
         let flush = inner.config.flush_downloads;
         // Made here while the disk keeps up (0.85x s5cmd's CPU for 10,000
-        // small files, against 1.03x through the blocking pool); a flush is
-        // the disk's pace by design, and always goes to the pool.
+        // small files, against 1.03x through the blocking pool); on the pool
+        // while it does not, and always with a flush, the disk's pace by
+        // design (see DiskPace::for_small_files).
         let make = move || {
             let mut file = match std::fs::File::create(&staging.path) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -270,10 +273,13 @@ impl Engine {
             drop(file);
             staging.persist(&dest)
         };
-        if flush {
+        if flush || inner.small_files_pace.slow() {
             blocking(make).await?;
         } else {
-            inner.disk.run(make).map_err(TransferError::Destination)?;
+            inner
+                .small_files_pace
+                .timed(make)
+                .map_err(TransferError::Destination)?;
         }
         Ok(DownloadOutcome {
             key: listed.key.clone(),
@@ -380,8 +386,8 @@ const FILE_RANGES_AT_ONCE: u64 = 8;
 
 /// The range size for a download into a file: the part size, grown with the
 /// object up to [`FILE_RANGE_MAX`] while the object still splits into
-/// [`FILE_RANGES_AT_ONCE`] ranges. Each range there holds only a write batch
-/// of memory, and every request costs both sides: 32 MiB ranges took a fifth
+/// [`FILE_RANGES_AT_ONCE`] ranges. Each range there holds only a chunk of
+/// memory, and every request costs both sides: 32 MiB ranges took a fifth
 /// less client and MinIO CPU than 8 MiB ones for 256 MiB objects. (Into a
 /// writer, a range is held in memory whole, so it stays at the part size.)
 fn file_range_size(size: u64, part_size: u64) -> u64 {
@@ -447,7 +453,7 @@ async fn fetch_range(
         algorithm.map(Hasher::new),
         start,
         tracker,
-        &inner.disk,
+        &inner.writes_pace,
     );
     // One attempt is the request and the body it streams: an interrupted body is
     // resumed from the byte written, through the same retries and budget as uploads.
@@ -521,8 +527,10 @@ enum Attempt {
 /// cache ran on another core (56 % of a 20 x 256 MiB download's samples;
 /// written here, 0.84x the CPU, bench/results/2026-11-30/download-write-here-ab.txt).
 /// The write runs on the async worker itself while the disk keeps up
-/// ([`DiskPace`]); each file's ranges run in a task of their own, so a write
-/// the kernel holds back holds up only its file. Into memory, a chunk is kept.
+/// ([`DiskPace::for_writes`]); once it does not, the worker is handed over
+/// first, and as each file's ranges run in a task of their own, a write the
+/// kernel holds back then holds up only its file. Into memory, a chunk is
+/// kept.
 struct RangeWriter<'t> {
     sink: Sink,
     hasher: Option<Hasher>,
@@ -574,7 +582,8 @@ impl<'t> RangeWriter<'t> {
 }
 
 /// Runs filesystem work (a create, an fsync, a rename) on the blocking pool:
-/// on an async worker it would stall every transfer scheduled there.
+/// work that may take long (a flush), or that [`DiskPace`] finds slow here,
+/// would stall every transfer sharing the thread.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> Result<T, TransferError> {
@@ -690,9 +699,9 @@ mod tests {
         for hand_over in [false, true] {
             let file = Arc::new(tempfile::tempfile().unwrap());
             let tracker = Tracker::new(None, None);
-            let pace = DiskPace::default();
+            let pace = DiskPace::for_writes();
             if hand_over {
-                pace.run(|| std::thread::sleep(crate::disk_pace::SLOW * 2));
+                pace.run(|| std::thread::sleep(std::time::Duration::from_millis(60)));
                 assert!(pace.slow());
             }
             let mut writer = RangeWriter::new(Sink::File(file.clone()), None, 3, &tracker, &pace);

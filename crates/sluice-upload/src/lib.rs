@@ -97,8 +97,11 @@ pub(crate) struct EngineInner {
     myself: std::sync::Weak<EngineInner>,
     /// Hears of every object made for an upload with an origin (see `announce`).
     announcer: std::sync::OnceLock<Arc<dyn Announcer>>,
-    /// Whether downloads' file writes run on the worker or are handed over.
-    disk: disk_pace::DiskPace,
+    /// Whether downloads' chunk writes run on the worker or hand it over.
+    writes_pace: disk_pace::DiskPace,
+    /// Whether small downloaded files are made where their job runs or on
+    /// the blocking pool.
+    small_files_pace: disk_pace::DiskPace,
 }
 
 impl Engine {
@@ -137,7 +140,8 @@ impl Engine {
                 breaker,
                 stopping: tokio_util::sync::CancellationToken::new(),
                 announcer: std::sync::OnceLock::new(),
-                disk: disk_pace::DiskPace::default(),
+                writes_pace: disk_pace::DiskPace::for_writes(),
+                small_files_pace: disk_pace::DiskPace::for_small_files(),
             }),
         })
     }

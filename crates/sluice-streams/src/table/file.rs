@@ -116,8 +116,10 @@ impl ParquetFile {
             .set_max_row_group_row_count(Some(settings.row_group_records))
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")));
-        // What the writer would refuse, refused now.
+        // What the writer would refuse, refused now; its columns' paths as
+        // the writer will name them.
         let parquet = ArrowSchemaConverter::new()
+            .with_coerce_types(properties.clone().build().coerce_types())
             .convert(&stored)
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(ParquetFile {
