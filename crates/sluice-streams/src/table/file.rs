@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::arrow::ArrowSchemaConverter;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, GzipLevel, ZstdLevel};
@@ -271,8 +272,14 @@ impl State {
                     properties.set_column_dictionary_enabled(column, false)
                 })
                 .build();
-            let writer = ArrowWriter::try_new(Vec::new(), self.stored.clone(), Some(properties))
-                .map_err(io::Error::other)?;
+            // The same columns the choice named: the writer does not derive
+            // them a second time.
+            let options = ArrowWriterOptions::new()
+                .with_properties(properties)
+                .with_parquet_schema(parquet.clone());
+            let writer =
+                ArrowWriter::try_new_with_options(Vec::new(), self.stored.clone(), options)
+                    .map_err(io::Error::other)?;
             self.writer = Writer::Open(writer);
         }
         match &mut self.writer {
