@@ -10,8 +10,10 @@
 //! - with values spread over lines (kept byte for byte, keys in their order),
 //!   tombstones and empty values (skipped, dead-lettered or stopping the run,
 //!   as the stream says), and invalid messages in a dead letter, replayed;
-//! - and a run stopped by an invalid message commits what it stored, and the
-//!   multipart uploads a SIGKILLed run left are aborted by the next.
+//! - a run stopped by an invalid message commits what it stored, and the
+//!   multipart uploads a SIGKILLed run left are aborted by the next;
+//! - and a topic made after the run started is waited for and read, while
+//!   one that never appears ends the run with an error naming it.
 
 mod common;
 
@@ -25,7 +27,7 @@ use sluice_store::s3::S3Store;
 use sluice_store::{ObjectStore, PutRequest};
 
 use common::kafka::{create_topic, kafka, kafka_tool, record};
-use common::{minio_prefix, stored_batches, stored_lines, stored_records};
+use common::{minio_prefix, minio_store, stored_batches, stored_lines, stored_records};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -710,6 +712,67 @@ async fn kafka_a_run_stopped_by_a_message_commits_what_came_before_it() {
         assert_exactly_once(&store, 5000).await;
         assert_eq!(committed(&bootstrap, &topic, &topic), Some(5000), "{says}");
     }
+}
+
+/// A topic made after the run started (its creation still on its way to the
+/// broker, or the producer makes it later) is waited for and read, however
+/// short the idle exit: a run is idle only on a topic that exists.
+#[tokio::test]
+async fn kafka_a_topic_made_after_the_run_started_is_read() {
+    let Some(Fixture {
+        bootstrap,
+        endpoint,
+        prefix,
+        store,
+        topic,
+        ..
+    }) = fixture("kafka-late-topic").await
+    else {
+        return;
+    };
+    let run = Running::spawn(
+        ingest_with_idle(&bootstrap, &topic, &topic, &endpoint, &prefix, "1s")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let valid: Vec<String> = (0..1000).map(|n| record(n, 20)).collect();
+    let values: Vec<Option<&[u8]>> = valid.iter().map(|v| Some(v.as_bytes())).collect();
+    topic_with(&bootstrap, &topic, &values).await;
+    let summary = summary_of(&finished(run).await);
+    assert_eq!(summary["records"], 1000, "{summary}");
+    assert_exactly_once(&store, 1000).await;
+    assert_eq!(committed(&bootstrap, &topic, &topic), Some(1000));
+}
+
+/// A topic that does not exist ends the run with an error naming it, once
+/// it has been waited for (not as an idle run that stored nothing).
+#[tokio::test]
+async fn kafka_a_topic_that_never_appears_is_an_error_naming_it() {
+    let Some(Fixture {
+        bootstrap,
+        endpoint,
+        prefix,
+        topic,
+        ..
+    }) = fixture("kafka-no-topic").await
+    else {
+        return;
+    };
+    let started = Instant::now();
+    let output = ingest(&bootstrap, &topic, &endpoint, &prefix)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("topic {topic} does not exist")),
+        "{stderr}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(30), "{stderr}");
+    // MinIO closes connections idle for 30 s: a fresh client looks.
+    let store = minio_store(&endpoint, &prefix).await;
+    assert!(lines_under(&store, "").await.is_empty());
 }
 
 #[tokio::test]

@@ -166,12 +166,19 @@ pub fn serve_on_minio_with_env(
 pub async fn minio_prefix(test: &str) -> Option<(String, String, sluice_store::s3::S3Store)> {
     let endpoint = minio::endpoint(test)?;
     let prefix = minio::unique_prefix(test);
-    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
-    config.endpoint = Some(endpoint.clone());
-    config.prefix = prefix.clone();
-    let store = sluice_store::s3::S3Store::connect(config).await;
+    let store = minio_store(&endpoint, &prefix).await;
     store.ensure_bucket().await.unwrap();
     Some((endpoint, prefix, store))
+}
+
+/// A client of its own for `prefix` of the test bucket at `endpoint` (one
+/// whose pooled connections MinIO has not closed while a test waited: the
+/// tests' own requests are not retried).
+pub async fn minio_store(endpoint: &str, prefix: &str) -> sluice_store::s3::S3Store {
+    let mut config = sluice_store::s3::S3Config::new(minio::TEST_BUCKET);
+    config.endpoint = Some(endpoint.to_string());
+    config.prefix = prefix.to_string();
+    sluice_store::s3::S3Store::connect(config).await
 }
 
 /// The bytes of the object at `key`, whole.

@@ -128,8 +128,10 @@ pub enum KafkaError {
     Template(String),
     #[error(transparent)]
     Config(#[from] crate::error::StreamConfigError),
-    #[error("Kafka: {0}")]
+    #[error("Kafka")]
     Client(#[from] rdkafka::error::KafkaError),
+    #[error("topic {topic} does not exist on the brokers (waited {waited:?} for it)")]
+    TopicMissing { topic: String, waited: Duration },
     #[error(transparent)]
     Stream(#[from] StreamError),
     #[error("reading stored batch {key}: {reason}")]
@@ -258,7 +260,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
                         drop(done);
                         outcome
                     }
-                    Some(Err(e)) => Err(e.into()),
+                    Some(Err(e)) => Err(e),
                     None => break Ok(()),
                 };
                 if let Err(e) = outcome {

@@ -19,18 +19,26 @@
 //!   two owners never write batches with different boundaries.
 //! - Consumer lag (high watermark less committed offset, per partition) comes
 //!   from librdkafka's statistics, every second.
+//! - A topic the broker does not know (yet): its creation takes a moment to
+//!   reach the broker, and a producer may make it after the run started, so
+//!   the poller asks the broker about it every second and goes on once it
+//!   exists; after [`TOPIC_APPEARS_WITHIN`] without it, the run ends with an
+//!   error naming the topic. (librdkafka reports the missing topic once, as a
+//!   consumer error, and would keep the subscription waiting for it silently.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::Statistics;
 use tokio::sync::mpsc;
+
+use super::KafkaError;
 
 use crate::stats::StreamStats;
 use crate::stream::move_to_capacity;
@@ -54,6 +62,14 @@ const POLL_WAIT: Duration = Duration::from_millis(100);
 /// How long a gathering may wait for the ingest task before the partitions
 /// are paused.
 const PAUSE_AFTER: Duration = Duration::from_secs(1);
+/// How long the subscribed topic may be unknown to the broker before the
+/// run ends (past its creation's way to the broker, it is most likely
+/// misspelt, or deleted).
+pub(super) const TOPIC_APPEARS_WITHIN: Duration = Duration::from_secs(30);
+/// How often the broker is asked whether a missing topic exists yet.
+const TOPIC_ASKED_EVERY: Duration = Duration::from_secs(1);
+/// How long one such question may take.
+const TOPIC_ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Messages taken out of the consumer's buffer: their values copied one
 /// after another into one buffer, each followed by `\n` (so that a run of
@@ -87,7 +103,7 @@ pub(super) struct Handover {
     /// Messages polled and not handed over yet.
     gathering: Mutex<Gathering>,
     gather_bytes: usize,
-    sender: mpsc::Sender<KafkaResult<Polled>>,
+    sender: mpsc::Sender<Result<Polled, KafkaError>>,
     /// False once the run ends: a revocation while the consumer closes has
     /// nothing left to store and must not block.
     live: AtomicBool,
@@ -148,7 +164,7 @@ impl Handover {
         gather_bytes: usize,
         stats: Arc<StreamStats>,
         table_offsets: Option<Arc<super::table::TableOffsets>>,
-    ) -> (Arc<Handover>, mpsc::Receiver<KafkaResult<Polled>>) {
+    ) -> (Arc<Handover>, mpsc::Receiver<Result<Polled, KafkaError>>) {
         let (sender, receiver) = mpsc::channel(GATHERINGS_QUEUED);
         let handover = Handover {
             topic: topic.to_string(),
@@ -190,6 +206,15 @@ pub(super) struct SourceContext {
 }
 
 impl ClientContext for SourceContext {
+    /// librdkafka's own reports; a missing topic is the poller's to report.
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if topic_missing(&error) {
+            tracing::debug!(target: "librdkafka", %error, reason);
+        } else {
+            tracing::error!(target: "librdkafka", %error, reason);
+        }
+    }
+
     fn stats(&self, statistics: Statistics) {
         let lag: i64 = statistics
             .topics
@@ -283,14 +308,25 @@ fn poll_until_stopped(
     consumer: &SourceConsumer,
     handover: &Handover,
     runtime: &tokio::runtime::Handle,
-) -> KafkaResult<()> {
+) -> Result<(), KafkaError> {
+    let mut missing: Option<MissingTopic> = None;
     while handover.live.load(Ordering::Relaxed) {
+        if let Some(topic) = &mut missing {
+            if topic.found(consumer, &handover.topic)? {
+                missing = None;
+            }
+        }
         let paused = handover.paused();
         // Gather: wait for a first message, then take what is ready.
         let mut wait = POLL_WAIT;
         loop {
             match consumer.poll(if paused { POLL_WAIT } else { wait }) {
-                Some(message) => handover.gathering().push(&message?, handover.gather_bytes),
+                Some(Ok(message)) => handover.gathering().push(&message, handover.gather_bytes),
+                Some(Err(e)) if topic_missing(&e) => {
+                    missing.get_or_insert_with(|| MissingTopic::new(&handover.topic));
+                    break;
+                }
+                Some(Err(e)) => return Err(e.into()),
                 None => break,
             }
             if handover.gathering().full(handover.gather_bytes) {
@@ -327,6 +363,66 @@ fn poll_until_stopped(
         }
     }
     Ok(())
+}
+
+/// Whether `error` says the broker does not know the topic.
+fn topic_missing(error: &rdkafka::error::KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+    )
+}
+
+/// The subscribed topic, while the broker does not know it.
+struct MissingTopic {
+    since: Instant,
+    asked: Instant,
+}
+
+impl MissingTopic {
+    fn new(topic: &str) -> MissingTopic {
+        tracing::warn!(
+            topic,
+            within = ?TOPIC_APPEARS_WITHIN,
+            "the broker does not know the topic (yet): waiting for it"
+        );
+        let now = Instant::now();
+        MissingTopic {
+            since: now,
+            asked: now,
+        }
+    }
+
+    /// Asks the broker, once a [`TOPIC_ASKED_EVERY`], whether the topic
+    /// exists now (which also brings the subscription to it); an error once
+    /// it has been missing for [`TOPIC_APPEARS_WITHIN`].
+    fn found(&mut self, consumer: &SourceConsumer, topic: &str) -> Result<bool, KafkaError> {
+        if self.asked.elapsed() < TOPIC_ASKED_EVERY {
+            return Ok(false);
+        }
+        self.asked = Instant::now();
+        // A broker that does not answer is no answer: the wait goes on.
+        let exists = consumer
+            .fetch_metadata(Some(topic), TOPIC_ASK_TIMEOUT)
+            .is_ok_and(|metadata| {
+                metadata.topics().iter().any(|known| {
+                    known.name() == topic
+                        && known.error().is_none()
+                        && !known.partitions().is_empty()
+                })
+            });
+        if exists {
+            tracing::info!(topic, waited = ?self.since.elapsed(), "the topic exists now");
+            return Ok(true);
+        }
+        if self.since.elapsed() >= TOPIC_APPEARS_WITHIN {
+            return Err(KafkaError::TopicMissing {
+                topic: topic.to_string(),
+                waited: TOPIC_APPEARS_WITHIN,
+            });
+        }
+        Ok(false)
+    }
 }
 
 /// Pauses or resumes every assigned partition; [`Handover::paused`] says which.
