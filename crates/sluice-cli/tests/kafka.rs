@@ -715,8 +715,9 @@ async fn kafka_a_run_stopped_by_a_message_commits_what_came_before_it() {
 }
 
 /// A topic made after the run started (its creation still on its way to the
-/// broker, or the producer makes it later) is waited for and read, however
-/// short the idle exit: a run is idle only on a topic that exists.
+/// broker, or the producer makes it later) is waited for and read: a run is
+/// idle only on a topic that exists, so it outlasts its idle exit while it
+/// waits.
 #[tokio::test]
 async fn kafka_a_topic_made_after_the_run_started_is_read() {
     let Some(Fixture {
@@ -730,16 +731,26 @@ async fn kafka_a_topic_made_after_the_run_started_is_read() {
     else {
         return;
     };
-    let run = Running::spawn(
-        ingest_with_idle(&bootstrap, &topic, &topic, &endpoint, &prefix, "1s")
+    // The idle exit is long enough for the producer (which makes the topic
+    // empty, then fills it) on a loaded machine.
+    let mut run = Running::spawn(
+        ingest_with_idle(&bootstrap, &topic, &topic, &endpoint, &prefix, "15s")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    let waiting = run.0.as_mut().unwrap().try_wait().unwrap();
+    assert!(
+        waiting.is_none(),
+        "the run ended before the topic existed: {waiting:?}"
+    );
     let valid: Vec<String> = (0..1000).map(|n| record(n, 20)).collect();
     let values: Vec<Option<&[u8]>> = valid.iter().map(|v| Some(v.as_bytes())).collect();
     topic_with(&bootstrap, &topic, &values).await;
-    let summary = summary_of(&finished(run).await);
+    let output = finished(run).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("waiting for it"), "{stderr}");
+    let summary = summary_of(&output);
     assert_eq!(summary["records"], 1000, "{summary}");
     assert_exactly_once(&store, 1000).await;
     assert_eq!(committed(&bootstrap, &topic, &topic), Some(1000));

@@ -128,8 +128,9 @@ pub enum KafkaError {
     Template(String),
     #[error(transparent)]
     Config(#[from] crate::error::StreamConfigError),
-    #[error("Kafka")]
-    Client(#[from] rdkafka::error::KafkaError),
+    /// rdkafka's own error (its text already holds its source's).
+    #[error("Kafka: {0}")]
+    Client(rdkafka::error::KafkaError),
     #[error("topic {topic} does not exist on the brokers (waited {waited:?} for it)")]
     TopicMissing { topic: String, waited: Duration },
     #[error(transparent)]
@@ -138,6 +139,12 @@ pub enum KafkaError {
     Recovery { key: String, reason: String },
     #[error(transparent)]
     Table(#[from] CommitError),
+}
+
+impl From<rdkafka::error::KafkaError> for KafkaError {
+    fn from(error: rdkafka::error::KafkaError) -> KafkaError {
+        KafkaError::Client(error)
+    }
 }
 
 /// One partition's progress.
@@ -311,7 +318,7 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
     stream.close().await;
     let finished = async {
         let (ready, failed) = stored_offsets(&mut partitions, &mut summary);
-        commit_ready(
+        let committed = commit_ready(
             stream,
             &consumer,
             table_offsets.as_deref(),
@@ -321,9 +328,20 @@ pub async fn run(stream: &RecordStream, source: &KafkaSource) -> Result<KafkaSum
             CommitMode::Sync,
             &mut summary,
         )
-        .await?;
-        result?;
-        failed.map_or(Ok(()), |e| Err(e.into()))
+        .await;
+        // What stopped the run is its error; a final commit failing after
+        // it (the topic deleted, the brokers gone) is logged.
+        match (result, committed) {
+            (Err(stopped), Err(commit)) => {
+                tracing::warn!(error = %commit, "the final commit failed too");
+                Err(stopped)
+            }
+            (result, committed) => {
+                committed?;
+                result?;
+                failed.map_or(Ok(()), |e| Err(e.into()))
+            }
+        }
     }
     .await;
     // Closing the consumer leaves the group (a round trip to the broker): off

@@ -21,10 +21,11 @@
 //!   from librdkafka's statistics, every second.
 //! - A topic the broker does not know (yet): its creation takes a moment to
 //!   reach the broker, and a producer may make it after the run started, so
-//!   the poller asks the broker about it every second and goes on once it
-//!   exists; after [`TOPIC_APPEARS_WITHIN`] without it, the run ends with an
-//!   error naming the topic. (librdkafka reports the missing topic once, as a
-//!   consumer error, and would keep the subscription waiting for it silently.)
+//!   the poller asks the brokers about it every second and goes on once it
+//!   exists; once they have said for [`TOPIC_APPEARS_WITHIN`] that they do
+//!   not know it, the run ends with an error naming the topic. (librdkafka
+//!   reports the missing topic once, as a consumer error, and would keep the
+//!   group waiting for it silently.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,8 +69,9 @@ const PAUSE_AFTER: Duration = Duration::from_secs(1);
 pub(super) const TOPIC_APPEARS_WITHIN: Duration = Duration::from_secs(30);
 /// How often the broker is asked whether a missing topic exists yet.
 const TOPIC_ASKED_EVERY: Duration = Duration::from_secs(1);
-/// How long one such question may take.
-const TOPIC_ASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one such question may take (the poller serves nothing else
+/// meanwhile: no revocation, no stop).
+const TOPIC_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Messages taken out of the consumer's buffer: their values copied one
 /// after another into one buffer, each followed by `\n` (so that a run of
@@ -393,24 +395,29 @@ impl MissingTopic {
         }
     }
 
-    /// Asks the broker, once a [`TOPIC_ASKED_EVERY`], whether the topic
-    /// exists now (which also brings the subscription to it); an error once
-    /// it has been missing for [`TOPIC_APPEARS_WITHIN`].
+    /// Whether the topic is there now: partitions of it are assigned, or the
+    /// brokers, asked once a [`TOPIC_ASKED_EVERY`], know it (librdkafka's
+    /// group finds it by itself, rejoining every second). An error once the
+    /// brokers have said for [`TOPIC_APPEARS_WITHIN`] that they do not know
+    /// it; brokers that do not answer say nothing of the topic, and the wait
+    /// goes on (librdkafka keeps trying them as long as the run lasts).
     fn found(&mut self, consumer: &SourceConsumer, topic: &str) -> Result<bool, KafkaError> {
         if self.asked.elapsed() < TOPIC_ASKED_EVERY {
             return Ok(false);
         }
         self.asked = Instant::now();
-        // A broker that does not answer is no answer: the wait goes on.
-        let exists = consumer
-            .fetch_metadata(Some(topic), TOPIC_ASK_TIMEOUT)
-            .is_ok_and(|metadata| {
-                metadata.topics().iter().any(|known| {
+        let exists = consumer.assignment().is_ok_and(|a| a.count() > 0)
+            || match consumer.fetch_metadata(Some(topic), TOPIC_ASK_TIMEOUT) {
+                Ok(metadata) => metadata.topics().iter().any(|known| {
                     known.name() == topic
                         && known.error().is_none()
                         && !known.partitions().is_empty()
-                })
-            });
+                }),
+                Err(error) => {
+                    tracing::debug!(topic, %error, "the brokers did not say whether the topic exists");
+                    return Ok(false);
+                }
+            };
         if exists {
             tracing::info!(topic, waited = ?self.since.elapsed(), "the topic exists now");
             return Ok(true);
