@@ -760,8 +760,9 @@ async fn signatures_never_used_are_dropped_after_their_expiry() {
     let mut outcomes = confirm::pass(&world.state).await.unwrap();
     outcomes.sort_by_key(|o| format!("{o:?}"));
     assert_eq!(outcomes, vec![Outcome::Confirmed, Outcome::Waiting]);
-    // Expired (1 s) and a grace of one more lifetime, at one-second resolution.
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    // Expired (1 s, rounded up to a whole second: under 2 s from signing)
+    // and a grace of one more lifetime, at one-second resolution: 4 s.
+    tokio::time::sleep(Duration::from_millis(4200)).await;
     assert_eq!(
         confirm::pass(&world.state).await.unwrap(),
         vec![Outcome::Expired; 2]

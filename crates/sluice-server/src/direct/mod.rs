@@ -160,6 +160,19 @@ pub struct PartPath {
     part: String,
 }
 
+/// `at`, rounded up to a whole second. A POST policy's expiration (and its
+/// confirmation record's) is in whole seconds: rounded down, it cut up to a
+/// second off the lifetime, most of a one-second one.
+fn whole_second_after(at: SystemTime) -> SystemTime {
+    let since_epoch = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    match since_epoch.subsec_nanos() {
+        0 => at,
+        _ => SystemTime::UNIX_EPOCH + Duration::from_secs(since_epoch.as_secs() + 1),
+    }
+}
+
 fn direct(state: &AppState) -> Result<&Direct, FlatApiError> {
     state
         .direct
@@ -302,7 +315,7 @@ async fn form_post(
     )
     .await?;
     let max_size = size_limit(state, grant, MAX_PUT_SIZE);
-    let expires_at = SystemTime::now() + direct.settings.expires;
+    let expires_at = whole_second_after(SystemTime::now() + direct.settings.expires);
     let pending = confirm::Pending {
         content_type: content_type.clone(),
         metadata: metadata.clone(),
@@ -578,5 +591,31 @@ async fn abort_multipart(
     match state.store.abort_multipart_upload(&key, &upload_id).await {
         Ok(()) | Err(StoreError::NoSuchUpload { .. }) => Ok(Json(json!({}))),
         Err(e) => Err(ApiError::Store(e).into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiries_round_up_to_a_whole_second() {
+        // (since the epoch, rounded)
+        let cases = [
+            (Duration::from_secs(100), Duration::from_secs(100)),
+            (Duration::from_millis(100_001), Duration::from_secs(101)),
+            (Duration::from_millis(100_950), Duration::from_secs(101)),
+            (
+                Duration::from_nanos(100_999_999_999),
+                Duration::from_secs(101),
+            ),
+        ];
+        for (at, rounded) in cases {
+            assert_eq!(
+                whole_second_after(SystemTime::UNIX_EPOCH + at),
+                SystemTime::UNIX_EPOCH + rounded,
+                "{at:?}"
+            );
+        }
     }
 }
