@@ -476,7 +476,8 @@ pub struct IngestArgs {
     /// Kafka: stop once no message came for this long and everything read is
     /// stored and committed (default: run until stopped). Not counted while
     /// no partition is assigned; a topic the brokers do not know is waited
-    /// for 30 s, then the run ends with an error naming it.
+    /// for, and once they have said so for 30 s the run ends with an error
+    /// naming it.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub idle_exit: Option<std::time::Duration>,
     #[command(flatten)]

@@ -741,6 +741,19 @@ fn prefix_of(world: &World, key: &str) -> String {
     }
 }
 
+/// The `expiration` of the POST policy in signed form fields.
+fn policy_expiration(signed: &Value) -> SystemTime {
+    use base64::Engine;
+    let policy = signed["fields"]["policy"].as_str().expect("a policy field");
+    let document: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(policy)
+            .unwrap(),
+    )
+    .unwrap();
+    humantime::parse_rfc3339(document["expiration"].as_str().unwrap()).unwrap()
+}
+
 #[tokio::test]
 async fn signatures_never_used_are_dropped_after_their_expiry() {
     let Some(world) = world("direct-expiry", Duration::from_secs(1)).await else {
@@ -750,8 +763,14 @@ async fn signatures_never_used_are_dropped_after_their_expiry() {
     // One signature is never used, one is used and then watched.
     for name in ["unused", "used"] {
         let uri = format!("/s3/params?filename={name}");
+        let asked = SystemTime::now();
         let (status, signed) = call(&world.state, "GET", &uri, Some(&acme), None).await;
         assert_eq!(status, 200);
+        // The policy's whole-second expiration leaves the whole lifetime.
+        assert!(
+            policy_expiration(&signed) >= asked + Duration::from_secs(1),
+            "{signed}"
+        );
         if name == "used" {
             let (status, text) = post_form(&signed, b"once").await;
             assert_eq!(status, 204, "{text}");
