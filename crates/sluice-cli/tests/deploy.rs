@@ -5,7 +5,7 @@
 //! no multipart upload is left behind, and the drained gateway exits 0 inside
 //! its grace. The gateways run with the default settings.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -35,38 +35,6 @@ fn put_body(i: usize) -> Bytes {
     Bytes::from(data)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// haproxy on deploy/haproxy.cfg in the foreground; killed when dropped.
-struct Haproxy(Child);
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn haproxy_binary() -> Option<String> {
-    let binary = std::env::var("SLUICE_TEST_HAPROXY").unwrap_or_else(|_| "haproxy".into());
-    match Command::new(&binary).arg("-v").output() {
-        Ok(output) if output.status.success() => Some(binary),
-        _ if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") => {
-            panic!("haproxy is not installed (scripts/test.sh installs it)")
-        }
-        _ => {
-            eprintln!("SKIPPED deploy: no haproxy");
-            None
-        }
-    }
-}
-
 /// A PUT as a client behind a load balancer makes it: a 5xx or a broken
 /// connection (a gateway died under it) is tried again, a moment later.
 async fn put_until_stored(client: &reqwest::Client, url: &str, body: Bytes) -> (u16, u32) {
@@ -89,7 +57,7 @@ async fn three_gateways_behind_haproxy_ride_out_a_kill_and_a_drain() {
     let Some(clients) = common::npm_clients("deploy") else {
         return;
     };
-    let Some(haproxy) = haproxy_binary() else {
+    let Some(haproxy) = common::haproxy_binary("deploy") else {
         return;
     };
     let Some((endpoint, prefix, store)) = common::minio_prefix("deploy").await else {
@@ -112,9 +80,9 @@ async fn three_gateways_behind_haproxy_ride_out_a_kill_and_a_drain() {
             .trim_start_matches("http://")
             .to_string()
     };
-    let lb_port = free_port();
+    let lb_port = common::free_port();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/haproxy.cfg");
-    let _haproxy = Haproxy(
+    let _haproxy = common::KillOnDrop(
         Command::new(&haproxy)
             .args(["-db", "-f", config])
             .env("SLUICE_LB_BIND", format!("127.0.0.1:{lb_port}"))

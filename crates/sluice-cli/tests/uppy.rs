@@ -494,6 +494,7 @@ async fn confinement(
         .endpoint_url(endpoint)
         .force_path_style(true)
         .credentials_provider(credentials)
+        .http_client(sluice_store::s3::http_client())
         .build();
     let s3 = aws_sdk_s3::Client::from_conf(config);
     let bucket = sluice_testkit::minio::TEST_BUCKET;

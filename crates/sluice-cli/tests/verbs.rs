@@ -358,6 +358,7 @@ fn mv_removes_each_source_once_its_copy_is_complete() {
 /// A client of the test MinIO, for what sluice does not do (bucket policies).
 async fn admin(endpoint: &str) -> aws_sdk_s3::Client {
     let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(sluice_store::s3::http_client())
         .region(aws_config::Region::new("us-east-1"))
         .load()
         .await;

@@ -21,8 +21,9 @@ use crate::retry::Kind;
 use crate::tuning::TransferSlot;
 use crate::{Engine, EngineInner};
 
-/// The most a store's body hands over in one chunk: hyper's read buffer
-/// grows to at most 408 KiB, the directory store reads 256 KiB.
+/// The most a store's body hands over in one chunk: the S3 transport reads
+/// 128 KiB at a time, reqwest's (Azure, GCS) at most hyper's 408 KiB, the
+/// directory store 256 KiB.
 const BODY_CHUNK_MOST: usize = 512 * 1024;
 
 /// What a range writing into a file reserves from the budget: the chunk

@@ -103,6 +103,15 @@ pub fn free_loopback_address() -> String {
         .to_string()
 }
 
+/// A loopback port free now (closed again), for a helper process to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Starts `sluice serve ARGS` and waits for the URL it prints.
 pub fn serve(args: &[&str]) -> Gateway {
     serve_with_env(args, &[])
@@ -418,6 +427,32 @@ pub async fn outbox_events(
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => return events,
+        }
+    }
+}
+
+/// A helper process (haproxy, a proxy) killed when dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The haproxy binary scripts/test.sh installs, or `None` (after saying so)
+/// outside the script.
+pub fn haproxy_binary(test: &str) -> Option<String> {
+    let binary = std::env::var("SLUICE_TEST_HAPROXY").unwrap_or_else(|_| "haproxy".into());
+    match Command::new(&binary).arg("-v").output() {
+        Ok(output) if output.status.success() => Some(binary),
+        _ if std::env::var("SLUICE_TEST_S3_REQUIRED").as_deref() == Ok("1") => {
+            panic!("haproxy is not installed (scripts/test.sh installs it)")
+        }
+        _ => {
+            eprintln!("SKIPPED {test}: no haproxy");
+            None
         }
     }
 }

@@ -13,6 +13,7 @@ mod presign;
 mod settings;
 mod stall;
 mod trailer;
+mod transport;
 pub mod vitals;
 
 use std::collections::HashMap;
@@ -42,6 +43,7 @@ use stall::{Progress, StallGuard, WatchAnswer};
 
 pub use account::{BucketSummary, PresignedMethod};
 pub use presign::S3DirectSigner;
+pub use transport::http_client;
 
 /// Buffer for streaming a file-backed body into a request.
 const FILE_BUFFER: usize = 256 * 1024;
@@ -116,7 +118,10 @@ pub struct S3Store {
 impl S3Store {
     /// Resolves region and credentials and builds the client. Sends no request.
     pub async fn connect(config: S3Config) -> S3Store {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        // One transport for the S3 and STS clients and the credential providers.
+        let http = transport::http_client();
+        let mut loader =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http.clone());
         // With a custom endpoint the region is nominal: do not probe instance metadata for it.
         let region = config
             .region
@@ -130,6 +135,10 @@ impl S3Store {
             // the environment, as with aws --profile.
             loader = loader.profile_name(profile).credentials_provider(
                 aws_config::profile::ProfileFileCredentialsProvider::builder()
+                    .configure(
+                        &aws_config::provider_config::ProviderConfig::without_region()
+                            .with_http_client(http.clone()),
+                    )
                     .profile_name(profile)
                     .build(),
             );

@@ -63,9 +63,12 @@ impl S3DirectSigner {
         if let Some(sleep) = s3_config.sleep_impl() {
             sts = sts.sleep_impl(sleep);
         }
-        if let Some(client) = s3_config.http_client() {
-            sts = sts.http_client(client);
-        }
+        // The SDK's default client is not built: STS needs the transport too.
+        sts = sts.http_client(
+            s3_config
+                .http_client()
+                .unwrap_or_else(super::transport::http_client),
+        );
         // The S3 client's connect and read timeouts, and no retries of its
         // own: a store that does not answer fails the call, not hangs it.
         if let Some(timeouts) = s3_config.timeout_config() {
