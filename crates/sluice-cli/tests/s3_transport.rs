@@ -1,7 +1,7 @@
 //! sluice's own HTTP transport for S3 (sluice-store's s3/transport.rs) over
 //! HTTPS: MinIO behind haproxy terminating TLS with a certificate from a test
-//! CA. With the CA in `SSL_CERT_FILE`, as with aws-cli and s5cmd, a multipart
-//! put, a ranged get and a listing go through; without it the store is refused
+//! CA. With the CA in `SSL_CERT_FILE` (or a directory of `SSL_CERT_DIR`), as
+//! with curl and s5cmd, a multipart put, a ranged get and a listing go through; without it the store is refused
 //! with the certificate named, and nothing is stored. And through a forward
 //! proxy named by the environment (proxy.py, installed by scripts/test.sh),
 //! with its user and password.
@@ -36,6 +36,7 @@ fn sluice_with(endpoint: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
         .args(args)
         .args(["--endpoint", endpoint])
         .env_remove("SLUICE_LOG")
+        .env_remove("SSL_CERT_FILE")
         .env_remove("SSL_CERT_DIR");
     for name in PROXY_VARIABLES {
         command.env_remove(name);
@@ -135,6 +136,20 @@ async fn put_get_and_ls_over_https_trust_ssl_cert_file_and_refuse_an_unknown_ca(
     let trusted = ca.root_file();
     let trusting = [("SSL_CERT_FILE", trusted.to_str().unwrap())];
     round_trip(&https, &trusting, &file, &format!("{base}big.bin"));
+    // SSL_CERT_DIR: a directory holding the CA (and no SSL_CERT_FILE).
+    let roots = work.path().join("roots");
+    std::fs::create_dir(&roots).unwrap();
+    std::fs::copy(&trusted, roots.join("test-ca.pem")).unwrap();
+    let listed = sluice_with(
+        &https,
+        &[("SSL_CERT_DIR", roots.to_str().unwrap())],
+        &["ls", &base],
+    );
+    assert!(
+        listed.status.success(),
+        "SSL_CERT_DIR: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     let ls = sluice(&https, &trusted, &["ls", &base]);
     assert!(
         ls.status.success(),
