@@ -82,7 +82,7 @@ async fn three_gateways_behind_haproxy_ride_out_a_kill_and_a_drain() {
     };
     let lb_port = common::free_port();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/haproxy.cfg");
-    let _haproxy = common::KillOnDrop(
+    let _haproxy = common::KillOnDrop::spawn(
         Command::new(&haproxy)
             .args(["-db", "-f", config])
             .env("SLUICE_LB_BIND", format!("127.0.0.1:{lb_port}"))
@@ -90,9 +90,8 @@ async fn three_gateways_behind_haproxy_ride_out_a_kill_and_a_drain() {
             .env("SLUICE_GATEWAY_2", address(&gateways[1]))
             .env("SLUICE_GATEWAY_3", address(&gateways[2]))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start haproxy"),
+            .stderr(Stdio::null()),
+        "haproxy",
     );
     let lb = format!("http://127.0.0.1:{lb_port}");
     let client = reqwest::Client::new();

@@ -118,13 +118,12 @@ async fn put_get_and_ls_over_https_trust_ssl_cert_file_and_refuse_an_unknown_ca(
         ),
     )
     .unwrap();
-    let _front = common::KillOnDrop(
+    let _front = common::KillOnDrop::spawn(
         Command::new(&haproxy)
             .args(["-db", "-f", config.to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start haproxy"),
+            .stderr(Stdio::null()),
+        "haproxy",
     );
     wait_for_port(port, "haproxy").await;
     let https = format!("https://localhost:{port}");
@@ -188,7 +187,7 @@ async fn an_http_proxy_from_the_environment_carries_the_requests() {
     let work = tempfile::tempdir().unwrap();
     let port = common::free_port();
     let log = work.path().join("proxy.log");
-    let _proxy = common::KillOnDrop(
+    let _proxy = common::KillOnDrop::spawn(
         Command::new(&python)
             .args(["-m", "proxy", "--hostname", "127.0.0.1", "--port"])
             .arg(port.to_string())
@@ -197,9 +196,8 @@ async fn an_http_proxy_from_the_environment_carries_the_requests() {
             .args(["--log-level", "INFO", "--log-file"])
             .arg(&log)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start proxy.py"),
+            .stderr(Stdio::null()),
+        "proxy.py",
     );
     wait_for_port(port, "proxy.py").await;
     let base = format!("s3://{}/{prefix}", minio::TEST_BUCKET);

@@ -431,11 +431,28 @@ pub async fn outbox_events(
     }
 }
 
-/// A helper process (haproxy, a proxy) killed when dropped.
-pub struct KillOnDrop(pub Child);
+/// A helper process (haproxy, a proxy) in a process group of its own, killed
+/// with every process it started when dropped (proxy.py's workers outlive a
+/// kill of their parent alone).
+pub struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    pub fn spawn(command: &mut Command, what: &str) -> KillOnDrop {
+        use std::os::unix::process::CommandExt;
+        let child = command
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
+        KillOnDrop(child)
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
