@@ -144,8 +144,11 @@ cargo clippy --workspace --all-targets -- -D warnings
 # it asks for itself (the workspace build unifies them with the tests').
 echo "==> cargo check -p sluice-cli (as the README's first command builds it)"
 cargo check -p sluice-cli --quiet
-echo "==> cargo test"
-cargo test --workspace --no-fail-fast
+# Two test binaries at a time (scripts/run-tests.py): most of their time is
+# spent waiting on the stores, brokers and browsers they drive, and one after
+# another they took half an hour.
+echo "==> cargo test (test binaries two at a time)"
+python3 scripts/run-tests.py --jobs "${SLUICE_TEST_JOBS:-2}"
 echo "==> fuzzing (bounded: 20 s per target)"
 scripts/fuzz.sh 20
 echo "==> all tests passed"

@@ -165,6 +165,16 @@ impl Running {
     fn spawn(command: &mut Command) -> Running {
         Running(Some(command.spawn().unwrap()))
     }
+
+    /// A run whose stderr goes to `log`, to be shown if it ends too soon.
+    fn spawn_logged(command: &mut Command, log: &tempfile::NamedTempFile) -> Running {
+        Running::spawn(command.stderr(log.reopen().unwrap()))
+    }
+
+    /// How the run ended, if it has.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.as_mut().unwrap().try_wait().unwrap()
+    }
 }
 
 impl Drop for Running {
@@ -739,7 +749,7 @@ async fn kafka_a_topic_made_after_the_run_started_is_read() {
             .stderr(Stdio::piped()),
     );
     tokio::time::sleep(Duration::from_secs(17)).await;
-    let waiting = run.0.as_mut().unwrap().try_wait().unwrap();
+    let waiting = run.exited();
     assert!(
         waiting.is_none(),
         "the run ended before the topic existed: {waiting:?}"
@@ -961,32 +971,47 @@ fn ingest_table(
     command
 }
 
-/// Produces `records` lines `{"n":N,"pad":"…"}` (100 bytes of pad) to
-/// `topic` in chunks of `chunk` with the console producer, `every` apart.
-fn produce_paced(
-    cp: &str,
-    bootstrap: &str,
-    topic: &str,
-    records: u64,
-    chunk: u64,
-    every: Duration,
-) -> std::thread::JoinHandle<()> {
-    let (cp, bootstrap, topic) = (cp.to_string(), bootstrap.to_string(), topic.to_string());
-    std::thread::spawn(move || {
-        for start in (0..records).step_by(chunk as usize) {
-            let began = Instant::now();
-            let input: String = (start..(start + chunk).min(records))
-                .map(|n| record(n, 100) + "\n")
-                .collect();
-            kafka_tool(
-                &cp,
-                "kafka.tools.ConsoleProducer",
-                &["--bootstrap-server", &bootstrap, "--topic", &topic],
-                Some(input.as_bytes()),
-            );
-            std::thread::sleep(every.saturating_sub(began.elapsed()));
-        }
-    })
+/// A console producer sending lines `{"n":N,"pad":"…"}` (100 bytes of pad)
+/// to a topic in chunks, `every` apart, numbered from 0, until it is stopped:
+/// records keep arriving however long the runs reading them take.
+struct PacedProducer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl PacedProducer {
+    fn start(cp: &str, bootstrap: &str, topic: &str, chunk: u64, every: Duration) -> Self {
+        let (cp, bootstrap, topic) = (cp.to_string(), bootstrap.to_string(), topic.to_string());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut produced = 0;
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let began = Instant::now();
+                let input: String = (produced..produced + chunk)
+                    .map(|n| record(n, 100) + "\n")
+                    .collect();
+                kafka_tool(
+                    &cp,
+                    "kafka.tools.ConsoleProducer",
+                    &["--bootstrap-server", &bootstrap, "--topic", &topic],
+                    Some(input.as_bytes()),
+                );
+                produced += chunk;
+                std::thread::sleep(every.saturating_sub(began.elapsed()));
+            }
+            produced
+        });
+        PacedProducer { stop, thread }
+    }
+
+    /// Stops after the chunk under way; the records produced in all.
+    async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::task::spawn_blocking(move || self.thread.join().unwrap())
+            .await
+            .unwrap()
+    }
 }
 
 /// The table's commits so far.
@@ -1011,11 +1036,30 @@ async fn table_commits(format: Format, store: &S3Store) -> usize {
     }
 }
 
-/// Waits until the table has more than `commits` commits.
-async fn table_grows_past(format: Format, store: &S3Store, commits: usize) {
+/// Waits until the table has more than `commits` commits, made by `run`
+/// (`what` it is, its stderr in `log`): a run that ends first fails the test
+/// at once with its log.
+async fn table_grows_past(
+    format: Format,
+    store: &S3Store,
+    commits: usize,
+    run: &mut Running,
+    what: &str,
+    log: &tempfile::NamedTempFile,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while table_commits(format, store).await <= commits {
-        assert!(Instant::now() < deadline, "no table commit within 60 s");
+        if let Some(status) = run.exited() {
+            panic!(
+                "{what} ended ({status}) before a table commit past {commits}:\n{}",
+                std::fs::read_to_string(log.path()).unwrap()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no table commit past {commits} within 60 s:\n{}",
+            std::fs::read_to_string(log.path()).unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -1047,22 +1091,20 @@ async fn exactly_once_across_deaths(format: Format, kills: usize) {
     let Some(fixture) = fixture(&test).await else {
         return;
     };
-    // SLUICE_KAFKA_TABLE_RECORDS raises it for a longer proof by hand.
-    let records: u64 = std::env::var("SLUICE_KAFKA_TABLE_RECORDS")
+    create_topic(&fixture.cp, &fixture.bootstrap, &fixture.topic, 8);
+    // Records arrive while the runs below come and go, in chunks 3 s apart,
+    // until the last run is killed: each run dies part-way through the topic,
+    // and none finds it drained however slow the machine makes the runs.
+    // SLUICE_KAFKA_TABLE_CHUNK raises the chunk for a longer proof by hand.
+    let chunk: u64 = std::env::var("SLUICE_KAFKA_TABLE_CHUNK")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300_000);
-    create_topic(&fixture.cp, &fixture.bootstrap, &fixture.topic, 8);
-    // Records arrive while the runs below come and go (in chunks 3 s apart,
-    // more of them the more runs are killed), so that each dies part-way
-    // through the topic.
-    let chunks = 12 + 2 * kills as u64;
-    let producer = produce_paced(
+        .unwrap_or(10_000);
+    let producer = PacedProducer::start(
         &fixture.cp,
         &fixture.bootstrap,
         &fixture.topic,
-        records,
-        (records / chunks).max(5_000),
+        chunk,
         Duration::from_secs(3),
     );
     let group = fixture.topic.clone();
@@ -1092,41 +1134,62 @@ async fn exactly_once_across_deaths(format: Format, kills: usize) {
             String::from_utf8_lossy(&died.stderr)
         );
     }
-    // SIGKILLs from outside, each once the run has committed once.
-    for _ in 0..kills {
+    // SIGKILLs from outside, each once the run has committed once. Records
+    // keep coming, so these runs never idle out: they are only killed.
+    for kill in 1..=kills {
         let before = table_commits(format, &fixture.store).await;
-        let run = Running::spawn(
-            ingest_table(format, &fixture, &endpoint, &group, "3s")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut run = Running::spawn_logged(
+            ingest_table(format, &fixture, &endpoint, &group, "60s").stdout(Stdio::null()),
+            &log,
         );
-        table_grows_past(format, &fixture.store, before).await;
+        let what = format!("run {kill} of {kills} to be killed");
+        table_grows_past(format, &fixture.store, before, &mut run, &what, &log).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         drop(run);
     }
     // A second member joins, takes half the partitions, and is killed: they
     // come back to the first once its session lapses. The first stays up
-    // (idle for 20 s at most) however fast the topic drains.
+    // until the producer has stopped and the topic is drained (then idle for
+    // 20 s).
     let before = table_commits(format, &fixture.store).await;
-    let first = Running::spawn(
-        ingest_table(format, &fixture, &endpoint, &group, "20s")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
+    let first_log = tempfile::NamedTempFile::new().unwrap();
+    let mut first = Running::spawn_logged(
+        ingest_table(format, &fixture, &endpoint, &group, "20s").stdout(Stdio::piped()),
+        &first_log,
     );
-    table_grows_past(format, &fixture.store, before).await;
+    table_grows_past(
+        format,
+        &fixture.store,
+        before,
+        &mut first,
+        "the first member",
+        &first_log,
+    )
+    .await;
     let before = table_commits(format, &fixture.store).await;
-    let second = Running::spawn(
-        ingest_table(format, &fixture, &endpoint, &group, "3s")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+    let second_log = tempfile::NamedTempFile::new().unwrap();
+    let mut second = Running::spawn_logged(
+        ingest_table(format, &fixture, &endpoint, &group, "60s").stdout(Stdio::null()),
+        &second_log,
     );
     tokio::time::sleep(Duration::from_secs(8)).await;
-    table_grows_past(format, &fixture.store, before).await;
+    let what = "the second member (or the first)";
+    table_grows_past(
+        format,
+        &fixture.store,
+        before,
+        &mut second,
+        what,
+        &second_log,
+    )
+    .await;
     drop(second);
-    tokio::task::spawn_blocking(move || producer.join().unwrap())
-        .await
-        .unwrap();
-    let first = summary_of(&finished(first).await);
+    let records = producer.stop().await;
+    eprintln!("{records} records produced");
+    let mut first = finished(first).await;
+    first.stderr = std::fs::read(first_log.path()).unwrap();
+    let first = summary_of(&first);
     assert!(
         first["revoked"].as_u64().unwrap() >= 1,
         "the second member's joining revoked nothing: {first}"
