@@ -80,11 +80,14 @@ sluice ls s3://media/photos/ --recursive --human-readable --summarize\n  sluice 
         after_help = "Examples:\n  sluice du s3://media/photos/\n  sluice du s3://media/ --include '*.jpg' --json"
     )]
     Du(DuArgs),
-    /// Print a presigned S3 URL: one GET, PUT or DELETE of an object without
-    /// credentials until it expires (SigV4 query signing, as aws s3 presign).
+    /// Print a presigned URL: one GET, PUT or DELETE of an object without
+    /// credentials until it expires (SigV4 query signing on S3, as aws s3
+    /// presign; a service SAS signed with the account key on Azure).
     #[command(
-        after_help = "Examples:\n  sluice presign s3://media/photo.jpg --expires 1h\n  \
-curl -T photo.jpg \"$(sluice presign s3://media/photo.jpg --method PUT)\""
+        after_help = "A PUT to an Azure SAS URL must send `x-ms-blob-type: BlockBlob`, as Azure wants of every Put Blob.\n\
+GCS buckets (gs://) are refused: V4 signed URLs are not made yet.\nExamples:\n  sluice presign s3://media/photo.jpg --expires 1h\n  \
+curl -T photo.jpg \"$(sluice presign s3://media/photo.jpg --method PUT)\"\n  \
+curl -T photo.jpg -H 'x-ms-blob-type: BlockBlob' \"$(sluice presign az://media/photo.jpg --method PUT)\""
     )]
     Presign(PresignArgs),
     /// Move: copy as cp does, then remove each source once its copy is complete.
@@ -557,7 +560,7 @@ pub struct DuArgs {
 /// `sluice presign`.
 #[derive(Debug, Args)]
 pub struct PresignArgs {
-    /// `s3://bucket/key`.
+    /// `s3://bucket/key` or `az://container/blob`.
     pub location: String,
     /// How long the URL stays good (at most 7 days).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]

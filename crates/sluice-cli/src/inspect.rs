@@ -5,8 +5,7 @@
 use anyhow::Context;
 use futures::StreamExt;
 use serde_json::json;
-use sluice_store::s3::PresignedMethod;
-use sluice_store::{error_chain, Encryption, Service, StoreError, StoreLocation};
+use sluice_store::{error_chain, Encryption, PresignedMethod, Service, StoreError, StoreLocation};
 use sluice_upload::format_size;
 
 use crate::args::{CatArgs, DuArgs, PresignArgs, StatArgs};
@@ -139,33 +138,25 @@ pub async fn du(args: DuArgs) -> anyhow::Result<()> {
 
 /// `sluice presign`.
 pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
-    let (bucket, key) = match StoreLocation::parse(&args.location)
+    let (service, bucket, key) = match StoreLocation::parse(&args.location)
         .map_err(|e| UsageError(e.to_string()))?
     {
-        StoreLocation::Bucket {
-            service: Service::S3,
-            bucket,
-            rest,
-        } if !rest.is_empty() && !rest.ends_with('/') => (bucket, rest),
-        StoreLocation::Bucket {
-            service: Service::Azure,
-            ..
-        } => return Err(UsageError(
-            "presign makes S3 URLs; Azure containers take SAS URLs, which sluice does not make yet"
-                .into(),
-        )
-        .into()),
         StoreLocation::Bucket {
             service: Service::Gcs,
             ..
         } => return Err(UsageError(
-            "presign makes S3 URLs; GCS buckets take V4 signed URLs, which sluice does not make yet"
+            "presign makes S3 URLs and Azure SAS URLs; GCS buckets take V4 signed URLs, which sluice does not make yet"
                 .into(),
         )
         .into()),
+        StoreLocation::Bucket {
+            service,
+            bucket,
+            rest,
+        } if !rest.is_empty() && !rest.ends_with('/') => (service, bucket, rest),
         StoreLocation::Bucket { .. } => {
             return Err(UsageError(format!(
-                "{} names no object (expected s3://bucket/key)",
+                "{} names no object (expected s3://bucket/key or az://container/blob)",
                 args.location
             ))
             .into())
@@ -178,7 +169,7 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
     };
     if args.expires > sluice_store::presign::MAX_PRESIGN_EXPIRY || args.expires.is_zero() {
         return Err(UsageError(format!(
-            "--expires {}: a presigned URL lasts from 1 second to 7 days (SigV4's limit)",
+            "--expires {}: a presigned URL lasts from 1 second to 7 days (SigV4's limit, kept on Azure too)",
             humantime::format_duration(args.expires)
         ))
         .into());
@@ -188,11 +179,23 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
         "DELETE" => PresignedMethod::Delete,
         _ => PresignedMethod::Get,
     };
-    let store = target::connect_s3(bucket.clone(), String::new(), &args.store, None).await;
-    let url = store
-        .presign(method, &key, args.expires)
-        .await
-        .with_context(|| format!("cannot presign s3://{bucket}/{key}"))?;
+    let url = if service == Service::Azure {
+        let store = crate::azure::connect(bucket.clone(), String::new(), &args.store, None)?;
+        store.presign(method, &key, args.expires).map_err(|e| match e {
+            // No key to sign with: what to set is the person's to fix.
+            StoreError::Unsupported(what) => anyhow::Error::from(UsageError(format!(
+                "cannot presign az://{bucket}/{key}: {what}; set AZURE_STORAGE_KEY or an AccountKey in AZURE_STORAGE_CONNECTION_STRING"
+            ))),
+            other => anyhow::Error::from(other)
+                .context(format!("cannot presign az://{bucket}/{key}")),
+        })?
+    } else {
+        let store = target::connect_s3(bucket.clone(), String::new(), &args.store, None).await;
+        store
+            .presign(method, &key, args.expires)
+            .await
+            .with_context(|| format!("cannot presign s3://{bucket}/{key}"))?
+    };
     crate::output::out!("{url}");
     Ok(())
 }

@@ -967,3 +967,93 @@ fn the_review_holes_stay_closed() {
         "{out}"
     );
 }
+
+/// `presign az://…`: a service SAS, checked by Azurite against the account
+/// key, lets curl read, write and delete one blob with no key of its own,
+/// and nothing else: not another method, not altered, not after it expires.
+#[test]
+fn presign_on_azure_gives_sas_urls_curl_uses_without_the_key() {
+    let test = "verbs-azure-presign";
+    let Some(endpoint) = sluice_testkit::azurite::endpoint(test) else {
+        return;
+    };
+    // The test container, made once for every Azure test.
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(sluice_testkit::azurite::store(test))
+        .unwrap();
+    let connection = format!(
+        "AccountName={};AccountKey={};BlobEndpoint={endpoint}",
+        sluice_store::az::EMULATOR_ACCOUNT,
+        sluice_store::az::EMULATOR_KEY,
+    );
+    let az = |args: &[&str], connection: &str| {
+        sluice(args)
+            .env("AZURE_STORAGE_CONNECTION_STRING", connection)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = az(args, &connection);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let base = format!(
+        "az://{}/{}",
+        sluice_testkit::azurite::TEST_CONTAINER,
+        sluice_testkit::minio::unique_prefix(test)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.txt");
+    write(&file, b"hello, blob");
+    ok(&["put", file.to_str().unwrap(), &format!("{base}a b/ü.txt")]);
+
+    let get = ok(&["presign", &format!("{base}a b/ü.txt")]);
+    assert!(get.starts_with(&endpoint), "{get}");
+    assert!(get.contains("sr=b") && get.contains("sp=r&"), "{get}");
+    assert_eq!(curl(&[&get]), (200, b"hello, blob".to_vec()));
+    // The URL allows reading, nothing else; and a changed one nothing.
+    let upload = dir.path().join("up.txt");
+    write(&upload, b"by curl");
+    let blob_type = "x-ms-blob-type: BlockBlob";
+    let as_put = ["-T", upload.to_str().unwrap(), "-H", blob_type];
+    assert_eq!(curl(&[&as_put[..], &[get.as_str()]].concat()).0, 403);
+    let widened = get.replace("sp=r&", "sp=rcwd&");
+    assert_ne!(widened, get);
+    assert_eq!(curl(&[&widened]).0, 403);
+
+    let put = ok(&[
+        "presign",
+        &format!("{base}up.txt"),
+        "--method",
+        "put",
+        "--expires",
+        "5m",
+    ]);
+    assert_eq!(curl(&[&as_put[..], &[put.as_str()]].concat()).0, 201);
+    assert_eq!(ok(&["cat", &format!("{base}up.txt")]), "by curl");
+    let delete = ok(&["presign", &format!("{base}up.txt"), "--method", "DELETE"]);
+    assert_eq!(curl(&["-X", "DELETE", &delete]).0, 202);
+    let gone = az(&["stat", &format!("{base}up.txt")], &connection);
+    assert_eq!(gone.status.code(), Some(1));
+
+    let short = ok(&["presign", &format!("{base}a b/ü.txt"), "--expires", "1s"]);
+    assert_eq!(curl(&[&short]).0, 200);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    assert_eq!(curl(&[&short]).0, 403);
+
+    // Without the key there is nothing to sign with: said, and no URL.
+    let sas_only = format!(
+        "AccountName={};SharedAccessSignature=sv=2026-02-06&sig=x;BlobEndpoint={endpoint}",
+        sluice_store::az::EMULATOR_ACCOUNT
+    );
+    let refused = az(&["presign", &format!("{base}a b/ü.txt")], &sas_only);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("AZURE_STORAGE_KEY"), "{stderr}");
+    assert!(refused.stdout.is_empty());
+}

@@ -30,7 +30,9 @@ use async_trait::async_trait;
 pub use checksum::{Checksum, ChecksumAlgorithm, Hasher};
 pub use error::{error_chain, StoreError};
 pub use location::{Service, StoreLocation};
-pub use presign::{BucketRequest, DirectSigner, PostPolicy, PresignedPost, TemporaryCredentials};
+pub use presign::{
+    BucketRequest, DirectSigner, PostPolicy, PresignedMethod, PresignedPost, TemporaryCredentials,
+};
 pub use types::*;
 
 /// The first key segment of sluice's own state in a store (resumable uploads

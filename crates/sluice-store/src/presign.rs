@@ -16,6 +16,28 @@ use crate::StoreError;
 /// Longest lifetime S3 accepts for a presigned request (SigV4): 7 days.
 pub const MAX_PRESIGN_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Refuses a presigned URL's lifetime outside 1 second to
+/// [`MAX_PRESIGN_EXPIRY`] (SigV4's limit on S3, kept on Azure alike).
+pub fn check_expiry(expires: Duration) -> Result<(), StoreError> {
+    if expires > MAX_PRESIGN_EXPIRY || expires.is_zero() {
+        return Err(StoreError::Service {
+            status: 400,
+            code: "InvalidExpiry".into(),
+            message: "a presigned URL lasts from 1 second to 7 days".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The request a presigned URL allows (`sluice presign`: a SigV4 URL on S3, a
+/// service SAS on Azure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresignedMethod {
+    Get,
+    Put,
+    Delete,
+}
+
 /// A browser form POST straight to the bucket: the URL and the form fields to
 /// send before the file (`key`, `policy`, the signature fields ...).
 #[derive(Debug, Clone, PartialEq, Eq)]

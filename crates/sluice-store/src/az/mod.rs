@@ -24,6 +24,7 @@ mod auth;
 mod client;
 mod errors;
 mod names;
+mod sas;
 mod xml;
 
 use std::collections::BTreeMap;
@@ -841,6 +842,36 @@ impl AzureStore {
 
 impl AzureStore {
     /// The blob endpoint requests go to, for messages.
+    /// A URL that allows `method` on `key` without credentials until
+    /// `expires` from now (a service SAS signed with the account key; at most
+    /// [`crate::presign::MAX_PRESIGN_EXPIRY`]). A PUT through it must send `x-ms-blob-type:
+    /// BlockBlob`, as every Put Blob must.
+    pub fn presign(
+        &self,
+        method: crate::presign::PresignedMethod,
+        key: &str,
+        expires: Duration,
+    ) -> Result<String, StoreError> {
+        crate::presign::check_expiry(expires)?;
+        let blob = self.full(key);
+        if blob.split('/').any(|s| s == "." || s == "..") {
+            return Err(StoreError::InvalidKey {
+                key: key.to_string(),
+                reason:
+                    "a segment `.` or `..` cannot be in a blob's name on Azure (URLs resolve them)",
+            });
+        }
+        let query = sas::blob_sas(
+            self.client.account(),
+            self.client.container(),
+            &blob,
+            method,
+            SystemTime::now() + expires,
+            client::SERVICE_VERSION,
+        )?;
+        Ok(format!("{}?{query}", self.client.url_of(Some(&blob)).0))
+    }
+
     pub fn endpoint(&self) -> &str {
         &self.client.account().endpoint
     }

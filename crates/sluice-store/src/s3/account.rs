@@ -11,7 +11,6 @@ use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 
 use super::{errors, to_system_time, S3Store};
 use crate::error::StoreError;
-use crate::presign::MAX_PRESIGN_EXPIRY;
 
 /// One bucket of the account.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,13 +19,7 @@ pub struct BucketSummary {
     pub created: SystemTime,
 }
 
-/// The request a presigned URL allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PresignedMethod {
-    Get,
-    Put,
-    Delete,
-}
+pub use crate::presign::PresignedMethod;
 
 impl S3Store {
     /// Makes the bucket, in the client's region (a location constraint outside
@@ -100,13 +93,7 @@ impl S3Store {
         key: &str,
         expires: Duration,
     ) -> Result<String, StoreError> {
-        if expires > MAX_PRESIGN_EXPIRY || expires.is_zero() {
-            return Err(StoreError::Service {
-                status: 400,
-                code: "InvalidExpiry".into(),
-                message: "a presigned URL lasts from 1 second to 7 days".into(),
-            });
-        }
+        crate::presign::check_expiry(expires)?;
         let config = PresigningConfig::expires_in(expires).map_err(|e| StoreError::Service {
             status: 400,
             code: "InvalidExpiry".into(),
