@@ -40,7 +40,8 @@ def server_cpu(pid):
 
 
 def run(argv, dest, server_pid, settle=True):
-    shutil.rmtree(dest, ignore_errors=True)
+    if dest:
+        shutil.rmtree(dest, ignore_errors=True)
     if settle:
         subprocess.run(["sync"], check=True)
         time.sleep(3)
@@ -94,14 +95,24 @@ def main():
     for r in range(opts.rounds):
         for k in range(len(names)):
             name = names[(r + k) % len(names)]
-            argv = [a.replace("RUN/", f"run-{int(time.time() * 1000)}-{name}/") for a in tools[name]]
-            row = run(argv, opts.dest, opts.server_pid, settle=not opts.back_to_back)
+            argv = list(tools[name])
+            if upload:
+                # The destination, and only it, gets a prefix of the run's own.
+                at = argv.index(source + "RUN/")
+                argv[at] = f"{source}run-{int(time.time() * 1000)}-{name}/"
+            row = run(argv, None if upload else opts.dest, opts.server_pid, settle=not opts.back_to_back)
+            if upload:
+                # Not timed: the run's objects go, so that nothing piles up under
+                # the prefix (a later download A/B of it would fetch them).
+                subprocess.run(["s5cmd", "--endpoint-url", opts.endpoint, "rm", argv[at] + "*"],
+                               stdout=subprocess.DEVNULL, check=True)
             row.update(round=r + 1, tool=name)
             rows.append(row)
             print(f"{r + 1} {name} {row['wall']:.2f} {row['user']:.2f} {row['sys']:.2f} {row['rss_mib']:.1f} {row['server']:.2f}", flush=True)
     # The files of one run, for the rate beside warp's.
     files = sum(len(f) for _, _, f in os.walk(upload or opts.dest))
-    shutil.rmtree(opts.dest, ignore_errors=True)
+    if not upload:
+        shutil.rmtree(opts.dest, ignore_errors=True)
     print(f"# medians of {opts.rounds} rounds; ratios to s5cmd (rate = its wall / ours; CPU = ours / its)")
     base = [r for r in rows if r["tool"] == "s5cmd"]
     base_wall = statistics.median(r["wall"] for r in base)

@@ -81,7 +81,10 @@ class Job:
         self.status, self.seconds, self.cpu = None, 0.0, 0.0
 
     def run(self, lock):
-        with tempfile.TemporaryFile(mode="w+") as log:
+        with lock:
+            print(f"     Started {self.label}", flush=True)
+        # Bytes, not text: a test (or a JVM it runs) may print anything.
+        with tempfile.TemporaryFile(mode="w+b") as log:
             began = time.monotonic()
             child = subprocess.Popen(
                 self.command, cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
@@ -94,8 +97,9 @@ class Job:
             log.seek(0)
             with lock:
                 print(f"     Running {self.label} ({self.seconds:.0f} s, {self.cpu:.0f} CPU-s, exit {self.status})")
-                sys.stdout.write(log.read())
                 sys.stdout.flush()
+                sys.stdout.buffer.write(log.read())
+                sys.stdout.buffer.flush()
 
 
 def main():
@@ -110,7 +114,8 @@ def main():
         label = f"{package}/{name}" if kind == "test" else f"{package} {kind} unit tests"
         known = KNOWN.get(label, (0, False))
         jobs.append(Job(label, [executable] + args.test_args, directory, known))
-    jobs.append(Job("doc tests", ["cargo", "test", "--doc"] + cargo_args + ["--"] + args.test_args, "."))
+    root = str(Path(__file__).resolve().parent.parent)
+    jobs.append(Job("doc tests", ["cargo", "test", "--doc"] + cargo_args + ["--"] + args.test_args, root))
     jobs.sort(key=lambda job: -job.known_seconds)
 
     queue, began = list(jobs), time.monotonic()
@@ -135,10 +140,13 @@ def main():
                     job = take()
                 if job is None:
                     return
-            job.run(lock)
-            with changed:
-                busy_running[0] -= job.busy
-                changed.notify_all()
+            try:
+                job.run(lock)
+            finally:
+                # Even if running it failed here: the other lane may wait on it.
+                with changed:
+                    busy_running[0] -= job.busy
+                    changed.notify_all()
 
     lanes = [threading.Thread(target=lane) for _ in range(max(1, args.jobs))]
     for thread in lanes:
@@ -146,12 +154,14 @@ def main():
     for thread in lanes:
         thread.join()
 
-    failed = [job for job in jobs if job.status != 0]
     print(f"\n==> {len(jobs)} test binaries in {time.monotonic() - began:.0f} s, {args.jobs} at a time")
     for job in sorted(jobs, key=lambda job: -job.seconds)[:15]:
         print(f"    {job.seconds:6.0f} s {job.cpu:6.0f} CPU-s  {job.label}")
+    # A job whose run raised here has no status: failed too.
+    failed = [job for job in jobs if job.status != 0]
     for job in failed:
-        print(f"FAILED: {job.label} (exit {job.status})")
+        ended = "it did not finish" if job.status is None else f"exit {job.status}"
+        print(f"FAILED: {job.label} ({ended})")
     sys.exit(1 if failed else 0)
 
 

@@ -82,10 +82,11 @@ sluice ls s3://media/photos/ --recursive --human-readable --summarize\n  sluice 
     Du(DuArgs),
     /// Print a presigned URL: one GET, PUT or DELETE of an object without
     /// credentials until it expires (SigV4 query signing on S3, as aws s3
-    /// presign; a service SAS signed with the account key on Azure).
+    /// presign; a service SAS signed with the account key on Azure; a V4
+    /// signed URL signed with a service account's key on GCS).
     #[command(
         after_help = "A PUT to an Azure SAS URL must send `x-ms-blob-type: BlockBlob`, as Azure wants of every Put Blob.\n\
-GCS buckets (gs://) are refused: V4 signed URLs are not made yet.\nExamples:\n  sluice presign s3://media/photo.jpg --expires 1h\n  \
+Examples:\n  sluice presign s3://media/photo.jpg --expires 1h\n  \
 curl -T photo.jpg \"$(sluice presign s3://media/photo.jpg --method PUT)\"\n  \
 curl -T photo.jpg -H 'x-ms-blob-type: BlockBlob' \"$(sluice presign az://media/photo.jpg --method PUT)\""
     )]
@@ -560,7 +561,7 @@ pub struct DuArgs {
 /// `sluice presign`.
 #[derive(Debug, Args)]
 pub struct PresignArgs {
-    /// `s3://bucket/key` or `az://container/blob`.
+    /// `s3://bucket/key`, `az://container/blob` or `gs://bucket/object`.
     pub location: String,
     /// How long the URL stays good (at most 7 days).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]

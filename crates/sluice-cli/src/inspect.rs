@@ -142,21 +142,13 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
         .map_err(|e| UsageError(e.to_string()))?
     {
         StoreLocation::Bucket {
-            service: Service::Gcs,
-            ..
-        } => return Err(UsageError(
-            "presign makes S3 URLs and Azure SAS URLs; GCS buckets take V4 signed URLs, which sluice does not make yet"
-                .into(),
-        )
-        .into()),
-        StoreLocation::Bucket {
             service,
             bucket,
             rest,
         } if !rest.is_empty() && !rest.ends_with('/') => (service, bucket, rest),
         StoreLocation::Bucket { .. } => {
             return Err(UsageError(format!(
-                "{} names no object (expected s3://bucket/key or az://container/blob)",
+                "{} names no object (expected s3://bucket/key, az://container/blob or gs://bucket/object)",
                 args.location
             ))
             .into())
@@ -179,15 +171,29 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
         "DELETE" => PresignedMethod::Delete,
         _ => PresignedMethod::Get,
     };
+    let location = format!("{}://{bucket}/{key}", service.scheme());
+    // No key to sign with: what to set is the person's to fix.
+    let refused = |e: StoreError, set: &str| match e {
+        StoreError::Unsupported(what) => anyhow::Error::from(UsageError(format!(
+            "cannot presign {location}: {what}; {set}"
+        ))),
+        other => anyhow::Error::from(other).context(format!("cannot presign {location}")),
+    };
     let url = if service == Service::Azure {
         let store = crate::azure::connect(bucket.clone(), String::new(), &args.store, None)?;
-        store.presign(method, &key, args.expires).map_err(|e| match e {
-            // No key to sign with: what to set is the person's to fix.
-            StoreError::Unsupported(what) => anyhow::Error::from(UsageError(format!(
-                "cannot presign az://{bucket}/{key}: {what}; set AZURE_STORAGE_KEY or an AccountKey in AZURE_STORAGE_CONNECTION_STRING"
-            ))),
-            other => anyhow::Error::from(other)
-                .context(format!("cannot presign az://{bucket}/{key}")),
+        store.presign(method, &key, args.expires).map_err(|e| {
+            refused(
+                e,
+                "set AZURE_STORAGE_KEY or an AccountKey in AZURE_STORAGE_CONNECTION_STRING",
+            )
+        })?
+    } else if service == Service::Gcs {
+        let store = crate::gcs::connect(bucket.clone(), String::new(), &args.store, None)?;
+        store.presign(method, &key, args.expires).map_err(|e| {
+            refused(
+                e,
+                "set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file",
+            )
         })?
     } else {
         let store = target::connect_s3(bucket.clone(), String::new(), &args.store, None).await;

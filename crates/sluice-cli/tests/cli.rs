@@ -980,7 +980,12 @@ fn gcs_locations_say_what_they_lack() {
             1,
             "an access token is sent only over https, or to loopback",
         ),
-        (vec!["presign", "gs://bucket/k"], None, 2, "V4 signed URLs"),
+        (
+            vec!["presign", "gs://bucket/k", "--no-sign-request"],
+            None,
+            2,
+            "V4 signed URLs without a service account's key",
+        ),
         (
             vec!["rb", "gs://bucket"],
             None,

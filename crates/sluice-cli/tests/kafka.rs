@@ -976,7 +976,14 @@ fn ingest_table(
 /// records keep arriving however long the runs reading them take.
 struct PacedProducer {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Drop for PacedProducer {
+    /// A test that failed stops it too (after the chunk under way).
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl PacedProducer {
@@ -1002,13 +1009,17 @@ impl PacedProducer {
             }
             produced
         });
-        PacedProducer { stop, thread }
+        PacedProducer {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// Stops after the chunk under way; the records produced in all.
-    async fn stop(self) -> u64 {
+    async fn stop(mut self) -> u64 {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        tokio::task::spawn_blocking(move || self.thread.join().unwrap())
+        let thread = self.thread.take().expect("not stopped yet");
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
             .await
             .unwrap()
     }

@@ -841,7 +841,6 @@ impl AzureStore {
 }
 
 impl AzureStore {
-    /// The blob endpoint requests go to, for messages.
     /// A URL that allows `method` on `key` without credentials until
     /// `expires` from now (a service SAS signed with the account key; at most
     /// [`crate::presign::MAX_PRESIGN_EXPIRY`]). A PUT through it must send `x-ms-blob-type:
@@ -872,6 +871,7 @@ impl AzureStore {
         Ok(format!("{}?{query}", self.client.url_of(Some(&blob)).0))
     }
 
+    /// The blob endpoint requests go to, for messages.
     pub fn endpoint(&self) -> &str {
         &self.client.account().endpoint
     }

@@ -7,7 +7,7 @@
 //! handing out the account's own SAS token would give away its rights and
 //! lifetime: both are refused, as is an anonymous account.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -60,7 +60,9 @@ pub(crate) fn blob_sas(
         }
     };
     let permissions = permissions(method);
-    let expiry = humantime::format_rfc3339_seconds(expires_at).to_string();
+    // Whole seconds, rounded up: the URL lasts at least as long as asked.
+    let expiry = humantime::format_rfc3339_seconds(expires_at + Duration::from_nanos(999_999_999))
+        .to_string();
     let text = string_to_sign(
         permissions,
         &expiry,
@@ -112,8 +114,6 @@ fn string_to_sign(permissions: &str, expiry: &str, resource: &str, version: &str
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::az::auth::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 
