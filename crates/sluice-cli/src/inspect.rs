@@ -161,7 +161,7 @@ pub async fn presign(args: PresignArgs) -> anyhow::Result<()> {
     };
     if args.expires > sluice_store::presign::MAX_PRESIGN_EXPIRY || args.expires.is_zero() {
         return Err(UsageError(format!(
-            "--expires {}: a presigned URL lasts from 1 second to 7 days (SigV4's limit, kept on Azure too)",
+            "--expires {}: a presigned URL lasts from 1 second to 7 days (the limit of S3's and GCS's signatures, kept on Azure too)",
             humantime::format_duration(args.expires)
         ))
         .into());

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet};
 use reqwest::Method;
 
 use super::auth::{shared_key, AzureAccount, AzureCredential};
@@ -21,18 +21,9 @@ use crate::rest::watch::Http;
 pub(crate) const SERVICE_VERSION: &str = "2026-02-06";
 
 /// Blob names keep their `/`; everything but unreserved characters is escaped.
-const NAME: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
+const NAME: &AsciiSet = crate::rest::UNRESERVED_AND_SLASH;
 /// Query values escape `/` too.
-const VALUE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+const VALUE: &AsciiSet = crate::rest::UNRESERVED;
 
 /// The HTTP side of an Azure store: one connection pool, one account, one
 /// container.
@@ -114,6 +105,12 @@ impl<'a> Call<'a> {
     }
 }
 
+/// Whether a blob name has a `.` or `..` segment: a URL resolves them, so
+/// such a key would name another blob.
+pub(crate) fn has_dot_segment(name: &str) -> bool {
+    name.split('/').any(|s| s == "." || s == "..")
+}
+
 impl Client {
     pub fn new(
         account: AzureAccount,
@@ -170,8 +167,7 @@ impl Client {
             body,
             context,
         } = call;
-        // A URL resolves `.` and `..` segments: such a key would name another blob.
-        if let Some(name) = blob.filter(|b| b.split('/').any(|s| s == "." || s == "..")) {
+        if let Some(name) = blob.filter(|b| has_dot_segment(b)) {
             return Err(StoreError::InvalidKey {
                 key: name.to_string(),
                 reason:

@@ -853,7 +853,7 @@ impl AzureStore {
     ) -> Result<String, StoreError> {
         crate::presign::check_expiry(expires)?;
         let blob = self.full(key);
-        if blob.split('/').any(|s| s == "." || s == "..") {
+        if client::has_dot_segment(&blob) {
             return Err(StoreError::InvalidKey {
                 key: key.to_string(),
                 reason:

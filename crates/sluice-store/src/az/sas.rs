@@ -12,18 +12,11 @@ use std::time::{Duration, SystemTime};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 
 use super::auth::{AzureAccount, AzureCredential};
 use crate::presign::PresignedMethod;
 use crate::StoreError;
-
-/// Characters left as they are in a query value (RFC 3986 unreserved).
-const VALUE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
 
 /// The SAS permissions a request needs: read; create and write (a new blob
 /// or a replaced one); delete.
@@ -81,7 +74,12 @@ pub(crate) fn blob_sas(
     ];
     Ok(pairs
         .iter()
-        .map(|(name, value)| format!("{name}={}", utf8_percent_encode(value, VALUE)))
+        .map(|(name, value)| {
+            format!(
+                "{name}={}",
+                utf8_percent_encode(value, crate::rest::UNRESERVED)
+            )
+        })
         .collect::<Vec<_>>()
         .join("&"))
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet};
 use reqwest::Method;
 
 use super::auth::{GcsCredential, Tokens};
@@ -17,11 +17,7 @@ use crate::rest::watch::Http;
 
 /// Object names and query values: everything but unreserved characters is
 /// escaped (an object name's `/` too).
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
+const COMPONENT: &AsciiSet = crate::rest::UNRESERVED;
 
 /// Google's endpoint for the JSON API.
 pub const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";

@@ -10,21 +10,14 @@ use std::time::{Duration, SystemTime};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 use sha2::Digest;
 
 use super::auth::ServiceAccountKey;
 use crate::presign::PresignedMethod;
 use crate::StoreError;
 
-/// RFC 3986's unreserved characters stay; everything else is escaped.
-const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-/// An object's name in the path: `/` separates, as in the URL.
-const PATH: &AsciiSet = &UNRESERVED.remove(b'/');
+use crate::rest::{UNRESERVED, UNRESERVED_AND_SLASH as PATH};
 
 /// The URL that allows `method` on `object` of `bucket` for `expires` from
 /// `now`, at `origin` (`https://storage.googleapis.com`, or an emulator's).
