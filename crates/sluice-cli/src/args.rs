@@ -126,12 +126,13 @@ printf 'cp s3://a/1 ./1\\ncp s3://a/2 ./2\\n' | sluice run -"
 sluice rm s3://logs/2025/ --include '*.gz' --exclude 'keep/**'"
     )]
     Rm(RmArgs),
-    /// Copy between locations: a file or directory to s3://, s3:// to a file or
-    /// directory, or bucket to bucket by server-side copy.
+    /// Copy between locations: a file or directory to a bucket (s3://, az://,
+    /// gs://), a bucket to a file or directory, or bucket to bucket of one
+    /// service by server-side copy.
     #[command(
         after_help = "A location ending in / (or a local directory) is a prefix: every object under it is copied, \
 keeping the rest of each key.\nExamples:\n  sluice cp ./site s3://www/\n  sluice cp s3://www/ ./backup\n  \
-sluice cp s3://media/raw/ s3://archive/raw/ --include '*.mov'"
+sluice cp s3://media/raw/ s3://archive/raw/ --include '*.mov'\n  sluice cp gs://media/a.mov gs://archive/"
     )]
     Cp(CopyArgs),
     /// Make DEST hold what SRC holds, moving only what differs (directory to s3://,
@@ -733,9 +734,11 @@ pub struct ObjectArgs {
 /// `sluice cp` and `sluice sync`.
 #[derive(Debug, Args)]
 pub struct CopyArgs {
-    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`.
+    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`
+    /// (`az://container/…` and `gs://bucket/…` alike).
     pub src: String,
-    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`.
+    /// A local file or directory, `s3://bucket/key`, or `s3://bucket/prefix/`
+    /// (`az://container/…` and `gs://bucket/…` alike).
     pub dest: String,
     #[command(flatten)]
     pub object: ObjectArgs,

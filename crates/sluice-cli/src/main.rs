@@ -628,13 +628,25 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     use sluice_store::StoreLocation;
     let parse = |location: &str| match StoreLocation::parse(location) {
         Ok(StoreLocation::Bucket {
-            service: sluice_store::Service::S3,
+            service,
             bucket,
             rest,
-        }) => Ok((bucket, rest)),
-        _ => Err(UsageError(format!("{location} is not an s3:// location"))),
+        }) => Ok((service, bucket, rest)),
+        _ => Err(UsageError(format!(
+            "{location} is not a bucket's location (s3://, az:// or gs://)"
+        ))),
     };
-    let ((source_bucket, source_key), (bucket, rest)) = (parse(&args.src)?, parse(&args.dest)?);
+    let ((service, source_bucket, source_key), (dest_service, bucket, rest)) =
+        (parse(&args.src)?, parse(&args.dest)?);
+    if service != dest_service {
+        // A server-side copy stays inside one service.
+        return Err(UsageError(format!(
+            "{} and {} are on different services: copy with get, then put",
+            args.src, args.dest
+        ))
+        .into());
+    }
+    let scheme = service.scheme();
     let key = if rest.is_empty() || rest.ends_with('/') {
         format!(
             "{rest}{}",
@@ -647,41 +659,38 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     if source_bucket == bucket && source_key == key {
         // A multipart copy onto itself would succeed, and mv then remove it.
         return Err(UsageError(format!(
-            "s3://{bucket}/{key} is both the source and the destination"
+            "{scheme}://{bucket}/{key} is both the source and the destination"
         ))
         .into());
     }
-    let target = target::connect_s3(
-        bucket.clone(),
-        String::new(),
-        &args.transfer.store,
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await;
-    let source = target::connect_s3(
-        source_bucket.clone(),
-        String::new(),
-        &args.transfer.store,
-        Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
-    )
-    .await;
-    let engine = crate::batch::engine(std::sync::Arc::new(target), engine_config(&args.transfer)?)?;
-    let source_engine =
-        crate::batch::engine(std::sync::Arc::new(source), engine_config(&args.transfer)?)?;
+    let open = |bucket: &str| {
+        target::open_store(
+            StoreLocation::Bucket {
+                service,
+                bucket: bucket.to_string(),
+                rest: String::new(),
+            },
+            &args.transfer.store,
+            Some(sluice_store::s3::S3Config::DEFAULT_STALL_TIMEOUT),
+        )
+    };
+    let (target, source) = (open(&bucket).await?, open(&source_bucket).await?);
+    let engine = crate::batch::engine(target, engine_config(&args.transfer)?)?;
+    let source_engine = crate::batch::engine(source, engine_config(&args.transfer)?)?;
     if args.many.dry_run {
         return dry_run(
-            &format!("copy s3://{source_bucket}/{source_key}"),
-            &format!("s3://{bucket}/{key}"),
+            &format!("copy {scheme}://{source_bucket}/{source_key}"),
+            &format!("{scheme}://{bucket}/{key}"),
             &args.many,
         );
     }
     if args.many.no_clobber {
         match sluice_store::ObjectStore::head_object(&engine.retrying_store(), &key).await {
-            Ok(_) => return kept(&format!("s3://{bucket}/{key}")),
+            Ok(_) => return kept(&format!("{scheme}://{bucket}/{key}")),
             Err(sluice_store::StoreError::NoSuchKey { .. }) => {}
             Err(e) => {
                 return Err(anyhow!(
-                    "s3://{bucket}/{key}: {}",
+                    "{scheme}://{bucket}/{key}: {}",
                     sluice_store::error_chain(&e)
                 ))
             }
@@ -698,7 +707,7 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
                 _ => None,
             };
             let error = anyhow!(
-                "s3://{source_bucket}/{source_key}: {}",
+                "{scheme}://{source_bucket}/{source_key}: {}",
                 sluice_store::error_chain(&e)
             );
             return Err(match hint {
@@ -722,14 +731,14 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     };
     let outcome = interruptible(&engine, engine.copy(request))
         .await?
-        .with_context(|| format!("copy of s3://{source_bucket}/{source_key} failed"))?;
+        .with_context(|| format!("copy of {scheme}://{source_bucket}/{source_key} failed"))?;
     engine.finish_background().await;
     if args.many.move_sources {
         sluice_store::ObjectStore::delete_object(&source_engine.retrying_store(), &source_key)
             .await
             .map_err(|e| {
                 anyhow!(
-                    "copied, but s3://{source_bucket}/{source_key} stays: it could not be removed: {}",
+                    "copied, but {scheme}://{source_bucket}/{source_key} stays: it could not be removed: {}",
                     sluice_store::error_chain(&e)
                 )
             })?;
@@ -742,9 +751,9 @@ async fn copy_object(args: CopyArgs) -> anyhow::Result<()> {
     crate::output::out!(
         "{}",
         ui::summary(
-            &format!("copied s3://{source_bucket}/{source_key} ->"),
+            &format!("copied {scheme}://{source_bucket}/{source_key} ->"),
             outcome.size,
-            &format!("s3://{bucket}/{key}"),
+            &format!("{scheme}://{bucket}/{key}"),
             started.elapsed(),
             &detail,
             outcome.checksum

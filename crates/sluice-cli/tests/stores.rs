@@ -3,7 +3,7 @@
 //! binary and default settings:
 //!
 //! - the CLI's put, get, ls, sync and rm move files byte-exact both ways, and
-//!   sync moves only what differs;
+//!   sync moves only what differs; cp and mv copy inside the store server-side;
 //! - a Delta table that `sluice ingest` writes in three runs and `sluice
 //!   tables compact` compacts is read back whole by two readers that are not
 //!   sluice's (the deltalake package and DuckDB), which agree (on GCS by
@@ -98,6 +98,49 @@ async fn the_cli_puts_gets_syncs_and_removes_on_every_store() {
                 "{backend:?}: {name} differs"
             );
         }
+        // Copies inside the store, server-side: an object, a prefix, a move.
+        let copied = run_ok(
+            &mut store.sluice(&[
+                "cp",
+                &store.location("one/large.bin"),
+                &store.location("copies/large.bin"),
+            ]),
+            &format!("{backend:?}: cp"),
+        );
+        assert!(copied.contains("server-side copy"), "{backend:?}: {copied}");
+        run_ok(
+            &mut store.sluice(&["cp", &store.location("one/"), &store.location("all/")]),
+            &format!("{backend:?}: cp of a prefix"),
+        );
+        run_ok(
+            &mut store.sluice(&[
+                "mv",
+                &store.location("copies/large.bin"),
+                &store.location("moved/large.bin"),
+            ]),
+            &format!("{backend:?}: mv"),
+        );
+        let large = test_data(20 * MIB + 7, (20 * MIB + 7) as u64);
+        let small = test_data(1000, 1000);
+        for (key, data) in [
+            ("moved/large.bin", &large),
+            ("all/large.bin", &large),
+            ("all/small.bin", &small),
+        ] {
+            let back = dir.path().join("copy.back");
+            run_ok(
+                &mut store.sluice(&["get", &store.location(key), back.to_str().unwrap()]),
+                &format!("{backend:?}: get {key}"),
+            );
+            assert!(
+                std::fs::read(&back).unwrap() == *data,
+                "{backend:?}: {key} differs"
+            );
+        }
+        assert!(
+            store.store.head_object("copies/large.bin").await.is_err(),
+            "{backend:?}: mv left its source"
+        );
         let listed = run_ok(
             &mut store.sluice(&["ls", &store.location("one/")]),
             &format!("{backend:?}: ls"),

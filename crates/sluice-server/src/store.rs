@@ -42,6 +42,9 @@ impl ObjectStore for MeteredStore {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn copy_object_limit(&self) -> u64 {
+        self.inner.copy_object_limit()
+    }
     async fn install_abort_lifecycle(&self, days: u32) -> Result<(), StoreError> {
         self.inner.install_abort_lifecycle(days).await
     }

@@ -63,6 +63,9 @@ impl ObjectStore for ExitAfterWrites {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn copy_object_limit(&self) -> u64 {
+        self.inner.copy_object_limit()
+    }
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let key = request.key.clone();

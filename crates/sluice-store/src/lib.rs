@@ -208,11 +208,20 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
         Ok(Vec::new())
     }
 
-    /// Copies a whole object (at most 5 GiB) without passing its bytes through
-    /// the caller. Stores that cannot answer [`StoreError::Unsupported`].
+    /// Copies a whole object (at most [`ObjectStore::copy_object_limit`]
+    /// bytes) without passing its bytes through the caller. Stores that
+    /// cannot answer [`StoreError::Unsupported`].
     async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
         let _ = request;
         Err(StoreError::Unsupported("server-side copy"))
+    }
+
+    /// The largest object [`ObjectStore::copy_object`] copies in one
+    /// request: S3's CopyObject stops at 5 GiB, and a larger object is copied
+    /// as ranges, each a part ([`ObjectStore::upload_part_copy`]). Azure's
+    /// Copy Blob and GCS's rewrite take any size.
+    fn copy_object_limit(&self) -> u64 {
+        limits::MAX_PUT_SIZE
     }
 
     /// Starts a multipart upload and returns its upload id.

@@ -2,8 +2,9 @@
 //! fake-gcs-server `scripts/test.sh` starts: completions of more than 32
 //! parts (composed in a tree), a completion sent again, an upload in a
 //! storage class (its parts written in it, since compose takes one class),
-//! uploads whose keys nest in each other's parts folders, and names GCS
-//! refuses.
+//! uploads whose keys nest in each other's parts folders, names GCS
+//! refuses, and a copy (a rewrite) that does not claim the upload that made
+//! its source.
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -205,4 +206,49 @@ async fn names_gcs_refuses_are_refused_before_a_request() {
         .await
         .unwrap();
     assert_eq!(read_all(&store, "..").await, b"dots");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_is_not_taken_for_the_upload_that_made_its_source() {
+    let Some(store) = fake_gcs::store("gcs-copy").await else {
+        return;
+    };
+    let data = test_data(6 * MIB, 11);
+    let (upload_id, parts) = staged(
+        &store,
+        CreateMultipartRequest::new("copy/made"),
+        &data,
+        5 * MIB,
+    )
+    .await;
+    let made = store
+        .complete_multipart_upload(completion("copy/made", &upload_id, &parts))
+        .await
+        .unwrap();
+    let copied = store
+        .copy_object(CopyObjectRequest {
+            key: "copy/copied".into(),
+            source_key: "copy/made".into(),
+            source_bucket: None,
+            placement: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert_ne!(copied.etag, made.etag);
+    assert_eq!(copied.checksum, made.checksum);
+    assert!(read_all(&store, "copy/copied").await == data);
+    // The completion sent again for the source is recognised as done; the
+    // same upload named for the copy's key is no upload of that key.
+    let again = store
+        .complete_multipart_upload(completion("copy/made", &upload_id, &parts))
+        .await
+        .unwrap();
+    assert_eq!(again.etag, made.etag);
+    let claimed = store
+        .complete_multipart_upload(completion("copy/copied", &upload_id, &parts))
+        .await;
+    assert!(
+        matches!(claimed, Err(StoreError::NoSuchUpload { .. })),
+        "{claimed:?}"
+    );
 }

@@ -254,6 +254,9 @@ impl ObjectStore for FaultyStore {
     fn describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
     }
+    fn copy_object_limit(&self) -> u64 {
+        self.inner.copy_object_limit()
+    }
     async fn check_key(&self, key: &str) -> Result<(), StoreError> {
         self.inner.check_key(key).await
     }

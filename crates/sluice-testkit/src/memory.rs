@@ -50,6 +50,8 @@ pub struct MemoryStore {
     /// Milliseconds the store's clock is ahead of the wall clock (see
     /// [`MemoryStore::advance_clock`]).
     clock_ahead_ms: Arc<AtomicU64>,
+    /// What [`ObjectStore::copy_object_limit`] answers; `None`: S3's.
+    copy_object_limit: Option<u64>,
 }
 
 /// Counts body bytes inside a request while it lives.
@@ -87,12 +89,32 @@ impl MemoryStore {
         self
     }
 
+    /// Copies objects up to `limit` bytes in one request, as Azure and GCS
+    /// copy any size where S3 stops at 5 GiB.
+    pub fn with_copy_object_limit(mut self, limit: u64) -> Self {
+        self.copy_object_limit = Some(limit);
+        self
+    }
+
     /// `other` as the bucket `name` of the same service: part copies that
     /// name it as their source bucket read from it. (Set up before cloning:
     /// clones taken earlier do not see it.)
     pub fn with_bucket(mut self, name: &str, other: MemoryStore) -> Self {
         Arc::make_mut(&mut self.buckets).insert(name.to_string(), other);
         self
+    }
+
+    /// This store, or its other bucket `name` (see [`MemoryStore::with_bucket`]).
+    fn bucket(&self, name: Option<&str>) -> Result<&MemoryStore, StoreError> {
+        match name {
+            None => Ok(self),
+            Some(name) => self
+                .buckets
+                .get(name)
+                .ok_or_else(|| StoreError::NoSuchBucket {
+                    bucket: name.to_string(),
+                }),
+        }
     }
 
     /// Most body bytes that were inside write requests at one time.
@@ -188,6 +210,11 @@ fn check_key(key: &str) -> Result<(), StoreError> {
 impl ObjectStore for MemoryStore {
     fn describe(&self) -> String {
         "memory://".into()
+    }
+
+    fn copy_object_limit(&self) -> u64 {
+        self.copy_object_limit
+            .unwrap_or(sluice_store::limits::MAX_PUT_SIZE)
     }
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
@@ -323,18 +350,50 @@ impl ObjectStore for MemoryStore {
         Ok(id)
     }
 
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        *self.lock().calls.entry("copy_object").or_insert(0) += 1;
+        check_key(&request.key)?;
+        let source = self.bucket(request.source_bucket.as_deref())?;
+        let copied = source
+            .lock()
+            .objects
+            .get(&request.source_key)
+            .cloned()
+            .ok_or_else(|| StoreError::NoSuchKey {
+                key: request.source_key.clone(),
+            })?;
+        let mut state = self.lock();
+        state.next_id += 1;
+        let etag = format!("\"m{}\"", state.next_id);
+        // As CopyObject: the headers, metadata and checksum travel, the
+        // placement is the copy's own.
+        let meta = ObjectMeta {
+            key: request.key.clone(),
+            etag: etag.clone(),
+            last_modified: self.now(),
+            settings: ObjectSettings {
+                storage_class: request.placement.storage_class,
+                acl: request.placement.acl,
+                encryption: request.placement.encryption,
+                ..copied.meta.settings
+            },
+            ..copied.meta
+        };
+        let checksum = meta.checksum;
+        state.objects.insert(
+            request.key,
+            StoredObject {
+                data: copied.data,
+                meta,
+            },
+        );
+        Ok(PutOutput { etag, checksum })
+    }
+
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         *self.lock().calls.entry("upload_part_copy").or_insert(0) += 1;
         // In memory a copy shares the source's bytes: nothing is buffered anew.
-        let source = match &request.source_bucket {
-            None => self,
-            Some(name) => self
-                .buckets
-                .get(name)
-                .ok_or_else(|| StoreError::NoSuchBucket {
-                    bucket: name.clone(),
-                })?,
-        };
+        let source = self.bucket(request.source_bucket.as_deref())?;
         let (mut data, etag) = source
             .lock()
             .objects

@@ -1,6 +1,7 @@
 //! Server-side copies: an object copied inside a store, or between buckets of
-//! one S3 service, without its bytes passing through the engine. Up to 5 GiB
-//! it is one CopyObject; above, a multipart upload of UploadPartCopy ranges
+//! one S3 service, without its bytes passing through the engine. Up to the
+//! store's single-copy limit (5 GiB on S3; none on Azure and GCS) it is one
+//! CopyObject; above, a multipart upload of UploadPartCopy ranges
 //! sent concurrently, aborted on any failure or when the copy is dropped. A
 //! multipart copy reads the source's HEAD (through the source bucket's own
 //! store when it is another bucket) and gives the new object its content type
@@ -13,7 +14,7 @@
 //! streams the object through (a download written into an upload's reader).
 
 use futures::stream::{self, StreamExt, TryStreamExt};
-use sluice_store::limits::{MAX_PARTS, MAX_PART_SIZE, MAX_PUT_SIZE};
+use sluice_store::limits::{MAX_PARTS, MAX_PART_SIZE};
 use sluice_store::*;
 use std::sync::Arc;
 
@@ -58,7 +59,7 @@ impl Engine {
     /// Copies `request.source_key` to `request.key` inside the store.
     pub async fn copy(&self, request: CopyRequest) -> Result<UploadOutcome, TransferError> {
         crate::config::validate_key(&request.key)?;
-        if request.size <= MAX_PUT_SIZE {
+        if request.size <= self.inner.store.copy_object_limit() {
             let inner = &self.inner;
             let output = inner
                 .with_retries(Kind::Transfer, "CopyObject", &request.key, || {
@@ -213,6 +214,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    const MAX_PUT_SIZE_ON_S3: u64 = sluice_store::limits::MAX_PUT_SIZE;
+
     /// A multipart copy (called directly: the real ones are over 5 GiB) copies
     /// only the version it started from.
     #[tokio::test]
@@ -280,6 +283,49 @@ mod tests {
                     assert!(memory.object("dst").is_none(), "{change:?}");
                     assert_eq!(memory.open_uploads(), 0, "{change:?}");
                 }
+            }
+        }
+    }
+
+    /// An object over 5 GiB is one copy on a store that copies any size in
+    /// one request (Azure, GCS), and ranges copied as parts on one that
+    /// stops at 5 GiB (S3).
+    #[tokio::test]
+    async fn a_copy_is_one_request_up_to_the_store_s_limit() {
+        let six_gib = 6 * 1024 * MIB;
+        // (the store's limit, copied in one request?)
+        let cases = [(u64::MAX, true), (MAX_PUT_SIZE_ON_S3, false)];
+        for (limit, one_request) in cases {
+            let memory = MemoryStore::new().with_copy_object_limit(limit);
+            // The listing's size stands in for a large object's.
+            memory
+                .put_object(PutRequest::new("src", bytes::Bytes::from_static(b"bytes")))
+                .await
+                .unwrap();
+            let engine = Engine::new(Arc::new(memory.clone()), EngineConfig::default()).unwrap();
+            let copied = engine
+                .copy(CopyRequest {
+                    source_bucket: None,
+                    source_key: "src".into(),
+                    size: six_gib,
+                    source_etag: None,
+                    key: "dst".into(),
+                    placement: Default::default(),
+                })
+                .await;
+            assert_eq!(
+                memory.calls("copy_object"),
+                u64::from(one_request),
+                "{limit}"
+            );
+            match one_request {
+                true => assert_eq!(copied.unwrap().parts, 0),
+                // The multipart path reads the source's HEAD first, which
+                // finds it is not the size listed: no part is copied.
+                false => assert!(
+                    matches!(copied, Err(TransferError::CopySourceChanged)),
+                    "{copied:?}"
+                ),
             }
         }
     }

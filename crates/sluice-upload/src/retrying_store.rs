@@ -95,6 +95,9 @@ impl ObjectStore for RetryingStore {
     fn describe(&self) -> String {
         self.inner.store.describe()
     }
+    fn copy_object_limit(&self) -> u64 {
+        self.inner.store.copy_object_limit()
+    }
 
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let answer_lost = AtomicBool::new(false);

@@ -301,13 +301,22 @@ pub async fn store_pair(
         Side::open_plain(src, transfer).await?,
         Side::open_plain(dest, transfer).await?,
     );
+    let service = |location: &str| match StoreLocation::parse(location) {
+        Ok(StoreLocation::Bucket { service, .. }) => Some(service),
+        _ => None,
+    };
     match (source, target) {
+        // A server-side copy stays inside one service.
+        (Side::Store(_), Side::Store(_)) if service(src) != service(dest) => Err(UsageError(
+            format!("{src} and {dest} are on different services: copy with get, then put"),
+        )
+        .into()),
         (Side::Store(source), Side::Store(target)) => {
             refuse_nested(&source, &target)?;
             Ok((source, target))
         }
         _ => Err(UsageError(format!(
-            "{src} and {dest} must both be s3:// locations here"
+            "{src} and {dest} must both be bucket locations here (s3://, az:// or gs://)"
         ))
         .into()),
     }

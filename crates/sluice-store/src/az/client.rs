@@ -41,6 +41,8 @@ pub(crate) struct Call<'a> {
     pub method: Method,
     /// The blob's full name, or `None` for a request to the container.
     pub blob: Option<&'a str>,
+    /// Another container than the store's (the source of a copy).
+    pub container: Option<&'a str>,
     pub query: Vec<(&'static str, String)>,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
@@ -53,11 +55,18 @@ impl<'a> Call<'a> {
         Call {
             method,
             blob,
+            container: None,
             query: Vec::new(),
             headers: Vec::new(),
             body: None,
             context,
         }
+    }
+
+    /// The call's blob in `container` rather than the store's.
+    pub fn in_container(mut self, container: &'a str) -> Self {
+        self.container = Some(container);
+        self
     }
 
     pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
@@ -139,12 +148,18 @@ impl Client {
         &self.account
     }
 
-    /// The URL of a blob (or the container), without a query.
+    /// The URL of a blob (or the container) of the store's container,
+    /// without a query, and its path as signed.
     pub fn url_of(&self, blob: Option<&str>) -> (String, String) {
+        self.url_in(&self.container, blob)
+    }
+
+    /// [`Client::url_of`] in `container`.
+    fn url_in(&self, container: &str, blob: Option<&str>) -> (String, String) {
         let mut path = format!(
             "{}/{}",
             self.base_path,
-            utf8_percent_encode(&self.container, NAME)
+            utf8_percent_encode(container, NAME)
         );
         if let Some(blob) = blob {
             path.push('/');
@@ -157,11 +172,23 @@ impl Client {
         )
     }
 
+    /// A blob's URL as the source of a copy (`x-ms-copy-source`): the
+    /// account key of the request authorizes a source in the same account;
+    /// a SAS rides in the URL.
+    pub fn source_url(&self, container: Option<&str>, blob: &str) -> String {
+        let (url, _) = self.url_in(container.unwrap_or(&self.container), Some(blob));
+        match &self.account.credential {
+            AzureCredential::Sas(sas) => format!("{url}?{sas}"),
+            AzureCredential::AccountKey(_) | AzureCredential::Anonymous => url,
+        }
+    }
+
     /// Sends `call` once; an answer other than 2xx is the error it maps to.
     pub async fn send(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
         let Call {
             method,
             blob,
+            container,
             query,
             mut headers,
             body,
@@ -174,7 +201,7 @@ impl Client {
                     "a segment `.` or `..` cannot be in a blob's name on Azure (URLs resolve them)",
             });
         }
-        let (mut url, path) = self.url_of(blob);
+        let (mut url, path) = self.url_in(container.unwrap_or(&self.container), blob);
         let mut text_query = String::new();
         for (name, value) in &query {
             text_query.push(if text_query.is_empty() { '?' } else { '&' });

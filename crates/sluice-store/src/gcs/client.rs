@@ -3,6 +3,7 @@
 //! sending it once (watched for stalls: [`crate::rest::watch`]), and an
 //! error answer read into a [`StoreError`].
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet};
@@ -51,8 +52,10 @@ pub(crate) struct Call<'a> {
     pub api: Api,
     /// The object's full name, if the request is about one.
     pub object: Option<&'a str>,
-    /// After the object's name (`/compose`).
-    pub suffix: &'static str,
+    /// Another bucket than the store's (the source of a copy).
+    pub bucket: Option<&'a str>,
+    /// After the object's name (`/compose`, `/rewriteTo/b/BUCKET/o/NAME`).
+    pub suffix: Cow<'static, str>,
     pub query: Vec<(&'static str, String)>,
     pub headers: Vec<(&'static str, String)>,
     pub body: Option<(Outgoing, u64)>,
@@ -65,7 +68,8 @@ impl<'a> Call<'a> {
             method,
             api,
             object,
-            suffix: "",
+            bucket: None,
+            suffix: Cow::Borrowed(""),
             query: Vec::new(),
             headers: Vec::new(),
             body: None,
@@ -84,7 +88,24 @@ impl<'a> Call<'a> {
     }
 
     pub fn suffix(mut self, suffix: &'static str) -> Self {
-        self.suffix = suffix;
+        self.suffix = Cow::Borrowed(suffix);
+        self
+    }
+
+    /// The call's object in `bucket` rather than the store's.
+    pub fn in_bucket(mut self, bucket: &'a str) -> Self {
+        self.bucket = Some(bucket);
+        self
+    }
+
+    /// A rewrite of the call's object into `name` of the same bucket
+    /// (`POST …/o/SOURCE/rewriteTo/b/BUCKET/o/NAME`).
+    pub fn rewrite_to(mut self, bucket: &str, name: &str) -> Self {
+        self.suffix = Cow::Owned(format!(
+            "/rewriteTo/b/{}/o/{}",
+            utf8_percent_encode(bucket, COMPONENT),
+            utf8_percent_encode(name, COMPONENT)
+        ));
         self
     }
 
@@ -144,9 +165,9 @@ impl Client {
         &self.endpoint
     }
 
-    /// The URL of a call, without its query.
-    pub fn url_of(&self, api: Api, object: Option<&str>, suffix: &str) -> String {
-        let bucket = utf8_percent_encode(&self.bucket, COMPONENT);
+    /// The URL of a call to `bucket`, without its query.
+    fn url_in(&self, bucket: &str, api: Api, object: Option<&str>, suffix: &str) -> String {
+        let bucket = utf8_percent_encode(bucket, COMPONENT);
         let mut url = match api {
             Api::Objects => format!("{}/storage/v1/b/{bucket}/o", self.endpoint),
             Api::Upload => format!("{}/upload/storage/v1/b/{bucket}/o", self.endpoint),
@@ -174,6 +195,7 @@ impl Client {
             method,
             api,
             object,
+            bucket,
             suffix,
             mut query,
             headers,
@@ -183,7 +205,7 @@ impl Client {
         if api == Api::Download {
             query.insert(0, ("alt", "media".into()));
         }
-        let mut url = self.url_of(api, object, suffix);
+        let mut url = self.url_in(bucket.unwrap_or(&self.bucket), api, object, &suffix);
         for (i, (name, value)) in query.iter().enumerate() {
             url.push(if i == 0 { '?' } else { '&' });
             url.push_str(name);
@@ -348,7 +370,23 @@ mod tests {
             (Api::Buckets, None, "", "http://127.0.0.1:4443/storage/v1/b"),
         ];
         for (api, object, suffix, url) in cases {
-            assert_eq!(client.url_of(api, object, suffix), url, "{object:?}");
+            assert_eq!(client.url_in("b", api, object, suffix), url, "{object:?}");
         }
+        let context = Context {
+            key: "k",
+            bucket: "b",
+        };
+        let rewrite = Call::new(Method::POST, Api::Objects, Some("p/a b"), context)
+            .in_bucket("other")
+            .rewrite_to("b", "p/ü");
+        assert_eq!(
+            client.url_in(
+                rewrite.bucket.unwrap(),
+                rewrite.api,
+                rewrite.object,
+                &rewrite.suffix
+            ),
+            "http://127.0.0.1:4443/storage/v1/b/other/o/p%2Fa%20b/rewriteTo/b/b/o/p%2F%C3%BC"
+        );
     }
 }

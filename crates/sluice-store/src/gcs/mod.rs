@@ -22,7 +22,10 @@
 //! - a storage class asked for at the start rides in the upload id, so parts
 //!   are written in it (compose takes sources of one class);
 //! - abort deletes the record and the parts; the janitor's listing is the
-//!   records, and part folders left without one.
+//!   records, and part folders left without one;
+//! - a copy is a rewrite, server-side, of any size; so is a part copied from
+//!   a whole object (tus concatenation). A part copied from a range of an
+//!   object streams through this process: GCS has no ranged copy.
 
 mod auth;
 mod client;
@@ -51,7 +54,7 @@ use crate::types::*;
 use crate::ObjectStore;
 use client::{header_text, Api, Call, Client};
 use errors::Context;
-use resource::{Listing, Resource, PART_CRC64_ENTRY, UPLOAD_ENTRY};
+use resource::{Listing, Resource, RewriteAnswer, PART_CRC64_ENTRY, UPLOAD_ENTRY};
 
 /// Where the records of uploads in progress are kept, under the store's prefix.
 const RECORDS: &str = crate::reserved_key!("gcs/uploads/");
@@ -193,6 +196,22 @@ impl GcsStore {
         }
     }
 
+    /// A copy source's full name: under the prefix in this bucket, as is in
+    /// another.
+    fn source_name(&self, source: &CopySource<'_>) -> String {
+        match source.bucket {
+            Some(_) => source.key.to_string(),
+            None => self.full(source.key),
+        }
+    }
+
+    fn source_context<'a>(&'a self, source: &CopySource<'a>) -> Context<'a> {
+        Context {
+            key: source.key,
+            bucket: source.bucket.unwrap_or(self.client.bucket()),
+        }
+    }
+
     fn record_name(&self, key: &str, upload_id: &str) -> String {
         self.full(&format!("{RECORDS}{key}/{upload_id}"))
     }
@@ -200,6 +219,64 @@ impl GcsStore {
     /// The folder of an upload's parts, relative to the store.
     fn parts_of(key: &str, upload_id: &str) -> String {
         format!("{PARTS}{key}/{upload_id}/")
+    }
+
+    /// [`ObjectStore::copy_object`] of the source's generation now.
+    async fn copy_generation(&self, request: &CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        let from = CopySource {
+            bucket: request.source_bucket.as_deref(),
+            key: &request.source_key,
+        };
+        let source = self
+            .source_resource(&from)
+            .await?
+            .ok_or_else(|| StoreError::NoSuchKey {
+                key: request.source_key.clone(),
+            })?;
+        // As S3's CopyObject: the content type, headers, metadata and
+        // checksum travel; the placement is what the copy asks for. The
+        // upload that made the source is not this object's.
+        let head = source.meta(&request.source_key);
+        let (_, own) = resource::split_metadata(
+            source
+                .metadata
+                .iter()
+                .flatten()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
+        let own: Vec<(&str, String)> = own
+            .iter()
+            .filter(|(name, _)| name.as_str() != UPLOAD_ENTRY)
+            .map(|(name, value)| (name.as_str(), value.clone()))
+            .collect();
+        let settings = ObjectSettings {
+            storage_class: request.placement.storage_class.clone(),
+            acl: request.placement.acl.clone(),
+            encryption: request.placement.encryption.clone(),
+            ..head.settings
+        };
+        let fields = resource_fields(
+            head.content_type.as_deref(),
+            &head.metadata,
+            &settings,
+            &own,
+        )?;
+        let name = self.full(&request.key);
+        let made = self
+            .rewrite(&from, Some(source.generation()), &name, fields)
+            .await?;
+        Ok(PutOutput {
+            etag: made.etag(),
+            checksum: made.meta(&request.key).checksum,
+        })
+    }
+
+    /// The full name of an upload's part.
+    fn part_name(&self, key: &str, upload_id: &str, part_number: u32) -> String {
+        self.full(&format!(
+            "{}{part_number:05}",
+            Self::parts_of(key, upload_id)
+        ))
     }
 
     /// One object written with its resource (the JSON API's multipart
@@ -249,8 +326,22 @@ impl GcsStore {
 
     /// An object's resource, or `None` when it does not exist.
     async fn resource(&self, key: &str) -> Result<Option<Resource>, StoreError> {
-        let name = self.full(key);
-        let call = Call::new(Method::GET, Api::Objects, Some(&name), self.context(key));
+        self.source_resource(&CopySource { bucket: None, key })
+            .await
+    }
+
+    /// The resource of an object in this bucket or another, or `None`.
+    async fn source_resource(
+        &self,
+        source: &CopySource<'_>,
+    ) -> Result<Option<Resource>, StoreError> {
+        let name = self.source_name(source);
+        let call = source.in_bucket(Call::new(
+            Method::GET,
+            Api::Objects,
+            Some(&name),
+            self.source_context(source),
+        ));
         match self.client.send(call).await {
             Ok(answer) => self.client.json(answer).await.map(Some),
             Err(e) if e.is_not_found() => Ok(None),
@@ -406,20 +497,97 @@ impl GcsStore {
         model::condition_holds(condition, current.as_deref())
     }
 
-    /// The copy of a range of `source` as a part: its bytes stream from a
-    /// download into the part's upload.
-    async fn copy_part(&self, request: &CopyPartRequest) -> Result<Resource, StoreError> {
-        if request.source_bucket.is_some() {
-            return Err(StoreError::Unsupported("copying parts from another bucket"));
+    /// Rewrites the whole of `source_key` into `name`, server-side: one call,
+    /// or several for a rewrite GCS does in steps, each going on from the
+    /// token the last one gave. `pinned`: only from that generation of the
+    /// source, else `PreconditionFailed`.
+    async fn rewrite(
+        &self,
+        source: &CopySource<'_>,
+        pinned: Option<u64>,
+        name: &str,
+        destination: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Resource, StoreError> {
+        let source_name = self.source_name(source);
+        let destination = serde_json::Value::Object(destination);
+        let mut token: Option<String> = None;
+        loop {
+            let mut call = source
+                .in_bucket(Call::new(
+                    Method::POST,
+                    Api::Objects,
+                    Some(&source_name),
+                    self.source_context(source),
+                ))
+                .rewrite_to(self.client.bucket(), name);
+            if let Some(generation) = pinned {
+                // GCS answers 412 to the precondition; fake-gcs-server
+                // ignores it and answers 404 for a generation it lacks.
+                call = call
+                    .query("sourceGeneration", generation.to_string())
+                    .query("ifSourceGenerationMatch", generation.to_string());
+            }
+            if let Some(token) = &token {
+                call = call.query("rewriteToken", token.clone());
+            }
+            let answer = match self.client.send(call.json(&destination)).await {
+                Ok(answer) => answer,
+                Err(e) if pinned.is_some() && e.is_not_found() => {
+                    return Err(StoreError::PreconditionFailed)
+                }
+                Err(e) => return Err(e),
+            };
+            let answer: RewriteAnswer = self.client.json(answer).await?;
+            match (answer.done, answer.resource, answer.rewrite_token) {
+                (true, Some(made), _) => return Ok(made),
+                (false, _, Some(next)) if !next.is_empty() => token = Some(next),
+                _ => {
+                    return Err(StoreError::Service {
+                        status: 200,
+                        code: "UnreadableAnswer".into(),
+                        message: "a rewrite answered neither its object nor a token to go on"
+                            .into(),
+                    })
+                }
+            }
         }
-        let source = self.full(&request.source_key);
-        let mut call = Call::new(
-            Method::GET,
-            Api::Download,
-            Some(&source),
-            self.context(&request.source_key),
-        )
-        .header("accept-encoding", "gzip");
+    }
+
+    /// The copy of `source` as a part: a whole object is rewritten into the
+    /// part's object; a range streams from a download into the part's upload.
+    async fn copy_part(&self, request: &CopyPartRequest) -> Result<Resource, StoreError> {
+        let from = CopySource {
+            bucket: request.source_bucket.as_deref(),
+            key: &request.source_key,
+        };
+        if request.source_range.is_none() {
+            let pinned = match &request.source_if_match {
+                Some(etag) => {
+                    Some(resource::generation_of(etag).ok_or(StoreError::PreconditionFailed)?)
+                }
+                None => None,
+            };
+            let mut fields = serde_json::Map::new();
+            if let Some(class) = class_of(&request.upload_id) {
+                fields.insert("storageClass".into(), class.into());
+            }
+            let name = self.part_name(&request.key, &request.upload_id, request.part_number);
+            let (record, made) = tokio::join!(
+                self.check_record(&request.key, &request.upload_id),
+                self.rewrite(&from, pinned, &name, fields)
+            );
+            record?;
+            return made;
+        }
+        let source = self.source_name(&from);
+        let mut call = from
+            .in_bucket(Call::new(
+                Method::GET,
+                Api::Download,
+                Some(&source),
+                self.source_context(&from),
+            ))
+            .header("accept-encoding", "gzip");
         if let Some(range) = model::copy_range(request.source_range)? {
             call = call.header("range", range);
         }
@@ -473,10 +641,7 @@ impl GcsStore {
         if let Some(class) = class_of(upload_id) {
             fields.insert("storageClass".into(), class.into());
         }
-        let name = self.full(&format!(
-            "{}{part_number:05}",
-            Self::parts_of(key, upload_id)
-        ));
+        let name = self.part_name(key, upload_id, part_number);
         let (record, stored) = tokio::join!(
             self.check_record(key, upload_id),
             self.upload(
@@ -492,6 +657,24 @@ impl GcsStore {
         );
         record?;
         stored
+    }
+}
+
+/// The object a copy reads: in the store (its key under the prefix), or in
+/// another bucket of the service (its name as is, as S3 takes a copy
+/// source's key).
+struct CopySource<'a> {
+    bucket: Option<&'a str>,
+    key: &'a str,
+}
+
+impl<'a> CopySource<'a> {
+    /// `call` sent to the source's bucket.
+    fn in_bucket(&self, call: Call<'a>) -> Call<'a> {
+        match self.bucket {
+            Some(bucket) => call.in_bucket(bucket),
+            None => call,
+        }
     }
 }
 
@@ -679,6 +862,10 @@ impl ObjectStore for GcsStore {
         format!("gs://{}/{}", self.client.bucket(), self.prefix)
     }
 
+    fn copy_object_limit(&self) -> u64 {
+        u64::MAX
+    }
+
     async fn put_object(&self, request: PutRequest) -> Result<PutOutput, StoreError> {
         let (crcs, checksum) = body::put_checksums(&request).await?;
         let generation = generation_for(&request.condition)?;
@@ -771,6 +958,12 @@ impl ObjectStore for GcsStore {
                 return Ok(done);
             }
         }
+    }
+
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        // The metadata read and the bytes rewritten are of one generation; a
+        // source replaced in between is read again.
+        model::copy_of_one_version(|| self.copy_generation(&request)).await
     }
 
     async fn create_multipart_upload(

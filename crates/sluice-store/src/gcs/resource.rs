@@ -130,6 +130,17 @@ impl Resource {
     }
 }
 
+/// What a rewrite answers: the new object's resource when it is done, else a
+/// token to send the next call of the same rewrite with (GCS rewrites large
+/// objects, or into another location or class, in steps).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct RewriteAnswer {
+    pub done: bool,
+    pub rewrite_token: Option<String>,
+    pub resource: Option<Resource>,
+}
+
 /// User entries and own entries (by their names without the prefix).
 pub(crate) fn split_metadata<'a>(
     entries: impl Iterator<Item = (&'a str, &'a str)>,

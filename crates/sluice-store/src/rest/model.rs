@@ -2,7 +2,8 @@
 //! GCS: the record an upload keeps from its start to its end, part numbers,
 //! whether a write's condition holds for what a key holds now, the Range
 //! header a read or a part copy sends, a page of a listing from a cursor,
-//! and the checks completion makes of the parts it is given.
+//! the checks completion makes of the parts it is given, and a copy read
+//! again when its source is replaced under it.
 
 use crate::checksum::ChecksumAlgorithm;
 use crate::error::StoreError;
@@ -12,6 +13,25 @@ use crate::types::{
     ObjectSettings, ObjectSummary, UploadedPart, WriteCondition,
 };
 use crate::ObjectStore;
+
+/// How many times a copy reads its source again when the source is replaced
+/// between the read of its metadata and the copy pinned to that version.
+const COPY_READS: u32 = 3;
+
+/// `copy` (a read of the source's version, then a copy pinned to it) again
+/// while the source is replaced in between, up to [`COPY_READS`] times.
+pub(crate) async fn copy_of_one_version<T, F>(mut copy: impl FnMut() -> F) -> Result<T, StoreError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut reads = 1;
+    loop {
+        match copy().await {
+            Err(StoreError::PreconditionFailed) if reads < COPY_READS => reads += 1,
+            done => return done,
+        }
+    }
+}
 
 /// What an upload was started with, kept until it completes or is aborted.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -266,6 +286,37 @@ pub(crate) fn check_part_in_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_copy_reads_a_replaced_source_again_three_times_at_most() {
+        // (times the source is replaced under the copy, copied?, reads)
+        let cases = [(0, true, 1), (1, true, 2), (2, true, 3), (3, false, 3)];
+        for (replaced, copied, reads) in cases {
+            let tried = std::cell::Cell::new(0);
+            let result = copy_of_one_version(|| {
+                tried.set(tried.get() + 1);
+                let n = tried.get();
+                async move {
+                    match n > replaced {
+                        true => Ok(n),
+                        false => Err(StoreError::PreconditionFailed),
+                    }
+                }
+            })
+            .await;
+            assert_eq!(result.is_ok(), copied, "{replaced}");
+            assert_eq!(tried.get(), reads, "{replaced}");
+        }
+        // Any other failure is not read again.
+        let tried = std::cell::Cell::new(0);
+        let result: Result<(), _> = copy_of_one_version(|| {
+            tried.set(tried.get() + 1);
+            async { Err(StoreError::Unsupported("x")) }
+        })
+        .await;
+        assert!(matches!(result, Err(StoreError::Unsupported(_))));
+        assert_eq!(tried.get(), 1);
+    }
 
     #[test]
     fn ranges_are_asked_as_http_writes_them() {
