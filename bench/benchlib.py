@@ -151,13 +151,18 @@ def emit_report(lines, raw, out):
             f.write(text + "\n")
 
 
-def start_gateway(tool, sluice, minio_url, env, work, extra=()):
+def start_gateway(tool, sluice, minio_url, env, work, extra=(), store_dir=None):
     """Starts `sluice serve` (bucket gw-sluice) or tusd with its S3 store (bucket
     gw-tusd) in front of MinIO on a free port, with `extra` arguments; returns
-    (process, port)."""
+    (process, port). With `store_dir`, each stores into that directory instead
+    (sluice's local directory store, tusd's filestore): no object store at all."""
     port = free_port()
     log = open(os.path.join(work, f"{tool}.log"), "a")
-    if tool == "sluice":
+    if store_dir and tool == "sluice":
+        argv = [sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", store_dir]
+    elif store_dir:
+        argv = ["tusd", "-host", "127.0.0.1", "-port", str(port), "-upload-dir", store_dir]
+    elif tool == "sluice":
         argv = [sluice, "serve", "--listen", f"127.0.0.1:{port}", "--store", "s3://gw-sluice",
                 "--endpoint", minio_url]
     else:
@@ -166,6 +171,25 @@ def start_gateway(tool, sluice, minio_url, env, work, extra=()):
     proc = subprocess.Popen(argv + list(extra), env=env, stdout=log, stderr=log, cwd=work)
     wait_for_port(port)
     return proc, port
+
+
+class Busy:
+    """`count` processes that keep a core busy each (a shared, loaded machine)
+    while the block runs."""
+
+    def __init__(self, count):
+        self.count = count
+        self.procs = []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
 
 
 def stop(proc):

@@ -12,7 +12,13 @@ MinIO on loopback, in one run.
    ceiling.
 
 With --before BINARY, a second sluice build (say the commit before a change) runs
-as the tool "before" in every rotation, and the report adds sluice/before ratios."""
+as the tool "before" in every rotation, and the report adds sluice/before ratios.
+
+With --store dir, neither gateway has an object store behind it: sluice serves its
+local directory store (the embedded default) and tusd its filestore, each in a
+directory of its own, so the storms measure the gateways rather than MinIO's PUT
+rate (warp's ceiling is then not measured). --busy N runs N processes that each keep
+a core busy during every measured run: the shared, loaded machine."""
 
 import datetime
 import json
@@ -25,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, ProcStats, clear_bucket, client_env, driver_args, emit_report, make_file,
+from benchlib import (GIB, MIB, Busy, ProcStats, clear_bucket, client_env, driver_args, emit_report, make_file,
                       paired_ratio, start_gateway, start_minio, stop, version, warp_rate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,11 +78,24 @@ def storm(tool, port, count, work):
     return row
 
 
+def store_dir(tool, args, work):
+    """The directory `tool` stores into with --store dir, else None."""
+    return os.path.join(work, f"dir-{tool}") if args.store == "dir" else None
+
+
 def launch(tool, args, minio_url, env, work):
     """Starts `tool`'s gateway; "before" is sluice from the --before binary."""
     if tool == "before":
-        return start_gateway("sluice", args.before, minio_url, env, work)
-    return start_gateway(tool, args.sluice, minio_url, env, work)
+        return start_gateway("sluice", args.before, minio_url, env, work, store_dir=store_dir(tool, args, work))
+    return start_gateway(tool, args.sluice, minio_url, env, work, store_dir=store_dir(tool, args, work))
+
+
+def clear(tool, args, minio_url, env, work):
+    """Removes what `tool` stored."""
+    if args.store == "dir":
+        shutil.rmtree(store_dir(tool, args, work), ignore_errors=True)
+    else:
+        clear_bucket(bucket_of(tool), minio_url, env, work)
 
 
 def bucket_of(tool):
@@ -89,6 +108,9 @@ def main():
     ap.add_argument("--sizes", default="1,4", help="relay file sizes in GiB")
     ap.add_argument("--storms", default="1000,10000")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--store", choices=["minio", "dir"], default="minio",
+                    help="what the gateways store into: MinIO (default), or a local directory each")
+    ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy during measured runs")
     args = ap.parse_args()
     args.sluice = os.path.abspath(args.sluice)
     if args.before:
@@ -99,7 +121,7 @@ def main():
     work = tempfile.mkdtemp(prefix="sluice-gw-bench-")
     minio, minio_url = start_minio(work)
     env = client_env(work)
-    for bucket in ["gw-sluice", "gw-tusd", "warp-bench"]:
+    for bucket in ["gw-sluice", "gw-tusd", "warp-bench"] if args.store == "minio" else []:
         subprocess.run(["s5cmd", "--endpoint-url", minio_url, "mb", f"s3://{bucket}"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
     tools = ["sluice", "tusd"] + (["before"] if args.before else [])
@@ -117,14 +139,15 @@ def main():
                 proc, port = launch(tool, args, minio_url, env, work)
                 relay("tusd" if tool == "tusd" else "sluice", port, files[0][1], files[0][2])
                 stop(proc)
-                clear_bucket(bucket_of(tool), minio_url, env, work)
+                clear(tool, args, minio_url, env, work)
         for run in range(args.runs):
             for label, path, size in files:
                 for tool in (tools if run % 2 == 0 else tools[::-1]):
                     proc, port = launch(tool, args, minio_url, env, work)
                     stats = ProcStats(proc.pid)
                     cpu0, disk0 = stats.cpu(), stats.disk_writes()
-                    seconds = relay("tusd" if tool == "tusd" else "sluice", port, path, size)
+                    with Busy(args.busy):
+                        seconds = relay("tusd" if tool == "tusd" else "sluice", port, path, size)
                     row = dict(kind="relay", case=label, tool=tool, run=run, bytes=size, seconds=seconds,
                                mib_s=size / MIB / seconds, cpu_s_per_gib=(stats.cpu() - cpu0) / (size / GIB),
                                rss=stats.peak_rss(), disk=stats.disk_writes() - disk0)
@@ -133,9 +156,9 @@ def main():
                     print(f"  relay run {run + 1} {label:6} {tool:6} {row['mib_s']:7.1f} MiB/s "
                           f"{row['cpu_s_per_gib']:5.2f} CPU-s/GiB {row['rss'] / MIB:7.1f} MiB RSS "
                           f"{row['disk'] / MIB:8.1f} MiB to disk", flush=True)
-                    clear_bucket(bucket_of(tool), minio_url, env, work)
+                    clear(tool, args, minio_url, env, work)
         counts = [int(c) for c in args.storms.split(",") if c]
-        storm_tools = tools + ["warp"]
+        storm_tools = tools + (["warp"] if args.store == "minio" else [])
         for run in range(args.runs):
             for count in counts:
                 # Each tool in turn, warp's direct rate measured in the same rotation so
@@ -143,14 +166,16 @@ def main():
                 shift = run % len(storm_tools)
                 for tool in storm_tools[shift:] + storm_tools[:shift]:
                     if tool == "warp":
-                        rate = warp_rate(minio_url, env, 10, 64, work)
+                        with Busy(args.busy):
+                            rate = warp_rate(minio_url, env, 10, 64, work)
                         storms.append(dict(kind="warp", count=count, run=run, uploads_per_s=rate))
                         print(f"  storm run {run + 1} {count:6} warp   direct {rate} obj/s", flush=True)
                         clear_bucket("warp-bench", minio_url, env, work)
                         continue
                     proc, port = launch(tool, args, minio_url, env, work)
                     stats = ProcStats(proc.pid)
-                    row = storm(tool, port, count, work)
+                    with Busy(args.busy):
+                        row = storm(tool, port, count, work)
                     row.update(kind="storm", tool=tool, count=count, run=run, rss=stats.peak_rss())
                     stop(proc)
                     storms.append(row)
@@ -158,7 +183,7 @@ def main():
                           f"{row['uploads_per_s']:7.1f}/s p50 {row['p50_s']:.2f}s p99 {row['p99_s']:.2f}s "
                           f"max {row['max_s']:.2f}s retried {row['retried_503']} endings {row['endings']} "
                           f"{row['rss'] / MIB:.1f} MiB RSS", flush=True)
-                    clear_bucket(bucket_of(tool), minio_url, env, work)
+                    clear(tool, args, minio_url, env, work)
     finally:
         minio.terminate()
         minio.wait()
@@ -170,7 +195,12 @@ def main():
              f"sluice: {version([args.sluice, '--version'])} (commit "
              f"{subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}),"
              " serve defaults (16 MiB parts, 8 in flight, 256 MiB budget, 256 uploads + queue 16384 (30 s), store concurrency 128)",
-             f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
+             f"tusd: {version(['tusd', '-version'])} (v2.10.1, "
+             f"{'S3 store' if args.store == 'minio' else 'filestore'}, defaults)",
+             *(["store: --store dir: sluice's local directory store and tusd's filestore, a directory each "
+                "under /tmp; MinIO runs but holds nothing of theirs"] if args.store == "dir" else []),
+             *([f"load: {args.busy} process(es) keeping a core busy each during every measured run"]
+               if args.busy else []),
              *([f"before: {version([args.before, '--version'])} ({args.before}), the same defaults"]
                if args.before else []),
              f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
@@ -221,8 +251,9 @@ def main():
                     vs, before_runs = paired_ratio(storms, "uploads_per_s", "sluice", "before", count=count)
                     per_run.append(f"  {count} sluice vs before: uploads/s {vs:.2f}x (runs "
                                    f"{', '.join(f'{x:.2f}' for x in before_runs)})")
-        lines.append(f"{count:<7} {'warp':7} {'':>8} {med(warps) if warps else float('nan'):10.1f}   "
-                     f"(direct 10 KiB PUT to MinIO, 64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
+        if warps:
+            lines.append(f"{count:<7} {'warp':7} {'':>8} {med(warps):10.1f}   (direct 10 KiB PUT to MinIO, "
+                         f"64 concurrent, 10 s; runs {', '.join(f'{w:.0f}' for w in warps)})")
     lines += per_run
     emit_report(lines, relays + storms, args.out)
 

@@ -5,7 +5,7 @@
 # (MinIO, s5cmd, tusd v2.10.1, warp v1.0.0 through the Go toolchain), builds sluice
 # in release mode, then runs gateway.py.
 #
-#   bench/gateway.sh [--runs N] [--sizes 1,4] [--storms 1000,10000] [--out FILE]
+#   bench/gateway.sh [--runs N] [--sizes 1,4] [--storms 1000,10000] [--store minio|dir] [--busy N] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/peers.sh

@@ -585,7 +585,7 @@ async fn cp(mut args: CopyArgs) -> anyhow::Result<()> {
             copy_object(args).await
         }
         (false, false) => Err(UsageError(format!(
-            "{} and {} are both local: one side of cp must be s3:// (use cp(1) between local paths)",
+            "{} and {} are both local: one side of cp must be a bucket (s3://, az://, gs://; use cp(1) between local paths)",
             args.src, args.dest
         ))
         .into()),

@@ -141,6 +141,38 @@ async fn the_cli_puts_gets_syncs_and_removes_on_every_store() {
             store.store.head_object("copies/large.bin").await.is_err(),
             "{backend:?}: mv left its source"
         );
+        // Into another bucket (container) of the same service, server-side too.
+        let scheme = store.location("").split("://").next().unwrap().to_string();
+        let other = format!(
+            "{scheme}://sluice-other-{}",
+            std::process::id() % 100_000 + 1_000_000 * (backend as u32)
+        );
+        run_ok(
+            &mut store.sluice(&["mb", &other]),
+            &format!("{backend:?}: mb"),
+        );
+        let across = run_ok(
+            &mut store.sluice(&[
+                "cp",
+                &store.location("one/large.bin"),
+                &format!("{other}/large.bin"),
+            ]),
+            &format!("{backend:?}: cp to another bucket"),
+        );
+        assert!(across.contains("server-side copy"), "{backend:?}: {across}");
+        let back = dir.path().join("across.back");
+        run_ok(
+            &mut store.sluice(&["get", &format!("{other}/large.bin"), back.to_str().unwrap()]),
+            &format!("{backend:?}: get from the other bucket"),
+        );
+        assert!(
+            std::fs::read(&back).unwrap() == large,
+            "{backend:?}: the copy in another bucket differs"
+        );
+        run_ok(
+            &mut store.sluice(&["rm", &format!("{other}/")]),
+            &format!("{backend:?}: rm in the other bucket"),
+        );
         let listed = run_ok(
             &mut store.sluice(&["ls", &store.location("one/")]),
             &format!("{backend:?}: ls"),

@@ -13,6 +13,8 @@ use sluice_store::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     Put,
+    /// A whole-object server-side copy (CopyObject).
+    Copy,
     Get,
     Head,
     Create,
@@ -358,6 +360,11 @@ impl ObjectStore for FaultyStore {
             self.inner.upload_part(request),
         )
         .await
+    }
+    async fn copy_object(&self, request: CopyObjectRequest) -> Result<PutOutput, StoreError> {
+        let key = request.key.clone();
+        self.call(Op::Copy, None, &key, self.inner.copy_object(request))
+            .await
     }
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         let key = request.key.clone();

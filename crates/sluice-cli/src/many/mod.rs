@@ -75,6 +75,7 @@ impl Side {
                 .await?;
                 Ok(Side::Store(Prefix {
                     store,
+                    service: Some(service),
                     display: format!("{}://{bucket}/{prefix}", service.scheme()),
                     bucket: Some(bucket),
                     prefix,
@@ -96,6 +97,7 @@ impl Side {
                         .await?;
                 Ok(Side::Store(Prefix {
                     store,
+                    service: None,
                     bucket: None,
                     display: format!("{}/{prefix}", root.display()),
                     prefix,
@@ -301,18 +303,9 @@ pub async fn store_pair(
         Side::open_plain(src, transfer).await?,
         Side::open_plain(dest, transfer).await?,
     );
-    let service = |location: &str| match StoreLocation::parse(location) {
-        Ok(StoreLocation::Bucket { service, .. }) => Some(service),
-        _ => None,
-    };
     match (source, target) {
-        // A server-side copy stays inside one service.
-        (Side::Store(_), Side::Store(_)) if service(src) != service(dest) => Err(UsageError(
-            format!("{src} and {dest} are on different services: copy with get, then put"),
-        )
-        .into()),
         (Side::Store(source), Side::Store(target)) => {
-            refuse_nested(&source, &target)?;
+            refuse_pair(&source, &target)?;
             Ok((source, target))
         }
         _ => Err(UsageError(format!(
@@ -322,9 +315,18 @@ pub async fn store_pair(
     }
 }
 
-/// Refuses a copy between prefixes of one bucket where one holds the other:
-/// every run would copy the copies again, one level deeper.
-pub fn refuse_nested(source: &Prefix, target: &Prefix) -> Result<(), UsageError> {
+/// Refuses copies between two store prefixes that cannot be copied server-side
+/// or would never end: prefixes on different services (a server-side copy
+/// stays inside one; the target's store would read a key of the source's
+/// bucket as its own), and prefixes of one bucket where one holds the other
+/// (every run would copy the copies again, one level deeper).
+pub fn refuse_pair(source: &Prefix, target: &Prefix) -> Result<(), UsageError> {
+    if source.service != target.service {
+        return Err(UsageError(format!(
+            "{} and {} are on different services: copy with get, then put",
+            source.display, target.display
+        )));
+    }
     let nested = source.bucket == target.bucket
         && (target.prefix.starts_with(&source.prefix) || source.prefix.starts_with(&target.prefix));
     match nested {
@@ -765,11 +767,60 @@ mod tests {
         }
     }
 
+    /// Store-to-store copies stay inside one service and never copy into
+    /// themselves.
+    #[test]
+    fn a_copy_between_services_or_into_itself_is_refused() {
+        use sluice_store::Service::{Azure, Gcs, S3};
+        let prefix = |service, bucket: &str, prefix: &str| Prefix {
+            store: Arc::new(sluice_testkit::MemoryStore::new()),
+            service: Some(service),
+            bucket: Some(bucket.to_string()),
+            prefix: prefix.to_string(),
+            display: format!("{}://{bucket}/{prefix}", service.scheme()),
+        };
+        // (source, target, refused with)
+        let cases = [
+            (prefix(S3, "a", "x/"), prefix(S3, "a", "y/"), None),
+            (prefix(S3, "a", "x/"), prefix(S3, "b", "x/"), None),
+            (prefix(Gcs, "a", ""), prefix(Gcs, "b", ""), None),
+            (
+                prefix(S3, "a", "x/"),
+                prefix(S3, "a", "x/y/"),
+                Some("overlap"),
+            ),
+            (
+                prefix(Azure, "a", "x/"),
+                prefix(Azure, "a", ""),
+                Some("overlap"),
+            ),
+            (
+                prefix(S3, "data", "x/"),
+                prefix(Gcs, "data", "y/"),
+                Some("different services"),
+            ),
+            (
+                prefix(S3, "a", ""),
+                prefix(Azure, "c", ""),
+                Some("different services"),
+            ),
+        ];
+        for (source, target, refused) in cases {
+            let said = refuse_pair(&source, &target).err().map(|e| e.0);
+            match (refused, &said) {
+                (None, None) => {}
+                (Some(why), Some(said)) => assert!(said.contains(why), "{said}"),
+                _ => panic!("{} -> {}: {said:?}", source.display, target.display),
+            }
+        }
+    }
+
     /// Jobs name their ends from the run's roots as the prefixes name them.
     #[test]
     fn jobs_name_their_ends_as_their_prefixes_do() {
         let prefix = |display: &str, prefix: &str| Prefix {
             store: Arc::new(sluice_testkit::MemoryStore::new()),
+            service: None,
             bucket: None,
             prefix: prefix.to_string(),
             display: display.to_string(),
@@ -857,6 +908,7 @@ mod tests {
     fn memory_prefix(store: &Arc<sluice_testkit::MemoryStore>, prefix: &str) -> Prefix {
         Prefix {
             store: store.clone(),
+            service: None,
             bucket: None,
             prefix: prefix.to_string(),
             display: format!("mem/{prefix}"),

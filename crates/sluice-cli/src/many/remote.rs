@@ -20,7 +20,10 @@ const LIST_PAGE: usize = 1000;
 #[derive(Clone)]
 pub struct Prefix {
     pub store: Arc<dyn ObjectStore>,
-    /// The S3 bucket, for server-side copies from it into another bucket.
+    /// The service of a bucket's prefix (`None`: a directory store).
+    pub service: Option<sluice_store::Service>,
+    /// The bucket (container), for server-side copies from it into another
+    /// bucket of its service.
     pub bucket: Option<String>,
     /// Empty, or ending in `/`.
     pub prefix: String,

@@ -97,13 +97,13 @@ pub async fn run(mut args: SyncArgs) -> anyhow::Result<()> {
     );
     if let (Side::Directory(_), Side::Directory(_)) = (&source, &dest) {
         return Err(UsageError(format!(
-            "{} and {} are both local: one side of a sync must be s3://",
+            "{} and {} are both local: one side of a sync must be a bucket (s3://, az://, gs://)",
             copy.src, copy.dest
         ))
         .into());
     }
     if let (Side::Store(from), Side::Store(to)) = (&source, &dest) {
-        super::refuse_nested(from, to)?;
+        super::refuse_pair(from, to)?;
     }
     let object = crate::object::ObjectSpec::from_args(&copy.object)?;
     if !matches!(source, Side::Directory(_)) {

@@ -348,7 +348,9 @@ impl AzureStore {
         let name = self.full(&request.key);
         // Properties and metadata (sluice's checksum entry among them)
         // travel with the bytes when the request names none.
-        let call = Call::new(Method::PUT, Some(&name), source_context)
+        // The source was just found: what this request runs into is the
+        // destination's (a source replaced since answers 412).
+        let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
             .header(
                 "x-ms-copy-source",
                 self.client.source_url(container, &source_name),
@@ -364,14 +366,13 @@ impl AzureStore {
         while status == "pending" {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(COPY_POLL_MAX);
-            let answer = self
-                .client
-                .send(Call::new(
-                    Method::HEAD,
-                    Some(&name),
-                    self.context(&request.key),
-                ))
-                .await?;
+            let head = Call::new(Method::HEAD, Some(&name), self.context(&request.key));
+            let answer = match self.client.send(head).await {
+                Ok(answer) => answer,
+                // The copy goes on at Azure: a look that failed is tried again.
+                Err(e) if e.is_transient() => continue,
+                Err(e) => return Err(e),
+            };
             if header_text(&answer, "x-ms-copy-id").unwrap_or_default() != copy_id {
                 return Err(StoreError::Service {
                     status: 409,

@@ -62,6 +62,8 @@ const RECORDS: &str = crate::reserved_key!("gcs/uploads/");
 const PARTS: &str = crate::reserved_key!("gcs/parts/");
 /// The most sources one compose takes.
 const COMPOSE_MAX: usize = 32;
+/// The most bytes one rewrite call copies (a multiple of 1 MiB, as GCS asks).
+const REWRITE_STEP: u64 = 128 * 1024 * 1024;
 /// What a listing asks of each object (and the next page's token).
 const LISTED_FIELDS: &str = "items(name,size,generation,updated,crc32c,metadata),nextPageToken";
 /// Part objects deleted at once after a completion or an abort.
@@ -519,7 +521,11 @@ impl GcsStore {
                     Some(&source_name),
                     self.source_context(source),
                 ))
-                .rewrite_to(self.client.bucket(), name);
+                .rewrite_to(self.client.bucket(), name)
+                // Each call a bounded step: GCS rewrites across locations or
+                // classes in steps, and a call must answer within the stall
+                // timeout (same-location rewrites end in one call anyway).
+                .query("maxBytesRewrittenPerCall", REWRITE_STEP.to_string());
             if let Some(generation) = pinned {
                 // GCS answers 412 to the precondition; fake-gcs-server
                 // ignores it and answers 404 for a generation it lacks.
@@ -533,7 +539,7 @@ impl GcsStore {
             let answer = match self.client.send(call.json(&destination)).await {
                 Ok(answer) => answer,
                 Err(e) if pinned.is_some() && e.is_not_found() => {
-                    return Err(StoreError::PreconditionFailed)
+                    return Err(self.pinned_source_missing(source, pinned).await)
                 }
                 Err(e) => return Err(e),
             };
@@ -550,6 +556,26 @@ impl GcsStore {
                     })
                 }
             }
+        }
+    }
+
+    /// What a rewrite pinned to a generation that answered 404 ran into: the
+    /// source gone (`NoSuchKey`), replaced (`PreconditionFailed`), or, with
+    /// that generation still there, the destination's bucket.
+    async fn pinned_source_missing(
+        &self,
+        source: &CopySource<'_>,
+        pinned: Option<u64>,
+    ) -> StoreError {
+        match self.source_resource(source).await {
+            Ok(None) => StoreError::NoSuchKey {
+                key: source.key.to_string(),
+            },
+            Ok(Some(now)) if Some(now.generation()) != pinned => StoreError::PreconditionFailed,
+            Ok(Some(_)) => StoreError::NoSuchBucket {
+                bucket: self.client.bucket().to_string(),
+            },
+            Err(e) => e,
         }
     }
 
