@@ -243,10 +243,10 @@ def main():
                          f"{med(r['uploads_per_s'] for r in rs):10.1f} "
                          f"{med(r['p50_s'] for r in rs):7.2f} {med(r['p99_s'] for r in rs):7.2f} "
                          f"{max(r['max_s'] or 0 for r in rs):7.2f} {max(r['rss'] for r in rs) / MIB:6.1f} MiB "
-                         f"{vs_tusd:7.2f}x {(vs_warp if vs_warp else float('nan')):7.2f}x")
+                         f"{vs_tusd:7.2f}x " + (f"{vs_warp:7.2f}x" if vs_warp else f"{'-':>8}"))
             if tool == "sluice":
-                per_run.append(f"  {count} sluice per run: vs tusd {', '.join(f'{x:.2f}' for x in tusd_runs)}; "
-                               f"vs warp {', '.join(f'{x:.2f}' for x in warp_runs)}")
+                per_run.append(f"  {count} sluice per run: vs tusd {', '.join(f'{x:.2f}' for x in tusd_runs)}"
+                               + (f"; vs warp {', '.join(f'{x:.2f}' for x in warp_runs)}" if warp_runs else ""))
                 if args.before:
                     vs, before_runs = paired_ratio(storms, "uploads_per_s", "sluice", "before", count=count)
                     per_run.append(f"  {count} sluice vs before: uploads/s {vs:.2f}x (runs "
