@@ -741,8 +741,11 @@ async fn a_frozen_store_is_caught_with_the_default_settings() {
     );
     let answers = polling.await.unwrap();
     let slowest = answers.iter().map(|a| a.3).max().unwrap();
+    // "At once": never waiting on the frozen store (a request to it hangs for
+    // seconds). The bound leaves room for a loaded 2-core machine, where a
+    // CI run saw one answer take 591 ms while the gateway was still healthy.
     assert!(
-        slowest <= Duration::from_millis(500),
+        slowest <= Duration::from_secs(2),
         "/readyz took {slowest:?}: {answers:?}"
     );
     let not_ready = answers
