@@ -1099,4 +1099,156 @@ mod tests {
             assert_eq!(tail.concat(), rest, "room {room}");
         }
     }
+
+    /// A chaos run saw one tus upload of 6.1 MB, sent in one PATCH, fail once
+    /// with a store error and then fail every time it was sent again. Here a
+    /// single fault hits each store request of that PATCH in turn; the client
+    /// then asks for the offset and sends the rest again, as tus clients do,
+    /// and the object must come out whole within a few tries. In memory, and
+    /// on MinIO (whose answers to parts and completions sent again are its
+    /// own).
+    #[tokio::test(start_paused = true)]
+    async fn one_failed_request_of_a_patch_does_not_stop_the_retries_in_memory() {
+        let memory = sluice_testkit::MemoryStore::new();
+        let read = memory.clone();
+        one_failed_request_of_a_patch(Arc::new(memory), move |key| {
+            let read = read.clone();
+            async move { read.object(&key).map(|b| b.to_vec()) }
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_failed_request_of_a_patch_does_not_stop_the_retries_on_minio() {
+        let Some(store) = sluice_testkit::minio::store("resumable-one-fault").await else {
+            return;
+        };
+        let store: Arc<dyn sluice_store::ObjectStore> = Arc::new(store);
+        let read = store.clone();
+        one_failed_request_of_a_patch(store, move |key| {
+            let read = read.clone();
+            async move {
+                let got = read.get_object(&key, None).await.ok()?;
+                let chunks: Vec<Bytes> = got.body.map(|c| c.unwrap()).collect().await;
+                Some(chunks.concat())
+            }
+        })
+        .await;
+    }
+
+    async fn one_failed_request_of_a_patch<F, R>(store: Arc<dyn sluice_store::ObjectStore>, read: F)
+    where
+        F: Fn(String) -> R,
+        R: std::future::Future<Output = Option<Vec<u8>>>,
+    {
+        use sluice_testkit::{Fault, FaultyStore, Op};
+        let ops = [
+            Op::Put,
+            Op::Get,
+            Op::Head,
+            Op::Create,
+            Op::UploadPart,
+            Op::Complete,
+            Op::List,
+        ];
+        let faults = [
+            Fault::Denied,
+            Fault::ServerError,
+            Fault::AnswerLost,
+            Fault::LandsThenRefused,
+        ];
+        let data: Bytes = (0..6_132_791u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let mut case = 0;
+        for op in ops {
+            for fault in faults {
+                for nth in 1..=2u32 {
+                    case += 1;
+                    let key = format!("once-{case}.bin");
+                    let faulty = FaultyStore::new(store.clone());
+                    let engine = sluice_upload::Engine::new(
+                        Arc::new(faulty.clone()),
+                        sluice_upload::EngineConfig::default(),
+                    )
+                    .unwrap();
+                    // On tokio's paused time: a client waits out a lock's
+                    // lease (a 423's Retry-After) at once.
+                    let resumable = Resumable::new(engine, crate::chunk::tests::gateway_defaults())
+                        .with_clock(Arc::new(crate::TokioClock::new(
+                            std::time::SystemTime::now(),
+                        )));
+                    let id = crate::record::new_id();
+                    resumable
+                        .create(
+                            NewUpload {
+                                id: id.clone(),
+                                key: key.clone(),
+                                length: Some(data.len() as u64),
+                                metadata: Metadata::default(),
+                                partial: false,
+                                content_type: None,
+                                owner: None,
+                                protocol: Protocol::Tus,
+                                digest: None,
+                            },
+                            None,
+                        )
+                        .await
+                        .unwrap();
+                    // The fault hits the nth request of this kind from here on.
+                    faulty.inject_nth(op, nth, fault);
+                    let mut done = false;
+                    let mut said = Vec::new();
+                    for _try in 0..4 {
+                        let offset = match resumable.status(&id).await {
+                            Ok(record) => record.upload.offset as usize,
+                            Err(e) => {
+                                said.push(format!("HEAD: {e}"));
+                                continue;
+                            }
+                        };
+                        let body = data.slice(offset..);
+                        let request = PatchRequest {
+                            offset: offset as u64,
+                            body_length: Some(body.len() as u64),
+                            length: None,
+                            checksum: None,
+                        };
+                        let chunk = Chunk {
+                            body: stream::iter([Ok(body.clone())]).boxed(),
+                            declared: Some(body.len() as u64),
+                            checksum: None,
+                            completes: true,
+                        };
+                        let mut wait = std::time::Duration::from_millis(200);
+                        match resumable.write(&id, Protocol::Tus, &request, chunk).await {
+                            // Finished now, or found finished (an answer lost
+                            // after it was): the offset is the length.
+                            Ok(written) if written.record.upload.offset == data.len() as u64 => {
+                                done = true;
+                                break;
+                            }
+                            Ok(_) => said.push(format!("PATCH at {offset}: not finished")),
+                            Err(e) => {
+                                // As tus clients do: a 423 is retried when it
+                                // says (a lock whose release was lost lapses).
+                                if let ResumableError::Locked { retry_after } = &e {
+                                    wait = *retry_after;
+                                }
+                                said.push(format!("PATCH at {offset}: {e}"));
+                            }
+                        }
+                        tokio::time::sleep(wait).await;
+                    }
+                    assert!(done, "{fault:?} on {op:?} #{nth}: never finished: {said:?}");
+                    assert!(
+                        read(key.clone()).await.as_deref() == Some(&data[..]),
+                        "{fault:?} on {op:?} #{nth}: the object differs"
+                    );
+                }
+            }
+        }
+    }
 }

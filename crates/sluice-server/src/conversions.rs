@@ -49,7 +49,20 @@ pub(crate) fn body_failed(error: &std::io::Error) -> ApiError {
 impl From<TransferError> for ApiError {
     fn from(error: TransferError) -> Self {
         match error {
-            TransferError::Store { source, .. } => ApiError::from(source),
+            TransferError::Store { operation, source } => {
+                let answer = ApiError::from(source);
+                // Said here, inside the request's span (its route and upload
+                // id): the answer's own log line names neither the request nor
+                // which store operation failed. Only for a store's refusal
+                // answered 502; a transient one is retried and counted, a
+                // 4xx is the client's.
+                if let ApiError::Store(source) = &answer {
+                    if answer.status() == axum::http::StatusCode::BAD_GATEWAY {
+                        tracing::error!(operation, error = %sluice_store::error_chain(source), "a store request failed");
+                    }
+                }
+                answer
+            }
             TransferError::Config(ConfigError::PartExceedsBudget { budget, .. }) => {
                 ApiError::TooLarge {
                     limit: budget.saturating_mul(sluice_store::limits::MAX_PARTS as u64),

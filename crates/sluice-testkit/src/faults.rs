@@ -119,6 +119,8 @@ struct Rule {
     under: Option<String>,
     /// How many matching requests it still applies to; `None` for all.
     remaining: Option<u32>,
+    /// Matching requests it lets through before it applies.
+    skip: u32,
     fault: Fault,
 }
 
@@ -161,6 +163,7 @@ impl FaultyStore {
             part,
             under: None,
             remaining: times,
+            skip: 0,
             fault,
         });
         self
@@ -174,6 +177,20 @@ impl FaultyStore {
             part: None,
             under: Some(prefix.to_owned()),
             remaining: times,
+            skip: 0,
+            fault,
+        });
+    }
+
+    /// Applies `fault` once, to the `nth` request of `op` from now on (1 for
+    /// the next one); takes effect at once on every clone.
+    pub fn inject_nth(&self, op: Op, nth: u32, fault: Fault) {
+        self.rules.lock().unwrap().push(Rule {
+            op,
+            part: None,
+            under: None,
+            remaining: Some(1),
+            skip: nth.saturating_sub(1),
             fault,
         });
     }
@@ -205,11 +222,15 @@ impl FaultyStore {
                         .is_none_or(|under| key.starts_with(under))
                     && r.remaining != Some(0)
             });
-            rule.map(|r| {
+            rule.and_then(|r| {
+                if r.skip > 0 {
+                    r.skip -= 1;
+                    return None;
+                }
                 if let Some(n) = r.remaining.as_mut() {
                     *n -= 1;
                 }
-                r.fault
+                Some(r.fault)
             })
         };
         match fault {
