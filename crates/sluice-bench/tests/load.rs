@@ -187,8 +187,14 @@ async fn open_model_keeps_its_arrival_rate_while_answers_are_slow() {
         "{:?}",
         seen.peak_in_flight
     );
+    // Paced, a second's worth in each second: on a loaded machine a few
+    // arrivals start a little late and are counted in the next second (a CI-like
+    // run saw [47, 53]); sent all at once, the first second would hold 100.
     let started: Vec<u64> = summary.timeline.iter().map(|s| s.started).collect();
-    assert_eq!(started[..2], [50, 50], "{started:?}");
+    assert!(
+        (40..=60).contains(&started[0]) && started.iter().sum::<u64>() == 100,
+        "{started:?}"
+    );
 }
 
 #[tokio::test]
