@@ -556,9 +556,21 @@ pub(crate) mod tests {
         let engine = Engine::new(Arc::new(memory.clone()), EngineConfig::default()).unwrap();
         let resumable = Resumable::new(engine, gateway_defaults())
             .with_clock(Arc::new(TokioClock::now_on_tokio()));
+        let id = create_tus(&resumable, None, length).await;
+        let loaded = resumable.records.load(&id).await.unwrap();
+        (memory, resumable, loaded)
+    }
+
+    /// A new tus upload of `length` bytes at `key` (`objects/ID` when none);
+    /// answers its id.
+    pub(crate) async fn create_tus(
+        resumable: &Resumable,
+        key: Option<&str>,
+        length: u64,
+    ) -> String {
         let id = crate::new_id();
         let upload = NewUpload {
-            key: format!("objects/{id}"),
+            key: key.map_or_else(|| format!("objects/{id}"), str::to_string),
             id: id.clone(),
             length: Some(length),
             metadata: Metadata::default(),
@@ -569,8 +581,7 @@ pub(crate) mod tests {
             digest: None,
         };
         resumable.create(upload, None).await.unwrap();
-        let loaded = resumable.records.load(&id).await.unwrap();
-        (memory, resumable, loaded)
+        id
     }
 
     fn body(bytes: &[u8]) -> BoxStream<'static, io::Result<Bytes>> {

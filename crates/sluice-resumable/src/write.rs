@@ -1011,24 +1011,9 @@ mod tests {
             .map(|i| (i % 251) as u8)
             .collect::<Vec<u8>>()
             .into();
-        let id = crate::record::new_id();
-        resumable
-            .create(
-                NewUpload {
-                    id: id.clone(),
-                    key: "restarted.bin".into(),
-                    length: Some(data.len() as u64),
-                    metadata: Metadata::default(),
-                    partial: false,
-                    content_type: None,
-                    owner: None,
-                    protocol: Protocol::Tus,
-                    digest: None,
-                },
-                None,
-            )
-            .await
-            .unwrap();
+        let id =
+            crate::chunk::tests::create_tus(&resumable, Some("restarted.bin"), data.len() as u64)
+                .await;
         let patch = |from: usize, to: usize| {
             let body = data.slice(from..to);
             let request = PatchRequest {
@@ -1176,27 +1161,10 @@ mod tests {
                     // On tokio's paused time: a client waits out a lock's
                     // lease (a 423's Retry-After) at once.
                     let resumable = Resumable::new(engine, crate::chunk::tests::gateway_defaults())
-                        .with_clock(Arc::new(crate::TokioClock::new(
-                            std::time::SystemTime::now(),
-                        )));
-                    let id = crate::record::new_id();
-                    resumable
-                        .create(
-                            NewUpload {
-                                id: id.clone(),
-                                key: key.clone(),
-                                length: Some(data.len() as u64),
-                                metadata: Metadata::default(),
-                                partial: false,
-                                content_type: None,
-                                owner: None,
-                                protocol: Protocol::Tus,
-                                digest: None,
-                            },
-                            None,
-                        )
-                        .await
-                        .unwrap();
+                        .with_clock(Arc::new(crate::TokioClock::now_on_tokio()));
+                    let id =
+                        crate::chunk::tests::create_tus(&resumable, Some(&key), data.len() as u64)
+                            .await;
                     // The fault hits the nth request of this kind from here on.
                     faulty.inject_nth(op, nth, fault);
                     let mut done = false;

@@ -175,13 +175,15 @@ impl GcsStore {
             bucket: request.source_bucket.as_deref(),
             key: &request.source_key,
         };
+        // Copied only from this generation, when the caller pins one (an
+        // ETag sluice did not make names none: it matches nothing).
+        let pinned = match &request.source_if_match {
+            Some(etag) => {
+                Some(resource::generation_of(etag).ok_or(StoreError::PreconditionFailed)?)
+            }
+            None => None,
+        };
         if request.source_range.is_none() {
-            let pinned = match &request.source_if_match {
-                Some(etag) => {
-                    Some(resource::generation_of(etag).ok_or(StoreError::PreconditionFailed)?)
-                }
-                None => None,
-            };
             let mut fields = serde_json::Map::new();
             if let Some(class) = class_of(&request.upload_id) {
                 fields.insert("storageClass".into(), class.into());
@@ -206,16 +208,10 @@ impl GcsStore {
         if let Some(range) = model::copy_range(request.source_range)? {
             call = call.header("range", range);
         }
-        let want = match &request.source_if_match {
-            Some(etag) => {
-                Some(resource::generation_of(etag).ok_or(StoreError::PreconditionFailed)?)
-            }
-            None => None,
-        };
-        let answer = self.client.send(call.if_generation(want)).await?;
+        let answer = self.client.send(call.if_generation(pinned)).await?;
         // Checked on the answer too: fake-gcs-server serves any generation.
         let served = header_text(&answer, "x-goog-generation").and_then(|g| g.parse().ok());
-        if want.is_some() && served != want {
+        if pinned.is_some() && served != pinned {
             return Err(StoreError::PreconditionFailed);
         }
         let (size, len) = sizes_of(&answer);
