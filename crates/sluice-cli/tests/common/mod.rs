@@ -190,17 +190,32 @@ pub async fn minio_store(endpoint: &str, prefix: &str) -> sluice_store::s3::S3St
     sluice_store::s3::S3Store::connect(config).await
 }
 
-/// The bytes of the object at `key`, whole.
+/// The bytes of the object at `key`, whole. The tests' stores are not
+/// wrapped in the engine's retries, so a read that fails transiently is
+/// tried again (at most three times): an emulator closes a connection idle
+/// for 5 s (Node's keep-alive timeout, Azurite) while the client may just be
+/// taking it from its pool.
 pub async fn object_bytes(store: &dyn ObjectStore, key: &str) -> Vec<u8> {
-    let chunks: Vec<bytes::Bytes> = store
-        .get_object(key, None)
-        .await
-        .unwrap_or_else(|e| panic!("{key}: {e}"))
-        .body
-        .try_collect()
-        .await
-        .unwrap();
-    chunks.concat()
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let read = async {
+            let chunks: Vec<bytes::Bytes> = store
+                .get_object(key, None)
+                .await?
+                .body
+                .try_collect()
+                .await?;
+            Ok::<_, sluice_store::StoreError>(chunks.concat())
+        };
+        match read.await {
+            Ok(bytes) => return bytes,
+            Err(e) if e.is_transient() && tries < 3 => {
+                eprintln!("{key}: reading it failed ({e}); trying again");
+            }
+            Err(e) => panic!("{key}: {e}"),
+        }
+    }
 }
 
 /// Reads the client's JSON events until `stop` says so or the client ends.

@@ -183,6 +183,36 @@ impl Client {
         }
     }
 
+    /// A blob's URL that the service itself can read it by, as the source
+    /// of a Put Block From URL (which, unlike Copy Blob, takes no authority
+    /// from the request's Shared Key): with an account key, a read SAS for
+    /// that blob lasting `lifetime`; with a SAS, the account's own; for an
+    /// anonymous account, the bare URL (a public container).
+    pub fn readable_source_url(
+        &self,
+        container: Option<&str>,
+        blob: &str,
+        lifetime: Duration,
+    ) -> Result<String, StoreError> {
+        let container = container.unwrap_or(&self.container);
+        let (url, _) = self.url_in(container, Some(blob));
+        match &self.account.credential {
+            AzureCredential::AccountKey(_) => {
+                let sas = super::sas::blob_sas(
+                    &self.account,
+                    container,
+                    blob,
+                    crate::presign::PresignedMethod::Get,
+                    SystemTime::now() + lifetime,
+                    SERVICE_VERSION,
+                )?;
+                Ok(format!("{url}?{sas}"))
+            }
+            AzureCredential::Sas(sas) => Ok(format!("{url}?{sas}")),
+            AzureCredential::Anonymous => Ok(url),
+        }
+    }
+
     /// Sends `call` once; an answer other than 2xx is the error it maps to.
     pub async fn send(&self, call: Call<'_>) -> Result<reqwest::Response, StoreError> {
         let Call {

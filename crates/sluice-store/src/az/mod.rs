@@ -16,11 +16,9 @@
 //!   completion and the janitor's listing go by it, and abort deletes it.
 //!   Azure collects the blocks of an aborted upload after a week.
 //!
-//! - a copy is Copy Blob from the source's URL in the same account (this
-//!   container or another), pinned
-//!   to the ETag its HEAD read (followed until Azure says it is done when it
-//!   answers `pending`); a part copied from an object streams through this
-//!   process (Put Block From URL is not in Azurite, where this is tested).
+//! - copies are made by Azure from the source's URL in the same account
+//!   (this container or another), pinned to the ETag its HEAD read: an
+//!   object by Copy Blob, a part by Put Block From URL ([`copy`]).
 //!
 //! Two uploads to one key share that blob's uncommitted blocks: completing or
 //! overwriting the key drops the other's parts, whose completion then fails
@@ -28,6 +26,7 @@
 
 mod auth;
 mod client;
+mod copy;
 mod errors;
 mod names;
 mod sas;
@@ -37,7 +36,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
 use reqwest::Method;
 
 pub use auth::{AzureAccount, AzureAccountError, AzureCredential, EMULATOR_ACCOUNT, EMULATOR_KEY};
@@ -277,133 +275,7 @@ impl AzureStore {
             checksum,
         }
     }
-
-    /// The copy of a range of `source` as a block: its bytes stream from a
-    /// GET into the Put Block.
-    async fn copy_block(&self, request: &CopyPartRequest, block: &str) -> Result<u64, StoreError> {
-        if request.source_bucket.is_some() {
-            return Err(StoreError::Unsupported(
-                "copying parts from another container",
-            ));
-        }
-        let source = self.full(&request.source_key);
-        let mut call = Call::new(
-            Method::GET,
-            Some(&source),
-            self.context(&request.source_key),
-        );
-        if let Some(range) = model::copy_range(request.source_range)? {
-            call = call.header("x-ms-range", range);
-        }
-        if let Some(etag) = &request.source_if_match {
-            call = call.header("if-match", etag.as_str());
-        }
-        let answer = self.client.send(call).await?;
-        let meta = self.meta_of(&request.source_key, &answer, false);
-        model::past_the_end(request.source_range, meta.size)?;
-        let len: u64 = header_text(&answer, "content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let sent = self
-            .client
-            .body_stream(answer)
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .boxed();
-        self.stage_block(&request.key, &request.upload_id, block, sent, len, None)
-            .await?;
-        Ok(len)
-    }
-
-    /// [`ObjectStore::copy_object`] of the source as its HEAD finds it now.
-    async fn copy_version(&self, request: &CopyObjectRequest) -> Result<PutOutput, StoreError> {
-        // The tier asked for; ACL and encryption are refused as on a put.
-        let placement = property_headers(
-            None,
-            &Metadata::new(),
-            &ObjectSettings {
-                storage_class: request.placement.storage_class.clone(),
-                acl: request.placement.acl.clone(),
-                encryption: request.placement.encryption.clone(),
-                ..ObjectSettings::default()
-            },
-            None,
-        )?;
-        // A source in another container is named as is, as S3 takes a copy
-        // source's key.
-        let container = request.source_bucket.as_deref();
-        let source_name = match container {
-            Some(_) => request.source_key.clone(),
-            None => self.full(&request.source_key),
-        };
-        let source_context = Context {
-            key: &request.source_key,
-            container: container.unwrap_or(self.client.container()),
-            create_only: false,
-        };
-        let mut head = Call::new(Method::HEAD, Some(&source_name), source_context);
-        if let Some(container) = container {
-            head = head.in_container(container);
-        }
-        let source = self.meta_of(&request.source_key, &self.client.send(head).await?, true);
-        let name = self.full(&request.key);
-        // Properties and metadata (sluice's checksum entry among them)
-        // travel with the bytes when the request names none.
-        // The source was just found: what this request runs into is the
-        // destination's (a source replaced since answers 412).
-        let call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
-            .header(
-                "x-ms-copy-source",
-                self.client.source_url(container, &source_name),
-            )
-            .header("x-ms-source-if-match", quoted(&source.etag))
-            .headers(placement);
-        let answer = self.client.send(call).await?;
-        let mut etag = header_text(&answer, "etag").unwrap_or_default();
-        let copy_id = header_text(&answer, "x-ms-copy-id").unwrap_or_default();
-        let mut status = header_text(&answer, "x-ms-copy-status").unwrap_or_default();
-        let mut said = String::new();
-        let mut pause = COPY_POLL;
-        while status == "pending" {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(COPY_POLL_MAX);
-            let head = Call::new(Method::HEAD, Some(&name), self.context(&request.key));
-            let answer = match self.client.send(head).await {
-                Ok(answer) => answer,
-                // The copy goes on at Azure: a look that failed is tried again.
-                Err(e) if e.is_transient() => continue,
-                Err(e) => return Err(e),
-            };
-            if header_text(&answer, "x-ms-copy-id").unwrap_or_default() != copy_id {
-                return Err(StoreError::Service {
-                    status: 409,
-                    code: "CopyReplaced".into(),
-                    message: format!(
-                        "{} was written by another request while it was being copied",
-                        request.key
-                    ),
-                });
-            }
-            etag = header_text(&answer, "etag").unwrap_or_default();
-            status = header_text(&answer, "x-ms-copy-status").unwrap_or_default();
-            said = header_text(&answer, "x-ms-copy-status-description").unwrap_or_default();
-        }
-        if status != "success" {
-            return Err(StoreError::Service {
-                status: 500,
-                code: "CopyFailed".into(),
-                message: format!("Azure's copy ended {status:?}: {said}"),
-            });
-        }
-        Ok(PutOutput {
-            etag,
-            checksum: source.checksum,
-        })
-    }
 }
-
-/// How long to wait before looking again at a copy Azure answered `pending`.
-const COPY_POLL: Duration = Duration::from_millis(200);
-const COPY_POLL_MAX: Duration = Duration::from_secs(5);
 
 /// The upload id's bytes, as block ids hold them; an id sluice did not
 /// make names no upload.
@@ -721,7 +593,11 @@ impl ObjectStore for AzureStore {
             crcs: None,
         }
         .encode();
-        let size = self.copy_block(&request, &id).await?;
+        let size = match request.source_if_match {
+            Some(_) => self.copy_block(&request, &id).await?,
+            // A source replaced between its HEAD and the copy is read again.
+            None => model::copy_of_one_version(|| self.copy_block(&request, &id)).await?,
+        };
         Ok(UploadedPart {
             part_number: request.part_number,
             etag: id,
