@@ -399,8 +399,8 @@ async fn two_gateways_share_uploads_and_one_writer_wins() {
 }
 
 /// Concatenation copies each partial into a part without a byte through the
-/// gateway (S3's UploadPartCopy, Azure's Put Block From URL, GCS's rewrite of
-/// a whole object); on every backend the final upload is byte-exact and leaves no
+/// gateway (S3's UploadPartCopy, Azure's Put Block From URL up to 100 MiB,
+/// GCS's rewrite of a whole object); on every backend the final upload is byte-exact and leaves no
 /// multipart upload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concatenation_joins_partials_on_every_store() {

@@ -233,10 +233,13 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores one part; parts may arrive in any order and concurrently.
     async fn upload_part(&self, request: UploadPartRequest) -> Result<UploadedPart, StoreError>;
 
-    /// Stores a part copied from a whole object of this store without passing
-    /// its bytes through the caller: S3 copies server-side, the directory store
-    /// file to file. Stores that cannot answer [`StoreError::Unsupported`], and
-    /// callers stream the bytes instead (never buffering a whole part).
+    /// Stores a part copied from an object of this store (a range of it, or
+    /// all of it) without passing its bytes through the caller where the
+    /// service can: S3's UploadPartCopy, Azure's Put Block From URL, GCS's
+    /// rewrite of a whole object, the directory store file to file (GCS ranges
+    /// and large or refused Azure blocks stream through the store). Stores that
+    /// cannot at all answer [`StoreError::Unsupported`], and callers stream the
+    /// bytes instead (never buffering a whole part).
     async fn upload_part_copy(&self, request: CopyPartRequest) -> Result<UploadedPart, StoreError> {
         let _ = request;
         Err(StoreError::Unsupported("server-side part copy"))

@@ -319,8 +319,9 @@ pub struct UploadPartRequest {
     pub checksum: PartChecksum,
 }
 
-/// One part of a multipart upload copied from a whole object of the same store
-/// (S3's UploadPartCopy): the bytes do not pass through the caller.
+/// One part of a multipart upload copied from an object of the same store
+/// (S3's UploadPartCopy, Azure's Put Block From URL): the bytes do not pass
+/// through the caller.
 #[derive(Debug, Clone)]
 pub struct CopyPartRequest {
     pub key: String,

@@ -48,6 +48,9 @@ pub(crate) struct Call<'a> {
     pub headers: Vec<(String, String)>,
     pub body: Option<(Outgoing, u64)>,
     pub context: Context<'a>,
+    /// How much longer than the store's stall timeout the call may go
+    /// without progress.
+    pub extra_patience: Duration,
 }
 
 impl<'a> Call<'a> {
@@ -60,7 +63,16 @@ impl<'a> Call<'a> {
             headers: Vec::new(),
             body: None,
             context,
+            extra_patience: Duration::ZERO,
         }
+    }
+
+    /// The call may go without progress for `extra` longer than the store's
+    /// stall timeout allows (when it has one): Azure answers it only once
+    /// it has done work of its own.
+    pub fn patience(mut self, extra: Duration) -> Self {
+        self.extra_patience = extra;
+        self
     }
 
     /// The call's blob in `container` rather than the store's.
@@ -223,6 +235,7 @@ impl Client {
             mut headers,
             body,
             context,
+            extra_patience,
         } = call;
         if let Some(name) = blob.filter(|b| has_dot_segment(b)) {
             return Err(StoreError::InvalidKey {
@@ -274,7 +287,9 @@ impl Client {
         for (name, value) in &headers {
             request = request.header(name.as_str(), value.as_str());
         }
-        let answer = self.http.send(request, body.map(|(body, _)| body)).await?;
+        let body = body.map(|(body, _)| body);
+        let stall = self.http.stall_timeout().map(|s| s + extra_patience);
+        let answer = self.http.send_watched(request, body, stall).await?;
         let status = answer.status();
         if status.is_success() {
             return Ok(answer);

@@ -1,14 +1,17 @@
 //! The Azure store's server-side copies, each of the source as one HEAD
-//! found it (its ETag pinned with `x-ms-source-if-match`), from this
-//! container or another of the account:
-//! - a whole object: Copy Blob, followed with HEADs while Azure answers
+//! found it, from this container or another of the account:
+//! - a whole object: Copy Blob, pinned to the source's ETag
+//!   (`x-ms-source-if-match`) and followed with HEADs while Azure answers
 //!   `pending`; properties and metadata travel with the bytes;
-//! - a part (a range, or the whole): Put Block From URL, Azure reading the
-//!   source itself by a read SAS this store signs (unlike Copy Blob, it takes
-//!   no authority from the request's Shared Key). A part longer than Azure
-//!   copies in one such request ([`BLOCK_FROM_URL_MAX`]), or empty, streams
-//!   through this process as a Put Block.
+//! - a part (a range, or the whole): Put Block From URL, pinned the same way,
+//!   Azure reading the source itself by a read SAS this store signs (unlike
+//!   Copy Blob, it takes no authority from the request's Shared Key). A part
+//!   over [`BLOCK_FROM_URL_MAX`], an empty one, or any once the service said
+//!   it cannot read sources by URL (an emulator without the operation, an
+//!   account whose network rules keep Azure from reading it) streams through
+//!   this process as a Put Block, its GET pinned with `If-Match`.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -21,8 +24,17 @@ use crate::error::StoreError;
 use crate::rest::model;
 use crate::types::*;
 
-/// The most one Put Block From URL copies (Azure's limit, 100 MiB).
-pub(super) const BLOCK_FROM_URL_MAX: u64 = 100 * 1024 * 1024;
+/// The most one Put Block From URL copies: 100 MiB, the limit Azure long
+/// documented for it (copy tools keep to it), which also keeps the request's
+/// wait bounded ([`COPY_RATE_FLOOR`]).
+const BLOCK_FROM_URL_MAX: u64 = 100 * MIB;
+
+/// The slowest Azure is expected to copy: a Put Block From URL may go
+/// without an answer for the store's stall timeout plus a second per MiB
+/// it copies.
+const COPY_RATE_FLOOR: u64 = MIB;
+
+const MIB: u64 = 1024 * 1024;
 
 /// How long the read SAS of a Put Block From URL's source lasts. Azure reads
 /// the source within the request; the margin covers clocks that disagree.
@@ -53,14 +65,34 @@ enum BlockCopy {
 }
 
 impl BlockCopy {
-    /// How a part of `len` bytes is copied.
-    fn of(len: u64) -> BlockCopy {
+    /// How a part of `len` bytes is copied, `by_url` while the service takes
+    /// Put Block From URL.
+    fn of(len: u64, by_url: bool) -> BlockCopy {
         match len {
-            1..=BLOCK_FROM_URL_MAX => BlockCopy::FromUrl,
             // Azure stages no empty block from a URL.
+            1..=BLOCK_FROM_URL_MAX if by_url => BlockCopy::FromUrl,
             _ => BlockCopy::Streamed,
         }
     }
+}
+
+/// Whether `error` says the service cannot stage blocks from URLs at all:
+/// the operation not there (an emulator without it answers 501, or 500
+/// `APINotImplemented`), or the source unreadable to Azure where it is
+/// readable to this process (`CannotVerifyCopySource`: network rules).
+fn cannot_copy_by_url(error: &StoreError) -> bool {
+    match error {
+        StoreError::Service { status: 501, .. } => true,
+        StoreError::Service { code, .. } => code == "APINotImplemented",
+        StoreError::AccessDenied(said) => said.starts_with("CannotVerifyCopySource"),
+        _ => false,
+    }
+}
+
+/// `x-ms-source-range` / `x-ms-range` for `len` bytes of `range`, closed at
+/// both ends; `None` for the whole source.
+fn range_header(range: Option<ByteRange>, len: u64) -> Option<String> {
+    range.map(|r| format!("bytes={}-{}", r.start, r.start + len - 1))
 }
 
 /// The bytes of a source of `size` a part copy takes: `range`, or all of it;
@@ -79,6 +111,8 @@ fn part_len(range: Option<ByteRange>, size: u64) -> Result<u64, StoreError> {
 }
 
 impl AzureStore {
+    /// The source of a copy of `key`, in `container` when it is not the
+    /// store's.
     fn copy_source<'a>(&'a self, key: &'a str, container: Option<&'a str>) -> Source<'a> {
         Source {
             container,
@@ -205,55 +239,78 @@ impl AzureStore {
             .head_source(&source, request.source_if_match.as_deref())
             .await?;
         let len = part_len(request.source_range, found.size)?;
-        let range = model::copy_range(request.source_range)?;
+        let range = range_header(request.source_range, len);
         let etag = quoted(&found.etag);
-        match BlockCopy::of(len) {
-            BlockCopy::FromUrl => {
-                let url = self.client.readable_source_url(
-                    source.container,
-                    &source.name,
-                    SOURCE_SAS_LIFETIME,
-                )?;
-                let name = self.full(&request.key);
-                let mut call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
-                    .query("comp", "block")
-                    .query("blockid", block)
-                    .header("x-ms-copy-source", url)
-                    .header("x-ms-source-if-match", etag);
-                if let Some(range) = range {
-                    call = call.header("x-ms-source-range", range);
+        let by_url = self.blocks_by_url.load(Ordering::Relaxed);
+        if BlockCopy::of(len, by_url) == BlockCopy::FromUrl {
+            match self
+                .block_from_url(request, &source, range.clone(), &etag, block, len)
+                .await
+            {
+                Err(e) if cannot_copy_by_url(&e) => {
+                    if self.blocks_by_url.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            error = %e,
+                            "Azure cannot copy parts by URL here: they stream through sluice from now on"
+                        );
+                    }
                 }
-                let (record, staged) = tokio::join!(
-                    self.check_record(&request.key, &request.upload_id),
-                    self.client.send(call)
-                );
-                record?;
-                match staged {
-                    // Blocks need no blob: what is missing is the source
-                    // (a missing container says so by name).
-                    Err(StoreError::NoSuchKey { .. }) => Err(StoreError::NoSuchKey {
-                        key: request.source_key.clone(),
-                    }),
-                    staged => staged.map(|_| len),
-                }
+                copied => return copied.map(|()| len),
             }
-            BlockCopy::Streamed => {
-                let mut get = self
-                    .source_call(Method::GET, &source)
-                    .header("if-match", etag);
-                if let Some(range) = range {
-                    get = get.header("x-ms-range", range);
-                }
-                let answer = self.client.send(get).await?;
-                let sent = self
-                    .client
-                    .body_stream(answer)
-                    .map_err(|e| std::io::Error::other(e.to_string()))
-                    .boxed();
-                self.stage_block(&request.key, &request.upload_id, block, sent, len, None)
-                    .await?;
-                Ok(len)
-            }
+        }
+        let mut get = self
+            .source_call(Method::GET, &source)
+            .header("if-match", etag);
+        if let Some(range) = range {
+            get = get.header("x-ms-range", range);
+        }
+        let answer = self.client.send(get).await?;
+        let sent = self
+            .client
+            .body_stream(answer)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .boxed();
+        self.stage_block(&request.key, &request.upload_id, block, sent, len, None)
+            .await?;
+        Ok(len)
+    }
+
+    /// Put Block From URL: `len` bytes of the source (`range`, else all of
+    /// it) as block `block`, if the source still has ETag `etag`.
+    async fn block_from_url(
+        &self,
+        request: &CopyPartRequest,
+        source: &Source<'_>,
+        range: Option<String>,
+        etag: &str,
+        block: &str,
+        len: u64,
+    ) -> Result<(), StoreError> {
+        let url =
+            self.client
+                .readable_source_url(source.container, &source.name, SOURCE_SAS_LIFETIME)?;
+        let name = self.full(&request.key);
+        let mut call = Call::new(Method::PUT, Some(&name), self.context(&request.key))
+            .query("comp", "block")
+            .query("blockid", block)
+            .header("x-ms-copy-source", url)
+            .header("x-ms-source-if-match", etag)
+            .patience(Duration::from_secs(len.div_ceil(COPY_RATE_FLOOR)));
+        if let Some(range) = range {
+            call = call.header("x-ms-source-range", range);
+        }
+        let (record, staged) = tokio::join!(
+            self.check_record(&request.key, &request.upload_id),
+            self.client.send(call)
+        );
+        record?;
+        match staged {
+            // Blocks need no blob: what is missing is the source (a missing
+            // container says so by name).
+            Err(StoreError::NoSuchKey { .. }) => Err(StoreError::NoSuchKey {
+                key: request.source_key.clone(),
+            }),
+            staged => staged.map(|_| ()),
         }
     }
 }
@@ -263,17 +320,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parts_are_copied_by_azure_up_to_its_limit() {
-        // (part length, how)
+    fn parts_are_copied_by_azure_up_to_its_limit_while_it_can() {
+        // (part length, Put Block From URL taken, how)
         let cases = [
-            (0, BlockCopy::Streamed),
-            (1, BlockCopy::FromUrl),
-            (16 << 20, BlockCopy::FromUrl),
-            (BLOCK_FROM_URL_MAX, BlockCopy::FromUrl),
-            (BLOCK_FROM_URL_MAX + 1, BlockCopy::Streamed),
+            (0, true, BlockCopy::Streamed),
+            (1, true, BlockCopy::FromUrl),
+            (16 << 20, true, BlockCopy::FromUrl),
+            (BLOCK_FROM_URL_MAX, true, BlockCopy::FromUrl),
+            (BLOCK_FROM_URL_MAX + 1, true, BlockCopy::Streamed),
+            (16 << 20, false, BlockCopy::Streamed),
         ];
-        for (len, how) in cases {
-            assert_eq!(BlockCopy::of(len), how, "{len}");
+        for (len, by_url, how) in cases {
+            assert_eq!(BlockCopy::of(len, by_url), how, "{len} {by_url}");
+        }
+    }
+
+    #[test]
+    fn only_a_service_that_cannot_read_by_url_turns_it_off() {
+        let service = |status, code: &str| StoreError::Service {
+            status,
+            code: code.into(),
+            message: String::new(),
+        };
+        // (error, copies by URL no longer tried)
+        let cases = [
+            (service(501, "NotImplemented"), true),
+            (service(500, "APINotImplemented"), true),
+            (
+                StoreError::AccessDenied(
+                    "CannotVerifyCopySource: This request is not authorized".into(),
+                ),
+                true,
+            ),
+            (service(500, "InternalError"), false),
+            (
+                StoreError::AccessDenied("AuthorizationPermissionMismatch: no".into()),
+                false,
+            ),
+            (StoreError::PreconditionFailed, false),
+            (StoreError::Throttled { retry_after: None }, false),
+        ];
+        for (error, off) in cases {
+            assert_eq!(cannot_copy_by_url(&error), off, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_sent_closed() {
+        let range = |start, end| Some(ByteRange { start, end });
+        // (range, its length, header)
+        let cases = [
+            (None, 10, None),
+            (range(0, Some(10)), 10, Some("bytes=0-9")),
+            (range(3, None), 7, Some("bytes=3-9")),
+            (range(5, Some(6)), 1, Some("bytes=5-5")),
+        ];
+        for (range, len, header) in cases {
+            assert_eq!(range_header(range, len).as_deref(), header, "{range:?}");
         }
     }
 

@@ -33,6 +33,7 @@ mod sas;
 mod xml;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -85,6 +86,9 @@ impl AzureConfig {
 pub struct AzureStore {
     client: Client,
     prefix: String,
+    /// Whether part copies are tried as Put Block From URL: cleared once the
+    /// service said it cannot read sources by URL ([`copy`]).
+    blocks_by_url: AtomicBool,
 }
 
 impl AzureStore {
@@ -99,7 +103,11 @@ impl AzureStore {
             config.connect_timeout,
             config.stall_timeout,
         )?;
-        Ok(AzureStore { client, prefix })
+        Ok(AzureStore {
+            client,
+            prefix,
+            blocks_by_url: AtomicBool::new(true),
+        })
     }
 
     fn full(&self, key: &str) -> String {

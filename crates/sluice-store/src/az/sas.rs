@@ -1,7 +1,8 @@
 //! Presigned URLs for Azure Blob Storage: a service SAS for one blob
 //! (`sr=b`), signed with the account key (HMAC-SHA256 over the string to sign
 //! of versions 2020-12-06 and later), allowing one kind of request until it
-//! expires. `sluice presign az://…` prints them.
+//! expires. `sluice presign az://…` prints them; the store signs read ones for
+//! the sources of its part copies (`copy`), which Azure reads by URL.
 //!
 //! A SAS made from a SAS is not possible (the signature needs the key), and
 //! handing out the account's own SAS token would give away its rights and

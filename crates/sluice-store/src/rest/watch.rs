@@ -55,8 +55,25 @@ impl Http {
     /// its status.
     pub async fn send(
         &self,
+        request: reqwest::RequestBuilder,
+        body: Option<Outgoing>,
+    ) -> Result<reqwest::Response, StoreError> {
+        self.send_watched(request, body, self.stall_timeout).await
+    }
+
+    /// The store's stall timeout (`None`: not watched).
+    pub fn stall_timeout(&self) -> Option<Duration> {
+        self.stall_timeout
+    }
+
+    /// [`Http::send`] with `stall_timeout` instead of the store's: for a
+    /// request the service answers only once it has done long work of its
+    /// own (a server-side copy).
+    pub async fn send_watched(
+        &self,
         mut request: reqwest::RequestBuilder,
         body: Option<Outgoing>,
+        stall_timeout: Option<Duration>,
     ) -> Result<reqwest::Response, StoreError> {
         // The last moment the request showed progress, in ms since it started.
         let started = Instant::now();
@@ -69,7 +86,7 @@ impl Http {
             request = request.body(reqwest::Body::wrap_stream(watched));
         }
         let sending = request.send();
-        match self.stall_timeout {
+        match stall_timeout {
             None => sending.await,
             Some(stall) => {
                 tokio::pin!(sending);
