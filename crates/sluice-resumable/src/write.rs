@@ -968,6 +968,25 @@ impl ChunkCheck {
 mod tests {
     use super::*;
 
+    /// A PATCH of `data[from..to]` at offset `from`, in one piece, without
+    /// a checksum.
+    fn patch_of(data: &Bytes, from: usize, to: usize, completes: bool) -> (PatchRequest, Chunk) {
+        let body = data.slice(from..to);
+        let request = PatchRequest {
+            offset: from as u64,
+            body_length: Some(body.len() as u64),
+            length: None,
+            checksum: None,
+        };
+        let chunk = Chunk {
+            body: stream::iter([Ok(body.clone())]).boxed(),
+            declared: Some(body.len() as u64),
+            checksum: None,
+            completes,
+        };
+        (request, chunk)
+    }
+
     #[tokio::test]
     async fn limited_fails_past_its_maximum_and_then_ends() {
         let chunks = [Bytes::from_static(b"abc"), Bytes::from_static(b"de")];
@@ -1014,22 +1033,7 @@ mod tests {
         let id =
             crate::chunk::tests::create_tus(&resumable, Some("restarted.bin"), data.len() as u64)
                 .await;
-        let patch = |from: usize, to: usize| {
-            let body = data.slice(from..to);
-            let request = PatchRequest {
-                offset: from as u64,
-                body_length: Some(body.len() as u64),
-                length: None,
-                checksum: None,
-            };
-            let chunk = Chunk {
-                body: stream::iter([Ok(body.clone())]).boxed(),
-                declared: Some(body.len() as u64),
-                checksum: None,
-                completes: false,
-            };
-            (request, chunk)
-        };
+        let patch = |from: usize, to: usize| patch_of(&data, from, to, false);
         let send = |from: usize, to: usize| {
             let (request, chunk) = patch(from, to);
             let resumable = &resumable;
@@ -1177,19 +1181,7 @@ mod tests {
                                 continue;
                             }
                         };
-                        let body = data.slice(offset..);
-                        let request = PatchRequest {
-                            offset: offset as u64,
-                            body_length: Some(body.len() as u64),
-                            length: None,
-                            checksum: None,
-                        };
-                        let chunk = Chunk {
-                            body: stream::iter([Ok(body.clone())]).boxed(),
-                            declared: Some(body.len() as u64),
-                            checksum: None,
-                            completes: true,
-                        };
+                        let (request, chunk) = patch_of(&data, offset, data.len(), true);
                         let mut wait = std::time::Duration::from_millis(200);
                         match resumable.write(&id, Protocol::Tus, &request, chunk).await {
                             // Finished now, or found finished (an answer lost

@@ -153,6 +153,22 @@ async fn relayed_store(test: &str) -> Option<(AzureStore, CountingRelay)> {
     Some((store, relay))
 }
 
+/// Puts `data` at `key`.
+async fn put(store: &dyn ObjectStore, key: &str, data: &[u8]) -> PutOutput {
+    store
+        .put_object(PutRequest::new(key, Bytes::copy_from_slice(data)))
+        .await
+        .unwrap()
+}
+
+/// Starts the test's upload of `joined`.
+async fn start(store: &dyn ObjectStore) -> String {
+    store
+        .create_multipart_upload(CreateMultipartRequest::new("joined"))
+        .await
+        .unwrap()
+}
+
 /// Completes the test's upload of `joined` with `parts`.
 async fn complete(store: &dyn ObjectStore, upload_id: impl Into<String>, parts: Vec<UploadedPart>) {
     store
@@ -192,15 +208,9 @@ async fn part_copies_are_made_by_azure_not_streamed_through_sluice() {
     let first = test_data(6 * MIB, 41);
     let second = test_data(5 * MIB + 17, 42);
     for (key, data) in [("src/first", &first), ("src/second", &second)] {
-        store
-            .put_object(PutRequest::new(key, Bytes::copy_from_slice(data)))
-            .await
-            .unwrap();
+        put(&store, key, data).await;
     }
-    let upload_id = store
-        .create_multipart_upload(CreateMultipartRequest::new("joined"))
-        .await
-        .unwrap();
+    let upload_id = start(&store).await;
     let before = relay.counts();
     // (part, source, range): a whole object, then a range of another.
     let copies = [
@@ -241,22 +251,13 @@ async fn a_part_copy_reads_one_version_of_its_source() {
         return;
     };
     let old = test_data(MIB, 43);
-    let put = store
-        .put_object(PutRequest::new("src", Bytes::copy_from_slice(&old)))
-        .await
-        .unwrap();
+    let old_version = put(&store, "src", &old).await;
     let new = test_data(2 * MIB, 44);
-    store
-        .put_object(PutRequest::new("src", Bytes::copy_from_slice(&new)))
-        .await
-        .unwrap();
-    let upload_id = store
-        .create_multipart_upload(CreateMultipartRequest::new("joined"))
-        .await
-        .unwrap();
+    put(&store, "src", &new).await;
+    let upload_id = start(&store).await;
     // Pinned to the version that was replaced: refused, nothing staged.
     let mut pinned = part_copy(&upload_id, 1, "src", None);
-    pinned.source_if_match = Some(put.etag);
+    pinned.source_if_match = Some(old_version.etag);
     let stale = store.upload_part_copy(pinned).await;
     assert!(
         matches!(stale, Err(StoreError::PreconditionFailed)),
@@ -300,14 +301,8 @@ async fn a_part_is_copied_from_another_container() {
     other.ensure_container().await.unwrap();
     let data = test_data(5 * MIB + 3, 45);
     let source_key = format!("{}src", sluice_testkit::minio::unique_prefix("az_other"));
-    other
-        .put_object(PutRequest::new(&source_key, Bytes::copy_from_slice(&data)))
-        .await
-        .unwrap();
-    let upload_id = store
-        .create_multipart_upload(CreateMultipartRequest::new("joined"))
-        .await
-        .unwrap();
+    put(&other, &source_key, &data).await;
+    let upload_id = start(&store).await;
     let before = relay.counts();
     let mut copy = part_copy(&upload_id, 1, &source_key, None);
     copy.source_bucket = Some("sluice-test-other".into());
@@ -332,17 +327,11 @@ async fn a_source_replaced_while_azure_reads_it_is_refused_or_read_again() {
         return;
     };
     let store = Arc::new(store);
-    let upload_id = store
-        .create_multipart_upload(CreateMultipartRequest::new("joined"))
-        .await
-        .unwrap();
+    let upload_id = start(store.as_ref()).await;
     // (pinned to the version asked for, what the copy answers)
     for (number, pinned) in [(1u32, true), (2, false)] {
         let first = test_data(MIB, 50 + number as u64);
-        let asked = store
-            .put_object(PutRequest::new("src", Bytes::copy_from_slice(&first)))
-            .await
-            .unwrap();
+        let asked = put(store.as_ref(), "src", &first).await;
         relay.gate.armed.store(true, Ordering::SeqCst);
         let mut copy = part_copy(&upload_id, number, "src", None);
         if pinned {
@@ -354,10 +343,7 @@ async fn a_source_replaced_while_azure_reads_it_is_refused_or_read_again() {
         });
         relay.gate.held.notified().await;
         let replacement = test_data(2 * MIB, 60 + number as u64);
-        store
-            .put_object(PutRequest::new("src", Bytes::copy_from_slice(&replacement)))
-            .await
-            .unwrap();
+        put(store.as_ref(), "src", &replacement).await;
         relay.gate.release.notify_one();
         let copied = copying.await.unwrap();
         match pinned {
@@ -384,14 +370,8 @@ async fn parts_stream_where_azure_cannot_copy_them_by_url() {
         return;
     };
     let data = test_data(5 * MIB + 9, 70);
-    store
-        .put_object(PutRequest::new("src", Bytes::copy_from_slice(&data)))
-        .await
-        .unwrap();
-    let upload_id = store
-        .create_multipart_upload(CreateMultipartRequest::new("joined"))
-        .await
-        .unwrap();
+    put(&store, "src", &data).await;
+    let upload_id = start(&store).await;
     relay.gate.refuse.store(true, Ordering::SeqCst);
     let before = relay.counts();
     let split = 5 * MIB as u64;
