@@ -486,10 +486,12 @@ fn a_failed_file_does_not_stop_the_others_unless_fail_fast() {
         files[0]["error"].as_str().unwrap().contains("1024"),
         "{files:?}"
     );
-    assert_eq!(
-        (&summary["failed"], &summary["cancelled"]),
-        (&Value::from(1), &Value::from(3))
-    );
+    // The three others are "not done" when the walk had found them before
+    // the failure stopped it: it runs on a thread of its own, so between
+    // none and all three.
+    assert_eq!(summary["failed"], Value::from(1), "{summary}");
+    let cancelled = summary["cancelled"].as_u64().unwrap();
+    assert!(cancelled <= 3, "{summary}");
     assert_eq!(ok(&endpoint, &["ls", &url]), "");
 
     let out = run(&[]);

@@ -915,12 +915,12 @@ mod tests {
         }
     }
 
-    /// A listing reads its next page only when the one before is used up,
+    /// A listing reads one page ahead of the one being used, never more,
     /// and gives the keys in order, without folder markers or other prefixes.
     #[tokio::test]
-    async fn a_listing_is_read_a_page_at_a_time() {
+    async fn a_listing_reads_one_page_ahead() {
         let store = Arc::new(sluice_testkit::MemoryStore::new());
-        let mut keys: Vec<String> = (0..2500).map(|i| format!("p/{i:05}")).collect();
+        let mut keys: Vec<String> = (0..3500).map(|i| format!("p/{i:05}")).collect();
         keys.extend(["p/dir/".to_string(), "q/other".to_string()]);
         for key in &keys {
             let put = sluice_store::PutRequest::new(key.clone(), b"x".to_vec());
@@ -928,16 +928,53 @@ mod tests {
         }
         let prefix = memory_prefix(&store, "p/");
         let mut listing = prefix.listing(store.clone(), Filter::all()).await.unwrap();
-        assert_eq!(store.calls("list"), 1, "the first page is read at once");
+        // The reader task runs when this one waits; once it has read what it
+        // may, it waits for a page to be taken up, however long this one does.
+        let lists_settled_at = |expected: u64| {
+            let store = store.clone();
+            async move {
+                for _ in 0..1000 {
+                    tokio::task::yield_now().await;
+                }
+                assert_eq!(store.calls("list"), expected);
+            }
+        };
+        lists_settled_at(2).await;
         let mut seen = Vec::new();
-        for (count, pages) in [(1000, 1), (1, 2), (1499, 3)] {
+        // (keys taken, pages read once the reader has caught up): a page is
+        // taken up with its first key; the fourth page is the last.
+        for (count, pages) in [(1000, 2), (1, 3), (999, 3), (1, 4), (1499, 4)] {
             for _ in 0..count {
                 seen.push(listing.next().await.unwrap().unwrap().key);
             }
-            assert_eq!(store.calls("list"), pages, "after {} keys", seen.len());
+            lists_settled_at(pages).await;
         }
         assert!(listing.next().await.is_none());
-        assert_eq!(seen, keys[..2500]);
+        assert_eq!(seen, keys[..3500]);
+    }
+
+    /// A listing dropped part way stops reading: its task ends with it.
+    #[tokio::test]
+    async fn a_dropped_listing_reads_no_more_pages() {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        for i in 0..5000 {
+            let put = sluice_store::PutRequest::new(format!("p/{i:05}"), b"x".to_vec());
+            store.put_object(put).await.unwrap();
+        }
+        let prefix = memory_prefix(&store, "p/");
+        let mut listing = prefix.listing(store.clone(), Filter::all()).await.unwrap();
+        for _ in 0..1001 {
+            listing.next().await.unwrap().unwrap();
+        }
+        drop(listing);
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            store.calls("list") <= 3,
+            "{} pages read",
+            store.calls("list")
+        );
     }
 
     /// A listing that breaks off: the files found before it are done, the run
