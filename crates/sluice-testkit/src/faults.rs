@@ -69,6 +69,8 @@ pub enum Fault {
     /// Waits this long, then fails with 500 InternalError, not carried out
     /// (a request that hangs, while others go on, and fails).
     FailsLate(Duration),
+    /// Panics: a bug in a store's own code (its answer's parser, say).
+    Panics,
 }
 
 /// What becomes of a GET's body after some bytes.
@@ -106,7 +108,8 @@ impl Fault {
             | Fault::CutBody(_)
             | Fault::StallBody(_)
             | Fault::AnswerLost
-            | Fault::LandsThenRefused => None,
+            | Fault::LandsThenRefused
+            | Fault::Panics => None,
         }
     }
 }
@@ -248,6 +251,7 @@ impl FaultyStore {
                 "injected: connection reset before the answer",
             ))),
             Some(Fault::LandsThenRefused) => Ok(Effect::Answer(StoreError::PreconditionFailed)),
+            Some(Fault::Panics) => panic!("injected: a store's {op:?} panicked"),
             Some(f) => Err(f.error().expect("failing fault")),
             None => Ok(Effect::Pass(None)),
         }

@@ -399,8 +399,8 @@ async fn walk(
     }))
 }
 
-/// The objects under `prefix`, listed through `engine`'s retries a page at a
-/// time; one that cannot be listed at all is an error here.
+/// The objects under `prefix`, listed through `engine`'s retries one page
+/// ahead of their use; one that cannot be listed at all is an error here.
 pub async fn listing(
     prefix: &Prefix,
     engine: &Engine,
@@ -905,6 +905,32 @@ mod tests {
         }
     }
 
+    /// The upload job of the file `name` under `dir` (written first when it
+    /// `exists`, left missing otherwise).
+    fn upload_of(prefix: &Prefix, dir: &std::path::Path, name: &str, exists: bool) -> Listed {
+        let path = dir.join(name);
+        if exists {
+            std::fs::write(&path, name).unwrap();
+        }
+        let file = local::LocalFile {
+            relative: name.to_string(),
+            path,
+            size: name.len() as u64,
+            modified: std::time::SystemTime::now(),
+        };
+        upload_job(file, prefix, &Arc::new(run::Roots::default()))
+    }
+
+    /// A memory store holding `count` one-byte objects `p/00000`, ...
+    async fn store_of_keys(count: usize) -> Arc<sluice_testkit::MemoryStore> {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        for i in 0..count {
+            let put = sluice_store::PutRequest::new(format!("p/{i:05}"), b"x".to_vec());
+            store.put_object(put).await.unwrap();
+        }
+        store
+    }
+
     fn memory_prefix(store: &Arc<sluice_testkit::MemoryStore>, prefix: &str) -> Prefix {
         Prefix {
             store: store.clone(),
@@ -953,28 +979,70 @@ mod tests {
         assert_eq!(seen, keys[..3500]);
     }
 
-    /// A listing dropped part way stops reading: its task ends with it.
-    #[tokio::test]
+    /// A listing dropped part way reads no more pages: its reader stops
+    /// waiting for a slot, and a request under way is dropped with it.
+    #[tokio::test(start_paused = true)]
     async fn a_dropped_listing_reads_no_more_pages() {
-        let store = Arc::new(sluice_testkit::MemoryStore::new());
-        for i in 0..5000 {
-            let put = sluice_store::PutRequest::new(format!("p/{i:05}"), b"x".to_vec());
-            store.put_object(put).await.unwrap();
-        }
-        let prefix = memory_prefix(&store, "p/");
-        let mut listing = prefix.listing(store.clone(), Filter::all()).await.unwrap();
+        use sluice_testkit::{Fault, FaultyStore, Op};
+        let memory = store_of_keys(5000).await;
+        let prefix = memory_prefix(&memory, "p/");
+        let settle = || async {
+            for _ in 0..1000 {
+                tokio::task::yield_now().await;
+            }
+        };
+        // Dropped while the reader waits for a slot.
+        let listing = prefix.listing(memory.clone(), Filter::all()).await.unwrap();
+        settle().await;
+        assert_eq!(memory.calls("list"), 2);
+        drop(listing);
+        settle().await;
+        assert_eq!(memory.calls("list"), 2, "a page read after the drop");
+
+        // Dropped while the reader's request hangs: the third page's, for an
+        // hour (paused time: it ends once nothing else can run, unless it
+        // was dropped).
+        let faulty = FaultyStore::new(memory.clone());
+        faulty.inject_nth(
+            Op::List,
+            3,
+            Fault::Delay(std::time::Duration::from_secs(3600)),
+        );
+        let mut listing = prefix
+            .listing(Arc::new(faulty), Filter::all())
+            .await
+            .unwrap();
         for _ in 0..1001 {
             listing.next().await.unwrap().unwrap();
         }
+        settle().await;
+        assert_eq!(memory.calls("list"), 4, "two pages of each listing");
         drop(listing);
-        for _ in 0..1000 {
-            tokio::task::yield_now().await;
-        }
-        assert!(
-            store.calls("list") <= 3,
-            "{} pages read",
-            store.calls("list")
+        tokio::time::sleep(std::time::Duration::from_secs(7200)).await;
+        assert_eq!(
+            memory.calls("list"),
+            4,
+            "the hanging request went on after the drop"
         );
+    }
+
+    /// A panic in the listing's reader (a bug in a store's parser, say) goes
+    /// on in whoever reads the listing: it never looks like its end.
+    #[tokio::test]
+    async fn a_panic_while_listing_is_not_the_listings_end() {
+        let memory = store_of_keys(2500).await;
+        let faulty = sluice_testkit::FaultyStore::new(memory.clone());
+        faulty.inject_nth(sluice_testkit::Op::List, 2, sluice_testkit::Fault::Panics);
+        let prefix = memory_prefix(&memory, "p/");
+        let listing = prefix
+            .listing(Arc::new(faulty), Filter::all())
+            .await
+            .unwrap();
+        let read =
+            futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(listing.count())).await;
+        let panic = read.expect_err("the listing ended as if complete");
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("injected"), "{message}");
     }
 
     /// A listing that breaks off: the files found before it are done, the run
@@ -984,21 +1052,7 @@ mod tests {
         let store = Arc::new(sluice_testkit::MemoryStore::new());
         let prefix = memory_prefix(&store, "up/");
         let dir = tempfile::tempdir().unwrap();
-        let roots = Arc::new(run::Roots::default());
-        let file = |name: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, name).unwrap();
-            upload_job(
-                local::LocalFile {
-                    relative: name.to_string(),
-                    path,
-                    size: name.len() as u64,
-                    modified: std::time::SystemTime::now(),
-                },
-                &prefix,
-                &roots,
-            )
-        };
+        let file = |name: &str| upload_of(&prefix, dir.path(), name, true);
         let feed = futures::stream::iter(vec![
             Ok(file("a")),
             Ok(file("b")),
@@ -1028,14 +1082,12 @@ mod tests {
     async fn fail_fast_stops_reading_the_feed() {
         let store = Arc::new(sluice_testkit::MemoryStore::new());
         let prefix = memory_prefix(&store, "up/");
-        let missing = local::LocalFile {
-            relative: "gone".into(),
-            path: std::path::PathBuf::from("/nonexistent/sluice/gone"),
-            size: 1,
-            modified: std::time::SystemTime::now(),
-        };
-        let roots = Arc::new(run::Roots::default());
-        let first = upload_job(missing, &prefix, &roots);
+        let first = upload_of(
+            &prefix,
+            std::path::Path::new("/nonexistent/sluice"),
+            "gone",
+            false,
+        );
         let feed = futures::stream::iter(vec![Ok(first)])
             .chain(futures::stream::pending())
             .boxed();
@@ -1049,6 +1101,39 @@ mod tests {
         .expect("the run must end once a file failed");
         let error = format!("{:#}", finished.unwrap_err());
         assert!(error.contains("1 file failed"), "{error}");
+    }
+
+    /// After a failure with --fail-fast, the files found and not done are
+    /// counted as such (the feed here is known at once: all four are found
+    /// before the first job runs).
+    #[tokio::test]
+    async fn fail_fast_counts_the_files_found_and_not_done() {
+        let store = Arc::new(sluice_testkit::MemoryStore::new());
+        let prefix = memory_prefix(&store, "up/");
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, exists: bool| upload_of(&prefix, dir.path(), name, exists);
+        let feed = known(vec![
+            file("gone", false),
+            file("b", true),
+            file("c", true),
+            file("d", true),
+        ]);
+        let engine = Engine::new(store.clone(), EngineConfig::default()).unwrap();
+        let options = Options {
+            jobs: 1,
+            ..quiet_options(true)
+        };
+        let (output, stop) = (Output::new(&options), CancellationToken::new());
+        let (taken, report) = fed(feed, &output, &stop, true, |jobs| {
+            run::run(&engine, jobs, &options, &output, &stop)
+        })
+        .await;
+        assert_eq!(taken.jobs, 4);
+        assert_eq!(
+            (report.files, report.failures.len(), report.cancelled),
+            (0, 1, 3)
+        );
+        assert_eq!(store.calls("put"), 0);
     }
 
     #[test]

@@ -23,7 +23,7 @@ const LIST_PAGE: usize = 1000;
 /// and the listing's requests and the parsing of its pages ran there too. In a
 /// task of their own they run on a worker beside it: 10,000 small downloads
 /// went from 1.11-1.14x s5cmd's rate to 1.29x (medians of 7, two sets), with
-/// a quarter less kernel time (bench/results/2026-12-01/listing-read-ahead-ab.txt).
+/// 11-25% less kernel time (bench/results/2026-12-01/listing-read-ahead-ab.txt).
 const PAGES_AHEAD: usize = 1;
 
 /// A prefix in a store.
@@ -102,10 +102,12 @@ impl Prefix {
     /// cannot be listed at all is an error here, before any transfer. Then a
     /// task of the listing's own reads one page ahead of the one being used
     /// ([`PAGES_AHEAD`]), so that a listing of a million keys is never held
-    /// whole and the jobs never wait for a page. Keys ending in `/` (folder
+    /// whole and the jobs rarely wait for a page. Keys ending in `/` (folder
     /// markers some tools write) are no files and are left out, and so is
     /// sluice's own state (`_sluice/`) when listing a whole bucket. The task
-    /// ends with the stream.
+    /// ends with the stream (a request under way is dropped), and a panic in
+    /// it goes on in the stream's reader: a listing that stopped is never
+    /// taken for one that ended (`sync --delete` would remove what it missed).
     pub async fn listing(
         &self,
         store: Arc<dyn ObjectStore>,
@@ -126,11 +128,21 @@ impl Prefix {
             }
         });
         let rest = futures::stream::unfold(
-            (pages_read, AbortOnDropHandle::new(reader)),
-            |(mut pages_read, reader)| async move {
-                let page: Vec<_> = match pages_read.recv().await? {
-                    Ok(page) => page.into_iter().map(Ok).collect(),
-                    Err(error) => vec![Err(error)],
+            (pages_read, Some(AbortOnDropHandle::new(reader))),
+            |(mut pages_read, mut reader)| async move {
+                let page: Vec<_> = match pages_read.recv().await {
+                    Some(Ok(page)) => page.into_iter().map(Ok).collect(),
+                    Some(Err(error)) => vec![Err(error)],
+                    None => {
+                        // The reader is done: ended, or stopped by a panic.
+                        let stopped = reader.take()?.await.err()?;
+                        if stopped.is_panic() {
+                            std::panic::resume_unwind(stopped.into_panic());
+                        }
+                        vec![Err(StoreError::transport(format!(
+                            "the listing stopped part way: {stopped}"
+                        )))]
+                    }
                 };
                 Some((futures::stream::iter(page), (pages_read, reader)))
             },

@@ -9,8 +9,10 @@
 //! peak RSS is half again this transport's. The SDK keeps hyper's builder
 //! private (awslabs/aws-sdk-rust#1334), so the read size can only be set here.
 //! Reading
-//! [`READ_SIZE`] at a time, a chunk is written and dropped before the next
-//! read, and the same buffer is filled again while it is still in the cache.
+//! [`READ_SIZE`] at a time keeps each buffer small; a buffer is still replaced
+//! while its chunk is being written, and the `sluice` binary's allocator
+//! (jemalloc) hands the freed one back for a later read without faulting its
+//! pages again (docs/STORES.md).
 //! The SDK's default client is not built at all (no aws-lc, no hyper 0.14):
 //! [`http_client`] serves the credential providers and STS too.
 //!
