@@ -1,6 +1,7 @@
-//! How a download's file-system work (writing a chunk, making a small file)
-//! runs from async code: right there while the disk keeps up, as Go runs it
-//! on its goroutine's thread; elsewhere once it does not.
+//! How the engine's file-system work (writing a chunk, making a small file,
+//! reading one to upload) runs from async code: right there while the disk
+//! keeps up, as Go runs it on its goroutine's thread; elsewhere once it does
+//! not.
 //!
 //! That work takes tens of microseconds when the page cache takes it at once.
 //! Handing the worker over for each piece ([`tokio::task::block_in_place`]:
@@ -14,8 +15,10 @@
 //! counts the time its late pieces took in each second: past its limit, work
 //! goes elsewhere for [`SLOW_FOR`], then is tried here again.
 //!
-//! Two paces judge the two kinds of work ([`DiskPace::for_writes`],
-//! [`DiskPace::for_small_files`]).
+//! Three paces judge three kinds of work: a download's chunk writes
+//! ([`DiskPace::for_writes`]), small downloaded files made and files to upload
+//! stat'ed and, when small, read whole (each [`DiskPace::for_small_files`], a
+//! pace of its own: the disk read from need not be the one written to).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -89,6 +92,23 @@ impl DiskPace {
             handing_over(work)
         } else {
             self.timed(work)
+        }
+    }
+
+    /// Runs `work` here, timed, while the disk keeps up; on the blocking pool,
+    /// side by side with other such work, while it does not. For work that
+    /// blocks the one task many jobs share (a small file made or read, a
+    /// stat): there a hand-over as in [`DiskPace::run`] would stop them all.
+    pub(crate) async fn here_or_pooled<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<T> {
+        if self.slow() {
+            tokio::task::spawn_blocking(work)
+                .await
+                .map_err(std::io::Error::other)
+        } else {
+            Ok(self.timed(work))
         }
     }
 
@@ -187,6 +207,17 @@ mod tests {
         assert!(pace.slow(), "still within the spell");
         tokio::time::sleep(SLOW_FOR + Duration::from_millis(100)).await;
         assert!(!pace.slow(), "after the spell");
+    }
+
+    #[tokio::test]
+    async fn pooled_work_runs_here_until_the_disk_is_slow_then_on_the_pool() {
+        let pace = DiskPace::new(Duration::from_millis(5), Duration::from_millis(50));
+        let here = std::thread::current().id();
+        let thread = || std::thread::current().id();
+        assert_eq!(pace.here_or_pooled(thread).await.unwrap(), here, "on time");
+        pace.here_or_pooled(sleeping(60)).await.unwrap();
+        assert!(pace.slow(), "after a piece past the limit");
+        assert_ne!(pace.here_or_pooled(thread).await.unwrap(), here, "slow");
     }
 
     #[test]

@@ -317,12 +317,14 @@ impl Engine {
             drop(file);
             staging.persist(&dest)
         };
-        if flush || inner.small_files_pace.slow() {
+        if flush {
             blocking(make).await?;
         } else {
             inner
                 .small_files_pace
-                .timed(make)
+                .here_or_pooled(make)
+                .await
+                .and_then(|made| made)
                 .map_err(TransferError::Destination)?;
         }
         Ok(DownloadOutcome {

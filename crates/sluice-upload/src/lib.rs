@@ -102,6 +102,10 @@ pub(crate) struct EngineInner {
     /// Whether small downloaded files are made where their job runs or on
     /// the blocking pool.
     small_files_pace: disk_pace::DiskPace,
+    /// Whether files to upload are stat'ed, and small ones read, where their
+    /// job runs or on the blocking pool (a pace of its own: the disk read
+    /// from need not be the one written to).
+    small_reads_pace: disk_pace::DiskPace,
 }
 
 impl Engine {
@@ -142,6 +146,7 @@ impl Engine {
                 announcer: std::sync::OnceLock::new(),
                 writes_pace: disk_pace::DiskPace::for_writes(),
                 small_files_pace: disk_pace::DiskPace::for_small_files(),
+                small_reads_pace: disk_pace::DiskPace::for_small_files(),
             }),
         })
     }
