@@ -36,6 +36,30 @@ def wait_for_port(port, timeout=30):
     sys.exit(f"nothing listens on port {port}")
 
 
+def drive_under():
+    """Where the drivers' work directories (trees, downloads, MinIO's data) go, as
+    a report's setup line says it: "one drive under /tmp (ext4, no journal)".
+    Python's tempfile decides (TMPDIR); the file system is named because small-file
+    figures depend on it (bench/README.md, "Small files and the disk")."""
+    import tempfile
+    where = os.path.realpath(tempfile.gettempdir())
+    # The longest mount point holding it (the last of equals: mounted over).
+    mount, fstype, device = "", "unknown", ""
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            dev, point, kind = line.split()[:3]
+            inside = point == "/" or where == point or where.startswith(point + "/")
+            if inside and len(point) >= len(mount):
+                mount, fstype, device = point, kind, dev
+    if fstype == "ext4":
+        try:
+            with open(f"/sys/fs/ext4/{os.path.basename(device)}/journal_task") as task:
+                fstype += ", no journal" if task.read().strip() == "<none>" else ", journal"
+        except OSError:
+            pass
+    return f"one drive under {where} ({fstype})"
+
+
 def start_minio(work, address="127.0.0.1", netns=None):
     """Starts MinIO with its data under `work` on `address` (inside network
     namespace `netns`, ports 9000/9001 there, when given); returns (process, url)."""

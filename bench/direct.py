@@ -25,7 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from benchlib import (GIB, MIB, ProcStats, client_env, driver_args, emit_report, free_port, make_file,
+from benchlib import (drive_under, GIB, MIB, ProcStats, client_env, driver_args, emit_report, free_port, make_file,
                       start_minio, stop, version, wait_for_port, clear_bucket)
 
 PART = 64 * MIB
@@ -200,7 +200,7 @@ def main():
     lines = [f"# direct-upload benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
              f"sluice: {version([sluice, '--version'])} (commit {commit}), serve --direct, defaults",
-             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+             f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1",
              f"relayed: curl -T FILE /v1/objects/KEY; companion: /s3/multipart + signed part PUTs + complete; "
              f"session: the same under POST /s3/session's path; sign: POST /s3/sign for create, parts and "
              f"complete (sent to the bucket); sts: GET /s3/sts, s5cmd cp with its credentials; "

@@ -20,8 +20,8 @@ import sys
 import tempfile
 import json
 
-from benchlib import (driver_args, GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, start_gateway,
-                      start_minio, stop, version)
+from benchlib import (drive_under, driver_args, GIB, MIB, ProcStats, clear_bucket, client_env, emit_report,
+                      start_gateway, start_minio, stop, version)
 
 CASES = [("sluice", "draft"), ("sluice", "tus"), ("tusd", "draft"), ("tusd", "tus")]
 
@@ -98,7 +98,7 @@ def main():
              f"sluice: {version([sluice, '--version'])} (commit {commit}), serve defaults (16 MiB parts, 8 in flight, "
              "256 MiB budget); the draft and tus at /v1/tus/",
              f"tusd: {version(['tusd', '-version'])} (S3 store, defaults, -enable-experimental-protocol)",
-             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+             f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1",
              "client: sluice bench load --api draft|tus (draft as interop 6), "
              f"{args.size / GIB:g} GiB per upload; 'whole' = one request with every byte",
              f"{args.runs} runs per case, cases alternated, medians; a fresh gateway process per run", "",

@@ -31,8 +31,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, Busy, ProcStats, clear_bucket, client_env, driver_args, emit_report, make_file,
-                      paired_ratio, start_gateway, start_minio, stop, version, warp_rate)
+from benchlib import (drive_under, GIB, MIB, Busy, ProcStats, clear_bucket, client_env, driver_args, emit_report,
+                      make_file, paired_ratio, start_gateway, start_minio, stop, version, warp_rate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SLUICE = None  # the sluice binary; also the storms' load client (`sluice bench load`)
@@ -203,7 +203,7 @@ def main():
                if args.busy else []),
              *([f"before: {version([args.before, '--version'])} ({args.before}), the same defaults"]
                if args.before else []),
-             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1; warp v1.0.0",
+             f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1; warp v1.0.0",
              f"{args.runs} runs per case after one unmeasured warm-up relay per tool, tools alternated, medians; "
              "a fresh gateway process per run",
              "ratios (vs columns): median over runs of the ratio within each run, whose tools ran back to back;"

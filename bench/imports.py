@@ -18,7 +18,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchlib import (GIB, MIB, ProcStats, client_env, driver_args, emit_report, free_port, make_file,
+from benchlib import (drive_under, GIB, MIB, ProcStats, client_env, driver_args, emit_report, free_port, make_file,
                       start_minio, stop, version, wait_for_port, clear_bucket)
 
 
@@ -127,7 +127,7 @@ def main():
     lines = [f"# import benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
              f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults",
-             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+             f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1",
              f"origin: sluice serve on a directory at 127.0.0.2 (ranges); {args.size / GIB:g} GiB per transfer",
              "import: POST /v1/imports, polled (50 ms) until completed; CPU and RSS of the gateway",
              "curl|put: curl -s URL | sluice put - s3://…; CPU of curl and sluice put together, RSS the larger",

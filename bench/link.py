@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import GIB, MIB, client_env, driver_args, emit_report, empty_trash, make_file, start_minio, version
+from benchlib import (drive_under, GIB, MIB, client_env, driver_args, emit_report, empty_trash, make_file, start_minio,
+                      version)
 
 LIMIT_MOVE = re.compile(r"transfers in flight from=(\d+) to=(\d+)")
 
@@ -113,7 +114,7 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults but --concurrency")
     lines.append(f"link: veth into a network namespace, tbf {args.rate} each way (burst 256kb, 20 ms queue); "
-                 f"server: {version(['minio', '--version'])} in the namespace, one drive under /tmp")
+                 f"server: {version(['minio', '--version'])} in the namespace, {drive_under()}")
     lines.append(f"{args.runs} runs, every setting back to back in each (order reversed on odd runs); "
                  "medians; auto vs best = median over runs of auto's rate / the best fixed setting's rate")
     lines.append("")

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import GIB, MIB, MINIO_USER, MINIO_SECRET, ProcStats, client_env, driver_args, emit_report, empty_trash, \
-    make_file, start_minio, version, warp_rate
+from benchlib import (drive_under, GIB, MIB, MINIO_USER, MINIO_SECRET, ProcStats, client_env, driver_args, emit_report,
+                      empty_trash, make_file, start_minio, version, warp_rate)
 
 TOOLS = ["sluice", "s5cmd", "aws", "rclone"]
 
@@ -205,10 +205,13 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines.append(f"sluice: {version([sluice, '--version'])} (commit {commit}), defaults (--concurrency auto, "
                  "at most 64 files in flight, 256 MiB budget, crc32c)")
-    lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0), defaults (256 workers)")
-    lines.append(f"aws: {version(['aws', '--version'])}, defaults (10 threads)")
-    lines.append(f"rclone: {version(['rclone', 'version'])}, defaults (4 transfers, 8 checkers)")
-    lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")
+    peers = {
+        "s5cmd": lambda: f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0), defaults (256 workers)",
+        "aws": lambda: f"aws: {version(['aws', '--version'])}, defaults (10 threads)",
+        "rclone": lambda: f"rclone: {version(['rclone', 'version'])}, defaults (4 transfers, 8 checkers)",
+    }
+    lines.extend(line() for tool, line in peers.items() if tool in tools)
+    lines.append(f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1")
     lines.append(f"{args.runs} runs per tool, case and direction, tools alternated; medians; CPU = client user+sys "
                  "seconds for the whole transfer; RSS = client peak; ratios = median of per-run ratios to s5cmd; "
                  "MinIO = server CPU-s over the same run; busy = all CPU time of the machine but idle and iowait "

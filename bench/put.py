@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import (driver_args, GIB, MIB, client_env, clear_bucket, emit_report, empty_trash, make_file,
+from benchlib import (drive_under, driver_args, GIB, MIB, client_env, clear_bucket, emit_report, empty_trash, make_file,
                       paired_ratio, start_minio, version, warp_rate)
 
 
@@ -127,7 +127,7 @@ def main():
                  f"(16 MiB parts, 8 in flight, crc32c, 256 MiB budget)")
     lines.append(f"s5cmd: {version(['s5cmd', 'version'])} (v2.3.0 built from the module), defaults")
     lines.append(f"aws: {version(['aws', '--version'])}, defaults")
-    lines.append(f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1")
+    lines.append(f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1")
     lines.append(f"{args.runs} runs per tool and case, tools alternated; medians; CPU = client user+sys; "
                  "RSS = client peak")
     lines.append("")

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import (GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, driver_args, emit_report,
+from benchlib import (drive_under, GIB, MIB, MINIO_SECRET, MINIO_USER, ProcStats, client_env, driver_args, emit_report,
                       free_port, make_file, start_minio, stop, version, wait_for_port, warp_rate)
 
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -209,7 +209,7 @@ def main():
         lines = [f"# stores benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
                  f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}",
                  f"sluice: {version([args.sluice, '--version'])}, defaults",
-                 f"s3: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+                 f"s3: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1",
                  f"azure: Azurite {versions['azure']}, in memory, 127.0.0.1, started anew for each run",
                  f"gcs: {versions['gcs']}, in memory, 127.0.0.1, started anew for each run",
                  f"{args.runs} runs, stores in rotating order, medians; CPU = the CLI's or the gateway's; store CPU = the store process's",

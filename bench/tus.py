@@ -19,8 +19,8 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import (driver_args, GIB, MIB, ProcStats, clear_bucket, client_env, emit_report, paired_ratio,
-                      start_gateway, start_minio, stop, version)
+from benchlib import (drive_under, driver_args, GIB, MIB, ProcStats, clear_bucket, client_env, emit_report,
+                      paired_ratio, start_gateway, start_minio, stop, version)
 
 
 def upload(sluice, tool, port, size, chunk, work):
@@ -90,7 +90,7 @@ def main():
              "256 MiB budget); tus at /v1/tus/",
              f"tusd: {version(['tusd', '-version'])} (v2.10.1, S3 store, defaults)",
              *([f"before: {version([before, '--version'])} ({before}), the same defaults"] if before else []),
-             f"server: {version(['minio', '--version'])}, one drive under /tmp, 127.0.0.1",
+             f"server: {version(['minio', '--version'])}, {drive_under()}, 127.0.0.1",
              f"client: sluice bench load --api tus --chunk-size N (creation without a body, then PATCH), "
              f"{args.size / GIB:g} GiB per upload",
              f"{args.runs} runs per case, tools alternated, medians; a fresh gateway process per run", "",
