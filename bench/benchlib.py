@@ -47,13 +47,15 @@ def drive_under():
     mount, fstype, device = "", "unknown", ""
     with open("/proc/self/mounts") as mounts:
         for line in mounts:
-            dev, point, kind = line.split()[:3]
+            dev, point, kind = (re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+                                for field in line.split()[:3])
             inside = point == "/" or where == point or where.startswith(point + "/")
             if inside and len(point) >= len(mount):
                 mount, fstype, device = point, kind, dev
     if fstype == "ext4":
         try:
-            with open(f"/sys/fs/ext4/{os.path.basename(device)}/journal_task") as task:
+            # /dev/mapper/x and /dev/root are links to the name sysfs knows (dm-0, vda).
+            with open(f"/sys/fs/ext4/{os.path.basename(os.path.realpath(device))}/journal_task") as task:
                 fstype += ", no journal" if task.read().strip() == "<none>" else ", journal"
         except OSError:
             pass
