@@ -890,7 +890,7 @@ pub struct TransferArgs {
     #[command(flatten)]
     pub engine: sluice_upload::EngineSettings,
     /// Transfers in flight at once: parts, ranges and whole small files
-    /// together. `auto` starts at 8 and raises it (up to 64) while the measured
+    /// together. `auto` starts at 32 and raises it (up to 64) while the measured
     /// throughput grows, halving it when the store throttles or fails.
     #[arg(long, env = "SLUICE_CONCURRENCY", value_name = "N|auto", value_parser = parse_concurrency, default_value = "auto")]
     pub concurrency: Concurrency,

@@ -413,7 +413,7 @@ async fn the_transfer_limit_holds_across_uploads_and_downloads() {
 }
 
 /// Round trips of a fixed time: every transfer more in flight is more
-/// throughput, so the adaptive limit climbs from 8 to what the files wanted
+/// throughput, so the adaptive limit climbs from 32 to what the files wanted
 /// (48 at once), for small files as for parts.
 #[tokio::test(start_paused = true)]
 async fn the_adaptive_limit_climbs_while_throughput_grows() {
